@@ -1,0 +1,58 @@
+"""Finding solo-learn ``main`` (the host library) and failing clearly when it is absent or too old."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+from functools import lru_cache
+
+INSTALL_HINT = (
+    "solo-diet needs solo-learn `main` (1.0.6, Hydra configs, Lightning 2) installed from its git "
+    "source; PyPI's solo-learn 1.0.2 (2021, torch 1.9) cannot work. Install it with:\n"
+    "    pip install 'setuptools>=77.0.3,<81' wheel\n"
+    "    git clone https://github.com/vturrisi/solo-learn && cd solo-learn\n"
+    "    pip install --no-build-isolation --use-pep517 -e '.[umap,h5]'\n"
+    "then install solo-diet (see README.md)."
+)
+
+
+# Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm, torch.cuda.amp).
+IMPORT_NOISE = (
+    "pkg_resources is deprecated",
+    "Importing from timm",
+    "Overwriting .* in registry",
+    ".*torch.cuda.amp.custom_fwd",
+)
+
+
+class SoloLearnMissing(ImportError):
+    """solo-learn main is not importable in this environment."""
+
+
+@lru_cache(maxsize=None)
+def solo_problem() -> str | None:
+    """Why solo-learn main cannot be used here, or None when it can."""
+    if importlib.util.find_spec("solo") is None:
+        return "solo-learn is not installed."
+    try:
+        with warnings.catch_warnings():
+            for pattern in IMPORT_NOISE:
+                warnings.filterwarnings("ignore", message=pattern)
+            methods = importlib.import_module("solo.methods")
+    except Exception as err:  # the 2021 release dies on pl_bolts; a broken env on pkg_resources
+        return f"`import solo.methods` failed ({type(err).__name__}: {err})."
+    if not hasattr(methods, "METHODS") or importlib.util.find_spec("solo.args.pretrain") is None:
+        return "the installed solo-learn is not `main` (no solo.methods.METHODS / solo.args)."
+    return None
+
+
+def solo_available() -> bool:
+    return solo_problem() is None
+
+
+def require_solo() -> None:
+    """Raise one clear error that says how to install solo-learn when it is unusable."""
+    problem = solo_problem()
+    if problem is not None:
+        raise SoloLearnMissing(f"{problem}\n{INSTALL_HINT}")

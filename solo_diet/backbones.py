@@ -1,0 +1,65 @@
+"""Backbones the plugin adds to solo-learn's ``BaseMethod._BACKBONES`` (torch-only).
+
+Names must not start with ``resnet``: solo-learn would then apply its torchvision-ResNet surgery
+(``.inplanes``, ``.fc``, CIFAR stem). Each factory is called as ``fn(method_name, **kwargs)`` and
+the returned module exposes ``num_features``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _conv3x3(in_channels: int, out_channels: int) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1)
+
+
+class _ResidualBlock(nn.Module):
+    """Pre-activation block ``LReLU, conv, LReLU, conv`` (+ AvgPool2) with an identity shortcut."""
+
+    def __init__(self, width: int, downsample: bool, slope: float):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.LeakyReLU(slope), _conv3x3(width, width), nn.LeakyReLU(slope), _conv3x3(width, width)
+        )
+        self.pool = nn.AvgPool2d(2) if downsample else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.body(x) + x)
+
+
+class ResNet8(nn.Module):
+    """ResNet-8 of CPLearn (paper Table 5): 8 convs of ``width`` channels, LeakyReLU(0.2), no BN.
+
+    Spatial size 32 -> 16 -> 8 -> 8 -> global average pool; ``num_features == width``.
+    The shortcuts of blocks 2-4 are not drawn in the paper: identity (+AvgPool2 on block 2).
+    """
+
+    def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
+        super().__init__()
+        if width <= 0:
+            raise ValueError(f"backbone.kwargs.width must be a positive channel count, got {width}")
+        self.num_features = width
+        self.stem = nn.Sequential(
+            _conv3x3(in_channels, width), nn.LeakyReLU(slope), _conv3x3(width, width), nn.AvgPool2d(2)
+        )
+        self.stem_shortcut = nn.Sequential(nn.AvgPool2d(2), nn.Conv2d(in_channels, width, 1))
+        self.blocks = nn.Sequential(
+            _ResidualBlock(width, downsample=True, slope=slope),
+            _ResidualBlock(width, downsample=False, slope=slope),
+            _ResidualBlock(width, downsample=False, slope=slope),
+        )
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x) + self.stem_shortcut(x)
+        return torch.flatten(self.pool(self.blocks(x)), 1)
+
+
+def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
+    """solo-learn backbone factory for :class:`ResNet8` (``backbone.name: cp_resnet8``)."""
+    return ResNet8(width=width, **kwargs)
+
+
+PLUGIN_BACKBONES = {"cp_resnet8": cp_resnet8}

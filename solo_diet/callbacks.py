@@ -1,0 +1,147 @@
+"""Lightning callbacks for pretraining runs: cost/curve recording and an optional RankMe monitor.
+
+Adapter floor (imports lightning, not solo-learn). Used by ``solo-diet compare``; any Trainer can take them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from solo_diet.metrics import rankme
+
+EPOCH_COLUMNS = ("epoch", "train_seconds", "epoch_seconds", "samples", "samples_per_s", "peak_gpu_mib", "train_loss")
+LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
+
+
+def _batch_size(batch: Any) -> int:
+    """Images in a solo-learn training batch ``[indexes, views, targets]`` (one per sample, not per view)."""
+    targets = batch[-1] if isinstance(batch, (list, tuple)) else batch
+    return int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 0
+
+
+def _loss_value(outputs: Any) -> Optional[float]:
+    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    return float(loss.detach()) if isinstance(loss, torch.Tensor) else None
+
+
+class EpochCostLogger(Callback):
+    """Appends one CSV row per training epoch to ``csv_path``, readable without any logger.
+
+    Columns: ``train_seconds`` (epoch start to its last optimisation batch), ``epoch_seconds`` (to the
+    end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s`` (images
+    per train second, summed over devices), ``peak_gpu_mib`` (``torch.cuda.max_memory_allocated`` of
+    this process over the epoch, empty on CPU), ``train_loss`` (mean of the loss ``training_step``
+    returned: the method loss plus the online probe's cross-entropy) and the logged ``LOGGED_METRICS``.
+    Rows of a resumed run are appended; readers keep the last row of each epoch.
+    """
+
+    def __init__(self, csv_path: str | Path, logged_metrics: Sequence[str] = LOGGED_METRICS):
+        super().__init__()
+        self.csv_path = Path(csv_path)
+        self.logged_metrics = tuple(logged_metrics)
+        self._epoch_start = self._last_batch_end = 0.0
+        self._samples = 0
+        self._loss_sum = 0.0
+        self._loss_count = 0
+
+    def _cuda(self, trainer: Trainer) -> bool:
+        return trainer.strategy.root_device.type == "cuda"
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._cuda(trainer):
+            torch.cuda.synchronize(trainer.strategy.root_device)
+            torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
+        self._epoch_start = self._last_batch_end = time.perf_counter()
+        self._samples, self._loss_sum, self._loss_count = 0, 0.0, 0
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._cuda(trainer):
+            torch.cuda.synchronize(trainer.strategy.root_device)
+        self._last_batch_end = time.perf_counter()
+        self._samples += _batch_size(batch) * trainer.world_size
+        loss = _loss_value(outputs)
+        if loss is not None:
+            self._loss_sum += loss
+            self._loss_count += 1
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        train_seconds = self._last_batch_end - self._epoch_start
+        row = {
+            "epoch": trainer.current_epoch,
+            "train_seconds": train_seconds,
+            "epoch_seconds": time.perf_counter() - self._epoch_start,
+            "samples": self._samples,
+            "samples_per_s": self._samples / train_seconds if train_seconds > 0 else math.nan,
+            "peak_gpu_mib": (
+                torch.cuda.max_memory_allocated(trainer.strategy.root_device) / 2**20 if self._cuda(trainer) else ""
+            ),
+            "train_loss": self._loss_sum / self._loss_count if self._loss_count else "",
+        }
+        for name in self.logged_metrics:
+            value = trainer.callback_metrics.get(name)
+            row[name] = float(value) if value is not None else ""
+        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+        new_file = not self.csv_path.is_file()
+        with self.csv_path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(EPOCH_COLUMNS) + list(self.logged_metrics))
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+
+
+def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
+    """Rows of an ``EpochCostLogger`` CSV, one per epoch (the last written wins), sorted by epoch;
+    empty cells become NaN."""
+    rows: dict[int, dict[str, float]] = {}
+    with Path(csv_path).open(newline="") as f:
+        for raw in csv.DictReader(f):
+            row = {k: float(v) if v != "" else math.nan for k, v in raw.items()}
+            rows[int(row["epoch"])] = row
+    return [rows[epoch] for epoch in sorted(rows)]
+
+
+class RankMeMonitor(Callback):
+    """Logs ``val_rankme``, RankMe (spec Sec. 6.5) of the backbone features of the first
+    ``max_samples`` validation images, every ``every_n_epochs`` epochs (and the last one)."""
+
+    def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
+        super().__init__()
+        if every_n_epochs < 1 or max_samples < 2:
+            raise ValueError(f"every_n_epochs must be >= 1 and max_samples >= 2, got {every_n_epochs}, {max_samples}")
+        self.every_n_epochs = every_n_epochs
+        self.max_samples = max_samples
+        self._features: list[torch.Tensor] = []
+
+    def _active(self, trainer: Trainer) -> bool:
+        epoch = trainer.current_epoch
+        last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
+        return not trainer.sanity_checking and (epoch % self.every_n_epochs == 0 or last)
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._features = []
+        if not self._active(trainer):
+            trainer.callback_metrics.pop("val_rankme", None)  # no stale value in epochs without RankMe
+
+    @torch.no_grad()
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        collected = sum(len(f) for f in self._features)
+        if not self._active(trainer) or collected >= self.max_samples:
+            return
+        images = batch[0][: self.max_samples - collected]
+        self._features.append(pl_module.backbone(images).float().flatten(1).cpu())
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._features:
+            pl_module.log("val_rankme", rankme(torch.cat(self._features)), sync_dist=False)
+        self._features = []

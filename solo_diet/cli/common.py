@@ -1,0 +1,158 @@
+"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume, transforms."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.methods._common import ConfigError
+
+
+def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current directory."""
+    from hydra import compose, initialize_config_dir
+
+    config_dir = Path(config_path).expanduser().resolve()
+    if not config_dir.is_dir():
+        raise FileNotFoundError(f"--config-path {config_path!r} is not a directory (resolved to {config_dir}).")
+    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
+    if not (config_dir / f"{name}.yaml").is_file():
+        raise FileNotFoundError(f"--config-name {config_name!r}: no {name}.yaml in {config_dir}.")
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
+        cfg = compose(config_name=name, overrides=list(overrides))
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def normalize_devices(cfg: DictConfig) -> None:
+    """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
+    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes ``auto``."""
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if isinstance(devices, int):
+        if devices <= 0:
+            raise ConfigError(f"`devices` must be a positive count or a list of device ids, got {devices}.")
+        devices = list(range(devices))
+    cfg.devices = devices
+    if OmegaConf.select(cfg, "strategy") in (None, "None"):
+        cfg.strategy = "auto"
+
+
+def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.strategies.ddp import DDPStrategy
+
+    valid = inspect.signature(Trainer.__init__).parameters
+    kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
+    if kwargs.get("accelerator") == "cpu":
+        kwargs["devices"] = len(cfg.devices)
+    kwargs.update(
+        logger=logger if logger is not None else False,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        strategy=DDPStrategy(find_unused_parameters=False) if cfg.strategy == "ddp" else cfg.strategy,
+    )
+    return kwargs
+
+
+def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
+    """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` or solo-learn's AutoResumer."""
+    from solo.utils.auto_resumer import AutoResumer
+
+    if cfg.resume_from_checkpoint is not None:
+        ckpt = str(cfg.resume_from_checkpoint)
+        del cfg.resume_from_checkpoint
+        return ckpt, None
+    if cfg.auto_resume.enabled:
+        resumer = AutoResumer(checkpoint_dir=logdir, max_hours=cfg.auto_resume.max_hours)
+        ckpt, run_id = resumer.find_checkpoint(cfg)
+        if ckpt is not None:
+            print(f"Resuming from previous checkpoint that matches specifications: '{ckpt}'")
+        return ckpt, run_id
+    return None, None
+
+
+def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]):
+    """solo-learn's Checkpointer (+ wandb logger with optional gradient watching and lr monitor)."""
+    from lightning.pytorch.callbacks import LearningRateMonitor
+    from solo.utils.checkpointer import Checkpointer
+
+    callbacks: list = []
+    checkpointer = None
+    if cfg.checkpoint.enabled:
+        checkpointer = Checkpointer(
+            cfg, logdir=logdir, frequency=cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev
+        )
+        callbacks.append(checkpointer)
+    logger = None
+    if cfg.wandb.enabled:
+        from lightning.pytorch.loggers.wandb import WandbLogger
+
+        logger = WandbLogger(
+            name=cfg.name,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            offline=cfg.wandb.offline,
+            resume="allow" if wandb_run_id else None,
+            id=wandb_run_id,
+        )
+        if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
+            logger.watch(model, log="gradients", log_freq=100)
+        logger.log_hyperparams(OmegaConf.to_container(cfg))
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    return logger, callbacks, checkpointer
+
+
+def classification_transforms(
+    dataset: str, crop_size: int, mean: Sequence[float], std: Sequence[float], crop_min_scale: float = 0.08
+):
+    """Train/val transforms for probing. Custom data honours ``crop_size``/``mean``/``std``/
+    ``crop_min_scale`` (solo-learn's own custom pipeline is fixed at 224 px and ImageNet statistics)."""
+    from solo.data.classification_dataloader import prepare_transforms
+    from torchvision import transforms
+
+    if dataset != "custom":
+        return prepare_transforms(dataset)
+    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
+    train = transforms.Compose(
+        [transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)), transforms.RandomHorizontalFlip()]
+        + normalize
+    )
+    val = transforms.Compose(
+        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)] + normalize
+    )
+    return train, val
+
+
+def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fraction: float = -1):
+    """solo-learn's classification datasets/loaders (train shuffled, val in order) with our transforms.
+
+    ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``, ``crop_min_scale``."""
+    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
+
+    data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
+    train_transform, val_transform = classification_transforms(
+        cfg.data.dataset,
+        aug.crop_size,
+        OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN),
+        OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD),
+        OmegaConf.select(aug, "crop_min_scale", default=0.08),
+    )
+    train_set, val_set = prepare_datasets(
+        cfg.data.dataset,
+        train_transform,
+        val_transform,
+        train_data_path=cfg.data.train_path,
+        val_data_path=cfg.data.val_path,
+        data_format=data_format,
+        data_fraction=fraction,
+    )
+    return prepare_dataloaders(train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers)

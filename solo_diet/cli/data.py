@@ -1,0 +1,116 @@
+"""``solo-diet data``: real datasets that install from a package registry, written as solo-learn
+``custom`` ImageFolders (``<dir>/train/<class>/*.png``, ``<dir>/val/<class>/*.png``).
+
+- ``animal-mnist``: PyPI ``animal-mnist==0.4`` (install with ``pip install --no-deps``; it declares
+  tensorflow, which reading its files does not need): 10 000 28x28 grayscale animals, 10 classes,
+  split 8 000 / 2 000, stratified, seed 0.
+- ``fashion-mnist``: Debian ``dataset-fashion-mnist`` (``apt-get install dataset-fashion-mnist``):
+  the official 60 000 / 10 000 split.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import struct
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+ANIMAL_CLASSES = ["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"]
+FASHION_CLASSES = ["tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"]
+FASHION_DIRS = ("/usr/share/datasets/fashion-mnist",)
+
+Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, val) with ``val_fraction`` of every class in val, shuffled by ``seed``."""
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        cut = int(round(len(members) * val_fraction))
+        val.append(members[:cut])
+        train.append(members[cut:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+
+
+def load_animal_mnist() -> Split:
+    try:
+        import animal_mnist
+    except ImportError as err:
+        raise ImportError("animal-mnist is not installed: `pip install --no-deps animal-mnist==0.4`.") from err
+    folder = Path(animal_mnist.__file__).parent / "data" / "Animal_MNIST"
+    with gzip.open(folder / "animal_data_version_3.gz", "rb") as f:
+        images = np.asarray(pickle.load(f), dtype=np.uint8)
+    with gzip.open(folder / "animal_label_version_3.gz", "rb") as f:
+        labels = np.asarray(pickle.load(f), dtype=np.int64)
+    train, val = stratified_split(labels, 0.2, seed=0)
+    return images[train], labels[train], images[val], labels[val]
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX (MNIST format) file, gzipped or not."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    shape = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def load_fashion_mnist() -> Split:
+    folder = next((Path(d) for d in FASHION_DIRS if os.path.isdir(d)), None)
+    if folder is None:
+        raise FileNotFoundError(
+            f"Fashion-MNIST not found in {FASHION_DIRS}: `apt-get install dataset-fashion-mnist`."
+        )
+
+    def part(name: str) -> np.ndarray:
+        return read_idx(next(folder.glob(f"{name}*")))
+
+    return (
+        part("train-images"),
+        part("train-labels").astype(np.int64),
+        part("t10k-images"),
+        part("t10k-labels").astype(np.int64),
+    )
+
+
+DATASETS: dict[str, tuple[Callable[[], Split], list[str]]] = {
+    "animal-mnist": (load_animal_mnist, ANIMAL_CLASSES),
+    "fashion-mnist": (load_fashion_mnist, FASHION_CLASSES),
+}
+
+
+def _write_split(root: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
+    from PIL import Image
+
+    for name in classes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    for i, (image, label) in enumerate(zip(images, labels)):
+        Image.fromarray(image).save(root / classes[label] / f"{i:06d}.png")
+
+
+def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Path:
+    """Write dataset ``name`` under ``directory``; a complete earlier write is reused."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}.")
+    if limit is not None and limit <= 0:
+        raise ValueError(f"--limit must be a positive number of images, got {limit}.")
+    root = Path(directory).expanduser().resolve()
+    marker = root / ".complete"
+    if marker.exists() and marker.read_text() == f"{name} {limit}":
+        return root
+    loader, classes = DATASETS[name]
+    x_train, y_train, x_val, y_val = loader()
+    if limit is not None:
+        keep, _ = stratified_split(y_train, 1 - min(1.0, limit / len(y_train)), seed=0)
+        x_train, y_train = x_train[keep], y_train[keep]
+    _write_split(root / "train", x_train, y_train, classes)
+    _write_split(root / "val", x_val, y_val, classes)
+    marker.write_text(f"{name} {limit}")
+    return root

@@ -1,0 +1,150 @@
+"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's LinearModel.
+
+Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
+backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
+for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from solo_diet.cli.common import (
+    classification_loaders,
+    logger_and_callbacks,
+    normalize_devices,
+    resume_checkpoint,
+    trainer_kwargs,
+)
+from solo_diet.methods._common import ConfigError
+
+
+def build_backbone(cfg: DictConfig) -> nn.Module:
+    """The backbone exactly as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data)."""
+    from solo.methods.base import BaseMethod
+
+    backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)
+    if cfg.backbone.name.startswith("resnet"):
+        backbone.fc = nn.Identity()
+        if cfg.data.dataset in ("cifar10", "cifar100"):
+            backbone.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
+            backbone.maxpool = nn.Identity()
+    return backbone
+
+
+def load_backbone_weights(backbone: nn.Module, ckpt_path: str) -> int:
+    """Load the ``backbone.*`` tensors of a pretraining checkpoint; every backbone key must be there.
+
+    Returns the number of tensors loaded.
+    """
+    if not str(ckpt_path).endswith((".ckpt", ".pth", ".pt")):
+        raise ConfigError(f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {ckpt_path!r}.")
+    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
+    weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
+    missing, unexpected = backbone.load_state_dict(weights, strict=False)
+    if missing or unexpected or not weights:
+        raise ConfigError(
+            f"checkpoint {ckpt_path} does not match the configured backbone (backbone.name/kwargs): "
+            f"missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}. Use the pretraining run's "
+            "backbone settings (its args.json)."
+        )
+    return len(weights)
+
+
+def fill_from_pretrain_args(cfg: DictConfig) -> None:
+    """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
+    linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    if OmegaConf.select(cfg, "backbone.name") is not None:
+        return
+    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
+    args_path = Path(str(ckpt)).parent / "args.json"
+    if not args_path.is_file():
+        raise ConfigError(f"`backbone.name` is not set and there is no args.json next to {ckpt}: set `backbone`.")
+    args = json.loads(args_path.read_text())
+    cfg.backbone = args["backbone"]
+    if OmegaConf.select(cfg, "pretrain_method") in (None, "None"):
+        cfg.pretrain_method = args["method"]
+
+
+def probe_features(cfg: DictConfig) -> nn.Module:
+    """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
+    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
+    probe = OmegaConf.select(cfg, "probe", default="backbone")
+    ckpt = cfg.pretrained_feature_extractor
+    if probe == "backbone":
+        backbone = build_backbone(cfg)
+        load_backbone_weights(backbone, ckpt)
+        return backbone
+    if probe == "sem":
+        from solo_diet.methods.sem import sem_feature_extractor
+
+        tau = OmegaConf.select(cfg, "sem_tau", default=None)
+        if tau is not None and tau < 0:
+            raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
+        return sem_feature_extractor(ckpt, Path(str(ckpt)).parent / "args.json", tau=tau)
+    raise ConfigError(f"`probe` must be 'backbone' or 'sem', got {probe!r}.")
+
+
+def _loss_and_mixup(cfg: DictConfig):
+    from timm.data.mixup import Mixup
+    from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+
+    if cfg.mixup > 0 or cfg.cutmix > 0:
+        mixup = Mixup(
+            mixup_alpha=cfg.mixup,
+            cutmix_alpha=cfg.cutmix,
+            prob=1.0,
+            switch_prob=0.5,
+            mode="batch",
+            label_smoothing=cfg.label_smoothing,
+            num_classes=cfg.data.num_classes,
+        )
+        return SoftTargetCrossEntropy(), mixup
+    if cfg.label_smoothing > 0:
+        return LabelSmoothingCrossEntropy(smoothing=cfg.label_smoothing), None
+    return nn.CrossEntropyLoss(), None
+
+
+def run_linear(cfg: DictConfig) -> dict[str, Any]:
+    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...)."""
+    from lightning.pytorch import Trainer, seed_everything
+    from solo.args.linear import parse_cfg
+    from solo.methods.linear import LinearModel
+    from solo.utils.misc import make_contiguous
+
+    import solo_diet
+
+    solo_diet.register()
+    OmegaConf.set_struct(cfg, False)
+    normalize_devices(cfg)
+    fill_from_pretrain_args(cfg)
+    cfg = parse_cfg(cfg)
+    if cfg.data.num_classes < 5:
+        raise ConfigError(
+            f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel reports "
+            "top-5 accuracy and needs at least 5 classes."
+        )
+    seed_everything(cfg.seed)
+
+    loss_func, mixup = _loss_and_mixup(cfg)
+    model = LinearModel(probe_features(cfg), loss_func=loss_func, mixup_func=mixup, cfg=cfg)
+    make_contiguous(model)
+    if not cfg.performance.disable_channel_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    train_loader, val_loader = classification_loaders(
+        cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
+    )
+    logdir = os.path.join(cfg.checkpoint.dir, "linear")
+    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    logger, callbacks, _ = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
+    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -1,0 +1,147 @@
+"""``solo-diet`` command line: methods | pretrain | linear | data | demo | compare."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+
+def _hydra_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config-path", required=True, help="directory of the YAML (relative to the current directory)")
+    parser.add_argument("--config-name", required=True, help="YAML file name, with or without .yaml")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. max_epochs=10 ++wandb.enabled=False")
+
+
+def _cmd_methods(_: argparse.Namespace) -> int:
+    import solo.methods
+
+    import solo_diet
+
+    solo_diet.register()
+    for name, cls in sorted(solo.methods.METHODS.items()):
+        origin = "solo-diet" if cls.__module__.startswith("solo_diet.") else "solo-learn"
+        print(f"{name:<24} {origin:<10} {cls.__module__}.{cls.__qualname__}")
+    return 0
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from solo_diet.cli.common import compose_cfg
+    from solo_diet.cli.pretrain import run_pretrain
+
+    ckpt = run_pretrain(compose_cfg(args.config_path, args.config_name, args.overrides))
+    if ckpt:
+        print(f"last checkpoint: {ckpt}")
+    return 0
+
+
+def _cmd_linear(args: argparse.Namespace) -> int:
+    from solo_diet.cli.common import compose_cfg
+    from solo_diet.cli.linear import run_linear
+
+    cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
+    metrics = run_linear(cfg)
+    if "val_acc1" in metrics:
+        print(f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: {metrics['val_acc1']:.2f}%")
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from solo_diet.cli.data import write_dataset
+
+    root = write_dataset(args.name, args.directory, limit=args.limit)
+    print(f"wrote {args.name} to {root} (train/ and val/ ImageFolders)")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from solo_diet.cli.demo import run_demo
+
+    run_demo(method=args.method, epochs=args.epochs, workdir=args.workdir, accelerator=args.accelerator)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from solo_diet.cli.compare import run_compare
+    from solo_diet.methods._common import ConfigError
+
+    try:
+        print(f"report: {run_compare(args.spec, args.overrides)}")
+    except ConfigError as err:
+        print(f"solo-diet compare: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_solo_script(args: argparse.Namespace) -> int:
+    """Run one of solo-learn's own scripts (main_knn.py, main_umap.py, ...) with our methods registered."""
+    import runpy
+    from pathlib import Path
+
+    import solo_diet
+
+    script = Path(args.script)
+    if not script.is_file():
+        raise FileNotFoundError(f"{script} does not exist: pass the path of a solo-learn checkout's script.")
+    solo_diet.register()
+    sys.argv = [str(script)] + list(args.script_args)
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("methods", help="list every method registered in solo.methods.METHODS").set_defaults(func=_cmd_methods)
+
+    pretrain = sub.add_parser("pretrain", help="pretrain from a solo-learn-style YAML")
+    _hydra_args(pretrain)
+    pretrain.set_defaults(func=_cmd_pretrain)
+
+    linear = sub.add_parser("linear", help="offline linear evaluation from a solo-learn-style YAML")
+    _hydra_args(linear)
+    linear.set_defaults(func=_cmd_linear)
+
+    from solo_diet.cli.data import DATASETS
+
+    data = sub.add_parser("data", help="write an offline dataset as a solo-learn custom ImageFolder")
+    data.add_argument("name", choices=sorted(DATASETS))
+    data.add_argument("directory")
+    data.add_argument("--limit", type=int, default=None, help="keep at most this many training images")
+    data.set_defaults(func=_cmd_data)
+
+    script = sub.add_parser(
+        "solo-script", help="run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods registered"
+    )
+    script.add_argument("script", help="path of the script in a solo-learn checkout")
+    script.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
+    script.set_defaults(func=_cmd_solo_script)
+
+    demo = sub.add_parser("demo", help="data -> pretraining -> offline linear probe vs a random-init backbone")
+    demo.add_argument("--method", default="diet")
+    demo.add_argument("--epochs", type=int, default=None, help="pretraining epochs (default: per device)")
+    demo.add_argument("--workdir", default="solo-diet-demo")
+    demo.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto")
+    demo.set_defaults(func=_cmd_demo)
+
+    compare = sub.add_parser("compare", help="pretrain and evaluate several methods side by side from a spec YAML")
+    compare.add_argument("spec", help="comparison spec (docs/readme/compare.md)")
+    compare.add_argument("overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out")
+    compare.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from solo_diet._host import SoloLearnMissing
+
+    try:
+        return args.func(args)
+    except SoloLearnMissing as err:
+        print(f"solo-diet: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included.
+
+Our own launcher calling solo-learn's library functions. Differences from solo-learn's script:
+single-view methods are allowed; ``method_kwargs.num_samples`` is computed from the real training
+set for methods that use dataset indices; DALI is refused for them unless indices are encoded;
+wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.cli.common import (
+    classification_loaders,
+    logger_and_callbacks,
+    normalize_devices,
+    resume_checkpoint,
+    trainer_kwargs,
+)
+from solo_diet.methods._common import ConfigError
+
+
+def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
+    """solo-learn's pipeline for one augmentation node, + RandomErasing (DIET, seed 001 Alg. 4) when
+    ``random_erasing.prob > 0`` (applied on the normalised tensor, torchvision defaults)."""
+    from solo.data.pretrain_dataloader import build_transform_pipeline
+    from torchvision import transforms
+
+    pipeline = build_transform_pipeline(dataset, aug_cfg)
+    erasing = float(OmegaConf.select(aug_cfg, "random_erasing.prob", default=0.0))
+    if not 0.0 <= erasing <= 1.0:
+        raise ConfigError(f"`augmentations[].random_erasing.prob` must be in [0, 1], got {erasing}.")
+    if erasing > 0:
+        pipeline = transforms.Compose([pipeline, transforms.RandomErasing(p=erasing)])
+    return pipeline
+
+
+def _uses_erasing(cfg: DictConfig) -> bool:
+    return any(float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0 for a in cfg.augmentations)
+
+
+def check_index_source(cfg: DictConfig, method_cls: type) -> None:
+    """Refuse set-ups that would hand an index-based method wrong dataset indices."""
+    if not getattr(method_cls, "uses_sample_indexes", False) or cfg.data.format != "dali":
+        return
+    if not OmegaConf.select(cfg, "dali.encode_indexes_into_labels", default=False):
+        raise ConfigError(
+            f"method '{cfg.method}' uses dataset indices as labels, but with data.format=dali solo-learn "
+            "returns dummy indices (arange(B)) unless `dali.encode_indexes_into_labels: True`. Set it."
+        )
+
+
+def set_num_samples(cfg: DictConfig, method_cls: type, num_samples: int) -> None:
+    """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong value."""
+    if not getattr(method_cls, "uses_sample_indexes", False):
+        return
+    given = OmegaConf.select(cfg, "method_kwargs.num_samples")
+    if given not in (None, "None", num_samples):
+        raise ConfigError(
+            f"method_kwargs.num_samples={given} but the training set has {num_samples} samples "
+            "(after data.fraction). Remove the key: the launcher sets it."
+        )
+    if cfg.get("method_kwargs") is None:
+        cfg.method_kwargs = {}
+    cfg.method_kwargs.num_samples = num_samples
+
+
+def _pretrain_data(cfg: DictConfig, method_cls: type):
+    """(train_loader or DALI datamodule, N). A method with ``train_batch_sampler(cfg, dataset)`` (s-DIET)
+    gets its own batch sampler, which also splits the data over DDP ranks."""
+    from solo.data.pretrain_dataloader import (
+        FullTransformPipeline,
+        NCropAugmentation,
+        prepare_dataloader,
+        prepare_datasets,
+    )
+
+    if cfg.data.format == "dali":
+        from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
+        from solo.utils.misc import compute_dataset_size
+
+        if _uses_erasing(cfg):
+            raise ConfigError("`augmentations[].random_erasing` is not available with data.format=dali.")
+        transform = FullTransformPipeline(
+            [
+                NCropAugmentation(
+                    build_transform_pipeline_dali(cfg.data.dataset, aug, dali_device=cfg.dali.device), aug.num_crops
+                )
+                for aug in cfg.augmentations
+            ]
+        )
+        datamodule = PretrainDALIDataModule(
+            dataset=cfg.data.dataset,
+            train_data_path=cfg.data.train_path,
+            transforms=transform,
+            num_large_crops=cfg.data.num_large_crops,
+            num_small_crops=cfg.data.num_small_crops,
+            num_workers=cfg.data.num_workers,
+            batch_size=cfg.optimizer.batch_size,
+            no_labels=cfg.data.no_labels,
+            data_fraction=cfg.data.fraction,
+            dali_device=cfg.dali.device,
+            encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels,
+        )
+        num_samples = compute_dataset_size(
+            dataset=cfg.data.dataset,
+            train=True,
+            data_path=cfg.data.train_path,
+            data_format="dali",
+            no_labels=cfg.data.no_labels,
+            data_fraction=cfg.data.fraction,
+        )
+        return datamodule, num_samples
+
+    transform = FullTransformPipeline(
+        [NCropAugmentation(build_pretrain_transform(cfg.data.dataset, aug), aug.num_crops) for aug in cfg.augmentations]
+    )
+    if cfg.debug_augmentations:
+        print("Transforms:", transform)
+    train_dataset = prepare_datasets(
+        cfg.data.dataset,
+        transform,
+        train_data_path=cfg.data.train_path,
+        data_format=cfg.data.format,
+        no_labels=cfg.data.no_labels,
+        data_fraction=cfg.data.fraction,
+    )
+    if hasattr(method_cls, "train_batch_sampler"):
+        from torch.utils.data import DataLoader
+
+        batch_sampler = method_cls.train_batch_sampler(cfg, train_dataset)
+        loader = DataLoader(train_dataset, batch_sampler=batch_sampler, num_workers=cfg.data.num_workers, pin_memory=True)
+    else:
+        loader = prepare_dataloader(train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers)
+    return loader, len(train_dataset)
+
+
+def _val_loader(cfg: DictConfig):
+    """Validation loader for the online probe, or None when there is no labelled val set."""
+    no_val = cfg.data.val_path is None and cfg.data.dataset in ("custom", "imagenet", "imagenet100")
+    if no_val or (cfg.data.dataset == "custom" and cfg.data.no_labels):
+        return None
+    _, val_loader = classification_loaders(cfg, cfg.augmentations[0], cfg.optimizer.batch_size)
+    return val_loader
+
+
+def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
+    """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
+
+    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``)."""
+    from lightning.pytorch import Trainer, seed_everything
+    from solo.args.pretrain import parse_cfg
+    from solo.methods import METHODS
+    from solo.utils.misc import make_contiguous
+
+    import solo_diet
+
+    solo_diet.register()
+    OmegaConf.set_struct(cfg, False)
+    normalize_devices(cfg)
+    cfg = parse_cfg(cfg)
+    if cfg.method not in METHODS:
+        raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")
+    method_cls = METHODS[cfg.method]
+    check_index_source(cfg, method_cls)
+    seed_everything(cfg.seed)
+
+    train_data, num_samples = _pretrain_data(cfg, method_cls)
+    set_num_samples(cfg, method_cls, num_samples)
+    val_loader = _val_loader(cfg)
+
+    model = method_cls(cfg)
+    make_contiguous(model)
+    if not cfg.performance.disable_channel_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
+    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
+    if hasattr(method_cls, "train_batch_sampler"):
+        kwargs["use_distributed_sampler"] = False  # the method's batch sampler splits the ranks itself
+    trainer = Trainer(**kwargs)
+    if cfg.data.format == "dali":
+        train_data.val_dataloader = lambda: val_loader
+        trainer.fit(model, ckpt_path=ckpt_path, datamodule=train_data)
+    else:
+        trainer.fit(model, train_data, val_loader, ckpt_path=ckpt_path)
+    return None if checkpointer is None or checkpointer.last_ckpt is None else str(checkpointer.last_ckpt)

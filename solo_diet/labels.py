@@ -1,0 +1,211 @@
+"""Label sources: the same loss with different labels (seed 002, Theorem 1 and Proposition 1).
+
+A :class:`LabelSource` maps a solo-learn batch's ``(indexes, targets)`` to one integer id per datum,
+the row of a persistent head (DIET) or a node label of the batch graph ``G_ij = 1[id_i = id_j]``
+(closed-form head, graph-VICReg). ``-1`` means "no label": such a datum gets no head row and no edge.
+
+- ``index``: the datum index (SSL = each sample is its own class, Proposition 1). ``num_samples`` rows.
+- ``class``: the dataset target (supervised); ``-1`` targets stay unlabelled. ``num_classes`` rows.
+- ``mix``: the class where known, else the datum index (semi-supervised DIET); row ``c`` for class
+  ``c`` and row ``num_classes + n`` for unlabelled datum ``n``. ``num_classes + num_samples`` rows.
+- ``groups``: a precomputed ``index -> group id`` array (merged duplicates, cluster codes); the
+  distinct group ids are renumbered ``0..G-1``, one row each.
+
+``labelled_fraction < 1`` keeps the target of a fixed, seeded subset of the data only (``class``
+and ``mix``), to simulate a partly labelled dataset.
+
+Torch only: no solo-learn, no lightning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LABEL_SOURCES = ("index", "class", "mix", "groups")
+
+LABEL_DEFAULTS: dict[str, Any] = {
+    "labels": "index",
+    "labelled_fraction": 1.0,
+    "label_seed": 0,
+    "groups_path": None,
+}
+"""``method_kwargs`` keys (and defaults) read by :func:`label_source_from_kwargs`."""
+
+
+class LabelSource(nn.Module):
+    """``(indexes, targets) -> ids``; ``num_rows`` is the number of distinct ids (head rows).
+
+    Args:
+        source: one of :data:`LABEL_SOURCES`.
+        num_samples: N, dataset size; dataset indices must lie in ``[0, N)``.
+        num_classes: C, number of dataset classes (``class``/``mix``).
+        groups: ``(N,)`` integer group id per datum (``groups`` only).
+        labelled_fraction: fraction of the data whose target is kept (``class``/``mix``).
+        label_seed: seed of the kept subset.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        num_samples: int,
+        num_classes: Optional[int] = None,
+        groups: Optional[torch.Tensor] = None,
+        labelled_fraction: float = 1.0,
+        label_seed: int = 0,
+    ):
+        super().__init__()
+        if source not in LABEL_SOURCES:
+            raise ValueError(f"`method_kwargs.labels` must be one of {list(LABEL_SOURCES)}, got {source!r}.")
+        if source in ("class", "mix") and (num_classes is None or num_classes < 1):
+            raise ValueError(f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got {num_classes!r}.")
+        if not 0.0 < labelled_fraction <= 1.0:
+            raise ValueError(f"`method_kwargs.labelled_fraction` must be in (0, 1], got {labelled_fraction!r}.")
+        self.source = source
+        self.num_samples = int(num_samples)
+        self.num_classes = int(num_classes or 0)
+
+        group_rows = torch.zeros(0, dtype=torch.long)
+        if source == "groups":
+            group_rows = _renumbered_groups(groups, self.num_samples)
+        self.register_buffer("group_rows", group_rows, persistent=False)
+
+        keep = torch.ones(self.num_samples if labelled_fraction < 1.0 else 0, dtype=torch.bool)
+        if labelled_fraction < 1.0:
+            generator = torch.Generator().manual_seed(label_seed)
+            hidden = torch.randperm(self.num_samples, generator=generator)[round(labelled_fraction * self.num_samples) :]
+            keep[hidden] = False
+        self.register_buffer("keep_label", keep, persistent=False)
+
+    @property
+    def num_rows(self) -> int:
+        """Number of head rows = number of possible ids."""
+        return {
+            "index": self.num_samples,
+            "class": self.num_classes,
+            "mix": self.num_classes + self.num_samples,
+            "groups": int(self.group_rows.max()) + 1 if self.group_rows.numel() else 0,
+        }[self.source]
+
+    def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
+        indexes = indexes.long()
+        _check_range(indexes, 0, self.num_samples, "dataset index", "method_kwargs.num_samples",
+                     "`solo-diet pretrain` sets it from the training set (after data.fraction).")
+        if self.source == "index":
+            return indexes
+        if self.source == "groups":
+            return self.group_rows[indexes]
+        targets = targets.long()
+        _check_range(targets, -1, self.num_classes, "target", "data.num_classes",
+                     "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled datum.")
+        if self.keep_label.numel():
+            targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
+        if self.source == "class":
+            return targets
+        return torch.where(targets >= 0, targets, self.num_classes + indexes)
+
+
+def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
+    if values.numel() == 0:
+        return
+    smallest, largest = int(values.min()), int(values.max())
+    if smallest < low or largest >= high:
+        bad = smallest if smallest < low else largest
+        raise IndexError(f"batch has {what} {bad} outside [{low}, {high}) (`{key}` = {high}). {fix}")
+
+
+def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torch.Tensor:
+    """Group ids renumbered ``0..G-1`` (sorted order), one per datum."""
+    if groups is None:
+        raise ValueError("`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id array).")
+    groups = torch.as_tensor(groups)
+    if groups.dtype.is_floating_point or groups.dtype == torch.bool or groups.dim() != 1:
+        raise ValueError(f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape {tuple(groups.shape)}.")
+    if groups.numel() != num_samples:
+        raise ValueError(
+            f"the groups array has {groups.numel()} entries but the training set has {num_samples} samples "
+            "(method_kwargs.num_samples): it needs one group id per dataset index."
+        )
+    if int(groups.min()) < 0:
+        raise ValueError(f"group ids must be >= 0, got {int(groups.min())}.")
+    return torch.unique(groups.long(), return_inverse=True)[1]
+
+
+def load_groups(path: Union[str, Path]) -> torch.Tensor:
+    """Read an ``index -> group id`` array from ``.npy``, ``.pt`` or ``.txt`` (one id a line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"`method_kwargs.groups_path` {str(path)!r} is not a file.")
+    if path.suffix == ".npy":
+        return torch.from_numpy(np.load(path))
+    if path.suffix == ".pt":
+        return torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True))
+    if path.suffix == ".txt":
+        return torch.from_numpy(np.loadtxt(path, dtype=np.int64, ndmin=1))
+    raise ValueError(f"`method_kwargs.groups_path` must end in .npy, .pt or .txt, got {str(path)!r}.")
+
+
+def label_source_from_kwargs(
+    method_kwargs: Mapping[str, Any], num_classes: Optional[int], has_labels: bool = True
+) -> LabelSource:
+    """The label source a method's ``method_kwargs`` ask for (keys of :data:`LABEL_DEFAULTS`).
+
+    Args:
+        method_kwargs: needs ``num_samples`` and the keys of :data:`LABEL_DEFAULTS`.
+        num_classes: ``data.num_classes``.
+        has_labels: False when the dataset has no targets (``data.no_labels``); ``class``/``mix``
+            are refused then.
+    """
+    source = method_kwargs["labels"]
+    if source in ("class", "mix") and not has_labels:
+        raise ValueError(
+            f"`method_kwargs.labels={source}` needs class targets but the dataset has none "
+            "(data.no_labels=True): use `labels=index`, or `labels=groups` with a groups file."
+        )
+    if source != "groups" and method_kwargs.get("groups_path") is not None:
+        raise ValueError(f"`method_kwargs.groups_path` is only read with `labels=groups`, got labels={source!r}.")
+    if source not in ("class", "mix") and method_kwargs.get("labelled_fraction", 1.0) != 1.0:
+        raise ValueError("`method_kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`.")
+    groups_path = method_kwargs.get("groups_path")
+    return LabelSource(
+        source,
+        num_samples=method_kwargs["num_samples"],
+        num_classes=num_classes,
+        groups=load_groups(groups_path) if source == "groups" and groups_path is not None else None,
+        labelled_fraction=float(method_kwargs.get("labelled_fraction", 1.0)),
+        label_seed=int(method_kwargs.get("label_seed", 0)),
+    )
+
+
+def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's distinct labelled ids and each datum's position among them (s-DIET with any source).
+
+    Returns:
+        rows: ``(M,)`` sorted distinct ids ``>= 0``: the head rows the batch loads.
+        positions: ``(B,)`` index of each datum's id in ``rows``; ``-1`` for an unlabelled datum.
+    """
+    labelled = ids >= 0
+    rows, inverse = torch.unique(ids[labelled], return_inverse=True)
+    positions = torch.full_like(ids, -1)
+    positions[labelled] = inverse
+    return rows, positions
+
+
+def multi_positive_target(positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0) -> torch.Tensor:
+    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (seed 000 Eq. 7, any source).
+
+    Row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``; a head row is the positive of every datum
+    that shares its id (several positives per row when ids repeat). An unlabelled datum
+    (``positions = -1``) gets a zero target row, so it adds nothing to the loss. With all ids
+    distinct (``index``) this is s-DIET's smoothed identity target.
+    """
+    labelled = positions >= 0
+    target = F.one_hot(positions.clamp_min(0), num_rows).to(torch.float32)
+    target = (1.0 - label_smoothing) * target + label_smoothing / num_rows
+    return target * labelled.unsqueeze(1)

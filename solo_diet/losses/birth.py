@@ -1,0 +1,164 @@
+"""Losses of "The Birth of Self Supervised Learning: A Supervised Theory" (Balestriero & LeCun, seed 002).
+
+Rows are samples here (solo-learn's ``torch.cat(out["z"])``): ``z`` is ``(N, K)``, labels ``y`` are
+``(N, C)``, the label graph is ``G = y y^T`` (``N x N``). Errata of the paper applied (spec §1.10):
+``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates samples, not classes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+SOLVE_SIDES = ("auto", "features", "samples")
+
+
+def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
+    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` of ``ids``; id ``-1`` gives a zero row.
+
+    Each column is divided by ``n_c^(p/2)`` (``n_c`` = its count), so ``Y Y^T = G~`` with
+    ``G~_ij = 1[c_i = c_j] / n_c^p`` (spec §1.6): ``p = 0`` raw labels, ``p = 1`` class-normalised.
+    """
+    labelled = ids >= 0
+    _, inverse, counts = torch.unique(ids[labelled], return_inverse=True, return_counts=True)
+    onehot = ids.new_zeros((ids.shape[0], counts.shape[0]), dtype=torch.float64)
+    onehot[labelled] = F.one_hot(inverse, counts.shape[0]).to(torch.float64)
+    return onehot / counts.to(torch.float64).pow(label_norm_power / 2.0)
+
+
+def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
+    """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no edge)."""
+    onehot = label_onehot(ids, label_norm_power)
+    return onehot @ onehot.T
+
+
+def _compute_dtype(z: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(z.dtype, torch.float32)
+
+
+def closed_form_head_loss_from_targets(
+    z: torch.Tensor, y: torch.Tensor, lam: float, *, center: bool = True, side: str = "auto"
+) -> torch.Tensor:
+    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form.
+
+    ``= (1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P = Z_c^T y``
+    (``K x K`` solve, ``side="features"``), or ``(1/N)[ ||H y||^2 - Tr(y^T H (M + lam N I_N)^{-1} M H y) ]``
+    with ``M = Z_c Z_c^T`` (``N x N`` solve, ``side="samples"``); ``auto`` takes the smaller. ``center=False``
+    drops the bias (``H -> I``). ``lam = 0`` is the least-squares residual (pseudo-inverse), constant in
+    ``z`` once ``rank(Z_c) = N - 1``: training needs ``lam > 0``.
+
+    Args:
+        z: ``(N, K)`` embeddings, all views concatenated.
+        y: ``(N, C)`` real targets (one-hot, soft, or any labelling of a PSD graph).
+        lam: ridge ``lambda >= 0``.
+    """
+    if lam < 0:
+        raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
+    if side not in SOLVE_SIDES:
+        raise ValueError(f"`side` must be one of {list(SOLVE_SIDES)}, got {side!r}.")
+    dtype = _compute_dtype(z)
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        z, y = z.to(dtype), y.to(dtype)
+        if center:
+            z = z - z.mean(dim=0, keepdim=True)
+            y = y - y.mean(dim=0, keepdim=True)
+        num_rows, dim = z.shape
+        if lam == 0:
+            projected = z @ (torch.linalg.pinv(z) @ y)
+            fit = (y * projected).sum()
+        elif side == "features" or (side == "auto" and dim <= num_rows):
+            cross = z.T @ y
+            ridge = z.T @ z + lam * num_rows * torch.eye(dim, dtype=dtype, device=z.device)
+            fit = (cross * torch.linalg.solve(ridge, cross)).sum()
+        else:
+            gram = z @ z.T
+            ridge = gram + lam * num_rows * torch.eye(num_rows, dtype=dtype, device=z.device)
+            fit = (y * torch.linalg.solve(ridge, gram @ y)).sum()
+        return (y.pow(2).sum() - fit) / num_rows
+
+
+def closed_form_head_loss(
+    z: torch.Tensor,
+    ids: torch.Tensor,
+    lam: float,
+    *,
+    center: bool = True,
+    label_norm_power: float = 0.0,
+    side: str = "auto",
+) -> torch.Tensor:
+    """Lemma 1 with integer labels (spec §2.A): supervised ridge regression onto ``label_onehot(ids)``.
+
+    The label graph ``G = 1[id_i = id_j]`` is never formed. With the datum index as id and ``V >= 2``
+    views per index in the batch this is a VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1); with
+    one view per index it depends on the spectrum of ``Z_c`` only (spec §1.7).
+    """
+    return closed_form_head_loss_from_targets(
+        z, label_onehot(ids, label_norm_power).to(z.device), lam, center=center, side=side
+    )
+
+
+def _weighted_covariance(z: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Unbiased covariance with reliability weights: ``sum w (z - mu)(z - mu)^T / (V1 - V2/V1)``.
+
+    Equal weights give the usual ``(N - 1)`` covariance.
+    """
+    total = weights.sum()
+    mean = (weights.unsqueeze(1) * z).sum(dim=0) / total
+    centered = z - mean
+    return (weights.unsqueeze(1) * centered).T @ centered / (total - weights.pow(2).sum() / total)
+
+
+def graph_vicreg_loss(
+    views: Sequence[torch.Tensor],
+    graph: torch.Tensor,
+    *,
+    sim_loss_weight: float = 25.0,
+    var_loss_weight: float = 25.0,
+    cov_loss_weight: float = 1.0,
+) -> torch.Tensor:
+    """VICReg over any label graph (seed 002 Corollary 1 with the spec's exact (★), §1.5-1.6).
+
+    With ``z = cat(views)`` (``N = V B`` rows, view-major) and degrees ``d_i = sum_j G_ij``:
+
+    - invariance: ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)``, the ``G``-weighted mean
+      squared difference over positive pairs (0 when the batch has no pair);
+    - variance / covariance: VICReg's std hinge (eps 1e-4) and off-diagonal covariance ``/ K``, per view,
+      with each sample weighted by its degree ``d_i`` (the weight (★) puts on its spread); weights enter
+      through the unbiased reliability-weighted covariance.
+
+    For ``G`` = same-image indicator of two views (any ``label_norm_power``, a regular graph) this is
+    exactly solo-learn's ``vicreg_loss_func(z1, z2)``. For class labels of sizes ``n_c`` the raw graph
+    (``p = 0``) weights a sample's pairs and spread by ``n_c``; ``p = 1`` weights every sample equally.
+    A sample of degree 0 (unlabelled with ``labels=class``) is left out of the regularisers.
+
+    Args:
+        views: ``V`` tensors ``(B, K)``, the embeddings of each view; row ``b`` of every view is datum ``b``.
+        graph: ``(V B, V B)`` symmetric non-negative weights over ``cat(views)`` (see :func:`label_graph`).
+    """
+    with torch.autocast(device_type=views[0].device.type, enabled=False):
+        z = torch.cat(list(views)).to(_compute_dtype(views[0]))
+        graph = graph.to(z.dtype)
+        num_rows, dim = z.shape
+        if graph.shape != (num_rows, num_rows):
+            raise ValueError(
+                f"graph must be ({num_rows}, {num_rows}) for {len(views)} views of {views[0].shape[0]} rows, "
+                f"got {tuple(graph.shape)}."
+            )
+
+        degrees = graph.sum(dim=1)
+        centered = z - z.mean(dim=0, keepdim=True)
+        pair_sum = 2.0 * ((degrees * centered.pow(2).sum(dim=1)).sum() - (graph * (centered @ centered.T)).sum())
+        num_pairs = degrees.sum() - graph.diagonal().sum()
+        has_pairs = num_pairs > 0
+        invariance = torch.where(has_pairs, pair_sum / (dim * torch.where(has_pairs, num_pairs, 1.0)), 0.0)
+
+        variance = z.new_zeros(())
+        covariance = z.new_zeros(())
+        off_diagonal = ~torch.eye(dim, dtype=torch.bool, device=z.device)
+        for view_weights, view in zip(degrees.chunk(len(views)), z.chunk(len(views))):
+            cov = _weighted_covariance(view, view_weights)
+            variance = variance + F.relu(1.0 - torch.sqrt(cov.diagonal() + 1e-4)).mean()
+            covariance = covariance + cov[off_diagonal].pow(2).sum() / dim
+        return sim_loss_weight * invariance + var_loss_weight * variance + cov_loss_weight * covariance

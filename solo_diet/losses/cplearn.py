@@ -1,0 +1,134 @@
+"""CPLearn loss (Sansone et al., ICML 2025, Eq. 2, Alg. 1, App. N) and its training diagnostics.
+
+All maths runs in log space and in at least float32: ``log pbar`` comes from a logsumexp over the
+batch, so codes whose probabilities underflow to exactly 0 (logit gaps > ~104 with the tanh head)
+never produce inf or NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+PRIORS = ("reverse_kl", "forward_ce")
+
+
+def _as_float(logits: torch.Tensor) -> torch.Tensor:
+    """Upcast half / bfloat16 logits; float64 stays float64 (reference tests)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _gather_rows(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` over all ranks with a differentiable all-gather (identity without DDP)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x), dim=0)
+
+
+def log_batch_marginal(log_p: torch.Tensor, gather: bool = False) -> torch.Tensor:
+    """``log pbar_j = logsumexp_i log p_ij - log n``, over the global batch when ``gather``."""
+    if gather:
+        log_p = _gather_rows(log_p)
+    return torch.logsumexp(log_p, dim=0) - math.log(log_p.shape[0])
+
+
+def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
+    """Prior matching on the batch marginal.
+
+    ``reverse_kl``: KL(pbar || u) = sum_j pbar_j log(c pbar_j) (App. N, released code), in [0, log c].
+    ``forward_ce``: CE(u, pbar) = -(1/c) sum_j log pbar_j (Eq. 2).
+    """
+    if prior == "reverse_kl":
+        return (log_pbar.exp() * (log_pbar + math.log(log_pbar.shape[0]))).sum()
+    if prior == "forward_ce":
+        return -log_pbar.mean()
+    raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+
+
+def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
+    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2 first term, without beta); no stop-grad."""
+    return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
+
+
+def cplearn_loss_terms(
+    logits_a: torch.Tensor,
+    logits_b: torch.Tensor,
+    *,
+    beta: float,
+    prior: str = "reverse_kl",
+    symmetric: bool = True,
+    gather_marginal: bool = False,
+) -> dict[str, torch.Tensor]:
+    """CPLearn loss with its two terms: ``{"loss", "invariance", "prior"}``.
+
+    ``half(t, s) = prior(pbar_t) + beta * CE(p_t -> log p_s)`` (view t target, view s prediction).
+    ``symmetric=True`` averages ``half(a, b)`` and ``half(b, a)`` (released code); ``False`` returns
+    ``half(a, b)`` (Alg. 1). ``invariance`` and ``prior`` are the averaged unweighted terms, so
+    ``loss = prior + beta * invariance``. ``gather_marginal`` estimates pbar over all DDP ranks; the
+    all-gather's backward sums the prior's gradient over ranks, so DDP's gradient average equals the
+    one-process gradient on the global batch.
+    """
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+    if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
+        raise ValueError(
+            f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "
+            f"and {tuple(logits_b.shape)}"
+        )
+    with torch.autocast(device_type=logits_a.device.type, enabled=False):
+        log_p_a = torch.log_softmax(_as_float(logits_a), dim=1)
+        log_p_b = torch.log_softmax(_as_float(logits_b), dim=1)
+        prior_a = prior_term(log_batch_marginal(log_p_a, gather_marginal), prior)
+        invariance_ab = invariance_term(log_p_a, log_p_b)
+        if symmetric:
+            prior_b = prior_term(log_batch_marginal(log_p_b, gather_marginal), prior)
+            prior_value = 0.5 * (prior_a + prior_b)
+            invariance = 0.5 * (invariance_ab + invariance_term(log_p_b, log_p_a))
+        else:
+            prior_value, invariance = prior_a, invariance_ab
+    return {"loss": prior_value + beta * invariance, "invariance": invariance, "prior": prior_value}
+
+
+def cplearn_loss(
+    logits_a: torch.Tensor,
+    logits_b: torch.Tensor,
+    *,
+    beta: float,
+    prior: str = "reverse_kl",
+    symmetric: bool = True,
+    gather_marginal: bool = False,
+) -> torch.Tensor:
+    """Scalar CPLearn loss on two views' code logits (already divided by tau); see
+    :func:`cplearn_loss_terms`."""
+    options = dict(beta=beta, prior=prior, symmetric=symmetric, gather_marginal=gather_marginal)
+    return cplearn_loss_terms(logits_a, logits_b, **options)["loss"]
+
+
+@torch.no_grad()
+def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Collapse monitors on one batch (spec Sec. 3.5), averaged over the two views.
+
+    ``entropy``: mean_i H(p_i); ``marginal_entropy``: H(pbar); ``codes_used``: distinct argmax codes;
+    ``max_prob``: mean_i max_j p_ij; ``agreement``: fraction of rows with the same argmax in both views.
+    """
+    stats: dict[str, list[torch.Tensor]] = {
+        "entropy": [],
+        "marginal_entropy": [],
+        "codes_used": [],
+        "max_prob": [],
+    }
+    for logits in (logits_a, logits_b):
+        log_p = torch.log_softmax(_as_float(logits), dim=1)
+        log_pbar = log_batch_marginal(log_p)
+        stats["entropy"].append(-(log_p.exp() * log_p).sum(dim=1).mean())
+        stats["marginal_entropy"].append(-(log_pbar.exp() * log_pbar).sum())
+        codes_used = log_p.argmax(dim=1).unique().numel()
+        stats["codes_used"].append(torch.tensor(float(codes_used), device=log_p.device))
+        stats["max_prob"].append(log_p.max(dim=1).values.exp().mean())
+    out = {name: torch.stack(values).mean() for name, values in stats.items()}
+    out["agreement"] = (logits_a.argmax(dim=1) == logits_b.argmax(dim=1)).float().mean()
+    return out

@@ -1,0 +1,23 @@
+"""DIET losses: the datum index is the class (Balestriero, "Unsupervised Learning on a DIET")."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def diet_loss(logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: float = 0.8) -> torch.Tensor:
+    """DIET cross-entropy, seed 001 Eq. 2: ``XEnt(W_H f(x_n), y = n)`` with label smoothing.
+
+    Args:
+        logits: ``(B, N)`` head outputs ``W_H f(x)``.
+        indexes: ``(B,)`` dataset indices, the targets.
+        label_smoothing: PyTorch semantics: the target is ``(1-eps) onehot + eps/N``.
+    """
+    return F.cross_entropy(logits.float(), indexes, label_smoothing=label_smoothing)
+
+
+def mse_diet_loss(logits: torch.Tensor, indexes: torch.Tensor) -> torch.Tensor:
+    """MSE-DIET, seed 000 Eq. 5: ``1/2 mean_i sum_k (W_H f(x_i) - e_{n_i})_k^2``."""
+    targets = F.one_hot(indexes, num_classes=logits.shape[1]).to(torch.float32)
+    return 0.5 * (logits.float() - targets).pow(2).sum(dim=1).mean()

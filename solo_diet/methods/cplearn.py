@@ -1,0 +1,153 @@
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring only.
+
+The projector, frozen code dictionary and temperature live in ``solo_diet.nn.cplearn``; the loss
+and its diagnostics in ``solo_diet.losses.cplearn``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import omegaconf
+import torch
+from solo.methods.base import BaseMethod
+from solo.utils.misc import omegaconf_select
+
+from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
+from solo_diet.metrics import clustering_report
+from solo_diet.methods._common import (
+    ConfigError,
+    check_choice,
+    check_positive_int,
+    check_range,
+    fill_default,
+    online_probe_loss,
+)
+from solo_diet.nn import CPLearnProjector
+
+
+class CPLearn(BaseMethod):
+    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
+
+    Extra cfg settings (``method_kwargs``):
+        proj_hidden_dim (int): f, embedding size and rows of W. Default 2048 (released config).
+        proj_output_dim (int): c, number of codes. Default 16384.
+        beta (float): weight of the invariance cross-entropy. Default 1.0.
+        eps (float): extreme-probability slack of Lemma 1, sets tau; in (0, 1/c). Default 1e-8.
+        activation (str): ``tanh`` (released code) or ``l2`` (paper Eq. 1). Default ``tanh``.
+        prior (str): ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2). Default ``reverse_kl``.
+        symmetric (bool): average both target/prediction directions (code) or Alg. 1's one. Default True.
+        gather_marginal (bool): batch marginal over all DDP ranks (tau stays local). Default False.
+        codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
+    """
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)
+        kwargs = cfg.method_kwargs
+        self.beta: float = kwargs.beta
+        self.prior: str = kwargs.prior
+        self.symmetric: bool = kwargs.symmetric
+        self.gather_marginal: bool = kwargs.gather_marginal
+        self.projector = CPLearnProjector(
+            self.features_dim,
+            kwargs.proj_hidden_dim,
+            kwargs.proj_output_dim,
+            activation=kwargs.activation,
+            eps=kwargs.eps,
+            codes_seed=kwargs.codes_seed,
+        )
+        self._val_codes: List[torch.Tensor] = []
+        self._val_targets: List[torch.Tensor] = []
+
+    @staticmethod
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """Fills CPLearn's ``method_kwargs`` defaults and checks every value."""
+        cfg = super(CPLearn, CPLearn).add_and_assert_specific_cfg(cfg)
+
+        fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
+        fill_default(cfg, "method_kwargs.proj_output_dim", 16384)
+        fill_default(cfg, "method_kwargs.beta", 1.0)
+        fill_default(cfg, "method_kwargs.eps", 1e-8)
+        fill_default(cfg, "method_kwargs.activation", "tanh")
+        fill_default(cfg, "method_kwargs.prior", "reverse_kl")
+        fill_default(cfg, "method_kwargs.symmetric", True)
+        fill_default(cfg, "method_kwargs.gather_marginal", False)
+        fill_default(cfg, "method_kwargs.codes_seed", omegaconf_select(cfg, "seed", 5))
+
+        check_positive_int(cfg, "method_kwargs.proj_hidden_dim", "It is f, the rows of the code matrix W.")
+        num_codes = check_positive_int(cfg, "method_kwargs.proj_output_dim", "It is c, the number of codes.")
+        if num_codes < 2:
+            raise ConfigError(f"`method_kwargs.proj_output_dim` (number of codes) must be >= 2, got {num_codes}.")
+        check_range(cfg, "method_kwargs.beta", 0.0, float("inf"))
+        eps = cfg.method_kwargs.eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < 1.0 / num_codes:
+            raise ConfigError(
+                f"`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, {1.0 / num_codes:.3g}), "
+                f"got {eps!r}; the paper uses 1e-8."
+            )
+        check_choice(cfg, "method_kwargs.activation", ["tanh", "l2"])
+        check_choice(cfg, "method_kwargs.prior", ["reverse_kl", "forward_ce"])
+        for key in ("method_kwargs.symmetric", "method_kwargs.gather_marginal"):
+            if not isinstance(omegaconf.OmegaConf.select(cfg, key), bool):
+                raise ConfigError(f"`{key}` must be true or false, got {omegaconf.OmegaConf.select(cfg, key)!r}.")
+        seed = cfg.method_kwargs.codes_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"`method_kwargs.codes_seed` must be a non-negative integer, got {seed!r}.")
+
+        crops = (omegaconf_select(cfg, "data.num_large_crops"), omegaconf_select(cfg, "data.num_small_crops"))
+        if crops != (2, 0):
+            raise ConfigError(
+                f"CPLearn compares exactly two views: needs data.num_large_crops=2 and "
+                f"data.num_small_crops=0, got {crops[0]} and {crops[1]}; use two augmentation "
+                f"pipelines with num_crops: 1 (or one with num_crops: 2) and no small crops."
+            )
+        return cfg
+
+    @property
+    def learnable_params(self) -> List[Dict[str, Any]]:
+        """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight decay)."""
+        return super().learnable_params + [{"name": "projector", "params": self.projector.parameters()}]
+
+    def forward(self, X: torch.Tensor) -> Dict[str, Any]:
+        """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits ``z``."""
+        out = super().forward(X)
+        out["h"], out["z"] = self.projector(out["feats"])
+        return out
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """CPLearn loss between the two views' code logits + online probe; logs collapse monitors."""
+        out = super().training_step(batch, batch_idx)
+        z_a, z_b = out["z"]
+        terms = cplearn_loss_terms(
+            z_a,
+            z_b,
+            beta=self.beta,
+            prior=self.prior,
+            symmetric=self.symmetric,
+            gather_marginal=self.gather_marginal,
+        )
+        logs = {f"train_cplearn_{name}": value for name, value in terms.items()}
+        logs.update({f"train_cplearn_{name}": value for name, value in cplearn_diagnostics(z_a, z_b).items()})
+        self.log_dict(logs, on_epoch=True, sync_dist=True)
+        return terms["loss"] + online_probe_loss(batch[2], out["loss"])
+
+    def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> Dict:
+        """solo-learn's validation step, keeping each sample's argmax code for online clustering."""
+        out = super().base_validation_step(X, targets)
+        self._val_codes.append(out["z"].argmax(dim=1).detach())
+        self._val_targets.append(targets.detach())
+        return out
+
+    def on_validation_epoch_end(self):
+        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, chance NMI, ...)
+        of the argmax codes over the whole validation split, gathered from every rank."""
+        if self._val_codes and not self.trainer.sanity_checking:
+            codes = self.all_gather(torch.cat(self._val_codes)).flatten().cpu()
+            targets = self.all_gather(torch.cat(self._val_targets)).flatten().cpu()
+            labelled = targets >= 0
+            if bool(labelled.any()):
+                report = clustering_report(targets[labelled], codes[labelled])
+                self.log_dict({f"val_cluster_{name}": value for name, value in report.items()}, sync_dist=True)
+        self._val_codes.clear()
+        self._val_targets.clear()
+        super().on_validation_epoch_end()

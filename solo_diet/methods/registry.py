@@ -1,0 +1,58 @@
+"""Registration of the plugin methods into solo-learn's method registry."""
+
+from __future__ import annotations
+
+import importlib
+
+from solo_diet._host import require_solo
+from solo_diet.methods import PLUGIN_FACTORIES, PLUGIN_METHODS
+
+
+def _resolve(target: str):
+    module_name, attr = target.split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def is_plugin_method(cls: type) -> bool:
+    return cls.__module__.startswith("solo_diet.")
+
+
+def _add(methods_module, name: str, cls: type) -> None:
+    registry = methods_module.METHODS
+    present = registry.get(name)
+    if present is not None and present is not cls:
+        if not is_plugin_method(present) or present.__qualname__ != cls.__qualname__:
+            raise RuntimeError(
+                f"solo-diet cannot register method '{name}': solo-learn already has "
+                f"{present.__module__}.{present.__qualname__} under that name."
+            )
+    registry[name] = cls
+    setattr(methods_module, cls.__name__, cls)
+
+
+def register() -> list[str]:
+    """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
+
+    Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES``.
+
+    Idempotent: a second call re-adds the same classes. Returns the registered names.
+    """
+    require_solo()
+    import solo.methods as methods_module
+    from solo.methods.base import BaseMethod
+
+    from solo_diet.backbones import PLUGIN_BACKBONES
+
+    for name, factory in PLUGIN_BACKBONES.items():
+        BaseMethod._BACKBONES.setdefault(name, factory)
+
+    names = []
+    for name, target in PLUGIN_METHODS.items():
+        _add(methods_module, name, _resolve(target))
+        names.append(name)
+    for target in PLUGIN_FACTORIES:
+        generated = _resolve(target)(dict(methods_module.METHODS))
+        for name, cls in generated.items():
+            _add(methods_module, name, cls)
+            names.append(name)
+    return names

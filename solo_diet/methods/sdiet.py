@@ -1,0 +1,320 @@
+"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (seed 000 §5).
+
+The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM by
+default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
+(global) super-batch are loaded, updated by hand with the backbone group's current lr and written back.
+With ``rows_per_step = m`` (multi-batch CE, seed 000 §5.2, spec §3.8) the data order comes from a
+:class:`solo_diet.samplers.SuperBatchSampler` (``solo-diet pretrain`` installs it through
+:meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its ``m``
+steps, every resident row takes a real step at each of them, and on leaving the rows get the
+closed-form zero-gradient steps until their next visit (``T = N/B - m``) and are written back.
+Knowing the order also lets the next super-batch's rows be prefetched while the current one trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import omegaconf
+import torch
+from solo.methods.base import BaseMethod
+from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
+from torch.nn import functional as F
+
+from solo_diet.losses import sdiet_multi_batch_cross_entropy
+from solo_diet.methods._common import (
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_range,
+    check_sample_indexes,
+    fill_and_check_num_samples,
+    fill_and_check_projector,
+    fill_default,
+    online_probe_loss,
+    projector_from_cfg,
+)
+from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
+from solo_diet.rowstore import MODES, STORAGES, RowStore, host_sharing
+from solo_diet.samplers import SuperBatchSampler
+
+CHECKPOINT_KEY = "sdiet_row_store"
+
+
+@dataclass
+class ResidentRows:
+    """The super-batch whose head rows are on the device: its indices, rows and optimiser state."""
+
+    indexes: torch.Tensor
+    rows: torch.Tensor
+    state: Tuple[torch.Tensor, ...]
+
+
+class SDIET(BaseMethod):
+    """s-DIET: projector, L2 normalisation, batch CE against the batch's head rows (seed 000 Eq. 7).
+
+    Extra cfg settings (``method_kwargs``):
+        num_samples (int): N, rows of the head; set by ``solo-diet pretrain`` from the dataset.
+        proj_layers (int): layers of the ReLU MLP projector. Default 3 (seed 000 §6).
+        proj_hidden_dim (int): projector hidden width. Default 2048.
+        proj_output_dim (int): D, projector output width = head row width. Default 2048.
+        proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
+        label_smoothing (float): PyTorch smoothing, spread over the B batch classes. Default 0.8.
+        temperature (float): logits are divided by it. Default 1.0 (paper: none).
+        head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
+        head_weight_decay (float): decoupled weight decay of the head. Default optimizer.weight_decay.
+        head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
+        head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
+        head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
+        zero_grad_steps (str): ``eager`` (paper: N/B - 1 closed-form steps after each visit) or
+            ``lazy`` (exact: steps since the row's last visit, applied when it is loaded). Default eager.
+        storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default cpu.
+        storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
+        rows_per_step (int): m of multi-batch CE (seed 000 §5.2): logits over the m*B rows of the
+            super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
+            (batch CE, as the paper).
+        prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device while
+            the current one trains. Default True.
+    """
+
+    uses_sample_indexes = True
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)
+        kwargs = cfg.method_kwargs
+        self.projector, self.head_dim = projector_from_cfg(self.features_dim, kwargs)
+        self.num_samples: int = kwargs.num_samples
+        self.label_smoothing: float = kwargs.label_smoothing
+        self.temperature: float = kwargs.temperature
+        self.rows_per_step: int = kwargs.rows_per_step
+        self.prefetch_rows: bool = kwargs.prefetch
+        self.head_optimizer: RowOptimizer = (
+            RowAdamW(kwargs.head_weight_decay, tuple(kwargs.head_betas), kwargs.head_eps)
+            if kwargs.head_optimizer == "adamw"
+            else RowSGDW(kwargs.head_weight_decay, kwargs.head_momentum)
+        )
+        self._store_kwargs = dict(
+            mode=kwargs.zero_grad_steps,
+            storage=kwargs.storage,
+            directory=kwargs.storage_dir,
+            seed=omegaconf_select(cfg, "seed", 0),
+        )
+        # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
+        self._row_store: Optional[RowStore] = None
+        self._pending_snapshot: Optional[dict] = None
+        # the data order: found on the trainer's train dataloader at train start (or set by hand)
+        self.super_batch_sampler: Optional[SuperBatchSampler] = None
+        self._epoch_batches: Optional[Tuple[int, torch.Tensor]] = None
+        self._resident: Optional[ResidentRows] = None
+
+    @staticmethod
+    def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
+        """Launcher hook: the seeded super-batch order of the training set (split over DDP ranks)."""
+        return SuperBatchSampler(
+            len(dataset),
+            cfg.optimizer.batch_size,
+            omegaconf_select(cfg, "method_kwargs.rows_per_step", 1),
+            seed=omegaconf_select(cfg, "seed", 0),
+        )
+
+    @staticmethod
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """Fills s-DIET's ``method_kwargs`` defaults and checks every value."""
+        cfg = super(SDIET, SDIET).add_and_assert_specific_cfg(cfg)
+        optimizer_kwargs = omegaconf_select(cfg, "optimizer.kwargs", {}) or {}
+
+        fill_and_check_num_samples(cfg)
+        fill_and_check_projector(cfg, default_layers=3, min_layers=1)
+        fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
+        fill_default(cfg, "method_kwargs.temperature", 1.0)
+        fill_default(cfg, "method_kwargs.head_optimizer", "adamw")
+        fill_default(cfg, "method_kwargs.head_weight_decay", omegaconf_select(cfg, "optimizer.weight_decay", 0.0))
+        fill_default(cfg, "method_kwargs.head_betas", list(optimizer_kwargs.get("betas", [0.9, 0.999])))
+        fill_default(cfg, "method_kwargs.head_eps", optimizer_kwargs.get("eps", 1e-8))
+        fill_default(cfg, "method_kwargs.head_momentum", optimizer_kwargs.get("momentum", 0.9))
+        fill_default(cfg, "method_kwargs.zero_grad_steps", "eager")
+        fill_default(cfg, "method_kwargs.storage", "cpu")
+        fill_default(cfg, "method_kwargs.storage_dir", None)
+        fill_default(cfg, "method_kwargs.rows_per_step", 1)
+        fill_default(cfg, "method_kwargs.prefetch", True)
+
+        check_range(cfg, "method_kwargs.label_smoothing", 0.0, 1.0)
+        check_range(cfg, "method_kwargs.temperature", 1e-6, float("inf"))
+        check_choice(cfg, "method_kwargs.head_optimizer", ["adamw", "sgdw"])
+        check_range(cfg, "method_kwargs.head_weight_decay", 0.0, float("inf"))
+        betas = cfg.method_kwargs.head_betas
+        if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
+            raise ConfigError(f"`method_kwargs.head_betas` must be two numbers in [0, 1), got {list(betas)!r}.")
+        check_range(cfg, "method_kwargs.head_eps", 0.0, float("inf"))
+        check_range(cfg, "method_kwargs.head_momentum", 0.0, 1.0)
+        check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
+        check_choice(cfg, "method_kwargs.storage", STORAGES)
+        if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
+            raise ConfigError("`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files).")
+        check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
+        check_bool(cfg, "method_kwargs.prefetch")
+        if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
+            raise ConfigError(
+                "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
+                "`data.num_small_crops=0` and one augmentation pipeline with `num_crops: 1`."
+            )
+        return cfg
+
+    @property
+    def learnable_params(self) -> List[Dict[str, Any]]:
+        """The projector trains with the backbone's optimizer; the head rows are not here (spec A4)."""
+        return super().learnable_params + [{"name": "projector", "params": self.projector.parameters()}]
+
+    @property
+    def row_store(self) -> RowStore:
+        """The head rows and their optimiser state, created on first use on the module's device.
+
+        Under DDP a ``cpu`` or ``disk`` store is shared by the processes of a host (one copy in host
+        memory, written by one of them); creating it is then collective, as is every first use.
+        """
+        if self._row_store is None:
+            storage = self._store_kwargs["storage"]
+            self._row_store = RowStore(
+                self.num_samples,
+                self.head_dim,
+                self.head_optimizer,
+                device=self.device,
+                sharing=host_sharing() if storage in ("cpu", "disk") else None,
+                **self._store_kwargs,
+            )
+            if self._pending_snapshot is not None:
+                self._row_store.load_state_dict(self._pending_snapshot)
+                self._pending_snapshot = None
+        return self._row_store
+
+    def forward(self, X: torch.Tensor) -> Dict[str, Any]:
+        """Backbone features, online-probe logits and ``z``, the L2-normalised projector output."""
+        out = super().forward(X)
+        out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
+        return out
+
+    def head_lr(self) -> float:
+        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (A8)."""
+        if self._trainer is None or not self.trainer.optimizers:
+            return self.lr
+        return self.trainer.optimizers[0].param_groups[0]["lr"]
+
+    def on_train_start(self) -> None:
+        """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B the
+        global batch (A2, spec §3.8)."""
+        super().on_train_start()
+        if self.super_batch_sampler is None:
+            found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
+            self.super_batch_sampler = found if isinstance(found, SuperBatchSampler) else None
+        sampler = self.super_batch_sampler
+        if sampler is None and self.rows_per_step > 1:
+            raise ConfigError(
+                "`method_kwargs.rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
+                "solo_diet.samplers.SuperBatchSampler (SDIET.train_batch_sampler; `solo-diet pretrain` installs it)."
+            )
+        if sampler is not None and sampler.rows_per_step != self.rows_per_step:
+            raise ConfigError(
+                f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, "
+                f"`method_kwargs.rows_per_step` is {self.rows_per_step}: build it with SDIET.train_batch_sampler."
+            )
+        global_batch = self.batch_size * self.trainer.world_size
+        self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
+
+    def _steps_in_epoch(self, batches: torch.Tensor) -> int:
+        if self._trainer is None:
+            return len(batches)
+        return int(min(len(batches), self.trainer.num_training_batches))
+
+    def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> Tuple[torch.Tensor, int, int, Optional[torch.Tensor]]:
+        """``(super-batch indices, this batch's place k in it, its length, next super-batch or None)``.
+
+        Without a SuperBatchSampler the super-batch is the batch itself (m = 1); nothing is prefetched
+        across an epoch boundary (the next epoch's rows may be written before then, spec §3.2).
+        """
+        sampler = self.super_batch_sampler
+        if sampler is None:
+            return indexes, 0, 1, None
+        if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
+            self._epoch_batches = (sampler.epoch, sampler.global_batches())
+        batches = self._epoch_batches[1]
+        if batch_idx >= len(batches) or not torch.equal(batches[batch_idx], indexes.cpu()):
+            raise RuntimeError(
+                f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {sampler.epoch}: the train "
+                "DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
+            )
+        steps, m = self._steps_in_epoch(batches), self.rows_per_step
+        start = batch_idx - batch_idx % m
+        group = batches[start : min(start + m, steps)]
+        following = batches[start + m : min(start + 2 * m, steps)]
+        return group.flatten(), batch_idx - start, len(group), following.flatten() if len(following) else None
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """CE over the resident (super-batch) head rows, hand-made update of all of them, online probe."""
+        indexes, targets = batch[0], batch[2]
+        check_sample_indexes(indexes, self.num_samples)
+        out = super().training_step(batch, batch_idx)
+
+        z = gather(out["z"][0])
+        # a collective: every process has loaded the previous step's rows before a shared store's
+        # writer stores them (RowStore docstring)
+        indexes = concat_all_gather_no_grad(indexes)
+        if indexes.unique().numel() != indexes.numel():
+            raise ValueError(
+                "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
+                "head row. Use a sampler without replacement (solo-learn's default)."
+            )
+        lr = self.head_lr()
+        group, place, length, following = self._super_batch(indexes, batch_idx)
+        if place == 0:
+            rows, state = self.row_store.load(group, z.device, lr=lr)
+            self._resident = ResidentRows(group, rows, state)
+            if following is not None and self.prefetch_rows:
+                self.row_store.prefetch(following, z.device)
+        resident = self._resident
+        if resident is None or not torch.equal(resident.indexes, group):
+            raise RuntimeError(f"batch {batch_idx} continues a super-batch whose rows were never loaded")
+
+        batch_size = indexes.numel()
+        positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
+        rows = resident.rows.detach().requires_grad_(True)
+        loss = sdiet_multi_batch_cross_entropy(
+            z, rows, positions, label_smoothing=self.label_smoothing, temperature=self.temperature
+        )
+        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
+        leaving = place == length - 1
+        resident.rows, resident.state = self.row_store.update(
+            group,
+            rows,
+            resident.state,
+            head_grad,
+            lr=lr,
+            write_back=leaving,
+            eager_steps=self.row_store.eager_steps + self.rows_per_step - length,
+        )
+        if leaving:
+            self._resident = None
+
+        self.log_dict({"train_sdiet_loss": loss, "train_head_lr": lr}, on_epoch=True, sync_dist=True)
+        return loss + online_probe_loss(targets, out["loss"])
+
+    def on_train_epoch_end(self) -> None:
+        """Epoch boundary: the last write-back completes on every process before the next epoch reads."""
+        self.row_store.synchronize()
+
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        """The rows, their optimiser state and counters travel with the checkpoint (exact resume).
+
+        Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table copy."""
+        if self._trainer is None or self.trainer.is_global_zero:
+            checkpoint[CHECKPOINT_KEY] = self.row_store.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        snapshot = checkpoint.get(CHECKPOINT_KEY)
+        if snapshot is None:
+            return
+        if self._row_store is None:
+            self._pending_snapshot = snapshot
+        else:
+            self._row_store.load_state_dict(snapshot)

@@ -1,0 +1,354 @@
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method.
+
+SEM sits between the backbone and the method's projector (or DINO head's MLP), paper §3:
+``x -> backbone -> e -> SimplicialEmbedding -> z_hat -> projector -> ... -> the method's loss``.
+
+How a twin is built, for any ``BaseMethod`` subclass ``M`` (spec §5.1):
+
+- ``SEM<M>`` has bases ``(_SEMTwin, M, _DimHook)`` where ``_DimHook`` subclasses solo-learn's
+  ``BaseMethod``/``BaseMomentumMethod``. The MRO runs the hook right after solo-learn's base
+  ``__init__`` (backbone and online classifier built with the real D) and before ``M``'s body, and
+  the hook sets ``features_dim = L*V``: ``M`` builds its projector/head for L*V inputs with its own
+  initialisation. The twin then restores ``features_dim = D`` and wraps the slot as
+  ``SEMThenHead(embedder, original)``; momentum methods get a copy-initialised momentum embedder in
+  ``momentum_projector``/``momentum_head.mlp``, covered by the method's own momentum pair.
+- The loss code, ``z``/``p`` and the optimiser groups are untouched: the embedder lands in the
+  projector/head group (as in the official code).
+- Backbone factories receive the base method's name (ViT picks its ``mocov3``/``mae`` variant by it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import omegaconf
+import torch
+from omegaconf import OmegaConf
+from solo.methods.base import BaseMethod, BaseMomentumMethod
+from solo.utils.momentum import initialize_momentum_params
+from torch import nn
+
+from solo_diet.methods._common import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.nn.sem import SimplicialEmbedding, check_temperature, simplex_statistics
+
+REFUSED: dict[str, str] = {
+    "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
+    "linear": "linear evaluation is not pretraining; probe a SEM checkpoint through sem_feature_extractor().",
+    "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it (spec §1.2).",
+}
+SEM_DEFAULTS: dict[str, Any] = {
+    "num_simplices": 5000,  # L
+    "simplex_dim": 13,  # V
+    "tau_online": 1.0,  # tau_p: online embedder, large crop 0 and small crops
+    "tau_target": None,  # tau'_p: momentum embedder, or large crops >= 1 without one; None = tau_online
+    "probe": "backbone",  # what the online classifier reads: backbone output e, or SEM at probe_tau
+    "probe_tau": 0.1,  # tau_d of the SEM probe (paper Table 2, BYOL); 0 = one-hot argmax
+}
+SEM_KEYS = tuple(SEM_DEFAULTS)
+PROBES = ("backbone", "sem")
+_SLOTS = (("projector", "momentum_projector"), ("head", "momentum_head"))
+
+
+class SEMUnsupported(ValueError):
+    """The method cannot get a SEM twin (no projector/head fed by features_dim, or refused)."""
+
+
+def sem_refusal(name: str, method_cls: type) -> str | None:
+    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it does.
+
+    Plugin methods opt out with a class attribute ``sem_unsupported = "reason"``.
+    """
+    if name in REFUSED:
+        return REFUSED[name]
+    if not (isinstance(method_cls, type) and issubclass(method_cls, BaseMethod)):
+        return f"{method_cls!r} is not a solo-learn BaseMethod subclass."
+    if method_cls in (BaseMethod, BaseMomentumMethod) or name.endswith("_sem"):
+        return "it is a base class or already a SEM twin."
+    return getattr(method_cls, "sem_unsupported", None)
+
+
+def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    """Fill and check ``method_kwargs.sem`` (paper defaults: L=5000, V=13 on CIFAR-100, spec §1.6)."""
+    sem = fill_default(cfg, "method_kwargs.sem", {})
+    if not isinstance(sem, Mapping):
+        raise ConfigError(f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}.")
+    unknown = sorted(set(sem) - set(SEM_KEYS))
+    if unknown:
+        raise ConfigError(f"`method_kwargs.sem` has unknown keys {unknown}; its keys are {list(SEM_KEYS)}.")
+    for key, default in SEM_DEFAULTS.items():
+        fill_default(cfg, f"method_kwargs.sem.{key}", default)
+    sem = cfg.method_kwargs.sem
+    check_positive_int(cfg, "method_kwargs.sem.num_simplices", "It is L, the number of simplices.")
+    if check_positive_int(cfg, "method_kwargs.sem.simplex_dim", "It is V, the size of each simplex.") < 2:
+        raise ConfigError("`method_kwargs.sem.simplex_dim` (V) must be >= 2: a 1-entry simplex is constant 1.")
+    if sem.tau_target is None:
+        sem.tau_target = sem.tau_online
+    for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
+        try:
+            sem[key] = check_temperature(sem[key], f"`method_kwargs.sem.{key}`", allow_zero)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from err
+    check_choice(cfg, "method_kwargs.sem.probe", PROBES)
+    return cfg
+
+
+class SEMThenHead(nn.Module):
+    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a list.
+
+    The momentum twin is structurally identical, so solo-learn's EMA (which zips parameter lists)
+    pairs the embedders too.
+    """
+
+    def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
+        super().__init__()
+        self.embedder = embedder
+        self.head = head
+        self.tau = embedder.tau
+        self.recorded: list[torch.Tensor] | None = None
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        sem = self.embedder(feats, self.tau)
+        if self.recorded is not None:
+            self.recorded.append(sem)
+        return self.head(sem.to(feats.dtype))  # SEM is float32; the head runs in the backbone's dtype
+
+    def __getitem__(self, index: int) -> nn.Module:
+        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an nn.Sequential expects."""
+        return self.head[index]
+
+    @contextmanager
+    def temperature(self, tau: float) -> Iterator[None]:
+        previous, self.tau = self.tau, tau
+        try:
+            yield
+        finally:
+            self.tau = previous
+
+    @contextmanager
+    def recording(self) -> Iterator[list[torch.Tensor]]:
+        self.recorded = []
+        try:
+            yield self.recorded
+        finally:
+            self.recorded = None
+
+
+class _BackbonesForMethod(Mapping):
+    """solo-learn's backbone registry as a twin sees it: factories get the base method's name."""
+
+    def __init__(self, method_name: str):
+        self.method_name = method_name
+
+    def __getitem__(self, name: str) -> Callable[..., nn.Module]:
+        return partial(_build_backbone, BaseMethod._BACKBONES[name], self.method_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(BaseMethod._BACKBONES)
+
+    def __len__(self) -> int:
+        return len(BaseMethod._BACKBONES)
+
+
+def _build_backbone(factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs) -> nn.Module:
+    return factory(method_name, **kwargs)
+
+
+def _make_dim_hook(root: type) -> type:
+    class _DimHook(root):
+        """Runs between solo-learn's base ``__init__`` and the method's: the head is built for L*V.
+
+        Also the base ``forward`` when the online classifier probes the SEM representation.
+        """
+
+        def __init__(self, cfg: omegaconf.DictConfig):
+            super().__init__(cfg)
+            sem = self.cfg.method_kwargs.sem
+            self.sem_in_dim = self.features_dim
+            self.features_dim = sem.num_simplices * sem.simplex_dim
+            if sem.probe == "sem":
+                self.classifier = nn.Linear(self.features_dim, self.num_classes)
+
+        def forward(self, X: torch.Tensor) -> dict[str, Any]:
+            sem = self.cfg.method_kwargs.sem
+            if sem.probe == "backbone":
+                return super().forward(X)
+            if not self.no_channel_last:
+                X = X.to(memory_format=torch.channels_last)
+            feats = self.backbone(X)
+            probe_input = self.sem_embedder.frozen_forward(feats.detach(), sem.probe_tau)
+            return {"logits": self.classifier(probe_input), "feats": feats}
+
+    _DimHook.__qualname__ = _DimHook.__name__ = f"_SEMDimHook{root.__name__}"
+    return _DimHook
+
+
+_DIM_HOOKS = {root: _make_dim_hook(root) for root in (BaseMethod, BaseMomentumMethod)}
+
+
+def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
+    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for DINO)."""
+    for online, momentum in _SLOTS:
+        module = getattr(model, online, None)
+        if isinstance(module, nn.Module):
+            suffix = ".mlp" if isinstance(getattr(module, "mlp", None), nn.Module) else ""
+            has_momentum = isinstance(getattr(model, momentum, None), nn.Module)
+            return online + suffix, (momentum + suffix if has_momentum else None)
+    raise SEMUnsupported(
+        f"{type(model).__name__} has no `projector` or `head` module for SEM to feed; set the class "
+        "attribute `sem_unsupported = '<reason>'` to keep it out of the SEM twins."
+    )
+
+
+def _reads_width(slot: nn.Module, model: nn.Module, width: int) -> bool:
+    """The slot's first Linear takes ``width`` inputs; a parameter-free slot (``nn.Identity``
+    projector, as DIET's default) passes SEM on to a later Linear that does."""
+    first = next((m.in_features for m in slot.modules() if isinstance(m, nn.Linear)), None)
+    if first is None:
+        return any(isinstance(m, nn.Linear) and m.in_features == width for m in model.modules())
+    return first == width
+
+
+def _parameter_ids(groups: Sequence[dict[str, Any]]) -> set[int]:
+    return {id(p) for group in groups for p in group["params"]}
+
+
+class _SEMTwin:
+    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO)."""
+
+    sem_base_method: str
+    _sem_online: str
+    _sem_momentum: str | None
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)
+        sem = self.cfg.method_kwargs.sem
+        width, self.features_dim = self.features_dim, self.sem_in_dim
+        self._sem_online, self._sem_momentum = _slot_paths(self)
+        if not _reads_width(self.get_submodule(self._sem_online), self, width):
+            raise SEMUnsupported(
+                f"{self.sem_base_method}: `{self._sem_online}` is not built from features_dim "
+                f"(its first Linear does not take L*V = {width} inputs)."
+            )
+        embedder = SimplicialEmbedding(self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online)
+        self._wrap(self._sem_online, embedder)
+        if self._sem_momentum is not None:
+            momentum_embedder = SimplicialEmbedding(self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target)
+            self._wrap(self._sem_momentum, momentum_embedder)
+            initialize_momentum_params(self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum))
+            if not any(momentum_embedder.linear.weight is p for _, m in self.momentum_pairs for p in m.parameters()):
+                raise SEMUnsupported(f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs.")
+        if not {id(p) for p in embedder.parameters()} <= _parameter_ids(self.learnable_params):
+            raise SEMUnsupported(f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params.")
+        self._sem_large_crops: list[torch.Tensor] = []
+
+    def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
+        parent_path, _, name = path.rpartition(".")
+        parent = self.get_submodule(parent_path) if parent_path else self
+        setattr(parent, name, SEMThenHead(embedder, getattr(parent, name)))
+
+    @property
+    def sem_embedder(self) -> SimplicialEmbedding:
+        """The online embedder (``BN(W e)`` + Eq. 1)."""
+        return self.get_submodule(self._sem_online).embedder
+
+    def _forward_recording_sem(self, forward: Callable[..., dict[str, Any]], X: torch.Tensor, *args, **kwargs):
+        with self.get_submodule(self._sem_online).recording() as seen:
+            out = forward(X, *args, **kwargs)
+        if not seen:
+            raise RuntimeError(f"{self.sem_base_method}_sem: forward did not call `{self._sem_online}`.")
+        out["sem"] = seen[0]
+        return out
+
+    def forward(self, X: torch.Tensor, *args, **kwargs) -> dict[str, Any]:
+        """solo-learn's outputs plus ``sem``: the SEM representation the projector/head read."""
+        return self._forward_recording_sem(super().forward, X, *args, **kwargs)
+
+    def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
+        return self._forward_recording_sem(super().multicrop_forward, X)
+
+    def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+        """Large crop 0 at ``tau_online``; without a momentum branch the other large crops use
+        ``tau_target`` (official SimCLR/Barlow/SwAV per-view temperatures, spec §1.2)."""
+        sem = self.cfg.method_kwargs.sem
+        crop = len(self._sem_large_crops)
+        tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
+        with self.get_submodule(self._sem_online).temperature(tau):
+            out = super().base_training_step(X, targets)
+        self._sem_large_crops.append(out["sem"].detach())
+        return out
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int):
+        """The method's step; logs simplex statistics of the large crops (paper §3.1, Fig. 2b)."""
+        self._sem_large_crops = []
+        loss = super().training_step(batch, batch_idx)
+        stats = simplex_statistics(torch.cat(self._sem_large_crops), self.cfg.method_kwargs.sem.simplex_dim)
+        self._sem_large_crops = []
+        self.log_dict({f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True)
+        return loss
+
+
+def make_sem_twin(name: str, method_cls: type) -> type:
+    """The ``<name>_sem`` class: ``method_cls`` with SEM before its projector/head."""
+    reason = sem_refusal(name, method_cls)
+    if reason is not None:
+        raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
+    root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
+
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        return add_and_assert_sem_cfg(method_cls.add_and_assert_specific_cfg(cfg))
+
+    class_name = f"SEM{method_cls.__name__}"
+    namespace = {
+        "__module__": __name__,
+        "__qualname__": class_name,
+        "__doc__": f"{method_cls.__name__} with Simplicial Embeddings before its projector/head ({name}_sem).",
+        "sem_base_method": name,
+        "_BACKBONES": _BackbonesForMethod(name),
+        "add_and_assert_specific_cfg": staticmethod(add_and_assert_specific_cfg),
+    }
+    return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
+
+
+def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
+    """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
+    return {f"{name}_sem": make_sem_twin(name, cls) for name, cls in methods.items() if sem_refusal(name, cls) is None}
+
+
+class SEMFeatureExtractor(nn.Module):
+    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)`` for linear probing (§4)."""
+
+    def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
+        super().__init__()
+        self.backbone = backbone
+        self.embedder = embedder
+        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
+        self.num_features = embedder.out_dim
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.embedder.frozen_forward(self.backbone(X), self.tau)
+
+
+def sem_feature_extractor(
+    ckpt_path: str | Path, cfg: omegaconf.DictConfig | str | Path, tau: float | None = None
+) -> SEMFeatureExtractor:
+    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe backbone.
+
+    ``cfg`` is the pretraining config or the path of its ``args.json``; ``tau`` defaults to
+    ``method_kwargs.sem.probe_tau`` (0 = one-hot argmax per simplex). Every checkpoint key must load.
+    """
+    from solo.methods import METHODS
+
+    if not isinstance(cfg, omegaconf.DictConfig):
+        cfg = OmegaConf.create(json.loads(Path(cfg).read_text()))
+    method_cls = METHODS.get(cfg.method)
+    if not (isinstance(method_cls, type) and issubclass(method_cls, _SEMTwin)):
+        raise ValueError(f"method '{cfg.method}' of this config is not a SEM twin (<name>_sem)")
+    model = method_cls(cfg)
+    model.load_state_dict(torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"], strict=True)
+    probe_tau = cfg.method_kwargs.sem.probe_tau if tau is None else tau
+    return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()

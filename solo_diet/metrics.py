@@ -1,0 +1,291 @@
+"""Evaluation metrics for learned representations and code assignments (torch / numpy only).
+
+Sections are owned separately: keep each one self-contained.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import numpy as np
+import torch
+
+ArrayLike = Union[np.ndarray, torch.Tensor, list]
+
+# ==================================================================================================
+# Clustering evaluation (CPLearn, spec Sec. 3.4 and 3.5)
+#
+# Cluster ids are arbitrary integers (argmax codes); scores follow scikit-learn's conventions
+# (natural logs, arithmetic-mean normalisation for NMI / AMI) and are tested against it.
+# ==================================================================================================
+
+
+def _int_labels(values: ArrayLike) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    values = np.asarray(values).reshape(-1)
+    if values.dtype.kind not in "iub":
+        raise ValueError(f"cluster and class ids must be integers, got dtype {values.dtype}")
+    return values
+
+
+def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
+    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns); only used ids appear."""
+    labels, clusters = _int_labels(labels), _int_labels(clusters)
+    if labels.shape != clusters.shape or labels.size == 0:
+        raise ValueError(
+            f"labels and clusters must be non-empty and of equal length, got {labels.size} and {clusters.size}"
+        )
+    _, rows = np.unique(labels, return_inverse=True)
+    _, cols = np.unique(clusters, return_inverse=True)
+    table = np.zeros((rows.max() + 1, cols.max() + 1), dtype=np.int64)
+    np.add.at(table, (rows, cols), 1)
+    return table
+
+
+def _entropy(counts: np.ndarray) -> float:
+    """Shannon entropy (nats) of the distribution proportional to ``counts``."""
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def _mutual_information(table: np.ndarray) -> float:
+    n = table.sum()
+    rows, cols = np.nonzero(table)
+    joint = table[rows, cols].astype(np.float64)
+    outer = table.sum(1)[rows].astype(np.float64) * table.sum(0)[cols]
+    return float(max((joint / n * (np.log(joint) + math.log(n) - np.log(outer))).sum(), 0.0))
+
+
+def _log_factorials(n: int) -> np.ndarray:
+    """``log(m!)`` for m = 0..n."""
+    return np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))])
+
+
+def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> float:
+    """E[MI] under the hypergeometric permutation model with fixed marginals (Vinh et al., 2010).
+
+    Sums over cell counts ``m`` from ``max(1, a + b - n)`` to ``min(a, b)`` for every pair of row
+    sum ``a`` and column sum ``b``; equal sums are grouped, so c = 16384 singleton codes cost one term.
+    """
+    n = int(row_sums.sum())
+    log_fact = _log_factorials(n)
+    a_values, a_counts = np.unique(row_sums, return_counts=True)
+    b_values, b_counts = np.unique(col_sums, return_counts=True)
+    expected = 0.0
+    for a, a_count in zip(a_values.tolist(), a_counts.tolist()):
+        for b, b_count in zip(b_values.tolist(), b_counts.tolist()):
+            m = np.arange(max(1, a + b - n), min(a, b) + 1)
+            if m.size == 0:
+                continue
+            log_prob = (
+                log_fact[a] + log_fact[b] + log_fact[n - a] + log_fact[n - b] - log_fact[n]
+                - log_fact[m] - log_fact[a - m] - log_fact[b - m] - log_fact[n - a - b + m]
+            )
+            cell_mi = m / n * (np.log(n * m) - math.log(a * b))
+            expected += a_count * b_count * float((cell_mi * np.exp(log_prob)).sum())
+    return expected
+
+
+def _single_partition_pair(table: np.ndarray) -> bool:
+    """Both labelings put all samples in one group (sklearn's perfect-match limit case)."""
+    return table.shape == (1, 1)
+
+
+def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
+    """NMI = MI / ((H(Y) + H(C)) / 2), the arithmetic form used by the paper (Sec. 3.5)."""
+    table = contingency_table(labels, clusters)
+    if _single_partition_pair(table):
+        return 1.0
+    mi = _mutual_information(table)
+    if mi == 0.0:
+        return 0.0
+    return mi / (0.5 * (_entropy(table.sum(1)) + _entropy(table.sum(0))))
+
+
+def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any c."""
+    table = contingency_table(labels, clusters)
+    if _single_partition_pair(table):
+        return 1.0
+    row_sums, col_sums = table.sum(1), table.sum(0)
+    expected = expected_mutual_information(row_sums, col_sums)
+    denominator = 0.5 * (_entropy(row_sums) + _entropy(col_sums)) - expected
+    tiny = np.finfo(np.float64).eps
+    denominator = min(denominator, -tiny) if denominator < 0 else max(denominator, tiny)
+    return (_mutual_information(table) - expected) / denominator
+
+
+def _pairs(counts: np.ndarray) -> float:
+    counts = counts.astype(np.float64)
+    return float((counts * (counts - 1) / 2).sum())
+
+
+def adjusted_rand_index(labels: ArrayLike, clusters: ArrayLike) -> float:
+    """ARI (Hubert and Arabie, 1985) from pair counts of the contingency table."""
+    table = contingency_table(labels, clusters)
+    if np.count_nonzero(table) == table.shape[0] == table.shape[1]:
+        return 1.0  # identical partitions up to renaming (also covers all-singleton and one-group)
+    together, rows, cols = _pairs(table), _pairs(table.sum(1)), _pairs(table.sum(0))
+    expected = rows * cols / _pairs(np.array([table.sum()]))
+    return (together - expected) / (0.5 * (rows + cols) - expected)
+
+
+def hungarian_accuracy(labels: ArrayLike, clusters: ArrayLike) -> float:
+    """Best one-to-one class/cluster matching accuracy; unmatched clusters count as errors."""
+    from scipy.optimize import linear_sum_assignment
+
+    table = contingency_table(labels, clusters)
+    rows, cols = linear_sum_assignment(table, maximize=True)
+    return float(table[rows, cols].sum() / table.sum())
+
+
+def many_to_one_accuracy(labels: ArrayLike, clusters: ArrayLike) -> float:
+    """Purity: each cluster votes for its majority class; tends to 1 with singleton clusters."""
+    table = contingency_table(labels, clusters)
+    return float(table.max(0).sum() / table.sum())
+
+
+def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: int = 0) -> float:
+    """Permutation-chance NMI: mean NMI of the same assignment against shuffled labels."""
+    labels, clusters = _int_labels(labels), _int_labels(clusters)
+    rng = np.random.default_rng(seed)
+    return float(np.mean([normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)]))
+
+
+def clustering_report(
+    labels: ArrayLike, clusters: ArrayLike, chance_repeats: int = 5, seed: int = 0
+) -> dict[str, float]:
+    """Every clustering score the spec asks to report together (Sec. 3.4): raw NMI next to AMI,
+    ARI, accuracies, the number of used codes, usage perplexity and permutation-chance NMI."""
+    usage = contingency_table(labels, clusters).sum(0)
+    return {
+        "nmi": normalized_mutual_info(labels, clusters),
+        "ami": adjusted_mutual_info(labels, clusters),
+        "ari": adjusted_rand_index(labels, clusters),
+        "hungarian_acc": hungarian_accuracy(labels, clusters),
+        "many_to_one_acc": many_to_one_accuracy(labels, clusters),
+        "codes_used": float(usage.size),
+        "usage_perplexity": math.exp(_entropy(usage)),
+        "chance_nmi": chance_nmi(labels, clusters, chance_repeats, seed),
+    }
+
+
+def embedding_spectrum(embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048) -> torch.Tensor:
+    """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse (Jing et al.).
+
+    ``centered``: covariance of the raw embeddings. ``released``: the official script's preprocessing
+    (one global min-max to [0, 1], zero-padding to ``pad_to`` columns, uncentred second moment).
+    """
+    x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
+    if x.dim() != 2 or x.shape[0] < 2:
+        raise ValueError(f"embeddings must be (N >= 2, d), got shape {tuple(x.shape)}")
+    if mode == "centered":
+        x = x - x.mean(0)
+        moment = x.T @ x / (x.shape[0] - 1)
+    elif mode == "released":
+        x = (x - x.min()) / (x.max() - x.min()).clamp_min(torch.finfo(torch.float64).tiny)
+        x = torch.nn.functional.pad(x, (0, max(pad_to - x.shape[1], 0)))
+        moment = x.T @ x / x.shape[0]
+    else:
+        raise ValueError(f"mode must be 'centered' or 'released', got {mode!r}")
+    return torch.linalg.eigvalsh(moment).flip(0).clamp_min(0.0)
+
+
+def dimensional_collapse_report(embeddings: ArrayLike, rel_threshold: float = 1e-3) -> dict[str, float]:
+    """Scalars of the centred spectrum: effective rank exp(H(lambda / sum lambda)), count of
+    eigenvalues above ``rel_threshold * lambda_max``, and mean |off-diagonal correlation|."""
+    eigenvalues = embedding_spectrum(embeddings, mode="centered")
+    total = eigenvalues.sum()
+    if total <= 0:
+        return {"effective_rank": 1.0, "significant_dims": 0.0, "mean_abs_offdiag_corr": float("nan")}
+    p = eigenvalues[eigenvalues > 0] / total
+    x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
+    x = x - x.mean(0)
+    std = x.norm(dim=0)
+    live = std > 0
+    corr = (x[:, live].T @ x[:, live]) / torch.outer(std[live], std[live])
+    d = corr.shape[0]
+    offdiag = (corr.abs().sum() - corr.diagonal().abs().sum()) / max(d * (d - 1), 1)
+    return {
+        "effective_rank": float(torch.exp(-(p * p.log()).sum())),
+        "significant_dims": float((eigenvalues > rel_threshold * eigenvalues[0]).sum()),
+        "mean_abs_offdiag_corr": float(offdiag),
+    }
+
+
+# ==================================================================================================
+# Rank metrics (DIET spec Sec. 6.5 and A24): RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024)
+#
+# Both are exp(entropy) of a normalised spectrum, computed in float64: RankMe of the singular values
+# of raw (uncentred) embeddings, LiDAR of the eigenvalues of the whitened between-class covariance
+# of augmented views grouped by their clean sample (the surrogate class).
+# ==================================================================================================
+
+
+def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:
+    x = torch.as_tensor(features).detach().to("cpu", torch.float64)
+    if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{name} must be a non-empty (num_samples, dim) matrix, got shape {tuple(x.shape)}")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf values")
+    return x
+
+
+def _exp_entropy(p: torch.Tensor) -> float:
+    """exp(-sum p log p), with 0 log 0 = 0."""
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def singular_values(features: ArrayLike) -> torch.Tensor:
+    """Singular values (descending, float64) of the uncentred embedding matrix ``Z`` (K x d)."""
+    return torch.linalg.svdvals(_float64_matrix(features, "features"))
+
+
+def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
+    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (spec Sec. 6.5).
+
+    ``sigma`` are the singular values of the raw embeddings (no centring); the value lies in
+    ``[1, min(K, d)]`` up to the ``eps`` slack.
+    """
+    sigma = singular_values(features)
+    if sigma.sum() <= 0:
+        raise ValueError("features are all zero: RankMe is undefined")
+    return _exp_entropy(sigma / sigma.sum() + eps)
+
+
+def lidar(features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8) -> float:
+    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
+
+    ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
+    ``labels_of_views``: (n*q,) the clean sample (surrogate class) of each row. With class means
+    ``mu_c`` and grand mean ``mu`` (mean of the class means):
+    ``Sigma_b = sum_c (mu_c - mu)(mu_c - mu)^T / (n - 1)``,
+    ``Sigma_w = sum_c sum_j (z_cj - mu_c)(z_cj - mu_c)^T / sum_c (q_c - 1) + delta I``
+    (``= n (q - 1)`` for equal ``q``), ``p_i = (lambda_i + eps) / sum_j (lambda_j + eps)``.
+    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (spec Sec. 6.5).
+    """
+    z = _float64_matrix(features, "features")
+    labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")
+    if labels.numel() != z.shape[0]:
+        raise ValueError(f"labels_of_views has {labels.numel()} entries for {z.shape[0]} feature rows")
+    _, class_of_row, views_per_class = torch.unique(labels, return_inverse=True, return_counts=True)
+    num_classes = views_per_class.numel()
+    if num_classes < 2 or int(views_per_class.min()) < 2:
+        raise ValueError(
+            f"LiDAR needs >= 2 surrogate classes with >= 2 views each, got {num_classes} classes "
+            f"with {int(views_per_class.min())} to {int(views_per_class.max())} views"
+        )
+    class_means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(0, class_of_row, z)
+    class_means /= views_per_class.unsqueeze(1).to(torch.float64)
+    between = class_means - class_means.mean(0)
+    sigma_b = between.T @ between / (num_classes - 1)
+    within = z - class_means[class_of_row]
+    sigma_w = within.T @ within / float((views_per_class - 1).sum())
+    sigma_w += delta * torch.eye(z.shape[1], dtype=torch.float64)
+    w_eigenvalues, w_eigenvectors = torch.linalg.eigh(sigma_w)
+    inverse_sqrt = w_eigenvectors @ torch.diag(w_eigenvalues.rsqrt()) @ w_eigenvectors.T
+    eigenvalues = torch.linalg.eigvalsh(inverse_sqrt @ sigma_b @ inverse_sqrt).clamp_min(0.0)
+    return _exp_entropy((eigenvalues + eps) / (eigenvalues + eps).sum())

@@ -1,0 +1,92 @@
+"""CPLearn projector (Sansone et al., ICML 2025, Eq. 1 and Sec. 3.3): torch-only.
+
+``Linear -> BatchNorm1d -> squashing`` gives the embedding ``H`` (n x f); the code logits are
+``H @ W / tau`` with ``W`` a frozen Rademacher dictionary (f x c, entries +-1, MAP encoding, Eq. 5)
+and the fixed temperature ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))`` (Lemma 1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+ACTIVATIONS = ("tanh", "l2")
+
+
+def logit_range(num_codes: int, eps: float = 1e-8) -> float:
+    """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap giving the extreme probability of Lemma 1."""
+    if not 0.0 < eps < 1.0 / num_codes:
+        raise ValueError(f"eps must lie in (0, 1/num_codes) = (0, {1.0 / num_codes:.3g}), got {eps}")
+    return math.log((1.0 - eps * (num_codes - 1)) / eps)
+
+
+def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float = 1e-8) -> float:
+    """``tau = f / (sqrt(n) L)`` (paper Sec. 3.1; n is the batch seen by the head, f = rows of W)."""
+    return embed_dim / (math.sqrt(batch_size) * logit_range(num_codes, eps))
+
+
+def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
+    """Frozen dictionary ``W in {-1, +1}^{f x c}``, i.i.d. fair signs from a dedicated generator.
+
+    The generator is seeded by ``seed`` only, so every DDP rank builds the same W and other RNG
+    use (``seed_everything``, data order) does not move it. Columns are neither scaled nor
+    orthogonalised: each has norm sqrt(f) and pairwise cosines have mean 0, variance 1/f (Eq. 5).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    bits = torch.randint(0, 2, (embed_dim, num_codes), generator=generator, dtype=torch.int8)
+    return bits.float().mul_(2.0).sub_(1.0)
+
+
+class CPLearnProjector(nn.Module):
+    """Projector of CPLearn returning ``(H, code logits)`` in the module's dtype (float32) whatever the autocast.
+
+    ``activation="tanh"`` (released code, default): ``H = tanh(BN(Linear(z)))``.
+    ``activation="l2"`` (paper Eq. 1): ``H = sqrt(f/n) U / ||U||`` with ``U = BN(Linear(z))``, so that
+    ``logits_ij = L cos(u_i, w_j)`` whatever n.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        embed_dim: int,
+        num_codes: int,
+        *,
+        activation: str = "tanh",
+        eps: float = 1e-8,
+        codes_seed: int = 0,
+    ):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        self.embed_dim = embed_dim
+        self.num_codes = num_codes
+        self.activation = activation
+        self.eps = eps
+        logit_range(num_codes, eps)  # validates eps against c before any allocation
+        self.linear = nn.Linear(in_dim, embed_dim)
+        self.bn = nn.BatchNorm1d(embed_dim)
+        self.register_buffer("codes", rademacher_codes(embed_dim, num_codes, codes_seed))
+
+    def temperature(self, batch_size: int) -> float:
+        """tau for a batch of ``batch_size`` rows, with this projector's f, c and eps."""
+        return code_temperature(self.embed_dim, batch_size, self.num_codes, self.eps)
+
+    def embed(self, feats: torch.Tensor) -> torch.Tensor:
+        """Embedding H (n x f), autocast off: tanh head (Sec. 3.3) or scaled L2 head (Eq. 1)."""
+        with torch.autocast(device_type=feats.device.type, enabled=False):
+            u = self.bn(self.linear(feats.to(self.linear.weight.dtype)))
+            if self.activation == "tanh":
+                return torch.tanh(u)
+            scale = math.sqrt(self.embed_dim / u.shape[0])
+            return scale * nn.functional.normalize(u, dim=1)
+
+    def code_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``H W / tau`` with autocast off, tau from the rows of ``h`` (the local batch)."""
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            return (h.to(self.codes.dtype) @ self.codes) / self.temperature(h.shape[0])
+
+    def forward(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.embed(feats)
+        return h, self.code_logits(h)

@@ -1,0 +1,101 @@
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023): embedder ``BN(W e)`` + softmax per simplex.
+
+Torch-only. The maths of the paper's Eq. 1 and the simplex statistics of its §3.1 / Fig. 2b.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def check_temperature(tau: float, key: str, allow_zero: bool) -> float:
+    """Return ``float(tau)`` or raise a ValueError naming ``key`` (tau = 0 means one-hot argmax)."""
+    tau = float(tau)
+    lowest_ok = tau >= 0 if allow_zero else tau > 0
+    if not (lowest_ok and math.isfinite(tau)):
+        bound = ">= 0 (0 means one-hot argmax)" if allow_zero else "> 0 (gradients scale as 1/tau)"
+        raise ValueError(f"{key} must be a finite temperature {bound}, got {tau}")
+    return tau
+
+
+def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch.Tensor:
+    """Paper Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates, flattened back.
+
+    ``logits`` is ``(B, L*V)``, row-major ``Z[i, j] = z[i*V + j]``. Computed in float32 with
+    autocast off (``z / tau`` overflows fp16 for small tau); ``tau = 0`` gives the one-hot argmax.
+    """
+    tau = check_temperature(tau, "SEM tau", allow_zero=True)
+    batch, width = logits.shape
+    if width % simplex_dim:
+        raise ValueError(f"SEM input width {width} is not a multiple of the simplex size {simplex_dim}")
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        simplices = logits.float().reshape(batch, width // simplex_dim, simplex_dim)
+        if tau == 0:
+            probs = F.one_hot(simplices.argmax(dim=-1), simplex_dim).float()
+        else:
+            probs = torch.softmax(simplices / tau, dim=-1)
+    return probs.reshape(batch, width)
+
+
+@torch.no_grad()
+def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch.Tensor]:
+    """Sparsity of a SEM representation ``(B, L*V)`` (paper §3.1, Fig. 2b), all in nats.
+
+    - ``entropy``: mean per-simplex entropy ``-sum_j p_j ln p_j`` (0 = one-hot, ln V = uniform);
+    - ``max_prob``: mean largest probability per simplex;
+    - ``marginal_entropy``: entropy of the batch-averaged distribution of each simplex, averaged over
+      simplices (low values = every sample picks the same code, i.e. collapse).
+    """
+    simplices = probs.float().reshape(probs.shape[0], -1, simplex_dim)
+    per_simplex = -torch.special.xlogy(simplices, simplices).sum(-1)
+    marginal = simplices.mean(0)
+    return {
+        "entropy": per_simplex.mean(),
+        "max_prob": simplices.amax(-1).mean(),
+        "marginal_entropy": -torch.special.xlogy(marginal, marginal).sum(-1).mean(),
+    }
+
+
+class SimplicialEmbedding(nn.Module):
+    """Embedder ``z = BN(W e)`` (Linear without bias, BatchNorm1d over L*V) followed by Eq. 1.
+
+    ``forward(x, tau=None)`` returns the SEM representation ``(B, L*V)``: each block of V entries
+    is a probability vector. ``tau=None`` uses ``self.tau``.
+    """
+
+    def __init__(self, in_dim: int, num_simplices: int, simplex_dim: int, tau: float = 1.0):
+        super().__init__()
+        for key, value in {"in_dim": in_dim, "num_simplices": num_simplices}.items():
+            if int(value) < 1:
+                raise ValueError(f"SimplicialEmbedding {key} must be >= 1, got {value}")
+        if int(simplex_dim) < 2:
+            raise ValueError(f"SimplicialEmbedding simplex_dim (V) must be >= 2, got {simplex_dim}")
+        self.num_simplices = int(num_simplices)
+        self.simplex_dim = int(simplex_dim)
+        self.tau = check_temperature(tau, "SimplicialEmbedding tau", allow_zero=True)
+        self.out_dim = self.num_simplices * self.simplex_dim
+        self.linear = nn.Linear(in_dim, self.out_dim, bias=False)
+        self.bn = nn.BatchNorm1d(self.out_dim)
+
+    def forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
+        return simplex_softmax(self.bn(self.linear(x)), self.simplex_dim, self.tau if tau is None else tau)
+
+    @torch.no_grad()
+    def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
+        """The paper's probe input (§4): BN with running statistics, no gradient, fp32, any mode.
+
+        Does not update the running statistics, so it can run on a training batch.
+        """
+        bn = self.bn
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            fp32 = [t.float() for t in (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)]
+            weight, mean, var, gamma, beta = fp32  # also for a half-precision ("16-true") module
+            logits = F.batch_norm(F.linear(x.float(), weight), mean, var, gamma, beta, training=False, eps=bn.eps)
+        return simplex_softmax(logits, self.simplex_dim, self.tau if tau is None else tau)
+
+    def extra_repr(self) -> str:
+        return f"L={self.num_simplices}, V={self.simplex_dim}, tau={self.tau}"

@@ -1,0 +1,187 @@
+"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms.
+
+s-DIET (seed 000 App. D.2) updates only the head rows of the current batch. A full-table optimiser
+would still move every other row (momentum and decoupled weight decay act with a zero gradient); the
+closed forms below give the state after ``T`` such zero-gradient steps in one shot.
+
+Sign: seed 000 prints Eq. 18 (AdamW) and Eq. 20 (SGDW) with a **plus** before the momentum term.
+That is a sign error: with ``a = 1 - lr*wd`` each zero-gradient step is
+``theta_k = a*theta_{k-1} - lr*mu^k*u`` (the optimiser *subtracts* the step), whose sum is
+``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * u``. Listing 1 of the paper uses the minus
+sign, and so does this module (spec diet_spec.md §3.4 / §3.7, A1).
+
+All functions are pure: they return new tensors and never modify their inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Union
+
+import torch
+from torch import Tensor
+
+Steps = Union[float, Tensor]
+
+_EQUAL_RATES = 1e-12
+
+
+def _steps_like(steps: Steps, like: Tensor) -> Tensor:
+    """``steps`` as a tensor broadcasting over ``like``: a scalar, or one count per row (leading dim)."""
+    steps = torch.as_tensor(steps, dtype=like.dtype, device=like.device)
+    if bool((steps < 0).any()):
+        raise ValueError(f"zero-gradient step counts must be >= 0, got min {steps.min().item()}")
+    if steps.dim() == 1 and like.dim() > 1:
+        steps = steps.reshape(-1, *([1] * (like.dim() - 1)))
+    return steps
+
+
+def _decay_and_drift(a: float, mu: float, lr: float, steps: Tensor) -> tuple[Tensor, Tensor]:
+    """``(a^T, c_T)`` with ``c_T = lr * sum_{k=1..T} a^(T-k) mu^k = lr*mu*(a^T - mu^T)/(a - mu)``.
+
+    For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
+    """
+    a_t = torch.pow(torch.as_tensor(a, dtype=steps.dtype, device=steps.device), steps)
+    mu_t = torch.pow(torch.as_tensor(mu, dtype=steps.dtype, device=steps.device), steps)
+    if abs(a - mu) < _EQUAL_RATES:
+        return a_t, lr * steps * mu_t
+    return a_t, lr * mu * (a_t - mu_t) / (a - mu)
+
+
+def adamw_zero_grad_steps(
+    theta: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    steps: Steps,
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """State after ``steps`` AdamW steps with zero gradient (psi = 1, no bias correction).
+
+    Seed 000 Eq. 18 with the sign corrected (the paper prints ``+``; the recursion gives ``-``):
+    ``m_T = b1^T m_0``, ``v_T = b2^T v_0``,
+    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0/(sqrt(v_0) + eps)``,
+    ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``. Exact for ``eps -> 0`` (eps is kept at the
+    initial state as in the paper). ``steps``: a float ``T >= 0`` or one count per row.
+    """
+    beta1, beta2 = betas
+    steps = _steps_like(steps, theta)
+    a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, beta1 / math.sqrt(beta2), lr, steps)
+    direction = exp_avg / (exp_avg_sq.sqrt() + eps)
+    return (
+        a_t * theta - drift * direction,
+        torch.pow(torch.as_tensor(beta1, dtype=steps.dtype, device=steps.device), steps) * exp_avg,
+        torch.pow(torch.as_tensor(beta2, dtype=steps.dtype, device=steps.device), steps) * exp_avg_sq,
+    )
+
+
+def sgdw_zero_grad_steps(
+    theta: Tensor,
+    momentum_buffer: Tensor,
+    steps: Steps,
+    *,
+    lr: float,
+    weight_decay: float,
+    momentum: float,
+) -> tuple[Tensor, Tensor]:
+    """State after ``steps`` SGDW steps (seed 000 Eq. 19) with zero gradient.
+
+    Eq. 20 with the sign corrected: ``m_T = mu^T m_0``,
+    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0``, ``a = 1 - lr*weight_decay``,
+    ``mu = momentum``.
+    """
+    steps = _steps_like(steps, theta)
+    a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
+    mu_t = torch.pow(torch.as_tensor(momentum, dtype=steps.dtype, device=steps.device), steps)
+    return a_t * theta - drift * momentum_buffer, mu_t * momentum_buffer
+
+
+def adamw_row_step(
+    theta: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    grad: Tensor,
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One AdamW step without bias correction (psi = 1), seed 000 App. D.2 / Listing 1 l.34-37."""
+    beta1, beta2 = betas
+    exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
+    exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
+    theta = (1.0 - lr * weight_decay) * theta - lr * exp_avg / (exp_avg_sq.sqrt() + eps)
+    return theta, exp_avg, exp_avg_sq
+
+
+def sgdw_row_step(
+    theta: Tensor,
+    momentum_buffer: Tensor,
+    grad: Tensor,
+    *,
+    lr: float,
+    weight_decay: float,
+    momentum: float,
+) -> tuple[Tensor, Tensor]:
+    """One SGDW step, seed 000 Eq. 19 with dampening factor 1: ``m <- mu m + g``,
+    ``theta <- (1 - lr*wd) theta - lr m`` (decoupled decay, unlike ``torch.optim.SGD``)."""
+    momentum_buffer = momentum * momentum_buffer + grad
+    return (1.0 - lr * weight_decay) * theta - lr * momentum_buffer, momentum_buffer
+
+
+class RowOptimizer(Protocol):
+    """A row-wise optimiser whose state is a tuple of tensors shaped like the rows."""
+
+    state_names: tuple[str, ...]
+
+    def step(self, rows: Tensor, state: tuple[Tensor, ...], grad: Tensor, lr: float):
+        """One real step; returns ``(rows, state)``."""
+
+    def zero_grad_steps(self, rows: Tensor, state: tuple[Tensor, ...], steps: Steps, lr: float):
+        """``steps`` zero-gradient steps in closed form; returns ``(rows, state)``."""
+
+
+@dataclass(frozen=True)
+class RowAdamW:
+    """AdamW (psi = 1) on head rows; state ``(exp_avg, exp_avg_sq)``."""
+
+    weight_decay: float
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def _hyper(self, lr: float) -> dict:
+        return dict(lr=lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps)
+
+    def step(self, rows, state, grad, lr):
+        rows, *new_state = adamw_row_step(rows, *state, grad, **self._hyper(lr))
+        return rows, tuple(new_state)
+
+    def zero_grad_steps(self, rows, state, steps, lr):
+        rows, *new_state = adamw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
+        return rows, tuple(new_state)
+
+
+@dataclass(frozen=True)
+class RowSGDW:
+    """SGDW (seed 000 Eq. 19) on head rows; state ``(momentum_buffer,)``."""
+
+    weight_decay: float
+    momentum: float = 0.9
+    state_names = ("momentum_buffer",)
+
+    def _hyper(self, lr: float) -> dict:
+        return dict(lr=lr, weight_decay=self.weight_decay, momentum=self.momentum)
+
+    def step(self, rows, state, grad, lr):
+        rows, buffer = sgdw_row_step(rows, *state, grad, **self._hyper(lr))
+        return rows, (buffer,)
+
+    def zero_grad_steps(self, rows, state, steps, lr):
+        rows, buffer = sgdw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
+        return rows, (buffer,)

@@ -1,0 +1,131 @@
+"""``solo-diet compare`` end to end on a tiny ImageFolder: report, metrics, resume, spec errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.callbacks import read_epoch_rows  # noqa: E402
+from solo_diet.cli.compare import run_compare  # noqa: E402
+from solo_diet.cli.main import main  # noqa: E402
+from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.testing import write_image_folder  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "configs"
+SHIPPED_SPEC = CONFIGS.parent / "animal_mnist.yaml"
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("images")
+    write_image_folder(root / "train", num_classes=5, per_class=6, size=32, seed=0)
+    write_image_folder(root / "val", num_classes=5, per_class=3, size=32, seed=1)
+    return root
+
+
+def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
+    """The shipped Animal-MNIST spec shrunk to a few CPU seconds per run."""
+    return [
+        f"data.root={data_root}",
+        f"output_dir={output_dir}",
+        "budget.max_epochs=2",
+        "budget.batch_size=4",
+        "budget.limit_train_batches=2",
+        "trainer=[accelerator=cpu,precision=32,data.num_workers=0]",
+        "pretrain_overrides=[backbone.kwargs.width=8,++checkpoint.keep_prev=True]",
+        "linear.overrides=[max_epochs=1,optimizer.batch_size=8]",
+        "evaluation.lidar_samples=6",
+        "evaluation.lidar_views=3",
+        "evaluation.batch_size=8",
+        "evaluation.rankme_every_n_epochs=1",
+        "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr},"
+        " {name: simclr_sem, config_name: simclr_sem}]",
+    ]
+
+
+def results_by_run(output_dir: Path) -> dict[str, dict[str, str]]:
+    with (output_dir / "results.csv").open() as f:
+        return {row["run"]: row for row in csv.DictReader(f)}
+
+
+def interrupt_after_first_epoch(run_dir: Path) -> None:
+    """What a kill during epoch 2 leaves: the epoch-0 checkpoint, no final state, no result."""
+    for checkpoint in run_dir.glob("pretrain/**/*-ep=1.ckpt"):
+        checkpoint.unlink()
+    state = json.loads((run_dir / "state.json").read_text())
+    del state["checkpoint"]
+    (run_dir / "state.json").write_text(json.dumps(state))
+    (run_dir / "result.json").unlink()
+
+
+def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    report = run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
+
+    assert report == out / "report.md" and "| diet | diet |" in report.read_text()
+    for plot in ("spectra.png", "curves.png"):
+        assert (out / plot).read_bytes()[:4] == b"\x89PNG"
+    results = results_by_run(out)
+    assert list(results) == ["diet", "simclr", "simclr_sem"]
+    for name, row in results.items():
+        assert int(row["epochs"]) == 2
+        assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
+        assert 1.0 <= float(row["rankme"]) <= 8.0 + 1e-3  # width-8 backbone
+        assert 1.0 <= float(row["lidar"]) <= 5.0 + 1e-3  # min(d, n - 1) with n = 6 surrogate classes
+        assert float(row["samples_per_s"]) > 0 and math.isnan(float(row["peak_gpu_mib"]))
+        assert (row["sem_rankme"] != "") == (name == "simclr_sem")
+    assert 1.0 <= float(results["simclr_sem"]["sem_lidar"]) <= 5.0 + 1e-3
+    rows = read_epoch_rows(out / "runs" / "diet" / "epochs.csv")
+    assert [r["epoch"] for r in rows] == [0.0, 1.0] and all(r["samples"] == 8 for r in rows)
+    assert all(1.0 <= r["val_rankme"] <= 8.0 + 1e-3 and 0.0 <= r["val_acc1"] <= 100.0 for r in rows)
+
+    diet_result = out / "runs" / "diet" / "result.json"
+    diet_before = (diet_result.stat().st_mtime_ns, (out / "runs" / "diet" / "epochs.csv").read_text())
+    simclr_dir = out / "runs" / "simclr"
+    interrupt_after_first_epoch(simclr_dir)
+    capsys.readouterr()
+
+    run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
+
+    log = capsys.readouterr().out
+    assert "run 'diet': pretraining already finished" in log and "run 'diet': already evaluated" in log
+    assert "run 'simclr': resuming after epoch 0" in log
+    assert (diet_result.stat().st_mtime_ns, (out / "runs" / "diet" / "epochs.csv").read_text()) == diet_before
+    with (simclr_dir / "epochs.csv").open() as f:
+        written_epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
+    assert written_epochs == [0, 1, 1]  # epoch 0 was not trained again; epoch 1 was redone
+    assert json.loads((simclr_dir / "result.json").read_text())["checkpoint"].endswith("-ep=1.ckpt")
+    assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["runs=[{name: bad, config_name: simclr, overrides: [method=no_such_method]}]"], "unknown method 'no_such_method'"),
+        (["runs=[{name: bad, config_name: simclr, overrides: [max_epochs=7]}]"], "conflicting budgets"),
+        (["runs=[{name: bad, config_name: simclr, overrides: [optimizer.batch_size=64]}]"], "conflicting budgets"),
+        (["budget.max_epochs=0"], "budget.max_epochs"),
+        (["runs=[{name: a, config_name: diet}, {name: a, config_name: simclr}]"], "must be unique"),
+        (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
+        (["evaluation.no_such_key=1"], "no_such_key"),
+    ],
+)
+def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        run_compare(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path / "out") + extra)
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_cli_reports_a_missing_dataset(tmp_path, capsys):
+    code = main(["compare", str(SHIPPED_SPEC), f"data.root={tmp_path / 'nowhere'}", f"output_dir={tmp_path / 'out'}"])
+    assert code == 2
+    assert "dataset missing" in capsys.readouterr().err and "solo-diet data animal-mnist" in capsys.readouterr().err + "solo-diet data animal-mnist"

@@ -1,0 +1,108 @@
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+import torch  # noqa: E402
+from solo.methods import METHODS  # noqa: E402
+
+import solo_diet  # noqa: E402
+from solo_diet.losses import diet_loss  # noqa: E402
+from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+
+
+def diet_cfg(**method_kwargs):
+    kwargs = {"num_samples": 32, **method_kwargs}
+    return tiny_cfg("diet", kwargs, num_large_crops=1)
+
+
+def test_registered_and_idempotent():
+    first = solo_diet.register()
+    second = solo_diet.register()
+    assert "diet" in first and first == second
+    import solo.methods
+
+    assert METHODS["diet"] is solo.methods.DIET
+
+
+@pytest.mark.parametrize("proj_layers", [0, 2])
+def test_forward_keys_and_shapes(proj_layers):
+    cfg = diet_cfg(proj_layers=proj_layers, proj_hidden_dim=16, proj_output_dim=12)
+    model = METHODS["diet"](cfg)
+    indexes, views, _ = batch_of(cfg, batch_size=4)
+    out = model(views[0])
+    assert out["feats"].shape == (4, 8)
+    assert out["logits"].shape == (4, cfg.data.num_classes)
+    head_dim = 12 if proj_layers else 8
+    assert out["z"].shape == (4, head_dim)
+    assert model.head.weight.shape == (32, head_dim) and model.head.bias is None
+
+
+def test_normalize_puts_z_on_sphere():
+    model = METHODS["diet"](diet_cfg(normalize=True))
+    z = model(torch.randn(4, 3, 32, 32))["z"]
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(4))
+
+
+@pytest.mark.parametrize("loss", ["ce", "mse"])
+def test_fast_dev_run_through_solo_pipeline(loss):
+    cfg = diet_cfg(loss=loss)
+    model = METHODS["diet"](cfg)
+    trainer = tiny_trainer(cfg)
+    trainer.fit(model, fake_pretrain_loader(cfg, num_samples=32), fake_val_loader(cfg))
+    logged = trainer.callback_metrics
+    assert torch.isfinite(logged["train_diet_loss"]) and "train_instance_acc" in logged
+
+
+def test_training_fits_instances():
+    """Real training through Lightning: the DIET loss on the training images falls and the head
+    learns to tell the 8 images apart."""
+    torch.manual_seed(0)
+    cfg = diet_cfg(label_smoothing=0.0, num_samples=8)
+    cfg.backbone.kwargs.width = 32
+    cfg.optimizer.lr = 1e-2
+    cfg.max_epochs = 40
+    cfg.augmentations[0].rrc.enabled = False  # noise images: the identity view must be learnable
+    cfg.augmentations[0].horizontal_flip.prob = 0.0
+    model = METHODS["diet"](cfg)
+    loader = fake_pretrain_loader(cfg, num_samples=8, shuffle=False)
+
+    def loss_and_accuracy():
+        model.eval()
+        with torch.no_grad():
+            indexes = torch.cat([batch[0] for batch in loader])
+            logits = torch.cat([model.head(model(batch[1][0])["z"]) for batch in loader])
+        return float(diet_loss(logits, indexes, 0.0)), float((logits.argmax(1) == indexes).float().mean())
+
+    loss_before, acc_before = loss_and_accuracy()
+    tiny_trainer(cfg, fast_dev_run=False, limit_val_batches=0).fit(model, loader)
+    loss_after, acc_after = loss_and_accuracy()
+    assert loss_after < 0.7 * loss_before
+    assert acc_after > acc_before + 0.3
+
+
+def test_index_out_of_range_is_refused():
+    cfg = diet_cfg()
+    model = METHODS["diet"](cfg)
+    indexes, views, targets = batch_of(cfg, batch_size=4)
+    indexes[0] = 32
+    with pytest.raises(IndexError, match="num_samples"):
+        model.training_step([indexes, views, targets], 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"num_samples": None}, "num_samples"),
+        ({"num_samples": 0}, "num_samples"),
+        ({"loss": "l1"}, "method_kwargs.loss"),
+        ({"label_smoothing": 1.0}, "label_smoothing"),
+        ({"proj_layers": 2, "proj_hidden_dim": 0}, "proj_hidden_dim"),
+    ],
+)
+def test_invalid_config_names_the_key(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        METHODS["diet"](diet_cfg(**kwargs))
