@@ -14,6 +14,7 @@ them with index labels), so it does twice DIET's forward work per epoch: the ``v
 
     python benchmarks/labels_animal_mnist.py                      # GPU, 100 epochs
     python benchmarks/labels_animal_mnist.py --tiny               # CPU smoke run (a few minutes)
+    python benchmarks/labels_animal_mnist.py --runs "diet index,diet_cf index" --epochs 30
 
 Needs ``pip install --no-deps animal-mnist==0.4`` (``solo-diet data animal-mnist`` says so).
 """
@@ -93,16 +94,20 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--limit", type=int, default=None, help="training images kept (stratified); all by default")
+    parser.add_argument("--runs", default=None, help="comma-separated run names to keep (default: all), e.g. 'diet index,diet_cf index'")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run: 200 images, 1 epoch, width 8")
     args = parser.parse_args(argv)
     if args.tiny:
         args.accelerator, args.epochs, args.linear_epochs = "cpu", 1, 1
         args.batch_size, args.linear_batch_size, args.width, args.workers, args.limit = 32, 32, 8, 0, 200
 
+    runs = RUNS if args.runs is None else [run for run in RUNS if run[0] in args.runs.split(",")]
+    if not runs:
+        raise ValueError(f"--runs {args.runs!r} matches none of {[run[0] for run in RUNS]}.")
     workdir = Path(args.workdir).expanduser().resolve()
     data = write_dataset("animal-mnist", str(workdir / "data"), limit=args.limit)
     rows, first_cfg = [], None
-    for name, method, views, method_kwargs in RUNS:
+    for name, method, views, method_kwargs in runs:
         cfg = pretrain_cfg(args, data, workdir, name, method, views, method_kwargs)
         start = time.time()
         ckpt = run_pretrain(cfg)

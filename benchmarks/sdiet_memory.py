@@ -178,7 +178,7 @@ def cases(args):
                 yield method, "-", backbone, None
                 continue
             for num_samples in args.num_samples:
-                for storage in SDIET_STORAGES if method == "sdiet" else ("gpu",):
+                for storage in SDIET_STORAGES if method == "sdiet" else ("device",):
                     yield method, storage, backbone, num_samples
 
 
@@ -213,7 +213,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         args.disk_dir = args.disk_dir or scratch
         for method, storage, backbone, num_samples in cases(args):
-            peak, speed = measure(method, storage if method == "sdiet" else "gpu", backbone, num_samples or 50_000, args)
+            peak, speed = measure(method, storage, backbone, num_samples or 50_000, args)
             n = "-" if num_samples is None else str(num_samples)
             print(f"| {method} | {storage} | {backbone} | {n} | {peak} | {speed} |", flush=True)
 

@@ -78,8 +78,8 @@ class LabelSource(nn.Module):
         keep = torch.ones(self.num_samples if labelled_fraction < 1.0 else 0, dtype=torch.bool)
         if labelled_fraction < 1.0:
             generator = torch.Generator().manual_seed(label_seed)
-            hidden = torch.randperm(self.num_samples, generator=generator)[round(labelled_fraction * self.num_samples) :]
-            keep[hidden] = False
+            num_kept = round(labelled_fraction * self.num_samples)
+            keep[torch.randperm(self.num_samples, generator=generator)[num_kept:]] = False
         self.register_buffer("keep_label", keep, persistent=False)
 
     @property
@@ -91,6 +91,11 @@ class LabelSource(nn.Module):
             "mix": self.num_classes + self.num_samples,
             "groups": int(self.group_rows.max()) + 1 if self.group_rows.numel() else 0,
         }[self.source]
+
+    @property
+    def has_unlabelled(self) -> bool:
+        """Whether some data can get id ``-1`` (only ``class``: ``mix`` falls back to the index)."""
+        return self.source == "class"
 
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
@@ -123,10 +128,14 @@ def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str,
 def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torch.Tensor:
     """Group ids renumbered ``0..G-1`` (sorted order), one per datum."""
     if groups is None:
-        raise ValueError("`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id array).")
+        raise ValueError(
+            "`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id array)."
+        )
     groups = torch.as_tensor(groups)
     if groups.dtype.is_floating_point or groups.dtype == torch.bool or groups.dim() != 1:
-        raise ValueError(f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape {tuple(groups.shape)}.")
+        raise ValueError(
+            f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape {tuple(groups.shape)}."
+        )
     if groups.numel() != num_samples:
         raise ValueError(
             f"the groups array has {groups.numel()} entries but the training set has {num_samples} samples "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import socket
 import uuid
 from dataclasses import dataclass
@@ -131,12 +132,15 @@ class RowStore:
         self.sharing = sharing
         self.writer = sharing is None or sharing.writer
         self.shared_files: list[str] = []
+        if sharing is not None and storage == "cpu":
+            sharing.barrier()  # nothing is allocated yet: every process of the host sees the same free space
+            self._check_shared_memory(sharing.directory)
 
         if self.writer:
             self._allocate_all(directory)
             bound = 1.0 / math.sqrt(dim)
-            generator = torch.Generator().manual_seed(seed)
-            self.tables["rows"].copy_(torch.empty(num_rows, dim, dtype=dtype).uniform_(-bound, bound, generator=generator))
+            init = torch.empty(num_rows, dim, dtype=dtype)
+            self.tables["rows"].copy_(init.uniform_(-bound, bound, generator=torch.Generator().manual_seed(seed)))
             for name in optimizer.state_names:
                 self.tables[name].zero_()
             self.last_step.fill_(-1)
@@ -152,6 +156,17 @@ class RowStore:
         self._stream = torch.cuda.Stream() if self._cuda and self.device.type == "cpu" else None
         self._pending_store: Optional[tuple] = None
         self._prefetched: Optional[tuple] = None
+
+    def _check_shared_memory(self, directory: str) -> None:
+        """Refuse a too small ``/dev/shm`` (touching a page beyond its size would kill the process)."""
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        needed = self.num_rows * (self.dim * itemsize * len(self.names) + 8)
+        free = shutil.disk_usage(directory).free
+        if free < needed:
+            raise RuntimeError(
+                f"the shared row store needs {needed / 2**30:.2f} GiB in {directory}, which has "
+                f"{free / 2**30:.2f} GiB free: enlarge it (docker: --shm-size) or use storage=disk."
+            )
 
     def _allocate_all(self, directory: Optional[str]) -> None:
         shape = (self.num_rows, self.dim)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from solo_diet.methods._common import ConfigError
+from solo_diet.metrics import lidar, rankme, singular_values
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -313,7 +314,6 @@ class Evaluator:
     def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
         from torch.utils.data import DataLoader
 
-        self.spec = spec
         self.settings = spec.evaluation
         use_cuda = torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
         self.device = torch.device("cuda" if use_cuda else "cpu")
@@ -324,21 +324,26 @@ class Evaluator:
         )
         self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
 
-    def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
-        from solo.data.classification_dataloader import prepare_datasets
+    @staticmethod
+    def _probe_transforms(probe_cfg: DictConfig):
+        """The linear probe's (train, val) transforms."""
         from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
         from solo_diet.cli.common import classification_transforms
 
         aug = probe_cfg.data.augmentations
-        transform = None
-        if eval_transform:
-            _, transform = classification_transforms(
-                probe_cfg.data.dataset,
-                aug.crop_size,
-                OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN),
-                OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD),
-            )
+        return classification_transforms(
+            probe_cfg.data.dataset,
+            aug.crop_size,
+            OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN),
+            OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD),
+            OmegaConf.select(aug, "crop_min_scale", default=0.08),
+        )
+
+    def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
+        from solo.data.classification_dataloader import prepare_datasets
+
+        transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
         return prepare_datasets(
             probe_cfg.data.dataset, transform, transform,
             train_data_path=probe_cfg.data.train_path, val_data_path=probe_cfg.data.val_path,
@@ -346,7 +351,6 @@ class Evaluator:
 
     def _lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """``lidar_views`` augmented views of ``lidar_samples`` val images (seeded: identical for every run)."""
-        from solo_diet.cli.common import classification_transforms
         from solo_diet.cli.pretrain import build_pretrain_transform
 
         seed = int(self.settings.seed)
@@ -357,10 +361,7 @@ class Evaluator:
             nodes = OmegaConf.load(self.settings.lidar_augmentations)
             transform = build_pretrain_transform(probe_cfg.data.dataset, nodes[0] if isinstance(nodes, ListConfig) else nodes)
         else:
-            aug = probe_cfg.data.augmentations
-            transform, _ = classification_transforms(
-                probe_cfg.data.dataset, aug.crop_size, aug.mean, aug.std, OmegaConf.select(aug, "crop_min_scale", default=0.08)
-            )
+            transform = self._probe_transforms(probe_cfg)[0]
         _, raw_val = self._datasets(probe_cfg, eval_transform=False)
         count = min(int(self.settings.lidar_samples), len(raw_val))
         chosen = torch.randperm(len(raw_val))[:count].tolist()
@@ -393,10 +394,8 @@ class Evaluator:
         )
         knn.update(train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y)
         knn_acc1, _ = knn.compute()
-        from solo_diet.metrics import lidar, rankme, singular_values
-
         rank_x = val_x[: int(self.settings.rankme_samples)]
-        result: dict[str, Any] = {"knn_acc1": float(knn_acc1), "dim": int(val_x.shape[1])}
+        result: dict[str, Any] = {"knn_acc1": float(knn_acc1)}
         if val_x.shape[1] > self.settings.max_rank_dim:
             _progress(f"  {val_x.shape[1]}-d features > evaluation.max_rank_dim: RankMe/LiDAR skipped")
             return {**result, "rankme": math.nan, "lidar": math.nan, "spectrum": []}

@@ -133,7 +133,9 @@ def _pretrain_data(cfg: DictConfig, method_cls: type):
         from torch.utils.data import DataLoader
 
         batch_sampler = method_cls.train_batch_sampler(cfg, train_dataset)
-        loader = DataLoader(train_dataset, batch_sampler=batch_sampler, num_workers=cfg.data.num_workers, pin_memory=True)
+        loader = DataLoader(
+            train_dataset, batch_sampler=batch_sampler, num_workers=cfg.data.num_workers, pin_memory=True
+        )
     else:
         loader = prepare_dataloader(train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers)
     return loader, len(train_dataset)

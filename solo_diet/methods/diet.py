@@ -109,9 +109,10 @@ class DIET(BaseMethod):
 
         out = super().training_step(batch, batch_idx)
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
-        labelled = ids >= 0
-        logits, ids = self.head(torch.cat(out["z"]))[labelled], ids[labelled]
-        if not bool(labelled.any()):
+        logits = self.head(torch.cat(out["z"]))
+        if self.label_source.has_unlabelled:
+            logits, ids = logits[ids >= 0], ids[ids >= 0]
+        if ids.numel() == 0:
             loss = logits.sum()
         elif self.loss_name == "ce":
             loss = diet_loss(logits, ids, self.label_smoothing)

@@ -53,7 +53,7 @@ class ResidentRows:
 
 
 class SDIET(BaseMethod):
-    """s-DIET: projector, L2 normalisation, batch CE against the batch's head rows (seed 000 Eq. 7).
+    """s-DIET: projector, L2 normalisation, CE against the resident head rows (seed 000 Eq. 7, §5.2).
 
     Extra cfg settings (``method_kwargs``):
         num_samples (int): N, rows of the head; set by ``solo-diet pretrain`` from the dataset.
@@ -61,16 +61,17 @@ class SDIET(BaseMethod):
         proj_hidden_dim (int): projector hidden width. Default 2048.
         proj_output_dim (int): D, projector output width = head row width. Default 2048.
         proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
-        label_smoothing (float): PyTorch smoothing, spread over the B batch classes. Default 0.8.
+        label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default 0.8.
         temperature (float): logits are divided by it. Default 1.0 (paper: none).
         head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
         head_weight_decay (float): decoupled weight decay of the head. Default optimizer.weight_decay.
         head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
         head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
         head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
-        zero_grad_steps (str): ``eager`` (paper: N/B - 1 closed-form steps after each visit) or
+        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit) or
             ``lazy`` (exact: steps since the row's last visit, applied when it is loaded). Default eager.
         storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default cpu.
+            Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
         rows_per_step (int): m of multi-batch CE (seed 000 §5.2): logits over the m*B rows of the
             super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
@@ -227,7 +228,9 @@ class SDIET(BaseMethod):
             return len(batches)
         return int(min(len(batches), self.trainer.num_training_batches))
 
-    def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> Tuple[torch.Tensor, int, int, Optional[torch.Tensor]]:
+    def _super_batch(
+        self, indexes: torch.Tensor, batch_idx: int
+    ) -> Tuple[torch.Tensor, int, int, Optional[torch.Tensor]]:
         """``(super-batch indices, this batch's place k in it, its length, next super-batch or None)``.
 
         Without a SuperBatchSampler the super-batch is the batch itself (m = 1); nothing is prefetched

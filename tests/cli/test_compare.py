@@ -127,5 +127,6 @@ def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path
 
 def test_cli_reports_a_missing_dataset(tmp_path, capsys):
     code = main(["compare", str(SHIPPED_SPEC), f"data.root={tmp_path / 'nowhere'}", f"output_dir={tmp_path / 'out'}"])
+    error = capsys.readouterr().err
     assert code == 2
-    assert "dataset missing" in capsys.readouterr().err and "solo-diet data animal-mnist" in capsys.readouterr().err + "solo-diet data animal-mnist"
+    assert "dataset missing" in error and "solo-diet data animal-mnist" in error

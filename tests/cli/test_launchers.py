@@ -156,3 +156,21 @@ def test_solo_script_sees_plugin_methods(tmp_path, capsys):
     )
     assert main(["solo-script", str(script), "--k", "20"]) == 0
     assert "ARGS ['--k', '20'] True True" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_pretrain_ddp_two_cpu_processes(data, tmp_path):
+    """`devices=2 strategy=ddp` on the CPU: two gloo processes, lr scaled for 2 devices, one checkpoint."""
+    import subprocess
+    import sys
+
+    overrides = [o for o in pretrain_overrides(data, tmp_path) if not o.startswith("devices=")]
+    command = [sys.executable, "-m", "solo_diet.cli.main", "pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"),
+               "--config-name", "diet", "devices=2", "strategy=ddp"] + overrides
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ckpts = sorted((tmp_path / "diet").glob("*/*.ckpt"))
+    assert len(ckpts) == 1
+    args = json.loads((ckpts[0].parent / "args.json").read_text())
+    assert args["devices"] == [0, 1] and args["method_kwargs"]["num_samples"] == NUM_TRAIN
+    assert args["optimizer"]["lr"] == pytest.approx(1e-3 * 4 * 2 / 256)

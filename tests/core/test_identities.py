@@ -12,8 +12,16 @@ import torch.nn.functional as F
 
 from solo_diet.losses import closed_form_head_loss, closed_form_head_loss_from_targets, label_graph
 
-torch.set_default_dtype(torch.float64)
 RTOL = 1e-10
+
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """Every tensor of these tests is float64; the default is restored for the other test modules."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def close(a, b, rtol=RTOL):

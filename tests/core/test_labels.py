@@ -31,12 +31,14 @@ def test_class_source_is_the_target_and_keeps_unlabelled():
     source = LabelSource("class", num_samples=10, num_classes=3)
     assert source.num_rows == 3
     assert source(INDEXES, TARGETS).tolist() == [2, -1, 0, 2, 1]
+    assert source.has_unlabelled
 
 
 def test_mix_source_uses_class_where_known_else_offset_index():
     source = LabelSource("mix", num_samples=10, num_classes=3)
     assert source.num_rows == 13
     assert source(INDEXES, TARGETS).tolist() == [2, 3 + 5, 0, 2, 1]
+    assert not source.has_unlabelled
 
 
 def test_groups_source_renumbers_distinct_groups():

@@ -194,7 +194,7 @@ def test_prefetch_gives_identical_results(storage):
     """Prefetching each next batch (on CPU: a copy made early, the code path of the CUDA side stream)
     changes nothing, also in eager mode and for the gpu storage on the CPU device."""
     for mode in ("eager", "lazy"):
-        plain, early = make(mode, storage=storage, device="cpu", eager_steps=2.0), make(mode, storage=storage, device="cpu", eager_steps=2.0)
+        plain, early = (make(mode, storage=storage, device="cpu", eager_steps=2.0) for _ in range(2))
         run(plain)
         for step, batch in enumerate(BATCHES):
             idx = torch.tensor(batch)
@@ -248,3 +248,9 @@ def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):
     assert torch.equal(reader.tables["rows"][idx], rows + 2.0)
     with pytest.raises(ValueError, match="gpu"):
         make(storage="gpu", sharing=HostSharing("x", True, barrier.wait, directory=str(tmp_path)))
+
+
+def test_host_shared_store_refuses_a_too_small_shared_memory(tmp_path):
+    sharing = HostSharing("big", True, lambda: None, directory=str(tmp_path))
+    with pytest.raises(RuntimeError, match="shm-size"):
+        RowStore(10**9, 10**4, RowAdamW(weight_decay=WD), sharing=sharing)
