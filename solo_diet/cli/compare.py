@@ -199,12 +199,22 @@ def _fingerprint(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _compose(owner: str, config_path: str | Path, config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """``compose_cfg`` with missing files and bad overrides reported as ConfigError naming ``owner``."""
+    from hydra.errors import HydraException
+
+    from solo_diet.cli.common import compose_cfg
+
+    try:
+        return compose_cfg(str(config_path), config_name, overrides)
+    except (FileNotFoundError, HydraException) as err:
+        raise ConfigError(f"{owner}: {str(err).splitlines()[0]}") from err
+
+
 def compose_run(spec: DictConfig, run: Run, run_dir: Path) -> DictConfig:
     """The run's pretraining cfg: its YAML + trainer + run overrides, then the spec's budget, data
     and checkpointing (which nothing else may set)."""
     from solo.methods import METHODS
-
-    from solo_diet.cli.common import compose_cfg
 
     budget = [_quoted(target, spec.budget[key]) for key, target in BUDGET_TARGETS.items() if spec.budget[key] is not None]
     forced = [
@@ -217,16 +227,18 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path) -> DictConfig:
     ]
     shared = [str(o) for o in spec.trainer] + [str(o) for o in spec.pretrain_overrides]
     overrides = shared + run.overrides + budget + _data_overrides(spec) + forced
-    try:
-        cfg = compose_cfg(str(run.config_path), run.config_name, overrides)
-    except FileNotFoundError as err:
-        raise ConfigError(f"run {run.name!r}: {err}") from err
+    cfg = _compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
     if cfg.get("method") not in METHODS:
         raise ConfigError(
             f"run {run.name!r}: unknown method {cfg.get('method')!r}; registered methods: {sorted(METHODS)}."
         )
     if OmegaConf.select(cfg, "max_steps") not in (None, -1):
         raise ConfigError(f"conflicting budgets: run {run.name!r} sets max_steps={cfg.max_steps}; the budget is epochs.")
+    if spec.budget.limit_train_batches is None and OmegaConf.select(cfg, "limit_train_batches") not in (None, 1.0):
+        raise ConfigError(
+            f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets limit_train_batches="
+            f"{cfg.limit_train_batches}; set `budget.limit_train_batches` for every run instead."
+        )
     return cfg
 
 
@@ -295,8 +307,6 @@ def pretrain(spec: DictConfig, run: Run, cfg: DictConfig, run_dir: Path) -> tupl
 
 def compose_linear(spec: DictConfig, checkpoint: Path, run_dir: Path) -> DictConfig:
     """The offline probe cfg, identical for every run but for the checkpoint."""
-    from solo_diet.cli.common import compose_cfg
-
     forced = [
         _quoted("pretrained_feature_extractor", checkpoint),
         _quoted("checkpoint.dir", run_dir / "linear"),
@@ -305,7 +315,7 @@ def compose_linear(spec: DictConfig, checkpoint: Path, run_dir: Path) -> DictCon
         "++wandb.enabled=False",
     ]
     overrides = [str(o) for o in spec.trainer] + [str(o) for o in spec.linear.overrides] + _data_overrides(spec) + forced
-    return compose_cfg(spec.linear.config_path, spec.linear.config_name, overrides)
+    return _compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
 
 class Evaluator:
@@ -469,6 +479,7 @@ def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
     runs = parse_runs(spec)
     out = Path(spec.output_dir)
     cfgs = {run.name: compose_run(spec, run, out / "runs" / run.name) for run in runs}
+    compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe config fails before training
     _progress(f"{spec.name}: {len(runs)} runs, {spec.budget.max_epochs} epochs at batch {spec.budget.batch_size} -> {out}")
     eval_fingerprint = _fingerprint(OmegaConf.to_container(spec.evaluation) | {"linear": OmegaConf.to_container(spec.linear)})
     evaluator_cache: dict = {}
