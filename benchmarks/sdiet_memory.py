@@ -15,12 +15,17 @@ cost; dataset indices from a seeded permutation of N, the SuperBatchSampler's or
 * ``supervised``: backbone + ``Linear(d, 256)`` cross-entropy on 256 classes (a plain reference).
 
 Only sdiet and diet have per-sample state; the other methods run once per backbone (N column "-").
-Peak memory is ``torch.cuda.max_memory_allocated`` over the whole run (model, optimizer, head, the
-synthetic batch); samples/s is ``B * steps / wall time`` of the timed steps after the warm-up. A case
-that does not fit prints ``OOM``. Prints one table.
+Every case runs in a fresh Python process (its own CUDA context, caching allocators and page cache
+pressure; its disk files deleted afterwards), so no case sees another's tables and the order of the
+cases changes no number. Peak memory is ``torch.cuda.max_memory_allocated`` over the case (model,
+optimizer, head, the synthetic batch); samples/s is ``B * steps / wall time`` of the timed steps after
+the warm-up. For s-DIET each case checks where the tables live (``gpu`` on the CUDA device, ``cpu`` in
+host RAM, ``disk`` in files of ``--disk-dir``) and that every step after the first used the prefetched
+rows of the known order. A case that does not fit prints ``OOM``; one past ``--case-timeout`` prints
+``timeout``. Prints one table.
 
-    python benchmarks/sdiet_memory.py                 # about 6-8 minutes on one H100
-    python benchmarks/sdiet_memory.py --quick         # fewer steps
+    python benchmarks/sdiet_memory.py --backbones resnet18    # about 6 minutes on one H200
+    python benchmarks/sdiet_memory.py --backbones resnet50    # about 8 minutes on one H200
     # plumbing check on a CPU (numbers meaningless):
     python benchmarks/sdiet_memory.py --quick --device cpu
 """
@@ -28,8 +33,12 @@ that does not fit prints ``OOM``. Prints one table.
 from __future__ import annotations
 
 import argparse
-import gc
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Optional
@@ -94,8 +103,10 @@ class SyntheticBatches:
         return len(self.batch_sampler)
 
     def __iter__(self):
+        cuda = self.image.is_cuda
         for indexes in self.batch_sampler:
-            yield [torch.tensor(indexes, device=self.image.device), [self.image] * self.views, self.targets]
+            indexes = torch.tensor(indexes).pin_memory() if cuda else torch.tensor(indexes)
+            yield [indexes.to(self.image.device, non_blocking=True), [self.image] * self.views, self.targets]
 
 
 class Timer(Callback):
@@ -118,8 +129,23 @@ class Timer(Callback):
         self.seconds = time.perf_counter() - self.start
 
 
+def check_row_store(model: BaseMethod, storage: str, args) -> None:
+    """s-DIET's tables are where ``storage`` says, and every step after the first used prefetched rows."""
+    store = model.row_store
+    expected = torch.device(args.device) if storage == "gpu" else torch.device("cpu")
+    for name, table in store.tables.items():
+        if table.device.type != expected.type:
+            raise RuntimeError(f"storage={storage}: table {name} is on {table.device}, expected {expected}")
+        if storage == "disk" and not os.path.isfile(os.path.join(args.disk_dir, f"{name}.bin")):
+            raise RuntimeError(f"storage=disk: table {name} has no file in {args.disk_dir}")
+    if store.prefetch_hits != args.warmup + args.steps - 1:
+        raise RuntimeError(
+            f"storage={storage}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads used prefetched rows"
+        )
+
+
 def measure(method: str, storage: str, backbone: str, num_samples: int, args) -> tuple[str, str]:
-    """``(peak MiB, samples/s)`` of one case, or ``("OOM", "-")``."""
+    """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``."""
     size, dataset = BACKBONES[backbone]
     views = 2 if method in ("simclr", "byol", "barlow_twins") else 1
     cfg = tiny_cfg(
@@ -137,11 +163,9 @@ def measure(method: str, storage: str, backbone: str, num_samples: int, args) ->
     cfg.optimizer.weight_decay = 0.05
     cfg.scheduler.name = "none"
     cuda = args.device == "cuda"
-    model = trainer = batches = None
+    if cuda and torch.cuda.memory_allocated() != 0:
+        raise RuntimeError("the case does not start from an empty GPU: run it in a fresh process")
     try:
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
         model = (Supervised if method == "supervised" else METHODS[method])(cfg)
         model = model.to(memory_format=torch.channels_last)
         generator = torch.Generator().manual_seed(0)
@@ -157,17 +181,35 @@ def measure(method: str, storage: str, backbone: str, num_samples: int, args) ->
             num_sanity_val_steps=0, benchmark=cuda,
         )
         trainer.fit(model, batches)
-        if method == "sdiet" and model.super_batch_sampler is not sampler:
-            raise RuntimeError("s-DIET did not find the SuperBatchSampler: nothing was prefetched")
+        if method == "sdiet":
+            if model.super_batch_sampler is not sampler:
+                raise RuntimeError("s-DIET did not find the SuperBatchSampler: nothing was prefetched")
+            check_row_store(model, storage, args)
         peak = f"{torch.cuda.max_memory_allocated() / 2**20:.0f}" if cuda else "-"
         return peak, f"{args.batch_size * args.steps / timer.seconds:.0f}"
     except torch.cuda.OutOfMemoryError:
         return "OOM", "-"
+
+
+CASE_SETTINGS = ("device", "batch_size", "precision", "warmup", "steps", "proj_dim")
+
+
+def run_case(method: str, storage: str, backbone: str, num_samples: Optional[int], args) -> tuple[str, str]:
+    """One case in a fresh Python process (``--case``); its disk files are deleted afterwards."""
+    disk_dir = os.path.join(args.disk_dir, f"{method}-{storage}-{backbone}-{num_samples}")
+    case = {"case": [method, storage, backbone, num_samples or 50_000], "disk_dir": disk_dir,
+            **{key: getattr(args, key) for key in CASE_SETTINGS}}
+    command = [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.case_timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", "-"
     finally:
-        del model, trainer, batches
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
+        shutil.rmtree(disk_dir, ignore_errors=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        return "error", "-"
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def cases(args):
@@ -190,21 +232,22 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, nargs="+", default=[50_000, 128_000, 1_280_000])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--precision", default="bf16-mixed")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--proj-dim", type=int, default=None, help="shrink every projector width (CPU check)")
     parser.add_argument("--disk-dir", default=None, help="folder of the disk storage (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="2 warm-up + 3 timed steps; on --device cpu, tiny")
+    parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds one case may take")
+    parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # internal: one case, JSON
     args = parser.parse_args()
+    if args.case is not None:
+        run_one_case(json.loads(args.case))
+        return
     if args.quick:
         args.warmup, args.steps = 2, 3
         if args.device == "cpu":
             args.backbones, args.num_samples, args.batch_size = ["cp_resnet8"], [64, 128], 8
             args.proj_dim, args.precision = args.proj_dim or 32, "32"
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    logging.getLogger().setLevel(logging.ERROR)  # solo-learn's per-run scheduler_interval warning
-    solo_diet.register()
-
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"# s-DIET memory/throughput, {device}, batch {args.batch_size}, {args.precision}, "
           f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 at 224 px")
@@ -213,9 +256,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         args.disk_dir = args.disk_dir or scratch
         for method, storage, backbone, num_samples in cases(args):
-            peak, speed = measure(method, storage, backbone, num_samples or 50_000, args)
+            peak, speed = run_case(method, storage, backbone, num_samples, args)
             n = "-" if num_samples is None else str(num_samples)
             print(f"| {method} | {storage} | {backbone} | {n} | {peak} | {speed} |", flush=True)
+
+
+def run_one_case(case: dict) -> None:
+    """The ``--case`` process: measure one case, print ``[peak, samples/s]`` as its last line."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    logging.getLogger().setLevel(logging.ERROR)  # solo-learn's per-run scheduler_interval warning
+    solo_diet.register()
+    method, storage, backbone, num_samples = case.pop("case")
+    print(json.dumps(measure(method, storage, backbone, num_samples, argparse.Namespace(**case))))
 
 
 if __name__ == "__main__":

@@ -37,8 +37,15 @@ def backbone() -> torch.nn.Module:
 
 
 def batches(num_samples: int, batch_size: int, steps: int) -> list[torch.Tensor]:
-    order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(1))
-    return [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
+    """``steps`` batches of distinct indices, a fresh seeded permutation each epoch (drop-last)."""
+    per_epoch = num_samples // batch_size
+    if per_epoch == 0:
+        raise ValueError(f"--num-samples {num_samples} is smaller than one batch of {batch_size}")
+    plan: list[torch.Tensor] = []
+    for epoch in range(-(-steps // per_epoch)):
+        order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(1 + epoch))
+        plan += list(order[: per_epoch * batch_size].split(batch_size))
+    return plan[:steps]
 
 
 def images(indexes: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -27,9 +27,14 @@ Steps = Union[float, Tensor]
 _EQUAL_RATES = 1e-12
 
 
-def _steps_like(steps: Steps, like: Tensor) -> Tensor:
-    """``steps`` as a tensor broadcasting over ``like``: a scalar, or one count per row (leading dim)."""
-    steps = torch.as_tensor(steps, dtype=like.dtype, device=like.device)
+def _steps_like(steps: Steps, like: Tensor) -> Steps:
+    """``steps`` checked ``>= 0``: a Python float stays one (no device scalar, no host sync per step);
+    a tensor (one count per row, leading dim) is moved to ``like`` and shaped to broadcast over it."""
+    if not isinstance(steps, Tensor):
+        if steps < 0:
+            raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
+        return float(steps)
+    steps = steps.to(dtype=like.dtype, device=like.device)
     if bool((steps < 0).any()):
         raise ValueError(f"zero-gradient step counts must be >= 0, got min {steps.min().item()}")
     if steps.dim() == 1 and like.dim() > 1:
@@ -37,13 +42,17 @@ def _steps_like(steps: Steps, like: Tensor) -> Tensor:
     return steps
 
 
-def _decay_and_drift(a: float, mu: float, lr: float, steps: Tensor) -> tuple[Tensor, Tensor]:
+def _power(base: float, steps: Steps) -> Steps:
+    """``base ** steps`` for a float or a tensor of step counts."""
+    return base**steps if isinstance(steps, float) else torch.pow(base, steps)
+
+
+def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Steps, Steps]:
     """``(a^T, c_T)`` with ``c_T = lr * sum_{k=1..T} a^(T-k) mu^k = lr*mu*(a^T - mu^T)/(a - mu)``.
 
     For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
     """
-    a_t = torch.pow(torch.as_tensor(a, dtype=steps.dtype, device=steps.device), steps)
-    mu_t = torch.pow(torch.as_tensor(mu, dtype=steps.dtype, device=steps.device), steps)
+    a_t, mu_t = _power(a, steps), _power(mu, steps)
     if abs(a - mu) < _EQUAL_RATES:
         return a_t, lr * steps * mu_t
     return a_t, lr * mu * (a_t - mu_t) / (a - mu)
@@ -74,8 +83,8 @@ def adamw_zero_grad_steps(
     direction = exp_avg / (exp_avg_sq.sqrt() + eps)
     return (
         a_t * theta - drift * direction,
-        torch.pow(torch.as_tensor(beta1, dtype=steps.dtype, device=steps.device), steps) * exp_avg,
-        torch.pow(torch.as_tensor(beta2, dtype=steps.dtype, device=steps.device), steps) * exp_avg_sq,
+        _power(beta1, steps) * exp_avg,
+        _power(beta2, steps) * exp_avg_sq,
     )
 
 
@@ -96,8 +105,7 @@ def sgdw_zero_grad_steps(
     """
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
-    mu_t = torch.pow(torch.as_tensor(momentum, dtype=steps.dtype, device=steps.device), steps)
-    return a_t * theta - drift * momentum_buffer, mu_t * momentum_buffer
+    return a_t * theta - drift * momentum_buffer, _power(momentum, steps) * momentum_buffer
 
 
 def adamw_row_step(

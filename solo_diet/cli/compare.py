@@ -4,8 +4,10 @@ Each run of the spec is pretrained with ``run_pretrain`` (a finished run is not 
 interrupted one resumes from its last epoch checkpoint), then every checkpoint is evaluated the
 same way: offline linear probe (``run_linear``: solo-learn's LinearModel), weighted kNN
 (``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``, spec Sec. 6.5)
-on the backbone features and, for ``<name>_sem`` runs, on the SEM representation too; pretraining
-cost comes from ``solo_diet.callbacks.EpochCostLogger``. Output: ``report.md``, ``results.csv``,
+on the backbone features and, for ``<name>_sem`` runs, on the SEM representation too (with a second
+linear probe, ``probe: sem``); k-means clustering scores of the L2-normalised val features and, for
+code-logit methods (``cplearn*``), of the argmax codes (``solo_diet.metrics.kmeans`` /
+``clustering_report``); pretraining cost comes from ``solo_diet.callbacks.EpochCostLogger``. Output: ``report.md``, ``results.csv``,
 PNG plots and one folder per run. The spec format is in docs/readme/compare.md.
 """
 
@@ -28,7 +30,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from solo_diet.methods._common import ConfigError
-from solo_diet.metrics import lidar, rankme, singular_values
+from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -52,6 +54,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
         "max_rank_dim": 4096,
         "sem_tau": None,
         "rankme_every_n_epochs": 0,
+        "clustering": True,
         "seed": 0,
     },
     "runs": [],
@@ -63,8 +66,12 @@ BUDGET_TARGETS = {"max_epochs": "max_epochs", "batch_size": "optimizer.batch_siz
 SPEC_OWNED = ("data.dataset", "data.train_path", "data.val_path", "checkpoint.dir", "checkpoint.enabled",
               "checkpoint.frequency", "auto_resume.enabled", "wandb.enabled", "name", "max_steps")
 RESULT_COLUMNS = ("run", "method", "epochs", "linear_acc1", "linear_loss", "knn_acc1", "rankme", "lidar",
-                  "sem_knn_acc1", "sem_rankme", "sem_lidar", "pretrain_wall_s", "train_s", "samples_per_s",
-                  "peak_gpu_mib", "checkpoint")
+                  "kmeans_nmi", "kmeans_ami", "kmeans_ari", "kmeans_acc", "kmeans_chance_nmi",
+                  "codes_nmi", "codes_ami", "codes_used", "sem_linear_acc1", "sem_knn_acc1", "sem_rankme",
+                  "sem_lidar", "pretrain_wall_s", "train_s", "samples_per_s", "peak_gpu_mib", "checkpoint")
+KMEANS_SCORES = {"nmi": "kmeans_nmi", "ami": "kmeans_ami", "ari": "kmeans_ari", "hungarian_acc": "kmeans_acc",
+                 "chance_nmi": "kmeans_chance_nmi"}
+CODE_SCORES = {"nmi": "codes_nmi", "ami": "codes_ami", "codes_used": "codes_used"}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -305,9 +312,10 @@ def pretrain(spec: DictConfig, run: Run, cfg: DictConfig, run_dir: Path) -> tupl
     return checkpoint, True
 
 
-def compose_linear(spec: DictConfig, checkpoint: Path, run_dir: Path) -> DictConfig:
-    """The offline probe cfg, identical for every run but for the checkpoint."""
-    forced = [
+def compose_linear(spec: DictConfig, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()) -> DictConfig:
+    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``: the
+    representation overrides of the SEM probe)."""
+    forced = [*probe,
         _quoted("pretrained_feature_extractor", checkpoint),
         _quoted("checkpoint.dir", run_dir / "linear"),
         "++checkpoint.enabled=False",
@@ -392,8 +400,23 @@ class Evaluator:
         chunks = self.lidar_views.split(int(self.settings.batch_size))
         return torch.cat([model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks])
 
-    def measure(self, model: torch.nn.Module) -> dict[str, Any]:
-        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation."""
+    def cluster_scores(self, val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, float]:
+        """k-means (k = number of classes) of the L2-normalised features, scored against the labels."""
+        clusters = kmeans(
+            torch.nn.functional.normalize(val_x.double(), dim=1), int(torch.unique(val_y).numel()), seed=int(self.settings.seed)
+        ).assignments
+        report = clustering_report(val_y, clusters, seed=int(self.settings.seed))
+        return {column: report[key] for key, column in KMEANS_SCORES.items()}
+
+    def code_scores(self, method_model: torch.nn.Module) -> dict[str, float]:
+        """Clustering scores of the argmax codes ``forward(x)["z"].argmax()`` on the val split."""
+        codes, val_y = self._features(_ArgmaxCodes(method_model).to(self.device).eval(), self.val_loader)
+        report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
+        return {column: report[key] for key, column in CODE_SCORES.items()}
+
+    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
+        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
+        (+ the k-means scores when ``cluster``)."""
         from solo.utils.knn import WeightedKNNClassifier
 
         model = model.to(self.device).eval()
@@ -406,6 +429,8 @@ class Evaluator:
         knn_acc1, _ = knn.compute()
         rank_x = val_x[: int(self.settings.rankme_samples)]
         result: dict[str, Any] = {"knn_acc1": float(knn_acc1)}
+        if cluster:
+            result.update(self.cluster_scores(val_x, val_y))
         if val_x.shape[1] > self.settings.max_rank_dim:
             _progress(f"  {val_x.shape[1]}-d features > evaluation.max_rank_dim: RankMe/LiDAR skipped")
             return {**result, "rankme": math.nan, "lidar": math.nan, "spectrum": []}
@@ -416,6 +441,27 @@ class Evaluator:
             spectrum=(sigma / sigma[0]).tolist() if sigma[0] > 0 else [],
         )
         return result
+
+
+class _ArgmaxCodes(torch.nn.Module):
+    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+
+    def __init__(self, method_model: torch.nn.Module):
+        super().__init__()
+        self.method_model = method_model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.method_model(images)["z"].argmax(1, keepdim=True)
+
+
+def _method_model(checkpoint: Path) -> torch.nn.Module:
+    """The whole pretrained method (projector and heads included), rebuilt from ``args.json``."""
+    from solo.methods import METHODS
+
+    cfg = OmegaConf.create(json.loads((checkpoint.parent / "args.json").read_text()))
+    model = METHODS[cfg.method](cfg)
+    model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"], strict=True)
+    return model
 
 
 def _backbone(checkpoint: Path) -> torch.nn.Module:
@@ -457,12 +503,22 @@ def evaluate(spec: DictConfig, run: Run, method: str, checkpoint: Path, run_dir:
     probe = run_linear(probe_cfg)
     result: dict[str, Any] = {"run": run.name, "method": method, "checkpoint": str(checkpoint)}
     result.update(linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan))
-    _progress(f"run {run.name!r}: kNN, RankMe, LiDAR on backbone features")
-    backbone = evaluator.measure(_backbone(checkpoint))
-    result.update({k: backbone[k] for k in ("knn_acc1", "rankme", "lidar")}, spectrum=backbone["spectrum"])
+    clustering = bool(spec.evaluation.clustering)
+    _progress(f"run {run.name!r}: kNN, RankMe, LiDAR" + (", k-means" if clustering else "") + " on backbone features")
+    backbone = evaluator.measure(_backbone(checkpoint), cluster=clustering)
+    result.update({k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"])
+    if clustering and method.startswith("cplearn"):
+        _progress(f"run {run.name!r}: clustering scores of the argmax codes")
+        result.update(evaluator.code_scores(_method_model(checkpoint)))
     if method.endswith("_sem"):
         from solo_diet.methods.sem import sem_feature_extractor
 
+        _progress(f"run {run.name!r}: linear probe on the SEM representation")
+        tau = spec.evaluation.sem_tau
+        sem_probe = run_linear(
+            compose_linear(spec, checkpoint, run_dir, ["++probe=sem"] + ([] if tau is None else [f"++sem_tau={tau}"]))
+        )
+        result["sem_linear_acc1"] = sem_probe.get("val_acc1", math.nan)
         _progress(f"run {run.name!r}: kNN, RankMe, LiDAR on the SEM representation")
         sem = evaluator.measure(sem_feature_extractor(checkpoint, checkpoint.parent / "args.json", spec.evaluation.sem_tau))
         result.update({f"sem_{k}": sem[k] for k in ("knn_acc1", "rankme", "lidar")}, sem_spectrum=sem["spectrum"])
@@ -504,6 +560,7 @@ def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
         _progress(
             f"run {run.name!r}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
             f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
+            + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
         )
     report = write_report(spec, results, out)
     _progress(f"report: {report}")
@@ -600,7 +657,11 @@ def write_report(spec: DictConfig, results: list[dict], out: Path) -> Path:
         f"{settings.knn_distance}), train bank -> val, eval transform.",
         f"- `rankme`: RankMe of the first {settings.rankme_samples} val features (uncentred). "
         f"`lidar`: LiDAR on {settings.lidar_samples} val images x {settings.lidar_views} augmented views "
-        f"(delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of `_sem` runs.",
+        f"(delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of `_sem` runs "
+        "(`sem_linear_acc1`: the same probe with `probe: sem`).",
+        "- `kmeans_*`: k-means++ / Lloyd (k = number of classes, 5 seeded starts) of the L2-normalised val "
+        "features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. `codes_*`: NMI, AMI and "
+        "number of used codes of the argmax code of `cplearn*` runs on the val split.",
         "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); `train_s`, "
         "`samples_per_s`, `peak_gpu_mib`: summed / max over epochs of the training loops (EpochCostLogger).",
         "",

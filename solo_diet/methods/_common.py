@@ -9,6 +9,7 @@ import torch
 from solo.utils.misc import omegaconf_select
 from torch import nn
 
+from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
 from solo_diet.nn import mlp_projector
 
 
@@ -63,6 +64,18 @@ def fill_and_check_num_samples(cfg: omegaconf.DictConfig) -> int:
         "method_kwargs.num_samples",
         "It is the number of training samples (after data.fraction); `solo-diet pretrain` fills it.",
     )
+
+
+def fill_and_check_labels(cfg: omegaconf.DictConfig) -> None:
+    """Fill the label-source keys (:data:`solo_diet.labels.LABEL_DEFAULTS`) and build the source once, so a
+    bad source, an unreadable groups file or class labels on an unlabelled dataset fail at config time."""
+    for key, default in LABEL_DEFAULTS.items():
+        fill_default(cfg, f"method_kwargs.{key}", default)
+    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
+    try:
+        label_source_from_kwargs(cfg.method_kwargs, omegaconf_select(cfg, "data.num_classes", None), has_labels)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
 
 
 def fill_and_check_projector(cfg: omegaconf.DictConfig, default_layers: int, min_layers: int) -> None:

@@ -17,13 +17,13 @@ from solo_diet.methods._common import (
     check_choice,
     check_range,
     check_sample_indexes,
+    fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
     fill_default,
     online_probe_loss,
     projector_from_cfg,
 )
-from solo_diet.methods.diet_cf import fill_and_check_labels
 
 
 class DIET(BaseMethod):

@@ -14,28 +14,17 @@ import torch
 from solo.methods.base import BaseMethod
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 
-from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
+from solo_diet.labels import label_source_from_kwargs
 from solo_diet.losses import closed_form_head_loss
 from solo_diet.methods._common import (
     ConfigError,
+    fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
     fill_default,
     online_probe_loss,
     projector_from_cfg,
 )
-
-
-def fill_and_check_labels(cfg: omegaconf.DictConfig) -> None:
-    """Fill the label-source keys (:data:`solo_diet.labels.LABEL_DEFAULTS`) and build the source once, so a
-    bad source, an unreadable groups file or class labels on an unlabelled dataset fail at config time."""
-    for key, default in LABEL_DEFAULTS.items():
-        fill_default(cfg, f"method_kwargs.{key}", default)
-    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
-    try:
-        label_source_from_kwargs(cfg.method_kwargs, omegaconf_select(cfg, "data.num_classes", None), has_labels)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
 
 
 class LabelledProjectionMethod(BaseMethod):

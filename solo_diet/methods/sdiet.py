@@ -9,6 +9,11 @@ With ``rows_per_step = m`` (multi-batch CE, seed 000 §5.2, spec §3.8) the data
 steps, every resident row takes a real step at each of them, and on leaving the rows get the
 closed-form zero-gradient steps until their next visit (``T = N/B - m``) and are written back.
 Knowing the order also lets the next super-batch's rows be prefetched while the current one trains.
+
+Any label source of :mod:`solo_diet.labels` can replace the dataset index (``labels``): the head then has
+one row per label id, a batch loads the rows of its distinct ids and each datum's target is the row of
+its id (several positives per row for ``class``); this path uses batch CE (m = 1), lazy zero-gradient
+steps and no prefetch (the next batch's ids depend on its targets).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from solo.methods.base import BaseMethod
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
+from solo_diet.labels import batch_rows, label_source_from_kwargs
 from solo_diet.losses import sdiet_multi_batch_cross_entropy
 from solo_diet.methods._common import (
     ConfigError,
@@ -30,6 +36,7 @@ from solo_diet.methods._common import (
     check_positive_int,
     check_range,
     check_sample_indexes,
+    fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
     fill_default,
@@ -56,7 +63,12 @@ class SDIET(BaseMethod):
     """s-DIET: projector, L2 normalisation, CE against the resident head rows (seed 000 Eq. 7, §5.2).
 
     Extra cfg settings (``method_kwargs``):
-        num_samples (int): N, rows of the head; set by ``solo-diet pretrain`` from the dataset.
+        num_samples (int): N, dataset size; set by ``solo-diet pretrain`` from the dataset.
+        labels (str): ``index`` (one row per sample, the paper) | ``class`` | ``mix`` | ``groups``: the
+            label id, i.e. head row, of each datum (``solo_diet.labels``). Default index.
+        labelled_fraction (float): fraction of the data whose class is kept (class/mix). Default 1.0.
+        label_seed (int): seed of that subset. Default 0.
+        groups_path (str): ``.npy``/``.pt``/``.txt`` index -> group id array (groups). Default None.
         proj_layers (int): layers of the ReLU MLP projector. Default 3 (seed 000 §6).
         proj_hidden_dim (int): projector hidden width. Default 2048.
         proj_output_dim (int): D, projector output width = head row width. Default 2048.
@@ -68,8 +80,9 @@ class SDIET(BaseMethod):
         head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
         head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
         head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
-        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit) or
-            ``lazy`` (exact: steps since the row's last visit, applied when it is loaded). Default eager.
+        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only with
+            ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied when it is
+            loaded). Default eager for ``labels=index``, else lazy.
         storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default cpu.
             Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
@@ -87,6 +100,7 @@ class SDIET(BaseMethod):
         kwargs = cfg.method_kwargs
         self.projector, self.head_dim = projector_from_cfg(self.features_dim, kwargs)
         self.num_samples: int = kwargs.num_samples
+        self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
         self.label_smoothing: float = kwargs.label_smoothing
         self.temperature: float = kwargs.temperature
         self.rows_per_step: int = kwargs.rows_per_step
@@ -109,6 +123,7 @@ class SDIET(BaseMethod):
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
         self._epoch_batches: Optional[Tuple[int, torch.Tensor]] = None
         self._resident: Optional[ResidentRows] = None
+        self._pending_order: Optional[tuple] = None
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
@@ -128,6 +143,8 @@ class SDIET(BaseMethod):
 
         fill_and_check_num_samples(cfg)
         fill_and_check_projector(cfg, default_layers=3, min_layers=1)
+        fill_and_check_labels(cfg)
+        by_index = cfg.method_kwargs.labels == "index"
         fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
         fill_default(cfg, "method_kwargs.temperature", 1.0)
         fill_default(cfg, "method_kwargs.head_optimizer", "adamw")
@@ -135,7 +152,7 @@ class SDIET(BaseMethod):
         fill_default(cfg, "method_kwargs.head_betas", list(optimizer_kwargs.get("betas", [0.9, 0.999])))
         fill_default(cfg, "method_kwargs.head_eps", optimizer_kwargs.get("eps", 1e-8))
         fill_default(cfg, "method_kwargs.head_momentum", optimizer_kwargs.get("momentum", 0.9))
-        fill_default(cfg, "method_kwargs.zero_grad_steps", "eager")
+        fill_default(cfg, "method_kwargs.zero_grad_steps", "eager" if by_index else "lazy")
         fill_default(cfg, "method_kwargs.storage", "cpu")
         fill_default(cfg, "method_kwargs.storage_dir", None)
         fill_default(cfg, "method_kwargs.rows_per_step", 1)
@@ -156,6 +173,18 @@ class SDIET(BaseMethod):
             raise ConfigError("`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files).")
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
         check_bool(cfg, "method_kwargs.prefetch")
+        if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
+            raise ConfigError(
+                f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
+                f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once every N/B - 1 "
+                "steps, false for class/mix/groups rows. Set `method_kwargs.zero_grad_steps=lazy`."
+            )
+        if not by_index and cfg.method_kwargs.rows_per_step != 1:
+            raise ConfigError(
+                f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
+                f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the targets of batches "
+                "not loaded yet. Set `method_kwargs.rows_per_step=1`."
+            )
         if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
             raise ConfigError(
                 "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
@@ -177,12 +206,19 @@ class SDIET(BaseMethod):
         """
         if self._row_store is None:
             storage = self._store_kwargs["storage"]
+            sharing = host_sharing() if storage in ("cpu", "disk") else None
+            if sharing is not None and self.label_source.source != "index":
+                raise ConfigError(
+                    f"`method_kwargs.labels={self.label_source.source}` with several processes needs "
+                    "`method_kwargs.storage=gpu`: a host-shared store writes one step late, and class rows "
+                    "recur in consecutive batches."
+                )
             self._row_store = RowStore(
-                self.num_samples,
+                self.label_source.num_rows,
                 self.head_dim,
                 self.head_optimizer,
                 device=self.device,
-                sharing=host_sharing() if storage in ("cpu", "disk") else None,
+                sharing=sharing,
                 **self._store_kwargs,
             )
             if self._pending_snapshot is not None:
@@ -215,6 +251,11 @@ class SDIET(BaseMethod):
                 "`method_kwargs.rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
                 "solo_diet.samplers.SuperBatchSampler (SDIET.train_batch_sampler; `solo-diet pretrain` installs it)."
             )
+        if sampler is not None and sampler.num_samples > self.num_samples:
+            raise ConfigError(
+                f"the SuperBatchSampler orders {sampler.num_samples} samples, `method_kwargs.num_samples` is "
+                f"{self.num_samples}: build the sampler with SDIET.train_batch_sampler on the training set."
+            )
         if sampler is not None and sampler.rows_per_step != self.rows_per_step:
             raise ConfigError(
                 f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, "
@@ -228,25 +269,60 @@ class SDIET(BaseMethod):
             return len(batches)
         return int(min(len(batches), self.trainer.num_training_batches))
 
+    def _check_order(self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int) -> None:
+        """The batch must be the SuperBatchSampler's. On a CUDA device the comparison is deferred by one
+        step (an asynchronous copy of the indices, checked at the next step or epoch end): no host sync."""
+        self._check_pending_order()
+        if indexes.is_cuda:
+            seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
+            seen.copy_(indexes, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending_order = (batch_idx, expected, seen, event)
+        else:
+            self._pending_order = (batch_idx, expected, indexes, None)
+            self._check_pending_order()
+
+    def _check_pending_order(self) -> None:
+        if self._pending_order is None:
+            return
+        batch_idx, expected, seen, event = self._pending_order
+        self._pending_order = None
+        if event is not None:
+            event.synchronize()
+        if not torch.equal(expected, seen):
+            raise RuntimeError(
+                f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {self.super_batch_sampler.epoch}: "
+                "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
+            )
+
     def _super_batch(
         self, indexes: torch.Tensor, batch_idx: int
     ) -> Tuple[torch.Tensor, int, int, Optional[torch.Tensor]]:
         """``(super-batch indices, this batch's place k in it, its length, next super-batch or None)``.
 
-        Without a SuperBatchSampler the super-batch is the batch itself (m = 1); nothing is prefetched
+        Without a SuperBatchSampler the super-batch is the batch itself (m = 1), whose indices are
+        checked here; the sampler's are in range and distinct by construction. Nothing is prefetched
         across an epoch boundary (the next epoch's rows may be written before then, spec §3.2).
         """
         sampler = self.super_batch_sampler
         if sampler is None:
+            check_sample_indexes(indexes, self.num_samples)
+            if indexes.unique().numel() != indexes.numel():
+                raise ValueError(
+                    "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
+                    "head row. Use a sampler without replacement (solo-learn's default)."
+                )
             return indexes, 0, 1, None
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]
-        if batch_idx >= len(batches) or not torch.equal(batches[batch_idx], indexes.cpu()):
+        if batch_idx >= len(batches):
             raise RuntimeError(
-                f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {sampler.epoch}: the train "
-                "DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
+                f"batch {batch_idx} is past the SuperBatchSampler's {len(batches)} batches of epoch {sampler.epoch}: "
+                "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
             )
+        self._check_order(indexes, batches[batch_idx], batch_idx)
         steps, m = self._steps_in_epoch(batches), self.rows_per_step
         start = batch_idx - batch_idx % m
         group = batches[start : min(start + m, steps)]
@@ -254,21 +330,28 @@ class SDIET(BaseMethod):
         return group.flatten(), batch_idx - start, len(group), following.flatten() if len(following) else None
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the resident (super-batch) head rows, hand-made update of all of them, online probe."""
+        """CE over the head rows of the batch's label ids (by default the super-batch's dataset indices),
+        hand-made update of all of them, online probe. The forward is queued first, so the host's row
+        work overlaps it."""
         indexes, targets = batch[0], batch[2]
-        check_sample_indexes(indexes, self.num_samples)
         out = super().training_step(batch, batch_idx)
-
         z = gather(out["z"][0])
+        lr = self.head_lr()
+        if self.label_source.source == "index":
+            loss = self._index_rows_loss(z, indexes, batch_idx, lr)
+        else:
+            loss = self._labelled_rows_loss(z, indexes, targets, lr)
+        # the lr as a device tensor made by a fill kernel: logging a Python float would copy it host -> device
+        # and wait for the stream every step
+        head_lr = torch.full((), lr, device=z.device)
+        self.log_dict({"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True)
+        return loss + online_probe_loss(targets, out["loss"])
+
+    def _index_rows_loss(self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float) -> torch.Tensor:
+        """Multi-batch CE over the resident super-batch rows (seed 000 §5.2); m = 1 is the paper's batch CE."""
         # a collective: every process has loaded the previous step's rows before a shared store's
         # writer stores them (RowStore docstring)
         indexes = concat_all_gather_no_grad(indexes)
-        if indexes.unique().numel() != indexes.numel():
-            raise ValueError(
-                "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
-                "head row. Use a sampler without replacement (solo-learn's default)."
-            )
-        lr = self.head_lr()
         group, place, length, following = self._super_batch(indexes, batch_idx)
         if place == 0:
             rows, state = self.row_store.load(group, z.device, lr=lr)
@@ -298,12 +381,32 @@ class SDIET(BaseMethod):
         )
         if leaving:
             self._resident = None
+        return loss
 
-        self.log_dict({"train_sdiet_loss": loss, "train_head_lr": lr}, on_epoch=True, sync_dist=True)
-        return loss + online_probe_loss(targets, out["loss"])
+    def _labelled_rows_loss(
+        self, z: torch.Tensor, indexes: torch.Tensor, targets: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """Batch CE over the batch's distinct label rows (class / mix / groups): every datum sharing an id
+        is a positive of its row (seed 002 Theorem 1); unlabelled data add nothing; lazy zero-grad steps."""
+        ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
+        row_ids, positions = batch_rows(ids)
+        if row_ids.numel() == 0:
+            self.row_store.global_step += 1  # a step with no real row update: absent rows still age
+            return z.sum() * 0.0
+        labelled = positions >= 0
+        rows, state = self.row_store.load(row_ids, z.device, lr=lr)
+        rows = rows.detach().requires_grad_(True)
+        loss = sdiet_multi_batch_cross_entropy(
+            z[labelled], rows, positions[labelled], label_smoothing=self.label_smoothing, temperature=self.temperature
+        )
+        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
+        self.row_store.update(row_ids, rows, state, head_grad, lr=lr)
+        return loss
 
     def on_train_epoch_end(self) -> None:
-        """Epoch boundary: the last write-back completes on every process before the next epoch reads."""
+        """Epoch boundary: the last batch's order check; the last write-back completes on every process
+        before the next epoch reads."""
+        self._check_pending_order()
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:

@@ -48,7 +48,8 @@ def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
         "evaluation.batch_size=8",
         "evaluation.rankme_every_n_epochs=1",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr},"
-        " {name: simclr_sem, config_name: simclr_sem}]",
+        " {name: simclr_sem, config_name: simclr_sem},"
+        " {name: cplearn, config_name: cplearn, overrides: [method_kwargs.proj_output_dim=64]}]",
     ]
 
 
@@ -75,14 +76,20 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     for plot in ("spectra.png", "curves.png"):
         assert (out / plot).read_bytes()[:4] == b"\x89PNG"
     results = results_by_run(out)
-    assert list(results) == ["diet", "simclr", "simclr_sem"]
+    assert list(results) == ["diet", "simclr", "simclr_sem", "cplearn"]
     for name, row in results.items():
         assert int(row["epochs"]) == 2
         assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
         assert 1.0 <= float(row["rankme"]) <= 8.0 + 1e-3  # width-8 backbone
         assert 1.0 <= float(row["lidar"]) <= 5.0 + 1e-3  # min(d, n - 1) with n = 6 surrogate classes
         assert float(row["samples_per_s"]) > 0 and math.isnan(float(row["peak_gpu_mib"]))
-        assert (row["sem_rankme"] != "") == (name == "simclr_sem")
+        assert (row["sem_rankme"] != "" and row["sem_linear_acc1"] != "") == (name == "simclr_sem")
+        assert 0.0 <= float(row["kmeans_nmi"]) <= 1.0 and -1.0 <= float(row["kmeans_ari"]) <= 1.0
+        assert 0.2 - 1e-6 <= float(row["kmeans_acc"]) <= 1.0  # 5 classes of 3 val images, 5 clusters
+        assert (row["codes_nmi"] != "") == (name == "cplearn")
+    assert 0.0 <= float(results["simclr_sem"]["sem_linear_acc1"]) <= 100.0
+    assert 1 <= float(results["cplearn"]["codes_used"]) <= 15 and 0.0 <= float(results["cplearn"]["codes_nmi"]) <= 1.0
+    assert "kmeans_nmi" in report.read_text() and "sem_linear_acc1" in report.read_text()
     assert 1.0 <= float(results["simclr_sem"]["sem_lidar"]) <= 5.0 + 1e-3
     rows = read_epoch_rows(out / "runs" / "diet" / "epochs.csv")
     assert [r["epoch"] for r in rows] == [0.0, 1.0] and all(r["samples"] == 8 for r in rows)
@@ -104,7 +111,7 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         written_epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
     assert written_epochs == [0, 1, 1]  # epoch 0 was not trained again; epoch 1 was redone
     assert json.loads((simclr_dir / "result.json").read_text())["checkpoint"].endswith("-ep=1.ckpt")
-    assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem"]
+    assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem", "cplearn"]
 
 
 @pytest.mark.parametrize(

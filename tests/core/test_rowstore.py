@@ -6,6 +6,9 @@ import threading
 import pytest
 import torch
 
+import numpy as np
+
+from solo_diet import rowstore
 from solo_diet.optim import RowAdamW, RowSGDW
 from solo_diet.rowstore import HostSharing, RowStore
 
@@ -65,6 +68,15 @@ def test_init_is_uniform_in_bound_with_zero_state_and_seeded():
     assert float(rows.abs().max()) > 0.95 * bound and abs(float(rows.mean())) < 0.01
     assert float(store.tables["exp_avg"].abs().max()) == 0 and float(store.tables["exp_avg_sq"].abs().max()) == 0
     assert torch.equal(rows, RowStore(400, 16, RowAdamW(weight_decay=WD), seed=1).tables["rows"])
+
+
+def test_init_in_row_chunks_equals_one_seeded_draw(monkeypatch):
+    """The table is filled chunk by chunk (no N x D temporary): the values are those of one draw."""
+    monkeypatch.setattr(rowstore, "INIT_CHUNK_ELEMENTS", 7 * D)
+    store = make("lazy")
+    bound = 1 / math.sqrt(D)
+    one_draw = torch.empty(N, D, dtype=torch.float64).uniform_(-bound, bound, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(store.tables["rows"], one_draw)
 
 
 def test_lazy_equals_full_table_adamw_with_zero_gradients():
@@ -128,6 +140,12 @@ def test_gpu_storage_and_disk_storage_equal_cpu(tmp_path):
         for got, ref in zip(full_table(store), reference):
             assert torch.equal(got, ref)
     assert (tmp_path / "rows.bin").stat().st_size == N * D * 8
+    disk = stores[2]
+    disk.commit()
+    for name, table in disk.tables.items():
+        assert table.device == torch.device("cpu")
+        on_file = np.fromfile(tmp_path / f"{name}.bin", dtype=np.float64).reshape(N, D)
+        assert np.array_equal(on_file, table.numpy()), name
 
 
 def test_load_returns_copies_and_store_writes_back():
@@ -202,6 +220,7 @@ def test_prefetch_gives_identical_results(storage):
             if step + 1 < len(BATCHES):
                 early.prefetch(torch.tensor(BATCHES[step + 1]), "cpu")
             early.update(idx, rows, state, grads_for(step) * (1 + rows), lr=LR)
+        assert early.prefetch_hits == len(BATCHES) - 1 and plain.prefetch_hits == 0
         for got, ref in zip(full_table(early), full_table(plain)):
             assert torch.equal(got, ref)
 
@@ -217,6 +236,7 @@ def test_load_uses_the_prefetched_copy_unless_stored_rows_made_it_stale():
     rows, state = store.load(torch.tensor([3, 4]), "cpu")
     store.store(torch.tensor([3, 4]), rows + 5.0, state)  # row 3 changes after it was prefetched
     assert torch.equal(store.load(torch.tensor([2, 3]), "cpu")[0], store.tables["rows"][[2, 3]])
+    assert store.prefetch_hits == 1
 
 
 def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):

@@ -8,10 +8,12 @@ skip_without_solo()
 import math  # noqa: E402
 import os  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch import Callback  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
+from solo.methods.base import BaseMethod  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.methods._common import ConfigError  # noqa: E402
@@ -195,6 +197,18 @@ def test_multi_batch_without_the_sampler_is_refused():
         trainer.fit(model, fake_pretrain_loader(cfg, num_samples=N))
 
 
+def test_a_batch_out_of_the_samplers_order_is_refused():
+    """With the SuperBatchSampler the rows come from its order; a batch that is not its batch fails (on a
+    CUDA device one step later, without a host sync; here at once)."""
+    model = METHODS["sdiet"](sdiet_cfg())
+    model.super_batch_sampler = sampler = SuperBatchSampler(N, 4, seed=5)
+    expected = sampler.global_batches()[0]
+    model.training_step([expected, [IMAGES[expected]], TARGETS[expected]], 0)
+    wrong = sampler.global_batches()[2]
+    with pytest.raises(RuntimeError, match="not the SuperBatchSampler's batch"):
+        model.training_step([wrong, [IMAGES[wrong]], TARGETS[wrong]], 1)
+
+
 def test_duplicate_indices_are_refused():
     cfg = sdiet_cfg()
     model = METHODS["sdiet"](cfg)
@@ -214,6 +228,78 @@ def test_fast_dev_run_through_solo_pipeline(mode, storage):
     assert math.log(4) - 0.5 < float(loss) < math.log(4) + 0.5
     assert model.row_store.global_step == 1
     assert model.row_store.eager_steps == N / 4 - 1
+
+
+@pytest.mark.parametrize("labels", ["index", "class", "mix", "groups"])
+def test_each_label_source_builds_and_fits_a_fast_dev_run(labels, tmp_path):
+    """One head row per label id (N, C, C + N, G rows); a fast_dev_run trains a batch on them."""
+    groups_path = tmp_path / "groups.npy"
+    np.save(groups_path, np.arange(N) % 3)
+    cfg = sdiet_cfg(labels=labels, groups_path=str(groups_path) if labels == "groups" else None)
+    model = METHODS["sdiet"](cfg)
+    assert cfg.method_kwargs.zero_grad_steps == ("eager" if labels == "index" else "lazy")
+    num_rows = {"index": N, "class": 5, "mix": 5 + N, "groups": 3}[labels]
+    assert model.label_source.num_rows == num_rows and model.row_store.tables["rows"].shape == (num_rows, 8)
+    before = model.row_store.state_dict()["rows"].clone()
+    trainer = tiny_trainer(cfg)
+    trainer.fit(model, fake_pretrain_loader(cfg, num_samples=N), fake_val_loader(cfg))
+    assert torch.isfinite(trainer.callback_metrics["train_sdiet_loss"])
+    assert model.row_store.global_step == 1
+    moved = (model.row_store.state_dict()["rows"] != before).any(dim=1)
+    assert 0 < int(moved.sum()) <= min(4, num_rows)
+
+
+def test_class_labels_give_the_multi_positive_loss_and_step_their_rows():
+    """labels=class: the batch's distinct classes are the rows; a datum's positive is its class row (two
+    data share one), unlabelled data (-1) add nothing. Reference: float64 mean over the labelled data of
+    -sum_k q_jk log softmax(z_j . W_k), q = (1 - eps) one-hot + eps / M, and one AdamW step of the class
+    rows with its autograd gradient; an all-unlabelled batch gives a zero loss and ages the rows a step."""
+    smoothing = 0.4
+    cfg = sdiet_cfg(labels="class", label_smoothing=smoothing)
+    model = METHODS["sdiet"](cfg)
+    model.eval()
+    indexes = torch.tensor([3, 7, 1, 12, 9])
+    targets = torch.tensor([4, 1, 4, -1, 0])
+    images = IMAGES[indexes]
+    before = model.row_store.state_dict()
+    with torch.no_grad():
+        z = torch.nn.functional.normalize(model(images)["z"].double(), dim=1)
+    probe = BaseMethod.training_step(model, [indexes, [images], targets], 0)["loss"]
+    loss = model.training_step([indexes, [images], targets], 0) - probe
+
+    classes = [0, 1, 4]
+    theta = before["rows"][classes].double().requires_grad_(True)
+    log_probs = torch.log_softmax(z[[0, 1, 2, 4]] @ theta.T, dim=1)
+    target = torch.full((4, 3), smoothing / 3, dtype=torch.float64)
+    target[torch.arange(4), torch.tensor([2, 1, 2, 0])] += 1 - smoothing
+    reference = -(target * log_probs).sum(dim=1).mean()
+    torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-6)
+    (grad,) = torch.autograd.grad(reference, theta)
+    zero = torch.zeros_like(grad)
+    wd = cfg.method_kwargs.head_weight_decay
+    expected = adamw_row_step(theta.detach(), zero, zero, grad, lr=cfg.optimizer.lr, weight_decay=wd,
+                              betas=(0.9, 0.999), eps=1e-8)[0]
+    after = model.row_store.state_dict()
+    torch.testing.assert_close(after["rows"][classes].double(), expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(after["rows"][[2, 3]], before["rows"][[2, 3]])
+    assert torch.equal(after["last_step"], torch.tensor([0, 0, -1, -1, 0]))
+
+    unlabelled = torch.full_like(targets, -1)
+    assert float(model.training_step([indexes, [images], unlabelled], 1).detach()) == 0.0
+    assert model.row_store.global_step == 2 and torch.equal(model.row_store.state_dict()["rows"], after["rows"])
+
+
+@pytest.mark.parametrize(
+    "kwargs,keys",
+    [
+        ({"labels": "class", "zero_grad_steps": "eager"}, ["zero_grad_steps=eager", "labels=class"]),
+        ({"labels": "mix", "rows_per_step": 2}, ["rows_per_step", "labels=mix"]),
+    ],
+)
+def test_class_rows_refuse_eager_steps_and_multi_batch(kwargs, keys):
+    with pytest.raises(ConfigError) as error:
+        METHODS["sdiet"](sdiet_cfg(**kwargs))
+    assert all(key in str(error.value) for key in keys)
 
 
 def train_steps(cfg, max_epochs, **kwargs):
