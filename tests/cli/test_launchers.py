@@ -174,3 +174,12 @@ def test_pretrain_ddp_two_cpu_processes(data, tmp_path):
     args = json.loads((ckpts[0].parent / "args.json").read_text())
     assert args["devices"] == [0, 1] and args["method_kwargs"]["num_samples"] == NUM_TRAIN
     assert args["optimizer"]["lr"] == pytest.approx(1e-3 * 4 * 2 / 256)
+
+
+def test_data_command_writes_animal_mnist_image_folder(tmp_path):
+    pytest.importorskip("animal_mnist", reason="pip install --no-deps animal-mnist==0.4")
+    assert main(["data", "animal-mnist", str(tmp_path / "am"), "--limit", "200"]) == 0
+    train = sorted((tmp_path / "am" / "train").iterdir())
+    assert [p.name for p in train] == sorted(["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"])
+    assert sum(len(list(p.iterdir())) for p in train) == 200
+    assert sum(len(list(p.iterdir())) for p in (tmp_path / "am" / "val").iterdir()) == 2000

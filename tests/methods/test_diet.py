@@ -106,3 +106,13 @@ def test_index_out_of_range_is_refused():
 def test_invalid_config_names_the_key(kwargs, key):
     with pytest.raises(ConfigError, match=key):
         METHODS["diet"](diet_cfg(**kwargs))
+
+
+def test_a_name_clash_with_solo_learn_is_refused():
+    import solo.methods
+
+    from solo_diet.methods.registry import _add
+
+    with pytest.raises(RuntimeError, match="already has"):
+        _add(solo.methods, "simclr", METHODS["diet"])
+    assert METHODS["simclr"].__module__ == "solo.methods.simclr"
