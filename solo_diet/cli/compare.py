@@ -8,7 +8,7 @@ on the backbone features and, for ``<name>_sem`` runs, on the SEM representation
 linear probe, ``probe: sem``); k-means clustering scores of the L2-normalised val features and, for
 code-logit methods (``cplearn*``), of the argmax codes (``solo_diet.metrics.kmeans`` /
 ``clustering_report``); pretraining cost comes from ``solo_diet.callbacks.EpochCostLogger``. Output: ``report.md``, ``results.csv``,
-PNG plots and one folder per run. The spec format is in README.md "Side-by-side comparisons".
+PNG plots and one folder per run. The spec format is in README.md, section 'Side-by-side comparisons'.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     compare = sub.add_parser("compare", help="pretrain and evaluate several methods side by side from a spec YAML")
-    compare.add_argument("spec", help="comparison spec (README.md "Side-by-side comparisons")")
+    compare.add_argument("spec", help="comparison spec (README.md, section 'Side-by-side comparisons')")
     compare.add_argument("overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out")
     compare.set_defaults(func=_cmd_compare)
     return parser
