@@ -7,6 +7,10 @@ the per-step loss and the final head rows and AdamW state. Prints one table.
 
     python benchmarks/sdiet_ddp_equivalence.py                   # 2 GPUs (e.g. nvidia-h100-x2)
     python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu # 2 gloo processes on the CPU
+    python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu --float64   # same, everything in float64
+
+`--float64` trains with `precision="64-true"` and `storage_dtype: float64`: differences that vanish
+there are float32 summation-order effects, not differences in what the two runs compute.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def run_case(args: argparse.Namespace) -> None:
             "proj_output_dim": 128,
             "proj_use_bn": args.accelerator == "gpu",  # SyncBatchNorm needs GPUs
             "storage": "cpu",
+            "storage_dtype": "float64" if args.float64 else "float32",
         },
         num_large_crops=1,
         num_classes=10,
@@ -78,7 +83,7 @@ def run_case(args: argparse.Namespace) -> None:
         devices=args.devices,
         strategy="ddp" if args.devices > 1 else "auto",
         sync_batchnorm=args.devices > 1 and args.accelerator == "gpu",
-        precision=32,
+        precision="64-true" if args.float64 else 32,
         max_epochs=2,
         limit_train_batches=STEPS // 2,
         logger=False,
@@ -99,12 +104,14 @@ def compare(args: argparse.Namespace) -> None:
         for devices in (1, 2):
             out = Path(tmp) / f"devices{devices}.pt"
             command = [sys.executable, __file__, "--case", "--accelerator", args.accelerator, "--devices", str(devices), "--out", str(out)]
+            command += ["--float64"] if args.float64 else []
             subprocess.run(command, check=True, cwd=tmp)
             results[devices] = torch.load(out, weights_only=False)
     one, two = results[1], results[2]
     loss_gap = max(abs(a - b) for a, b in zip(one["losses"], two["losses"]))
     device = torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "CPU (gloo)"
-    print(f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, {len(one['losses'])} steps, fp32")
+    precision = "float64" if args.float64 else "fp32"
+    print(f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, {len(one['losses'])} steps, {precision}")
     print("| quantity | max abs difference, 2 processes vs 1 |")
     print("|---|---|")
     print(f"| per-step loss ({len(one['losses'])} vs {len(two['losses'])} steps) | {loss_gap:.2e} |")
@@ -117,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accelerator", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--float64", action="store_true", help="precision 64-true and float64 head tables")
     parser.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

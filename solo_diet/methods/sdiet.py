@@ -86,6 +86,8 @@ class SDIET(BaseMethod):
         storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default cpu.
             Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
+        storage_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
+            ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``). Default float32.
         rows_per_step (int): m of multi-batch CE (seed 000 §5.2): logits over the m*B rows of the
             super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
             (batch CE, as the paper).
@@ -114,6 +116,7 @@ class SDIET(BaseMethod):
             mode=kwargs.zero_grad_steps,
             storage=kwargs.storage,
             directory=kwargs.storage_dir,
+            dtype=getattr(torch, kwargs.storage_dtype),
             seed=omegaconf_select(cfg, "seed", 0),
         )
         # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
@@ -155,6 +158,7 @@ class SDIET(BaseMethod):
         fill_default(cfg, "method_kwargs.zero_grad_steps", "eager" if by_index else "lazy")
         fill_default(cfg, "method_kwargs.storage", "cpu")
         fill_default(cfg, "method_kwargs.storage_dir", None)
+        fill_default(cfg, "method_kwargs.storage_dtype", "float32")
         fill_default(cfg, "method_kwargs.rows_per_step", 1)
         fill_default(cfg, "method_kwargs.prefetch", True)
 
@@ -169,6 +173,7 @@ class SDIET(BaseMethod):
         check_range(cfg, "method_kwargs.head_momentum", 0.0, 1.0)
         check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
         check_choice(cfg, "method_kwargs.storage", STORAGES)
+        check_choice(cfg, "method_kwargs.storage_dtype", ["float32", "float64"])
         if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
             raise ConfigError("`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files).")
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")

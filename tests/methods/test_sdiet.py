@@ -540,3 +540,23 @@ def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
     assert isinstance(sampler, SuperBatchSampler) and sampler.rows_per_step == 2 and sampler.num_samples == 16
     assert keep.use_distributed_sampler is False
     assert keep.model.row_store.global_step == 3 and keep.model.row_store.eager_steps == 16 / 4 - 2
+
+
+@pytest.mark.slow
+def test_lightning_ddp_two_processes_equal_one_process_in_float64(tmp_path):
+    """Through Lightning DDP (2 gloo processes, shared host store) s-DIET computes exactly what one process
+    computes on the same global batches: in float64 the loss, rows and AdamW state agree to ~1e-13."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sdiet_ddp_equivalence.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--accelerator", "cpu", "--float64"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    gaps = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in done.stdout.splitlines()
+            if line.startswith("| ") and "e-" in line}
+    assert len(gaps) == 4, done.stdout
+    assert all(gap <= 1e-10 for gap in gaps.values()), gaps
