@@ -183,3 +183,15 @@ def test_data_command_writes_animal_mnist_image_folder(tmp_path):
     assert [p.name for p in train] == sorted(["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"])
     assert sum(len(list(p.iterdir())) for p in train) == 200
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "am" / "val").iterdir()) == 2000
+
+
+def test_data_command_writes_fashion_mnist_image_folder(tmp_path):
+    from solo_diet.cli.data import FASHION_DIRS, load_fashion_mnist
+
+    if not any(Path(d).is_dir() for d in FASHION_DIRS):
+        pytest.skip("apt-get install dataset-fashion-mnist")
+    x_train, y_train, x_val, y_val = load_fashion_mnist()
+    assert x_train.shape == (60000, 28, 28) and x_val.shape == (10000, 28, 28)
+    assert (torch.bincount(torch.from_numpy(y_train)) == 6000).all()
+    assert main(["data", "fashion-mnist", str(tmp_path / "fm"), "--limit", "100"]) == 0
+    assert sum(len(list(p.iterdir())) for p in (tmp_path / "fm" / "train").iterdir()) == 100
