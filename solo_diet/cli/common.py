@@ -109,16 +109,20 @@ def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, w
     return logger, callbacks, checkpointer
 
 
-def classification_transforms(
-    dataset: str, crop_size: int, mean: Sequence[float], std: Sequence[float], crop_min_scale: float = 0.08
-):
-    """Train/val transforms for probing. Custom data honours ``crop_size``/``mean``/``std``/
-    ``crop_min_scale`` (solo-learn's own custom pipeline is fixed at 224 px and ImageNet statistics)."""
+def classification_transforms(dataset: str, aug: DictConfig):
+    """Train/val transforms for probing. Custom data honours ``aug.crop_size`` and the optional
+    ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own custom
+    pipeline is fixed at 224 px and ImageNet statistics."""
     from solo.data.classification_dataloader import prepare_transforms
+    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torchvision import transforms
 
     if dataset != "custom":
         return prepare_transforms(dataset)
+    crop_size = aug.crop_size
+    crop_min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
+    mean = OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN)
+    std = OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD)
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
     train = transforms.Compose(
         [transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)), transforms.RandomHorizontalFlip()]
@@ -134,18 +138,10 @@ def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fr
     """solo-learn's classification datasets/loaders (train shuffled, val in order) with our transforms.
 
     ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``, ``crop_min_scale``."""
-    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-
     from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
 
     data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
-    train_transform, val_transform = classification_transforms(
-        cfg.data.dataset,
-        aug.crop_size,
-        OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN),
-        OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD),
-        OmegaConf.select(aug, "crop_min_scale", default=0.08),
-    )
+    train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
     train_set, val_set = prepare_datasets(
         cfg.data.dataset,
         train_transform,

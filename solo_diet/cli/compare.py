@@ -345,18 +345,9 @@ class Evaluator:
     @staticmethod
     def _probe_transforms(probe_cfg: DictConfig):
         """The linear probe's (train, val) transforms."""
-        from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-
         from solo_diet.cli.common import classification_transforms
 
-        aug = probe_cfg.data.augmentations
-        return classification_transforms(
-            probe_cfg.data.dataset,
-            aug.crop_size,
-            OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN),
-            OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD),
-            OmegaConf.select(aug, "crop_min_scale", default=0.08),
-        )
+        return classification_transforms(probe_cfg.data.dataset, probe_cfg.data.augmentations)
 
     def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
         from solo.data.classification_dataloader import prepare_datasets
@@ -454,16 +445,6 @@ class _ArgmaxCodes(torch.nn.Module):
         return self.method_model(images)["z"].argmax(1, keepdim=True)
 
 
-def _method_model(checkpoint: Path) -> torch.nn.Module:
-    """The whole pretrained method (projector and heads included), rebuilt from ``args.json``."""
-    from solo.methods import METHODS
-
-    cfg = OmegaConf.create(json.loads((checkpoint.parent / "args.json").read_text()))
-    model = METHODS[cfg.method](cfg)
-    model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"], strict=True)
-    return model
-
-
 def _backbone(checkpoint: Path) -> torch.nn.Module:
     from solo_diet.cli.linear import build_backbone, load_backbone_weights
 
@@ -509,7 +490,9 @@ def evaluate(spec: DictConfig, run: Run, method: str, checkpoint: Path, run_dir:
     result.update({k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"])
     if clustering and method.startswith("cplearn"):
         _progress(f"run {run.name!r}: clustering scores of the argmax codes")
-        result.update(evaluator.code_scores(_method_model(checkpoint)))
+        from solo_diet.methods.registry import load_pretrained_method
+
+        result.update(evaluator.code_scores(load_pretrained_method(checkpoint, checkpoint.parent / "args.json")))
     if method.endswith("_sem"):
         from solo_diet.methods.sem import sem_feature_extractor
 

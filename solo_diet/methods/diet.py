@@ -111,7 +111,8 @@ class DIET(BaseMethod):
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
         logits = self.head(torch.cat(out["z"]))
         if self.label_source.has_unlabelled:
-            logits, ids = logits[ids >= 0], ids[ids >= 0]
+            labelled = ids >= 0
+            logits, ids = logits[labelled], ids[labelled]
         if ids.numel() == 0:
             loss = logits.sum()
         elif self.loss_name == "ce":

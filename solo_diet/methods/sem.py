@@ -343,12 +343,13 @@ def sem_feature_extractor(
     """
     from solo.methods import METHODS
 
+    from solo_diet.methods.registry import load_pretrained_method
+
     if not isinstance(cfg, omegaconf.DictConfig):
         cfg = OmegaConf.create(json.loads(Path(cfg).read_text()))
     method_cls = METHODS.get(cfg.method)
     if not (isinstance(method_cls, type) and issubclass(method_cls, _SEMTwin)):
         raise ValueError(f"method '{cfg.method}' of this config is not a SEM twin (<name>_sem)")
-    model = method_cls(cfg)
-    model.load_state_dict(torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"], strict=True)
+    model = load_pretrained_method(ckpt_path, cfg)
     probe_tau = cfg.method_kwargs.sem.probe_tau if tau is None else tau
     return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()
