@@ -3,7 +3,9 @@
 Trains `sdiet` through Lightning with `devices=1` (global batch G) and with `devices=2` + DDP
 (G/2 per process; SyncBatchNorm on GPUs, a projector without BatchNorm on the CPU), on identical fixed data (no augmentation, no shuffling: the
 each process takes every 2nd sample in order, so the processes' batches interleave into the same global batches), fp32 without TF32, and compares
-the per-step loss and the final head rows and AdamW state. Prints one table.
+the per-step loss, the head rows after the first step, the final head rows and AdamW state, and, as
+the reference for what float32 DDP does to any model, the backbone's and projector's parameters
+(trained by torch's AdamW on DDP's all-reduced gradients). Prints one table.
 
     python benchmarks/sdiet_ddp_equivalence.py                   # 2 GPUs (e.g. nvidia-h100-x2)
     python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu # 2 gloo processes on the CPU
@@ -69,9 +71,13 @@ def run_case(args: argparse.Namespace) -> None:
     model = METHODS["sdiet"](cfg)
     losses: list[float] = []
 
+    first_step_rows: list[torch.Tensor] = []
+
     class RecordLoss(Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             losses.append(float(trainer.callback_metrics["train_sdiet_loss_step"]))
+            if not first_step_rows:
+                first_step_rows.append(module.row_store.state_dict()["rows"])
 
     # each process takes every devices-th sample in order, so the processes' batches interleave into
     # the 1-process batches (Lightning's own distributed sampler would shuffle)
@@ -95,7 +101,9 @@ def run_case(args: argparse.Namespace) -> None:
     )
     trainer.fit(model, loader)
     if trainer.is_global_zero:
-        torch.save({"losses": losses, "store": model.row_store.state_dict()}, args.out)
+        networks = {name: value.cpu() for name, value in model.state_dict().items() if value.is_floating_point()}
+        torch.save({"losses": losses, "store": model.row_store.state_dict(), "first_step_rows": first_step_rows[0],
+                    "networks": networks}, args.out)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -115,9 +123,18 @@ def compare(args: argparse.Namespace) -> None:
     print("| quantity | max abs difference, 2 processes vs 1 |")
     print("|---|---|")
     print(f"| per-step loss ({len(one['losses'])} vs {len(two['losses'])} steps) | {loss_gap:.2e} |")
+    print(f"| head rows after the first step | {max_gap(one['first_step_rows'], two['first_step_rows']):.2e} |")
     for name in ("rows", "exp_avg", "exp_avg_sq"):
-        gap = (one["store"][name].double() - two["store"][name].double()).abs().max().item()
-        print(f"| head {name} | {gap:.2e} |")
+        print(f"| head {name} | {max_gap(one['store'][name], two['store'][name]):.2e} |")
+    # the reference: DDP's own float32 effects on parameters that torch's AdamW trains
+    for part in ("backbone", "projector"):
+        names = [name for name in one["networks"] if name.startswith(part + ".")]
+        gap = max(max_gap(one["networks"][name], two["networks"][name]) for name in names)
+        print(f"| {part} parameters and buffers (torch AdamW, DDP all-reduce) | {gap:.2e} |")
+
+
+def max_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ host RAM, ``disk`` in files of ``--disk-dir``) and that every step after the fir
 rows of the known order. A case that does not fit prints ``OOM``; one past ``--case-timeout`` prints
 ``timeout``. Prints one table.
 
-    python benchmarks/sdiet_memory.py --backbones resnet18    # about 6 minutes on one H200
-    python benchmarks/sdiet_memory.py --backbones resnet50    # about 8 minutes on one H200
+    python benchmarks/sdiet_memory.py --backbones resnet18    # about 8 minutes on one H200
+    python benchmarks/sdiet_memory.py --backbones resnet50 --warmup 5 --steps 20   # ~11 min on one H200 (split with --methods)
     # plumbing check on a CPU (numbers meaningless):
     python benchmarks/sdiet_memory.py --quick --device cpu
 """
@@ -144,8 +144,11 @@ def check_row_store(model: BaseMethod, storage: str, args) -> None:
         )
 
 
-def measure(method: str, storage: str, backbone: str, num_samples: int, args) -> tuple[str, str]:
-    """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``."""
+def measure(
+    method: str, storage: str, backbone: str, num_samples: int, args, callbacks: tuple[Callback, ...] = ()
+) -> tuple[str, str]:
+    """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``; ``callbacks``
+    join the Trainer's (benchmarks/sdiet_step_profile.py profiles the timed steps)."""
     size, dataset = BACKBONES[backbone]
     views = 2 if method in ("simclr", "byol", "barlow_twins") else 1
     cfg = tiny_cfg(
@@ -177,7 +180,7 @@ def measure(method: str, storage: str, backbone: str, num_samples: int, args) ->
         trainer = Trainer(
             accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=1,
             max_steps=args.warmup + args.steps, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, callbacks=[timer], limit_val_batches=0,
+            enable_progress_bar=False, enable_model_summary=False, callbacks=[timer, *callbacks], limit_val_batches=0,
             num_sanity_val_steps=0, benchmark=cuda,
         )
         trainer.fit(model, batches)
@@ -232,8 +235,8 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, nargs="+", default=[50_000, 128_000, 1_280_000])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--precision", default="bf16-mixed")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--proj-dim", type=int, default=None, help="shrink every projector width (CPU check)")
     parser.add_argument("--disk-dir", default=None, help="folder of the disk storage (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="2 warm-up + 3 timed steps; on --device cpu, tiny")

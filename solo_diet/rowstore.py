@@ -3,8 +3,10 @@
 The ``N x D`` head ``W_H`` and its row-wise optimiser state (AdamW ``exp_avg``/``exp_avg_sq`` or SGDW
 ``momentum_buffer``) live in host RAM (``storage="cpu"``, pinned when CUDA is available), on the
 accelerator (``"gpu"``) or in memory-mapped files (``"disk"``). Only the rows of a batch travel to the
-device; after their update they are written back (asynchronously from a CUDA device: the scatter
-into the table completes before any row is read again).
+device; after their update they are written back. With host tables the row copies run on a worker
+thread in submission order (gathers of prefetched rows, scatters of written-back rows after their
+asynchronous device -> host copy), so the training thread does no row copying and waits for none; a
+load that was not prefetched first waits for every pending write.
 
 Zero-gradient steps of rows absent from a batch (spec §3.4, §3.6):
 
@@ -31,8 +33,10 @@ import os
 import shutil
 import socket
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from functools import partial
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -44,6 +48,7 @@ from solo_diet.optim import RowOptimizer
 STORAGES = ("cpu", "gpu", "disk")
 INIT_CHUNK_ELEMENTS = 1 << 24
 MODES = ("eager", "lazy")
+MAX_PENDING_WRITES = 2  # write-backs in flight before store() waits for the oldest (bounds pinned buffers)
 
 Device = Union[str, torch.device]
 
@@ -154,8 +159,10 @@ class RowStore:
                     os.unlink(path)
 
         self._stream = torch.cuda.Stream() if self._cuda and self.device.type == "cpu" else None
-        self._pending_store: Optional[tuple] = None
-        self._prefetched: Optional[tuple] = None
+        self._worker: Optional[ThreadPoolExecutor] = None  # host tables: gathers and scatters (see transfers)
+        self._writes: list[Future] = []
+        self._deferred_write: Optional[Callable[[], None]] = None
+        self._prefetched: Optional[tuple[Tensor, Future]] = None
         self.prefetch_hits = 0  # loads served by a prefetch (benchmarks check that the overlap happens)
 
     def _initialise_rows(self, seed: int) -> None:
@@ -209,6 +216,19 @@ class RowStore:
         return torch.from_numpy(np.frombuffer(mapped, dtype=np_dtype).reshape(shape))
 
     # ------------------------------------------------------------------ transfers
+    # Host tables: the gathers of prefetched rows and the scatters of written-back rows run on one worker
+    # thread, in submission order (a prefetch submitted after a write reads the written rows), so the
+    # training thread neither copies rows on the host nor waits for a device -> host copy to finish.
+
+    def _submit(self, work: Callable[[], Any]) -> Future:
+        """Run ``work`` on the worker thread (host tables), or now (``gpu`` tables: already asynchronous)."""
+        if self.storage == "gpu":
+            done: Future = Future()
+            done.set_result(work())
+            return done
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solo-diet-rows")
+        return self._worker.submit(work)
 
     def _table_index(self, indices: Tensor) -> Tensor:
         """``indices`` as long on the tables' device; host indices reach a CUDA table through pinned
@@ -229,17 +249,25 @@ class RowStore:
             for name in self.names
         ]
 
-    def commit(self) -> None:
-        """Finish the pending write-back (device -> pinned buffers -> table; the writer's shared write)."""
-        if self._pending_store is None:
-            return
-        idx, values, last_step, event = self._pending_store
+    def _write(self, idx: Tensor, values: list[Tensor], last_step: int, event: Optional[torch.cuda.Event]) -> None:
+        """Scatter written-back rows into the tables (on the worker for host tables)."""
         if event is not None:
             event.synchronize()
         for name, value in zip(self.names, values):
             self.tables[name].index_copy_(0, idx, value)
         self.last_step.index_fill_(0, idx, last_step)
-        self._pending_store = None
+
+    def _submit_deferred_write(self) -> None:
+        """A shared store's writer submits the previous step's write once it has passed this step's collective."""
+        if self._deferred_write is not None:
+            self._writes.append(self._submit(self._deferred_write))
+            self._deferred_write = None
+
+    def commit(self) -> None:
+        """Finish every pending write-back (device -> pinned buffers -> table; the writer's shared write)."""
+        self._submit_deferred_write()
+        while self._writes:
+            self._writes.pop(0).result()
 
     def synchronize(self) -> None:
         """:meth:`commit`, then wait for every process of a shared store (call it at epoch boundaries)."""
@@ -250,23 +278,26 @@ class RowStore:
     def prefetch(self, indices: Tensor, device: Device) -> None:
         """Start moving the rows of a coming batch to ``device``; :meth:`load` of the same indices uses them.
 
-        To a CUDA device from host tables the copy runs on a side stream, overlapping the current step;
-        otherwise the rows are copied now. Rows stored in between invalidate the prefetch.
+        From host tables the rows are gathered on the worker thread after the pending write-backs, and
+        copied to a CUDA device on a side stream, overlapping the current step. Rows stored in between
+        invalidate the prefetch.
         """
         device = torch.device(device)
-        self.commit()
+        self._submit_deferred_write()
+        indices = indices.detach().cpu().clone()
         to_cuda = self._stream is not None and device.type == "cuda"
-        values = self._gather(indices, pinned=to_cuda)
-        event = None
-        if to_cuda:
-            self._stream.wait_stream(torch.cuda.current_stream(device))
+
+        def gather() -> tuple[list[Tensor], Optional[torch.cuda.Event]]:
+            values = self._gather(indices, pinned=to_cuda)
+            if not to_cuda:
+                return [t.to(device) for t in values], None
             with torch.cuda.stream(self._stream):
                 values = [t.to(device, non_blocking=True) for t in values]
                 event = torch.cuda.Event()
                 event.record(self._stream)
-        else:
-            values = [t.to(device) for t in values]
-        self._prefetched = (indices.detach().cpu().clone(), values, event)
+            return values, event
+
+        self._prefetched = (indices, self._submit(gather))
 
     def load(self, indices: Tensor, device: Device, *, lr: Optional[float] = None) -> tuple[Tensor, tuple[Tensor, ...]]:
         """Rows and optimiser state of ``indices`` on ``device``; in lazy mode caught up to the current step.
@@ -275,9 +306,10 @@ class RowStore:
         copies: the table changes only through :meth:`store` / :meth:`update`.
         """
         device = torch.device(device)
-        self.commit()
+        self._submit_deferred_write()
         values = self._take_prefetched(indices, device)
         if values is None:
+            self.commit()
             values = [t.to(device, non_blocking=True) for t in self._gather(indices)]
         rows, state = values[0], tuple(values[1:])
         if self.mode == "lazy":
@@ -289,10 +321,14 @@ class RowStore:
         return rows, state
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[list[Tensor]]:
+        """The prefetched rows if they are those of ``indices`` on ``device``. Rows written after the
+        prefetch was submitted invalidated it (:meth:`_invalidate_prefetch`); rows written before it were
+        gathered after their write, so no pending write has to finish here."""
         if self._prefetched is None:
             return None
-        fetched_indices, values, event = self._prefetched
+        fetched_indices, gathered = self._prefetched
         self._prefetched = None
+        values, event = gathered.result()
         if values[0].device != device or not torch.equal(fetched_indices, indices.detach().cpu()):
             return None
         if event is not None:
@@ -306,14 +342,15 @@ class RowStore:
     def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
         """Write rows and state back, marking them as last stepped at ``global_step - 1``.
 
-        From a CUDA device to host tables the copy is asynchronous; a shared store's writer keeps the
-        write pending until the next :meth:`load`, :meth:`prefetch` or :meth:`commit` (module
-        docstring); the other processes of a shared store write nothing.
+        From a CUDA device to host tables the copy is asynchronous and the scatter into the table runs
+        on the worker thread; a shared store's writer submits it only at the next :meth:`load`,
+        :meth:`prefetch` or :meth:`commit` (module docstring); the other processes of a shared store
+        write nothing. At most ``MAX_PENDING_WRITES`` writes are in flight.
         """
         self._invalidate_prefetch(indices)
         if not self.writer:
             return
-        self.commit()
+        self._submit_deferred_write()
         idx = self._table_index(indices)
         values = [rows.detach(), *(s.detach() for s in state)]
         event = None
@@ -328,15 +365,25 @@ class RowStore:
                 event = torch.cuda.Event()
                 event.record(self._stream)
             values = host
-        else:
-            values = [v.to(device=self.device, dtype=self.dtype) for v in values]
-        self._pending_store = (idx, values, self.global_step - 1, event)
-        if event is None and self.sharing is None:
-            self.commit()
+        else:  # a copy: the caller may go on using its tensors while the write is pending
+            values = [v.to(device=self.device, dtype=self.dtype, copy=True) for v in values]
+        write = partial(self._write, idx, values, self.global_step - 1, event)
+        if self.sharing is not None:
+            self._deferred_write = write
+            return
+        self._writes.append(self._submit(write))
+        while len(self._writes) > MAX_PENDING_WRITES or (self._writes and self._writes[0].done()):
+            self._writes.pop(0).result()
 
     def _invalidate_prefetch(self, indices: Tensor) -> None:
         """A prefetch that read rows now being stored is stale (possible across an epoch boundary)."""
         if self._prefetched is not None and bool(torch.isin(self._prefetched[0], indices.detach().cpu()).any()):
+            self._drop_prefetch()
+
+    def _drop_prefetch(self) -> None:
+        """Forget the prefetch once its gather has finished (it reads the tables)."""
+        if self._prefetched is not None:
+            self._prefetched[1].result()
             self._prefetched = None
 
     def update(
@@ -388,7 +435,7 @@ class RowStore:
                 f"{(self.num_rows, self.dim)} (num_samples x proj_output_dim)"
             )
         self.commit()
-        self._prefetched = None
+        self._drop_prefetch()
         if self.writer:
             for name in self.names:
                 self.tables[name].copy_(snapshot[name])

@@ -155,7 +155,11 @@ def test_load_returns_copies_and_store_writes_back():
     rows.add_(1.0)
     assert not torch.equal(store.tables["rows"][idx], rows)
     store.store(idx, rows, state)
-    assert torch.equal(store.tables["rows"][idx], rows)
+    written = rows.clone()
+    rows.add_(5.0)  # the caller's tensors are free again once store() returns: the pending write copied them
+    assert torch.equal(store.load(idx, "cpu")[0], written)  # a load waits for pending writes of host tables
+    store.commit()
+    assert torch.equal(store.tables["rows"][idx], written)
 
 
 def test_lazy_load_needs_lr():
@@ -228,6 +232,7 @@ def test_prefetch_gives_identical_results(storage):
 def test_load_uses_the_prefetched_copy_unless_stored_rows_made_it_stale():
     store = make("eager")
     store.prefetch(torch.tensor([0, 1]), "cpu")
+    store._prefetched[1].result()  # the worker thread has gathered the rows
     before = store.tables["rows"][[0, 1]].clone()
     store.tables["rows"][[0, 1]] += 1.0  # behind the store's back: the prefetched copy is what load returns
     assert torch.equal(store.load(torch.tensor([0, 1]), "cpu")[0], before)

@@ -116,3 +116,22 @@ def test_a_name_clash_with_solo_learn_is_refused():
     with pytest.raises(RuntimeError, match="already has"):
         _add(solo.methods, "simclr", METHODS["diet"])
     assert METHODS["simclr"].__module__ == "solo.methods.simclr"
+
+
+def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled():
+    """No host sync, yet an all-unlabelled batch (solo-learn's loss is NaN) trains the probe by nothing."""
+    from solo_diet.methods._common import online_probe_loss
+
+    classifier = torch.nn.Linear(3, 4)
+    features = torch.randn(5, 3)
+    for targets, labelled in ((torch.full((5,), -1), False), (torch.tensor([0, -1, 3, -1, 1]), True)):
+        classifier.zero_grad()
+        class_loss = torch.nn.functional.cross_entropy(classifier(features), targets, ignore_index=-1)
+        loss = online_probe_loss(targets, class_loss)
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in classifier.parameters()])
+        assert torch.isfinite(grads).all()
+        if labelled:
+            assert torch.equal(loss, class_loss) and grads.abs().sum() > 0
+        else:
+            assert torch.isnan(class_loss) and float(loss) == 0.0 and grads.abs().sum() == 0
