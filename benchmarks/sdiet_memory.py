@@ -133,11 +133,11 @@ def check_row_store(model: BaseMethod, storage: str, args) -> None:
     """s-DIET's tables are where ``storage`` says, and every step after the first used prefetched rows."""
     store = model.row_store
     expected = torch.device(args.device) if storage == "gpu" else torch.device("cpu")
-    for name, table in store.tables.items():
+    for name, table in {"table": store.table, "last_step": store.last_step}.items():
         if table.device.type != expected.type:
-            raise RuntimeError(f"storage={storage}: table {name} is on {table.device}, expected {expected}")
+            raise RuntimeError(f"storage={storage}: {name} is on {table.device}, expected {expected}")
         if storage == "disk" and not os.path.isfile(os.path.join(args.disk_dir, f"{name}.bin")):
-            raise RuntimeError(f"storage=disk: table {name} has no file in {args.disk_dir}")
+            raise RuntimeError(f"storage=disk: {name} has no file in {args.disk_dir}")
     if store.prefetch_hits != args.warmup + args.steps - 1:
         raise RuntimeError(
             f"storage={storage}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads used prefetched rows"

@@ -108,9 +108,10 @@ def main() -> None:
         run_one(args)
         return
     speeds: dict[str, list[float]] = {storage: [] for storage in args.storages}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for storage in args.storages:
             speeds[storage].append(measure_in_process(storage, args))
+            print(f"run {repeat + 1}/{args.repeats} {storage}: {speeds[storage][-1]:.0f} samples/s", flush=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"# s-DIET step speed by storage, {device}, {args.backbone}, N={args.num_samples}, "
           f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} alternating runs each")

@@ -1,7 +1,7 @@
 """s-DIET head rows and their optimiser state, kept outside ``nn.Parameter`` s (seed 000 §5.1, Listing 1).
 
 The ``N x D`` head ``W_H`` and its row-wise optimiser state (AdamW ``exp_avg``/``exp_avg_sq`` or SGDW
-``momentum_buffer``) live in host RAM (``storage="cpu"``, pinned when CUDA is available), on the
+``momentum_buffer``), side by side in one ``N x K x D`` table, live in host RAM (``storage="cpu"``, pinned when CUDA is available), on the
 accelerator (``"gpu"``) or in memory-mapped files (``"disk"``). Only the rows of a batch travel to the
 device; after their update they are written back. With host tables the row copies run on a worker
 thread in submission order (gathers of prefetched rows, scatters of written-back rows after their
@@ -186,8 +186,11 @@ class RowStore:
             )
 
     def _allocate_all(self, directory: Optional[str]) -> None:
-        shape = (self.num_rows, self.dim)
-        self.tables = {name: self._allocate(name, shape, self.dtype, directory) for name in self.names}
+        """One ``N x K x D`` table (K = 1 + optimiser states): a row and its state are adjacent, so a batch
+        travels in one gather, one copy and one scatter; ``tables[name]`` are its ``N x D`` views."""
+        shape = (self.num_rows, len(self.names), self.dim)
+        self.table = self._allocate("table", shape, self.dtype, directory)
+        self.tables = {name: self.table[:, k] for k, name in enumerate(self.names)}
         self.last_step = self._allocate("last_step", (self.num_rows,), torch.int64, directory)
 
     def _allocate(self, name: str, shape: tuple, dtype: torch.dtype, directory: Optional[str]) -> Tensor:
@@ -238,23 +241,19 @@ class RowStore:
             return indices.pin_memory().to(self.device, non_blocking=True)
         return indices.to(self.device)
 
-    def _gather(self, indices: Tensor, pinned: bool = False) -> list[Tensor]:
-        """The rows and state of ``indices``; with ``pinned``, gathered straight into page-locked buffers."""
+    def _gather(self, indices: Tensor, pinned: bool = False) -> Tensor:
+        """``B x K x D`` rows and state of ``indices``; with ``pinned``, gathered straight into a page-locked buffer."""
         idx = self._table_index(indices)
         if not pinned:
-            return [self.tables[name].index_select(0, idx) for name in self.names]
-        shape = (idx.numel(), self.dim)
-        return [
-            torch.index_select(self.tables[name], 0, idx, out=torch.empty(shape, dtype=self.dtype, pin_memory=True))
-            for name in self.names
-        ]
+            return self.table.index_select(0, idx)
+        shape = (idx.numel(), len(self.names), self.dim)
+        return torch.index_select(self.table, 0, idx, out=torch.empty(shape, dtype=self.dtype, pin_memory=True))
 
-    def _write(self, idx: Tensor, values: list[Tensor], last_step: int, event: Optional[torch.cuda.Event]) -> None:
-        """Scatter written-back rows into the tables (on the worker for host tables)."""
+    def _write(self, idx: Tensor, values: Tensor, last_step: int, event: Optional[torch.cuda.Event]) -> None:
+        """Scatter written-back ``B x K x D`` rows and state into the table (on the worker for host tables)."""
         if event is not None:
             event.synchronize()
-        for name, value in zip(self.names, values):
-            self.tables[name].index_copy_(0, idx, value)
+        self.table.index_copy_(0, idx, values)
         self.last_step.index_fill_(0, idx, last_step)
 
     def _submit_deferred_write(self) -> None:
@@ -287,12 +286,12 @@ class RowStore:
         indices = indices.detach().cpu().clone()
         to_cuda = self._stream is not None and device.type == "cuda"
 
-        def gather() -> tuple[list[Tensor], Optional[torch.cuda.Event]]:
+        def gather() -> tuple[Tensor, Optional[torch.cuda.Event]]:
             values = self._gather(indices, pinned=to_cuda)
             if not to_cuda:
-                return [t.to(device) for t in values], None
+                return values.to(device), None
             with torch.cuda.stream(self._stream):
-                values = [t.to(device, non_blocking=True) for t in values]
+                values = values.to(device, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record(self._stream)
             return values, event
@@ -310,8 +309,9 @@ class RowStore:
         values = self._take_prefetched(indices, device)
         if values is None:
             self.commit()
-            values = [t.to(device, non_blocking=True) for t in self._gather(indices)]
-        rows, state = values[0], tuple(values[1:])
+            values = self._gather(indices).to(device, non_blocking=True)
+        rows, *state = values.unbind(1)
+        state = tuple(state)
         if self.mode == "lazy":
             if lr is None:
                 raise ValueError("RowStore.load needs the current lr in lazy mode")
@@ -320,7 +320,7 @@ class RowStore:
             rows, state = self.optimizer.zero_grad_steps(rows, state, steps, lr)
         return rows, state
 
-    def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[list[Tensor]]:
+    def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
         """The prefetched rows if they are those of ``indices`` on ``device``. Rows written after the
         prefetch was submitted invalidated it (:meth:`_invalidate_prefetch`); rows written before it were
         gathered after their write, so no pending write has to finish here."""
@@ -329,13 +329,12 @@ class RowStore:
         fetched_indices, gathered = self._prefetched
         self._prefetched = None
         values, event = gathered.result()
-        if values[0].device != device or not torch.equal(fetched_indices, indices.detach().cpu()):
+        if values.device != device or not torch.equal(fetched_indices, indices.detach().cpu()):
             return None
         if event is not None:
             current = torch.cuda.current_stream(device)
             current.wait_event(event)
-            for tensor in values:  # allocated on the side stream, used on the current one
-                tensor.record_stream(current)
+            values.record_stream(current)  # allocated on the side stream, used on the current one
         self.prefetch_hits += 1
         return values
 
@@ -352,21 +351,19 @@ class RowStore:
             return
         self._submit_deferred_write()
         idx = self._table_index(indices)
-        values = [rows.detach(), *(s.detach() for s in state)]
+        # a new B x K x D tensor: the caller may go on using its tensors while the write is pending
+        values = torch.stack([rows.detach(), *(s.detach() for s in state)], dim=1)
         event = None
-        if self._stream is not None and values[0].is_cuda:
-            self._stream.wait_stream(torch.cuda.current_stream(values[0].device))
+        if self._stream is not None and values.is_cuda:
+            self._stream.wait_stream(torch.cuda.current_stream(values.device))
             with torch.cuda.stream(self._stream):
-                host = []
-                for v in values:
-                    v.record_stream(self._stream)
-                    buffer = torch.empty(v.shape, dtype=self.dtype, pin_memory=True)
-                    host.append(buffer.copy_(v, non_blocking=True))
+                values.record_stream(self._stream)
+                buffer = torch.empty(values.shape, dtype=self.dtype, pin_memory=True)
+                values = buffer.copy_(values, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record(self._stream)
-            values = host
-        else:  # a copy: the caller may go on using its tensors while the write is pending
-            values = [v.to(device=self.device, dtype=self.dtype, copy=True) for v in values]
+        else:
+            values = values.to(device=self.device, dtype=self.dtype)
         write = partial(self._write, idx, values, self.global_step - 1, event)
         if self.sharing is not None:
             self._deferred_write = write
@@ -418,7 +415,10 @@ class RowStore:
     def state_dict(self) -> dict:
         """Exact snapshot (CPU copies of every table, the counters and the step)."""
         self.commit()
-        snapshot = {name: table.detach().to("cpu", copy=True) for name, table in self.tables.items()}
+        snapshot = {
+            name: torch.empty((self.num_rows, self.dim), dtype=self.dtype).copy_(table)  # contiguous N x D copies
+            for name, table in self.tables.items()
+        }
         snapshot["last_step"] = self.last_step.to("cpu", copy=True)
         snapshot["global_step"] = self.global_step
         snapshot["mode"] = self.mode

@@ -139,13 +139,14 @@ def test_gpu_storage_and_disk_storage_equal_cpu(tmp_path):
     for store in stores[1:]:
         for got, ref in zip(full_table(store), reference):
             assert torch.equal(got, ref)
-    assert (tmp_path / "rows.bin").stat().st_size == N * D * 8
     disk = stores[2]
+    assert (tmp_path / "table.bin").stat().st_size == N * len(disk.names) * D * 8  # rows + AdamW state, adjacent
     disk.commit()
-    for name, table in disk.tables.items():
+    on_file = np.fromfile(tmp_path / "table.bin", dtype=np.float64).reshape(N, len(disk.names), D)
+    for k, (name, table) in enumerate(disk.tables.items()):
         assert table.device == torch.device("cpu")
-        on_file = np.fromfile(tmp_path / f"{name}.bin", dtype=np.float64).reshape(N, D)
-        assert np.array_equal(on_file, table.numpy()), name
+        assert np.array_equal(on_file[:, k], table.numpy()), name
+    assert np.array_equal(np.fromfile(tmp_path / "last_step.bin", dtype=np.int64), disk.last_step.numpy())
 
 
 def test_load_returns_copies_and_store_writes_back():
@@ -260,7 +261,7 @@ def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):
     for t in threads:
         t.join()
     writer, reader = stores[True], stores[False]
-    assert writer.shared_files == reader.shared_files and len(writer.shared_files) == 4
+    assert writer.shared_files == reader.shared_files and len(writer.shared_files) == 2  # table, last_step
     assert list(tmp_path.iterdir()) == []  # unlinked once both mapped them
     assert torch.equal(reader.tables["rows"], make("eager").tables["rows"])
 
