@@ -1,8 +1,8 @@
 """s-DIET head rows and their optimiser state, kept outside ``nn.Parameter`` s (seed 000 §5.1, Listing 1).
 
 The ``N x D`` head ``W_H`` and its row-wise optimiser state (AdamW ``exp_avg``/``exp_avg_sq`` or SGDW
-``momentum_buffer``), side by side in one ``N x K x D`` table, live in host RAM (``storage="cpu"``, pinned when CUDA is available), on the
-accelerator (``"gpu"``) or in memory-mapped files (``"disk"``). Only the rows of a batch travel to the
+``momentum_buffer``), side by side in one ``N x K x D`` table, live in host RAM (``storage="cpu"``, pinned
+when CUDA is available), on the accelerator (``"gpu"``) or in memory-mapped files (``"disk"``). Only the rows of a batch travel to the
 device; after their update they are written back. With host tables the row copies run on a worker
 thread in submission order (gathers of prefetched rows, scatters of written-back rows after their
 asynchronous device -> host copy), so the training thread does no row copying and waits for none; a
