@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.methods._common import ConfigError
+from solo_diet.config import ConfigError
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:

@@ -29,7 +29,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from solo_diet.methods._common import ConfigError
+from solo_diet.config import ConfigError
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
 
 SPEC_DEFAULTS: dict[str, Any] = {

@@ -23,7 +23,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
-from solo_diet.methods._common import ConfigError
+from solo_diet.config import ConfigError
 
 
 def build_backbone(cfg: DictConfig) -> nn.Module:

@@ -63,7 +63,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from solo_diet.cli.compare import run_compare
-    from solo_diet.methods._common import ConfigError
+    from solo_diet.config import ConfigError
 
     try:
         print(f"report: {run_compare(args.spec, args.overrides)}")

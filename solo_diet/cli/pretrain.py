@@ -21,7 +21,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
-from solo_diet.methods._common import ConfigError
+from solo_diet.config import ConfigError
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):

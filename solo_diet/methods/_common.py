@@ -2,58 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 import omegaconf
 import torch
 from solo.utils.misc import omegaconf_select
 from torch import nn
 
+from solo_diet.config import ConfigError, check_bool, check_positive_int, fill_default
 from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
 from solo_diet.nn import mlp_projector
-
-
-class ConfigError(ValueError):
-    """A config key has an invalid value; the message names the key and the fix."""
-
-
-def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
-    """Set ``cfg.<key>`` to ``default`` when absent and return its value."""
-    value = omegaconf_select(cfg, key, default)
-    omegaconf.OmegaConf.update(cfg, key, value, force_add=True)
-    return value
-
-
-def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"`{key}` must be a positive integer, got {value!r}. {hint}".rstrip())
-    return value
-
-
-def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) -> str:
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if value not in choices:
-        raise ConfigError(f"`{key}` must be one of {list(choices)}, got {value!r}.")
-    return value
-
-
-def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if not isinstance(value, bool):
-        raise ConfigError(f"`{key}` must be True or False, got {value!r}.")
-    return value
-
-
-def check_range(cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False) -> float:
-    """``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-    value = omegaconf.OmegaConf.select(cfg, key)
-    inside = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value
-    inside = inside and (value <= high if high_inclusive else value < high)
-    if not inside:
-        bound = "]" if high_inclusive else ")"
-        raise ConfigError(f"`{key}` must be in [{low}, {high}{bound}, got {value!r}.")
-    return float(value)
 
 
 def fill_and_check_num_samples(cfg: omegaconf.DictConfig) -> int:

@@ -15,14 +15,14 @@ from solo.utils.misc import omegaconf_select
 
 from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
 from solo_diet.metrics import clustering_report
-from solo_diet.methods._common import (
+from solo_diet.config import (
     ConfigError,
     check_choice,
     check_positive_int,
     check_range,
     fill_default,
-    online_probe_loss,
 )
+from solo_diet.methods._common import online_probe_loss
 from solo_diet.nn import CPLearnProjector
 
 

@@ -12,15 +12,12 @@ from torch import nn
 
 from solo_diet.labels import label_source_from_kwargs
 from solo_diet.losses import diet_loss, mse_diet_loss
+from solo_diet.config import check_bool, check_choice, check_range, fill_default
 from solo_diet.methods._common import (
-    check_bool,
-    check_choice,
-    check_range,
     check_sample_indexes,
     fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
-    fill_default,
     online_probe_loss,
     projector_from_cfg,
 )

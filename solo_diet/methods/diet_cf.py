@@ -16,12 +16,11 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 
 from solo_diet.labels import label_source_from_kwargs
 from solo_diet.losses import closed_form_head_loss
+from solo_diet.config import ConfigError, fill_default
 from solo_diet.methods._common import (
-    ConfigError,
     fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
-    fill_default,
     online_probe_loss,
     projector_from_cfg,
 )

@@ -12,7 +12,8 @@ import omegaconf
 import torch
 
 from solo_diet.losses import graph_vicreg_loss, label_graph
-from solo_diet.methods._common import check_range, fill_default, online_probe_loss
+from solo_diet.config import check_range, fill_default
+from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.diet_cf import LabelledProjectionMethod
 
 

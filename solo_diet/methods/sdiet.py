@@ -29,17 +29,19 @@ from torch.nn import functional as F
 
 from solo_diet.labels import batch_rows, label_source_from_kwargs
 from solo_diet.losses import sdiet_multi_batch_cross_entropy
-from solo_diet.methods._common import (
+from solo_diet.config import (
     ConfigError,
     check_bool,
     check_choice,
     check_positive_int,
     check_range,
+    fill_default,
+)
+from solo_diet.methods._common import (
     check_sample_indexes,
     fill_and_check_labels,
     fill_and_check_num_samples,
     fill_and_check_projector,
-    fill_default,
     online_probe_loss,
     projector_from_cfg,
 )

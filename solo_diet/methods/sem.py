@@ -33,7 +33,7 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
-from solo_diet.methods._common import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
 from solo_diet.nn.sem import SimplicialEmbedding, check_temperature, simplex_statistics
 
 REFUSED: dict[str, str] = {

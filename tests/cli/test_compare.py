@@ -17,7 +17,7 @@ skip_without_solo()
 from solo_diet.callbacks import read_epoch_rows  # noqa: E402
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.testing import write_image_folder  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "configs"

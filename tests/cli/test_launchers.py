@@ -18,7 +18,7 @@ from solo_diet.cli.common import compose_cfg  # noqa: E402
 from solo_diet.cli.linear import build_backbone, load_backbone_weights  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.testing import write_image_folder  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"

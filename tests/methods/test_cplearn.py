@@ -21,7 +21,7 @@ from solo.args.pretrain import parse_cfg  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.metrics import clustering_report  # noqa: E402
 from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
 from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402

@@ -10,7 +10,7 @@ from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.losses import diet_loss  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
 
 

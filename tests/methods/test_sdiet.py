@@ -16,7 +16,7 @@ from solo.methods import METHODS  # noqa: E402
 from solo.methods.base import BaseMethod  # noqa: E402
 
 import solo_diet  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY  # noqa: E402
 from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402

@@ -17,7 +17,7 @@ from solo.methods import BYOL, MAE, METHODS, BaseMethod, LinearModel, SimCLR  # 
 from solo.methods.base import BaseMomentumMethod  # noqa: E402
 
 import solo_diet  # noqa: E402
-from solo_diet.methods._common import ConfigError  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
 from solo_diet.nn import simplex_softmax  # noqa: E402
 from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
