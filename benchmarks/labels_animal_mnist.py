@@ -1,12 +1,15 @@
-"""Same loss, different labels (seed 002): label sources for DIET and the closed-form head on Animal-MNIST.
+"""Same loss, different labels (Birth-of-SSL paper): label sources for DIET and the closed-form
+head on Animal-MNIST.
 
 One table. Every run pretrains a ``cp_resnet8`` with the demo recipe (solo_diet/configs/demo: AdamW,
 batch 128, crop 16 px) for the same number of epochs, then the demo's offline linear probe (all
 training labels) reports val top-1:
 
-- ``diet`` with ``labels=index`` (the paper), ``class`` (supervised, 100 % and 10 % of the labels) and
-  ``mix`` (10 % labelled, the rest their own class: semi-supervised DIET), one view per image;
-- ``diet_cf`` (closed-form ridge head, seed 002 Lemma 1) with ``index`` and ``mix`` (10 %), two views;
+- ``diet`` with ``labels=index`` (the DIET paper), ``class`` (supervised, 100 % and 10 % of the
+  labels) and ``mix`` (10 % labelled, the rest their own class: semi-supervised DIET), one view per
+  image;
+- ``diet_cf`` (closed-form ridge head, Birth-of-SSL paper, Lemma 1) with ``index`` and ``mix``
+  (10 %), two views;
 - a random-init backbone of the same architecture.
 
 Equal budget = equal epochs and batch size; ``diet_cf`` forwards two views per image (its loss needs

@@ -7,10 +7,11 @@ cost; dataset indices from a seeded permutation of N, the SuperBatchSampler's or
 32 px with the CIFAR stem (dataset ``cifar100``), ResNet-50 at 224 px with the standard stem (dataset
 ``imagenet``). Methods and heads:
 
-* ``sdiet``: 3-layer projector 2048-2048-2048 + batch CE over the batch's head rows (seed 000 §5), rows
-  and AdamW state in pinned host RAM (``cpu``, next batch prefetched), on the GPU (``gpu``) or in
-  memory-mapped files (``disk``, ``--disk-dir``); eager zero-gradient steps.
-* ``diet``: the paper's DIET: ``Linear(d, N)`` head on the backbone output, torch AdamW (16*N*d bytes).
+* ``sdiet``: 3-layer projector 2048-2048-2048 + batch CE over the batch's head rows (s-DIET paper,
+  §5), rows and AdamW state in pinned host RAM (``cpu``, next batch prefetched), on the GPU (``gpu``)
+  or in memory-mapped files (``disk``, ``--disk-dir``); eager zero-gradient steps.
+* ``diet``: DIET as in the DIET paper: ``Linear(d, N)`` head on the backbone output, torch AdamW
+  (16*N*d bytes).
 * ``simclr`` / ``byol`` / ``barlow_twins``: solo-learn's classes, two views, their CIFAR projector widths.
 * ``supervised``: backbone + ``Linear(d, 256)`` cross-entropy on 256 classes (a plain reference).
 

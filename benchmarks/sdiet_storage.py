@@ -1,10 +1,11 @@
-"""s-DIET head storage: speed, peak GPU memory vs N, and equality of the storages (spec V3, V8).
+"""s-DIET head storage: speed, peak GPU memory vs N, and equality of the storages.
 
 One table: for each storage (gpu / cpu / cpu + prefetch / disk) and each N, a ResNet-18 + 3-layer
 projector trains with batch CE on synthetic 32x32 images (same seed, same batches); columns are the
 mean ms per step, peak GPU memory, and the largest difference of the final head rows from the
-``gpu`` storage (V3: expected 0, or <= 1e-6 with non-deterministic kernels). A full-head DIET row
-(``nn.Linear(512, N)`` trained by torch AdamW) shows the memory that grows with N (V8).
+``gpu`` storage (expected 0, or <= 1e-6 with non-deterministic kernels). A full-head DIET row
+(``nn.Linear(512, N)`` trained by torch AdamW) shows the memory that grows with N; s-DIET's should
+not (the s-DIET paper's claim, Tab. 15 and Fig. 3).
 
     python benchmarks/sdiet_storage.py                       # on a CUDA machine
     python benchmarks/sdiet_storage.py --device cpu --steps 2 --warmup 1 --num-samples 512 --dim 64

@@ -110,7 +110,7 @@ def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
 
 
 class RankMeMonitor(Callback):
-    """Logs ``val_rankme``, RankMe (spec Sec. 6.5) of the backbone features of the first
+    """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
     ``max_samples`` validation images, every ``every_n_epochs`` epochs (and the last one)."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):

@@ -1,4 +1,4 @@
-"""Label sources: the same loss with different labels (seed 002, Theorem 1 and Proposition 1).
+"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1 and Prop. 1).
 
 A :class:`LabelSource` maps a solo-learn batch's ``(indexes, targets)`` to one integer id per datum,
 the row of a persistent head (DIET) or a node label of the batch graph ``G_ij = 1[id_i = id_j]``
@@ -207,7 +207,7 @@ def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def multi_positive_target(positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0) -> torch.Tensor:
-    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (seed 000 Eq. 7, any source).
+    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq. 7).
 
     Row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``; a head row is the positive of every datum
     that shares its id (several positives per row when ids repeat). An unlabelled datum

@@ -14,7 +14,8 @@ import torch
 ArrayLike = Union[np.ndarray, torch.Tensor, list]
 
 # ==================================================================================================
-# Clustering evaluation (CPLearn, spec Sec. 3.4 and 3.5)
+# Clustering evaluation (CPLearn). The CPLearn paper reports NMI only (Tabs. 1-3); AMI, ARI, the
+# accuracies, code usage and chance NMI are ours, because raw NMI grows with the number of codes.
 #
 # Cluster ids are arbitrary integers (argmax codes); scores follow scikit-learn's conventions
 # (natural logs, arithmetic-mean normalisation for NMI / AMI) and are tested against it.
@@ -94,7 +95,7 @@ def _single_partition_pair(table: np.ndarray) -> bool:
 
 
 def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """NMI = MI / ((H(Y) + H(C)) / 2), the arithmetic form used by the paper (Sec. 3.5)."""
+    """NMI = MI / ((H(Y) + H(C)) / 2), scikit-learn's arithmetic form (CPLearn's released code)."""
     table = contingency_table(labels, clusters)
     if _single_partition_pair(table):
         return 1.0
@@ -157,8 +158,8 @@ def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: i
 def clustering_report(
     labels: ArrayLike, clusters: ArrayLike, chance_repeats: int = 5, seed: int = 0
 ) -> dict[str, float]:
-    """Every clustering score the spec asks to report together (Sec. 3.4): raw NMI next to AMI,
-    ARI, accuracies, the number of used codes, usage perplexity and permutation-chance NMI."""
+    """Every clustering score we report together: raw NMI next to AMI, ARI, accuracies, the number
+    of used codes, usage perplexity and permutation-chance NMI."""
     usage = contingency_table(labels, clusters).sum(0)
     return {
         "nmi": normalized_mutual_info(labels, clusters),
@@ -216,7 +217,8 @@ def dimensional_collapse_report(embeddings: ArrayLike, rel_threshold: float = 1e
 
 
 # ==================================================================================================
-# Rank metrics (DIET spec Sec. 6.5 and A24): RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024)
+# Rank metrics, as reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula:
+# RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers.
 #
 # Both are exp(entropy) of a normalised spectrum, computed in float64: RankMe of the singular values
 # of raw (uncentred) embeddings, LiDAR of the eigenvalues of the whitened between-class covariance
@@ -245,7 +247,7 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
 
 
 def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
-    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (spec Sec. 6.5).
+    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (Garrido et al.).
 
     ``sigma`` are the singular values of the raw embeddings (no centring); the value lies in
     ``[1, min(K, d)]`` up to the ``eps`` slack.
@@ -265,7 +267,7 @@ def lidar(features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, 
     ``Sigma_b = sum_c (mu_c - mu)(mu_c - mu)^T / (n - 1)``,
     ``Sigma_w = sum_c sum_j (z_cj - mu_c)(z_cj - mu_c)^T / sum_c (q_c - 1) + delta I``
     (``= n (q - 1)`` for equal ``q``), ``p_i = (lambda_i + eps) / sum_j (lambda_j + eps)``.
-    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (spec Sec. 6.5).
+    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (Thilak et al.).
     """
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")

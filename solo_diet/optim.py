@@ -1,14 +1,14 @@
 """Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms.
 
-s-DIET (seed 000 App. D.2) updates only the head rows of the current batch. A full-table optimiser
-would still move every other row (momentum and decoupled weight decay act with a zero gradient); the
-closed forms below give the state after ``T`` such zero-gradient steps in one shot.
+s-DIET (s-DIET paper, App. D.2) updates only the head rows of the current batch. A full-table
+optimiser would still move every other row (momentum and decoupled weight decay act with a zero
+gradient); the closed forms below give the state after ``T`` such zero-gradient steps in one shot.
 
-Sign: seed 000 prints Eq. 18 (AdamW) and Eq. 20 (SGDW) with a **plus** before the momentum term.
-That is a sign error: with ``a = 1 - lr*wd`` each zero-gradient step is
+Sign: the s-DIET paper prints Eq. 18 (AdamW) and Eq. 20 (SGDW) with a **plus** before the momentum
+term. That is a sign error: with ``a = 1 - lr*wd`` each zero-gradient step is
 ``theta_k = a*theta_{k-1} - lr*mu^k*u`` (the optimiser *subtracts* the step), whose sum is
 ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * u``. Listing 1 of the paper uses the minus
-sign, and so does this module (spec diet_spec.md §3.4 / §3.7, A1).
+sign, and so does this module (docs/references.md lists this deviation).
 
 All functions are pure: they return new tensors and never modify their inputs.
 """
@@ -71,7 +71,7 @@ def adamw_zero_grad_steps(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """State after ``steps`` AdamW steps with zero gradient (psi = 1, no bias correction).
 
-    Seed 000 Eq. 18 with the sign corrected (the paper prints ``+``; the recursion gives ``-``):
+    s-DIET paper, Eq. 18 with the sign corrected (it prints ``+``; the recursion gives ``-``):
     ``m_T = b1^T m_0``, ``v_T = b2^T v_0``,
     ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0/(sqrt(v_0) + eps)``,
     ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``. Exact for ``eps -> 0`` (eps is kept at the
@@ -97,7 +97,7 @@ def sgdw_zero_grad_steps(
     weight_decay: float,
     momentum: float,
 ) -> tuple[Tensor, Tensor]:
-    """State after ``steps`` SGDW steps (seed 000 Eq. 19) with zero gradient.
+    """State after ``steps`` SGDW steps (s-DIET paper, Eq. 19) with zero gradient.
 
     Eq. 20 with the sign corrected: ``m_T = mu^T m_0``,
     ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0``, ``a = 1 - lr*weight_decay``,
@@ -119,7 +119,7 @@ def adamw_row_step(
     betas: tuple[float, float],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One AdamW step without bias correction (psi = 1), seed 000 App. D.2 / Listing 1 l.34-37."""
+    """One AdamW step, no bias correction (psi = 1): s-DIET paper, App. D.2, Listing 1 l.34-37."""
     beta1, beta2 = betas
     exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
     exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
@@ -136,7 +136,7 @@ def sgdw_row_step(
     weight_decay: float,
     momentum: float,
 ) -> tuple[Tensor, Tensor]:
-    """One SGDW step, seed 000 Eq. 19 with dampening factor 1: ``m <- mu m + g``,
+    """One SGDW step, s-DIET paper, Eq. 19 with its gradient factor tau = 1: ``m <- mu m + g``,
     ``theta <- (1 - lr*wd) theta - lr m`` (decoupled decay, unlike ``torch.optim.SGD``)."""
     momentum_buffer = momentum * momentum_buffer + grad
     return (1.0 - lr * weight_decay) * theta - lr * momentum_buffer, momentum_buffer
@@ -177,7 +177,7 @@ class RowAdamW:
 
 @dataclass(frozen=True)
 class RowSGDW:
-    """SGDW (seed 000 Eq. 19) on head rows; state ``(momentum_buffer,)``."""
+    """SGDW (s-DIET paper, Eq. 19) on head rows; state ``(momentum_buffer,)``."""
 
     weight_decay: float
     momentum: float = 0.9

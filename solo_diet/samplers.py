@@ -1,4 +1,4 @@
-"""Samplers for s-DIET: a known, seeded data order (seed 000 §5.2, spec §3.8).
+"""Samplers for s-DIET: a known, seeded data order (multi-batch CE, s-DIET paper, §5.2).
 
 Each epoch shuffles ``0..N-1`` with a generator seeded by ``seed + epoch`` (the same on every
 process) and cuts the order into super-batches of ``m`` global batches; the ``m`` batches of a

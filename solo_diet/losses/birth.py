@@ -1,7 +1,8 @@
-"""Losses of "The Birth of Self Supervised Learning: A Supervised Theory" (Balestriero & LeCun, seed 002).
+"""Losses of the Birth-of-SSL paper (Balestriero & LeCun, "The Birth of Self Supervised Learning").
 
-Rows are samples here (solo-learn's ``torch.cat(out["z"])``): ``z`` is ``(N, K)``, labels ``y`` are
-``(N, C)``, the label graph is ``G = y y^T`` (``N x N``). Errata of the paper applied (spec §1.10):
+Lemma, theorem and equation numbers are that paper's. Rows are samples here (solo-learn's
+``torch.cat(out["z"])``): ``z`` is ``(N, K)``, labels ``y`` are ``(N, C)``, the label graph is
+``G = y y^T`` (``N x N``). Errata of the paper applied (listed in docs/references.md):
 ``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates samples, not classes.
 """
 
@@ -19,7 +20,8 @@ def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tens
     """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` of ``ids``; id ``-1`` gives a zero row.
 
     Each column is divided by ``n_c^(p/2)`` (``n_c`` = its count), so ``Y Y^T = G~`` with
-    ``G~_ij = 1[c_i = c_j] / n_c^p`` (spec §1.6): ``p = 0`` raw labels, ``p = 1`` class-normalised.
+    ``G~_ij = 1[c_i = c_j] / n_c^p``: ``p = 0`` raw labels, ``p = 1`` class-normalised (our knob for
+    the label imbalance that the paper's abstract mentions; it gives no rule).
     """
     labelled = ids >= 0
     _, inverse, counts = torch.unique(ids[labelled], return_inverse=True, return_counts=True)
@@ -88,11 +90,11 @@ def closed_form_head_loss(
     label_norm_power: float = 0.0,
     side: str = "auto",
 ) -> torch.Tensor:
-    """Lemma 1 with integer labels (spec §2.A): supervised ridge regression onto ``label_onehot(ids)``.
+    """Lemma 1 (Eq. 2) with integer labels: supervised ridge regression onto ``label_onehot(ids)``.
 
     The label graph ``G = 1[id_i = id_j]`` is never formed. With the datum index as id and ``V >= 2``
     views per index in the batch this is a VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1); with
-    one view per index it depends on the spectrum of ``Z_c`` only (spec §1.7).
+    one view per index it depends on the spectrum of ``Z_c`` only (our corollary of Proposition 1).
     """
     return closed_form_head_loss_from_targets(
         z, label_onehot(ids, label_norm_power).to(z.device), lam, center=center, side=side
@@ -118,7 +120,7 @@ def graph_vicreg_loss(
     var_loss_weight: float = 25.0,
     cov_loss_weight: float = 1.0,
 ) -> torch.Tensor:
-    """VICReg over any label graph (seed 002 Corollary 1 with the spec's exact (★), §1.5-1.6).
+    """VICReg over any label graph (Corollary 1 in its exact form (★), see docs/references.md).
 
     With ``z = cat(views)`` (``N = V B`` rows, view-major) and degrees ``d_i = sum_j G_ij``:
 

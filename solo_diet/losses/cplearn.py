@@ -1,4 +1,4 @@
-"""CPLearn loss (Sansone et al., ICML 2025, Eq. 2, Alg. 1, App. N) and its training diagnostics.
+"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and its training diagnostics.
 
 All maths runs in log space and in at least float32: ``log pbar`` comes from a logsumexp over the
 batch, so codes whose probabilities underflow to exactly 0 (logit gaps > ~104 with the tanh head)
@@ -110,7 +110,8 @@ def cplearn_loss(
 
 @torch.no_grad()
 def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Collapse monitors on one batch (spec Sec. 3.5), averaged over the two views.
+    """Collapse monitors on one batch, averaged over the two views (ours: the CPLearn paper defines
+    cluster collapse in App. C but gives no batch metric).
 
     ``entropy``: mean_i H(p_i); ``marginal_entropy``: H(pbar); ``codes_used``: distinct argmax codes;
     ``max_prob``: mean_i max_j p_ij; ``agreement``: fraction of rows with the same argmax in both views.

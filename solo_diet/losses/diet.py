@@ -1,4 +1,4 @@
-"""DIET losses: the datum index is the class (Balestriero, "Unsupervised Learning on a DIET")."""
+"""DIET losses: the datum index is the class (DIET paper; MSE-DIET from the s-DIET paper)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 
 def diet_loss(logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: float = 0.8) -> torch.Tensor:
-    """DIET cross-entropy, seed 001 Eq. 2: ``XEnt(W_H f(x_n), y = n)`` with label smoothing.
+    """DIET cross-entropy, DIET paper, Eq. 2: ``XEnt(W_H f(x_n), y = n)`` with label smoothing.
 
     Args:
         logits: ``(B, N)`` head outputs ``W_H f(x)``.
@@ -18,6 +18,6 @@ def diet_loss(logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: floa
 
 
 def mse_diet_loss(logits: torch.Tensor, indexes: torch.Tensor) -> torch.Tensor:
-    """MSE-DIET, seed 000 Eq. 5: ``1/2 mean_i sum_k (W_H f(x_i) - e_{n_i})_k^2``."""
+    """MSE-DIET, s-DIET paper, Eq. 5: ``1/2 mean_i sum_k (W_H f(x_i) - e_{n_i})_k^2``."""
     targets = F.one_hot(indexes, num_classes=logits.shape[1]).to(torch.float32)
     return 0.5 * (logits.float() - targets).pow(2).sum(dim=1).mean()

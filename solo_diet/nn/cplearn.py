@@ -1,8 +1,9 @@
-"""CPLearn projector (Sansone et al., ICML 2025, Eq. 1 and Sec. 3.3): torch-only.
+"""CPLearn projector (CPLearn paper, Eq. 1 and §3.3): torch-only.
 
 ``Linear -> BatchNorm1d -> squashing`` gives the embedding ``H`` (n x f); the code logits are
 ``H @ W / tau`` with ``W`` a frozen Rademacher dictionary (f x c, entries +-1, MAP encoding, Eq. 5)
-and the fixed temperature ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))`` (Lemma 1).
+and the fixed temperature ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))`` (§3 below Eq. 1;
+the gap is Lemma 1's extreme probability).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def logit_range(num_codes: int, eps: float = 1e-8) -> float:
 
 
 def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float = 1e-8) -> float:
-    """``tau = f / (sqrt(n) L)`` (paper Sec. 3.1; n is the batch seen by the head, f = rows of W)."""
+    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3 and Alg. 1).
+
+    ``n`` is the batch seen by the head, ``f`` the rows of ``W``.
+    """
     return embed_dim / (math.sqrt(batch_size) * logit_range(num_codes, eps))
 
 
@@ -74,7 +78,7 @@ class CPLearnProjector(nn.Module):
         return code_temperature(self.embed_dim, batch_size, self.num_codes, self.eps)
 
     def embed(self, feats: torch.Tensor) -> torch.Tensor:
-        """Embedding H (n x f), autocast off: tanh head (Sec. 3.3) or scaled L2 head (Eq. 1)."""
+        """Embedding H (n x f), autocast off: tanh head (§3.3) or scaled L2 head (Eq. 1)."""
         with torch.autocast(device_type=feats.device.type, enabled=False):
             u = self.bn(self.linear(feats.to(self.linear.weight.dtype)))
             if self.activation == "tanh":

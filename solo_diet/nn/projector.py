@@ -8,7 +8,7 @@ from torch import nn
 def mlp_projector(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 3, use_bn: bool = True) -> nn.Sequential:
     """ReLU MLP ``in -> hidden (x num_layers-1) -> out`` with BatchNorm1d after each hidden Linear.
 
-    ``num_layers=3`` is the s-DIET projector (seed 000 §6: "three-layer ReLU MLP").
+    ``num_layers=3`` is the s-DIET projector (s-DIET paper, §6: "three-layer ReLU MLP").
     """
     if num_layers < 1:
         raise ValueError(f"projector num_layers must be >= 1, got {num_layers}")

@@ -1,6 +1,6 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023): embedder ``BN(W e)`` + softmax per simplex.
 
-Torch-only. The maths of the paper's Eq. 1 and the simplex statistics of its §3.1 / Fig. 2b.
+Torch-only. The maths of the SEM paper's Eq. 1 and the simplex statistics of its §3.1 / Fig. 2b.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch
 
 @torch.no_grad()
 def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch.Tensor]:
-    """Sparsity of a SEM representation ``(B, L*V)`` (paper §3.1, Fig. 2b), all in nats.
+    """Sparsity of a SEM representation ``(B, L*V)`` (SEM paper, §3.1, Fig. 2b), all in nats.
 
     - ``entropy``: mean per-simplex entropy ``-sum_j p_j ln p_j`` (0 = one-hot, ln V = uniform);
     - ``max_prob``: mean largest probability per simplex;
@@ -86,7 +86,7 @@ class SimplicialEmbedding(nn.Module):
 
     @torch.no_grad()
     def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
-        """The paper's probe input (§4): BN with running statistics, no gradient, fp32, any mode.
+        """The SEM paper's probe input (§4): BN with running stats, no gradient, fp32, any mode.
 
         Does not update the running statistics, so it can run on a training batch.
         """

@@ -1,5 +1,6 @@
 """CPLearn core: loss against an independent float64 loop reference, dictionary statistics,
-temperature, limit values of spec Sec. 2.6, numerical robustness, autocast and DDP marginal."""
+temperature, limit values (CPLearn paper, Lemma 1 and App. C, and our derivations), numerical
+robustness, autocast and DDP marginal."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _softmax_rows(z: np.ndarray) -> list[list[float]]:
 
 
 def _reference_half(target: np.ndarray, pred: np.ndarray, beta: float, prior: str) -> float:
-    """One direction of Eq. 2 / App. N, written with explicit loops over samples and codes."""
+    """One direction of the CPLearn paper's Eq. 2 / App. N, with explicit loops over samples and
+    codes."""
     p_t, p_s = _softmax_rows(target), _softmax_rows(pred)
     n, c = target.shape
     pbar = [sum(p_t[i][j] for i in range(n)) / n for j in range(c)]
@@ -76,7 +78,7 @@ def test_terms_compose_and_symmetry():
 
 
 def test_mutual_information_identity_at_beta_one():
-    """Spec 2.6(a): half = log c - [H(pbar) - mean H(p_i)] + mean KL(p_t || p_s) at beta = 1."""
+    """Our derivation: half = log c - [H(pbar) - mean H(p_i)] + mean KL(p_t || p_s) at beta = 1."""
     za, zb = _logits(n=7, c=5, seed=2)
     p_t, p_s = torch.softmax(za, 1), torch.softmax(zb, 1)
     pbar = p_t.mean(0)
@@ -101,8 +103,8 @@ def test_gradcheck_and_both_views_receive_gradient(prior):
 
 @pytest.mark.parametrize("beta", [0.5, 1.0, 2.0])
 def test_constant_outputs_give_collapse_value(beta):
-    """Spec 2.6(d): p_i = p for all i gives log c + (beta - 1) H(p) (reverse KL), beta H(p) + CE(u, p)
-    (forward CE), and beta log c for uniform p."""
+    """CPLearn paper, App. C: p_i = p for all i gives log c + (beta - 1) H(p) (reverse KL),
+    beta H(p) + CE(u, p) (forward CE), and beta log c for uniform p."""
     c = 12
     row = torch.randn(c, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     logits = row.expand(5, c)
@@ -117,8 +119,8 @@ def test_constant_outputs_give_collapse_value(beta):
 
 @pytest.mark.parametrize("c", [4, 8])
 def test_balanced_extreme_assignment_reaches_lemma1_bound(c):
-    """Spec 2.6(b): one-hot rows with logit gap L give p_max = 1 - eps (c - 1); balanced over c | n
-    the loss is beta h_eps (reverse KL) and ln c + beta h_eps (forward CE)."""
+    """CPLearn paper, Lemma 1 (Eq. 3): one-hot rows with logit gap L give p_max = 1 - eps (c - 1);
+    balanced over c | n the loss is beta h_eps (reverse KL) and ln c + beta h_eps (forward CE)."""
     eps, beta, n = 1e-8, 0.5, 2 * c
     a = eps * (c - 1)
     h_eps = -(1 - a) * math.log(1 - a) - a * math.log(eps)
@@ -294,8 +296,9 @@ def _optimise_tied_logits(n: int, c: int, beta: float, steps: int = 300) -> tupl
 
 @pytest.mark.usefixtures("one_thread")
 def test_free_logit_optima_follow_the_phase_analysis():
-    """Spec 2.6(c) / 8.8 with tied views: for c > n, beta > 1 gives one-hot rows on n distinct codes
-    at loss log(c/n), beta < 1 soft rows (mean entropy about log(c/n)); for c < n, one-hot and balanced."""
+    """Our analysis of the released loss with tied views: for c > n, beta > 1 gives one-hot rows on
+    n distinct codes at loss log(c/n), beta < 1 soft rows (mean entropy about log(c/n)); for c < n,
+    one-hot and balanced."""
     loss, stats = _optimise_tied_logits(8, 32, beta=2.0)
     assert loss == pytest.approx(math.log(4), abs=1e-3)
     assert stats["codes_used"] == 8 and stats["entropy"] < 1e-3

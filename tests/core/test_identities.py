@@ -1,6 +1,6 @@
-"""The exact identities of seed 002 (spec birth_spec.md §3, T1-T14) on random float64 inputs.
+"""The exact identities of the Birth-of-SSL paper on random float64 inputs (checks T1-T14).
 
-Rows are samples. References are written independently of ``solo_diet.losses.birth``: explicit ridge
+Lemma, theorem and equation numbers are that paper's. Rows are samples. References are written independently of ``solo_diet.losses.birth``: explicit ridge
 regressions, SVDs, pair sums, eigen-decompositions.
 """
 

@@ -90,7 +90,7 @@ def test_accuracies_on_known_assignments():
 
 
 def test_report_on_random_codes_shows_inflated_nmi_but_zero_ami():
-    """Spec Sec. 8.10: 16384 label-independent codes over 10,000 balanced 10-class labels give
+    """16384 label-independent codes over 10,000 balanced 10-class labels give
     NMI about 0.35 (its chance level) and AMI about 0."""
     rng = np.random.default_rng(1)
     labels = np.repeat(np.arange(10), 1000)

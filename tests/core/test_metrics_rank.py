@@ -1,4 +1,4 @@
-"""RankMe and LiDAR (DIET spec Sec. 6.5) against independent float64 references (numpy / scipy)."""
+"""RankMe and LiDAR (s-DIET paper, Tab. 7) against independent float64 references (numpy/scipy)."""
 
 from __future__ import annotations
 

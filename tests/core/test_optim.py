@@ -1,4 +1,5 @@
-"""Closed-form zero-gradient AdamW / SGDW (seed 000 Eq. 18/20, minus sign) vs float64 simulation."""
+"""Closed-form zero-gradient AdamW / SGDW (s-DIET paper, Eq. 18/20, minus sign) vs float64
+simulation."""
 
 import math
 
@@ -67,7 +68,7 @@ def test_printed_plus_sign_of_eq18_is_wrong(steps):
 
 
 def test_listing1_exponent_convention_is_eq18_at_t_minus_1():
-    """Listing 1 with t evaluates the closed form at T = t - 1 (spec A2)."""
+    """Listing 1 with t evaluates the closed form at T = t - 1 (App. D.2 prescribes T = N/B - 1)."""
     theta, m, v = adam_state(1)
     t = 196.3
     mu, a = BETAS[0] / math.sqrt(BETAS[1]), 1 - LR * WD

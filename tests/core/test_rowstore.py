@@ -1,4 +1,5 @@
-"""RowStore: storages agree, lazy = full-table optimiser with zero grads, eager = Listing 1, exact snapshots."""
+"""RowStore: storages agree, lazy = full-table optimiser with zero grads, eager = the s-DIET paper's
+Listing 1, exact snapshots."""
 
 import math
 import threading
@@ -99,7 +100,8 @@ def test_lazy_equals_full_table_sgdw():
 
 
 def test_eager_matches_paper_listing1():
-    """Listing 1: real step, then alpha1 = a^(t-1), alpha2 = (alpha1 lr mu - lr mu^t)/(a - mu), t = N/B."""
+    """s-DIET paper, Listing 1: real step, then alpha1 = a^(t-1),
+    alpha2 = (alpha1 lr mu - lr mu^t)/(a - mu), t = N/B."""
     t = N / 3
     store = make("eager", eager_steps=t - 1)
     theta = store.tables["rows"].clone()

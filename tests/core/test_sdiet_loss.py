@@ -41,7 +41,8 @@ def test_batch_ce_matches_reference(eps, temperature):
 
 
 def test_batch_ce_closed_form_gradients():
-    """Spec §3.1: dL/dHb = (P - Q).T zhat / B and dL/dzhat = (P - Q) Hb / B."""
+    """s-DIET paper, App. A.4 on the batch rows: dL/dHb = (P - Q).T zhat / B and
+    dL/dzhat = (P - Q) Hb / B."""
     z, rows = data(batch=7, dim=4, seed=1)
     eps, batch = 0.8, 7
     zhat = (z / z.norm(dim=1, keepdim=True)).requires_grad_()
@@ -81,7 +82,7 @@ def test_multi_batch_ce_over_resident_rows_matches_reference():
 
 
 def test_multi_batch_with_all_rows_and_no_smoothing_is_full_diet_ce():
-    """Spec V16: m*B = N, eps = 0 gives the full N-way CE of normalised DIET."""
+    """m*B = N, eps = 0 gives the full N-way CE of normalised DIET."""
     z, head = data(batch=4, rows=8, seed=4)
     indexes = torch.tensor([3, 6, 1, 0])
     full = torch.nn.functional.cross_entropy(torch.nn.functional.normalize(z) @ head.T, indexes)

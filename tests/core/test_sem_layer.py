@@ -1,4 +1,4 @@
-"""SimplicialEmbedding against an independent float64 reference (paper Eq. 1), limits and AMP."""
+"""SimplicialEmbedding against an independent float64 reference (SEM paper, Eq. 1), limits, AMP."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_defaults_follow_the_optimizer_config():
 
 @pytest.mark.parametrize("head_optimizer", ["adamw", "sgdw"])
 def test_training_step_updates_only_the_batch_rows_by_hand(head_optimizer):
-    """Head gradient = (P - Q).T z / B (spec §3.1), one row step with the configured lr, no zero-grad
+    """Head gradient = (P - Q).T z / B, one row step with the configured lr, no zero-grad
     steps outside a Trainer (eager_steps is set at train start)."""
     cfg = sdiet_cfg(head_optimizer=head_optimizer, label_smoothing=0.5)
     model = METHODS["sdiet"](cfg)
@@ -108,7 +108,7 @@ def test_multi_batch_ce_steps_every_resident_row_like_a_full_table_adamw():
     """m = 2, lazy: each batch is scored against the 2B rows of its super-batch (target: the sample's
     position among them, smoothing over 2B classes) and every resident row takes a real step; absent
     rows zero-gradient steps. Reference: float64 full-table AdamW (psi = 1) with the closed-form
-    gradient (P - Q)^T z / B (spec §3.1) on the resident rows and 0 elsewhere."""
+    gradient (P - Q)^T z / B on the resident rows and 0 elsewhere."""
     smoothing, m, batch = 0.5, 2, 4
     cfg = sdiet_cfg(rows_per_step=m, zero_grad_steps="lazy", label_smoothing=smoothing)
     model = METHODS["sdiet"](cfg)

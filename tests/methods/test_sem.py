@@ -259,7 +259,7 @@ def test_refused_methods_say_why():
         make_sem_twin("nohead", NoHead)(tiny_cfg("nohead_sem", {"sem": {"num_simplices": L, "simplex_dim": V}}))
 
 
-PAPER_TABLE1 = {  # method: (tau_online, tau_target), spec §1.6
+PAPER_TABLE1 = {  # method: (tau_online, tau_target), SEM paper, App. C, Tabs. 7-13
     "simclr": (0.17, 0.78), "mocov2plus": (0.04, 0.01), "byol": (1.0, 1.0), "swav": (0.85, 1.5),
     "dino": (1.0, 1.0), "barlow_twins": (1.0, 0.99), "vicreg": (1.0, 1.0),
 }
@@ -286,7 +286,7 @@ def test_launch_config_composes_parses_and_builds(method):
 
 
 class ForgetsProjectorInOptimiser(SimCLR):
-    """The official SwAV+SEM bug (spec §1.8.1): the embedder would never be trained."""
+    """The official SwAV+SEM bug (its sdswav.py leaves the embedder out of the optimiser)."""
 
     @property
     def learnable_params(self):
