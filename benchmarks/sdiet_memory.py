@@ -8,8 +8,8 @@ cost; dataset indices from a seeded permutation of N, the SuperBatchSampler's or
 ``imagenet``). Methods and heads:
 
 * ``sdiet``: 3-layer projector 2048-2048-2048 + batch CE over the batch's head rows (s-DIET paper,
-  §5), rows and AdamW state in pinned host RAM (``cpu``, next batch prefetched), on the GPU (``gpu``)
-  or in memory-mapped files (``disk``, ``--disk-dir``); eager zero-gradient steps.
+  §5), rows and AdamW state in pinned host RAM (``cpu``, next batch prefetched), on the GPU
+  (``gpu``) or in memory-mapped files (``disk``, ``--disk-dir``); eager zero-gradient steps.
 * ``diet``: DIET as in the DIET paper: ``Linear(d, N)`` head on the backbone output, torch AdamW
   (16*N*d bytes).
 * ``simclr`` / ``byol`` / ``barlow_twins``: solo-learn's classes, two views, their CIFAR projector widths.

@@ -1,7 +1,8 @@
 """The exact identities of the Birth-of-SSL paper on random float64 inputs (checks T1-T14).
 
-Lemma, theorem and equation numbers are that paper's. Rows are samples. References are written independently of ``solo_diet.losses.birth``: explicit ridge
-regressions, SVDs, pair sums, eigen-decompositions.
+Lemma, theorem and equation numbers are that paper's. Rows are samples. References are written
+independently of ``solo_diet.losses.birth``: explicit ridge regressions, SVDs, pair sums,
+eigen-decompositions.
 """
 
 import itertools
