@@ -3,15 +3,14 @@
 Offline linear probe (``run_linear``: solo-learn's LinearModel), weighted kNN
 (``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
 clustering scores of the L2-normalised val features, on the backbone; then on the extra
-representations the method declares (for ``<name>_sem`` runs the SEM representation, with a second
-linear probe; for code-logit methods the argmax codes, scored as clusters).
+representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
+SEM representation, with a second linear probe; for CPLearn the argmax codes, scored as clusters).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -21,6 +20,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress
 from solo_diet.cli.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
 
 KMEANS_SCORES = {
@@ -53,21 +54,6 @@ def compose_linear(
     overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
     overrides += data_overrides(spec) + forced
     return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
-
-
-@dataclass(frozen=True)
-class ExtraRepresentation:
-    """A representation measured besides the backbone; its columns are prefixed with ``name``.
-
-    ``kind="features"``: kNN, RankMe and LiDAR of ``encoder(images)``, and a linear probe with
-    ``probe_overrides`` when there are any. ``kind="codes"``: ``encoder(images)`` is one integer
-    code per image, scored as a clustering (``<name>_nmi``, ``<name>_ami``, ``<name>_used``).
-    """
-
-    name: str
-    encoder: torch.nn.Module
-    kind: str = "features"
-    probe_overrides: tuple[str, ...] = ()
 
 
 class Evaluator:
@@ -196,58 +182,6 @@ class Evaluator:
         return result
 
 
-class _ArgmaxCodes(torch.nn.Module):
-    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
-
-    def __init__(self, method_model: torch.nn.Module):
-        super().__init__()
-        self.method_model = method_model
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.method_model(images)["z"].argmax(1, keepdim=True)
-
-
-def _backbone(checkpoint: Path) -> torch.nn.Module:
-    import json
-
-    from solo_diet.cli.linear import build_backbone, load_backbone_weights
-
-    args = json.loads((checkpoint.parent / "args.json").read_text())
-    cfg = OmegaConf.create(
-        {"backbone": args["backbone"], "pretrain_method": args["method"], "data": args["data"]}
-    )
-    backbone = build_backbone(cfg)
-    load_backbone_weights(backbone, str(checkpoint))
-    return backbone
-
-
-def _extra_representations(
-    method: str, checkpoint: Path, settings: DictConfig
-) -> list[ExtraRepresentation]:
-    """What the method adds to the backbone's evaluation (chosen by its name)."""
-    extras = []
-    args_path = checkpoint.parent / "args.json"
-    if method.startswith("cplearn"):
-        from solo_diet.methods.registry import load_pretrained_method
-
-        extras.append(
-            ExtraRepresentation(
-                "codes", _ArgmaxCodes(load_pretrained_method(checkpoint, args_path)), "codes"
-            )
-        )
-    if method.endswith("_sem"):
-        from solo_diet.methods.sem import sem_feature_extractor
-
-        tau = settings.sem_tau
-        probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
-        extras.append(
-            ExtraRepresentation(
-                "sem", sem_feature_extractor(checkpoint, args_path, tau), "features", probe
-            )
-        )
-    return extras
-
-
 class _SharedEvaluator:
     """The :class:`Evaluator` of a comparison, built at the first evaluation and then reused."""
 
@@ -267,16 +201,13 @@ def shared_evaluator() -> _SharedEvaluator:
 
 
 def evaluate_checkpoint(
-    spec: DictConfig,
-    name: str,
-    method: str,
-    checkpoint: Path,
-    run_dir: Path,
-    shared: _SharedEvaluator,
+    spec: DictConfig, name: str, checkpoint: Path, run_dir: Path, shared: _SharedEvaluator
 ) -> dict[str, Any]:
     """Every metric of one checkpoint (the probe's files go under ``run_dir``)."""
     from solo_diet.cli.linear import run_linear
 
+    pretrained = PretrainedCheckpoint(checkpoint)
+    method = pretrained.method_name
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
     progress(f"run {name!r}: offline linear probe")
@@ -288,11 +219,12 @@ def evaluate_checkpoint(
     clustering = bool(spec.evaluation.clustering)
     scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"run {name!r}: {scores} on backbone features")
-    backbone = evaluator.measure(_backbone(checkpoint), cluster=clustering)
+    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
     result.update(
         {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
     )
-    for extra in _extra_representations(method, checkpoint, spec.evaluation):
+    contract = method_contract(pretrained.method_class())
+    for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
         result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
     return result
 

@@ -204,9 +204,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
     if not trained and same:
         progress(f"run {job.name!r}: already evaluated")
         return previous
-    result = evaluate_checkpoint(
-        spec, job.name, job.cfg.method, checkpoint, job.run_dir, shared_eval
-    )
+    result = evaluate_checkpoint(spec, job.name, checkpoint, job.run_dir, shared_eval)
     result.update(pretrain_costs(job.run_dir), fingerprint=eval_fingerprint)
     write_json(result_path, result)
     progress(
