@@ -7,9 +7,7 @@ for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 acc
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,38 +22,7 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.config import ConfigError
-
-
-def build_backbone(cfg: DictConfig) -> nn.Module:
-    """The backbone exactly as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data)."""
-    from solo.methods.base import BaseMethod
-
-    backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)
-    if cfg.backbone.name.startswith("resnet"):
-        backbone.fc = nn.Identity()
-        if cfg.data.dataset in ("cifar10", "cifar100"):
-            backbone.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
-            backbone.maxpool = nn.Identity()
-    return backbone
-
-
-def load_backbone_weights(backbone: nn.Module, ckpt_path: str) -> int:
-    """Load the ``backbone.*`` tensors of a pretraining checkpoint; every backbone key must be there.
-
-    Returns the number of tensors loaded.
-    """
-    if not str(ckpt_path).endswith((".ckpt", ".pth", ".pt")):
-        raise ConfigError(f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {ckpt_path!r}.")
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
-    weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
-    missing, unexpected = backbone.load_state_dict(weights, strict=False)
-    if missing or unexpected or not weights:
-        raise ConfigError(
-            f"checkpoint {ckpt_path} does not match the configured backbone (backbone.name/kwargs): "
-            f"missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}. Use the pretraining run's "
-            "backbone settings (its args.json)."
-        )
-    return len(weights)
+from solo_diet.methods.checkpoint import build_backbone, load_backbone_weights, read_pretrain_args
 
 
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
@@ -63,14 +30,10 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
-    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
-    args_path = Path(str(ckpt)).parent / "args.json"
-    if not args_path.is_file():
-        raise ConfigError(f"`backbone.name` is not set and there is no args.json next to {ckpt}: set `backbone`.")
-    args = json.loads(args_path.read_text())
-    cfg.backbone = args["backbone"]
+    args = read_pretrain_args(str(OmegaConf.select(cfg, "pretrained_feature_extractor")))
+    cfg.backbone = args.backbone
     if OmegaConf.select(cfg, "pretrain_method") in (None, "None"):
-        cfg.pretrain_method = args["method"]
+        cfg.pretrain_method = args.method
 
 
 def probe_features(cfg: DictConfig) -> nn.Module:
@@ -88,7 +51,7 @@ def probe_features(cfg: DictConfig) -> nn.Module:
         tau = OmegaConf.select(cfg, "sem_tau", default=None)
         if tau is not None and tau < 0:
             raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
-        return sem_feature_extractor(ckpt, Path(str(ckpt)).parent / "args.json", tau=tau)
+        return sem_feature_extractor(ckpt, tau=tau)
     raise ConfigError(f"`probe` must be 'backbone' or 'sem', got {probe!r}.")
 
 

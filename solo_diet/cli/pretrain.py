@@ -22,6 +22,7 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.config import ConfigError
+from solo_diet.methods.contract import Contract, method_contract
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
@@ -43,9 +44,9 @@ def _uses_erasing(cfg: DictConfig) -> bool:
     return any(float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0 for a in cfg.augmentations)
 
 
-def check_index_source(cfg: DictConfig, method_cls: type) -> None:
+def check_index_source(cfg: DictConfig, contract: Contract) -> None:
     """Refuse set-ups that would hand an index-based method wrong dataset indices."""
-    if not getattr(method_cls, "uses_sample_indexes", False) or cfg.data.format != "dali":
+    if not contract.uses_sample_indexes or cfg.data.format != "dali":
         return
     if not OmegaConf.select(cfg, "dali.encode_indexes_into_labels", default=False):
         raise ConfigError(
@@ -54,9 +55,9 @@ def check_index_source(cfg: DictConfig, method_cls: type) -> None:
         )
 
 
-def set_num_samples(cfg: DictConfig, method_cls: type, num_samples: int) -> None:
+def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
     """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong value."""
-    if not getattr(method_cls, "uses_sample_indexes", False):
+    if not contract.uses_sample_indexes:
         return
     given = OmegaConf.select(cfg, "method_kwargs.num_samples")
     if given not in (None, "None", num_samples):
@@ -69,9 +70,10 @@ def set_num_samples(cfg: DictConfig, method_cls: type, num_samples: int) -> None
     cfg.method_kwargs.num_samples = num_samples
 
 
-def _pretrain_data(cfg: DictConfig, method_cls: type):
-    """(train_loader or DALI datamodule, N). A method with ``train_batch_sampler(cfg, dataset)`` (s-DIET)
-    gets its own batch sampler, which also splits the data over DDP ranks."""
+def _pretrain_data(cfg: DictConfig, contract: Contract):
+    """(train_loader or DALI datamodule, N, whether the method's own batch sampler is used). A method
+    whose contract has a ``train_batch_sampler`` (s-DIET) gets it; it also splits the data over DDP
+    ranks."""
     from solo.data.pretrain_dataloader import (
         FullTransformPipeline,
         NCropAugmentation,
@@ -114,7 +116,7 @@ def _pretrain_data(cfg: DictConfig, method_cls: type):
             no_labels=cfg.data.no_labels,
             data_fraction=cfg.data.fraction,
         )
-        return datamodule, num_samples
+        return datamodule, num_samples, False
 
     transform = FullTransformPipeline(
         [NCropAugmentation(build_pretrain_transform(cfg.data.dataset, aug), aug.num_crops) for aug in cfg.augmentations]
@@ -129,16 +131,16 @@ def _pretrain_data(cfg: DictConfig, method_cls: type):
         no_labels=cfg.data.no_labels,
         data_fraction=cfg.data.fraction,
     )
-    if hasattr(method_cls, "train_batch_sampler"):
+    batch_sampler = contract.train_batch_sampler(cfg, train_dataset)
+    if batch_sampler is not None:
         from torch.utils.data import DataLoader
 
-        batch_sampler = method_cls.train_batch_sampler(cfg, train_dataset)
         loader = DataLoader(
             train_dataset, batch_sampler=batch_sampler, num_workers=cfg.data.num_workers, pin_memory=True
         )
     else:
         loader = prepare_dataloader(train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers)
-    return loader, len(train_dataset)
+    return loader, len(train_dataset), batch_sampler is not None
 
 
 def _val_loader(cfg: DictConfig):
@@ -168,11 +170,12 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     if cfg.method not in METHODS:
         raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")
     method_cls = METHODS[cfg.method]
-    check_index_source(cfg, method_cls)
+    contract = method_contract(method_cls)
+    check_index_source(cfg, contract)
     seed_everything(cfg.seed)
 
-    train_data, num_samples = _pretrain_data(cfg, method_cls)
-    set_num_samples(cfg, method_cls, num_samples)
+    train_data, num_samples, own_sampler = _pretrain_data(cfg, contract)
+    set_num_samples(cfg, contract, num_samples)
     val_loader = _val_loader(cfg)
 
     model = method_cls(cfg)
@@ -184,7 +187,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
-    if hasattr(method_cls, "train_batch_sampler"):
+    if own_sampler:
         kwargs["use_distributed_sampler"] = False  # the method's batch sampler splits the ranks itself
     trainer = Trainer(**kwargs)
     if cfg.data.format == "dali":

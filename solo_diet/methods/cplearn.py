@@ -6,27 +6,43 @@ and its diagnostics in ``solo_diet.losses.cplearn``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
 import omegaconf
 import torch
 from solo.methods.base import BaseMethod
 from solo.utils.misc import omegaconf_select
 
-from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
-from solo_diet.metrics import clustering_report
 from solo_diet.config import (
     ConfigError,
+    check_bool,
     check_choice,
     check_positive_int,
     check_range,
     fill_default,
 )
+from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
 from solo_diet.methods._common import online_probe_loss
+from solo_diet.methods.contract import ExtraRepresentation, MethodContract
+from solo_diet.metrics import clustering_report
 from solo_diet.nn import CPLearnProjector
 
+if TYPE_CHECKING:
+    from solo_diet.methods.checkpoint import PretrainedCheckpoint
 
-class CPLearn(BaseMethod):
+
+class ArgmaxCodes(torch.nn.Module):
+    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+
+    def __init__(self, method_model: torch.nn.Module):
+        super().__init__()
+        self.method_model = method_model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.method_model(images)["z"].argmax(1, keepdim=True)
+
+
+class CPLearn(MethodContract, BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
     Extra cfg settings (``method_kwargs``):
@@ -87,9 +103,8 @@ class CPLearn(BaseMethod):
             )
         check_choice(cfg, "method_kwargs.activation", ["tanh", "l2"])
         check_choice(cfg, "method_kwargs.prior", ["reverse_kl", "forward_ce"])
-        for key in ("method_kwargs.symmetric", "method_kwargs.gather_marginal"):
-            if not isinstance(omegaconf.OmegaConf.select(cfg, key), bool):
-                raise ConfigError(f"`{key}` must be true or false, got {omegaconf.OmegaConf.select(cfg, key)!r}.")
+        check_bool(cfg, "method_kwargs.symmetric")
+        check_bool(cfg, "method_kwargs.gather_marginal")
         seed = cfg.method_kwargs.codes_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"`method_kwargs.codes_seed` must be a non-negative integer, got {seed!r}.")
@@ -102,6 +117,13 @@ class CPLearn(BaseMethod):
                 f"pipelines with num_crops: 1 (or one with num_crops: 2) and no small crops."
             )
         return cfg
+
+    @classmethod
+    def extra_evaluations(
+        cls, checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
+    ) -> list[ExtraRepresentation]:
+        """Contract hook: compare scores the argmax codes as a clustering (``codes_*``)."""
+        return [ExtraRepresentation("codes", ArgmaxCodes(checkpoint.method()), kind="codes")]
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

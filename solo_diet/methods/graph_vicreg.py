@@ -11,16 +11,17 @@ from typing import Any, Sequence
 import omegaconf
 import torch
 
-from solo_diet.losses import graph_vicreg_loss, label_graph
 from solo_diet.config import check_range, fill_default
+from solo_diet.losses import graph_vicreg_loss, label_graph
 from solo_diet.methods._common import online_probe_loss
-from solo_diet.methods.diet_cf import LabelledProjectionMethod
+from solo_diet.methods.index_method import LabelledProjectionMethod
 
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted variance/covariance.
 
-    Extra cfg settings (``method_kwargs``), besides :class:`~solo_diet.methods.diet_cf.LabelledProjectionMethod`'s:
+    Extra cfg settings (``method_kwargs``), besides
+    :class:`~solo_diet.methods.index_method.IndexMethod`'s:
         sim_loss_weight (float): weight of the invariance term. Default 25.0.
         var_loss_weight (float): weight of the std hinge. Default 25.0.
         cov_loss_weight (float): weight of the off-diagonal covariance. Default 1.0.

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
-from pathlib import Path
-from typing import Union
 
 from solo_diet._host import require_solo
 from solo_diet.methods import PLUGIN_FACTORIES, PLUGIN_METHODS
@@ -59,18 +56,3 @@ def register() -> list[str]:
             _add(methods_module, name, cls)
             names.append(name)
     return names
-
-
-def load_pretrained_method(ckpt_path: Union[str, Path], cfg: Union[str, Path, "omegaconf.DictConfig"]):
-    """The whole pretrained method (projector and heads included), rebuilt from its pretraining cfg or
-    the path of its ``args.json``, with every checkpoint key loaded strictly."""
-    import omegaconf
-    import torch
-    from solo.methods import METHODS
-
-    register()
-    if not isinstance(cfg, omegaconf.DictConfig):
-        cfg = omegaconf.OmegaConf.create(json.loads(Path(cfg).read_text()))
-    model = METHODS[cfg.method](cfg)
-    model.load_state_dict(torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"], strict=True)
-    return model

@@ -19,16 +19,13 @@ steps and no prefetch (the next batch's ids depend on its targets).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import omegaconf
 import torch
-from solo.methods.base import BaseMethod
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
-from solo_diet.labels import batch_rows, label_source_from_kwargs
-from solo_diet.losses import sdiet_multi_batch_cross_entropy
 from solo_diet.config import (
     ConfigError,
     check_bool,
@@ -37,14 +34,10 @@ from solo_diet.config import (
     check_range,
     fill_default,
 )
-from solo_diet.methods._common import (
-    check_sample_indexes,
-    fill_and_check_labels,
-    fill_and_check_num_samples,
-    fill_and_check_projector,
-    online_probe_loss,
-    projector_from_cfg,
-)
+from solo_diet.labels import batch_rows
+from solo_diet.losses import sdiet_multi_batch_cross_entropy
+from solo_diet.methods._common import online_probe_loss
+from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowstore import MODES, STORAGES, RowStore, host_sharing
 from solo_diet.samplers import SuperBatchSampler
@@ -61,20 +54,13 @@ class ResidentRows:
     state: Tuple[torch.Tensor, ...]
 
 
-class SDIET(BaseMethod):
+class SDIET(IndexMethod):
     """s-DIET: projector, L2 normalisation, CE against the resident head rows (seed 000 Eq. 7, §5.2).
 
-    Extra cfg settings (``method_kwargs``):
-        num_samples (int): N, dataset size; set by ``solo-diet pretrain`` from the dataset.
-        labels (str): ``index`` (one row per sample, the paper) | ``class`` | ``mix`` | ``groups``: the
-            label id, i.e. head row, of each datum (``solo_diet.labels``). Default index.
-        labelled_fraction (float): fraction of the data whose class is kept (class/mix). Default 1.0.
-        label_seed (int): seed of that subset. Default 0.
-        groups_path (str): ``.npy``/``.pt``/``.txt`` index -> group id array (groups). Default None.
-        proj_layers (int): layers of the ReLU MLP projector. Default 3 (seed 000 §6).
-        proj_hidden_dim (int): projector hidden width. Default 2048.
-        proj_output_dim (int): D, projector output width = head row width. Default 2048.
-        proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
+    The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
+    D, the width of a head row; the projector has 3 layers by default (seed 000 §6).
+
+    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
         label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default 0.8.
         temperature (float): logits are divided by it. Default 1.0 (paper: none).
         head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
@@ -97,14 +83,9 @@ class SDIET(BaseMethod):
             the current one trains. Default True.
     """
 
-    uses_sample_indexes = True
-
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs
-        self.projector, self.head_dim = projector_from_cfg(self.features_dim, kwargs)
-        self.num_samples: int = kwargs.num_samples
-        self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
         self.label_smoothing: float = kwargs.label_smoothing
         self.temperature: float = kwargs.temperature
         self.rows_per_step: int = kwargs.rows_per_step
@@ -145,10 +126,6 @@ class SDIET(BaseMethod):
         """Fills s-DIET's ``method_kwargs`` defaults and checks every value."""
         cfg = super(SDIET, SDIET).add_and_assert_specific_cfg(cfg)
         optimizer_kwargs = omegaconf_select(cfg, "optimizer.kwargs", {}) or {}
-
-        fill_and_check_num_samples(cfg)
-        fill_and_check_projector(cfg, default_layers=3, min_layers=1)
-        fill_and_check_labels(cfg)
         by_index = cfg.method_kwargs.labels == "index"
         fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
         fill_default(cfg, "method_kwargs.temperature", 1.0)
@@ -200,11 +177,6 @@ class SDIET(BaseMethod):
         return cfg
 
     @property
-    def learnable_params(self) -> List[Dict[str, Any]]:
-        """The projector trains with the backbone's optimizer; the head rows are not here (spec A4)."""
-        return super().learnable_params + [{"name": "projector", "params": self.projector.parameters()}]
-
-    @property
     def row_store(self) -> RowStore:
         """The head rows and their optimiser state, created on first use on the module's device.
 
@@ -222,7 +194,7 @@ class SDIET(BaseMethod):
                 )
             self._row_store = RowStore(
                 self.label_source.num_rows,
-                self.head_dim,
+                self.z_dim,
                 self.head_optimizer,
                 device=self.device,
                 sharing=sharing,
@@ -233,11 +205,9 @@ class SDIET(BaseMethod):
                 self._pending_snapshot = None
         return self._row_store
 
-    def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Backbone features, online-probe logits and ``z``, the L2-normalised projector output."""
-        out = super().forward(X)
-        out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
-        return out
+    def head_input(self, feats: torch.Tensor) -> torch.Tensor:
+        """``z``: the L2-normalised projector output. The head rows are not parameters (spec A4)."""
+        return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
         """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (A8)."""

@@ -19,7 +19,6 @@ How a twin is built, for any ``BaseMethod`` subclass ``M`` (spec §5.1):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
@@ -28,12 +27,13 @@ from typing import Any, Callable, Sequence
 
 import omegaconf
 import torch
-from omegaconf import OmegaConf
 from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
 from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import ExtraRepresentation, MethodContract, method_contract
 from solo_diet.nn.sem import SimplicialEmbedding, check_temperature, simplex_statistics
 
 REFUSED: dict[str, str] = {
@@ -61,7 +61,7 @@ class SEMUnsupported(ValueError):
 def sem_refusal(name: str, method_cls: type) -> str | None:
     """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it does.
 
-    Plugin methods opt out with a class attribute ``sem_unsupported = "reason"``.
+    Methods opt out through their contract: ``sem_unsupported = "reason"``.
     """
     if name in REFUSED:
         return REFUSED[name]
@@ -69,7 +69,7 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
         return f"{method_cls!r} is not a solo-learn BaseMethod subclass."
     if method_cls in (BaseMethod, BaseMomentumMethod) or name.endswith("_sem"):
         return "it is a base class or already a SEM twin."
-    return getattr(method_cls, "sem_unsupported", None)
+    return method_contract(method_cls).sem_unsupported
 
 
 def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
@@ -217,8 +217,9 @@ def _parameter_ids(groups: Sequence[dict[str, Any]]) -> set[int]:
     return {id(p) for group in groups for p in group["params"]}
 
 
-class _SEMTwin:
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO)."""
+class _SEMTwin(MethodContract):
+    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO). The rest of the
+    method contract is the base method's."""
 
     sem_base_method: str
     _sem_online: str
@@ -245,6 +246,17 @@ class _SEMTwin:
         if not {id(p) for p in embedder.parameters()} <= _parameter_ids(self.learnable_params):
             raise SEMUnsupported(f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params.")
         self._sem_large_crops: list[torch.Tensor] = []
+
+    @classmethod
+    def extra_evaluations(
+        cls, checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
+    ) -> list[ExtraRepresentation]:
+        """Contract hook: the base method's extra representations, then the SEM representation at
+        ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe (``probe: sem``)."""
+        tau = settings.get("sem_tau")
+        probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
+        sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
+        return super().extra_evaluations(checkpoint, settings) + [sem]
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
         parent_path, _, name = path.rpartition(".")
@@ -334,22 +346,20 @@ class SEMFeatureExtractor(nn.Module):
 
 
 def sem_feature_extractor(
-    ckpt_path: str | Path, cfg: omegaconf.DictConfig | str | Path, tau: float | None = None
+    checkpoint: str | Path | PretrainedCheckpoint,
+    cfg: omegaconf.DictConfig | str | Path | None = None,
+    tau: float | None = None,
 ) -> SEMFeatureExtractor:
     """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe backbone.
 
-    ``cfg`` is the pretraining config or the path of its ``args.json``; ``tau`` defaults to
-    ``method_kwargs.sem.probe_tau`` (0 = one-hot argmax per simplex). Every checkpoint key must load.
+    ``cfg`` is the pretraining config or the path of its ``args.json`` (default: the one next to the
+    checkpoint); ``tau`` defaults to ``method_kwargs.sem.probe_tau`` (0 = one-hot argmax per
+    simplex). Every checkpoint key must load.
     """
-    from solo.methods import METHODS
-
-    from solo_diet.methods.registry import load_pretrained_method
-
-    if not isinstance(cfg, omegaconf.DictConfig):
-        cfg = OmegaConf.create(json.loads(Path(cfg).read_text()))
-    method_cls = METHODS.get(cfg.method)
-    if not (isinstance(method_cls, type) and issubclass(method_cls, _SEMTwin)):
-        raise ValueError(f"method '{cfg.method}' of this config is not a SEM twin (<name>_sem)")
-    model = load_pretrained_method(ckpt_path, cfg)
-    probe_tau = cfg.method_kwargs.sem.probe_tau if tau is None else tau
+    if not isinstance(checkpoint, PretrainedCheckpoint):
+        checkpoint = PretrainedCheckpoint(checkpoint, cfg)
+    if not issubclass(checkpoint.method_class(), _SEMTwin):
+        raise ValueError(f"method '{checkpoint.method_name}' of this config is not a SEM twin (<name>_sem)")
+    model = checkpoint.method()
+    probe_tau = checkpoint.args.method_kwargs.sem.probe_tau if tau is None else tau
     return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()

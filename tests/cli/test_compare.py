@@ -124,6 +124,8 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         (["runs=[{name: a, config_name: diet}, {name: a, config_name: simclr}]"], "must be unique"),
         (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
         (["evaluation.no_such_key=1"], "no_such_key"),
+        (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
+        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'limit_train_batches', 'max_epochs'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
     ],

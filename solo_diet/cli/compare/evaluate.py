@@ -1,0 +1,257 @@
+"""The evaluation of one checkpoint, identical for every run of a comparison.
+
+Offline linear probe (``run_linear``: solo-learn's LinearModel), weighted kNN
+(``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
+clustering scores of the L2-normalised val features, on the backbone; then on the extra
+representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
+SEM representation, with a second linear probe; for CPLearn the argmax codes, scored as clusters).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet.cli.compare._files import progress
+from solo_diet.cli.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import ExtraRepresentation, method_contract
+from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
+
+KMEANS_SCORES = {
+    "nmi": "kmeans_nmi",
+    "ami": "kmeans_ami",
+    "ari": "kmeans_ari",
+    "hungarian_acc": "kmeans_acc",
+    "chance_nmi": "kmeans_chance_nmi",
+}
+CODE_SCORES = {
+    "nmi": "nmi",
+    "ami": "ami",
+    "codes_used": "used",
+}  # column suffixes of code clusterings
+
+
+def compose_linear(
+    spec: DictConfig, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
+) -> DictConfig:
+    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``: the
+    overrides that make it probe another representation than the backbone)."""
+    forced = [
+        *probe,
+        quoted("pretrained_feature_extractor", checkpoint),
+        quoted("checkpoint.dir", run_dir / "linear"),
+        "++checkpoint.enabled=False",
+        "++auto_resume.enabled=False",
+        "++wandb.enabled=False",
+    ]
+    overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
+    overrides += data_overrides(spec) + forced
+    return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
+
+
+class Evaluator:
+    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views."""
+
+    def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
+        from torch.utils.data import DataLoader
+
+        self.settings = spec.evaluation
+        use_cuda = (
+            torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
+        )
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        train_set, val_set = self._datasets(probe_cfg, eval_transform=True)
+        workers = int(OmegaConf.select(probe_cfg, "data.num_workers", default=0))
+        self.train_loader, self.val_loader = (
+            DataLoader(s, batch_size=self.settings.batch_size, shuffle=False, num_workers=workers)
+            for s in (train_set, val_set)
+        )
+        self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
+
+    @staticmethod
+    def _probe_transforms(probe_cfg: DictConfig):
+        """The linear probe's (train, val) transforms."""
+        from solo_diet.cli.common import classification_transforms
+
+        return classification_transforms(probe_cfg.data.dataset, probe_cfg.data.augmentations)
+
+    def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
+        from solo.data.classification_dataloader import prepare_datasets
+
+        transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
+        return prepare_datasets(
+            probe_cfg.data.dataset,
+            transform,
+            transform,
+            train_data_path=probe_cfg.data.train_path,
+            val_data_path=probe_cfg.data.val_path,
+        )
+
+    def _lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """``lidar_views`` augmented views of ``lidar_samples`` val images (seeded: the same for
+        every run)."""
+        from solo_diet.cli.pretrain import build_pretrain_transform
+
+        seed = int(self.settings.seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        if self.settings.lidar_augmentations is not None:
+            nodes = OmegaConf.load(self.settings.lidar_augmentations)
+            node = nodes[0] if isinstance(nodes, ListConfig) else nodes
+            transform = build_pretrain_transform(probe_cfg.data.dataset, node)
+        else:
+            transform = self._probe_transforms(probe_cfg)[0]
+        _, raw_val = self._datasets(probe_cfg, eval_transform=False)
+        count = min(int(self.settings.lidar_samples), len(raw_val))
+        chosen = torch.randperm(len(raw_val))[:count].tolist()
+        views = [transform(raw_val[i][0]) for i in chosen for _ in range(self.settings.lidar_views)]
+        labels = torch.arange(count).repeat_interleave(self.settings.lidar_views)
+        return torch.stack(views), labels
+
+    @torch.no_grad()
+    def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:
+        feats, targets = [], []
+        for images, labels in loader:
+            feats.append(model(images.to(self.device)).float().flatten(1).cpu())
+            targets.append(labels)
+        return torch.cat(feats), torch.cat(targets)
+
+    @torch.no_grad()
+    def _view_features(self, model: torch.nn.Module) -> torch.Tensor:
+        chunks = self.lidar_views.split(int(self.settings.batch_size))
+        return torch.cat(
+            [model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks]
+        )
+
+    def cluster_scores(self, val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, float]:
+        """k-means (k = number of classes) of the L2-normalised features, scored against labels."""
+        seed = int(self.settings.seed)
+        normalized = torch.nn.functional.normalize(val_x.double(), dim=1)
+        clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
+        report = clustering_report(val_y, clusters, seed=seed)
+        return {column: report[key] for key, column in KMEANS_SCORES.items()}
+
+    def code_scores(self, encoder: torch.nn.Module, prefix: str) -> dict[str, float]:
+        """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
+        codes, val_y = self._features(encoder.to(self.device).eval(), self.val_loader)
+        report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
+        return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_SCORES.items()}
+
+    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
+        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
+        (+ the k-means scores when ``cluster``)."""
+        from solo.utils.knn import WeightedKNNClassifier
+
+        model = model.to(self.device).eval()
+        train_x, train_y = self._features(model, self.train_loader)
+        val_x, val_y = self._features(model, self.val_loader)
+        knn = WeightedKNNClassifier(
+            k=self.settings.knn_k,
+            T=self.settings.knn_temperature,
+            distance_fx=self.settings.knn_distance,
+        )
+        knn.update(
+            train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
+        )
+        knn_acc1, _ = knn.compute()
+        rank_x = val_x[: int(self.settings.rankme_samples)]
+        result: dict[str, Any] = {"knn_acc1": float(knn_acc1)}
+        if cluster:
+            result.update(self.cluster_scores(val_x, val_y))
+        if val_x.shape[1] > self.settings.max_rank_dim:
+            progress(
+                f"  {val_x.shape[1]}-d features > evaluation.max_rank_dim: RankMe/LiDAR skipped"
+            )
+            return {**result, "rankme": math.nan, "lidar": math.nan, "spectrum": []}
+        sigma = singular_values(rank_x)
+        result.update(
+            rankme=rankme(rank_x),
+            lidar=lidar(
+                self._view_features(model), self.lidar_labels, delta=self.settings.lidar_delta
+            ),
+            spectrum=(sigma / sigma[0]).tolist() if sigma[0] > 0 else [],
+        )
+        return result
+
+
+class _SharedEvaluator:
+    """The :class:`Evaluator` of a comparison, built at the first evaluation and then reused."""
+
+    def __init__(self) -> None:
+        self.evaluator: Optional[Evaluator] = None
+
+    def get(self, spec: DictConfig, probe_cfg: DictConfig) -> Evaluator:
+        if self.evaluator is None:
+            progress("preparing evaluation data (eval-transformed train/val, LiDAR views)")
+            self.evaluator = Evaluator(spec, probe_cfg)
+        return self.evaluator
+
+
+def shared_evaluator() -> _SharedEvaluator:
+    """One evaluator for every checkpoint of a comparison (for :func:`evaluate_checkpoint`)."""
+    return _SharedEvaluator()
+
+
+def evaluate_checkpoint(
+    spec: DictConfig, name: str, checkpoint: Path, run_dir: Path, shared: _SharedEvaluator
+) -> dict[str, Any]:
+    """Every metric of one checkpoint (the probe's files go under ``run_dir``)."""
+    from solo_diet.cli.linear import run_linear
+
+    pretrained = PretrainedCheckpoint(checkpoint)
+    method = pretrained.method_name
+    probe_cfg = compose_linear(spec, checkpoint, run_dir)
+    evaluator = shared.get(spec, probe_cfg)
+    progress(f"run {name!r}: offline linear probe")
+    probe = run_linear(probe_cfg)
+    result: dict[str, Any] = {"run": name, "method": method, "checkpoint": str(checkpoint)}
+    result.update(
+        linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
+    )
+    clustering = bool(spec.evaluation.clustering)
+    scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
+    progress(f"run {name!r}: {scores} on backbone features")
+    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
+    result.update(
+        {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
+    )
+    contract = method_contract(pretrained.method_class())
+    for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
+        result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
+    return result
+
+
+def _evaluate_extra(
+    spec: DictConfig,
+    name: str,
+    extra: ExtraRepresentation,
+    evaluator: Evaluator,
+    checkpoint: Path,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """The columns ``<extra.name>_*`` of one extra representation."""
+    from solo_diet.cli.linear import run_linear
+
+    if extra.kind == "codes":
+        if not spec.evaluation.clustering:
+            return {}
+        progress(f"run {name!r}: clustering scores of the {extra.name}")
+        return evaluator.code_scores(extra.encoder, extra.name)
+    result: dict[str, Any] = {}
+    if extra.probe_overrides:
+        progress(f"run {name!r}: linear probe on the {extra.name} representation")
+        probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
+        result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
+    progress(f"run {name!r}: kNN, RankMe, LiDAR on the {extra.name} representation")
+    measured = evaluator.measure(extra.encoder)
+    result.update({f"{extra.name}_{k}": measured[k] for k in ("knn_acc1", "rankme", "lidar")})
+    result[f"{extra.name}_spectrum"] = measured["spectrum"]
+    return result

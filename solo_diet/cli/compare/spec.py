@@ -1,0 +1,266 @@
+"""The comparison spec: defaults, loading, checks, and its translation into Hydra overrides.
+
+A spec is a YAML file (format: ``docs/compare.md``). Every section has defaults; a key that is not
+one of them is refused with the valid keys of the section where it occurs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from solo_diet.config import ConfigError
+
+SPEC_DEFAULTS: dict[str, Any] = {
+    "name": "comparison",
+    "output_dir": None,
+    "config_path": None,
+    "data": {"root": None, "dataset": "custom", "train_path": None, "val_path": None},
+    "budget": {"max_epochs": None, "batch_size": None, "limit_train_batches": None},
+    "trainer": [],
+    "pretrain_overrides": [],
+    "linear": {"config_path": None, "config_name": None, "overrides": []},
+    "evaluation": {
+        "batch_size": 256,
+        "knn_k": 20,
+        "knn_temperature": 0.07,
+        "knn_distance": "cosine",
+        "rankme_samples": 25600,
+        "lidar_samples": 1000,
+        "lidar_views": 10,
+        "lidar_augmentations": None,
+        "lidar_delta": 1e-4,
+        "max_rank_dim": 4096,
+        "sem_tau": None,
+        "rankme_every_n_epochs": 0,
+        "clustering": True,
+        "seed": 0,
+    },
+    "runs": [],
+}
+RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+PATH_KEYS = (
+    "output_dir",
+    "config_path",
+    "data.root",
+    "data.train_path",
+    "data.val_path",
+    "linear.config_path",
+    "evaluation.lidar_augmentations",
+)
+BUDGET_TARGETS = {
+    "max_epochs": "max_epochs",
+    "batch_size": "optimizer.batch_size",
+    "limit_train_batches": "limit_train_batches",
+}
+SPEC_OWNED = (
+    "data.dataset",
+    "data.train_path",
+    "data.val_path",
+    "checkpoint.dir",
+    "checkpoint.enabled",
+    "checkpoint.frequency",
+    "auto_resume.enabled",
+    "wandb.enabled",
+    "name",
+    "max_steps",
+)
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class Run:
+    """One entry of ``runs``: a pretraining config plus overrides."""
+
+    name: str
+    config_path: Path
+    config_name: str
+    overrides: list[str]
+
+
+def _resolve_paths(spec: DictConfig, base: Path) -> None:
+    for key in PATH_KEYS:
+        value = OmegaConf.select(spec, key)
+        if value is not None and not Path(str(value)).expanduser().is_absolute():
+            OmegaConf.update(spec, key, str((base / str(value)).resolve()))
+    for run in spec.get("runs") or []:
+        if isinstance(run, DictConfig) and run.get("config_path") is not None:
+            run.config_path = str((base / str(run.config_path)).expanduser().resolve())
+
+
+def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationError) -> str:
+    """The error's first line and the valid keys of the section holding the bad key."""
+    section, _, _ = str(getattr(error, "full_key", "") or "").rpartition(".")
+    node = OmegaConf.select(OmegaConf.create(SPEC_DEFAULTS), section) if section else None
+    if isinstance(node, DictConfig):
+        valid = f"`{section}` keys: {sorted(node)}"
+    else:
+        valid = f"Spec keys: {sorted(SPEC_DEFAULTS)}"
+    return f"{spec_path}: {error.msg.splitlines()[0]}. {valid}."
+
+
+def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """Read and check a spec; paths in the file are relative to its folder, paths in ``overrides``
+    (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
+    spec_path = Path(spec_path).expanduser().resolve()
+    if not spec_path.is_file():
+        raise ConfigError(f"comparison spec {spec_path} does not exist.")
+    schema = OmegaConf.create(SPEC_DEFAULTS)
+    OmegaConf.set_struct(schema, True)
+    try:
+        from_file = OmegaConf.load(spec_path)
+        _resolve_paths(from_file, spec_path.parent)
+        from_cli = OmegaConf.from_dotlist(list(overrides))
+        _resolve_paths(from_cli, Path.cwd())
+        spec = OmegaConf.merge(schema, from_file, from_cli)
+    except (ConfigKeyError, ValidationError) as err:
+        raise ConfigError(_unknown_key_message(spec_path, err)) from err
+    OmegaConf.set_struct(spec, False)
+    _check_spec(spec, spec_path)
+    return spec
+
+
+def _check_spec(spec: DictConfig, spec_path: Path) -> None:
+    if spec.output_dir is None:
+        raise ConfigError(
+            f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
+        )
+    for key in ("max_epochs", "batch_size"):
+        value = spec.budget[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(
+                f"{spec_path}: `budget.{key}` must be a positive integer (one budget for every "
+                f"run), "
+                f"got {value}."
+            )
+    limit = spec.budget.limit_train_batches
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
+    ):
+        raise ConfigError(
+            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
+        )
+    if spec.linear.config_path is None or spec.linear.config_name is None:
+        raise ConfigError(
+            f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
+            f"YAML)."
+        )
+    if not isinstance(spec.runs, ListConfig) or len(spec.runs) == 0:
+        raise ConfigError(
+            f"{spec_path}: `runs` must be a non-empty list of {{name, config_name, overrides}}."
+        )
+    if spec.data.root is not None:
+        spec.data.train_path = spec.data.train_path or str(Path(spec.data.root) / "train")
+        spec.data.val_path = spec.data.val_path or str(Path(spec.data.root) / "val")
+    if spec.data.dataset == "custom":
+        for split in ("train_path", "val_path"):
+            folder = spec.data[split]
+            if folder is None or not Path(folder).is_dir():
+                raise ConfigError(
+                    f"dataset missing: `data.{split}` = {folder} is not a folder. Write one with "
+                    f"e.g. "
+                    "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
+                    "val/ inside)."
+                )
+    evaluation = spec.evaluation
+    if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
+        raise ConfigError(
+            "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
+        )
+    if (
+        evaluation.lidar_augmentations is not None
+        and not Path(evaluation.lidar_augmentations).is_file()
+    ):
+        raise ConfigError(
+            f"`evaluation.lidar_augmentations` {evaluation.lidar_augmentations} is not a file."
+        )
+
+
+def parse_runs(spec: DictConfig) -> list[Run]:
+    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
+    runs: list[Run] = []
+    for position, entry in enumerate(spec.runs):
+        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
+            raise ConfigError(
+                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
+            )
+        unknown = sorted(set(entry) - set(RUN_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
+                f"{list(RUN_KEYS)}."
+            )
+        name = str(entry.name)
+        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
+            raise ConfigError(
+                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
+            )
+        config_path = entry.get("config_path") or spec.config_path
+        if config_path is None:
+            raise ConfigError(
+                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
+            )
+        overrides = [str(o) for o in entry.get("overrides") or []]
+        check_overrides(f"run {name!r}", overrides, spec.budget)
+        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
+    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec.budget)
+    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec.budget)
+    return runs
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_overrides(owner: str, overrides: Sequence[str], budget: DictConfig) -> None:
+    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing)."""
+    for override in overrides:
+        key = _override_key(override)
+        for budget_key, target in BUDGET_TARGETS.items():
+            if key == target:
+                raise ConfigError(
+                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
+                    f"`budget.{budget_key}` "
+                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
+                    f"the budget."
+                )
+        if key in SPEC_OWNED:
+            raise ConfigError(
+                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
+                f"`{override}`."
+            )
+
+
+def quoted(key: str, value: Any) -> str:
+    """A forced Hydra override ``++key=value`` (strings and paths quoted)."""
+    return f"++{key}='{value}'" if isinstance(value, (str, Path)) else f"++{key}={value}"
+
+
+def data_overrides(spec: DictConfig) -> list[str]:
+    """The spec's data set, forced on every pretraining and probe config."""
+    keys = ("dataset", "train_path", "val_path")
+    return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
+
+
+def shared_overrides(spec: DictConfig) -> list[str]:
+    """The ``trainer`` overrides, applied to every pretraining and probe config."""
+    return [str(o) for o in spec.trainer]
+
+
+def compose(
+    owner: str, config_path: str | Path, config_name: str, overrides: Sequence[str]
+) -> DictConfig:
+    """``compose_cfg``; missing files and bad overrides raise a ConfigError naming ``owner``."""
+    from hydra.errors import HydraException
+
+    from solo_diet.cli.common import compose_cfg
+
+    try:
+        return compose_cfg(str(config_path), config_name, overrides)
+    except (FileNotFoundError, HydraException) as err:
+        raise ConfigError(f"{owner}: {str(err).splitlines()[0]}") from err

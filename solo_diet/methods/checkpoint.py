@@ -1,0 +1,149 @@
+"""Pretraining checkpoints and their ``args.json``: the one loader every launcher uses.
+
+solo-learn's ``Checkpointer`` writes ``<run>/<name>-ep=<epoch>.ckpt`` next to ``<run>/args.json``,
+the full pretraining config. :class:`PretrainedCheckpoint` reads both and rebuilds what a launcher
+needs from them: the backbone (linear probe, kNN, RankMe), or the whole method (projector and heads
+included, e.g. for SEM or code evaluations).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Optional, Union
+
+import omegaconf
+import torch
+from torch import nn
+
+from solo_diet.config import ConfigError
+
+PathLike = Union[str, Path]
+CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
+
+
+def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
+    """The pretraining config saved as ``args.json`` next to the checkpoint."""
+    ckpt_path = Path(ckpt_path)
+    if not ckpt_path.is_file():
+        raise ConfigError(f"checkpoint {ckpt_path} does not exist.")
+    args_path = ckpt_path.parent / "args.json"
+    if not args_path.is_file():
+        raise ConfigError(
+            f"there is no args.json next to {ckpt_path}: it holds the pretraining config the model "
+            "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
+        )
+    return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+
+
+def load_checkpoint_file(path: PathLike) -> dict:
+    """The checkpoint's dictionary, on the CPU."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist.")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
+    """The backbone exactly as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data),
+    from ``cfg.backbone``, ``cfg.pretrain_method`` and ``cfg.data.dataset``."""
+    from solo.methods.base import BaseMethod
+
+    backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)
+    if cfg.backbone.name.startswith("resnet"):
+        backbone.fc = nn.Identity()
+        if cfg.data.dataset in ("cifar10", "cifar100"):
+            backbone.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
+            backbone.maxpool = nn.Identity()
+    return backbone
+
+
+def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) -> int:
+    weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
+    missing, unexpected = backbone.load_state_dict(weights, strict=False)
+    if missing or unexpected or not weights:
+        raise ConfigError(
+            f"checkpoint {ckpt_path} does not match the configured backbone "
+            f"(backbone.name/kwargs): "
+            f"missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}. Use the pretraining "
+            "run's backbone settings (its args.json)."
+        )
+    return len(weights)
+
+
+def load_backbone_weights(backbone: nn.Module, ckpt_path: PathLike) -> int:
+    """Load the ``backbone.*`` tensors of a pretraining checkpoint; every backbone key must load.
+
+    Returns the number of tensors loaded.
+    """
+    if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
+        raise ConfigError(
+            f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
+        )
+    return _load_backbone_state(backbone, load_checkpoint_file(ckpt_path)["state_dict"], ckpt_path)
+
+
+class PretrainedCheckpoint:
+    """A pretraining checkpoint with the config it was trained with.
+
+    Args:
+        path: the ``.ckpt`` file.
+        args: the pretraining config, or the path of its ``args.json``; default: the ``args.json``
+            next to ``path``.
+    """
+
+    def __init__(
+        self, path: PathLike, args: Optional[Union[omegaconf.DictConfig, PathLike]] = None
+    ):
+        self.path = Path(path)
+        if args is None:
+            args = read_pretrain_args(self.path)
+        elif not isinstance(args, omegaconf.DictConfig):
+            args = omegaconf.OmegaConf.create(json.loads(Path(args).read_text()))
+        self.args: omegaconf.DictConfig = args
+        self._method: Optional[nn.Module] = None
+
+    @property
+    def method_name(self) -> str:
+        return str(self.args.method)
+
+    @cached_property
+    def state_dict(self) -> dict:
+        """The model's tensors (read once)."""
+        return load_checkpoint_file(self.path)["state_dict"]
+
+    def backbone(self) -> nn.Module:
+        """The pretrained backbone (every backbone key loaded)."""
+        cfg = omegaconf.OmegaConf.create(
+            {
+                "backbone": self.args.backbone,
+                "pretrain_method": self.method_name,
+                "data": self.args.data,
+            }
+        )
+        backbone = build_backbone(cfg)
+        _load_backbone_state(backbone, self.state_dict, self.path)
+        return backbone
+
+    def method_class(self) -> type:
+        from solo.methods import METHODS
+
+        from solo_diet.methods.registry import register
+
+        register()
+        if self.method_name not in METHODS:
+            raise ConfigError(
+                f"checkpoint {self.path} was pretrained with method {self.method_name!r}, which is "
+                f"not registered; registered methods: {sorted(METHODS)}."
+            )
+        return METHODS[self.method_name]
+
+    def method(self) -> nn.Module:
+        """The whole pretrained method (projector and heads included), every key loaded strictly,
+        in eval mode; built once, then shared by every caller."""
+        if self._method is None:
+            model = self.method_class()(self.args)
+            model.load_state_dict(self.state_dict, strict=True)
+            self._method = model.eval()
+        return self._method

@@ -1,0 +1,197 @@
+"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once.
+
+An index-based method maps each sample to a label id through a label source (``solo_diet.labels``:
+by default its dataset index) and reads ``z``, the output of an optional ReLU MLP projector over the
+backbone features. :class:`IndexMethod` fills and checks their shared ``method_kwargs``, builds the
+projector and the label source, and declares ``uses_sample_indexes`` (``solo-diet pretrain`` then
+sets ``num_samples``). The method contract is in :mod:`solo_diet.methods.contract`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Dict, List, Sequence
+
+import omegaconf
+import torch
+from solo.methods.base import BaseMethod
+from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
+from torch import nn
+
+from solo_diet.config import (
+    ConfigError,
+    check_bool,
+    check_positive_int,
+    fill_default,
+)
+from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
+from solo_diet.methods.contract import MethodContract
+from solo_diet.nn import mlp_projector
+
+
+def fill_and_check_num_samples(cfg: omegaconf.DictConfig) -> int:
+    """``method_kwargs.num_samples`` (N, one head row per training sample): set by the launcher."""
+    fill_default(cfg, "method_kwargs.num_samples", None)
+    return check_positive_int(
+        cfg,
+        "method_kwargs.num_samples",
+        "It is the number of training samples (after data.fraction); `solo-diet pretrain` fills "
+        "it.",
+    )
+
+
+def fill_and_check_labels(cfg: omegaconf.DictConfig) -> None:
+    """Fill the label-source keys (:data:`solo_diet.labels.LABEL_DEFAULTS`) and build the source
+    once, so a bad source, an unreadable groups file or class labels on an unlabelled dataset fail
+    at config time."""
+    for key, default in LABEL_DEFAULTS.items():
+        fill_default(cfg, f"method_kwargs.{key}", default)
+    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
+    num_classes = omegaconf_select(cfg, "data.num_classes", None)
+    try:
+        label_source_from_kwargs(cfg.method_kwargs, num_classes, has_labels)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
+def fill_and_check_projector(
+    cfg: omegaconf.DictConfig, default_layers: int, min_layers: int
+) -> None:
+    """The ReLU MLP projector keys ``proj_layers`` (0 = none), ``proj_hidden_dim``,
+    ``proj_output_dim`` (both default 2048) and ``proj_use_bn`` (default True)."""
+    fill_default(cfg, "method_kwargs.proj_layers", default_layers)
+    fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
+    fill_default(cfg, "method_kwargs.proj_output_dim", 2048)
+    fill_default(cfg, "method_kwargs.proj_use_bn", True)
+    layers = cfg.method_kwargs.proj_layers
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < min_layers:
+        none = " (0 = no projector)" if min_layers == 0 else ""
+        raise ConfigError(
+            f"`method_kwargs.proj_layers` must be an integer >= {min_layers}{none}, got {layers!r}."
+        )
+    check_bool(cfg, "method_kwargs.proj_use_bn")
+    if layers > 0:
+        check_positive_int(cfg, "method_kwargs.proj_hidden_dim")
+        check_positive_int(cfg, "method_kwargs.proj_output_dim")
+
+
+def projector_from_cfg(
+    features_dim: int, method_kwargs: omegaconf.DictConfig
+) -> tuple[nn.Module, int]:
+    """``(projector, output width)`` from the keys of :func:`fill_and_check_projector`; identity
+    for 0 layers."""
+    if method_kwargs.proj_layers == 0:
+        return nn.Identity(), features_dim
+    projector = mlp_projector(
+        features_dim,
+        method_kwargs.proj_hidden_dim,
+        method_kwargs.proj_output_dim,
+        num_layers=method_kwargs.proj_layers,
+        use_bn=method_kwargs.proj_use_bn,
+    )
+    return projector, method_kwargs.proj_output_dim
+
+
+def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
+    """Refuse dataset indices outside ``[0, num_samples)`` with an error that says what to fix."""
+    low, high = int(indexes.min()), int(indexes.max())
+    if low < 0 or high >= num_samples:
+        raise IndexError(
+            f"batch has dataset index {low if low < 0 else high} outside [0, {num_samples}) = "
+            f"[0, method_kwargs.num_samples). The head has one row per training sample: launch "
+            f"with "
+            f"`solo-diet pretrain` (it sets num_samples from the real dataset), or set "
+            f"method_kwargs.num_samples to len(train_dataset) after data.fraction. With DALI, set "
+            f"dali.encode_indexes_into_labels=True."
+        )
+
+
+class IndexMethod(MethodContract, BaseMethod):
+    """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
+    its label id.
+
+    Sets ``num_samples``, ``label_source``, ``projector`` and ``z_dim`` (the width of ``z``);
+    ``forward``/``multicrop_forward`` add ``z = head_input(feats)`` to solo-learn's outputs, and the
+    projector trains with the backbone's optimizer. Subclasses choose the projector's default and
+    minimal depth with ``projector_layers = (default, minimum)``.
+
+    Extra cfg settings (``method_kwargs``) shared by every index-based method:
+        num_samples (int): N, dataset size; set by ``solo-diet pretrain`` from the dataset.
+        labels (str): ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
+            (``solo_diet.labels``). Default index.
+        labelled_fraction (float): fraction of the data whose class is kept (class/mix).
+            Default 1.0.
+        label_seed (int): seed of that subset. Default 0.
+        groups_path (str): ``.npy``/``.pt``/``.txt`` index -> group id array (groups). Default None.
+        proj_layers (int): layers of the ReLU MLP projector (default and minimum: the method's).
+        proj_hidden_dim (int): projector hidden width. Default 2048.
+        proj_output_dim (int): projector output width, the width of ``z``. Default 2048.
+        proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
+    """
+
+    uses_sample_indexes = True
+    projector_layers: ClassVar[tuple[int, int]] = (3, 1)
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)
+        kwargs = cfg.method_kwargs
+        self.num_samples: int = kwargs.num_samples
+        self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
+        self.projector, self.z_dim = projector_from_cfg(self.features_dim, kwargs)
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """Fills the num_samples, projector and label-source keys and checks them (a bad label
+        source fails here)."""
+        cfg = super().add_and_assert_specific_cfg(cfg)
+        fill_and_check_num_samples(cfg)
+        fill_and_check_projector(cfg, *cls.projector_layers)
+        fill_and_check_labels(cfg)
+        return cfg
+
+    @property
+    def learnable_params(self) -> List[Dict[str, Any]]:
+        """The projector trains with the backbone's optimizer, lr and weight decay."""
+        projector = {"name": "projector", "params": self.projector.parameters()}
+        return super().learnable_params + [projector]
+
+    def head_input(self, feats: torch.Tensor) -> torch.Tensor:
+        """``z``: the projector output (subclasses may normalise it)."""
+        return self.projector(feats)
+
+    def forward(self, X: torch.Tensor) -> Dict[str, Any]:
+        """Backbone features, online-probe logits and ``z``."""
+        out = super().forward(X)
+        out["z"] = self.head_input(out["feats"])
+        return out
+
+    def multicrop_forward(self, X: torch.Tensor) -> Dict[str, Any]:
+        out = super().multicrop_forward(X)
+        out["z"] = self.head_input(out["feats"])
+        return out
+
+
+class LabelledProjectionMethod(IndexMethod):
+    """An index-based method whose loss compares the views of the global batch by label id
+    (``diet_cf``, ``graph_vicreg``): the label source ``index`` needs >= 2 views per datum."""
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """:class:`IndexMethod`'s keys, and enough views for ``labels=index``."""
+        cfg = super().add_and_assert_specific_cfg(cfg)
+        num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
+        if cfg.method_kwargs.labels == "index" and num_views < 2:
+            raise ConfigError(
+                f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
+                f"{num_views}: with one view each index is its own singleton and the loss learns "
+                f"no "
+                "invariance (only the spectrum of z, spec §1.7). Set `data.num_large_crops=2` (and "
+                "augmentations[].num_crops), or another label source."
+            )
+        return cfg
+
+    def gathered_views_and_ids(
+        self, out: Dict[str, Any], batch: Sequence[Any]
+    ) -> tuple[list, torch.Tensor]:
+        """Each view's ``z`` over all DDP ranks and the label ids of ``cat(views)`` (view-major)."""
+        ids = concat_all_gather_no_grad(self.label_source(batch[0], batch[2]))
+        return [gather(z) for z in out["z"]], ids.repeat(len(out["z"]))
