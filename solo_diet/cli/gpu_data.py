@@ -22,18 +22,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
 from solo_diet.data.loader import STORAGES, GPUBatchLoader
+from solo_diet.data.pipeline import (
+    IMAGENET_STATS,
+    EvalTransform,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)
 from solo_diet.data.tensor_data import ImageTensors, load_images
 
 DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
 GPU_KEYS = ("storage", "image_size", "decode_threads")
-IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-# solo-learn's classification pipelines for its named sets: (crop size, mean, std, resize for eval)
+# solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
 PROBE_PIPELINES = {
-    "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)),
-    "cifar100": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)),
-    "stl10": (96, (0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261)),
-    "imagenet": (224, *IMAGENET_STATS),
-    "imagenet100": (224, *IMAGENET_STATS),
+    "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "cifar100": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "stl10": (96, (0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261), 96),
+    "imagenet": (224, *IMAGENET_STATS, 256),
+    "imagenet100": (224, *IMAGENET_STATS, 256),
 }
 
 
@@ -51,7 +56,8 @@ def check_data_format(cfg: DictConfig) -> str:
     check_choice(cfg, "data.format", DATA_FORMATS)
     if data_format == "gpu" and OmegaConf.select(cfg, "dali") is not None:
         raise ConfigError(
-            "the `dali` options apply to data.format=dali; with data.format=gpu remove the `dali` section."
+            "the `dali` options apply to data.format=dali; with data.format=gpu remove the "
+            "`dali` section."
         )
     return data_format
 
@@ -72,7 +78,7 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
 
 
 def loader_device(cfg: DictConfig) -> str:
-    """Where batches are made: ``cuda`` (each process's current GPU) or ``cpu``, from ``accelerator``."""
+    """Where batches are made, from ``accelerator``: ``cuda`` (each process's GPU) or ``cpu``."""
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
     if accelerator in ("gpu", "cuda"):
         return "cuda"
@@ -84,7 +90,8 @@ def loader_device(cfg: DictConfig) -> str:
 
 
 def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTensors:
-    """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``) set."""
+    """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
+    set."""
     settings = gpu_settings(cfg)
     root = cfg.data.val_path if split == "val" else cfg.data.train_path
     return load_images(
@@ -99,52 +106,60 @@ def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTens
 
 
 def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
-    return {"seed": int(cfg.seed), "storage": gpu_settings(cfg).storage, "device": loader_device(cfg)}
+    return {
+        "seed": int(cfg.seed),
+        "storage": gpu_settings(cfg).storage,
+        "device": loader_device(cfg),
+    }
 
 
 def probe_transforms(dataset: str, aug: DictConfig):
     """GPU twins of :func:`solo_diet.cli.common.classification_transforms`: ``(train, eval)``."""
-    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-
-    from solo_diet.data.pipeline import EvalTransform, ProbeTrainTransform
-
     if dataset in PROBE_PIPELINES:
-        crop_size, mean, std = PROBE_PIPELINES[dataset]
+        crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
         min_scale = 0.08
     else:
-        crop_size = aug.crop_size
+        crop_size, resize_size = aug.crop_size, None
         min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
-        mean = OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN)
-        std = OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD)
+        mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
+        std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
     mean, std = tuple(mean), tuple(std)
-    return ProbeTrainTransform(crop_size, mean, std, min_scale=min_scale), EvalTransform(crop_size, mean, std)
+    train = ProbeTrainTransform(crop_size, mean, std, min_scale=min_scale)
+    return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
 
 
 def _check_one_global_batch(cfg: DictConfig, num_samples: int) -> None:
-    world = len(cfg.devices) * int(OmegaConf.select(cfg, "num_nodes", default=1))
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    per_node = devices if isinstance(devices, int) else len(devices)
+    world = per_node * int(OmegaConf.select(cfg, "num_nodes", default=1))
     if num_samples < cfg.optimizer.batch_size * world:
         raise ConfigError(
             f"the training set has {num_samples} samples, fewer than one global batch "
-            f"(optimizer.batch_size={cfg.optimizer.batch_size} x {world} devices): lower the batch size."
+            f"(optimizer.batch_size={cfg.optimizer.batch_size} x {world} devices): lower the "
+            "batch size."
         )
 
 
 def pretrain_loader(cfg: DictConfig, method_cls: type) -> tuple[GPUBatchLoader, int]:
     """The pretraining loader ``[indexes, [views], targets]`` and N. A method with
     ``train_batch_sampler(cfg, dataset)`` (s-DIET) orders the batches itself."""
-    from solo_diet.data.augment import MultiCropAugmentation
-
     augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
     data = load_split(cfg, "pretrain", fraction=cfg.data.fraction)
     _check_one_global_batch(cfg, len(data))
-    sampler = method_cls.train_batch_sampler(cfg, data) if hasattr(method_cls, "train_batch_sampler") else None
+    sampler = (
+        method_cls.train_batch_sampler(cfg, data)
+        if hasattr(method_cls, "train_batch_sampler")
+        else None
+    )
     loader = GPUBatchLoader.for_pretraining(
         data, cfg.optimizer.batch_size, augment, batch_sampler=sampler, **_loader_kwargs(cfg)
     )
     return loader, len(data)
 
 
-def eval_loader(cfg: DictConfig, aug: DictConfig, batch_size: int, split: str = "val", split_ranks: bool = True) -> GPUBatchLoader:
+def eval_loader(
+    cfg: DictConfig, aug: DictConfig, batch_size: int, split: str = "val", split_ranks: bool = True
+) -> GPUBatchLoader:
     """``[images, targets]`` of a split in dataset order, eval-transformed (crop and statistics
     from ``aug``, as the probe's); ``split_ranks``: each DDP rank its contiguous share."""
     data = load_split(cfg, split)
@@ -161,13 +176,17 @@ def linear_loaders(cfg: DictConfig) -> tuple[GPUBatchLoader, GPUBatchLoader]:
     train_transform, _ = probe_transforms(cfg.data.dataset, aug)
     data = load_split(cfg, "train", fraction=cfg.data.fraction)
     _check_one_global_batch(cfg, len(data))
-    train = GPUBatchLoader.for_classification(data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg))
+    train = GPUBatchLoader.for_classification(
+        data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg)
+    )
     return train, eval_loader(cfg, aug, batch_size)
 
 
 def feature_loader(probe_cfg: DictConfig, split: str, batch_size: int) -> GPUBatchLoader:
-    """Every image of the probe's ``train`` or ``val`` set once, in dataset order, eval-transformed as
+    """Every image of the probe's ``train`` or ``val`` set once, in dataset order, transformed as
     ``solo-diet linear`` validates (``probe_cfg`` is a linear cfg): feature extraction for kNN,
     RankMe, k-means. Not split over ranks."""
     OmegaConf.set_struct(probe_cfg, False)
-    return eval_loader(probe_cfg, probe_cfg.data.augmentations, batch_size, split=split, split_ranks=False)
+    return eval_loader(
+        probe_cfg, probe_cfg.data.augmentations, batch_size, split=split, split_ranks=False
+    )
