@@ -307,3 +307,35 @@ def test_derived_seeds_differ_per_part_and_are_stable():
     seeds = {derive_seed(s, e, r) for s in range(3) for e in range(3) for r in range(3)}
     assert len(seeds) == 27
     assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3) < 2**63
+
+
+# ---------------------------------------------------------------- CUDA (skipped without a GPU)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_cuda_pinned_storage_gives_the_device_storage_batches_on_the_device():
+    data = synthetic(num=300, size=16)
+    device, pinned, auto = (
+        GPUBatchLoader.for_pretraining(data, 32, noisy_views, seed=4, storage=s, device="cuda")
+        for s in ("device", "pinned", "auto")
+    )
+    for epoch in (0, 1, 0):
+        assert_same_batches(epoch_batches(device, epoch), epoch_batches(pinned, epoch))
+    indexes, views, targets = next(iter(pinned))
+    assert indexes.is_cuda and targets.is_cuda and all(v.is_cuda for v in views)
+    assert pinned.resident()[2].host.is_pinned() and auto.resident()[1] == "device"
+    assert device.resident()[2].is_cuda
+
+
+@needs_cuda
+def test_cuda_sets_too_large_for_the_chosen_memory_name_the_sizes():
+    huge = torch.zeros(1, 3, 1, 1, dtype=torch.uint8).expand(2**30, 3, 64, 64)
+    data = ImageTensors(huge, torch.zeros(1, dtype=torch.int64).expand(2**30), source="huge")
+    for storage, message in (("device", "GiB free on cuda"), ("pinned", "GiB of host memory")):
+        loader = GPUBatchLoader.for_pretraining(
+            data, 4, noisy_views, storage=storage, device="cuda"
+        )
+        with pytest.raises(ConfigError, match=message):
+            next(iter(loader))
