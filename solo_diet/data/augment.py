@@ -12,13 +12,13 @@ from a given generator on the images' device.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 Tensor = torch.Tensor
-Box = Tuple[Tensor, Tensor, Tensor, Tensor]
+Box = tuple[Tensor, Tensor, Tensor, Tensor]
 
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 """ITU-R 601 luma weights, as PIL's ``convert("L")``."""
@@ -68,7 +68,7 @@ def _axis_weights(
     first: int,
     count: int,
     interpolation: str,
-    flip: Optional[Tensor] = None,
+    flip: Tensor | None = None,
 ) -> Tensor:
     """(R, count, in_size) weights resampling the window ``[start, start + length)`` of an axis to
     ``virtual_size`` samples and keeping outputs ``first .. first + count - 1``: PIL's antialiased
@@ -82,7 +82,10 @@ def _axis_weights(
     stretch = scale.clamp(min=1.0)
     outputs = torch.arange(first, first + count, device=device, dtype=torch.float32)
     centre = (outputs + 0.5)[None, :, None] * scale[:, None, None]
-    taps = torch.arange(in_size, device=device, dtype=torch.float32)[None, None, :] - start[:, None, None]
+    taps = (
+        torch.arange(in_size, device=device, dtype=torch.float32)[None, None, :]
+        - start[:, None, None]
+    )
     weights = _KERNELS[interpolation]((taps + 0.5 - centre) / stretch[:, None, None])
     weights = weights * ((taps >= 0) & (taps < length[:, None, None]))
     weights = weights / weights.sum(-1, keepdim=True)
@@ -117,8 +120,8 @@ def resized_crop(
     left: Tensor,
     height: Tensor,
     width: Tensor,
-    size: Tuple[int, int],
-    flip: Optional[Tensor] = None,
+    size: tuple[int, int],
+    flip: Tensor | None = None,
     interpolation: str = "bicubic",
 ) -> Tensor:
     """Crop box ``(top, left, height, width)`` (R,) of each image resized to ``size`` = (h, w), then
@@ -131,7 +134,7 @@ def resized_crop(
     return _apply_separable(images, rows, cols)
 
 
-def resized_shape(height: int, width: int, shorter: int) -> Tuple[int, int]:
+def resized_shape(height: int, width: int, shorter: int) -> tuple[int, int]:
     """torchvision ``Resize(shorter)``'s output shape: the shorter side becomes ``shorter``."""
     if height <= width:
         return shorter, int(shorter * width / height)
@@ -141,8 +144,8 @@ def resized_shape(height: int, width: int, shorter: int) -> Tuple[int, int]:
 def resize_center_crop(
     images: Tensor,
     resize_size: int,
-    crop_size: Optional[int] = None,
-    flip: Optional[Tensor] = None,
+    crop_size: int | None = None,
+    flip: Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> Tensor:
     """torchvision ``Resize(resize_size)`` (shorter side) then ``CenterCrop(crop_size)`` (skipped
@@ -171,7 +174,7 @@ def horizontal_flip(images: Tensor, flip: Tensor) -> Tensor:
 # --- colour ------------------------------------------------------------------------------------
 
 
-def _per_sample(values: Union[Tensor, float], x: Tensor) -> Tensor:
+def _per_sample(values: Tensor | float, x: Tensor) -> Tensor:
     """Per-sample values (B,) (or a scalar) shaped (B, 1, 1, 1) for broadcasting over x."""
     return torch.as_tensor(values, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
 
@@ -187,7 +190,7 @@ def _require_rgb(x: Tensor) -> None:
         raise ValueError(f"colour ops need 3 channels, got images of shape {tuple(x.shape)}")
 
 
-def grayscale(images: Tensor, apply: Optional[Tensor] = None) -> Tensor:
+def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
     """3-channel ITU-R 601 grayscale of the samples where ``apply`` (B,) is True (all when None)."""
     x = to_float(images)
     _require_rgb(x)
@@ -236,9 +239,7 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     return value.unsqueeze(1) - chroma.unsqueeze(1) * ramp
 
 
-def color_jitter(
-    images: Tensor, factors: Tensor, hue: Optional[Tensor], order: Tensor
-) -> Tensor:
+def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Tensor) -> Tensor:
     """torchvision ``ColorJitter`` with per-sample parameters: ``factors`` (B, 3) are the
     brightness, contrast and saturation factors (1 = unchanged), ``hue`` (B,) the hue shifts (None:
     no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
@@ -276,7 +277,7 @@ def _blend_slot(x: Tensor, table: Tensor, op: Tensor) -> Tensor:
     return out.clamp_(0, 1)
 
 
-def solarize(images: Tensor, apply: Optional[Tensor] = None) -> Tensor:
+def solarize(images: Tensor, apply: Tensor | None = None) -> Tensor:
     """Invert the values >= 128/255 (PIL ``ImageOps.solarize``) where ``apply`` (B,) is True."""
     x = to_float(images)
     above = x >= SOLARIZE_THRESHOLD
@@ -285,7 +286,7 @@ def solarize(images: Tensor, apply: Optional[Tensor] = None) -> Tensor:
     return torch.where(above, 1 - x, x)
 
 
-def equalize(images: Tensor, apply: Optional[Tensor] = None) -> Tensor:
+def equalize(images: Tensor, apply: Tensor | None = None) -> Tensor:
     """Per-channel histogram equalisation on the 0..255 levels (PIL ``ImageOps.equalize``,
     torchvision ``equalize``) where ``apply`` (B,) is True. The output is quantised to 1/255."""
     if images.dtype == torch.uint8:
@@ -309,7 +310,7 @@ def equalize(images: Tensor, apply: Optional[Tensor] = None) -> Tensor:
 
 
 def gaussian_blur(
-    images: Tensor, sigma: Tensor, radius: int, apply: Optional[Tensor] = None
+    images: Tensor, sigma: Tensor, radius: int, apply: Tensor | None = None
 ) -> Tensor:
     """Gaussian blur with per-sample ``sigma`` (B,), a (2 radius + 1)-tap kernel and reflected
     borders (torchvision ``gaussian_blur`` with ``kernel_size = 2 radius + 1``), where ``apply``."""
@@ -353,7 +354,7 @@ def erase(x: Tensor, box: Box, apply: Tensor, value: float = 0.0) -> Tensor:
 # --- parameter sampling ------------------------------------------------------------------------
 
 
-def uniform(generator: Optional[torch.Generator], shape, device, low=0.0, high=1.0) -> Tensor:
+def uniform(generator: torch.Generator | None, shape, device, low=0.0, high=1.0) -> Tensor:
     """U(low, high) draws; ``low``/``high`` may be per-sample tensors."""
     draws = torch.rand(shape, generator=generator, device=device)
     return low + (high - low) * draws
@@ -365,7 +366,7 @@ def _place(generator, count: int, room: Tensor, device) -> Tensor:
     return torch.minimum(offset, room.long())
 
 
-def _first_valid(candidates: Tensor, valid: Tensor) -> Tuple[Tensor, Tensor]:
+def _first_valid(candidates: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """Per row, the first candidate (R, attempts) that is valid, and whether one was."""
     pick = torch.argmax(valid.long(), 1, keepdim=True)
     return candidates.gather(1, pick).squeeze(1), valid.any(1)
@@ -380,12 +381,12 @@ def _box_sides(generator, count, height, width, scale_low, scale_high, ratio, at
 
 
 def sample_resized_crop_boxes(
-    generator: Optional[torch.Generator],
+    generator: torch.Generator | None,
     count: int,
     height: int,
     width: int,
-    scale: Tuple[Union[float, Tensor], Union[float, Tensor]],
-    device: Union[str, torch.device],
+    scale: tuple[float | Tensor, float | Tensor],
+    device: str | torch.device,
     ratio: Sequence[float] = CROP_RATIO,
     attempts: int = 10,
 ) -> Box:
@@ -399,9 +400,9 @@ def sample_resized_crop_boxes(
     crop_w, found = _first_valid(crop_w, fits)
     crop_h, _ = _first_valid(crop_h, fits)
     if width / height < min(ratio):
-        fallback_w, fallback_h = width, int(round(width / min(ratio)))
+        fallback_w, fallback_h = width, round(width / min(ratio))
     elif width / height > max(ratio):
-        fallback_w, fallback_h = int(round(height * max(ratio))), height
+        fallback_w, fallback_h = round(height * max(ratio)), height
     else:
         fallback_w, fallback_h = width, height
     crop_w = torch.where(found, crop_w, float(fallback_w)).long()
@@ -414,15 +415,15 @@ def sample_resized_crop_boxes(
 
 
 def sample_erasing_boxes(
-    generator: Optional[torch.Generator],
+    generator: torch.Generator | None,
     count: int,
     height: int,
     width: int,
-    device: Union[str, torch.device],
-    scale: Tuple[float, float] = (0.02, 0.33),
-    ratio: Tuple[float, float] = (0.3, 3.3),
+    device: str | torch.device,
+    scale: tuple[float, float] = (0.02, 0.33),
+    ratio: tuple[float, float] = (0.3, 3.3),
     attempts: int = 10,
-) -> Tuple[Box, Tensor]:
+) -> tuple[Box, Tensor]:
     """torchvision ``RandomErasing.get_params`` (defaults) for ``count`` samples: the box and
     whether one of the ``attempts`` fitted (no erasing otherwise)."""
     erase_h, erase_w = _box_sides(
@@ -437,6 +438,6 @@ def sample_erasing_boxes(
     return (top, left, erase_h, erase_w), found
 
 
-def sample_order(generator: Optional[torch.Generator], count: int, ops: int, device) -> Tensor:
+def sample_order(generator: torch.Generator | None, count: int, ops: int, device) -> Tensor:
     """(count, ops) uniformly random permutations of ``0 .. ops - 1`` (``torch.randperm`` per row)."""
     return torch.argsort(torch.rand((count, ops), generator=generator, device=device), 1)

@@ -12,8 +12,9 @@ flip, normalisation, random erasing. An op whose probability is 0 in every node 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 import torch
 
@@ -78,7 +79,7 @@ class _Reader:
             raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}.")
         return value
 
-    def jitter_range(self, key: str, centre: float, low: float, high: float) -> Tuple[float, float]:
+    def jitter_range(self, key: str, centre: float, low: float, high: float) -> tuple[float, float]:
         """torchvision ColorJitter's range: strength s -> [max(low, centre - s), centre + s], or an
         explicit ``[min, max]`` inside ``[low, high]``."""
         value = _get(self.node, f"color_jitter.{key}", 0.0)
@@ -93,14 +94,22 @@ class _Reader:
             f"[{low}, {high}], got {value!r}.",
         )
 
-    def stats(self, dataset: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+    def stats(self, dataset: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Normalisation: the dataset's own (solo-learn), or the node's / ImageNet's for custom."""
         result = []
         for key, own in zip(("mean", "std"), DATASET_STATS.get(dataset, IMAGENET_STATS)):
             value = _get(self.node, key, own)
-            values = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
-            if len(values) != 3 or not all(map(_number, values)) or (key == "std" and min(values) <= 0):
-                raise self.fail(key, f"must be 3 numbers (std > 0), one per RGB channel, got {value!r}.")
+            values = (
+                list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
+            )
+            if (
+                len(values) != 3
+                or not all(map(_number, values))
+                or (key == "std" and min(values) <= 0)
+            ):
+                raise self.fail(
+                    key, f"must be 3 numbers (std > 0), one per RGB channel, got {value!r}."
+                )
             if dataset in DATASET_STATS and tuple(map(float, values)) != own:
                 raise self.fail(
                     key,
@@ -118,16 +127,16 @@ class AugmentationNode:
 
     crop_size: int = 224
     num_crops: int = 2
-    mean: Tuple[float, ...] = IMAGENET_STATS[0]
-    std: Tuple[float, ...] = IMAGENET_STATS[1]
+    mean: tuple[float, ...] = IMAGENET_STATS[0]
+    std: tuple[float, ...] = IMAGENET_STATS[1]
     rrc: bool = True
     crop_min_scale: float = 0.08
     crop_max_scale: float = 1.0
     jitter_prob: float = 0.8
-    brightness: Tuple[float, float] = (1.0, 1.0)
-    contrast: Tuple[float, float] = (1.0, 1.0)
-    saturation: Tuple[float, float] = (1.0, 1.0)
-    hue: Tuple[float, float] = (0.0, 0.0)
+    brightness: tuple[float, float] = (1.0, 1.0)
+    contrast: tuple[float, float] = (1.0, 1.0)
+    saturation: tuple[float, float] = (1.0, 1.0)
+    hue: tuple[float, float] = (0.0, 0.0)
     grayscale_prob: float = 0.2
     blur_prob: float = 0.5
     solarization_prob: float = 0.0
@@ -138,7 +147,7 @@ class AugmentationNode:
     @classmethod
     def from_config(
         cls, node: Mapping, dataset: str, *, key: str = "augmentations[]"
-    ) -> "AugmentationNode":
+    ) -> AugmentationNode:
         """Parse a node (a dict or DictConfig); ``key`` prefixes the names in error messages."""
         if dataset not in DATASET_STATS and dataset != "custom":
             choices = sorted(DATASET_STATS) + ["custom"]
@@ -150,7 +159,9 @@ class AugmentationNode:
         enabled = _get(node, "rrc.enabled", True)
         if not isinstance(enabled, bool):
             raise read.fail("rrc.enabled", f"must be True or False, got {enabled!r}.")
-        scale = tuple(_get(node, f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0)))
+        scale = tuple(
+            _get(node, f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0))
+        )
         if not (all(map(_number, scale)) and 0 < scale[0] <= scale[1] <= 1):
             raise read.fail(
                 "rrc.crop_min_scale", f"and crop_max_scale need 0 < min <= max <= 1, got {scale}."
@@ -222,7 +233,7 @@ class _ViewGroup:
         self.active = {name: any(getattr(n, name) > 0 for n in nodes) for name in _COLUMNS[2:]}
         self.active["jitter_prob"] = any(n.jitters for n in nodes)
         self.hue = any(n.shifts_hue for n in nodes)
-        self._tables: Dict[torch.device, torch.Tensor] = {}
+        self._tables: dict[torch.device, torch.Tensor] = {}
 
     def table(self, device: torch.device) -> torch.Tensor:
         """(views, columns) per-view parameters on ``device``, built once."""
@@ -235,14 +246,14 @@ class _ViewGroup:
             self._tables[device] = torch.tensor(rows, dtype=torch.float32, device=device)
         return self._tables[device]
 
-    def __call__(self, images: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         batch, _, height, width = images.shape
         device = images.device
         params = self.table(device).repeat_interleave(batch, 0)
         column = dict(zip(_COLUMNS, params[:, : len(_COLUMNS)].unbind(1)))
         count = params.shape[0]
 
-        def chance(name: str) -> Optional[torch.Tensor]:
+        def chance(name: str) -> torch.Tensor | None:
             if not self.active[name]:
                 return None
             return ops.uniform(generator, count, device) < column[name]
@@ -299,7 +310,7 @@ class MultiCropAugmentation:
         self.nodes = tuple(nodes)
         per_view = [node for node in self.nodes for _ in range(node.num_crops)]
         self.num_views = len(per_view)
-        shapes: Dict[Tuple[int, bool], List[int]] = {}
+        shapes: dict[tuple[int, bool], list[int]] = {}
         for position, node in enumerate(per_view):
             shapes.setdefault((node.crop_size, node.rrc), []).append(position)
         self._groups = [
@@ -307,9 +318,11 @@ class MultiCropAugmentation:
         ]
 
     @classmethod
-    def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> "MultiCropAugmentation":
+    def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
         if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
-            raise ConfigError(f"`augmentations` must be a list of nodes, got {type(nodes).__name__}.")
+            raise ConfigError(
+                f"`augmentations` must be a list of nodes, got {type(nodes).__name__}."
+            )
         parsed = [
             AugmentationNode.from_config(node, dataset, key=f"augmentations[{index}]")
             for index, node in enumerate(nodes)
@@ -317,10 +330,10 @@ class MultiCropAugmentation:
         return cls(parsed)
 
     def __call__(
-        self, images: torch.Tensor, generator: Optional[torch.Generator] = None
-    ) -> List[torch.Tensor]:
+        self, images: torch.Tensor, generator: torch.Generator | None = None
+    ) -> list[torch.Tensor]:
         """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch."""
-        views: List[Optional[torch.Tensor]] = [None] * self.num_views
+        views: list[torch.Tensor | None] = [None] * self.num_views
         for group in self._groups:
             out = group(images, generator)
             for position, view in zip(group.positions, out.split(images.shape[0])):
@@ -341,7 +354,7 @@ class EvalTransform:
         crop_size: int,
         mean: Sequence[float],
         std: Sequence[float],
-        resize_size: Optional[int] = None,
+        resize_size: int | None = None,
     ) -> None:
         self.crop_size = crop_size
         self.resize_size = resize_size or round(crop_size * 256 / 224)
@@ -350,7 +363,7 @@ class EvalTransform:
         self.mean, self.std = torch.tensor(mean), torch.tensor(std)
 
     def __call__(
-        self, images: torch.Tensor, generator: Optional[torch.Generator] = None
+        self, images: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         height, width = images.shape[-2:]
         if min(height, width) == self.resize_size == self.crop_size == max(height, width):
@@ -371,7 +384,7 @@ class ProbeTrainTransform:
         self.mean, self.std = torch.tensor(mean), torch.tensor(std)
 
     def __call__(
-        self, images: torch.Tensor, generator: Optional[torch.Generator] = None
+        self, images: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         count, device = images.shape[0], images.device
         height, width = images.shape[-2:]
@@ -385,10 +398,10 @@ class ProbeTrainTransform:
 
 
 __all__ = [
-    "AugmentationNode",
-    "MultiCropAugmentation",
-    "EvalTransform",
-    "ProbeTrainTransform",
     "DATASET_STATS",
     "IMAGENET_STATS",
+    "AugmentationNode",
+    "EvalTransform",
+    "MultiCropAugmentation",
+    "ProbeTrainTransform",
 ]
