@@ -239,3 +239,45 @@ def test_config_errors_name_the_key(override, message, data, tmp_path):
     cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv + [override])
     with pytest.raises(ConfigError, match=message):
         run_pretrain(cfg)
+
+
+DDP_SCRIPT = """
+import sys
+import torch
+from lightning.pytorch import Callback
+from solo_diet.cli.common import compose_cfg
+from solo_diet.cli.pretrain import run_pretrain
+
+class SaveIndexes(Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.seen.append(batch[0].cpu())
+
+    def on_train_end(self, trainer, module):
+        torch.save(torch.stack(self.seen), f"{sys.argv[1]}/rank{trainer.global_rank}.pt")
+
+run_pretrain(compose_cfg(sys.argv[2], "diet", sys.argv[3:]), extra_callbacks=[SaveIndexes()])
+"""
+
+
+@pytest.mark.slow
+def test_ddp_ranks_split_each_global_batch(data, tmp_path):
+    """`devices=2 strategy=ddp` on the CPU: each gloo process reads its rank when it iterates; the
+    two ranks' batches, rank 0 first, are the epoch's global batches."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT)
+    replaced = ("devices", "max_epochs")
+    overrides = [o for o in pretrain_argv(data, tmp_path, "diet")[5:] if not o.startswith(replaced)]
+    overrides += ["devices=2", "strategy=ddp", "++seed=3", "max_epochs=1"]
+    config = str(SCRIPTS / "pretrain" / "custom")
+    command = [sys.executable, str(script), str(tmp_path), config] + overrides
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    expected = SuperBatchSampler(NUM_TRAIN, 4, seed=3, num_replicas=2, rank=0).global_batches()
+    assert torch.equal(torch.cat(ranks, dim=1), expected[: ranks[0].shape[0]])
