@@ -12,7 +12,8 @@ the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it,
 sampled every 50 ms during it (pynvml, else ``nvidia-smi``), and the case's peak
 ``torch.cuda.max_memory_allocated``. Prints one table; ``pretrain_wall.py`` times whole runs.
 
-    python benchmarks/data_path.py                     # 42 cases, about 8 minutes on one H100
+    python benchmarks/data_path.py                     # 42 cases, sized for ~8 min on one H100
+    python benchmarks/data_path.py --backbones resnet18   # half of them (one per backbone)
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
 """
@@ -340,7 +341,7 @@ def case_settings(args: argparse.Namespace, what: str) -> dict:
 def main(argv: Optional[list] = None) -> None:
     parser = base_parser(__doc__, ["resnet18", "cp_resnet8"])
     parser.add_argument("--warmup", type=int, default=8, help="steps before the timed window")
-    parser.add_argument("--seconds", type=float, default=2.5, help="length of the timed window")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of the timed window")
     parser.add_argument("--min-steps", type=int, default=10, help="fewest steps in the window")
     args = parser.parse_args(argv)
     if run_here_if_case(args, run_throughput_case):
@@ -349,7 +350,12 @@ def main(argv: Optional[list] = None) -> None:
         args.warmup, args.seconds, args.min_steps = 1, 0.0, 2
     common = case_settings(args, "data path throughput")
     common.update(warmup=args.warmup, seconds=args.seconds, min_steps=args.min_steps)
+    started = time.time()
     throughput_table(args, common)
+    print(
+        f"# {len(args.methods) * len(args.backbones) * len(SOURCES)} cases in "
+        f"{time.time() - started:.0f} s"
+    )
 
 
 if __name__ == "__main__":
