@@ -14,6 +14,7 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -44,6 +45,8 @@ PROBE_PIPELINES = {
 
 @dataclass(frozen=True)
 class GPUDataSettings:
+    """The checked ``data.gpu.*`` values."""
+
     storage: str
     image_size: Optional[int]
     decode_threads: Optional[int]
@@ -65,6 +68,8 @@ def check_data_format(cfg: DictConfig) -> str:
 def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     """Fill and check the ``data.gpu.*`` keys (module docstring)."""
     given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
     unknown = sorted(set(given) - set(GPU_KEYS))
     if unknown:
         raise ConfigError(f"unknown `data.gpu` keys {unknown}; valid keys: {list(GPU_KEYS)}.")

@@ -281,3 +281,14 @@ def test_ddp_ranks_split_each_global_batch(data, tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     expected = SuperBatchSampler(NUM_TRAIN, 4, seed=3, num_replicas=2, rank=0).global_batches()
     assert torch.equal(torch.cat(ranks, dim=1), expected[: ranks[0].shape[0]])
+
+
+def test_demo_uses_the_gpu_path_on_a_gpu_unless_told_otherwise():
+    from solo_diet.cli.demo import _data_format
+    from solo_diet.cli.main import build_parser
+
+    assert _data_format("auto", "gpu") == "gpu" and _data_format("auto", "cpu") == "image_folder"
+    assert _data_format("image_folder", "gpu") == "image_folder"
+    assert build_parser().parse_args(["demo", "--data-format", "gpu"]).data_format == "gpu"
+    with pytest.raises(ValueError, match="--data-format"):
+        _data_format("gpuu", "gpu")
