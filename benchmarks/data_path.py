@@ -21,6 +21,7 @@ sampled every 50 ms during it (pynvml, else ``nvidia-smi``), and the case's peak
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -189,18 +190,44 @@ class PremadeViews:
         return self.views[self.calls % len(self.views)]
 
 
-def data_loader(cfg, method_cls, source: str):
-    """The launcher's own loader for ``source`` (a copy of ``cfg`` with dataset ``custom``)."""
-    import torch
-    from omegaconf import OmegaConf
+def solo_learn_loader(cfg, train_batch_sampler):
+    """solo-learn's dataset and DataLoader, as ``data.format: image_folder`` runs them."""
+    from solo.data.pretrain_dataloader import (
+        FullTransformPipeline,
+        NCropAugmentation,
+        prepare_dataloader,
+        prepare_datasets,
+    )
+    from torch.utils.data import DataLoader
 
-    from solo_diet.cli.pretrain import _pretrain_data
+    from solo_diet.cli.pretrain import build_pretrain_transform
+
+    views = [
+        NCropAugmentation(build_pretrain_transform("custom", aug), aug.num_crops)
+        for aug in cfg.augmentations
+    ]
+    dataset = prepare_datasets("custom", FullTransformPipeline(views), cfg.data.train_path)
+    sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, dataset)
+    workers = cfg.data.num_workers
+    if sampler is None:
+        return prepare_dataloader(dataset, cfg.optimizer.batch_size, workers), len(dataset)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=True), len(
+        dataset
+    )
+
+
+def data_loader(cfg, method_cls, source: str):
+    """What the launcher feeds the method for ``source``, read as a ``custom`` folder."""
+    import torch
+
+    from solo_diet.cli.gpu_data import pretrain_loader
     from solo_diet.data.loader import resolve_device
 
-    data_cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-    data_cfg.data.dataset = "custom"
-    data_cfg.data.format = "image_folder" if source == "image_folder" else "gpu"
-    loader, num_samples = _pretrain_data(data_cfg, method_cls)
+    hook = getattr(method_cls, "train_batch_sampler", None)  # s-DIET orders its own batches
+    if source == "image_folder":
+        return solo_learn_loader(cfg, hook)
+    cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
+    loader, num_samples = pretrain_loader(cfg, hook)
     if source == "ceiling":
         device = resolve_device(loader.device)
         generator = torch.Generator(device=device)
@@ -216,13 +243,13 @@ def run_throughput_case(case: dict) -> dict:
     from solo.methods import METHODS
 
     from solo_diet.cli.common import trainer_kwargs
-    from solo_diet.cli.pretrain import set_num_samples
 
     cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])
     cfg.data.val_path = None
     method_cls = METHODS[cfg.method]
-    loader, num_samples = data_loader(cfg, method_cls, case["source"])
-    set_num_samples(cfg, method_cls, num_samples)
+    loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
+    if getattr(method_cls, "uses_sample_indexes", False):
+        cfg.method_kwargs.num_samples = num_samples
     model = method_cls(cfg).to(memory_format=torch.channels_last)
     window = window_callback(case)
     cfg.update(max_epochs=10_000, limit_val_batches=0, num_sanity_val_steps=0, benchmark=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -145,17 +145,15 @@ def _check_one_global_batch(cfg: DictConfig, num_samples: int) -> None:
         )
 
 
-def pretrain_loader(cfg: DictConfig, method_cls: type) -> tuple[GPUBatchLoader, int]:
-    """The pretraining loader ``[indexes, [views], targets]`` and N. A method with
-    ``train_batch_sampler(cfg, dataset)`` (s-DIET) orders the batches itself."""
+def pretrain_loader(
+    cfg: DictConfig, train_batch_sampler: Optional[Callable] = None
+) -> tuple[GPUBatchLoader, int]:
+    """The pretraining loader ``[indexes, [views], targets]`` and N. ``train_batch_sampler(cfg,
+    dataset)``, the method's hook (s-DIET), may return its own batch sampler; None: shuffled."""
     augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
     data = load_split(cfg, "pretrain", fraction=cfg.data.fraction)
     _check_one_global_batch(cfg, len(data))
-    sampler = (
-        method_cls.train_batch_sampler(cfg, data)
-        if hasattr(method_cls, "train_batch_sampler")
-        else None
-    )
+    sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, data)
     loader = GPUBatchLoader.for_pretraining(
         data, cfg.optimizer.batch_size, augment, batch_sampler=sampler, **_loader_kwargs(cfg)
     )

@@ -81,7 +81,7 @@ def _pretrain_data(cfg: DictConfig, method_cls: type):
     )
 
     if cfg.data.format == "gpu":
-        return pretrain_loader(cfg, method_cls)
+        return pretrain_loader(cfg, getattr(method_cls, "train_batch_sampler", None))
     if cfg.data.format == "dali":
         from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
         from solo.utils.misc import compute_dataset_size

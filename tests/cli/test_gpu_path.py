@@ -24,7 +24,7 @@ from solo_diet.cli.gpu_data import (  # noqa: E402
     pretrain_loader,
 )
 from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.cli.pretrain import run_pretrain, set_num_samples  # noqa: E402
+from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from solo_diet.testing import tiny_cfg, tiny_trainer, write_image_folder  # noqa: E402
@@ -84,8 +84,8 @@ def gpu_cfg(method: str, data: Path, **tiny):
 
 def fit_through_gpu_path(cfg, **trainer_overrides):
     method_cls = METHODS[cfg.method]
-    train, num_samples = pretrain_loader(cfg, method_cls)
-    set_num_samples(cfg, method_cls, num_samples)
+    train, num_samples = pretrain_loader(cfg, getattr(method_cls, "train_batch_sampler", None))
+    assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
@@ -137,7 +137,7 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
     trainer, _, _ = fit_through_gpu_path(cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0)
     trainer.save_checkpoint(tmp_path / "epoch0.ckpt")
     method_cls = METHODS[cfg.method]
-    train, _ = pretrain_loader(cfg, method_cls)
+    train, _ = pretrain_loader(cfg)
     recorder = BatchRecorder(2)
     resumed = tiny_trainer(
         cfg, callbacks=[recorder], fast_dev_run=False, max_epochs=2, limit_val_batches=0
