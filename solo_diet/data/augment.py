@@ -11,6 +11,7 @@ from a given generator on the images' device.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -31,6 +32,13 @@ CROP_RATIO = (3 / 4, 4 / 3)
 
 BLUR_SIGMA = (0.1, 2.0)
 """solo-learn ``GaussianBlur``'s sigma range."""
+
+
+@functools.lru_cache(maxsize=None)
+def constant(values: tuple, device: torch.device, shape: tuple = (-1,)) -> Tensor:
+    """A float32 constant on ``device``, made once: no host-to-device copy (a synchronisation, and
+    not allowed under CUDA graph capture) per call."""
+    return torch.tensor(values, dtype=torch.float32, device=device).view(shape)
 
 
 def to_float(images: Tensor) -> Tensor:
@@ -221,22 +229,19 @@ def adjust_saturation(images: Tensor, factor: Tensor) -> Tensor:
 
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
-    computed without leaving RGB: value and chroma stay, the hue sector moves."""
+    computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
+    ``value - chroma * clamp(min(k, 4 - k), 0, 1)`` with ``k = (hue6 + 5, 3, 1 for r, g, b) % 6``."""
     x = to_float(images)
     _require_rgb(x)
-    r, g, b = x.unbind(1)
-    value, low = x.amax(1), x.amin(1)
-    chroma = value - low
-    safe = torch.where(chroma > 0, chroma, torch.ones_like(chroma))
-    hue6 = torch.where(
-        value == r,
-        (g - b) / safe,
-        torch.where(value == g, 2 + (b - r) / safe, 4 + (r - g) / safe),
-    )
-    hue6 = torch.remainder(hue6 + 6 * _per_sample(shift, x).squeeze(1), 6)
-    sector = torch.stack([hue6 + 5, hue6 + 3, hue6 + 1], 1).remainder_(6)
+    top = x.argmax(1, keepdim=True)  # first maximal channel: r, then g, then b (HSV's rule)
+    value = x.gather(1, top)
+    chroma = value - x.amin(1, keepdim=True)
+    # channel c's hue within its sector: (x[c + 1] - x[c + 2]) / chroma, sector c starts at 2 c
+    within = (x.roll(-1, 1) - x.roll(-2, 1)).gather(1, top)
+    hue6 = within / torch.where(chroma > 0, chroma, 1.0) + 2 * top + 6 * _per_sample(shift, x)
+    sector = (hue6 + constant((5.0, 3.0, 1.0), x.device, (1, 3, 1, 1))).remainder_(6)
     ramp = torch.minimum(sector, 4 - sector).clamp_(0, 1)
-    return value.unsqueeze(1) - chroma.unsqueeze(1) * ramp
+    return value - chroma * ramp
 
 
 def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Tensor) -> Tensor:
@@ -245,36 +250,38 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
     no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
     2 saturation, 3 hue; (B, 3) of 0..2 without hue), the order the ops run in.
 
-    The three blends run in slots: before hue, hue once for the batch, after hue, so a batch costs
-    one hue rotation instead of one per position; an identity slot (factor 1) is exact."""
+    Each of brightness, contrast and saturation is a per-sample 3 x 3 colour matrix plus an offset
+    (contrast's: the current mean luma), clamped to 0..1 like torchvision's blends. They run in
+    slots before and after the hue rotation, so a batch costs one rotation, not one per position;
+    an identity slot (factor 1) leaves the values exactly as they are."""
     x = to_float(images)
     _require_rgb(x)
-    batch = x.shape[0]
-    table = torch.cat([factors.to(x), torch.ones(batch, 1, device=x.device)], 1)
-    identity = torch.full((batch, 1), 3, dtype=torch.long, device=x.device)
+    batch, channels, height, width = x.shape
     if hue is None:
-        for slot in range(order.shape[1]):
-            x = _blend_slot(x, table, order[:, slot])
-        return x
-    hue_position = torch.argmax((order == 3).long(), 1, keepdim=True)
-    padded = torch.cat([identity.expand(batch, 3), order, identity.expand(batch, 3)], 1)
-    for slot in range(3):
-        x = _blend_slot(x, table, padded.gather(1, hue_position + slot).squeeze(1))
-    shifted = adjust_hue(x, hue)
-    x = torch.where((hue != 0)[:, None, None, None], shifted, x)
-    for slot in range(3):
-        x = _blend_slot(x, table, padded.gather(1, hue_position + 4 + slot).squeeze(1))
-    return x
-
-
-def _blend_slot(x: Tensor, table: Tensor, op: Tensor) -> Tensor:
-    """One jitter slot: per sample brightness (op 0), contrast (1), saturation (2) or identity (3)."""
-    factor = _per_sample(table.gather(1, op[:, None]), x)
-    gray = luma(x)
-    to_gray = _per_sample(op == 2, x) * (1 - factor)
-    to_mean = _per_sample(op == 1, x) * (1 - factor)
-    out = factor * x + to_gray * gray + to_mean * gray.mean((-2, -1), keepdim=True)
-    return out.clamp_(0, 1)
+        slots = order
+    else:
+        identity = torch.full((batch, 3), 3, dtype=torch.long, device=x.device)
+        padded = torch.cat([identity, order, identity], 1)
+        hue_position = torch.argmax((order == 3).long(), 1, keepdim=True)
+        # the three slots before the hue op at position p of [3 identities, order, 3 identities]
+        # and the three after it: p + (0, 1, 2, 4, 5, 6)
+        around = torch.arange(6, device=x.device)
+        around = around + (around >= 3)
+        slots = padded.gather(1, hue_position + around)
+    table = torch.cat([factors.to(x), torch.ones(batch, 1, device=x.device)], 1)
+    factor = table.gather(1, slots)  # (B, slots)
+    weights = constant(GRAY_WEIGHTS, x.device)
+    to_gray = ((slots == 2) * (1 - factor))[..., None, None] * weights.expand(channels, 3)
+    matrices = factor[..., None, None] * torch.eye(3, device=x.device) + to_gray
+    to_mean = (slots == 1) * (1 - factor)
+    pixels = x.reshape(batch, channels, height * width)
+    for slot in range(slots.shape[1]):
+        if hue is not None and slot == 3:
+            shifted = adjust_hue(pixels.view_as(x), hue).view_as(pixels)
+            pixels = torch.where((hue != 0)[:, None, None], shifted, pixels)
+        offset = (to_mean[:, slot] * (pixels.mean(2) @ weights))[:, None, None]
+        pixels = torch.baddbmm(offset, matrices[:, slot], pixels).clamp_(0, 1)
+    return pixels.view_as(x)
 
 
 def solarize(images: Tensor, apply: Tensor | None = None) -> Tensor:
@@ -357,6 +364,8 @@ def erase(x: Tensor, box: Box, apply: Tensor, value: float = 0.0) -> Tensor:
 def uniform(generator: torch.Generator | None, shape, device, low=0.0, high=1.0) -> Tensor:
     """U(low, high) draws; ``low``/``high`` may be per-sample tensors."""
     draws = torch.rand(shape, generator=generator, device=device)
+    if isinstance(low, float) and isinstance(high, float) and (low, high) == (0.0, 1.0):
+        return draws
     return low + (high - low) * draws
 
 

@@ -250,17 +250,19 @@ class _ViewGroup:
         batch, _, height, width = images.shape
         device = images.device
         params = self.table(device).repeat_interleave(batch, 0)
-        column = dict(zip(_COLUMNS, params[:, : len(_COLUMNS)].unbind(1)))
         count = params.shape[0]
+        scale = params[:, 0], params[:, 1]
+        coins = (
+            ops.uniform(generator, (count, len(_COLUMNS) - 2), device)
+            < params[:, 2 : len(_COLUMNS)]
+        )
+        coin = dict(zip(_COLUMNS[2:], coins.unbind(1)))
 
         def chance(name: str) -> torch.Tensor | None:
-            if not self.active[name]:
-                return None
-            return ops.uniform(generator, count, device) < column[name]
+            return coin[name] if self.active[name] else None
 
         flip = chance("flip_prob")
         if self.rrc:
-            scale = (column["crop_min_scale"], column["crop_max_scale"])
             box = ops.sample_resized_crop_boxes(generator, count, height, width, scale, device)
             size = (self.crop_size, self.crop_size)
             x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bicubic")
@@ -360,7 +362,7 @@ class EvalTransform:
         self.resize_size = resize_size or round(crop_size * 256 / 224)
         if self.resize_size < crop_size:
             raise ValueError(f"resize_size {self.resize_size} is smaller than crop {crop_size}")
-        self.mean, self.std = torch.tensor(mean), torch.tensor(std)
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
         self, images: torch.Tensor, generator: torch.Generator | None = None
@@ -370,7 +372,7 @@ class EvalTransform:
             x = ops.to_float(images)
         else:
             x = ops.resize_center_crop(images, self.resize_size, self.crop_size)
-        return ops.normalize(x, self.mean.to(x.device), self.std.to(x.device))
+        return ops.normalize(x, ops.constant(self.mean, x.device), ops.constant(self.std, x.device))
 
 
 class ProbeTrainTransform:
@@ -381,7 +383,7 @@ class ProbeTrainTransform:
         self, crop_size: int, mean: Sequence[float], std: Sequence[float], min_scale: float = 0.08
     ) -> None:
         self.crop_size, self.min_scale = crop_size, min_scale
-        self.mean, self.std = torch.tensor(mean), torch.tensor(std)
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
         self, images: torch.Tensor, generator: torch.Generator | None = None
@@ -394,7 +396,7 @@ class ProbeTrainTransform:
         flip = ops.uniform(generator, count, device) < 0.5
         size = (self.crop_size, self.crop_size)
         x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bilinear")
-        return ops.normalize(x, self.mean.to(device), self.std.to(device))
+        return ops.normalize(x, ops.constant(self.mean, device), ops.constant(self.std, device))
 
 
 __all__ = [
