@@ -9,7 +9,7 @@ classes; the model keeps the CIFAR stem and the config's augmentations). Sources
 ``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU) and ``ceiling``
 (the same step on a few pre-made augmented GPU batches, no augmentation). After ``--warmup`` steps
 the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it, the GPU busy %
-sampled every 50 ms during it (pynvml, else ``nvidia-smi``), and the case's peak
+sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
 ``torch.cuda.max_memory_allocated``. Prints one table; ``pretrain_wall.py`` times whole runs.
 
     python benchmarks/data_path.py                     # 42 cases, sized for ~8 min on one H100
@@ -24,10 +24,10 @@ import argparse
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -91,52 +91,20 @@ def first_visible_gpu() -> str:
 
 
 class GPUBusy:
-    """The GPU's utilisation (%) between start() and stop(): pynvml polled every 50 ms on a thread,
-    else one ``nvidia-smi -lms 50`` process streaming its readings."""
-
-    def __init__(self):
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._smi: Optional[subprocess.Popen] = None
-
-    def _poll_nvml(self) -> bool:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first_visible_gpu()))
-        except Exception:  # no pynvml, or a GPU UUID in CUDA_VISIBLE_DEVICES
-            return False
-        while not self._stop.is_set():
-            self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-            self._stop.wait(0.05)
-        return True
-
-    def _run(self) -> None:
-        if self._poll_nvml():
-            return
-        query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
-        self._smi = subprocess.Popen(
-            query + ["-i", first_visible_gpu(), "-lms", "50"], stdout=subprocess.PIPE, text=True
-        )
-        for line in self._smi.stdout:
-            if self._stop.is_set():
-                break
-            self.samples.append(float(line.split()[0]))
-        self._smi.terminate()
+    """The GPU's utilisation (%) between start() and stop(), sampled every 50 ms by one
+    ``nvidia-smi -lms 50`` process (the share of time a kernel was running, per the driver)."""
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+        self.process = subprocess.Popen(
+            query + ["-i", first_visible_gpu(), "-lms", "50"], stdout=subprocess.PIPE, text=True
+        )
 
     def stop(self) -> float:
-        self._stop.set()
-        if self._smi is not None:
-            self._smi.terminate()
-        if self._thread is not None:
-            self._thread.join()
-        return sum(self.samples) / len(self.samples) if self.samples else float("nan")
+        self.process.send_signal(signal.SIGINT)  # nvidia-smi's loop ends cleanly on Ctrl-C
+        words = self.process.communicate(timeout=30)[0].split()
+        samples = [float(word) for word in words if word.replace(".", "", 1).isdigit()]
+        return sum(samples) / len(samples) if samples else float("nan")
 
 
 def window_callback(case: dict):
