@@ -1,0 +1,10 @@
+"""Batched GPU data path: per-sample augmentations and solo-learn's augmentation pipelines (torch only)."""
+
+from solo_diet.data.pipeline import (
+    AugmentationNode,
+    EvalTransform,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)
+
+__all__ = ["AugmentationNode", "EvalTransform", "MultiCropAugmentation", "ProbeTrainTransform"]
