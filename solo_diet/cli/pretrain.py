@@ -83,7 +83,8 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
     )
 
     if cfg.data.format == "gpu":
-        return pretrain_loader(cfg, getattr(method_cls, "train_batch_sampler", None))
+        loader, num_samples = pretrain_loader(cfg, contract.train_batch_sampler)
+        return loader, num_samples, False
     if cfg.data.format == "dali":
         from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
         from solo.utils.misc import compute_dataset_size
