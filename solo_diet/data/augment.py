@@ -34,7 +34,7 @@ BLUR_SIGMA = (0.1, 2.0)
 """solo-learn ``GaussianBlur``'s sigma range."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def constant(values: tuple, device: torch.device, shape: tuple = (-1,)) -> Tensor:
     """A float32 constant on ``device``, made once: no host-to-device copy (a synchronisation, and
     not allowed under CUDA graph capture) per call."""

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 
 from solo_diet.data import augment as ops
