@@ -280,8 +280,19 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
             shifted = adjust_hue(pixels.view_as(x), hue).view_as(pixels)
             pixels = torch.where((hue != 0)[:, None, None], shifted, pixels)
         offset = (to_mean[:, slot] * (pixels.mean(2) @ weights))[:, None, None]
-        pixels = torch.baddbmm(offset, matrices[:, slot], pixels).clamp_(0, 1)
+        pixels = _mix_channels(matrices[:, slot], offset, pixels).clamp_(0, 1)
     return pixels.view_as(x)
+
+
+def _mix_channels(matrix: Tensor, offset: Tensor, pixels: Tensor) -> Tensor:
+    """``matrix @ pixels + offset`` for (B, 3, 3) matrices and (B, 3, H W) pixels: one batched
+    matrix product for small images (fewest launches), three fused multiply-adds for large ones
+    (a 3 x 3 product streams the pixels badly: measured 1.5x slower at 224 px on an H200)."""
+    if pixels.shape[-1] <= 64 * 64:
+        return torch.baddbmm(offset, matrix, pixels)
+    out = torch.addcmul(offset, matrix[:, :, 0:1], pixels[:, 0:1])
+    out.addcmul_(matrix[:, :, 1:2], pixels[:, 1:2])
+    return out.addcmul_(matrix[:, :, 2:3], pixels[:, 2:3])
 
 
 def solarize(images: Tensor, apply: Tensor | None = None) -> Tensor:
