@@ -24,6 +24,7 @@ from torchvision import transforms
 from solo_diet.config import ConfigError
 from solo_diet.data import (
     AugmentationNode,
+    CapturedAugmentation,
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
@@ -425,3 +426,15 @@ def test_probe_transforms_match_torchvision():
     torch.testing.assert_close(identity, transforms.Normalize(mean, std)(same_size.float() / 255))
     train = ProbeTrainTransform(16, mean, std)(images, torch.Generator().manual_seed(0))
     assert train.shape == (3, 3, 16, 16) and train.dtype == torch.float32
+
+
+def test_captured_augmentation_runs_eagerly_on_cpu():
+    nodes = [node(horizontal_flip={"prob": 0.5}, num_crops=2)]
+    images = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    captured = CapturedAugmentation(
+        MultiCropAugmentation.from_config(nodes, "custom"), torch.Generator().manual_seed(3)
+    )
+    views = captured(images)
+    assert all(torch.equal(a, b) for a, b in zip(views, run(nodes, images, seed=3)))
+    with pytest.raises(ValueError, match="generator it was built with"):
+        captured(images, torch.Generator())
