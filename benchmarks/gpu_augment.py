@@ -142,7 +142,7 @@ def op_cases(batch: int, device, generator):
         ("colour jitter (with hue)", jitter, kx(K.ColorJitter(0.4, 0.4, 0.2, 0.1, p=1.0))),
         ("grayscale", lambda: ops.grayscale(x, draw() < 0.2), kx(K.RandomGrayscale(p=0.2))),
         ("gaussian blur", blur, kx(K.RandomGaussianBlur((13, 13), (0.1, 2.0), p=0.5))),
-        ("solarization", lambda: ops.solarize(x, draw() < 0.2), kx(K.RandomSolarize(0.0, 0.0, p=0.2))),
+        ("solarization", lambda: ops.solarize(x, draw() < 0.2), kx(K.RandomSolarize(0, 0, p=0.2))),
         ("equalization", lambda: ops.equalize(x, draw() < 0.5), kx(K.RandomEqualize(p=0.5))),
         ("normalisation", lambda: ops.normalize(x, mean, std), kx(K.Normalize(mean, std))),
         ("random erasing", erase, kx(K.RandomErasing(p=0.5))),

@@ -5,8 +5,8 @@ loop over samples and no host synchronisation. Images are uint8 (0..255) or floa
 returns float32 on the 0..1 scale, except :func:`normalize` and :func:`erase`, which work on any
 float tensor. The ops follow torchvision's functional ops (parity tests in
 ``tests/core/test_gpu_augment_ops.py``; tolerances and deviations from solo-learn's PIL pipeline in
-``docs/gpu-augmentations.md``). The ``sample_*`` functions draw torchvision's parameter distributions
-from a given generator on the images' device.
+``docs/gpu-augmentations.md``). The ``sample_*`` functions draw torchvision's parameter
+distributions from a given generator on the images' device.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def adjust_saturation(images: Tensor, factor: Tensor) -> Tensor:
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
     computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
-    ``value - chroma * clamp(min(k, 4 - k), 0, 1)`` with ``k = (hue6 + 5, 3, 1 for r, g, b) % 6``."""
+    ``value - chroma * clamp(min(k, 4 - k), 0, 1)``, ``k = (hue6 + (5, 3, 1)[c]) % 6``."""
     x = to_float(images)
     _require_rgb(x)
     top = x.argmax(1, keepdim=True)  # first maximal channel: r, then g, then b (HSV's rule)
@@ -459,5 +459,5 @@ def sample_erasing_boxes(
 
 
 def sample_order(generator: torch.Generator | None, count: int, ops: int, device) -> Tensor:
-    """(count, ops) uniformly random permutations of ``0 .. ops - 1`` (``torch.randperm`` per row)."""
+    """(count, ops) uniformly random permutations of ``0 .. ops - 1`` (a ``randperm`` per row)."""
     return torch.argsort(torch.rand((count, ops), generator=generator, device=device), 1)

@@ -207,7 +207,7 @@ def test_blur_rate_and_sigma():
 
 
 def jitter_reference(p: float, brightness=0.0, contrast=0.0, saturation=0.0, hue=0.0):
-    """torchvision's ColorJitter factors under solo-learn's RandomApply(p), 1 (0 for hue) when off."""
+    """torchvision's ColorJitter factors under solo-learn's RandomApply(p); 1 (hue: 0) when off."""
     torch.manual_seed(0)
     jitter = transforms.ColorJitter(brightness, contrast, saturation, hue)
     ranges = jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue
