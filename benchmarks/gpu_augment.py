@@ -6,8 +6,10 @@ with hue, grayscale, blur, solarization, flip, normalisation) at 32 px (CIFAR), 
 224 px (from 256 px images). Both sides sample their parameters in the timed call; our ops take the
 uint8 batch, kornia takes it converted to float (the conversion is timed in the pipeline rows). The
 "alt" row is the same crop + flip as an affine bicubic ``grid_sample`` (a = -0.75, no antialiasing),
-the resampling we did not choose. On CUDA the script also checks that our pipeline makes no host
-synchronisation (``torch.cuda.set_sync_debug_mode("error")``).
+the resampling we did not choose. "ours, CUDA graph" replays the pipeline as one CUDA graph
+(``CapturedAugmentation``). On CUDA the script also checks that our pipeline makes no host
+synchronisation (``torch.cuda.set_sync_debug_mode("error")``) and that graph replays draw new
+parameters.
 
     python benchmarks/gpu_augment.py                       # on a GPU
     python benchmarks/gpu_augment.py --device cpu --repeats 2   # smoke (batch 16)
@@ -24,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from solo_diet.data import MultiCropAugmentation
+from solo_diet.data import CapturedAugmentation, MultiCropAugmentation
 from solo_diet.data import augment as ops
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -140,7 +142,7 @@ def op_cases(batch: int, device, generator):
         ("colour jitter (with hue)", jitter, kx(K.ColorJitter(0.4, 0.4, 0.2, 0.1, p=1.0))),
         ("grayscale", lambda: ops.grayscale(x, draw() < 0.2), kx(K.RandomGrayscale(p=0.2))),
         ("gaussian blur", blur, kx(K.RandomGaussianBlur((13, 13), (0.1, 2.0), p=0.5))),
-        ("solarization", lambda: ops.solarize(x, draw() < 0.2), kx(K.RandomSolarize(0.0, 0.0, p=0.2))),
+        ("solarization", lambda: ops.solarize(x, draw() < 0.2), kx(K.RandomSolarize(0, 0, p=0.2))),
         ("equalization", lambda: ops.equalize(x, draw() < 0.5), kx(K.RandomEqualize(p=0.5))),
         ("normalisation", lambda: ops.normalize(x, mean, std), kx(K.Normalize(mean, std))),
         ("random erasing", erase, kx(K.RandomErasing(p=0.5))),
@@ -148,8 +150,10 @@ def op_cases(batch: int, device, generator):
 
 
 def pipeline_case(batch: int, crop_size: int, source: int, device, generator):
+    """(name, ours, ours as a CUDA graph (None on the CPU), kornia) for the 2-view pipeline."""
     images = torch.randint(0, 256, (batch, 3, source, source), dtype=torch.uint8, device=device)
     ours = MultiCropAugmentation.from_config(asymmetric_nodes(crop_size), "cifar10")
+    captured = CapturedAugmentation(ours, generator) if device.type == "cuda" else None
     views = [kornia_view(crop_size, 1.0, 0.0, device), kornia_view(crop_size, 0.1, 0.2, device)]
 
     def kornia_pipeline():
@@ -157,7 +161,8 @@ def pipeline_case(batch: int, crop_size: int, source: int, device, generator):
         return [view(x) for view in views]
 
     name = f"2-view asymmetric pipeline {crop_size} px (from {source} px)"
-    return name, lambda: ours(images, generator), kornia_pipeline
+    graphed = None if captured is None else (lambda: captured(images))
+    return name, lambda: ours(images, generator), graphed, kornia_pipeline
 
 
 def check_no_sync(fn: Callable[[], object]) -> str:
@@ -183,24 +188,35 @@ def main() -> None:
     args.batch = args.batch or (256 if on_gpu else 16)
     args.warmup = args.warmup if args.warmup is not None else (10 if on_gpu else 1)
     generator = torch.Generator(device=device).manual_seed(0)
-    cases = op_cases(args.batch, device, generator)
+    cases = [
+        (name, ours, None, kornia) for name, ours, kornia in op_cases(args.batch, device, generator)
+    ]
     for crop, source in ((32, 32), (96, 96), (224, 256)):
         cases.append(pipeline_case(args.batch, crop, source, device, generator))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     print(f"device: {name}, batch {args.batch}, median of {args.repeats} calls, "
-          f"torch {torch.__version__}")  # fmt: skip
-    print("| case | ours (samples/s) | kornia (samples/s) | ours / kornia |")
-    print("|---|---:|---:|---:|")
-    for case, ours, kornia in cases:
-        rate = args.batch / median_seconds(ours, device, args.warmup, args.repeats)
-        other = math.nan
-        if kornia is not None:
-            other = args.batch / median_seconds(kornia, device, args.warmup, args.repeats)
-        ratio = f"{rate / other:.1f}x" if kornia is not None else "-"
-        other_text = f"{other:,.0f}" if kornia is not None else "-"
-        print(f"| {case} | {rate:,.0f} | {other_text} | {ratio} |")
-    if device.type == "cuda":
+          f"torch {torch.__version__}; samples/s (pipelines: images/s, 2 views each)")  # fmt: skip
+    print("| case | ours | ours, CUDA graph | kornia | ours / kornia | graph / kornia |")
+    print("|---|---:|---:|---:|---:|---:|")
+
+    def rate(fn) -> float:
+        if fn is None:
+            return math.nan
+        return args.batch / median_seconds(fn, device, args.warmup, args.repeats)
+
+    def text(value: float, ratio: bool = False) -> str:
+        if math.isnan(value):
+            return "-"
+        return f"{value:.1f}x" if ratio else f"{value:,.0f}"
+
+    for case, ours, graphed, kornia in cases:
+        eager, graph, other = rate(ours), rate(graphed), rate(kornia)
+        cells = [text(eager), text(graph), text(other), text(eager / other, True)]
+        print(f"| {case} | " + " | ".join(cells + [text(graph / other, True)]) + " |")
+    if on_gpu:
         print(f"host syncs in our 32 px pipeline: {check_no_sync(cases[-3][1])}")
+        first, second = cases[-3][2](), cases[-3][2]()
+        print(f"CUDA graph replays draw new parameters: {not torch.equal(first[0], second[0])}")
 
 
 if __name__ == "__main__":

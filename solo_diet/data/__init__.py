@@ -2,9 +2,16 @@
 
 from solo_diet.data.pipeline import (
     AugmentationNode,
+    CapturedAugmentation,
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
 )
 
-__all__ = ["AugmentationNode", "EvalTransform", "MultiCropAugmentation", "ProbeTrainTransform"]
+__all__ = [
+    "AugmentationNode",
+    "CapturedAugmentation",
+    "EvalTransform",
+    "MultiCropAugmentation",
+    "ProbeTrainTransform",
+]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 
 from solo_diet.data import augment as ops
@@ -166,11 +166,12 @@ def test_hue_keeps_grays_and_primaries():
     torch.testing.assert_close(green.flatten(), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6, rtol=0)
 
 
-def test_color_jitter_runs_every_order_like_torchvision():
+@pytest.mark.parametrize("height, width", [(9, 13), (70, 80)])  # small and large-image paths
+def test_color_jitter_runs_every_order_like_torchvision(height, width):
     """All 24 orders of brightness, contrast, saturation and hue, each against torchvision's ops
     applied one after the other in that order."""
     generator = torch.Generator().manual_seed(3)
-    x = torch.rand(24, 3, 9, 13, generator=generator)
+    x = torch.rand(24, 3, height, width, generator=generator)
     orders = torch.tensor(list(itertools.permutations(range(4))))
     factors = ops.uniform(generator, (24, 3), "cpu", 0.4, 1.6)
     hue = ops.uniform(generator, 24, "cpu", -0.5, 0.5)
