@@ -34,7 +34,12 @@ from torch import nn
 from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, MethodContract, method_contract
-from solo_diet.nn.sem import SimplicialEmbedding, check_temperature, simplex_statistics
+from solo_diet.nn.sem import (
+    SEMFeatureExtractor,
+    SimplicialEmbedding,
+    check_temperature,
+    simplex_statistics,
+)
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
@@ -329,20 +334,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
     """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
     return {f"{name}_sem": make_sem_twin(name, cls) for name, cls in methods.items() if sem_refusal(name, cls) is None}
-
-
-class SEMFeatureExtractor(nn.Module):
-    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)`` for linear probing (§4)."""
-
-    def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
-        super().__init__()
-        self.backbone = backbone
-        self.embedder = embedder
-        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
-        self.num_features = embedder.out_dim
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.embedder.frozen_forward(self.backbone(X), self.tau)
 
 
 def sem_feature_extractor(
