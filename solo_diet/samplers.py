@@ -188,7 +188,7 @@ class SuperBatchOrder:
     ) -> SuperBatch:
         """The super-batch of step ``batch_idx`` whose (global) batch is ``indexes``; the epoch has
         ``min(len(sampler), steps_limit)`` steps. Nothing is prefetched across an epoch boundary
-        (the next epoch's rows may be written before then, spec §3.2)."""
+        (our design: the next epoch's rows may be written before then)."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]

@@ -1,9 +1,9 @@
-"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (seed 000 §5).
+"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
 
 The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM by
 default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
 (global) super-batch are loaded, updated by hand with the backbone group's current lr and written back.
-With ``rows_per_step = m`` (multi-batch CE, seed 000 §5.2, spec §3.8) the data order comes from a
+With ``rows_per_step = m`` (multi-batch CE, s-DIET paper, §5.2) the data order comes from a
 :class:`solo_diet.samplers.SuperBatchSampler` (``solo-diet pretrain`` installs it through
 :meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its ``m``
 steps, every resident row takes a real step at each of them, and on leaving the rows get the
@@ -49,10 +49,10 @@ CHECKPOINT_KEY = "sdiet_row_store"
 
 
 class SDIET(IndexMethod):
-    """s-DIET: projector, L2 normalisation, CE against the resident head rows (seed 000 Eq. 7, §5.2).
+    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7, §5.2).
 
     The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
-    D, the width of a head row; the projector has 3 layers by default (seed 000 §6).
+    D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
 
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
         label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default 0.8.
@@ -70,7 +70,7 @@ class SDIET(IndexMethod):
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
         storage_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
             ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``). Default float32.
-        rows_per_step (int): m of multi-batch CE (seed 000 §5.2): logits over the m*B rows of the
+        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
             super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
             (batch CE, as the paper).
         prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device while
@@ -196,18 +196,18 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output. The head rows are not parameters (spec A4)."""
+        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice: the s-DIET paper's Listing 1 updates them by hand)."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
-        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (A8)."""
+        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (our choice; the s-DIET paper is silent)."""
         if self._trainer is None or not self.trainer.optimizers:
             return self.lr
         return self.trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_start(self) -> None:
         """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B the
-        global batch (A2, spec §3.8)."""
+        global batch (our choice for DDP; s-DIET paper, §5.2)."""
         super().on_train_start()
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
@@ -251,7 +251,7 @@ class SDIET(IndexMethod):
         return loss + online_probe_loss(targets, out["loss"])
 
     def _index_rows_loss(self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float) -> torch.Tensor:
-        """Multi-batch CE over the resident super-batch rows (seed 000 §5.2); m = 1 is the paper's batch CE."""
+        """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the s-DIET paper's batch CE (§5.1)."""
         # a collective: every process has loaded the previous step's rows before a shared store's
         # writer stores them (rowstore.sharing)
         indexes = concat_all_gather_no_grad(indexes)

@@ -1,4 +1,4 @@
-"""s-DIET head rows and their optimiser state, kept outside ``nn.Parameter`` s (seed 000 §5.1,
+"""s-DIET head rows and their optimiser state, kept outside ``nn.Parameter`` s (s-DIET paper, §5.1,
 Listing 1).
 
 - :mod:`~solo_diet.rowstore.tables`: the storage back-ends (``cpu``, ``gpu``, ``disk``, shared);

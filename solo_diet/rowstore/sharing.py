@@ -5,7 +5,7 @@ one process of the host creates and writes the tables, the others map the same f
 Every process computes the same update (the batch is gathered), so only the writer stores it, one
 step late: a row written at step ``t`` is written during step ``t + 1``, after a collective that
 every process passes only once it has loaded step ``t``'s rows; the rows of step ``t + 1`` are
-disjoint from those of step ``t`` within an epoch (spec §3.2), and the caller synchronises at epoch
+disjoint from those of step ``t`` within an epoch (our design), and the caller synchronises at epoch
 boundaries (:meth:`~solo_diet.rowstore.RowStore.synchronize`).
 """
 

@@ -5,7 +5,8 @@ batch travel to the device (storage: :mod:`~solo_diet.rowstore.tables`; copies o
 thread: :mod:`~solo_diet.rowstore.transfers`). A load that was not prefetched first waits for every
 pending write.
 
-Zero-gradient steps of rows absent from a batch (spec §3.4, §3.6):
+Zero-gradient steps of rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-20, sign corrected
+as docs/references.md says; the exact lazy variant is ours):
 
 * ``"eager"`` (paper, App. D.2): right after a row's real step, apply ``eager_steps`` zero-gradient
   steps in closed form (``T = N/B - 1``, a float) as if the row were absent until its next visit.
