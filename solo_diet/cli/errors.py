@@ -1,0 +1,158 @@
+"""How a ``solo-diet`` command ends: user errors as one line with exit status 2, Ctrl-C and SIGTERM
+as 130 and 143 with where to resume from, everything else (a bug) as Python's traceback.
+
+``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback to user errors and interruptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Iterator, Optional
+
+from solo_diet.config import ConfigError
+
+EXIT_USER_ERROR = 2
+
+
+class DataError(ConfigError):
+    """The input data cannot be used as configured (missing, unreadable, wrong layout)."""
+
+
+class UnreadableImage(DataError):
+    """An image file could not be decoded; the message names the file.
+
+    Raised inside a DataLoader worker, torch re-creates it in the main process from the worker's
+    whole traceback text: only that text's last line, our own message, is kept."""
+
+    def __init__(self, message: str):
+        lines = [line for line in str(message).strip().splitlines() if line.strip()]
+        if len(lines) > 1 and lines[-1].startswith(f"{__name__}.{type(self).__name__}: "):
+            message = lines[-1].split(": ", 1)[1]
+        super().__init__(message)
+
+
+class NamedImageLoader:
+    """Wraps an ImageFolder's ``loader`` so that a file it cannot read raises ``UnreadableImage``
+    naming that file (PIL's ``OSError: image file is truncated`` names none)."""
+
+    def __init__(self, loader: Callable[[str], Any]):
+        self.loader = loader
+
+    def __call__(self, path: str) -> Any:
+        try:
+            return self.loader(path)
+        except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
+            raise UnreadableImage(
+                f"cannot read image {path} ({type(err).__name__}: {err}): replace or delete the file."
+            ) from err
+
+
+def name_unreadable_images(dataset: Any) -> None:
+    """Make a torchvision ImageFolder-style dataset (``loader`` + ``samples``) name unreadable files."""
+    loader = getattr(dataset, "loader", None)
+    if loader is not None and hasattr(dataset, "samples") and not isinstance(loader, NamedImageLoader):
+        dataset.loader = NamedImageLoader(loader)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from.
+
+    It is a KeyboardInterrupt, so Lightning's ``trainer.fit`` stops gracefully on it; the launchers
+    raise it again after the fit (Lightning swallows KeyboardInterrupts)."""
+
+    def __init__(self, signum: int = signal.SIGINT, resume: Optional[str] = None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        self.resume = resume
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM (a scheduler's pre-emption) raises ``Interrupted`` like Ctrl-C does;
+    the previous handler comes back afterwards. Lightning chains this handler behind its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that are the user's to fix: printed as one line, exit status 2."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from solo_diet._host import SoloLearnMissing
+
+    return (
+        ConfigError,
+        SoloLearnMissing,
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+        HydraException,
+        OmegaConfBaseException,
+    )
+
+
+def _solo_missing(err: ModuleNotFoundError) -> bool:
+    return (err.name or "").split(".")[0] == "solo"
+
+
+def debug_requested(flag: bool = False) -> bool:
+    return flag or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0")
+
+
+def _report(command: str, message: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    print(f"solo-diet {command}: {message}", file=sys.stderr)
+
+
+def run_guarded(command: str, func: Callable[[], int], debug: bool = False, resume: str = "") -> int:
+    """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
+
+    ``resume`` is the command's own advice after an interruption that left no checkpoint hint."""
+    debug = debug_requested(debug)
+    try:
+        with sigterm_interrupts():
+            return func()
+    except KeyboardInterrupt as err:
+        stop = err if isinstance(err, Interrupted) else Interrupted(signal.SIGINT)
+        where = stop.resume or resume or "nothing was saved; run the same command again to start over."
+        _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
+        return stop.exit_code
+    except ModuleNotFoundError as err:
+        if not _solo_missing(err):
+            raise
+        from solo_diet._host import INSTALL_HINT
+
+        _report(command, f"solo-learn is not installed ({err}).\n{INSTALL_HINT}", debug)
+        return EXIT_USER_ERROR
+    except user_errors() as err:
+        _report(command, str(err).strip() or type(err).__name__, debug)
+        return EXIT_USER_ERROR
+
+
+def solo_rejects(err: AssertionError) -> ConfigError:
+    """A solo-learn ``parse_cfg`` assertion as a ConfigError quoting the failed check."""
+    frames = traceback.extract_tb(err.__traceback__)
+    check = f"{frames[-1].line} (in {frames[-1].name})" if frames else "an assertion failed"
+    return ConfigError(f"solo-learn rejected the config: {str(err) or check}.")
