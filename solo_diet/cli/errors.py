@@ -146,13 +146,33 @@ def run_guarded(command: str, func: Callable[[], int], debug: bool = False, resu
 
         _report(command, f"solo-learn is not installed ({err}).\n{INSTALL_HINT}", debug)
         return EXIT_USER_ERROR
+    except AssertionError as err:
+        rejection = solo_rejection(err)
+        if rejection is None:
+            raise
+        _report(command, rejection, debug)
+        return EXIT_USER_ERROR
     except user_errors() as err:
-        _report(command, str(err).strip() or type(err).__name__, debug)
+        _report(command, _one_line(err), debug)
         return EXIT_USER_ERROR
 
 
-def solo_rejects(err: AssertionError) -> ConfigError:
-    """A solo-learn ``parse_cfg`` assertion as a ConfigError quoting the failed check."""
+def _one_line(err: BaseException) -> str:
+    """The message on one line (Hydra's span two); the solo-learn install hint keeps its lines."""
+    from solo_diet._host import SoloLearnMissing
+
+    text = str(err).strip() or type(err).__name__
+    return text if isinstance(err, SoloLearnMissing) else " ".join(part.strip() for part in text.splitlines())
+
+
+def solo_rejection(err: AssertionError) -> Optional[str]:
+    """solo-learn validates configs with bare ``assert``s: the failed check, when one of its
+    assertions raised ``err`` (None for an assertion anywhere else, which is a bug)."""
+    solo = sys.modules.get("solo")
     frames = traceback.extract_tb(err.__traceback__)
-    check = f"{frames[-1].line} (in {frames[-1].name})" if frames else "an assertion failed"
-    return ConfigError(f"solo-learn rejected the config: {str(err) or check}.")
+    if solo is None or not frames:
+        return None
+    where = os.path.abspath(frames[-1].filename)
+    if not any(where.startswith(os.path.join(os.path.abspath(p), "")) for p in solo.__path__):
+        return None
+    return f"solo-learn rejected the config: {str(err) or frames[-1].line} (in {frames[-1].name})."

@@ -18,6 +18,7 @@ from torch import nn
 
 from solo_diet.cli.common import (
     classification_loaders,
+    fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
     resume_checkpoint,
@@ -61,9 +62,13 @@ def load_backbone_weights(backbone: nn.Module, ckpt_path: str) -> int:
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
     """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
     linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
+    if ckpt in (None, "None"):
+        raise ConfigError("`pretrained_feature_extractor` is not set: pass pretrained_feature_extractor=<run>.ckpt.")
+    if not Path(str(ckpt)).is_file():
+        raise FileNotFoundError(f"`pretrained_feature_extractor`: checkpoint {ckpt} does not exist.")
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
-    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     args_path = Path(str(ckpt)).parent / "args.json"
     if not args_path.is_file():
         raise ConfigError(f"`backbone.name` is not set and there is no args.json next to {ckpt}: set `backbone`.")
@@ -144,7 +149,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     )
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    logger, callbacks, _ = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    fit_or_raise(trainer, lambda: trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path), cfg, checkpointer)
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
