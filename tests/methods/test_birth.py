@@ -90,6 +90,7 @@ def test_graph_vicreg_loss_is_solo_vicreg_loss_func():
     torch.testing.assert_close(ours, vicreg_loss_func(z1, z2, 10.0, 3.0, 2.0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.training
 def test_training_reduces_the_closed_form_loss():
     """A few real steps: the batch closed-form loss with class labels falls on the training images.
 

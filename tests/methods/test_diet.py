@@ -57,6 +57,7 @@ def test_fast_dev_run_through_solo_pipeline(loss):
     assert torch.isfinite(logged["train_diet_loss"]) and "train_instance_acc" in logged
 
 
+@pytest.mark.training
 def test_training_fits_instances():
     """Real training through Lightning: the DIET loss on the training images falls and the head
     learns to tell the 8 images apart. At lr 3e-3 every seed and thread count we tried (seeds 0-7,

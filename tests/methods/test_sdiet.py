@@ -483,6 +483,7 @@ class EpochLosses(Callback):
         self.losses.append(float(trainer.callback_metrics["train_sdiet_loss_epoch"]))
 
 
+@pytest.mark.training
 @pytest.mark.slow
 def test_training_lowers_the_batch_ce():
     """Real training through Lightning (batch 8 of 16 noise images, temperature 0.1 so that 15 epochs
