@@ -51,3 +51,18 @@ def test_configs_and_data_errors_work_without_solo(tmp_path):
     assert done.returncode == 2 and done.stderr.strip() == (
         "solo-diet data: --limit must be a positive number of images, got 0."
     )
+
+
+def test_pytest_counts_the_solo_tests_it_did_not_run(tmp_path):
+    """The suite in a process without solo-learn: one skip per solo-learn module, and the line that
+    says how many tests those modules hold."""
+    code = "import sys; sys.modules['solo'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-c", code, "-q", "-p", "no:cacheprovider", "tests/methods/test_diet.py",
+         "tests/cli/test_launchers.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "29 solo-learn tests not run (2 modules, each reported as one skip): solo-learn is not installed." in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("2 skipped in")
