@@ -30,7 +30,11 @@ def requires_solo() -> pytest.MarkDecorator:
 
 
 def _literal_length(node: ast.AST, names: dict[str, ast.AST]) -> Optional[int]:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "tuple"):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "tuple")
+    ):
         node = node.args[0] if node.args else node
     if isinstance(node, ast.Name):
         node = names.get(node.id, node)
@@ -45,7 +49,9 @@ def _cases(function: ast.FunctionDef, names: dict[str, ast.AST]) -> Optional[int
     """Number of test items one test function yields (the product of its parametrize lengths)."""
     lengths = []
     for decorator in function.decorator_list:
-        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("mark.parametrize"):
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith(
+            "mark.parametrize"
+        ):
             values = decorator.args[1] if len(decorator.args) > 1 else None
             lengths.append(None if values is None else _literal_length(values, names))
     return None if None in lengths else math.prod(lengths)
@@ -55,8 +61,13 @@ def count_tests(path: Path) -> tuple[int, bool]:
     """``(number of tests in a module, exact)`` read from its source without importing it; inexact
     when a parametrize list is not a literal (then each such test counts once)."""
     tree = ast.parse(Path(path).read_text())
-    names = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-             if isinstance(t, ast.Name)}
+    names = {
+        t.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.startswith("Test")):
         functions += [n for n in cls.body if isinstance(n, ast.FunctionDef)]

@@ -22,6 +22,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
     total = sum(n for n, _ in counts)
     at_least = "" if all(exact for _, exact in counts) else "at least "
     terminalreporter.write_line(
-        f"{at_least}{total} solo-learn tests not run ({len(counts)} modules, each reported as one skip): "
-        f"{solo_problem()}"
+        f"{at_least}{total} solo-learn tests not run ({len(counts)} modules, each reported as one "
+        f"skip): {solo_problem()}"
     )

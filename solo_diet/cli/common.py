@@ -9,7 +9,7 @@ import re
 import shutil
 import signal
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -19,7 +19,13 @@ from solo_diet.config import ConfigError
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
 # compares neither the data nor N, so it would resume a run trained on another dataset).
-SAME_RUN_KEYS = ("method", "data.train_path", "data.val_path", "data.fraction", "method_kwargs.num_samples")
+SAME_RUN_KEYS = (
+    "method",
+    "data.train_path",
+    "data.val_path",
+    "data.fraction",
+    "method_kwargs.num_samples",
+)
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -96,7 +102,8 @@ def _comparable(value: Any) -> Any:
 
 
 def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
-    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method."""
+    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method.
+    """
     args_path = ckpt.parent / "args.json"
     if not args_path.is_file():
         return
@@ -106,7 +113,8 @@ def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
         if _comparable(before) != _comparable(now):
             raise ConfigError(
                 f"auto-resume found {ckpt}, trained with {key}={before!r}, but this run has "
-                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another checkpoint.dir."
+                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another "
+                "checkpoint.dir."
             )
 
 
@@ -144,14 +152,16 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
         Path(folder).parent.rmdir()
 
 
-def fit_or_raise(trainer: Any, fit: Callable[[], Any], cfg: DictConfig, checkpointer: Any) -> None:
-    """Run ``fit`` (a ``trainer.fit`` call). An interrupted fit raises ``Interrupted`` with where to
+def fit_or_raise(
+    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, **fit_kwargs: Any
+) -> None:
+    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
     resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
     leaves no empty run folder behind."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
-        fit()
+        trainer.fit(model, **fit_kwargs)
     except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None

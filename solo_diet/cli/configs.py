@@ -1,8 +1,8 @@
 """``solo-diet configs DIR``: copy the shipped launch configs (package data) into ``DIR``.
 
-The YAMLs live in ``solo_diet/configs/`` so that a wheel carries them; a git checkout reaches the same
-files through ``scripts/pretrain``, ``scripts/linear`` and ``benchmarks/compare/{animal_mnist.yaml,
-configs}``, which link there. ``DIR`` gets ``pretrain/<dataset>/``, ``linear/<dataset>/`` and
+The YAMLs live in ``solo_diet/configs/`` so that a wheel carries them; a git checkout reaches the
+same files through ``scripts/pretrain``, ``scripts/linear`` and
+``benchmarks/compare/{animal_mnist.yaml,configs}``, which link there. ``DIR`` gets ``pretrain/<dataset>/``, ``linear/<dataset>/`` and
 ``compare/``, each ready for ``--config-path`` (or as a ``solo-diet compare`` spec).
 """
 
@@ -41,10 +41,16 @@ def write_configs(directory: str, dataset: Optional[str] = None, force: bool = F
     An identical file already there is left alone; a different one is refused unless ``force``."""
     root = Path(directory).expanduser().resolve()
     folders = shipped_folders(dataset)
-    copies = [(SHIPPED / f / name, root / f / name) for f in folders for name in _files(SHIPPED / f)]
+    copies = [
+        (SHIPPED / f / name, root / f / name) for f in folders for name in _files(SHIPPED / f)
+    ]
     if not copies:
-        raise FileNotFoundError(f"no shipped configs in {SHIPPED}: the solo-diet installation is incomplete.")
-    changed = [dst for src, dst in copies if dst.exists() and not filecmp.cmp(src, dst, shallow=False)]
+        raise FileNotFoundError(
+            f"no shipped configs in {SHIPPED}: the solo-diet installation is incomplete."
+        )
+    changed = [
+        dst for src, dst in copies if dst.exists() and not filecmp.cmp(src, dst, shallow=False)
+    ]
     if changed and not force:
         raise ConfigError(
             f"{len(changed)} config(s) in {root} differ from the shipped ones (e.g. {changed[0]}): "

@@ -47,15 +47,20 @@ class NamedImageLoader:
         try:
             return self.loader(path)
         except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
+            problem = f"{type(err).__name__}: {err}"
             raise UnreadableImage(
-                f"cannot read image {path} ({type(err).__name__}: {err}): replace or delete the file."
+                f"cannot read image {path} ({problem}): replace or delete the file."
             ) from err
 
 
 def name_unreadable_images(dataset: Any) -> None:
-    """Make a torchvision ImageFolder-style dataset (``loader`` + ``samples``) name unreadable files."""
+    """Make an ImageFolder-style dataset (``loader``, ``samples``) name the files it cannot read."""
     loader = getattr(dataset, "loader", None)
-    if loader is not None and hasattr(dataset, "samples") and not isinstance(loader, NamedImageLoader):
+    if (
+        loader is not None
+        and hasattr(dataset, "samples")
+        and not isinstance(loader, NamedImageLoader)
+    ):
         dataset.loader = NamedImageLoader(loader)
 
 
@@ -126,7 +131,9 @@ def _report(command: str, message: str, debug: bool) -> None:
     print(f"solo-diet {command}: {message}", file=sys.stderr)
 
 
-def run_guarded(command: str, func: Callable[[], int], debug: bool = False, resume: str = "") -> int:
+def run_guarded(
+    command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
+) -> int:
     """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
 
     ``resume`` is the command's own advice after an interruption that left no checkpoint hint."""
@@ -136,7 +143,9 @@ def run_guarded(command: str, func: Callable[[], int], debug: bool = False, resu
             return func()
     except KeyboardInterrupt as err:
         stop = err if isinstance(err, Interrupted) else Interrupted(signal.SIGINT)
-        where = stop.resume or resume or "nothing was saved; run the same command again to start over."
+        where = (
+            stop.resume or resume or "nothing was saved; run the same command again to start over."
+        )
         _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
         return stop.exit_code
     except ModuleNotFoundError as err:
@@ -162,7 +171,11 @@ def _one_line(err: BaseException) -> str:
     from solo_diet._host import SoloLearnMissing
 
     text = str(err).strip() or type(err).__name__
-    return text if isinstance(err, SoloLearnMissing) else " ".join(part.strip() for part in text.splitlines())
+    return (
+        text
+        if isinstance(err, SoloLearnMissing)
+        else " ".join(part.strip() for part in text.splitlines())
+    )
 
 
 def solo_rejection(err: AssertionError) -> Optional[str]:

@@ -64,9 +64,9 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
-        raise ConfigError("`pretrained_feature_extractor` is not set: pass pretrained_feature_extractor=<run>.ckpt.")
+        raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
     if not Path(str(ckpt)).is_file():
-        raise FileNotFoundError(f"`pretrained_feature_extractor`: checkpoint {ckpt} does not exist.")
+        raise FileNotFoundError(f"`pretrained_feature_extractor`: checkpoint {ckpt} does not exist")
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args_path = Path(str(ckpt)).parent / "args.json"
@@ -151,5 +151,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    fit_or_raise(trainer, lambda: trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path), cfg, checkpointer)
+    fit_or_raise(
+        trainer, model, cfg, checkpointer,
+        train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+    )
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

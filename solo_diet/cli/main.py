@@ -99,8 +99,8 @@ def _cmd_solo_script(args: argparse.Namespace) -> int:
 
 # What to do after an interruption that left no checkpoint to name.
 RESUME_ADVICE = {
-    "compare": "run the same command again: finished runs are reused and an interrupted run resumes "
-    "from its last epoch checkpoint.",
+    "compare": "run the same command again: finished runs are reused and an interrupted run "
+    "resumes from its last epoch checkpoint.",
 }
 # Commands that work without solo-learn.
 SOLO_FREE = ("data", "configs")
@@ -108,7 +108,10 @@ SOLO_FREE = ("data", "configs")
 
 def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument(
-        "--debug", action="store_true", default=default, help="show tracebacks (also SOLO_DIET_DEBUG=1)"
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show tracebacks (also SOLO_DIET_DEBUG=1)",
     )
 
 
@@ -157,10 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     from solo_diet.cli.configs import DATASET_CHOICES
 
     configs = sub.add_parser(
-        "configs", help="write the shipped pretrain/linear/compare YAMLs into a folder, for --config-path"
+        "configs", help="write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
     )
     configs.add_argument("directory")
-    configs.add_argument("--dataset", choices=DATASET_CHOICES, default=None, help="only this dataset's")
+    configs.add_argument("--dataset", choices=DATASET_CHOICES, help="only this dataset's configs")
     configs.add_argument("--force", action="store_true", help="overwrite files that differ")
     configs.set_defaults(func=_cmd_configs)
     for command in sub.choices.values():
@@ -180,7 +183,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from solo_diet.cli.errors import run_guarded
 
     args = build_parser().parse_args(argv)
-    return run_guarded(args.command, lambda: _run(args), args.debug, RESUME_ADVICE.get(args.command, ""))
+    advice = RESUME_ADVICE.get(args.command, "")
+    return run_guarded(args.command, lambda: _run(args), args.debug, advice)
 
 
 if __name__ == "__main__":

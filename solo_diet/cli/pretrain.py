@@ -189,7 +189,8 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     if already_finished(ckpt_path, cfg):
-        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={cfg.max_epochs}.")
+        epochs = cfg.max_epochs
+        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
         return str(ckpt_path)
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
@@ -198,8 +199,11 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     trainer = Trainer(**kwargs)
     if cfg.data.format == "dali":
         train_data.val_dataloader = lambda: val_loader
-        fit_or_raise(trainer, lambda: trainer.fit(model, ckpt_path=ckpt_path, datamodule=train_data), cfg, checkpointer)
+        fit_or_raise(trainer, model, cfg, checkpointer, ckpt_path=ckpt_path, datamodule=train_data)
     else:
-        fit_or_raise(trainer, lambda: trainer.fit(model, train_data, val_loader, ckpt_path=ckpt_path), cfg, checkpointer)
+        fit_or_raise(
+            trainer, model, cfg, checkpointer,
+            train_dataloaders=train_data, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+        )
     last = getattr(checkpointer, "last_ckpt", None)
     return None if last is None else str(last)

@@ -18,7 +18,13 @@ from tests._solo import requires_solo
 pytestmark = [pytest.mark.solo, requires_solo()]
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-PRETRAIN = ["pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"), "--config-name", "diet"]
+PRETRAIN = [
+    "pretrain",
+    "--config-path",
+    str(SCRIPTS / "pretrain" / "custom"),
+    "--config-name",
+    "diet",
+]
 LINEAR = ["linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet"]
 
 
@@ -61,8 +67,19 @@ def overrides(data: Path, out: Path, epochs: int = 1, batches: int = 2) -> list[
 
 
 def linear_overrides(data: Path, out: Path) -> list[str]:
-    keep = ("data.", "checkpoint.dir", "wandb.", "max_epochs", "accelerator", "devices", "precision", "++")
-    return [o for o in overrides(data, out) if o.startswith(keep) and "backbone" not in o] + ["optimizer.batch_size=4"]
+    keep = (
+        "data.",
+        "checkpoint.dir",
+        "wandb.",
+        "max_epochs",
+        "accelerator",
+        "devices",
+        "precision",
+        "++",
+    )
+    return [o for o in overrides(data, out) if o.startswith(keep) and "backbone" not in o] + [
+        "optimizer.batch_size=4"
+    ]
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -99,16 +116,20 @@ def test_auto_resume_refuses_a_run_on_other_data(data, tmp_path, capsys, change)
         second, key = copy_data(data, tmp_path / "second"), "data.train_path"
     else:
         second, key = first, "method_kwargs.num_samples=30"
-        shutil.copy(next((first / "train" / "class_0").iterdir()), first / "train" / "class_0" / "extra.png")
+        shutil.copy(
+            next((first / "train" / "class_0").iterdir()), first / "train" / "class_0" / "extra.png"
+        )
 
     code, _, err = cli(PRETRAIN + overrides(second, tmp_path / "runs", batches=1), capsys)
     assert code == 2
-    assert last_line(err).startswith("solo-diet pretrain: auto-resume found ") and key in last_line(err)
+    assert last_line(err).startswith("solo-diet pretrain: auto-resume found ") and key in last_line(
+        err
+    )
     assert "Traceback" not in err
 
 
 class SignalAtEpoch:
-    """Sends ``signum`` to this process when epoch ``epoch`` starts (after the previous checkpoint)."""
+    """Sends ``signum`` to this process when epoch ``epoch`` starts (after the last checkpoint)."""
 
     def __new__(cls, signum: int, epoch: int = 1):
         from lightning.pytorch.callbacks import Callback
@@ -124,19 +145,27 @@ class SignalAtEpoch:
 def tiny_pretrain_cfg(data: Path, out: Path, epochs: int):
     from solo_diet.cli.common import compose_cfg
 
-    return compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", overrides(data, out, epochs=epochs, batches=1))
+    return compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", overrides(data, out, epochs=epochs, batches=1)
+    )
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(data, tmp_path, capsys, signum, code):
+def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(
+    data, tmp_path, capsys, signum, code
+):
     from solo_diet.cli.errors import run_guarded
     from solo_diet.cli.pretrain import run_pretrain
 
     cfg = tiny_pretrain_cfg(data, tmp_path, epochs=5)
-    assert run_guarded("pretrain", lambda: run_pretrain(cfg, extra_callbacks=[SignalAtEpoch(signum)])) == code
+    assert (
+        run_guarded("pretrain", lambda: run_pretrain(cfg, extra_callbacks=[SignalAtEpoch(signum)]))
+        == code
+    )
     (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
     assert ckpt.name.endswith("-ep=0.ckpt")
-    expected = f"solo-diet pretrain: interrupted by {signal.Signals(signum).name}; run the same command again"
+    name = signal.Signals(signum).name
+    expected = f"solo-diet pretrain: interrupted by {name}; run the same command again"
     assert last_line(capsys.readouterr().err) == f"{expected} to resume from {ckpt}."
 
 
@@ -147,22 +176,45 @@ def test_lightnings_own_sigterm_stop_raises_interrupted(data, tmp_path):
     from solo_diet.cli.pretrain import run_pretrain
 
     with pytest.raises(Interrupted) as stop:
-        run_pretrain(tiny_pretrain_cfg(data, tmp_path, epochs=5), extra_callbacks=[SignalAtEpoch(signal.SIGTERM)])
+        run_pretrain(
+            tiny_pretrain_cfg(data, tmp_path, epochs=5),
+            extra_callbacks=[SignalAtEpoch(signal.SIGTERM)],
+        )
     (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
-    assert stop.value.exit_code == 143 and stop.value.resume == f"run the same command again to resume from {ckpt}."
+    assert (
+        stop.value.exit_code == 143
+        and stop.value.resume == f"run the same command again to resume from {ckpt}."
+    )
 
 
 def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tmp_path):
     """The real process: SIGINT while `solo-diet pretrain` trains."""
-    command = [sys.executable, "-m", "solo_diet.cli.main"] + PRETRAIN + overrides(data, tmp_path, epochs=500, batches=1)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SCRIPTS.parent), os.environ.get("PYTHONPATH")]))}
+    command = (
+        [sys.executable, "-m", "solo_diet.cli.main"]
+        + PRETRAIN
+        + overrides(data, tmp_path, epochs=500, batches=1)
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(SCRIPTS.parent), os.environ.get("PYTHONPATH")])
+        ),
+    }
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     )
     try:
         deadline = time.time() + 300
-        while not list(tmp_path.glob("diet/*/*.ckpt")) and process.poll() is None and time.time() < deadline:
+        while (
+            not list(tmp_path.glob("diet/*/*.ckpt"))
+            and process.poll() is None
+            and time.time() < deadline
+        ):
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=300)
@@ -171,24 +223,50 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
     assert process.returncode == 130, err[-2000:]
     assert "last checkpoint:" not in out
     (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
-    assert last_line(err).startswith("solo-diet pretrain: interrupted by SIGINT; run the same command again")
+    assert last_line(err).startswith(
+        "solo-diet pretrain: interrupted by SIGINT; run the same command again"
+    )
     assert str(ckpt.relative_to(tmp_path)) in last_line(err)
 
 
 @pytest.mark.parametrize(
     "command, extra, message",
     [
-        ("pretrain", ["++method_kwargs.num_samples=7"], "method_kwargs.num_samples=7 but the training set has 30"),
-        ("pretrain", ["no_such_key=1"], "Could not override 'no_such_key'. To append to your config use +"),
+        (
+            "pretrain",
+            ["++method_kwargs.num_samples=7"],
+            "method_kwargs.num_samples=7 but the training set has 30",
+        ),
+        (
+            "pretrain",
+            ["no_such_key=1"],
+            "Could not override 'no_such_key'. To append to your config use +",
+        ),
         ("pretrain", ["data.train_path=/nowhere/train"], "/nowhere/train"),
-        ("pretrain", ["data.dataset=no_such_dataset"], "solo-learn rejected the config: assert cfg.data.dataset in"),
-        ("pretrain", ["optimizer.name=no_such_optimizer"], "solo-learn rejected the config: assert self.optimizer"),
-        ("linear", ["pretrained_feature_extractor=/nowhere/run.ckpt"], "checkpoint /nowhere/run.ckpt does not exist"),
+        (
+            "pretrain",
+            ["data.dataset=no_such_dataset"],
+            "solo-learn rejected the config: assert cfg.data.dataset in",
+        ),
+        (
+            "pretrain",
+            ["optimizer.name=no_such_optimizer"],
+            "solo-learn rejected the config: assert self.optimizer",
+        ),
+        (
+            "linear",
+            ["pretrained_feature_extractor=/nowhere/run.ckpt"],
+            "checkpoint /nowhere/run.ckpt does not exist",
+        ),
         ("linear", [], "`pretrained_feature_extractor` is not set"),
     ],
 )
 def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):
-    argv = PRETRAIN + overrides(data, tmp_path) if command == "pretrain" else LINEAR + linear_overrides(data, tmp_path)
+    argv = (
+        PRETRAIN + overrides(data, tmp_path)
+        if command == "pretrain"
+        else LINEAR + linear_overrides(data, tmp_path)
+    )
     argv += extra
     code, _, err = cli(argv, capsys)
     assert code == 2
@@ -221,7 +299,9 @@ def truncate_class(folder: Path) -> list[Path]:
 def test_an_unreadable_image_is_named_and_leaves_no_run_folder(data, tmp_path, capsys, workers):
     copy = copy_data(data, tmp_path / "data")
     broken = truncate_class(copy / "train" / "class_0")
-    argv = PRETRAIN + overrides(copy, tmp_path / "runs", batches=100) + [f"data.num_workers={workers}"]
+    argv = (
+        PRETRAIN + overrides(copy, tmp_path / "runs", batches=100) + [f"data.num_workers={workers}"]
+    )
     code, out, err = cli(argv, capsys)
     assert code == 2
     line = last_line(err)

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_guarded_files() -> list[Path]:
-    return sorted(p for p in (ROOT / "tests").rglob("test_*.py") if "skip_without_solo()" in p.read_text())
+    return sorted(
+        p for p in (ROOT / "tests").rglob("test_*.py") if "skip_without_solo()" in p.read_text()
+    )
 
 
 @pytest.mark.solo
@@ -23,10 +25,24 @@ def module_guarded_files() -> list[Path]:
 def test_source_count_equals_pytests_collection():
     files = module_guarded_files()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *map(str, files)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *map(str, files),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    collected = collections.Counter(line.split("::")[0] for line in done.stdout.splitlines() if "::" in line)
+    collected = collections.Counter(
+        line.split("::")[0] for line in done.stdout.splitlines() if "::" in line
+    )
     assert collected, done.stdout[-2000:] + done.stderr[-2000:]
     for path in files:
         assert count_tests(path) == (collected[str(path.relative_to(ROOT))], True), path
