@@ -136,7 +136,8 @@ def run_guarded(
 ) -> int:
     """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
 
-    ``resume`` is the command's own advice after an interruption that left no checkpoint hint."""
+    ``resume`` is the command's own advice after an interruption (``compare`` resumes itself); it
+    replaces the checkpoint hint that an interrupted fit carries."""
     debug = debug_requested(debug)
     try:
         with sigterm_interrupts():
@@ -144,7 +145,7 @@ def run_guarded(
     except KeyboardInterrupt as err:
         stop = err if isinstance(err, Interrupted) else Interrupted(signal.SIGINT)
         where = (
-            stop.resume or resume or "nothing was saved; run the same command again to start over."
+            resume or stop.resume or "nothing was saved; run the same command again to start over."
         )
         _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
         return stop.exit_code
