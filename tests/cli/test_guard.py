@@ -28,9 +28,14 @@ def test_ctrl_c_outside_a_fit_exits_130(capsys):
 def test_the_checkpoint_hint_and_the_commands_own_advice(capsys):
     stop = Interrupted(signal.SIGTERM, resume="run the same command again to resume from a.ckpt.")
     assert run_guarded("pretrain", raising(stop)) == 143
-    assert capsys.readouterr().err.endswith("SIGTERM; run the same command again to resume from a.ckpt.\n")
+    assert capsys.readouterr().err.endswith(
+        "SIGTERM; run the same command again to resume from a.ckpt.\n"
+    )
     assert run_guarded("compare", raising(stop), resume="rerun the comparison.") == 143
-    assert capsys.readouterr().err == "solo-diet compare: interrupted by SIGTERM; rerun the comparison.\n"
+    assert (
+        capsys.readouterr().err
+        == "solo-diet compare: interrupted by SIGTERM; rerun the comparison.\n"
+    )
 
 
 def test_user_errors_are_one_line_and_bugs_keep_their_traceback(capsys):
@@ -48,7 +53,9 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(capsys):
 
 def test_an_unreadable_image_from_a_loader_worker_keeps_only_our_message():
     """torch re-creates a worker's exception from the worker's whole traceback text."""
-    ours = "cannot read image d/a.png (OSError: image file is truncated): replace or delete the file."
+    ours = (
+        "cannot read image d/a.png (OSError: image file is truncated): replace or delete the file."
+    )
     worker_text = (
         "Caught UnreadableImage in DataLoader worker process 0.\nOriginal Traceback (most recent "
         'call last):\n  File "x.py", line 1, in f\nOSError: image file is truncated\n\n'
