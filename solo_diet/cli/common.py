@@ -39,9 +39,18 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
     if not (config_dir / f"{name}.yaml").is_file():
         raise FileNotFoundError(f"--config-name {config_name!r}: no {name}.yaml in {config_dir}.")
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
-        cfg = compose(config_name=name, overrides=list(overrides))
+        cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def quote_equals(override: str) -> str:
+    """Quote an override value that contains ``=`` (checkpoint names hold ``ep=<epoch>``), which
+    Hydra's grammar refuses unquoted: ``k=a/b-ep=9.ckpt`` becomes ``k='a/b-ep=9.ckpt'``."""
+    key, sep, value = override.partition("=")
+    if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
+        return override
+    return f"{key}='{value}'"
 
 
 def normalize_devices(cfg: DictConfig) -> None:

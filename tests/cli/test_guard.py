@@ -64,3 +64,13 @@ def test_an_unreadable_image_from_a_loader_worker_keeps_only_our_message():
     )
     assert str(UnreadableImage(worker_text)) == ours
     assert str(UnreadableImage(ours)) == ours
+
+
+def test_override_values_with_equals_signs_are_quoted():
+    from solo_diet.cli.common import quote_equals
+
+    assert quote_equals("pretrained_feature_extractor=r/x-ep=9.ckpt") == (
+        "pretrained_feature_extractor='r/x-ep=9.ckpt'"
+    )
+    for unchanged in ("max_epochs=3", "k='a=b'", 'k="a=b"', "++k=v", "trainer=[a=1,b=2]", "k"):
+        assert quote_equals(unchanged) == unchanged
