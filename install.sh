@@ -2,8 +2,9 @@
 # Install everything solo-diet needs into the active Python (or $PYTHON):
 #   torch + torchvision, solo-learn `main` from its git source, solo-diet itself (editable, with test
 #   extras) and the Animal-MNIST data package used by `solo-diet demo`.
-# solo-learn source: $SOLO_LEARN_SRC if set, else /opt/solo-learn if present, else a fresh git clone
-# of https://github.com/vturrisi/solo-learn into ./.solo-learn. PyPI's solo-learn (1.0.2, 2021) is never used.
+# solo-learn source: $SOLO_LEARN_SRC if set, else /opt/solo-learn if present, else ./.solo-learn: a
+# writable copy of ../shared/solo-learn where that folder exists beside the repository, otherwise a
+# fresh git clone of https://github.com/vturrisi/solo-learn. PyPI's solo-learn (1.0.2, 2021) is never used.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +18,9 @@ SOLO_LEARN_SRC=${SOLO_LEARN_SRC:-}
 if [ -z "$SOLO_LEARN_SRC" ] && [ -d /opt/solo-learn ]; then SOLO_LEARN_SRC=/opt/solo-learn; fi
 if [ -z "$SOLO_LEARN_SRC" ]; then
   SOLO_LEARN_SRC="$HERE/.solo-learn"
+  if [ ! -d "$SOLO_LEARN_SRC" ] && [ -d "$HERE/../shared/solo-learn" ]; then
+    cp -R "$HERE/../shared/solo-learn" "$SOLO_LEARN_SRC" && chmod -R u+w "$SOLO_LEARN_SRC"
+  fi
   [ -d "$SOLO_LEARN_SRC" ] || git clone --depth 1 https://github.com/vturrisi/solo-learn "$SOLO_LEARN_SRC"
 fi
 echo "install.sh: solo-learn from $SOLO_LEARN_SRC"

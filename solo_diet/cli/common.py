@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import re
+import shutil
+import signal
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.cli.errors import Interrupted, name_unreadable_images
 from solo_diet.config import ConfigError
+
+# args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
+# compares neither the data nor N, so it would resume a run trained on another dataset).
+SAME_RUN_KEYS = (
+    "method",
+    "data.train_path",
+    "data.val_path",
+    "data.fraction",
+    "method_kwargs.num_samples",
+)
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -23,9 +39,18 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
     if not (config_dir / f"{name}.yaml").is_file():
         raise FileNotFoundError(f"--config-name {config_name!r}: no {name}.yaml in {config_dir}.")
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
-        cfg = compose(config_name=name, overrides=list(overrides))
+        cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def quote_equals(override: str) -> str:
+    """Quote an override value that contains ``=`` (checkpoint names hold ``ep=<epoch>``), which
+    Hydra's grammar refuses unquoted: ``k=a/b-ep=9.ckpt`` becomes ``k='a/b-ep=9.ckpt'``."""
+    key, sep, value = override.partition("=")
+    if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
+        return override
+    return f"{key}='{value}'"
 
 
 def normalize_devices(cfg: DictConfig) -> None:
@@ -73,9 +98,89 @@ def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Opti
         resumer = AutoResumer(checkpoint_dir=logdir, max_hours=cfg.auto_resume.max_hours)
         ckpt, run_id = resumer.find_checkpoint(cfg)
         if ckpt is not None:
+            check_same_run(cfg, Path(ckpt))
             print(f"Resuming from previous checkpoint that matches specifications: '{ckpt}'")
         return ckpt, run_id
     return None, None
+
+
+def _comparable(value: Any) -> Any:
+    if value in (None, "None"):
+        return None
+    return os.path.normpath(value) if isinstance(value, str) and os.sep in value else value
+
+
+def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
+    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method.
+    """
+    args_path = ckpt.parent / "args.json"
+    if not args_path.is_file():
+        return
+    previous = OmegaConf.create(json.loads(args_path.read_text()))
+    for key in SAME_RUN_KEYS:
+        before, now = OmegaConf.select(previous, key), OmegaConf.select(cfg, key)
+        if _comparable(before) != _comparable(now):
+            raise ConfigError(
+                f"auto-resume found {ckpt}, trained with {key}={before!r}, but this run has "
+                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another "
+                "checkpoint.dir."
+            )
+
+
+def checkpoint_epoch(path: Optional[str]) -> Optional[int]:
+    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else None."""
+    match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
+    return int(match.group(1)) if match else None
+
+
+def already_finished(ckpt_path: Optional[str], cfg: DictConfig) -> bool:
+    """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)."""
+    epoch = checkpoint_epoch(ckpt_path)
+    return epoch is not None and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None) and (
+        epoch >= cfg.max_epochs - 1
+    )
+
+
+def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
+    """Where an interrupted run resumes from."""
+    last = getattr(checkpointer, "last_ckpt", None)
+    if last is None:
+        return "no epoch had finished, so no checkpoint was written: run the same command again."
+    if OmegaConf.select(cfg, "auto_resume.enabled", default=False):
+        return f"run the same command again to resume from {last}."
+    return f"resume with the same command plus resume_from_checkpoint='{last}'."
+
+
+def _drop_empty_run_folder(checkpointer: Any) -> None:
+    """Remove the run folder a failed fit made before writing any checkpoint (args.json only)."""
+    folder = getattr(checkpointer, "path", None)
+    if folder is None or not Path(folder).is_dir() or any(Path(folder).glob("*.ckpt")):
+        return
+    shutil.rmtree(folder)
+    if not any(Path(folder).parent.iterdir()):
+        Path(folder).parent.rmdir()
+
+
+def fit_or_raise(
+    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, **fit_kwargs: Any
+) -> None:
+    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
+    resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
+    leaves no empty run folder behind."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(model, **fit_kwargs)
+    except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
+        _drop_empty_run_folder(checkpointer)
+        raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None
+    except BaseException:
+        _drop_empty_run_folder(checkpointer)
+        raise
+    if trainer.interrupted:
+        _drop_empty_run_folder(checkpointer)
+        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        raise Interrupted(signum, resume_hint(cfg, checkpointer))
 
 
 def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]):
@@ -151,4 +256,6 @@ def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fr
         data_format=data_format,
         data_fraction=fraction,
     )
+    name_unreadable_images(train_set)
+    name_unreadable_images(val_set)
     return prepare_dataloaders(train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers)

@@ -19,6 +19,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from solo_diet.cli.errors import DataError
+from solo_diet.config import ConfigError
+
 ANIMAL_CLASSES = ["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"]
 FASHION_CLASSES = ["tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"]
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist",)
@@ -42,7 +45,7 @@ def load_animal_mnist() -> Split:
     try:
         import animal_mnist
     except ImportError as err:
-        raise ImportError("animal-mnist is not installed: `pip install --no-deps animal-mnist==0.4`.") from err
+        raise DataError("animal-mnist is not installed: `pip install --no-deps animal-mnist==0.4`.") from err
     folder = Path(animal_mnist.__file__).parent / "data" / "Animal_MNIST"
     with gzip.open(folder / "animal_data_version_3.gz", "rb") as f:
         images = np.asarray(pickle.load(f), dtype=np.uint8)
@@ -65,7 +68,7 @@ def read_idx(path: Path) -> np.ndarray:
 def load_fashion_mnist() -> Split:
     folder = next((Path(d) for d in FASHION_DIRS if os.path.isdir(d)), None)
     if folder is None:
-        raise FileNotFoundError(
+        raise DataError(
             f"Fashion-MNIST not found in {FASHION_DIRS}: `apt-get install dataset-fashion-mnist`."
         )
 
@@ -98,9 +101,9 @@ def _write_split(root: Path, images: np.ndarray, labels: np.ndarray, classes: li
 def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Path:
     """Write dataset ``name`` under ``directory``; a complete earlier write is reused."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}.")
+        raise DataError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}.")
     if limit is not None and limit <= 0:
-        raise ValueError(f"--limit must be a positive number of images, got {limit}.")
+        raise ConfigError(f"--limit must be a positive number of images, got {limit}.")
     root = Path(directory).expanduser().resolve()
     marker = root / ".complete"
     if marker.exists() and marker.read_text() == f"{name} {limit}":

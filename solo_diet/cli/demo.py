@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
+from solo_diet.config import ConfigError
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
@@ -24,7 +25,7 @@ def _accelerator(requested: str) -> str:
     if requested == "auto":
         return "gpu" if torch.cuda.is_available() else "cpu"
     if requested == "gpu" and not torch.cuda.is_available():
-        raise RuntimeError("--accelerator gpu, but torch sees no CUDA device.")
+        raise ConfigError("--accelerator gpu, but torch sees no CUDA device.")
     return requested
 
 
@@ -87,12 +88,12 @@ def run_demo(
 
     if not (DEMO_CONFIGS / f"{method}.yaml").is_file():
         available = sorted(p.stem for p in DEMO_CONFIGS.glob("*.yaml") if p.stem != "linear")
-        raise ValueError(f"no demo config for method {method!r}; available: {available}.")
+        raise ConfigError(f"no demo config for method {method!r}; available: {available}.")
     accelerator = _accelerator(accelerator)
     data_format = _data_format(data_format, accelerator)
     epochs = DEMO_EPOCHS[accelerator] if epochs is None else epochs
     if epochs <= 0:
-        raise ValueError(f"--epochs must be positive, got {epochs}.")
+        raise ConfigError(f"--epochs must be positive, got {epochs}.")
     root = Path(workdir).expanduser().resolve()
     start = time.time()
     data = write_dataset("animal-mnist", str(root / "data"))

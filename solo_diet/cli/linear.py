@@ -14,6 +14,7 @@ Keys of our own, besides solo-learn's linear config:
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from torch import nn
 
 from solo_diet.cli.common import (
     classification_loaders,
+    fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
     resume_checkpoint,
@@ -41,6 +43,11 @@ from solo_diet.methods.checkpoint import (
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
     """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
     linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
+    if ckpt in (None, "None"):
+        raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
+    if not Path(str(ckpt)).is_file():
+        raise FileNotFoundError(f"`pretrained_feature_extractor`: checkpoint {ckpt} does not exist")
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args = read_pretrain_args(str(OmegaConf.select(cfg, "pretrained_feature_extractor")))
@@ -126,7 +133,10 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         )
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    logger, callbacks, _ = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    fit_or_raise(
+        trainer, model, cfg, checkpointer,
+        train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+    )
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -1,4 +1,7 @@
-"""``solo-diet`` command line: methods | pretrain | linear | data | demo | compare."""
+"""``solo-diet`` command line: methods | pretrain | linear | data | demo | compare | configs.
+
+Exit status: 0 done, 2 a user error (one line, ``--debug`` for the traceback), 130 Ctrl-C, 143
+SIGTERM (both say where to resume from), 1 a bug (with its traceback)."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     from solo_diet.cli.pretrain import run_pretrain
 
     ckpt = run_pretrain(compose_cfg(args.config_path, args.config_name, args.overrides))
-    if ckpt:
+    if ckpt:  # run_pretrain returns only after a completed fit; an interrupted one raises
         print(f"last checkpoint: {ckpt}")
     return 0
 
@@ -69,13 +72,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from solo_diet.cli.compare import run_compare
-    from solo_diet.config import ConfigError
 
-    try:
-        print(f"report: {run_compare(args.spec, args.overrides)}")
-    except ConfigError as err:
-        print(f"solo-diet compare: {err}", file=sys.stderr)
-        return 2
+    print(f"report: {run_compare(args.spec, args.overrides)}")
+    return 0
+
+
+def _cmd_configs(args: argparse.Namespace) -> int:
+    from solo_diet.cli.configs import write_configs
+
+    written = write_configs(args.directory, dataset=args.dataset, force=args.force)
+    for folder in written:
+        print(f"wrote {folder}")
+    print(f"use e.g.: solo-diet pretrain --config-path {written[0]} --config-name diet.yaml ...")
     return 0
 
 
@@ -95,8 +103,27 @@ def _cmd_solo_script(args: argparse.Namespace) -> int:
     return 0
 
 
+# What to do after an interruption that left no checkpoint to name.
+RESUME_ADVICE = {
+    "compare": "run the same command again: finished runs are reused and an interrupted run "
+    "resumes from its last epoch checkpoint.",
+}
+# Commands that work without solo-learn.
+SOLO_FREE = ("data", "configs")
+
+
+def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show tracebacks (also SOLO_DIET_DEBUG=1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__)
+    _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("methods", help="list every method registered in solo.methods.METHODS").set_defaults(func=_cmd_methods)
@@ -141,18 +168,35 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("spec", help="comparison spec (README.md, section 'Side-by-side comparisons')")
     compare.add_argument("overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out")
     compare.set_defaults(func=_cmd_compare)
+
+    from solo_diet.cli.configs import DATASET_CHOICES
+
+    configs = sub.add_parser(
+        "configs", help="write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
+    )
+    configs.add_argument("directory")
+    configs.add_argument("--dataset", choices=DATASET_CHOICES, help="only this dataset's configs")
+    configs.add_argument("--force", action="store_true", help="overwrite files that differ")
+    configs.set_defaults(func=_cmd_configs)
+    for command in sub.choices.values():
+        _add_debug(command, argparse.SUPPRESS)  # --debug also after the command name
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    from solo_diet._host import SoloLearnMissing
+def _run(args: argparse.Namespace) -> int:
+    if args.command not in SOLO_FREE:
+        from solo_diet._host import require_solo
 
-    try:
-        return args.func(args)
-    except SoloLearnMissing as err:
-        print(f"solo-diet: {err}", file=sys.stderr)
-        return 2
+        require_solo()
+    return args.func(args)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from solo_diet.cli.errors import run_guarded
+
+    args = build_parser().parse_args(argv)
+    advice = RESUME_ADVICE.get(args.command, "")
+    return run_guarded(args.command, lambda: _run(args), args.debug, advice)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.common import (
+    already_finished,
     classification_loaders,
+    fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
     resume_checkpoint,
     trainer_kwargs,
 )
+from solo_diet.cli.errors import name_unreadable_images
 from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import Contract, method_contract
@@ -161,7 +164,9 @@ def _val_loader(cfg: DictConfig):
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
     """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
 
-    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``)."""
+    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``).
+    An interrupted fit raises ``solo_diet.cli.errors.Interrupted``; resuming a run that already
+    reached ``max_epochs`` trains nothing and returns its checkpoint."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
@@ -182,6 +187,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     seed_everything(cfg.seed)
 
     train_data, num_samples, own_sampler = _pretrain_data(cfg, contract)
+    name_unreadable_images(getattr(train_data, "dataset", None))
     set_num_samples(cfg, contract, num_samples)
     val_loader = _val_loader(cfg)
 
@@ -192,6 +198,10 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
 
     logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    if already_finished(ckpt_path, cfg):
+        epochs = cfg.max_epochs
+        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
+        return str(ckpt_path)
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
     if own_sampler:
@@ -199,7 +209,11 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     trainer = Trainer(**kwargs)
     if cfg.data.format == "dali":
         train_data.val_dataloader = lambda: val_loader
-        trainer.fit(model, ckpt_path=ckpt_path, datamodule=train_data)
+        fit_or_raise(trainer, model, cfg, checkpointer, ckpt_path=ckpt_path, datamodule=train_data)
     else:
-        trainer.fit(model, train_data, val_loader, ckpt_path=ckpt_path)
-    return None if checkpointer is None or checkpointer.last_ckpt is None else str(checkpointer.last_ckpt)
+        fit_or_raise(
+            trainer, model, cfg, checkpointer,
+            train_dataloaders=train_data, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+        )
+    last = getattr(checkpointer, "last_ckpt", None)
+    return None if last is None else str(last)

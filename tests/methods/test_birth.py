@@ -90,12 +90,18 @@ def test_graph_vicreg_loss_is_solo_vicreg_loss_func():
     torch.testing.assert_close(ours, vicreg_loss_func(z1, z2, 10.0, 3.0, 2.0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.training
 def test_training_reduces_the_closed_form_loss():
-    """A few real steps: the batch closed-form loss with class labels falls on the training images."""
+    """A few real steps: the batch closed-form loss with class labels falls on the training images.
+
+    Crops and flips are off so that the loss is measured on fixed views: seeds 0-5 at 1, 2 and 4
+    threads end at 0.03-0.13 of the initial loss (random views made it 0.10-0.41)."""
     torch.manual_seed(0)
     cfg = birth_cfg("diet_cf", labels="class", lam=0.1)
     cfg.optimizer.lr = 1e-2
     cfg.max_epochs = 15
+    cfg.augmentations[0].rrc.enabled = False
+    cfg.augmentations[0].horizontal_flip.prob = 0.0
     model = METHODS["diet_cf"](cfg)
     loader = fake_pretrain_loader(cfg, num_samples=16, shuffle=False)
 
@@ -110,7 +116,8 @@ def test_training_reduces_the_closed_form_loss():
 
     before = mean_loss()
     tiny_trainer(cfg, fast_dev_run=False, limit_val_batches=0).fit(model, loader)
-    assert mean_loss() < 0.5 * before
+    after = mean_loss()
+    assert after < 0.3 * before, (before, after)
 
 
 @pytest.mark.parametrize(

@@ -57,13 +57,16 @@ def test_fast_dev_run_through_solo_pipeline(loss):
     assert torch.isfinite(logged["train_diet_loss"]) and "train_instance_acc" in logged
 
 
+@pytest.mark.training
 def test_training_fits_instances():
     """Real training through Lightning: the DIET loss on the training images falls and the head
-    learns to tell the 8 images apart."""
+    learns to tell the 8 images apart. At lr 3e-3 every run we tried (seeds 0-7 at 1 and 2
+    threads, 0-5 at 4) ends at a loss ratio of 0.005-0.13 with 8/8 images told apart; lr 1e-2 was
+    unstable (ratios 0.02-0.94), so the margins below are 3x and 2 images."""
     torch.manual_seed(0)
     cfg = diet_cfg(label_smoothing=0.0, num_samples=8)
     cfg.backbone.kwargs.width = 32
-    cfg.optimizer.lr = 1e-2
+    cfg.optimizer.lr = 3e-3
     cfg.max_epochs = 40
     cfg.augmentations[0].rrc.enabled = False  # noise images: the identity view must be learnable
     cfg.augmentations[0].horizontal_flip.prob = 0.0
@@ -80,8 +83,8 @@ def test_training_fits_instances():
     loss_before, acc_before = loss_and_accuracy()
     tiny_trainer(cfg, fast_dev_run=False, limit_val_batches=0).fit(model, loader)
     loss_after, acc_after = loss_and_accuracy()
-    assert loss_after < 0.7 * loss_before
-    assert acc_after > acc_before + 0.3
+    assert loss_after < 0.4 * loss_before, (loss_before, loss_after)
+    assert acc_after >= 0.75, (acc_before, acc_after)
 
 
 def test_index_out_of_range_is_refused():
@@ -134,4 +137,4 @@ def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled()
         if labelled:
             assert torch.equal(loss, class_loss) and grads.abs().sum() > 0
         else:
-            assert torch.isnan(class_loss) and float(loss) == 0.0 and grads.abs().sum() == 0
+            assert torch.isnan(class_loss) and float(loss.detach()) == 0.0 and grads.abs().sum() == 0

@@ -483,10 +483,12 @@ class EpochLosses(Callback):
         self.losses.append(float(trainer.callback_metrics["train_sdiet_loss_epoch"]))
 
 
+@pytest.mark.training
 @pytest.mark.slow
 def test_training_lowers_the_batch_ce():
     """Real training through Lightning (batch 8 of 16 noise images, temperature 0.1 so that 15 epochs
-    suffice): the epoch-mean s-DIET loss falls far below its initial value (about ln 8 / 0.1 scale)."""
+    suffice): the epoch-mean s-DIET loss falls far below its initial value (about ln 8 / 0.1 scale).
+    Seeds 0-5 at 1 and 2 threads end at 0.13-0.17 of the first epoch's loss."""
     torch.manual_seed(0)
     cfg = deterministic(sdiet_cfg(label_smoothing=0.0, temperature=0.1))
     cfg.backbone.kwargs.width = 16
@@ -496,7 +498,7 @@ def test_training_lowers_the_batch_ce():
     losses = EpochLosses()
     train_steps(cfg, 15, callbacks=[losses])[1].fit(model, fake_pretrain_loader(cfg, num_samples=N))
     assert losses.losses[0] > 1.5
-    assert min(losses.losses[-3:]) < 0.3 * losses.losses[0]
+    assert min(losses.losses[-3:]) < 0.3 * losses.losses[0], losses.losses
 
 
 class KeepModel(Callback):

@@ -1,0 +1,192 @@
+"""How a ``solo-diet`` command ends: user errors as one line with exit status 2, Ctrl-C and SIGTERM
+as 130 and 143 with where to resume from, everything else (a bug) as Python's traceback.
+
+``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback to user errors and interruptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Iterator, Optional
+
+from solo_diet.config import ConfigError
+
+EXIT_USER_ERROR = 2
+
+
+class DataError(ConfigError):
+    """The input data cannot be used as configured (missing, unreadable, wrong layout)."""
+
+
+class UnreadableImage(DataError):
+    """An image file could not be decoded; the message names the file.
+
+    Raised inside a DataLoader worker, torch re-creates it in the main process from the worker's
+    whole traceback text: only that text's last line, our own message, is kept."""
+
+    def __init__(self, message: str):
+        lines = [line for line in str(message).strip().splitlines() if line.strip()]
+        if len(lines) > 1 and lines[-1].startswith(f"{__name__}.{type(self).__name__}: "):
+            message = lines[-1].split(": ", 1)[1]
+        super().__init__(message)
+
+
+class NamedImageLoader:
+    """Wraps an ImageFolder's ``loader`` so that a file it cannot read raises ``UnreadableImage``
+    naming that file (PIL's ``OSError: image file is truncated`` names none)."""
+
+    def __init__(self, loader: Callable[[str], Any]):
+        self.loader = loader
+
+    def __call__(self, path: str) -> Any:
+        try:
+            return self.loader(path)
+        except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
+            problem = f"{type(err).__name__}: {err}"
+            raise UnreadableImage(
+                f"cannot read image {path} ({problem}): replace or delete the file."
+            ) from err
+
+
+def name_unreadable_images(dataset: Any) -> None:
+    """Make an ImageFolder-style dataset (``loader``, ``samples``) name the files it cannot read."""
+    loader = getattr(dataset, "loader", None)
+    if (
+        loader is not None
+        and hasattr(dataset, "samples")
+        and not isinstance(loader, NamedImageLoader)
+    ):
+        dataset.loader = NamedImageLoader(loader)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from.
+
+    It is a KeyboardInterrupt, so Lightning's ``trainer.fit`` stops gracefully on it; the launchers
+    raise it again after the fit (Lightning swallows KeyboardInterrupts)."""
+
+    def __init__(self, signum: int = signal.SIGINT, resume: Optional[str] = None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        self.resume = resume
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM (a scheduler's pre-emption) raises ``Interrupted`` like Ctrl-C does;
+    the previous handler comes back afterwards. Lightning chains this handler behind its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that are the user's to fix: printed as one line, exit status 2."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from solo_diet._host import SoloLearnMissing
+
+    return (
+        ConfigError,
+        SoloLearnMissing,
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+        HydraException,
+        OmegaConfBaseException,
+    )
+
+
+def _solo_missing(err: ModuleNotFoundError) -> bool:
+    return (err.name or "").split(".")[0] == "solo"
+
+
+def debug_requested(flag: bool = False) -> bool:
+    return flag or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0")
+
+
+def _report(command: str, message: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    print(f"solo-diet {command}: {message}", file=sys.stderr)
+
+
+def run_guarded(
+    command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
+) -> int:
+    """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
+
+    ``resume`` is the command's own advice after an interruption (``compare`` resumes itself); it
+    replaces the checkpoint hint that an interrupted fit carries."""
+    debug = debug_requested(debug)
+    try:
+        with sigterm_interrupts():
+            return func()
+    except KeyboardInterrupt as err:
+        stop = err if isinstance(err, Interrupted) else Interrupted(signal.SIGINT)
+        where = (
+            resume or stop.resume or "nothing was saved; run the same command again to start over."
+        )
+        _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
+        return stop.exit_code
+    except ModuleNotFoundError as err:
+        if not _solo_missing(err):
+            raise
+        from solo_diet._host import INSTALL_HINT
+
+        _report(command, f"solo-learn is not installed ({err}).\n{INSTALL_HINT}", debug)
+        return EXIT_USER_ERROR
+    except AssertionError as err:
+        rejection = solo_rejection(err)
+        if rejection is None:
+            raise
+        _report(command, rejection, debug)
+        return EXIT_USER_ERROR
+    except user_errors() as err:
+        _report(command, _one_line(err), debug)
+        return EXIT_USER_ERROR
+
+
+def _one_line(err: BaseException) -> str:
+    """The message on one line (Hydra's span two); the solo-learn install hint keeps its lines."""
+    from solo_diet._host import SoloLearnMissing
+
+    text = str(err).strip() or type(err).__name__
+    return (
+        text
+        if isinstance(err, SoloLearnMissing)
+        else " ".join(part.strip() for part in text.splitlines())
+    )
+
+
+def solo_rejection(err: AssertionError) -> Optional[str]:
+    """solo-learn validates configs with bare ``assert``s: the failed check, when one of its
+    assertions raised ``err`` (None for an assertion anywhere else, which is a bug)."""
+    solo = sys.modules.get("solo")
+    frames = traceback.extract_tb(err.__traceback__)
+    if solo is None or not frames:
+        return None
+    where = os.path.abspath(frames[-1].filename)
+    if not any(where.startswith(os.path.join(os.path.abspath(p), "")) for p in solo.__path__):
+        return None
+    return f"solo-learn rejected the config: {str(err) or frames[-1].line} (in {frames[-1].name})."

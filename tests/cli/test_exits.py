@@ -1,0 +1,310 @@
+"""How launches end: exit codes after SIGINT/SIGTERM, a finished run rerun, auto-resume refused on
+other data, one-line user errors (``--debug`` for the traceback), an unreadable image named."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._solo import requires_solo
+
+pytestmark = [pytest.mark.solo, requires_solo()]
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+PRETRAIN = [
+    "pretrain",
+    "--config-path",
+    str(SCRIPTS / "pretrain" / "custom"),
+    "--config-name",
+    "diet",
+]
+LINEAR = ["linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    from solo_diet.testing import write_image_folder
+
+    root = tmp_path_factory.mktemp("data")
+    write_image_folder(root / "train", num_classes=5, per_class=6, seed=0)
+    write_image_folder(root / "val", num_classes=5, per_class=2, seed=1)
+    return root
+
+
+def copy_data(data: Path, to: Path) -> Path:
+    shutil.copytree(data, to)
+    return to
+
+
+def overrides(data: Path, out: Path, epochs: int = 1, batches: int = 2) -> list[str]:
+    """The shipped custom DIET config shrunk to a CPU second per epoch (auto-resume stays on)."""
+    return [
+        f"data.train_path={data / 'train'}",
+        f"data.val_path={data / 'val'}",
+        "data.num_workers=0",
+        f"checkpoint.dir={out}",
+        "wandb.enabled=False",
+        f"max_epochs={epochs}",
+        "accelerator=cpu",
+        "devices=1",
+        "precision=32",
+        f"++limit_train_batches={batches}",
+        "++limit_val_batches=1",
+        "++num_sanity_val_steps=0",
+        "++enable_progress_bar=False",
+        "backbone.name=cp_resnet8",
+        "++backbone.kwargs.width=8",
+        "augmentations.0.crop_size=32",
+        "optimizer.batch_size=4",
+    ]
+
+
+def linear_overrides(data: Path, out: Path) -> list[str]:
+    keep = (
+        "data.",
+        "checkpoint.dir",
+        "wandb.",
+        "max_epochs",
+        "accelerator",
+        "devices",
+        "precision",
+        "++",
+    )
+    return [o for o in overrides(data, out) if o.startswith(keep) and "backbone" not in o] + [
+        "optimizer.batch_size=4"
+    ]
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    from solo_diet.cli.main import main
+
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def test_rerunning_a_finished_run_is_a_no_op(data, tmp_path, capsys):
+    code, out, _ = cli(PRETRAIN + overrides(data, tmp_path), capsys)
+    assert code == 0
+    ckpt = Path(last_line(out).removeprefix("last checkpoint: "))
+    stamp = ckpt.stat().st_mtime_ns
+
+    code, out, err = cli(PRETRAIN + overrides(data, tmp_path), capsys)
+    assert code == 0, err
+    assert f"nothing to train: {ckpt} already holds the last of max_epochs=1" in out
+    assert last_line(out) == f"last checkpoint: {ckpt}"
+    assert ckpt.stat().st_mtime_ns == stamp and len(list(tmp_path.glob("diet/*"))) == 1
+
+
+@pytest.mark.parametrize("change", ["train_path", "dataset_size"])
+def test_auto_resume_refuses_a_run_on_other_data(data, tmp_path, capsys, change):
+    first = copy_data(data, tmp_path / "first")
+    assert cli(PRETRAIN + overrides(first, tmp_path / "runs", batches=1), capsys)[0] == 0
+    if change == "train_path":
+        second, key = copy_data(data, tmp_path / "second"), "data.train_path"
+    else:
+        second, key = first, "method_kwargs.num_samples=30"
+        shutil.copy(
+            next((first / "train" / "class_0").iterdir()), first / "train" / "class_0" / "extra.png"
+        )
+
+    code, _, err = cli(PRETRAIN + overrides(second, tmp_path / "runs", batches=1), capsys)
+    assert code == 2
+    assert last_line(err).startswith("solo-diet pretrain: auto-resume found ") and key in last_line(
+        err
+    )
+    assert "Traceback" not in err
+
+
+class SignalAtEpoch:
+    """Sends ``signum`` to this process when epoch ``epoch`` starts (after the last checkpoint)."""
+
+    def __new__(cls, signum: int, epoch: int = 1):
+        from lightning.pytorch.callbacks import Callback
+
+        class _Send(Callback):
+            def on_train_epoch_start(self, trainer, pl_module):
+                if trainer.current_epoch == epoch:
+                    os.kill(os.getpid(), signum)
+
+        return _Send()
+
+
+def tiny_pretrain_cfg(data: Path, out: Path, epochs: int):
+    from solo_diet.cli.common import compose_cfg
+
+    return compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", overrides(data, out, epochs=epochs, batches=1)
+    )
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(
+    data, tmp_path, capsys, signum, code
+):
+    from solo_diet.cli.errors import run_guarded
+    from solo_diet.cli.pretrain import run_pretrain
+
+    cfg = tiny_pretrain_cfg(data, tmp_path, epochs=5)
+    assert (
+        run_guarded("pretrain", lambda: run_pretrain(cfg, extra_callbacks=[SignalAtEpoch(signum)]))
+        == code
+    )
+    (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
+    assert ckpt.name.endswith("-ep=0.ckpt")
+    name = signal.Signals(signum).name
+    expected = f"solo-diet pretrain: interrupted by {name}; run the same command again"
+    assert last_line(capsys.readouterr().err) == f"{expected} to resume from {ckpt}."
+
+
+def test_lightnings_own_sigterm_stop_raises_interrupted(data, tmp_path):
+    """Without our handler (library use) Lightning stops after the current batch with a SystemExit
+    of status 0; run_pretrain turns it into Interrupted."""
+    from solo_diet.cli.errors import Interrupted
+    from solo_diet.cli.pretrain import run_pretrain
+
+    with pytest.raises(Interrupted) as stop:
+        run_pretrain(
+            tiny_pretrain_cfg(data, tmp_path, epochs=5),
+            extra_callbacks=[SignalAtEpoch(signal.SIGTERM)],
+        )
+    (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
+    assert (
+        stop.value.exit_code == 143
+        and stop.value.resume == f"run the same command again to resume from {ckpt}."
+    )
+
+
+def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tmp_path):
+    """The real process: SIGINT while `solo-diet pretrain` trains."""
+    command = (
+        [sys.executable, "-m", "solo_diet.cli.main"]
+        + PRETRAIN
+        + overrides(data, tmp_path, epochs=500, batches=1)
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(SCRIPTS.parent), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    try:
+        deadline = time.time() + 300
+        while (
+            not list(tmp_path.glob("diet/*/*.ckpt"))
+            and process.poll() is None
+            and time.time() < deadline
+        ):
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err[-2000:]
+    assert "last checkpoint:" not in out
+    (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
+    assert last_line(err).startswith(
+        "solo-diet pretrain: interrupted by SIGINT; run the same command again"
+    )
+    assert str(ckpt.relative_to(tmp_path)) in last_line(err)
+
+
+@pytest.mark.parametrize(
+    "command, extra, message",
+    [
+        (
+            "pretrain",
+            ["++method_kwargs.num_samples=7"],
+            "method_kwargs.num_samples=7 but the training set has 30",
+        ),
+        (
+            "pretrain",
+            ["no_such_key=1"],
+            "Could not override 'no_such_key'. To append to your config use +",
+        ),
+        ("pretrain", ["data.train_path=/nowhere/train"], "/nowhere/train"),
+        (
+            "pretrain",
+            ["data.dataset=no_such_dataset"],
+            "solo-learn rejected the config: assert cfg.data.dataset in",
+        ),
+        (
+            "pretrain",
+            ["optimizer.name=no_such_optimizer"],
+            "solo-learn rejected the config: assert self.optimizer",
+        ),
+        (
+            "linear",
+            ["pretrained_feature_extractor=/nowhere/run.ckpt"],
+            "checkpoint /nowhere/run.ckpt does not exist",
+        ),
+        ("linear", [], "`pretrained_feature_extractor` is not set"),
+    ],
+)
+def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):
+    argv = (
+        PRETRAIN + overrides(data, tmp_path)
+        if command == "pretrain"
+        else LINEAR + linear_overrides(data, tmp_path)
+    )
+    argv += extra
+    code, _, err = cli(argv, capsys)
+    assert code == 2
+    assert last_line(err).startswith(f"solo-diet {command}: ") and message in last_line(err)
+    assert "Traceback" not in err and not list(tmp_path.glob("diet/*"))
+
+
+@pytest.mark.parametrize("how", ["--debug", "SOLO_DIET_DEBUG=1"])
+def test_debug_shows_the_traceback(data, tmp_path, capsys, monkeypatch, how):
+    if how == "--debug":
+        argv = ["--debug"] + PRETRAIN
+    else:
+        argv = PRETRAIN
+        monkeypatch.setenv("SOLO_DIET_DEBUG", "1")
+    code, _, err = cli(argv + overrides(data, tmp_path) + ["++method_kwargs.num_samples=7"], capsys)
+    assert code == 2
+    assert "Traceback (most recent call last)" in err and "ConfigError" in err
+    assert last_line(err).startswith("solo-diet pretrain: method_kwargs.num_samples=7")
+
+
+def truncate_class(folder: Path) -> list[Path]:
+    """Cut every image of one class to half its bytes (as an interrupted copy leaves them)."""
+    files = sorted(folder.iterdir())
+    for path in files:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return files
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_unreadable_image_is_named_and_leaves_no_run_folder(data, tmp_path, capsys, workers):
+    copy = copy_data(data, tmp_path / "data")
+    broken = truncate_class(copy / "train" / "class_0")
+    argv = (
+        PRETRAIN + overrides(copy, tmp_path / "runs", batches=100) + [f"data.num_workers={workers}"]
+    )
+    code, out, err = cli(argv, capsys)
+    assert code == 2
+    line = last_line(err)
+    assert line.startswith("solo-diet pretrain: cannot read image ") and "truncated" in line
+    assert any(str(path) in line for path in broken)
+    assert "last checkpoint:" not in out and not (tmp_path / "runs" / "diet").exists()

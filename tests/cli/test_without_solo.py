@@ -1,0 +1,110 @@
+"""Every command in an environment where solo-learn cannot be imported: the install message, exit
+status 2, no traceback. Runs whether or not solo-learn is installed (a subprocess hides it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# `import solo` fails (ModuleNotFoundError) when sys.modules maps it to None, as if not installed.
+HIDE_SOLO = (
+    "import sys; sys.modules['solo'] = None; from solo_diet.cli.main import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def run_without_solo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("SOLO_DIET_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-c", HIDE_SOLO, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["methods"],
+        [
+            "pretrain",
+            "--config-path",
+            str(ROOT / "scripts/pretrain/custom"),
+            "--config-name",
+            "diet",
+        ],
+        ["linear", "--config-path", str(ROOT / "scripts/linear/custom"), "--config-name", "diet"],
+        ["demo", "--epochs", "1"],
+        ["compare", str(ROOT / "benchmarks/compare/animal_mnist.yaml"), "output_dir=out"],
+        ["solo-script", "main_knn.py"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_every_solo_command_prints_the_install_message(args, tmp_path):
+    done = run_without_solo(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"solo-diet {args[0]}: solo-learn is not installed.")
+    assert (
+        "git clone https://github.com/vturrisi/solo-learn" in done.stderr
+        and "Traceback" not in done.stderr
+    )
+    assert not any(tmp_path.iterdir())
+
+
+def test_configs_and_data_errors_work_without_solo(tmp_path):
+    done = run_without_solo(["configs", str(tmp_path / "cfg"), "--dataset", "cifar"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "cfg" / "pretrain" / "cifar" / "diet.yaml").is_file()
+    done = run_without_solo(
+        ["data", "animal-mnist", str(tmp_path / "am"), "--limit", "0"], tmp_path
+    )
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "solo-diet data: --limit must be a positive number of images, got 0."
+    )
+
+
+def test_pytest_counts_the_solo_tests_it_did_not_run(tmp_path):
+    """The suite in a process without solo-learn: one skip per solo-learn module, and the line that
+    says how many tests those modules hold."""
+    code = (
+        "import sys; sys.modules['solo'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/methods/test_diet.py",
+            "tests/cli/test_launchers.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 5, done.stdout[-3000:]  # pytest: no test ran (module-level skips)
+    assert (
+        "29 solo-learn tests not run (2 modules, each reported as one skip): "
+        "solo-learn is not installed." in done.stdout
+    )
+    assert done.stdout.strip().splitlines()[-1].startswith("2 skipped in")
