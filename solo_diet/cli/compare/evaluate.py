@@ -75,6 +75,11 @@ class Evaluator:
         )
         self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
 
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the eval-transformed images the probe sees."""
+        return tuple(self.lidar_views.shape[1:])
+
     @staticmethod
     def _probe_transforms(probe_cfg: DictConfig):
         """The linear probe's (train, val) transforms."""
@@ -201,28 +206,36 @@ def shared_evaluator() -> _SharedEvaluator:
 
 
 def evaluate_checkpoint(
-    spec: DictConfig, name: str, checkpoint: Path, run_dir: Path, shared: _SharedEvaluator
+    spec: DictConfig,
+    name: str,
+    checkpoint: Path,
+    run_dir: Path,
+    shared: _SharedEvaluator,
+    extras: bool = True,
 ) -> dict[str, Any]:
-    """Every metric of one checkpoint (the probe's files go under ``run_dir``)."""
+    """Every metric of one checkpoint (the probe's files go under ``run_dir``; ``name`` labels the
+    progress lines); ``extras``: also the representations the method's contract adds."""
     from solo_diet.cli.linear import run_linear
 
     pretrained = PretrainedCheckpoint(checkpoint)
     method = pretrained.method_name
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
-    progress(f"run {name!r}: offline linear probe")
+    progress(f"{name}: offline linear probe")
     probe = run_linear(probe_cfg)
-    result: dict[str, Any] = {"run": name, "method": method, "checkpoint": str(checkpoint)}
+    result: dict[str, Any] = {"method": method, "checkpoint": str(checkpoint)}
     result.update(
         linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
     )
     clustering = bool(spec.evaluation.clustering)
     scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
-    progress(f"run {name!r}: {scores} on backbone features")
+    progress(f"{name}: {scores} on backbone features")
     backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
     result.update(
         {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
     )
+    if not extras:
+        return result
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
         result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
@@ -243,14 +256,14 @@ def _evaluate_extra(
     if extra.kind == "codes":
         if not spec.evaluation.clustering:
             return {}
-        progress(f"run {name!r}: clustering scores of the {extra.name}")
+        progress(f"{name}: clustering scores of the {extra.name}")
         return evaluator.code_scores(extra.encoder, extra.name)
     result: dict[str, Any] = {}
     if extra.probe_overrides:
-        progress(f"run {name!r}: linear probe on the {extra.name} representation")
+        progress(f"{name}: linear probe on the {extra.name} representation")
         probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
         result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
-    progress(f"run {name!r}: kNN, RankMe, LiDAR on the {extra.name} representation")
+    progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
     measured = evaluator.measure(extra.encoder)
     result.update({f"{extra.name}_{k}": measured[k] for k in ("knn_acc1", "rankme", "lidar")})
     result[f"{extra.name}_spectrum"] = measured["spectrum"]

@@ -6,6 +6,7 @@ one of them is refused with the valid keys of the section where it occurs.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,16 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "output_dir": None,
     "config_path": None,
     "data": {"root": None, "dataset": "custom", "train_path": None, "val_path": None},
-    "budget": {"max_epochs": None, "batch_size": None, "limit_train_batches": None},
+    "budget": {
+        "max_epochs": None,
+        "batch_size": None,
+        "limit_train_batches": None,
+        "checkpoint_every_n_epochs": None,
+        "val_every_n_epochs": None,
+    },
+    "seeds": None,
+    "reference_rows": ["random_init", "raw_pixels"],
+    "parallel": {"workers": None},
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
@@ -44,6 +54,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "runs": [],
 }
 RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+REFERENCE_ROWS = ("random_init", "raw_pixels")
 PATH_KEYS = (
     "output_dir",
     "config_path",
@@ -65,6 +76,7 @@ SPEC_OWNED = (
     "checkpoint.dir",
     "checkpoint.enabled",
     "checkpoint.frequency",
+    "check_val_every_n_epoch",
     "auto_resume.enabled",
     "wandb.enabled",
     "name",
@@ -167,6 +179,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
                     "val/ inside)."
                 )
+    _check_seeds_and_workers(spec, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
         raise ConfigError(
@@ -179,6 +192,58 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
         raise ConfigError(
             f"`evaluation.lidar_augmentations` {evaluation.lidar_augmentations} is not a file."
         )
+
+
+def _positive_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
+    """``seeds``, ``reference_rows``, ``parallel.workers`` and the budget's intervals."""
+    seeds = spec.seeds
+    if seeds is not None and (
+        not isinstance(seeds, ListConfig)
+        or len(seeds) == 0
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise ConfigError(
+            f"{spec_path}: `seeds` must be a list of distinct non-negative integers (e.g. "
+            f"seeds=[0,1,2]: every run once per seed), or null for each config's own seed; "
+            f"got {seeds}."
+        )
+    rows = spec.reference_rows
+    if not isinstance(rows, ListConfig) or not set(rows) <= set(REFERENCE_ROWS):
+        raise ConfigError(
+            f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
+            f"them off), got {rows}."
+        )
+    for key in (
+        "budget.checkpoint_every_n_epochs",
+        "budget.val_every_n_epochs",
+        "parallel.workers",
+    ):
+        if not _positive_or_none(OmegaConf.select(spec, key)):
+            raise ConfigError(
+                f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
+                f"{OmegaConf.select(spec, key)}."
+            )
+
+
+def checkpoint_interval(budget: DictConfig) -> int:
+    """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
+    ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""
+    return budget.checkpoint_every_n_epochs or math.ceil(budget.max_epochs / 10)
+
+
+def validation_interval(budget: DictConfig) -> int:
+    """Lightning's ``check_val_every_n_epoch`` for pretraining: the budget's
+    ``val_every_n_epochs``, or the largest divisor of ``max_epochs`` not above ``max_epochs / 50``
+    (at least 50 points on the online-probe curves, the last epoch among them)."""
+    if budget.val_every_n_epochs:
+        return budget.val_every_n_epochs
+    target = max(1, budget.max_epochs // 50)
+    return max(d for d in range(1, target + 1) if budget.max_epochs % d == 0)
 
 
 def parse_runs(spec: DictConfig) -> list[Run]:
@@ -200,16 +265,21 @@ def parse_runs(spec: DictConfig) -> list[Run]:
             raise ConfigError(
                 f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
             )
+        if name in spec.reference_rows:
+            raise ConfigError(
+                f"run name {name!r} is the name of a reference row; rename the run or remove "
+                f"{name!r} from `reference_rows`."
+            )
         config_path = entry.get("config_path") or spec.config_path
         if config_path is None:
             raise ConfigError(
                 f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
             )
         overrides = [str(o) for o in entry.get("overrides") or []]
-        check_overrides(f"run {name!r}", overrides, spec.budget)
+        check_overrides(f"run {name!r}", overrides, spec)
         runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
-    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec.budget)
-    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec.budget)
+    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
+    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
     return runs
 
 
@@ -217,8 +287,11 @@ def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def check_overrides(owner: str, overrides: Sequence[str], budget: DictConfig) -> None:
-    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing)."""
+def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
+    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
+    seed when ``seeds`` is set)."""
+    budget = spec.budget
+    owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
     for override in overrides:
         key = _override_key(override)
         for budget_key, target in BUDGET_TARGETS.items():
@@ -229,7 +302,7 @@ def check_overrides(owner: str, overrides: Sequence[str], budget: DictConfig) ->
                     f"({budget[budget_key]}) applies to every run. Remove the override or change "
                     f"the budget."
                 )
-        if key in SPEC_OWNED:
+        if key in owned:
             raise ConfigError(
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
                 f"`{override}`."
