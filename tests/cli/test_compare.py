@@ -47,6 +47,7 @@ def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
         "evaluation.lidar_views=3",
         "evaluation.batch_size=8",
         "evaluation.rankme_every_n_epochs=1",
+        "reference_rows=[]",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr},"
         " {name: simclr_sem, config_name: simclr_sem},"
         " {name: cplearn, config_name: cplearn, overrides: [method_kwargs.proj_output_dim=64]}]",
@@ -73,6 +74,7 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     report = run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
 
     assert report == out / "report.md" and "| diet | diet |" in report.read_text()
+    assert not (out / "references").exists()  # reference_rows=[] turns them off
     for plot in ("spectra.png", "curves.png"):
         assert (out / plot).read_bytes()[:4] == b"\x89PNG"
     results = results_by_run(out)
@@ -125,7 +127,15 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
         (["evaluation.no_such_key=1"], "no_such_key"),
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
-        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'limit_train_batches', 'max_epochs'\]"),
+        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'"),
+        (["parallel.worker=2"], r"`parallel` keys: \['workers'\]"),
+        (["parallel.workers=0"], "`parallel.workers` must be a positive integer or null"),
+        (["budget.val_every_n_epochs=-2"], "`budget.val_every_n_epochs` must be a positive integer"),
+        (["seeds=[0,0]"], "`seeds` must be a list of distinct non-negative integers"),
+        (["seeds=3"], "`seeds` must be a list"),
+        (["reference_rows=[pixels]"], r"`reference_rows` must be a list of \['random_init', 'raw_pixels'\]"),
+        (["seeds=[0,1]", "runs=[{name: a, config_name: diet, overrides: [seed=3]}]"], "overrides `seed`"),
+        (["runs=[{name: raw_pixels, config_name: diet}]"], "name of a reference row"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
     ],
