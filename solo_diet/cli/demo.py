@@ -18,6 +18,7 @@ from solo_diet.cli.references import save_random_init, save_raw_pixels
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
+DATA_FORMATS = ("auto", "gpu", "image_folder")
 
 
 def _accelerator(requested: str) -> str:
@@ -28,13 +29,28 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def _device_overrides(accelerator: str) -> list[str]:
+def _data_format(requested: str, accelerator: str) -> str:
+    """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on CPU."""
+    if requested not in DATA_FORMATS:
+        raise ValueError(f"--data-format must be one of {DATA_FORMATS}, got {requested!r}.")
+    if requested == "auto":
+        return "gpu" if accelerator == "gpu" else "image_folder"
+    return requested
+
+
+def _device_overrides(accelerator: str, data_format: str) -> list[str]:
     precision = "bf16-mixed" if accelerator == "gpu" else "32"
     workers = min(8, len(os.sched_getaffinity(0)))
-    return [f"accelerator={accelerator}", "devices=1", f"precision={precision}", f"data.num_workers={workers}"]
+    return [
+        f"accelerator={accelerator}",
+        "devices=1",
+        f"precision={precision}",
+        f"data.num_workers={workers}",
+        f"data.format={data_format}",
+    ]
 
 
-def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str) -> float:
+def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str, data_format: str) -> float:
     from solo_diet.cli.linear import run_linear
 
     overrides = [
@@ -42,11 +58,17 @@ def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str) -> float:
         f"data.val_path={data / 'val'}",
         f"pretrained_feature_extractor='{ckpt}'",
         f"++checkpoint.dir={workdir / 'linear'}",
-    ] + _device_overrides(accelerator)
+    ] + _device_overrides(accelerator, data_format)
     return run_linear(compose_cfg(str(DEMO_CONFIGS), "linear", overrides))["val_acc1"]
 
 
-def run_demo(method: str = "diet", epochs: Optional[int] = None, workdir: str = "solo-diet-demo", accelerator: str = "auto") -> tuple[float, float, float]:
+def run_demo(
+    method: str = "diet",
+    epochs: Optional[int] = None,
+    workdir: str = "solo-diet-demo",
+    accelerator: str = "auto",
+    data_format: str = "auto",
+) -> tuple[float, float, float]:
     """Run the demo; prints and returns the probe's top-1 in % of the pretrained backbone, the
     random-init backbone and the raw pixels."""
     from solo_diet.cli.pretrain import run_pretrain
@@ -55,6 +77,7 @@ def run_demo(method: str = "diet", epochs: Optional[int] = None, workdir: str = 
         available = sorted(p.stem for p in DEMO_CONFIGS.glob("*.yaml") if p.stem != "linear")
         raise ValueError(f"no demo config for method {method!r}; available: {available}.")
     accelerator = _accelerator(accelerator)
+    data_format = _data_format(data_format, accelerator)
     epochs = DEMO_EPOCHS[accelerator] if epochs is None else epochs
     if epochs <= 0:
         raise ValueError(f"--epochs must be positive, got {epochs}.")
@@ -72,7 +95,7 @@ def run_demo(method: str = "diet", epochs: Optional[int] = None, workdir: str = 
             f"checkpoint.dir={root / 'pretrain'}",
             f"max_epochs={epochs}",
         ]
-        + _device_overrides(accelerator),
+        + _device_overrides(accelerator, data_format),
     )
     ckpt = run_pretrain(cfg)
     if ckpt is None:
@@ -82,9 +105,9 @@ def run_demo(method: str = "diet", epochs: Optional[int] = None, workdir: str = 
     untrained = save_random_init(cfg, root / "random_init" / "untrained.ckpt")
     crop = OmegaConf.load(DEMO_CONFIGS / "linear.yaml").data.augmentations.crop_size
     pixels = save_raw_pixels(root / "raw_pixels" / "pixels.ckpt", (3, crop, crop), "custom")
-    trained_acc = _probe(root, data, ckpt, accelerator)
-    random_acc = _probe(root, data, str(untrained), accelerator)
-    pixels_acc = _probe(root, data, str(pixels), accelerator)
+    trained_acc = _probe(root, data, ckpt, accelerator, data_format)
+    random_acc = _probe(root, data, str(untrained), accelerator, data_format)
+    pixels_acc = _probe(root, data, str(pixels), accelerator, data_format)
     print(f"[demo] total {time.time() - start:.0f}s on {accelerator}")
     print(
         f"linear probe top-1: {trained_acc:.2f}% (random-init backbone: {random_acc:.2f}%, "

@@ -21,6 +21,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
+from solo_diet.cli.gpu_data import check_data_format, linear_loaders
 from solo_diet.config import ConfigError
 from solo_diet.methods.checkpoint import build_backbone, load_backbone_weights, read_pretrain_args
 
@@ -88,6 +89,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
     fill_from_pretrain_args(cfg)
+    check_data_format(cfg)
     cfg = parse_cfg(cfg)
     if cfg.data.num_classes < 5:
         raise ConfigError(
@@ -102,9 +104,12 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.performance.disable_channel_last:
         model = model.to(memory_format=torch.channels_last)
 
-    train_loader, val_loader = classification_loaders(
-        cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
-    )
+    if cfg.data.format == "gpu":
+        train_loader, val_loader = linear_loaders(cfg)
+    else:
+        train_loader, val_loader = classification_loaders(
+            cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
+        )
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     logger, callbacks, _ = logger_and_callbacks(cfg, model, logdir, wandb_run_id)

@@ -57,7 +57,13 @@ def _cmd_data(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from solo_diet.cli.demo import run_demo
 
-    run_demo(method=args.method, epochs=args.epochs, workdir=args.workdir, accelerator=args.accelerator)
+    run_demo(
+        method=args.method,
+        epochs=args.epochs,
+        workdir=args.workdir,
+        accelerator=args.accelerator,
+        data_format=args.data_format,
+    )
     return 0
 
 
@@ -123,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, default=None, help="pretraining epochs (default: per device)")
     demo.add_argument("--workdir", default="solo-diet-demo")
     demo.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto")
+    demo.add_argument(
+        "--data-format",
+        choices=["auto", "gpu", "image_folder"],
+        default="auto",
+        help="auto: the GPU data path on a GPU, solo-learn's image-folder loader on CPU",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     compare = sub.add_parser("compare", help="pretrain and evaluate several methods side by side from a spec YAML")

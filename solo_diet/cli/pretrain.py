@@ -21,6 +21,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
+from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import Contract, method_contract
 
@@ -81,6 +82,9 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
         prepare_datasets,
     )
 
+    if cfg.data.format == "gpu":
+        loader, num_samples = pretrain_loader(cfg, contract.train_batch_sampler)
+        return loader, num_samples, False
     if cfg.data.format == "dali":
         from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
         from solo.utils.misc import compute_dataset_size
@@ -148,6 +152,8 @@ def _val_loader(cfg: DictConfig):
     no_val = cfg.data.val_path is None and cfg.data.dataset in ("custom", "imagenet", "imagenet100")
     if no_val or (cfg.data.dataset == "custom" and cfg.data.no_labels):
         return None
+    if cfg.data.format == "gpu":
+        return eval_loader(cfg, cfg.augmentations[0], cfg.optimizer.batch_size)
     _, val_loader = classification_loaders(cfg, cfg.augmentations[0], cfg.optimizer.batch_size)
     return val_loader
 
@@ -166,6 +172,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     solo_diet.register()
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
+    check_data_format(cfg)
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:
         raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")

@@ -1,0 +1,357 @@
+"""Where pretraining waits: solo-learn's loader, the GPU data path and the ceiling, on one card.
+
+For each method x backbone x data source, one fresh Python process trains through solo-learn's
+method class and Lightning's loop, built as ``solo-diet pretrain`` builds it from our CIFAR configs
+(``scripts/pretrain/cifar/<method>.yaml``; simclr/byol/vicreg from their ``_sem`` configs without
+``method_kwargs.sem``), batch 256, bf16-mixed, on a synthetic 32 px ImageFolder (random PNGs, 10
+classes; the model keeps the CIFAR stem and the config's augmentations). Sources: ``image_folder``
+(solo-learn's dataset and DataLoader with ``--workers`` workers: ``data.format: image_folder``),
+``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU) and ``ceiling``
+(the same step on a few pre-made augmented GPU batches, no augmentation). After ``--warmup`` steps
+the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it, the GPU busy %
+sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
+``torch.cuda.max_memory_allocated``. Prints one table; ``pretrain_wall.py`` times whole runs.
+
+    python benchmarks/data_path.py                     # 42 cases, sized for ~8 min on one H100
+    python benchmarks/data_path.py --backbones resnet18   # half of them (one per backbone)
+    python benchmarks/data_path.py --methods diet simclr --backbones resnet18
+    python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "cifar"
+METHOD_NAMES = ("diet", "sdiet", "simclr", "byol", "vicreg", "simclr_sem", "cplearn")
+SOURCES = ("image_folder", "gpu", "ceiling")
+BACKBONES = {
+    "resnet18": ["backbone.name=resnet18"],
+    "cp_resnet8": ["backbone.name=cp_resnet8", "++backbone.kwargs.width=128"],
+}
+PREMADE = 4  # distinct augmented batches cycled by the ceiling source
+
+
+def write_folder(root: Path, count: int, size: int = 32, classes: int = 10) -> Path:
+    """``count`` random ``size`` px PNGs in ``classes`` class folders (smooth noise, seeded)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        coarse = rng.integers(0, 256, size=(size // 4, size // 4, 3), dtype=np.uint8)
+        Image.fromarray(coarse).resize((size, size), Image.BILINEAR).save(folder / f"{i:06d}.png")
+    return root
+
+
+def compose_method(method: str, case: dict, extra: list):
+    """The parsed cfg ``solo-diet pretrain`` would train, with the case's settings."""
+    from solo.args.pretrain import parse_cfg
+
+    from solo_diet.cli.common import compose_cfg, normalize_devices
+    from solo_diet.cli.gpu_data import check_data_format
+
+    plain = method in ("simclr", "byol", "vicreg")
+    overrides = (
+        case["backbone_overrides"]
+        + extra
+        + [
+            f"optimizer.batch_size={case['batch_size']}",
+            f"precision={case['precision']}",
+            f"accelerator={case['accelerator']}",
+            "devices=1",
+            "++wandb.enabled=False",
+            "++auto_resume.enabled=False",
+            f"data.num_workers={case['workers']}",
+        ]
+    )
+    cfg = compose_cfg(str(CONFIG_DIR), f"{method}_sem" if plain else method, overrides)
+    if plain:
+        cfg.method = method
+        del cfg.method_kwargs["sem"]
+    normalize_devices(cfg)
+    check_data_format(cfg)
+    return parse_cfg(cfg)
+
+
+def first_visible_gpu() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+
+
+class GPUBusy:
+    """The GPU's utilisation (%) between start() and stop(), sampled every 50 ms by one
+    ``nvidia-smi -lms 50`` process (the share of time a kernel was running, per the driver)."""
+
+    def start(self) -> None:
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+        self.process = subprocess.Popen(
+            query + ["-i", first_visible_gpu(), "-lms", "50"], stdout=subprocess.PIPE, text=True
+        )
+
+    def stop(self) -> float:
+        self.process.send_signal(signal.SIGINT)  # nvidia-smi's loop ends cleanly on Ctrl-C
+        words = self.process.communicate(timeout=30)[0].split()
+        samples = [float(word) for word in words if word.replace(".", "", 1).isdigit()]
+        return sum(samples) / len(samples) if samples else float("nan")
+
+
+def window_callback(case: dict):
+    """A Lightning callback timing the window after the warm-up, then stopping the run."""
+    import torch
+    from lightning.pytorch import Callback
+
+    cuda = case["accelerator"] == "gpu"
+
+    class Window(Callback):
+        def __init__(self):
+            self.start, self.batches, self.steps, self.result = None, 0, 0, {}
+            self.busy = GPUBusy() if cuda else None
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            self.batches += 1
+            if self.start is None and self.batches > case["warmup"]:
+                if cuda:
+                    torch.cuda.synchronize()
+                    self.busy.start()
+                self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if self.start is None:
+                return
+            self.steps += 1
+            elapsed = time.perf_counter() - self.start
+            if self.steps < case["min_steps"] or elapsed < case["seconds"]:
+                return
+            if cuda:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - self.start
+            self.result = {
+                "samples_s": self.steps * case["batch_size"] / elapsed,
+                "busy": self.busy.stop() if cuda else float("nan"),
+                "steps": self.steps,
+            }
+            trainer.should_stop = True
+
+    return Window()
+
+
+class PremadeViews:
+    """The ceiling's transform: a few augmented batches made once, handed out in turn."""
+
+    def __init__(self, views: list):
+        self.views, self.calls = views, 0
+
+    def __call__(self, rows, generator):
+        self.calls += 1
+        return self.views[self.calls % len(self.views)]
+
+
+def solo_learn_loader(cfg, train_batch_sampler):
+    """solo-learn's dataset and DataLoader, as ``data.format: image_folder`` runs them."""
+    from solo.data.pretrain_dataloader import (
+        FullTransformPipeline,
+        NCropAugmentation,
+        prepare_dataloader,
+        prepare_datasets,
+    )
+    from torch.utils.data import DataLoader
+
+    from solo_diet.cli.pretrain import build_pretrain_transform
+
+    views = [
+        NCropAugmentation(build_pretrain_transform("custom", aug), aug.num_crops)
+        for aug in cfg.augmentations
+    ]
+    dataset = prepare_datasets("custom", FullTransformPipeline(views), cfg.data.train_path)
+    sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, dataset)
+    workers = cfg.data.num_workers
+    if sampler is None:
+        return prepare_dataloader(dataset, cfg.optimizer.batch_size, workers), len(dataset)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=True), len(
+        dataset
+    )
+
+
+def data_loader(cfg, method_cls, source: str):
+    """What the launcher feeds the method for ``source``, read as a ``custom`` folder."""
+    import torch
+
+    from solo_diet.cli.gpu_data import pretrain_loader
+    from solo_diet.data.loader import resolve_device
+
+    hook = getattr(method_cls, "train_batch_sampler", None)  # s-DIET orders its own batches
+    if source == "image_folder":
+        return solo_learn_loader(cfg, hook)
+    cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
+    loader, num_samples = pretrain_loader(cfg, hook)
+    if source == "ceiling":
+        device = resolve_device(loader.device)
+        generator = torch.Generator(device=device)
+        rows = loader.dataset.images[: cfg.optimizer.batch_size].to(device)
+        made = [loader.transform(rows, generator) for _ in range(PREMADE)]
+        loader.transform = PremadeViews(made)
+    return loader, num_samples
+
+
+def run_throughput_case(case: dict) -> dict:
+    import torch
+    from lightning.pytorch import Trainer
+    from solo.methods import METHODS
+
+    from solo_diet.cli.common import trainer_kwargs
+
+    cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])
+    cfg.data.val_path = None
+    method_cls = METHODS[cfg.method]
+    loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
+    if getattr(method_cls, "uses_sample_indexes", False):
+        cfg.method_kwargs.num_samples = num_samples
+    model = method_cls(cfg).to(memory_format=torch.channels_last)
+    window = window_callback(case)
+    cfg.update(max_epochs=10_000, limit_val_batches=0, num_sanity_val_steps=0, benchmark=True)
+    kwargs = trainer_kwargs(cfg, [window], None)
+    kwargs.update(enable_progress_bar=False, enable_model_summary=False)
+    Trainer(**kwargs).fit(model, loader)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else float("nan")
+    return {**window.result, "peak_mib": peak}
+
+
+def run_case(script: str, case: dict, timeout: float) -> dict:
+    """One case of ``script`` in a fresh process; its result, or ``{"error": ...}``."""
+    command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout"}
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-3000:])
+        return {"error": "OOM" if "OutOfMemoryError" in done.stderr else "error"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def gpu_name() -> str:
+    """The first visible GPU's name from nvidia-smi (this process keeps no CUDA context)."""
+    query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", first_visible_gpu()]
+    try:
+        return subprocess.check_output(query, text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "GPU (nvidia-smi unavailable)"
+
+
+def cell(result: dict, key: str, fmt: str) -> str:
+    return result.get("error", "-") if key not in result else format(result[key], fmt)
+
+
+def throughput_table(args, common: dict) -> None:
+    print(
+        "| method | backbone | source | samples/s | x image_folder | / ceiling | GPU busy % "
+        "| peak MiB |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = write_folder(Path(scratch) / "train", args.images)
+        for backbone in args.backbones:
+            for method in args.methods:
+                row = {}
+                for source in SOURCES:
+                    case = {
+                        **common,
+                        "method": method,
+                        "source": source,
+                        "folder": str(folder),
+                        "backbone_overrides": BACKBONES[backbone],
+                    }
+                    row[source] = run_case(__file__, case, args.case_timeout)
+                for source, result in row.items():
+                    speed = result.get("samples_s")
+                    base, top = (
+                        row["image_folder"].get("samples_s"),
+                        row["ceiling"].get("samples_s"),
+                    )
+                    ratio = f"{speed / base:.2f}" if speed and base else "-"
+                    share = f"{speed / top:.2f}" if speed and top else "-"
+                    print(
+                        f"| {method} | {backbone} | {source} | {cell(result, 'samples_s', '.0f')} "
+                        f"| {ratio} | {share} | {cell(result, 'busy', '.0f')} "
+                        f"| {cell(result, 'peak_mib', '.0f')} |",
+                        flush=True,
+                    )
+
+
+def base_parser(doc: str, backbones: list) -> argparse.ArgumentParser:
+    """The options this script and ``pretrain_wall.py`` share."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--methods", nargs="+", default=list(METHOD_NAMES), choices=METHOD_NAMES)
+    parser.add_argument("--backbones", nargs="+", default=backbones, choices=sorted(BACKBONES))
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--precision", default="bf16-mixed")
+    parser.add_argument("--workers", type=int, default=min(12, len(os.sched_getaffinity(0))))
+    parser.add_argument("--images", type=int, default=5000, help="training images (32 px)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny version on a CPU")
+    parser.add_argument("--case-timeout", type=float, default=300.0)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, JSON
+    return parser
+
+
+def run_here_if_case(args: argparse.Namespace, runner) -> bool:
+    """In a ``--case`` process: run the case, print its result as the last line, return True."""
+    if args.case is None:
+        return False
+    import logging
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    print(json.dumps(runner(json.loads(args.case))))
+    return True
+
+
+def case_settings(args: argparse.Namespace, what: str) -> dict:
+    """The settings every case gets (tiny ones with ``--smoke``); prints the table's title."""
+    accelerator = "gpu"
+    if args.smoke:
+        accelerator, args.methods, args.backbones = "cpu", ["simclr"], ["cp_resnet8"]
+        BACKBONES["cp_resnet8"] = ["backbone.name=cp_resnet8", "++backbone.kwargs.width=8"]
+        args.batch_size, args.precision, args.images, args.workers = 8, "32", 48, 1
+    print(
+        f"# {what}, {'CPU' if args.smoke else gpu_name()}, batch {args.batch_size}, "
+        f"{args.precision}, {args.images} images of 32 px, {args.workers} image_folder workers"
+    )
+    keys = ("batch_size", "precision", "workers")
+    return {"accelerator": accelerator, **{key: getattr(args, key) for key in keys}}
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = base_parser(__doc__, ["resnet18", "cp_resnet8"])
+    parser.add_argument("--warmup", type=int, default=8, help="steps before the timed window")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of the timed window")
+    parser.add_argument("--min-steps", type=int, default=10, help="fewest steps in the window")
+    args = parser.parse_args(argv)
+    if run_here_if_case(args, run_throughput_case):
+        return
+    if args.smoke:
+        args.warmup, args.seconds, args.min_steps = 1, 0.0, 2
+    common = case_settings(args, "data path throughput")
+    common.update(warmup=args.warmup, seconds=args.seconds, min_steps=args.min_steps)
+    started = time.time()
+    throughput_table(args, common)
+    print(
+        f"# {len(args.methods) * len(args.backbones) * len(SOURCES)} cases in "
+        f"{time.time() - started:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""``data.format: gpu`` for our launchers: keys, checks and the loaders they hand to Lightning.
+
+Keys (defaults in brackets), read by :func:`gpu_settings`:
+
+- ``data.format`` [``image_folder``]: one of :data:`DATA_FORMATS`; ``gpu`` decodes the set once into
+  a uint8 tensor and augments batches on the training device (docs/data-path.md).
+- ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
+  page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
+  set takes at most half of the free GPU memory.
+- ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
+  resized, center crop); null keeps the images' own size, which must then be one size.
+- ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.data.loader import STORAGES, GPUBatchLoader
+from solo_diet.data.pipeline import (
+    IMAGENET_STATS,
+    EvalTransform,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)
+from solo_diet.data.tensor_data import ImageTensors, load_images
+
+DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
+GPU_KEYS = ("storage", "image_size", "decode_threads")
+# solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
+PROBE_PIPELINES = {
+    "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "cifar100": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "stl10": (96, (0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261), 96),
+    "imagenet": (224, *IMAGENET_STATS, 256),
+    "imagenet100": (224, *IMAGENET_STATS, 256),
+}
+
+
+@dataclass(frozen=True)
+class GPUDataSettings:
+    """The checked ``data.gpu.*`` values."""
+
+    storage: str
+    image_size: Optional[int]
+    decode_threads: Optional[int]
+
+
+def check_data_format(cfg: DictConfig) -> str:
+    """Validate ``data.format`` before solo-learn's ``parse_cfg`` (which accepts any value and
+    trains from the image folder); refuse ``dali`` options with ``gpu``."""
+    data_format = fill_default(cfg, "data.format", "image_folder")
+    check_choice(cfg, "data.format", DATA_FORMATS)
+    if data_format == "gpu" and OmegaConf.select(cfg, "dali") is not None:
+        raise ConfigError(
+            "the `dali` options apply to data.format=dali; with data.format=gpu remove the "
+            "`dali` section."
+        )
+    return data_format
+
+
+def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
+    """Fill and check the ``data.gpu.*`` keys (module docstring)."""
+    given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
+    unknown = sorted(set(given) - set(GPU_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown `data.gpu` keys {unknown}; valid keys: {list(GPU_KEYS)}.")
+    fill_default(cfg, "data.gpu.storage", "auto")
+    check_choice(cfg, "data.gpu.storage", STORAGES)
+    for key in ("image_size", "decode_threads"):
+        if fill_default(cfg, f"data.gpu.{key}", None) is not None:
+            check_positive_int(cfg, f"data.gpu.{key}")
+    gpu = cfg.data.gpu
+    return GPUDataSettings(gpu.storage, gpu.image_size, gpu.decode_threads)
+
+
+def loader_device(cfg: DictConfig) -> str:
+    """Where batches are made, from ``accelerator``: ``cuda`` (each process's GPU) or ``cpu``."""
+    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
+    if accelerator in ("gpu", "cuda"):
+        return "cuda"
+    if accelerator == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if accelerator == "cpu":
+        return "cpu"
+    raise ConfigError(f"data.format=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
+
+
+def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTensors:
+    """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
+    set."""
+    settings = gpu_settings(cfg)
+    root = cfg.data.val_path if split == "val" else cfg.data.train_path
+    return load_images(
+        cfg.data.dataset,
+        root,
+        split,
+        no_labels=bool(OmegaConf.select(cfg, "data.no_labels", default=False)),
+        fraction=fraction,
+        image_size=settings.image_size,
+        threads=settings.decode_threads,
+    )
+
+
+def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    return {
+        "seed": int(cfg.seed),
+        "storage": gpu_settings(cfg).storage,
+        "device": loader_device(cfg),
+    }
+
+
+def probe_transforms(dataset: str, aug: DictConfig):
+    """GPU twins of :func:`solo_diet.cli.common.classification_transforms`: ``(train, eval)``."""
+    if dataset in PROBE_PIPELINES:
+        crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
+        min_scale = 0.08
+    else:
+        crop_size, resize_size = aug.crop_size, None
+        min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
+        mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
+        std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
+    mean, std = tuple(mean), tuple(std)
+    train = ProbeTrainTransform(crop_size, mean, std, min_scale=min_scale)
+    return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
+
+
+def _check_one_global_batch(cfg: DictConfig, num_samples: int) -> None:
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    per_node = devices if isinstance(devices, int) else len(devices)
+    world = per_node * int(OmegaConf.select(cfg, "num_nodes", default=1))
+    if num_samples < cfg.optimizer.batch_size * world:
+        raise ConfigError(
+            f"the training set has {num_samples} samples, fewer than one global batch "
+            f"(optimizer.batch_size={cfg.optimizer.batch_size} x {world} devices): lower the "
+            "batch size."
+        )
+
+
+def pretrain_loader(
+    cfg: DictConfig, train_batch_sampler: Optional[Callable] = None
+) -> tuple[GPUBatchLoader, int]:
+    """The pretraining loader ``[indexes, [views], targets]`` and N. ``train_batch_sampler(cfg,
+    dataset)``, the method's hook (s-DIET), may return its own batch sampler; None: shuffled."""
+    augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
+    data = load_split(cfg, "pretrain", fraction=cfg.data.fraction)
+    _check_one_global_batch(cfg, len(data))
+    sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, data)
+    loader = GPUBatchLoader.for_pretraining(
+        data, cfg.optimizer.batch_size, augment, batch_sampler=sampler, **_loader_kwargs(cfg)
+    )
+    return loader, len(data)
+
+
+def eval_loader(
+    cfg: DictConfig, aug: DictConfig, batch_size: int, split: str = "val", split_ranks: bool = True
+) -> GPUBatchLoader:
+    """``[images, targets]`` of a split in dataset order, eval-transformed (crop and statistics
+    from ``aug``, as the probe's); ``split_ranks``: each DDP rank its contiguous share."""
+    data = load_split(cfg, split)
+    _, transform = probe_transforms(cfg.data.dataset, aug)
+    return GPUBatchLoader.for_classification(
+        data, batch_size, transform, shuffle=False, split_ranks=split_ranks, **_loader_kwargs(cfg)
+    )
+
+
+def linear_loaders(cfg: DictConfig) -> tuple[GPUBatchLoader, GPUBatchLoader]:
+    """``solo-diet linear``: probe training (random resized crop + flip, shuffled, incomplete batch
+    dropped, ``data.fraction`` as solo-learn) and validation loaders."""
+    aug, batch_size = cfg.data.augmentations, cfg.optimizer.batch_size
+    train_transform, _ = probe_transforms(cfg.data.dataset, aug)
+    data = load_split(cfg, "train", fraction=cfg.data.fraction)
+    _check_one_global_batch(cfg, len(data))
+    train = GPUBatchLoader.for_classification(
+        data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg)
+    )
+    return train, eval_loader(cfg, aug, batch_size)
+
+
+def feature_loader(probe_cfg: DictConfig, split: str, batch_size: int) -> GPUBatchLoader:
+    """Every image of the probe's ``train`` or ``val`` set once, in dataset order, transformed as
+    ``solo-diet linear`` validates (``probe_cfg`` is a linear cfg): feature extraction for kNN,
+    RankMe, k-means. Not split over ranks."""
+    OmegaConf.set_struct(probe_cfg, False)
+    return eval_loader(
+        probe_cfg, probe_cfg.data.augmentations, batch_size, split=split, split_ranks=False
+    )

@@ -1,0 +1,311 @@
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device.
+
+The dataset (:class:`~solo_diet.data.tensor_data.ImageTensors`) is kept on the device when it fits
+(``storage="device"``) or in pinned host memory (``storage="pinned"``): then a worker thread gathers
+the next batch's rows into one of two page-locked staging buffers and copies them to the device on a
+side stream while the current batch trains. ``storage="auto"`` keeps it on the device when it takes
+at most half of the device's free memory. The device is resolved when the loader is iterated
+(``"cuda"`` means the process's current CUDA device), so one loader object serves any DDP rank.
+
+Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset indices;
+classification batches are ``[images, targets]``. The order comes from a batch sampler: by default
+:class:`~solo_diet.samplers.SuperBatchSampler` with one batch per step (a permutation seeded by
+``seed + epoch``, the global batch split over the DDP ranks read at iteration time, incomplete
+global batches dropped as solo-learn's pretraining loader does), or a method's own, or
+:class:`OrderedBatchSampler` for evaluation. Lightning's fit loop calls ``set_epoch`` on
+``loader.sampler`` / ``loader.batch_sampler.sampler`` each epoch; the augmentation generator is
+reseeded from ``(seed, epoch, rank)`` each time the loader is iterated, so a run resumed at epoch
+``e`` draws the crops an uninterrupted run draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from solo_diet.config import ConfigError
+from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
+from solo_diet.samplers import SuperBatchSampler
+
+STORAGES = ("auto", "device", "pinned")
+AUTO_DEVICE_SHARE = (
+    0.5  # "auto" keeps the data on the device when it takes at most this share of free memory
+)
+Transform = Callable[[Tensor, Optional[torch.Generator]], Union[Tensor, list]]
+DeviceSpec = Union[str, torch.device, Callable[[], torch.device]]
+
+
+def world_and_rank() -> tuple[int, int]:
+    """``(world size, rank)`` of the initialised process group, else ``(1, 0)``."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed from integers, the same in every process (no salted ``hash``)."""
+    digest = hashlib.blake2b(":".join(str(int(p)) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def resolve_device(device: DeviceSpec) -> torch.device:
+    """A concrete device; ``"cuda"`` alone is the current CUDA device (set per DDP rank)."""
+    device = device() if callable(device) else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class OrderedBatchSampler:
+    """Consecutive batches of ``0..N-1``, the last one possibly short. With ``split_ranks`` each DDP
+    rank (read at iteration time) takes its contiguous share of the order, for validation."""
+
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        *,
+        split_ranks: bool = False,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+    ):
+        if num_samples <= 0 or batch_size <= 0:
+            raise ValueError("num_samples and batch_size must be positive")
+        self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
+        self._num_replicas, self._rank = num_replicas, rank
+
+    def replicas(self) -> tuple[int, int]:
+        world, rank = world_and_rank()
+        world = self._num_replicas or world
+        return world, self._rank if self._rank is not None else rank
+
+    def share(self) -> Tensor:
+        """This process's indices: all of them, or the rank's contiguous share."""
+        order = torch.arange(self.num_samples)
+        if not self.split_ranks:
+            return order
+        world, rank = self.replicas()
+        return order.tensor_split(world)[rank]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (batch.tolist() for batch in self.share().split(self.batch_size))
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.share()) / self.batch_size)
+
+
+class _PinnedRows:
+    """Rows of a host tensor reaching the device through two staging buffers, one batch ahead.
+
+    A worker thread gathers a batch's rows into a staging buffer (page-locked on CUDA) and starts
+    its copy on a side stream; the training stream waits for that copy only when it uses the batch.
+    A buffer is refilled only after its previous copy has finished."""
+
+    def __init__(self, host: Tensor, device: torch.device, max_rows: int):
+        self.cuda = device.type == "cuda"
+        self.host = host.pin_memory() if self.cuda and not host.is_pinned() else host
+        self.device = device
+        shape = (max_rows,) + tuple(host.shape[1:])
+        self.staging = [
+            torch.empty(shape, dtype=host.dtype, pin_memory=self.cuda) for _ in range(2)
+        ]
+        self.copied: list[Optional[torch.cuda.Event]] = [None, None]
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solo-diet-rows")
+
+    def _copy(self, slot: int, idx: Tensor) -> tuple[Tensor, Optional[torch.cuda.Event]]:
+        if self.copied[slot] is not None:
+            self.copied[slot].synchronize()
+        buffer = self.staging[slot][: len(idx)]
+        torch.index_select(self.host, 0, idx, out=buffer)
+        if not self.cuda:
+            return buffer.to(self.device, copy=True), None
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            rows = buffer.to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        self.copied[slot] = done
+        return rows, done
+
+    def submit(self, slot: int, idx: Tensor) -> Future:
+        return self.worker.submit(self._copy, slot, idx)
+
+    def take(self, pending: Future) -> Tensor:
+        """The batch's rows, usable on the current stream."""
+        rows, done = pending.result()
+        if done is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(done)
+            rows.record_stream(stream)
+        return rows
+
+
+class GPUBatchLoader:
+    """An iterable of batches of ``data`` transformed on the device; see the module docstring.
+
+    ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
+    float tensor. ``batch_sampler`` yields this process's index lists; ``len(loader)`` is its
+    length.
+    """
+
+    def __init__(
+        self,
+        data: ImageTensors,
+        transform: Transform,
+        batch_sampler: Iterable,
+        *,
+        pretraining: bool,
+        seed: int = 0,
+        storage: str = "auto",
+        device: DeviceSpec = "cuda",
+    ):
+        if storage not in STORAGES:
+            raise ConfigError(
+                f"`data.gpu.storage` must be one of {list(STORAGES)}, got {storage!r}."
+            )
+        self.dataset = data
+        self.transform = transform
+        self.batch_sampler = batch_sampler
+        self.pretraining = pretraining
+        self.seed = seed
+        self.storage = storage
+        self.device = device
+        self._resident: Optional[tuple[torch.device, str, Any, Tensor]] = None
+
+    @classmethod
+    def for_pretraining(
+        cls,
+        data: ImageTensors,
+        batch_size: int,
+        augment: Transform,
+        *,
+        seed: int = 0,
+        batch_sampler: Optional[Iterable] = None,
+        **kwargs: Any,
+    ) -> "GPUBatchLoader":
+        """Shuffled, incomplete global batches dropped, split over DDP ranks (or
+        ``batch_sampler``)."""
+        sampler = (
+            batch_sampler
+            if batch_sampler is not None
+            else SuperBatchSampler(len(data), batch_size, seed=seed)
+        )
+        return cls(data, augment, sampler, pretraining=True, seed=seed, **kwargs)
+
+    @classmethod
+    def for_classification(
+        cls,
+        data: ImageTensors,
+        batch_size: int,
+        transform: Transform,
+        *,
+        shuffle: bool,
+        split_ranks: bool = True,
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> "GPUBatchLoader":
+        """``[images, targets]`` batches: shuffled with drop_last like solo-learn's probe training
+        loader, or in dataset order with a short last batch (``split_ranks``: each rank its
+        share)."""
+        if shuffle:
+            sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
+        else:
+            sampler = OrderedBatchSampler(len(data), batch_size, split_ranks=split_ranks)
+        return cls(data, transform, sampler, pretraining=False, seed=seed, **kwargs)
+
+    @property
+    def sampler(self) -> Any:
+        """The batch sampler's epoch holder (Lightning calls its ``set_epoch``), if it has one."""
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def epoch(self) -> int:
+        return int(getattr(self.sampler, "epoch", 0))
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def rank(self) -> int:
+        replicas = getattr(self.batch_sampler, "replicas", None)
+        return replicas()[1] if callable(replicas) else world_and_rank()[1]
+
+    def placement(self, device: torch.device) -> str:
+        """``device`` or ``pinned`` on ``device``; ConfigError with the sizes when it cannot fit."""
+        nbytes = self.dataset.nbytes
+        if device.type != "cuda":
+            return "device" if self.storage == "auto" else self.storage
+        free, _ = torch.cuda.mem_get_info(device)
+        if self.storage == "auto":
+            return "device" if nbytes <= AUTO_DEVICE_SHARE * free else "pinned"
+        if self.storage == "device" and nbytes > free:
+            raise ConfigError(
+                f"the dataset ({len(self.dataset)} images, {nbytes / GIB:.2f} GiB) does not fit "
+                f"in the {free / GIB:.2f} GiB free on {device}: set `data.gpu.storage: pinned` "
+                "(or auto), or a smaller `data.gpu.image_size`."
+            )
+        if self.storage == "pinned":
+            check_host_memory(
+                nbytes,
+                f"pinning the dataset ({len(self.dataset)} images)",
+                "Set a smaller `data.gpu.image_size`.",
+            )
+        return self.storage
+
+    def resident(self) -> tuple[torch.device, str, Any, Tensor]:
+        """``(device, placement, images or _PinnedRows, targets on device)``, once per device."""
+        device = resolve_device(self.device)
+        if self._resident is None or self._resident[0] != device:
+            placement = self.placement(device)
+            if placement == "device":
+                images: Any = self.dataset.images.to(device)
+            else:
+                images = _PinnedRows(self.dataset.images, device, max_rows=self.max_batch_rows())
+                self.dataset.images = images.host  # the page-locked copy replaces the pageable one
+            self._resident = (device, placement, images, self.dataset.targets.to(device))
+        return self._resident
+
+    def max_batch_rows(self) -> int:
+        size = getattr(self.batch_sampler, "batch_size", None)
+        return size if size is not None else max(len(batch) for batch in self.batch_sampler)
+
+    def epoch_indices(self, device: torch.device) -> tuple[list[Tensor], list[Tensor]]:
+        """This epoch's batches of indices on the host and on the device (one copy per epoch)."""
+        batches = [torch.as_tensor(batch, dtype=torch.int64) for batch in self.batch_sampler]
+        if not batches:
+            return [], []
+        sizes = [len(batch) for batch in batches]
+        host = torch.cat(batches)
+        on_device = (
+            host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+        )
+        return list(host.split(sizes)), list(on_device.split(sizes))
+
+    def __iter__(self) -> Iterator[list]:
+        device, placement, images, targets = self.resident()
+        generator = torch.Generator(device=device).manual_seed(
+            derive_seed(self.seed, self.epoch, self.rank())
+        )
+        host_batches, device_batches = self.epoch_indices(device)
+        pending = (
+            images.submit(0, host_batches[0]) if placement == "pinned" and host_batches else None
+        )
+        for step, idx in enumerate(device_batches):
+            if placement == "pinned":
+                rows = images.take(pending)
+                if step + 1 < len(host_batches):
+                    pending = images.submit((step + 1) % 2, host_batches[step + 1])
+            else:
+                rows = images.index_select(0, idx)
+            out = self.transform(rows, generator)
+            batch_targets = targets.index_select(0, idx)
+            yield [idx, list(out), batch_targets] if self.pretraining else [out, batch_targets]

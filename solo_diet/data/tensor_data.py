@@ -1,0 +1,315 @@
+"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets.
+
+The GPU data path (``data.format: gpu``) decodes a training or validation set here, once, and then
+only indexes it. Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index
+``i`` for the same configuration, so index-based methods (DIET, s-DIET) see the same labels:
+
+- ``custom``/``imagenet``/``imagenet100`` folders: torchvision ``ImageFolder`` order (classes
+  sorted, files sorted within a class); ``custom`` with ``data.no_labels`` lists the folder with
+  ``os.listdir`` as solo-learn does and gives every target ``-1``;
+- ``cifar10``/``cifar100``: torchvision's files under the data path (``download=False``);
+- ``stl10``: ``train+unlabeled`` for pretraining (targets ``-1`` for the unlabelled part),
+  ``train`` / ``test`` for the probe's training / validation sets, as solo-learn's loaders use;
+- ``data.fraction`` keeps the samples solo-learn keeps, in its order: scikit-learn's
+  ``train_test_split(..., train_size=fraction, random_state=42)``, stratified by class unless the
+  folder has no labels. solo-learn has no fraction for the torchvision sets; neither do we.
+
+Every image is converted to RGB (as solo-learn's loaders do). Sizes: with ``image_size=None`` (the
+default) the images are stored as they are and must all have one size; with ``image_size=S`` each
+image whose size is not ``S x S`` is resized so that its shorter side is ``S`` (bicubic, with
+antialiasing, like ``torchvision.transforms.Resize`` on a PIL image) and center-cropped to
+``S x S``. Files are decoded by a pool of threads (PIL releases the GIL while decoding); a file
+that cannot be decoded is a :class:`~solo_diet.config.ConfigError` naming its path.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from solo_diet.config import ConfigError
+
+FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
+ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
+DATASETS = FOLDER_DATASETS + ARRAY_DATASETS
+SPLITS = ("pretrain", "train", "val")
+FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for data.fraction
+STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}
+DECODE_CHUNK = 128  # images per thread task
+GIB = 2**30
+PathLike = Union[str, Path]
+
+
+@dataclass
+class ImageTensors:
+    """A decoded set: ``images`` uint8 ``(N, C, H, W)``, ``targets`` int64 ``(N,)`` (-1: none)."""
+
+    images: Tensor
+    targets: Tensor
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            raise ValueError(
+                "images must be uint8 (N, C, H, W), "
+                f"got {self.images.dtype} {tuple(self.images.shape)}"
+            )
+        if self.targets.dtype != torch.int64 or self.targets.shape != self.images.shape[:1]:
+            raise ValueError(
+                f"targets must be int64 (N,), got {self.targets.dtype} {tuple(self.targets.shape)}"
+            )
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.targets.nbytes
+
+
+def available_host_bytes() -> Optional[int]:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where the kernel does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_host_memory(nbytes: int, what: str, fix: str) -> None:
+    """ConfigError with both sizes when ``nbytes`` exceed the host's available memory."""
+    available = available_host_bytes()
+    if available is not None and nbytes > available:
+        raise ConfigError(
+            f"{what} needs {nbytes / GIB:.2f} GiB of host memory but "
+            f"{available / GIB:.2f} GiB are available. {fix}"
+        )
+
+
+def default_threads() -> int:
+    return max(1, min(16, len(os.sched_getaffinity(0))))
+
+
+def fit_size(image: Image.Image, image_size: Optional[int]) -> Image.Image:
+    """The stored image: unchanged, or shorter side resized to ``image_size`` and center-cropped."""
+    if image_size is None or image.size == (image_size, image_size):
+        return image
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    resized = TF.resize(image, image_size, interpolation=InterpolationMode.BICUBIC, antialias=True)
+    return TF.center_crop(resized, [image_size, image_size])
+
+
+def read_rgb(path: PathLike) -> Image.Image:
+    """The file as an RGB PIL image; a ConfigError naming the path when it cannot be decoded."""
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise ConfigError(
+            f"cannot decode the image {path}: {err}. Remove or replace the file."
+        ) from err
+
+
+def decode_all(
+    count: int,
+    read: Callable[[int], Image.Image],
+    name: Callable[[int], str],
+    image_size: Optional[int],
+    threads: Optional[int],
+) -> Tensor:
+    """``(count, 3, H, W)`` uint8 from ``read(i)`` (RGB PIL images), decoded by a thread pool.
+
+    The first image fixes ``H x W``; with ``image_size=None`` another size is a ConfigError naming
+    both files."""
+    if count == 0:
+        raise ConfigError("the dataset is empty: no image to decode.")
+    first = fit_size(read(0), image_size)
+    width, height = first.size
+    check_host_memory(
+        count * 3 * height * width,
+        f"decoding {count} images of 3x{height}x{width} px",
+        "Set a smaller `data.gpu.image_size` or use `data.format: image_folder`.",
+    )
+    out = torch.empty((count, 3, height, width), dtype=torch.uint8)
+
+    def decode(start: int) -> None:
+        for i in range(start, min(start + DECODE_CHUNK, count)):
+            image = first if i == 0 else fit_size(read(i), image_size)
+            if image.size != (width, height):
+                raise ConfigError(
+                    f"{name(i)} is {image.size[0]}x{image.size[1]} px but {name(0)} is "
+                    f"{width}x{height} px: the GPU data path stores one size. Set "
+                    "`data.gpu.image_size` (shorter side resized, then center-cropped to a square)."
+                )
+            out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+    with ThreadPoolExecutor(
+        max_workers=threads or default_threads(), thread_name_prefix="solo-diet-decode"
+    ) as pool:
+        list(pool.map(decode, range(0, count, DECODE_CHUNK)))
+    return out
+
+
+def folder_samples(root: PathLike, no_labels: bool = False) -> list[tuple[str, int]]:
+    """``(path, target)`` in solo-learn's order: ImageFolder's, or ``os.listdir``'s with -1."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+    if not Path(root).is_dir():
+        raise ConfigError(f"the data path {root} is not a directory.")
+    if no_labels:
+        return [(os.path.join(root, name), -1) for name in os.listdir(root)]
+    try:
+        _, class_to_idx = find_classes(root)
+        return make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS)
+    except FileNotFoundError as err:
+        raise ConfigError(
+            f"{root} is not an ImageFolder (class sub-folders of images): {err}"
+        ) from err
+
+
+def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> list[int]:
+    """Positions that solo-learn's ``data.fraction`` keeps, in the order it keeps them."""
+    try:
+        from sklearn.model_selection import train_test_split
+    except ImportError as err:
+        raise ConfigError(
+            "`data.fraction` needs scikit-learn, as solo-learn's loader does: "
+            "pip install scikit-learn"
+        ) from err
+    kept, _ = train_test_split(
+        list(range(len(labels))),
+        train_size=fraction,
+        stratify=list(labels) if stratify else None,
+        random_state=FRACTION_RANDOM_STATE,
+    )
+    return kept
+
+
+def check_fraction(fraction: float) -> bool:
+    """True when ``fraction`` selects a subset (solo-learn: ``0 < fraction < 1``; <= 0: all)."""
+    if fraction >= 1:
+        raise ConfigError(
+            f"`data.fraction` must be in (0, 1), or -1 for every sample; got {fraction}."
+        )
+    return fraction > 0
+
+
+def load_folder(
+    dataset: str,
+    root: PathLike,
+    split: str,
+    no_labels: bool,
+    fraction: float,
+    image_size: Optional[int],
+    threads: Optional[int],
+) -> ImageTensors:
+    unlabelled = no_labels and dataset == "custom" and split == "pretrain"
+    samples = folder_samples(root, unlabelled)
+    if check_fraction(fraction):
+        samples = [
+            samples[i]
+            for i in select_fraction([t for _, t in samples], fraction, stratify=not unlabelled)
+        ]
+    images = decode_all(
+        len(samples),
+        lambda i: read_rgb(samples[i][0]),
+        lambda i: samples[i][0],
+        image_size,
+        threads,
+    )
+    targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
+    return ImageTensors(images, targets, source=str(root))
+
+
+def torchvision_arrays(dataset: str, root: PathLike, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(images NCHW uint8, targets)`` of a torchvision set under ``root`` (no download)."""
+    from torchvision import datasets
+
+    try:
+        if dataset == "stl10":
+            found = datasets.STL10(str(root), split=STL10_SPLITS[split], download=False)
+            return found.data, np.asarray(found.labels)
+        found = getattr(datasets, dataset.upper())(str(root), train=split != "val", download=False)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"no {dataset} files under {root} ({err}). The GPU data path never downloads: "
+            "run solo-learn once with data.format=image_folder, or put torchvision's files there."
+        ) from err
+    return found.data.transpose(0, 3, 1, 2), np.asarray(found.targets)
+
+
+def load_torchvision(
+    dataset: str,
+    root: PathLike,
+    split: str,
+    fraction: float,
+    image_size: Optional[int],
+    threads: Optional[int],
+) -> ImageTensors:
+    if check_fraction(fraction):
+        raise ConfigError(
+            f"`data.fraction` selects part of an ImageFolder; solo-learn has none for {dataset}. "
+            "Remove it."
+        )
+    arrays, targets = torchvision_arrays(dataset, root, split)
+    if image_size is None or arrays.shape[2:] == (image_size, image_size):
+        images = torch.from_numpy(np.ascontiguousarray(arrays))
+    else:
+        images = decode_all(
+            len(arrays),
+            lambda i: Image.fromarray(arrays[i].transpose(1, 2, 0)),
+            lambda i: f"{dataset} image {i}",
+            image_size,
+            threads,
+        )
+    return ImageTensors(
+        images, torch.from_numpy(targets.astype(np.int64)), source=f"{dataset} at {root}"
+    )
+
+
+def load_images(
+    dataset: str,
+    root: PathLike,
+    split: str,
+    *,
+    no_labels: bool = False,
+    fraction: float = -1.0,
+    image_size: Optional[int] = None,
+    threads: Optional[int] = None,
+) -> ImageTensors:
+    """Decode one split of a solo-learn dataset.
+
+    ``split``: ``pretrain`` (what solo-learn's pretraining loader reads: ``no_labels`` honoured,
+    STL10's unlabelled part included), ``train`` / ``val`` (the classification loaders' sets)."""
+    if dataset not in DATASETS:
+        raise ConfigError(
+            f"`data.dataset: {dataset}` has no GPU data path; choose one of {list(DATASETS)}."
+        )
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if image_size is not None and (
+        isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0
+    ):
+        raise ConfigError(
+            f"`data.gpu.image_size` must be a positive integer or null, got {image_size!r}."
+        )
+    if root is None:
+        raise ConfigError(
+            f"the GPU data path needs the {split} set's path (`data.train_path` / `data.val_path`)."
+        )
+    if dataset in ARRAY_DATASETS:
+        return load_torchvision(dataset, root, split, fraction, image_size, threads)
+    return load_folder(dataset, root, split, no_labels, fraction, image_size, threads)
