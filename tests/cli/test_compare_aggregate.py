@@ -19,9 +19,14 @@ def seed_rows(run: str, accuracies: list[float]) -> list[dict]:
 
 def test_aggregate_has_mean_and_sample_std_per_run_in_order():
     rows = aggregate(seed_rows("b", [70.0, 72.0, 74.5]) + seed_rows("a", [60.0]))
-    assert [(r["run"], r["seed"], r["n_seeds"]) for r in rows] == [("b", "mean", 3), ("a", "mean", 1)]
+    assert [(r["run"], r["seed"], r["n_seeds"]) for r in rows] == [
+        ("b", "mean", 3),
+        ("a", "mean", 1),
+    ]
     assert rows[0]["linear_acc1"] == statistics.fmean([70.0, 72.0, 74.5])
-    assert rows[0]["linear_acc1_std"] == pytest.approx(statistics.stdev([70.0, 72.0, 74.5]), rel=1e-15)
+    assert rows[0]["linear_acc1_std"] == pytest.approx(
+        statistics.stdev([70.0, 72.0, 74.5]), rel=1e-15
+    )
     assert math.isnan(rows[1]["linear_acc1_std"])  # one seed: no spread
     assert math.isnan(rows[0]["rankme"]) and "note" not in rows[0] and "seed_std" not in rows[0]
 
@@ -29,10 +34,15 @@ def test_aggregate_has_mean_and_sample_std_per_run_in_order():
 def test_pooled_std_matches_the_formula_and_needs_two_seeds_per_group():
     a, b = [1.0, 2.0, 4.0], [3.0, 3.5]
     pooled = math.sqrt(
-        (sum((x - statistics.fmean(a)) ** 2 for x in a) + sum((x - statistics.fmean(b)) ** 2 for x in b))
+        (
+            sum((x - statistics.fmean(a)) ** 2 for x in a)
+            + sum((x - statistics.fmean(b)) ** 2 for x in b)
+        )
         / (len(a) + len(b) - 2)
     )
-    assert pooled_std(statistics.stdev(a), 3, statistics.stdev(b), 2) == pytest.approx(pooled, rel=1e-14)
+    assert pooled_std(statistics.stdev(a), 3, statistics.stdev(b), 2) == pytest.approx(
+        pooled, rel=1e-14
+    )
     assert math.isnan(pooled_std(1.0, 1, 1.0, 3))
 
 

@@ -1,5 +1,5 @@
-"""``solo-diet compare`` with its jobs in 2 CPU worker processes: a failed job, logs, and a resume in
-which the jobs finish out of order."""
+"""``solo-diet compare`` with its jobs in 2 CPU worker processes: a failed job, logs, and a resume
+in which the jobs finish out of order."""
 
 from __future__ import annotations
 

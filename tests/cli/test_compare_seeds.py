@@ -1,4 +1,5 @@
-"""``solo-diet compare`` with ``seeds`` and the reference rows, end to end on a tiny ImageFolder."""
+"""``solo-diet compare`` with ``seeds`` and the reference rows, end to end on a tiny ImageFolder,
+through the GPU data path (on CPU tensors here)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
     return [
         f"data.root={data_root}",
         f"output_dir={output_dir}",
+        "data.format=gpu",
         "budget.max_epochs=3",
         "budget.batch_size=4",
         "budget.limit_train_batches=2",

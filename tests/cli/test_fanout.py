@@ -17,7 +17,8 @@ from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
 
 RECORD = (
     "import os, sys, time; start = time.time(); time.sleep(float(sys.argv[1])); "
-    "print('RAN', os.environ['CUDA_VISIBLE_DEVICES'], start, time.time()); sys.exit(int(sys.argv[2]))"
+    "print('RAN', os.environ['CUDA_VISIBLE_DEVICES'], start, time.time()); "
+    "sys.exit(int(sys.argv[2]))"
 )
 
 
@@ -33,7 +34,12 @@ def recorded(task: Task) -> tuple[list[str], float, float]:
 
 
 def test_tasks_get_disjoint_gpus_and_at_most_workers_run_at_once(tmp_path):
-    tasks = [task(tmp_path, "a", 2), task(tmp_path, "b", 1), task(tmp_path, "c", 1), task(tmp_path, "d", 0)]
+    tasks = [
+        task(tmp_path, "a", 2),
+        task(tmp_path, "b", 1),
+        task(tmp_path, "c", 1),
+        task(tmp_path, "d", 0),
+    ]
     said: list[str] = []
     outcomes = run_tasks(tasks, workers=2, gpus=["g0", "g1", "g2"], say=said.append, poll_s=0.05)
 
@@ -46,7 +52,10 @@ def test_tasks_get_disjoint_gpus_and_at_most_workers_run_at_once(tmp_path):
         overlapping = [o for o, (_, s, e) in runs.items() if o != name and s < end and start < e]
         for other in overlapping:
             assert not set(devices) & set(runs[other][0])
-    assert sum("started" in line for line in said) == 4 and sum("done in" in line for line in said) == 4
+    assert (
+        sum("started" in line for line in said) == 4
+        and sum("done in" in line for line in said) == 4
+    )
     assert any(line.startswith("(1/4) a: started on GPU g0,g1 (log: ") for line in said)
 
 

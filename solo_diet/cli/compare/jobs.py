@@ -1,4 +1,5 @@
-"""The jobs of a comparison: one pretraining per run and seed, and one per reference row.
+"""The runs of a spec and the jobs of a comparison: one pretraining per run and seed, and one per
+reference row.
 
 A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``runs/<run>/seed_<s>``
 with ``seeds``, or ``references/<row>``) holds everything about it: ``state.json`` (the fingerprint
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
-    Run,
+    SPEC_OWNED,
     checkpoint_interval,
     compose,
     data_overrides,
@@ -30,6 +31,19 @@ from solo_diet.cli.compare.spec import (
     validation_interval,
 )
 from solo_diet.config import ConfigError
+
+RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class Run:
+    """One entry of ``runs``: a pretraining config plus overrides."""
+
+    name: str
+    config_path: Path
+    config_name: str
+    overrides: list[str]
 
 
 @dataclass
@@ -71,6 +85,69 @@ class Job:
         else:  # "auto" or -1: every GPU the job is given, here one
             count = 1
         return min(count, 1) if self.reference is not None else count
+
+
+def parse_runs(spec: DictConfig) -> list[Run]:
+    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
+    runs: list[Run] = []
+    for position, entry in enumerate(spec.runs):
+        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
+            raise ConfigError(
+                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
+            )
+        unknown = sorted(set(entry) - set(RUN_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
+                f"{list(RUN_KEYS)}."
+            )
+        name = str(entry.name)
+        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
+            raise ConfigError(
+                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
+            )
+        if name in spec.reference_rows:
+            raise ConfigError(
+                f"run name {name!r} is the name of a reference row; rename the run or remove "
+                f"{name!r} from `reference_rows`."
+            )
+        config_path = entry.get("config_path") or spec.config_path
+        if config_path is None:
+            raise ConfigError(
+                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
+            )
+        overrides = [str(o) for o in entry.get("overrides") or []]
+        check_overrides(f"run {name!r}", overrides, spec)
+        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
+    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
+    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
+    return runs
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
+    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
+    seed when ``seeds`` is set)."""
+    budget = spec.budget
+    owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
+    for override in overrides:
+        key = _override_key(override)
+        for budget_key, target in BUDGET_TARGETS.items():
+            if key == target:
+                raise ConfigError(
+                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
+                    f"`budget.{budget_key}` "
+                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
+                    f"the budget."
+                )
+        if key in owned:
+            raise ConfigError(
+                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
+                f"`{override}`."
+            )
 
 
 def fingerprint(payload: Any) -> str:

@@ -28,11 +28,12 @@ from solo_diet.cli.compare.jobs import (
     checkpoint_epoch,
     fingerprint,
     latest_checkpoint,
+    parse_runs,
     plan_jobs,
     training_fingerprint,
 )
 from solo_diet.cli.compare.report import write_report
-from solo_diet.cli.compare.spec import load_spec, parse_runs, validation_interval
+from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
 
 
@@ -118,7 +119,8 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
 def evaluation_fingerprint(spec: DictConfig) -> str:
     """Changes with any evaluation setting or the probe config (a job's result is then redone)."""
     settings = OmegaConf.to_container(spec.evaluation)
-    return fingerprint(settings | {"linear": OmegaConf.to_container(spec.linear)})
+    linear = OmegaConf.to_container(spec.linear)
+    return fingerprint(settings | {"linear": linear, "data_format": spec.data.format})
 
 
 def _secondary_rank() -> bool:
@@ -185,7 +187,7 @@ def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
     shared_eval = shared_evaluator()
     failures = {}
     for position, job in enumerate(jobs, 1):
-        what = "untrained reference" if job.reference else f"method {job.cfg.method}"
+        what = "reference row" if job.reference else f"method {job.cfg.method}"
         progress(f"({position}/{len(jobs)}) {job.label}: {what}")
         try:
             run_job(spec, job, shared_eval, eval_fingerprint)

@@ -7,8 +7,6 @@ one of them is refused with the valid keys of the section where it occurs.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,7 +19,13 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
     "output_dir": None,
     "config_path": None,
-    "data": {"root": None, "dataset": "custom", "train_path": None, "val_path": None},
+    "data": {
+        "root": None,
+        "dataset": "custom",
+        "train_path": None,
+        "val_path": None,
+        "format": "auto",
+    },
     "budget": {
         "max_epochs": None,
         "batch_size": None,
@@ -53,8 +57,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "runs": [],
 }
-RUN_KEYS = ("name", "config_name", "config_path", "overrides")
 REFERENCE_ROWS = ("random_init", "raw_pixels")
+DATA_FORMATS = ("auto", "gpu", "image_folder")
 PATH_KEYS = (
     "output_dir",
     "config_path",
@@ -71,6 +75,7 @@ BUDGET_TARGETS = {
 }
 SPEC_OWNED = (
     "data.dataset",
+    "data.format",
     "data.train_path",
     "data.val_path",
     "checkpoint.dir",
@@ -82,17 +87,6 @@ SPEC_OWNED = (
     "name",
     "max_steps",
 )
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass
-class Run:
-    """One entry of ``runs``: a pretraining config plus overrides."""
-
-    name: str
-    config_path: Path
-    config_name: str
-    overrides: list[str]
 
 
 def _resolve_paths(spec: DictConfig, base: Path) -> None:
@@ -180,6 +174,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "val/ inside)."
                 )
     _check_seeds_and_workers(spec, spec_path)
+    spec.data.format = resolve_data_format(spec.data.format, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
         raise ConfigError(
@@ -230,6 +225,20 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
             )
 
 
+def resolve_data_format(requested: str, spec_path: Path) -> str:
+    """``data.format``: ``auto`` is the GPU data path (docs/data-path.md) when torch sees a GPU,
+    solo-learn's image-folder loader otherwise."""
+    if requested not in DATA_FORMATS:
+        raise ConfigError(
+            f"{spec_path}: `data.format` must be one of {list(DATA_FORMATS)}, got {requested!r}."
+        )
+    if requested == "auto":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "image_folder"
+    return requested
+
+
 def checkpoint_interval(budget: DictConfig) -> int:
     """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
     ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""
@@ -246,69 +255,6 @@ def validation_interval(budget: DictConfig) -> int:
     return max(d for d in range(1, target + 1) if budget.max_epochs % d == 0)
 
 
-def parse_runs(spec: DictConfig) -> list[Run]:
-    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
-    runs: list[Run] = []
-    for position, entry in enumerate(spec.runs):
-        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
-            raise ConfigError(
-                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
-            )
-        unknown = sorted(set(entry) - set(RUN_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
-                f"{list(RUN_KEYS)}."
-            )
-        name = str(entry.name)
-        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
-            raise ConfigError(
-                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
-            )
-        if name in spec.reference_rows:
-            raise ConfigError(
-                f"run name {name!r} is the name of a reference row; rename the run or remove "
-                f"{name!r} from `reference_rows`."
-            )
-        config_path = entry.get("config_path") or spec.config_path
-        if config_path is None:
-            raise ConfigError(
-                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
-            )
-        overrides = [str(o) for o in entry.get("overrides") or []]
-        check_overrides(f"run {name!r}", overrides, spec)
-        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
-    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
-    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
-    return runs
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
-    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
-    seed when ``seeds`` is set)."""
-    budget = spec.budget
-    owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
-    for override in overrides:
-        key = _override_key(override)
-        for budget_key, target in BUDGET_TARGETS.items():
-            if key == target:
-                raise ConfigError(
-                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                    f"`budget.{budget_key}` "
-                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
-                    f"the budget."
-                )
-        if key in owned:
-            raise ConfigError(
-                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
-                f"`{override}`."
-            )
-
-
 def quoted(key: str, value: Any) -> str:
     """A forced Hydra override ``++key=value`` (strings and paths quoted)."""
     return f"++{key}='{value}'" if isinstance(value, (str, Path)) else f"++{key}={value}"
@@ -316,7 +262,7 @@ def quoted(key: str, value: Any) -> str:
 
 def data_overrides(spec: DictConfig) -> list[str]:
     """The spec's data set, forced on every pretraining and probe config."""
-    keys = ("dataset", "train_path", "val_path")
+    keys = ("dataset", "train_path", "val_path", "format")
     return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
 
 
