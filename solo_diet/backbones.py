@@ -90,4 +90,22 @@ def raw_pixels(method: str, size: int = 32, channels: int = 3) -> RawPixels:
     return RawPixels(size=size, channels=channels)
 
 
-PLUGIN_BACKBONES = {"cp_resnet8": cp_resnet8, "raw_pixels": raw_pixels}
+def cifar_resnet18(method: str, **kwargs) -> nn.Module:
+    """torchvision's ResNet-18 with solo-learn's CIFAR stem (3x3 stride-1 first convolution with
+    padding 2, no max-pool) and no ``fc``, for any 32 px data set: solo-learn puts that stem on
+    ``resnet18`` only for ``cifar10``/``cifar100``. ``num_features`` is 512."""
+    from torchvision.models import resnet18
+
+    network = resnet18(**kwargs)
+    network.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
+    network.maxpool = nn.Identity()
+    network.fc = nn.Identity()
+    network.num_features = network.inplanes
+    return network
+
+
+PLUGIN_BACKBONES = {
+    "cp_resnet8": cp_resnet8,
+    "raw_pixels": raw_pixels,
+    "cifar_resnet18": cifar_resnet18,
+}

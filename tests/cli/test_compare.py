@@ -135,7 +135,7 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         (["seeds=3"], "`seeds` must be a list"),
         (["reference_rows=[pixels]"], r"`reference_rows` must be a list of \['random_init', 'raw_pixels'\]"),
         (["seeds=[0,1]", "runs=[{name: a, config_name: diet, overrides: [seed=3]}]"], "overrides `seed`"),
-        (["runs=[{name: raw_pixels, config_name: diet}]"], "name of a reference row"),
+        (["reference_rows=[raw_pixels]", "runs=[{name: raw_pixels, config_name: diet}]"], "name of a reference row"),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
