@@ -32,21 +32,19 @@ def save_random_init(cfg: DictConfig, path: Path) -> Path:
 
     from solo_diet.methods.checkpoint import build_backbone
 
-    seed_everything(int(OmegaConf.select(cfg, "seed", default=SOLO_DEFAULT_SEED)))
+    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_DEFAULT_SEED))
+    kwargs = OmegaConf.select(cfg, "backbone.kwargs", default=None)
     args = {
         "method": str(cfg.method),
         "backbone": {
             "name": str(cfg.backbone.name),
-            "kwargs": OmegaConf.to_container(
-                OmegaConf.select(cfg, "backbone.kwargs", default={}) or {}, resolve=True
-            ),
+            "kwargs": {} if kwargs is None else OmegaConf.to_container(kwargs, resolve=True),
         },
         "data": {"dataset": str(cfg.data.dataset)},
-        "seed": int(OmegaConf.select(cfg, "seed", default=SOLO_DEFAULT_SEED)),
+        "seed": seed,
     }
-    backbone = build_backbone(
-        OmegaConf.create({**args, "pretrain_method": args["method"]}),
-    )
+    seed_everything(seed)
+    backbone = build_backbone(OmegaConf.create({**args, "pretrain_method": args["method"]}))
     return _save(path, backbone, args)
 
 

@@ -4,7 +4,6 @@ in which the jobs finish out of order."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,13 @@ skip_without_solo()
 
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.compare.runner import JobsFailed  # noqa: E402
-from solo_diet.testing import write_image_folder  # noqa: E402
+from tests.cli._compare import (  # noqa: E402
+    SHIPPED_SPEC,
+    interrupt_after_first_epoch,
+    tiny_overrides,
+    write_tiny_images,
+)
 
-SPEC = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "animal_mnist.yaml"
 RUNS = "{name: diet, config_name: diet}, {name: simclr, config_name: simclr}"
 # passes every check before training, then solo-learn's BaseMethod refuses it in the worker
 BROKEN = "{name: broken, config_name: simclr, overrides: [optimizer.name=no_such_optimizer]}"
@@ -26,25 +29,11 @@ BROKEN = "{name: broken, config_name: simclr, overrides: [optimizer.name=no_such
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("images")
-    write_image_folder(root / "train", num_classes=5, per_class=6, size=32, seed=0)
-    write_image_folder(root / "val", num_classes=5, per_class=3, size=32, seed=1)
-    return root
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
 
 
 def overrides(data_root: Path, output_dir: Path, runs: str) -> list[str]:
-    return [
-        f"data.root={data_root}",
-        f"output_dir={output_dir}",
-        "budget.max_epochs=2",
-        "budget.batch_size=4",
-        "budget.limit_train_batches=2",
-        "trainer=[accelerator=cpu,precision=32,data.num_workers=0]",
-        "pretrain_overrides=[backbone.kwargs.width=8,++checkpoint.keep_prev=True]",
-        "linear.overrides=[max_epochs=1,optimizer.batch_size=8]",
-        "evaluation.lidar_samples=6",
-        "evaluation.lidar_views=3",
-        "evaluation.batch_size=8",
+    return tiny_overrides(data_root, output_dir) + [
         "reference_rows=[raw_pixels]",
         "parallel.workers=2",
         f"runs=[{runs}]",
@@ -59,7 +48,7 @@ def report_runs(out: Path) -> list[str]:
 def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, capsys):
     out = tmp_path / "cmp"
     with pytest.raises(JobsFailed, match=r"1 of 4 jobs failed: run 'broken' \(exit status 1"):
-        run_compare(SPEC, overrides(data_root, out, f"{RUNS}, {BROKEN}"))
+        run_compare(SHIPPED_SPEC, overrides(data_root, out, f"{RUNS}, {BROKEN}"))
 
     terminal = capsys.readouterr().out
     broken_log = out / "runs" / "broken" / "job.log"
@@ -72,15 +61,10 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
 
     # diet, the first job, was interrupted after its first epoch; simclr is finished
     diet = out / "runs" / "diet"
-    for checkpoint in diet.glob("pretrain/**/*-ep=1.ckpt"):
-        checkpoint.unlink()
-    state = json.loads((diet / "state.json").read_text())
-    del state["checkpoint"]
-    (diet / "state.json").write_text(json.dumps(state))
-    (diet / "result.json").unlink()
+    interrupt_after_first_epoch(diet)
     simclr_result = (out / "runs" / "simclr" / "result.json").read_text()
 
-    report = run_compare(SPEC, overrides(data_root, out, RUNS))
+    report = run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS))
 
     terminal = capsys.readouterr().out
     finished = [line.split(":")[0] for line in terminal.splitlines() if ": done in " in line]

@@ -19,36 +19,22 @@ skip_without_solo()
 
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.compare.aggregate import pooled_std  # noqa: E402
-from solo_diet.testing import write_image_folder  # noqa: E402
+from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
-SPEC = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "animal_mnist.yaml"
 SEEDS = (0, 1)
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("images")
-    write_image_folder(root / "train", num_classes=5, per_class=6, size=32, seed=0)
-    write_image_folder(root / "val", num_classes=5, per_class=3, size=32, seed=1)
-    return root
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
 
 
 def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
-    return [
-        f"data.root={data_root}",
-        f"output_dir={output_dir}",
+    return tiny_overrides(data_root, output_dir) + [
         "data.format=gpu",
         "budget.max_epochs=3",
-        "budget.batch_size=4",
-        "budget.limit_train_batches=2",
         "budget.checkpoint_every_n_epochs=2",
         "budget.val_every_n_epochs=2",
-        "trainer=[accelerator=cpu,precision=32,data.num_workers=0]",
-        "pretrain_overrides=[backbone.kwargs.width=8,++checkpoint.keep_prev=True]",
-        "linear.overrides=[max_epochs=1,optimizer.batch_size=8]",
-        "evaluation.lidar_samples=6",
-        "evaluation.lidar_views=3",
-        "evaluation.batch_size=8",
         f"seeds=[{','.join(map(str, SEEDS))}]",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
     ]
@@ -70,7 +56,7 @@ def table_cells(report: str, run: str) -> dict[str, str]:
 
 def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     out = tmp_path / "cmp"
-    report = run_compare(SPEC, seeded_overrides(data_root, out)).read_text()
+    report = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out)).read_text()
 
     rows = read_rows(out / "results.csv")
     assert [(r["run"], r["seed"]) for r in rows] == [

@@ -194,7 +194,8 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
     lines = [
         f"# Comparison: {spec.name}",
         "",
-        f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`. "
+        f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
+        f"`data.format: {spec.data.format}`. "
         f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "
         f"{seeds}. Checkpoints every {checkpoint_interval(budget)} epochs and the last; online "
         f"probe validated every {validation_interval(budget)} epochs. "

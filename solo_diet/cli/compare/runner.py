@@ -155,8 +155,10 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
         done = not trained and previous.get("checkpoint") == str(checkpoint)
     else:
         checkpoint = job.run_dir / "reference.ckpt"
-        arch = OmegaConf.to_container(job.cfg.backbone, resolve=True)
-        wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed])
+        arch, data = (
+            OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
+        )
+        wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])
         done = checkpoint.is_file()
     if done and previous.get("fingerprint") == wanted:
         progress(f"{job.label}: already evaluated")
