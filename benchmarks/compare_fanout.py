@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -75,6 +76,8 @@ def main(argv: list | None = None) -> None:
 
     if args.smoke:
         args.runs, args.seeds, args.epochs, args.images = 2, 1, 1, 60
+    for name in ("lightning.pytorch", "lightning.fabric"):  # their handlers bypass the redirect
+        logging.getLogger(name).setLevel(logging.ERROR)
     many = 2 if args.smoke else max(1, len(visible_gpus()))
     card = "CPU" if args.smoke else f"{len(visible_gpus())} x {gpu_name()}"
     jobs = args.runs * args.seeds + 2
