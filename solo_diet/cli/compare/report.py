@@ -171,6 +171,38 @@ def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]
     return lines
 
 
+def _seeded_tables(
+    spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
+) -> list[str]:
+    """The mean ± std table with its marks and their meaning, then the per-seed table."""
+    rankings = {m: rank(aggregated, m) for m in RANKED_METRICS}
+    marks = {m: r for m, r in rankings.items() if r is not None}
+
+    def cell(row: dict, column: str) -> str:
+        if column in NOT_AGGREGATED:
+            return _cell(row.get(column, math.nan))
+        ranking = marks.get(column)
+        best = {ranking.best, *ranking.tied} if ranking else set()
+        resolved = set(ranking.resolved) if ranking else set()
+        return _mean_cell(row, column, best, resolved)
+
+    columns = [c for c in _shown_columns(summary) if c != "seed"]
+    columns.insert(columns.index("method") + 1, "n_seeds")
+    lines = [f"## Mean ± standard deviation over {len(spec.seeds)} seeds", ""]
+    lines += _table(summary, columns, cell)
+    lines += [
+        "",
+        f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
+        "best by more than two pooled standard deviations of the seeds. Every other difference to "
+        "the best is within two pooled standard deviations: this comparison does not resolve it. "
+        "Reference rows are one evaluation each (no ±).",
+        "",
+        "## Per seed",
+        "",
+    ]
+    return lines + _table(results, _shown_columns(results), lambda r, c: _cell(r.get(c, math.nan)))
+
+
 def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
     """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings)."""
     from solo_diet.cli.compare.plots import plot_curves, plot_spectra
@@ -178,12 +210,9 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
     seeded = spec.seeds is not None
-    summary = (aggregate(runs) if seeded else list(runs)) + references
-    write_results_csv(
-        [*runs, *aggregate(runs), *references] if seeded else results,
-        out / "results.csv",
-        seeds=seeded,
-    )
+    aggregated = aggregate(runs) if seeded else []
+    rows = [*runs, *aggregated, *references] if seeded else list(results)
+    write_results_csv(rows, out / "results.csv", seeds=seeded)
     plot_spectra(results, out / "spectra.png")
     plot_curves(results, out, out / "curves.png")
     budget = spec.budget
@@ -201,38 +230,14 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
         f"probe validated every {validation_interval(budget)} epochs. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
-        *_verdicts(spec, aggregate(runs) if seeded else runs, references),
+        *_verdicts(spec, aggregated if seeded else runs, references),
         "",
     ]
-    columns = [c for c in _shown_columns(summary) if c != "seed"]
     if seeded:
-        columns.insert(columns.index("method") + 1, "n_seeds")
-        rankings = {m: rank(aggregate(runs), m) for m in RANKED_METRICS}
-        marks = {m: r for m, r in rankings.items() if r is not None}
-
-        def cell(row: dict, column: str) -> str:
-            if column in NOT_AGGREGATED:
-                return _cell(row.get(column, math.nan))
-            ranking = marks.get(column)
-            best = {ranking.best, *ranking.tied} if ranking else set()
-            resolved = set(ranking.resolved) if ranking else set()
-            return _mean_cell(row, column, best, resolved)
-
-        lines += [f"## Mean ± standard deviation over {len(spec.seeds)} seeds", ""]
-        lines += _table(summary, columns, cell)
-        lines += [
-            "",
-            f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below "
-            "the best by more than two pooled standard deviations of the seeds. Every other "
-            "difference to the best is within two pooled standard deviations: this comparison "
-            "does not resolve it. Reference rows are one evaluation each (no ±).",
-            "",
-            "## Per seed",
-            "",
-        ]
-        lines += _table(results, _shown_columns(results), lambda r, c: _cell(r.get(c, math.nan)))
+        lines += _seeded_tables(spec, aggregated, [*aggregated, *references], results)
     else:
-        lines += _table(summary, columns, lambda r, c: _cell(r.get(c, math.nan)))
+        columns = [c for c in _shown_columns(results) if c != "seed"]
+        lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
     lines += ["", *_legend(spec), "", "![singular-value spectra](spectra.png)", ""]
     lines += ["![pretraining curves](curves.png)", ""]
     report = out / "report.md"
