@@ -100,7 +100,7 @@ def main(argv: list | None = None) -> None:
                     run_compare(SPEC, overrides(args, data, out, workers))
             wall = time.time() - started
             first = first or wall
-            used = ", ".join(repr(d) for d in devices_used(out)) or "this process"
+            used = ", ".join(d or "CPU" for d in devices_used(out)) or "this process"
             print(f"| {workers} | {jobs} | {wall:.0f} | {first / wall:.2f} | {used} |", flush=True)
 
 
