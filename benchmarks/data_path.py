@@ -6,8 +6,10 @@ method class and Lightning's loop, built as ``solo-diet pretrain`` builds it fro
 ``method_kwargs.sem``), batch 256, bf16-mixed, on a synthetic 32 px ImageFolder (random PNGs, 10
 classes; the model keeps the CIFAR stem and the config's augmentations). Sources: ``image_folder``
 (solo-learn's dataset and DataLoader with ``--workers`` workers: ``data.format: image_folder``),
-``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU) and ``ceiling``
-(the same step on a few pre-made augmented GPU batches, no augmentation). After ``--warmup`` steps
+``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU, the augmentation
+replayed as CUDA graphs), ``gpu_eager`` (the same with ``data.gpu.cuda_graphs: false``; only when
+named in ``--sources``) and ``ceiling`` (the same step on a few pre-made augmented GPU batches, no
+augmentation). After ``--warmup`` steps
 the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it, the GPU busy %
 sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
 ``torch.cuda.max_memory_allocated``. Prints one table; ``pretrain_wall.py`` times whole runs.
@@ -15,6 +17,8 @@ sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
     python benchmarks/data_path.py                     # 42 cases, sized for ~8 min on one H100
     python benchmarks/data_path.py --backbones resnet18   # half of them (one per backbone)
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18
+    python benchmarks/data_path.py --methods diet simclr --backbones resnet18 \
+        --sources image_folder gpu gpu_eager ceiling   # CUDA graphs against eager augmentation
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
 """
 
@@ -35,6 +39,7 @@ from typing import Optional
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "cifar"
 METHOD_NAMES = ("diet", "sdiet", "simclr", "byol", "vicreg", "simclr_sem", "cplearn")
 SOURCES = ("image_folder", "gpu", "ceiling")
+EXTRA_SOURCES = ("gpu_eager",)
 BACKBONES = {
     "resnet18": ["backbone.name=resnet18"],
     "cp_resnet8": ["backbone.name=cp_resnet8", "++backbone.kwargs.width=128"],
@@ -187,6 +192,7 @@ def solo_learn_loader(cfg, train_batch_sampler):
 def data_loader(cfg, method_cls, source: str):
     """What the launcher feeds the method for ``source``, read as a ``custom`` folder."""
     import torch
+    from omegaconf import OmegaConf
 
     from solo_diet.cli.gpu_data import pretrain_loader
     from solo_diet.data.loader import resolve_device
@@ -195,6 +201,8 @@ def data_loader(cfg, method_cls, source: str):
     if source == "image_folder":
         return solo_learn_loader(cfg, hook)
     cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
+    # the ceiling's pre-made views are handed out by Python: no graph of them
+    OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
     loader, num_samples = pretrain_loader(cfg, hook)
     if source == "ceiling":
         device = resolve_device(loader.device)
@@ -265,7 +273,7 @@ def throughput_table(args, common: dict) -> None:
         for backbone in args.backbones:
             for method in args.methods:
                 row = {}
-                for source in SOURCES:
+                for source in args.sources:
                     case = {
                         **common,
                         "method": method,
@@ -276,10 +284,8 @@ def throughput_table(args, common: dict) -> None:
                     row[source] = run_case(__file__, case, args.case_timeout)
                 for source, result in row.items():
                     speed = result.get("samples_s")
-                    base, top = (
-                        row["image_folder"].get("samples_s"),
-                        row["ceiling"].get("samples_s"),
-                    )
+                    base = row.get("image_folder", {}).get("samples_s")
+                    top = row.get("ceiling", {}).get("samples_s")
                     ratio = f"{speed / base:.2f}" if speed and base else "-"
                     share = f"{speed / top:.2f}" if speed and top else "-"
                     print(
@@ -338,6 +344,9 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--warmup", type=int, default=8, help="steps before the timed window")
     parser.add_argument("--seconds", type=float, default=2.0, help="length of the timed window")
     parser.add_argument("--min-steps", type=int, default=10, help="fewest steps in the window")
+    parser.add_argument(
+        "--sources", nargs="+", default=list(SOURCES), choices=SOURCES + EXTRA_SOURCES
+    )
     args = parser.parse_args(argv)
     if run_here_if_case(args, run_throughput_case):
         return
@@ -348,7 +357,7 @@ def main(argv: Optional[list] = None) -> None:
     started = time.time()
     throughput_table(args, common)
     print(
-        f"# {len(args.methods) * len(args.backbones) * len(SOURCES)} cases in "
+        f"# {len(args.methods) * len(args.backbones) * len(args.sources)} cases in "
         f"{time.time() - started:.0f} s"
     )
 

@@ -3,19 +3,31 @@
 Each epoch shuffles ``0..N-1`` with a generator seeded by ``seed + epoch`` (the same on every
 process) and cuts the order into super-batches of ``m`` global batches; the ``m`` batches of a
 super-batch cover its ``m*B`` indices exactly, without overlap. A global batch of
-``batch_size * num_replicas`` indices is split into ``num_replicas`` contiguous slices in rank order,
-so gathering the ranks' indices (rank 0 first) rebuilds the global batch. Incomplete global batches
-at the end of an epoch are dropped. Because the order is known in advance, the method can load a
-whole super-batch at once and prefetch the next one.
+``batch_size * num_replicas`` indices is split into ``num_replicas`` contiguous slices in rank
+order, so gathering the ranks' indices (rank 0 first) rebuilds the global batch. Incomplete global
+batches at the end of an epoch are dropped. Because the order is known in advance, the method can
+load a whole super-batch at once and prefetch the next one.
+
+:class:`SuperBatchOrder` follows that order from the training loop (which super-batch a step
+belongs to) and checks that each batch is the sampler's; :func:`check_sampler` checks a sampler
+against the method's settings.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
+
+from solo_diet.config import ConfigError
+
+ITERATE_THE_SAMPLER = (
+    "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
+)
 
 
 class EpochPermutation(Sampler[int]):
@@ -30,7 +42,9 @@ class EpochPermutation(Sampler[int]):
         self.epoch = epoch
 
     def order(self) -> torch.Tensor:
-        return torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        return torch.randperm(
+            self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch)
+        )
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.order().tolist())
@@ -103,10 +117,123 @@ class SuperBatchSampler(Sampler[list[int]]):
         return self.sampler.order()[: steps * size].view(steps, size)
 
     def super_batches(self) -> list[torch.Tensor]:
-        """The epoch's super-batches: up to ``m`` consecutive global batches each (the last may be shorter)."""
+        """The epoch's super-batches: up to ``m`` consecutive global batches each (the last may be
+        shorter)."""
         return list(self.global_batches().split(self.rows_per_step))
 
     def __iter__(self) -> Iterator[list[int]]:
         start = self.replicas()[1] * self.batch_size
         for batch in self.global_batches():
             yield batch[start : start + self.batch_size].tolist()
+
+
+def check_sampler(
+    sampler: Optional[SuperBatchSampler], num_samples: int, rows_per_step: int
+) -> None:
+    """Refuse a training order that does not fit the method: ``rows_per_step`` > 1 without a
+    SuperBatchSampler, or a sampler built for another data set size or ``rows_per_step``."""
+    build = "build it with the method's train_batch_sampler (`solo-diet pretrain` installs it)"
+    if sampler is None and rows_per_step > 1:
+        raise ConfigError(
+            "`method_kwargs.rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
+            f"solo_diet.samplers.SuperBatchSampler: {build}."
+        )
+    if sampler is not None and sampler.num_samples > num_samples:
+        raise ConfigError(
+            f"the SuperBatchSampler orders {sampler.num_samples} samples, "
+            f"`method_kwargs.num_samples` "
+            f"is {num_samples}: {build} on the training set."
+        )
+    if sampler is not None and sampler.rows_per_step != rows_per_step:
+        raise ConfigError(
+            f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, "
+            f"`method_kwargs.rows_per_step` is {rows_per_step}: {build}."
+        )
+
+
+@dataclass(frozen=True)
+class SuperBatch:
+    """Where a training step sits in the data order.
+
+    Attributes:
+        indexes: the global dataset indices of its super-batch (the rows resident for it).
+        place: this batch's place ``k`` in the super-batch.
+        length: the super-batch's number of batches (``m``, fewer at the end of an epoch).
+        following: the next super-batch's indices, or None at the end of the epoch.
+    """
+
+    indexes: torch.Tensor
+    place: int
+    length: int
+    following: Optional[torch.Tensor]
+
+
+class SuperBatchOrder:
+    """Follows a :class:`SuperBatchSampler` from the training loop: the super-batch of each step,
+    and a check that each batch is the sampler's. On a CUDA device that check is deferred by one
+    step (an asynchronous copy of the indices, checked at the next step or :meth:`check_pending`):
+    no host sync."""
+
+    def __init__(self, rows_per_step: int):
+        self.rows_per_step = rows_per_step
+        self._epoch_batches: Optional[tuple[int, torch.Tensor]] = None
+        self._pending: Optional[tuple] = None
+
+    def locate(
+        self,
+        sampler: SuperBatchSampler,
+        indexes: torch.Tensor,
+        batch_idx: int,
+        steps_limit: float = math.inf,
+    ) -> SuperBatch:
+        """The super-batch of step ``batch_idx`` whose (global) batch is ``indexes``; the epoch has
+        ``min(len(sampler), steps_limit)`` steps. Nothing is prefetched across an epoch boundary
+        (our design: the next epoch's rows may be written before then)."""
+        if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
+            self._epoch_batches = (sampler.epoch, sampler.global_batches())
+        batches = self._epoch_batches[1]
+        if batch_idx >= len(batches):
+            raise RuntimeError(
+                f"batch {batch_idx} is past the SuperBatchSampler's {len(batches)} batches of "
+                f"epoch "
+                f"{sampler.epoch}: {ITERATE_THE_SAMPLER}"
+            )
+        self._check(indexes, batches[batch_idx], batch_idx, sampler.epoch)
+        steps, m = int(min(len(batches), steps_limit)), self.rows_per_step
+        start = batch_idx - batch_idx % m
+        group = batches[start : min(start + m, steps)]
+        following = batches[start + m : min(start + 2 * m, steps)]
+        return SuperBatch(
+            group.flatten(),
+            batch_idx - start,
+            len(group),
+            following.flatten() if len(following) else None,
+        )
+
+    def _check(
+        self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int, epoch: int
+    ) -> None:
+        self.check_pending()
+        if indexes.is_cuda:
+            seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
+            seen.copy_(indexes, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending = (batch_idx, epoch, expected, seen, event)
+        else:
+            self._pending = (batch_idx, epoch, expected, indexes, None)
+            self.check_pending()
+
+    def check_pending(self) -> None:
+        """Finish the deferred check of the last batch (call it at the end of an epoch)."""
+        if self._pending is None:
+            return
+        batch_idx, epoch, expected, seen, event = self._pending
+        self._pending = None
+        if event is not None:
+            event.synchronize()
+        if not torch.equal(expected, seen):
+            raise RuntimeError(
+                f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {epoch}: "
+                f"{ITERATE_THE_SAMPLER}"
+            )

@@ -10,6 +10,8 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
 - ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
   resized, center crop); null keeps the images' own size, which must then be one size.
 - ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
+- ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
+  shape; ~3x faster at 32 px); false runs them eagerly.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.config import (
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_positive_int,
+    fill_default,
+)
 from solo_diet.data.loader import STORAGES, GPUBatchLoader
 from solo_diet.data.pipeline import (
     IMAGENET_STATS,
@@ -32,7 +40,7 @@ from solo_diet.data.pipeline import (
 from solo_diet.data.tensor_data import ImageTensors, load_images
 
 DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
-GPU_KEYS = ("storage", "image_size", "decode_threads")
+GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs")
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
 PROBE_PIPELINES = {
     "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
@@ -50,6 +58,7 @@ class GPUDataSettings:
     storage: str
     image_size: Optional[int]
     decode_threads: Optional[int]
+    cuda_graphs: bool
 
 
 def check_data_format(cfg: DictConfig) -> str:
@@ -78,8 +87,10 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     for key in ("image_size", "decode_threads"):
         if fill_default(cfg, f"data.gpu.{key}", None) is not None:
             check_positive_int(cfg, f"data.gpu.{key}")
+    fill_default(cfg, "data.gpu.cuda_graphs", True)
+    check_bool(cfg, "data.gpu.cuda_graphs")
     gpu = cfg.data.gpu
-    return GPUDataSettings(gpu.storage, gpu.image_size, gpu.decode_threads)
+    return GPUDataSettings(gpu.storage, gpu.image_size, gpu.decode_threads, gpu.cuda_graphs)
 
 
 def loader_device(cfg: DictConfig) -> str:
@@ -111,10 +122,12 @@ def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTens
 
 
 def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    settings = gpu_settings(cfg)
     return {
         "seed": int(cfg.seed),
-        "storage": gpu_settings(cfg).storage,
+        "storage": settings.storage,
         "device": loader_device(cfg),
+        "cuda_graphs": settings.cuda_graphs,
     }
 
 

@@ -3,6 +3,12 @@
 Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
 backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
 for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 accuracy).
+
+Keys of our own, besides solo-learn's linear config:
+    probe (str): ``backbone`` (default) or ``sem`` (the SEM representation of a ``<name>_sem`` run).
+    sem_tau (float): temperature of the SEM probe; default the run's ``probe_tau``.
+    allow_pickle_checkpoint (bool): load a checkpoint that needs pickle, with a warning; by default
+        it is refused, since unpickling runs any code the file carries. Default False.
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.cli.gpu_data import check_data_format, linear_loaders
-from solo_diet.config import ConfigError
-from solo_diet.methods.checkpoint import build_backbone, load_backbone_weights, read_pretrain_args
+from solo_diet.config import ConfigError, check_bool, fill_default
+from solo_diet.methods.checkpoint import (
+    ALLOW_PICKLE_KEY,
+    PretrainedCheckpoint,
+    build_backbone,
+    load_backbone_weights,
+    read_pretrain_args,
+)
 
 
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
@@ -42,9 +54,11 @@ def probe_features(cfg: DictConfig) -> nn.Module:
     the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
     probe = OmegaConf.select(cfg, "probe", default="backbone")
     ckpt = cfg.pretrained_feature_extractor
+    fill_default(cfg, ALLOW_PICKLE_KEY, False)
+    allow_pickle = check_bool(cfg, ALLOW_PICKLE_KEY)
     if probe == "backbone":
         backbone = build_backbone(cfg)
-        load_backbone_weights(backbone, ckpt)
+        load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)
         return backbone
     if probe == "sem":
         from solo_diet.methods.sem import sem_feature_extractor
@@ -52,7 +66,7 @@ def probe_features(cfg: DictConfig) -> nn.Module:
         tau = OmegaConf.select(cfg, "sem_tau", default=None)
         if tau is not None and tau < 0:
             raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
-        return sem_feature_extractor(ckpt, tau=tau)
+        return sem_feature_extractor(PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle), tau=tau)
     raise ConfigError(f"`probe` must be 'backbone' or 'sem', got {probe!r}.")
 
 

@@ -27,7 +27,7 @@ from solo_diet.methods.contract import Contract, method_contract
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
-    """solo-learn's pipeline for one augmentation node, + RandomErasing (DIET, seed 001 Alg. 4) when
+    """solo-learn's pipeline for one augmentation node, + RandomErasing (DIET paper, Alg. 4) when
     ``random_erasing.prob > 0`` (applied on the normalised tensor, torchvision defaults)."""
     from solo.data.pretrain_dataloader import build_transform_pipeline
     from torchvision import transforms

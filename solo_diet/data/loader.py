@@ -13,9 +13,11 @@ classification batches are ``[images, targets]``. The order comes from a batch s
 ``seed + epoch``, the global batch split over the DDP ranks read at iteration time, incomplete
 global batches dropped as solo-learn's pretraining loader does), or a method's own, or
 :class:`OrderedBatchSampler` for evaluation. Lightning's fit loop calls ``set_epoch`` on
-``loader.sampler`` / ``loader.batch_sampler.sampler`` each epoch; the augmentation generator is
-reseeded from ``(seed, epoch, rank)`` each time the loader is iterated, so a run resumed at epoch
-``e`` draws the crops an uninterrupted run draws.
+``loader.sampler`` / ``loader.batch_sampler.sampler`` each epoch. The loader keeps one
+augmentation generator per device and reseeds it from ``(seed, epoch, rank)`` each time it is
+iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws. On CUDA the
+transform is replayed as CUDA graphs (:class:`~solo_diet.data.pipeline.CapturedAugmentation`, one
+graph per batch shape, drawing from that generator) unless ``cuda_graphs=False``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from solo_diet.config import ConfigError
+from solo_diet.data.pipeline import CapturedAugmentation
 from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.samplers import SuperBatchSampler
 
@@ -151,7 +154,7 @@ class GPUBatchLoader:
 
     ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
     float tensor. ``batch_sampler`` yields this process's index lists; ``len(loader)`` is its
-    length.
+    length. ``cuda_graphs``: replay the transform as CUDA graphs on CUDA (``data.gpu.cuda_graphs``).
     """
 
     def __init__(
@@ -164,11 +167,14 @@ class GPUBatchLoader:
         seed: int = 0,
         storage: str = "auto",
         device: DeviceSpec = "cuda",
+        cuda_graphs: bool = True,
     ):
         if storage not in STORAGES:
             raise ConfigError(
                 f"`data.gpu.storage` must be one of {list(STORAGES)}, got {storage!r}."
             )
+        if not isinstance(cuda_graphs, bool):
+            raise ConfigError(f"`data.gpu.cuda_graphs` must be True or False, got {cuda_graphs!r}.")
         self.dataset = data
         self.transform = transform
         self.batch_sampler = batch_sampler
@@ -176,7 +182,9 @@ class GPUBatchLoader:
         self.seed = seed
         self.storage = storage
         self.device = device
+        self.cuda_graphs = cuda_graphs
         self._resident: Optional[tuple[torch.device, str, Any, Tensor]] = None
+        self._augmenters: dict[torch.device, tuple[Transform, torch.Generator]] = {}
 
     @classmethod
     def for_pretraining(
@@ -274,6 +282,17 @@ class GPUBatchLoader:
             self._resident = (device, placement, images, self.dataset.targets.to(device))
         return self._resident
 
+    def augmenter(self, device: torch.device) -> tuple[Transform, torch.Generator]:
+        """``(transform, generator)`` on ``device``, made once: the loader's one generator there and
+        the transform drawing from it, replayed as CUDA graphs on CUDA when ``cuda_graphs``."""
+        if device not in self._augmenters:
+            generator = torch.Generator(device=device)
+            transform = self.transform
+            if device.type == "cuda" and self.cuda_graphs:
+                transform = CapturedAugmentation(self.transform, generator)
+            self._augmenters[device] = (transform, generator)
+        return self._augmenters[device]
+
     def max_batch_rows(self) -> int:
         size = getattr(self.batch_sampler, "batch_size", None)
         return size if size is not None else max(len(batch) for batch in self.batch_sampler)
@@ -292,20 +311,16 @@ class GPUBatchLoader:
 
     def __iter__(self) -> Iterator[list]:
         device, placement, images, targets = self.resident()
-        generator = torch.Generator(device=device).manual_seed(
-            derive_seed(self.seed, self.epoch, self.rank())
-        )
+        transform, generator = self.augmenter(device)
+        generator.manual_seed(derive_seed(self.seed, self.epoch, self.rank()))
         host_batches, device_batches = self.epoch_indices(device)
         pending = (
             images.submit(0, host_batches[0]) if placement == "pinned" and host_batches else None
         )
         for step, idx in enumerate(device_batches):
-            if placement == "pinned":
-                rows = images.take(pending)
-                if step + 1 < len(host_batches):
-                    pending = images.submit((step + 1) % 2, host_batches[step + 1])
-            else:
-                rows = images.index_select(0, idx)
-            out = self.transform(rows, generator)
+            rows = images.take(pending) if placement == "pinned" else images.index_select(0, idx)
+            out = transform(rows, generator)
+            if placement == "pinned" and step + 1 < len(host_batches):  # after a graph's capture
+                pending = images.submit((step + 1) % 2, host_batches[step + 1])
             batch_targets = targets.index_select(0, idx)
             yield [idx, list(out), batch_targets] if self.pretraining else [out, batch_targets]

@@ -4,11 +4,21 @@ solo-learn's ``Checkpointer`` writes ``<run>/<name>-ep=<epoch>.ckpt`` next to ``
 the full pretraining config. :class:`PretrainedCheckpoint` reads both and rebuilds what a launcher
 needs from them: the backbone (linear probe, kNN, RankMe), or the whole method (projector and heads
 included, e.g. for SEM or code evaluations).
+
+Checkpoints load without pickle (``torch.load(weights_only=True)``), so opening a checkpoint someone
+shared cannot run code it carries. solo-learn's checkpoints hold only tensors, numbers, strings,
+lists and dicts; OmegaConf's config containers are allow-listed too
+(:func:`checkpoint_safe_globals`). Anything else is refused, unless the caller opts out with
+``allow_pickle`` (the launchers' ``allow_pickle_checkpoint`` key), which loads it with a warning.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import pickle
+import typing
+import warnings
 from functools import cached_property
 from pathlib import Path
 from typing import Optional, Union
@@ -21,6 +31,11 @@ from solo_diet.config import ConfigError
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
+ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
+
+
+class UnsafeCheckpoint(ConfigError):
+    """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`)."""
 
 
 def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
@@ -37,12 +52,73 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
     return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
 
 
-def load_checkpoint_file(path: PathLike) -> dict:
-    """The checkpoint's dictionary, on the CPU."""
+def checkpoint_safe_globals() -> list:
+    """The non-tensor types a checkpoint may hold and still load without pickle: OmegaConf's
+    containers (a config stored among a checkpoint's hyper-parameters) and the plain types their
+    metadata names. solo-learn's own checkpoints need none of them: they hold tensors, numbers,
+    strings, lists and dicts only. (Lightning's ``AttributeDict`` cannot be allow-listed: torch's
+    weights-only unpickler fills no dict subclass.)"""
+    from omegaconf import base, dictconfig, listconfig, nodes
+
+    return [
+        dictconfig.DictConfig,
+        listconfig.ListConfig,
+        base.ContainerMetadata,
+        base.Metadata,
+        nodes.AnyNode,
+        nodes.StringNode,
+        nodes.IntegerNode,
+        nodes.FloatNode,
+        nodes.BooleanNode,
+        typing.Any,
+        collections.defaultdict,
+        dict,
+        list,
+        int,
+        float,
+        str,
+        bool,
+    ]
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    """The globals of a checkpoint that are not allow-listed (empty when the file cannot tell)."""
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a zip checkpoint: the load error names the first one
+        return []
+    allowed = {f"{t.__module__}.{t.__qualname__}" for t in checkpoint_safe_globals()}
+    return [name for name in found if name not in allowed]
+
+
+def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
+    """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry.
+
+    Tensors, plain containers and :func:`checkpoint_safe_globals` load with
+    ``torch.load(weights_only=True)``; a checkpoint that needs any other type is refused, unless
+    ``allow_pickle`` (the ``allow_pickle_checkpoint`` option), which unpickles it with a warning.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist.")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    if allow_pickle:
+        warnings.warn(
+            f"loading {path} with pickle (`{ALLOW_PICKLE_KEY}=True`): unpickling runs any code the "
+            "file carries; only do this for checkpoints whose source you trust.",
+            stacklevel=2,
+        )
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        names = _unsafe_globals(path) or [str(error).splitlines()[0]]
+        raise UnsafeCheckpoint(
+            f"checkpoint {path} refused: it holds objects only pickle can rebuild "
+            f"({', '.join(names)}), and unpickling runs any code the file carries. If you trust "
+            f"its source, opt out with `{ALLOW_PICKLE_KEY}=True` (e.g. `solo-diet linear ... "
+            f"++{ALLOW_PICKLE_KEY}=True`)."
+        ) from error
 
 
 def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
@@ -72,7 +148,9 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
     return len(weights)
 
 
-def load_backbone_weights(backbone: nn.Module, ckpt_path: PathLike) -> int:
+def load_backbone_weights(
+    backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
+) -> int:
     """Load the ``backbone.*`` tensors of a pretraining checkpoint; every backbone key must load.
 
     Returns the number of tensors loaded.
@@ -81,7 +159,8 @@ def load_backbone_weights(backbone: nn.Module, ckpt_path: PathLike) -> int:
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
         )
-    return _load_backbone_state(backbone, load_checkpoint_file(ckpt_path)["state_dict"], ckpt_path)
+    state = load_checkpoint_file(ckpt_path, allow_pickle=allow_pickle)["state_dict"]
+    return _load_backbone_state(backbone, state, ckpt_path)
 
 
 class PretrainedCheckpoint:
@@ -91,10 +170,16 @@ class PretrainedCheckpoint:
         path: the ``.ckpt`` file.
         args: the pretraining config, or the path of its ``args.json``; default: the ``args.json``
             next to ``path``.
+        allow_pickle: load a checkpoint that needs pickle, with a warning
+            (:func:`load_checkpoint_file`).
     """
 
     def __init__(
-        self, path: PathLike, args: Optional[Union[omegaconf.DictConfig, PathLike]] = None
+        self,
+        path: PathLike,
+        args: Optional[Union[omegaconf.DictConfig, PathLike]] = None,
+        *,
+        allow_pickle: bool = False,
     ):
         self.path = Path(path)
         if args is None:
@@ -102,6 +187,7 @@ class PretrainedCheckpoint:
         elif not isinstance(args, omegaconf.DictConfig):
             args = omegaconf.OmegaConf.create(json.loads(Path(args).read_text()))
         self.args: omegaconf.DictConfig = args
+        self.allow_pickle = allow_pickle
         self._method: Optional[nn.Module] = None
 
     @property
@@ -111,7 +197,7 @@ class PretrainedCheckpoint:
     @cached_property
     def state_dict(self) -> dict:
         """The model's tensors (read once)."""
-        return load_checkpoint_file(self.path)["state_dict"]
+        return load_checkpoint_file(self.path, allow_pickle=self.allow_pickle)["state_dict"]
 
     def backbone(self) -> nn.Module:
         """The pretrained backbone (every backbone key loaded)."""

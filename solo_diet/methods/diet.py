@@ -1,4 +1,4 @@
-"""DIET as a solo-learn method: every image is its own class (seed 001 Eq. 2), or any label source."""
+"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2), or any label source."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class DIET(IndexMethod):
 
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (whose ``proj_layers``
     defaults to 0 here: no projector, as in the paper):
-        loss (str): ``ce`` (label-smoothed cross-entropy, paper) or ``mse`` (MSE-DIET, seed 000 Eq. 5).
+        loss (str): ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (MSE-DIET, s-DIET paper, Eq. 5).
         label_smoothing (float): smoothing of the ``ce`` target, in [0, 1). Default 0.8.
         normalize (bool): L2-normalise what the head sees. Default False (paper's DIET).
     """

@@ -1,7 +1,7 @@
-"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head in closed form (seed 002 Lemma 1).
+"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head in closed form (Birth-of-SSL paper, Lemma 1).
 
 The head is never stored: for each (global) batch, ``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2``
-is solved exactly, so only ``lam`` is left (spec §1.2, §2.A). ``Y`` comes from a label source
+is solved exactly, so only ``lam`` is left (Birth-of-SSL paper, Lemma 1, Eq. 2). ``Y`` comes from a label source
 (``solo_diet.labels``): the datum index (SSL, needs >= 2 views per datum), the class, a mix or groups.
 """
 
@@ -19,7 +19,7 @@ from solo_diet.methods.index_method import LabelledProjectionMethod
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (seed 002 eq. 2), any label source.
+    """Closed-form ridge head over the batch (Birth-of-SSL paper, Eq. 2), any label source.
 
     Extra cfg settings (``method_kwargs``), besides
     :class:`~solo_diet.methods.index_method.IndexMethod`'s:

@@ -1,4 +1,4 @@
-"""Graph-VICReg as a solo-learn method: VICReg over the label graph of any label source (seed 002 Cor. 1).
+"""Graph-VICReg as a solo-learn method: VICReg over the label graph of any label source (Birth-of-SSL paper, Cor. 1).
 
 Positive pairs are the views sharing an id (``solo_diet.labels``); with the datum index and two views
 this is solo-learn's VICReg exactly. The imbalance weighting of the spec (§1.6) is ``label_norm_power``.

@@ -1,9 +1,9 @@
-"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (seed 000 §5).
+"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
 
 The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM by
 default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
 (global) super-batch are loaded, updated by hand with the backbone group's current lr and written back.
-With ``rows_per_step = m`` (multi-batch CE, seed 000 §5.2, spec §3.8) the data order comes from a
+With ``rows_per_step = m`` (multi-batch CE, s-DIET paper, §5.2) the data order comes from a
 :class:`solo_diet.samplers.SuperBatchSampler` (``solo-diet pretrain`` installs it through
 :meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its ``m``
 steps, every resident row takes a real step at each of them, and on leaving the rows get the
@@ -14,12 +14,16 @@ Any label source of :mod:`solo_diet.labels` can replace the dataset index (``lab
 one row per label id, a batch loads the rows of its distinct ids and each datum's target is the row of
 its id (several positives per row for ``class``); this path uses batch CE (m = 1), lazy zero-gradient
 steps and no prefetch (the next batch's ids depend on its targets).
+
+This class is the wiring into solo-learn: the head step (loss, head gradient, row-wise optimiser
+step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its checks are
+:class:`solo_diet.samplers.SuperBatchOrder`, both torch-only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+import math
+from typing import Any, Dict, Optional, Sequence
 
 import omegaconf
 import torch
@@ -34,31 +38,21 @@ from solo_diet.config import (
     check_range,
     fill_default,
 )
-from solo_diet.labels import batch_rows
-from solo_diet.losses import sdiet_multi_batch_cross_entropy
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
+from solo_diet.rowhead import RowHead
 from solo_diet.rowstore import MODES, STORAGES, RowStore, host_sharing
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.samplers import SuperBatch, SuperBatchOrder, SuperBatchSampler, check_sampler
 
 CHECKPOINT_KEY = "sdiet_row_store"
 
 
-@dataclass
-class ResidentRows:
-    """The super-batch whose head rows are on the device: its indices, rows and optimiser state."""
-
-    indexes: torch.Tensor
-    rows: torch.Tensor
-    state: Tuple[torch.Tensor, ...]
-
-
 class SDIET(IndexMethod):
-    """s-DIET: projector, L2 normalisation, CE against the resident head rows (seed 000 Eq. 7, §5.2).
+    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7, §5.2).
 
     The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
-    D, the width of a head row; the projector has 3 layers by default (seed 000 §6).
+    D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
 
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
         label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default 0.8.
@@ -76,7 +70,7 @@ class SDIET(IndexMethod):
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
         storage_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
             ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``). Default float32.
-        rows_per_step (int): m of multi-batch CE (seed 000 §5.2): logits over the m*B rows of the
+        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
             super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
             (batch CE, as the paper).
         prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device while
@@ -86,10 +80,7 @@ class SDIET(IndexMethod):
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs
-        self.label_smoothing: float = kwargs.label_smoothing
-        self.temperature: float = kwargs.temperature
         self.rows_per_step: int = kwargs.rows_per_step
-        self.prefetch_rows: bool = kwargs.prefetch
         self.head_optimizer: RowOptimizer = (
             RowAdamW(kwargs.head_weight_decay, tuple(kwargs.head_betas), kwargs.head_eps)
             if kwargs.head_optimizer == "adamw"
@@ -102,14 +93,13 @@ class SDIET(IndexMethod):
             dtype=getattr(torch, kwargs.storage_dtype),
             seed=omegaconf_select(cfg, "seed", 0),
         )
+        self.row_head = RowHead(kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch)
         # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
         self._pending_snapshot: Optional[dict] = None
         # the data order: found on the trainer's train dataloader at train start (or set by hand)
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
-        self._epoch_batches: Optional[Tuple[int, torch.Tensor]] = None
-        self._resident: Optional[ResidentRows] = None
-        self._pending_order: Optional[tuple] = None
+        self.batch_order = SuperBatchOrder(kwargs.rows_per_step)
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
@@ -206,105 +196,41 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output. The head rows are not parameters (spec A4)."""
+        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice: the s-DIET paper's Listing 1 updates them by hand)."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
-        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (A8)."""
+        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (our choice; the s-DIET paper is silent)."""
         if self._trainer is None or not self.trainer.optimizers:
             return self.lr
         return self.trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_start(self) -> None:
         """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B the
-        global batch (A2, spec §3.8)."""
+        global batch (our choice for DDP; s-DIET paper, §5.2)."""
         super().on_train_start()
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
             self.super_batch_sampler = found if isinstance(found, SuperBatchSampler) else None
-        sampler = self.super_batch_sampler
-        if sampler is None and self.rows_per_step > 1:
-            raise ConfigError(
-                "`method_kwargs.rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
-                "solo_diet.samplers.SuperBatchSampler (SDIET.train_batch_sampler; `solo-diet pretrain` installs it)."
-            )
-        if sampler is not None and sampler.num_samples > self.num_samples:
-            raise ConfigError(
-                f"the SuperBatchSampler orders {sampler.num_samples} samples, `method_kwargs.num_samples` is "
-                f"{self.num_samples}: build the sampler with SDIET.train_batch_sampler on the training set."
-            )
-        if sampler is not None and sampler.rows_per_step != self.rows_per_step:
-            raise ConfigError(
-                f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, "
-                f"`method_kwargs.rows_per_step` is {self.rows_per_step}: build it with SDIET.train_batch_sampler."
-            )
+        check_sampler(self.super_batch_sampler, self.num_samples, self.rows_per_step)
         global_batch = self.batch_size * self.trainer.world_size
         self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
 
-    def _steps_in_epoch(self, batches: torch.Tensor) -> int:
-        if self._trainer is None:
-            return len(batches)
-        return int(min(len(batches), self.trainer.num_training_batches))
-
-    def _check_order(self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int) -> None:
-        """The batch must be the SuperBatchSampler's. On a CUDA device the comparison is deferred by one
-        step (an asynchronous copy of the indices, checked at the next step or epoch end): no host sync."""
-        self._check_pending_order()
-        if indexes.is_cuda:
-            seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
-            seen.copy_(indexes, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            self._pending_order = (batch_idx, expected, seen, event)
-        else:
-            self._pending_order = (batch_idx, expected, indexes, None)
-            self._check_pending_order()
-
-    def _check_pending_order(self) -> None:
-        if self._pending_order is None:
-            return
-        batch_idx, expected, seen, event = self._pending_order
-        self._pending_order = None
-        if event is not None:
-            event.synchronize()
-        if not torch.equal(expected, seen):
-            raise RuntimeError(
-                f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {self.super_batch_sampler.epoch}: "
-                "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
-            )
-
-    def _super_batch(
-        self, indexes: torch.Tensor, batch_idx: int
-    ) -> Tuple[torch.Tensor, int, int, Optional[torch.Tensor]]:
-        """``(super-batch indices, this batch's place k in it, its length, next super-batch or None)``.
-
-        Without a SuperBatchSampler the super-batch is the batch itself (m = 1), whose indices are
-        checked here; the sampler's are in range and distinct by construction. Nothing is prefetched
-        across an epoch boundary (the next epoch's rows may be written before then, spec §3.2).
-        """
+    def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
+        """The super-batch of this (global) batch. Without a SuperBatchSampler it is the batch itself
+        (m = 1), whose indices are checked here; the sampler's are in range and distinct by
+        construction."""
         sampler = self.super_batch_sampler
-        if sampler is None:
-            check_sample_indexes(indexes, self.num_samples)
-            if indexes.unique().numel() != indexes.numel():
-                raise ValueError(
-                    "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
-                    "head row. Use a sampler without replacement (solo-learn's default)."
-                )
-            return indexes, 0, 1, None
-        if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
-            self._epoch_batches = (sampler.epoch, sampler.global_batches())
-        batches = self._epoch_batches[1]
-        if batch_idx >= len(batches):
-            raise RuntimeError(
-                f"batch {batch_idx} is past the SuperBatchSampler's {len(batches)} batches of epoch {sampler.epoch}: "
-                "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
+        if sampler is not None:
+            steps = math.inf if self._trainer is None else self.trainer.num_training_batches
+            return self.batch_order.locate(sampler, indexes, batch_idx, steps)
+        check_sample_indexes(indexes, self.num_samples)
+        if indexes.unique().numel() != indexes.numel():
+            raise ValueError(
+                "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
+                "head row. Use a sampler without replacement (solo-learn's default)."
             )
-        self._check_order(indexes, batches[batch_idx], batch_idx)
-        steps, m = self._steps_in_epoch(batches), self.rows_per_step
-        start = batch_idx - batch_idx % m
-        group = batches[start : min(start + m, steps)]
-        following = batches[start + m : min(start + 2 * m, steps)]
-        return group.flatten(), batch_idx - start, len(group), following.flatten() if len(following) else None
+        return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """CE over the head rows of the batch's label ids (by default the super-batch's dataset indices),
@@ -325,65 +251,24 @@ class SDIET(IndexMethod):
         return loss + online_probe_loss(targets, out["loss"])
 
     def _index_rows_loss(self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float) -> torch.Tensor:
-        """Multi-batch CE over the resident super-batch rows (seed 000 §5.2); m = 1 is the paper's batch CE."""
+        """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the s-DIET paper's batch CE (§5.1)."""
         # a collective: every process has loaded the previous step's rows before a shared store's
-        # writer stores them (RowStore docstring)
+        # writer stores them (rowstore.sharing)
         indexes = concat_all_gather_no_grad(indexes)
-        group, place, length, following = self._super_batch(indexes, batch_idx)
-        if place == 0:
-            rows, state = self.row_store.load(group, z.device, lr=lr)
-            self._resident = ResidentRows(group, rows, state)
-            if following is not None and self.prefetch_rows:
-                self.row_store.prefetch(following, z.device)
-        resident = self._resident
-        if resident is None or not torch.equal(resident.indexes, group):
-            raise RuntimeError(f"batch {batch_idx} continues a super-batch whose rows were never loaded")
-
-        batch_size = indexes.numel()
-        positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
-        rows = resident.rows.detach().requires_grad_(True)
-        loss = sdiet_multi_batch_cross_entropy(
-            z, rows, positions, label_smoothing=self.label_smoothing, temperature=self.temperature
-        )
-        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
-        leaving = place == length - 1
-        resident.rows, resident.state = self.row_store.update(
-            group,
-            rows,
-            resident.state,
-            head_grad,
-            lr=lr,
-            write_back=leaving,
-            eager_steps=self.row_store.eager_steps + self.rows_per_step - length,
-        )
-        if leaving:
-            self._resident = None
-        return loss
+        super_batch = self._super_batch(indexes, batch_idx)
+        return self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)
 
     def _labelled_rows_loss(
         self, z: torch.Tensor, indexes: torch.Tensor, targets: torch.Tensor, lr: float
     ) -> torch.Tensor:
-        """Batch CE over the batch's distinct label rows (class / mix / groups): every datum sharing an id
-        is a positive of its row (seed 002 Theorem 1); unlabelled data add nothing; lazy zero-grad steps."""
+        """Batch CE over the batch's distinct label rows (class / mix / groups), lazy zero-grad steps."""
         ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
-        row_ids, positions = batch_rows(ids)
-        if row_ids.numel() == 0:
-            self.row_store.global_step += 1  # a step with no real row update: absent rows still age
-            return z.sum() * 0.0
-        labelled = positions >= 0
-        rows, state = self.row_store.load(row_ids, z.device, lr=lr)
-        rows = rows.detach().requires_grad_(True)
-        loss = sdiet_multi_batch_cross_entropy(
-            z[labelled], rows, positions[labelled], label_smoothing=self.label_smoothing, temperature=self.temperature
-        )
-        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
-        self.row_store.update(row_ids, rows, state, head_grad, lr=lr)
-        return loss
+        return self.row_head.labelled_step(self.row_store, z, ids, lr)
 
     def on_train_epoch_end(self) -> None:
         """Epoch boundary: the last batch's order check; the last write-back completes on every process
         before the next epoch reads."""
-        self._check_pending_order()
+        self.batch_order.check_pending()
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 SEM sits between the backbone and the method's projector (or DINO head's MLP), paper §3:
 ``x -> backbone -> e -> SimplicialEmbedding -> z_hat -> projector -> ... -> the method's loss``.
 
-How a twin is built, for any ``BaseMethod`` subclass ``M`` (spec §5.1):
+How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
 
 - ``SEM<M>`` has bases ``(_SEMTwin, M, _DimHook)`` where ``_DimHook`` subclasses solo-learn's
   ``BaseMethod``/``BaseMomentumMethod``. The MRO runs the hook right after solo-learn's base
@@ -34,12 +34,17 @@ from torch import nn
 from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, MethodContract, method_contract
-from solo_diet.nn.sem import SimplicialEmbedding, check_temperature, simplex_statistics
+from solo_diet.nn.sem import (
+    SEMFeatureExtractor,
+    SimplicialEmbedding,
+    check_temperature,
+    simplex_statistics,
+)
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
     "linear": "linear evaluation is not pretraining; probe a SEM checkpoint through sem_feature_extractor().",
-    "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it (spec §1.2).",
+    "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it.",
 }
 SEM_DEFAULTS: dict[str, Any] = {
     "num_simplices": 5000,  # L
@@ -73,7 +78,7 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
 
 
 def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """Fill and check ``method_kwargs.sem`` (paper defaults: L=5000, V=13 on CIFAR-100, spec §1.6)."""
+    """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100, App. C)."""
     sem = fill_default(cfg, "method_kwargs.sem", {})
     if not isinstance(sem, Mapping):
         raise ConfigError(f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}.")
@@ -285,7 +290,7 @@ class _SEMTwin(MethodContract):
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Large crop 0 at ``tau_online``; without a momentum branch the other large crops use
-        ``tau_target`` (official SimCLR/Barlow/SwAV per-view temperatures, spec §1.2)."""
+        ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper, §3.1)."""
         sem = self.cfg.method_kwargs.sem
         crop = len(self._sem_large_crops)
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -329,20 +334,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
     """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
     return {f"{name}_sem": make_sem_twin(name, cls) for name, cls in methods.items() if sem_refusal(name, cls) is None}
-
-
-class SEMFeatureExtractor(nn.Module):
-    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)`` for linear probing (§4)."""
-
-    def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
-        super().__init__()
-        self.backbone = backbone
-        self.embedder = embedder
-        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
-        self.num_features = embedder.out_dim
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.embedder.frozen_forward(self.backbone(X), self.tau)
 
 
 def sem_feature_extractor(

@@ -99,3 +99,18 @@ class SimplicialEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"L={self.num_simplices}, V={self.simplex_dim}, tau={self.tau}"
+
+
+class SEMFeatureExtractor(nn.Module):
+    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)`` for linear probing
+    (§4)."""
+
+    def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
+        super().__init__()
+        self.backbone = backbone
+        self.embedder = embedder
+        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
+        self.num_features = embedder.out_dim
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.embedder.frozen_forward(self.backbone(X), self.tau)

@@ -114,6 +114,7 @@ def test_multi_crop_views_and_their_sizes(data):
     _, recorder, train = fit_through_gpu_path(cfg)
     views = train.transform(train.dataset.images[:3], torch.Generator().manual_seed(0))
     assert [tuple(v.shape) for v in views] == [(3, 3, 32, 32)] * 2 + [(3, 3, 16, 16)] * 2
+    assert train.cuda_graphs is True and cfg.data.gpu.cuda_graphs is True  # the default
 
 
 def test_lightning_sets_the_epoch_and_batches_carry_true_indices(data):
@@ -230,6 +231,7 @@ def test_sdiet_runs_through_its_super_batch_sampler(data, tmp_path):
         ("++dali.device=gpu", "dali"),
         ("++data.gpu.storage=vram", "data.gpu.storage"),
         ("++data.gpu.image_sise=32", "unknown `data.gpu` keys"),
+        ("++data.gpu.cuda_graphs=yes", r"`data.gpu.cuda_graphs` must be True or False"),
         ("++augmentations.0.rrc.interpolation=nearest", "augmentations"),
         ("optimizer.batch_size=64", "fewer than one global batch"),
     ],

@@ -51,7 +51,7 @@ def synthetic(num: int = 40, size: int = 4) -> ImageTensors:
 def noisy_views(rows: torch.Tensor, generator: torch.Generator) -> list:
     """Two 'views' whose randomness comes only from ``generator``."""
     x = rows.float()
-    return [x + torch.rand(x.shape, generator=generator), x.flip(-1)]
+    return [x + torch.rand(x.shape, generator=generator, device=x.device), x.flip(-1)]
 
 
 def epoch_batches(loader: GPUBatchLoader, epoch: int) -> list:

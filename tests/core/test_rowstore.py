@@ -9,7 +9,7 @@ import torch
 
 import numpy as np
 
-from solo_diet import rowstore
+from solo_diet.rowstore import tables as rowstore
 from solo_diet.optim import RowAdamW, RowSGDW
 from solo_diet.rowstore import HostSharing, RowStore
 

@@ -33,11 +33,8 @@ KMEANS_SCORES = {
     "hungarian_acc": "kmeans_acc",
     "chance_nmi": "kmeans_chance_nmi",
 }
-CODE_SCORES = {
-    "nmi": "nmi",
-    "ami": "ami",
-    "codes_used": "used",
-}  # column suffixes of code clusterings
+# column suffixes of a clustering by codes (an ExtraRepresentation of kind "codes")
+CODE_SCORES = {"nmi": "nmi", "ami": "ami", "codes_used": "used"}
 
 
 def compose_linear(

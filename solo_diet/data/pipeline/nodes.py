@@ -1,0 +1,206 @@
+"""solo-learn's augmentation YAML nodes, parsed and checked: :class:`AugmentationNode`, and the
+per-dataset normalisation statistics solo-learn uses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from solo_diet.config import ConfigError
+
+IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+DATASET_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "stl10": ((0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261)),
+    "imagenet100": IMAGENET_STATS,
+    "imagenet": IMAGENET_STATS,
+}
+"""solo-learn's per-dataset normalisation; ``custom`` takes the node's mean/std or ImageNet's."""
+
+_SECTIONS = {
+    "rrc": ("enabled", "crop_min_scale", "crop_max_scale"),
+    "color_jitter": ("prob", "brightness", "contrast", "saturation", "hue"),
+    "grayscale": ("prob",),
+    "gaussian_blur": ("prob",),
+    "solarization": ("prob",),
+    "equalization": ("prob",),
+    "horizontal_flip": ("prob",),
+    "random_erasing": ("prob",),
+}
+_TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
+_GPU_HINT = "or train with data.format: image_folder"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _get(node: Mapping, key: str, default: Any) -> Any:
+    """``node[a][b]`` for ``key = "a.b"``, or ``default`` when absent (the string "None" too)."""
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return default if node is None or node == "None" else node
+
+
+class _Reader:
+    """Reads and checks one node's values; every error names ``<prefix>.<key>``."""
+
+    def __init__(self, node: Mapping, prefix: str) -> None:
+        self.node, self.prefix = node, prefix
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"`{self.prefix}.{key}` {problem}")
+
+    def probability(self, section: str, default: float) -> float:
+        value = _get(self.node, f"{section}.prob", default)
+        if not _number(value) or not 0 <= value <= 1:
+            raise self.fail(f"{section}.prob", f"must be a probability in [0, 1], got {value!r}.")
+        return float(value)
+
+    def positive_int(self, key: str, default: int, minimum: int = 1) -> int:
+        value = _get(self.node, key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}.")
+        return value
+
+    def jitter_range(self, key: str, centre: float, low: float, high: float) -> tuple[float, float]:
+        """torchvision ColorJitter's range: strength s -> [max(low, centre - s), centre + s], or an
+        explicit ``[min, max]`` inside ``[low, high]``."""
+        value = _get(self.node, f"color_jitter.{key}", 0.0)
+        if _number(value) and value >= 0 and centre + value <= high:
+            return max(low, centre - value), centre + value
+        pair = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
+        if len(pair) == 2 and all(map(_number, pair)) and low <= pair[0] <= pair[1] <= high:
+            return float(pair[0]), float(pair[1])
+        raise self.fail(
+            f"color_jitter.{key}",
+            f"must be a strength in [0, {high - centre}] or a [min, max] pair inside "
+            f"[{low}, {high}], got {value!r}.",
+        )
+
+    def stats(self, dataset: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Normalisation: the dataset's own (solo-learn), or the node's / ImageNet's for custom."""
+        result = []
+        for key, own in zip(("mean", "std"), DATASET_STATS.get(dataset, IMAGENET_STATS)):
+            value = _get(self.node, key, own)
+            values = (
+                list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
+            )
+            if (
+                len(values) != 3
+                or not all(map(_number, values))
+                or (key == "std" and min(values) <= 0)
+            ):
+                raise self.fail(
+                    key, f"must be 3 numbers (std > 0), one per RGB channel, got {value!r}."
+                )
+            if dataset in DATASET_STATS and tuple(map(float, values)) != own:
+                raise self.fail(
+                    key,
+                    f"is ignored by solo-learn for data.dataset={dataset} (it normalises with "
+                    f"{own}); remove it, or use data.dataset: custom to set your own.",
+                )
+            result.append(tuple(map(float, values)))
+        return result[0], result[1]
+
+
+@dataclass(frozen=True)
+class AugmentationNode:
+    """One solo-learn augmentation node. Defaults are solo-learn's (its argparse defaults; its Hydra
+    path has none); jitter ranges are torchvision ColorJitter's (``(1, 1)``/``(0, 0)``: off)."""
+
+    crop_size: int = 224
+    num_crops: int = 2
+    mean: tuple[float, ...] = IMAGENET_STATS[0]
+    std: tuple[float, ...] = IMAGENET_STATS[1]
+    rrc: bool = True
+    crop_min_scale: float = 0.08
+    crop_max_scale: float = 1.0
+    jitter_prob: float = 0.8
+    brightness: tuple[float, float] = (1.0, 1.0)
+    contrast: tuple[float, float] = (1.0, 1.0)
+    saturation: tuple[float, float] = (1.0, 1.0)
+    hue: tuple[float, float] = (0.0, 0.0)
+    grayscale_prob: float = 0.2
+    blur_prob: float = 0.5
+    solarization_prob: float = 0.0
+    equalization_prob: float = 0.0
+    flip_prob: float = 0.5
+    erasing_prob: float = 0.0
+
+    @classmethod
+    def from_config(
+        cls, node: Mapping, dataset: str, *, key: str = "augmentations[]"
+    ) -> AugmentationNode:
+        """Parse a node (a dict or DictConfig); ``key`` prefixes the names in error messages."""
+        if dataset not in DATASET_STATS and dataset != "custom":
+            choices = sorted(DATASET_STATS) + ["custom"]
+            raise ConfigError(f"`data.dataset` must be one of {choices}, got {dataset!r}.")
+        if not isinstance(node, Mapping):
+            raise ConfigError(f"`{key}` must be a mapping of augmentation keys, got {node!r}.")
+        _check_known_keys(node, key)
+        read = _Reader(node, key)
+        enabled = _get(node, "rrc.enabled", True)
+        if not isinstance(enabled, bool):
+            raise read.fail("rrc.enabled", f"must be True or False, got {enabled!r}.")
+        scale = tuple(
+            _get(node, f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0))
+        )
+        if not (all(map(_number, scale)) and 0 < scale[0] <= scale[1] <= 1):
+            raise read.fail(
+                "rrc.crop_min_scale", f"and crop_max_scale need 0 < min <= max <= 1, got {scale}."
+            )
+        mean, std = read.stats(dataset)
+        return cls(
+            crop_size=read.positive_int("crop_size", 224, minimum=2),
+            num_crops=read.positive_int("num_crops", 2),
+            mean=mean,
+            std=std,
+            rrc=enabled,
+            crop_min_scale=float(scale[0]),
+            crop_max_scale=float(scale[1]),
+            jitter_prob=read.probability("color_jitter", 0.8),
+            brightness=read.jitter_range("brightness", 1.0, 0.0, math.inf),
+            contrast=read.jitter_range("contrast", 1.0, 0.0, math.inf),
+            saturation=read.jitter_range("saturation", 1.0, 0.0, math.inf),
+            hue=read.jitter_range("hue", 0.0, -0.5, 0.5),
+            grayscale_prob=read.probability("grayscale", 0.2),
+            blur_prob=read.probability("gaussian_blur", 0.5),
+            solarization_prob=read.probability("solarization", 0.0),
+            equalization_prob=read.probability("equalization", 0.0),
+            flip_prob=read.probability("horizontal_flip", 0.5),
+            erasing_prob=read.probability("random_erasing", 0.0),
+        )
+
+    @property
+    def jitters(self) -> bool:
+        ranges = (self.brightness, self.contrast, self.saturation)
+        return self.jitter_prob > 0 and (any(r != (1.0, 1.0) for r in ranges) or self.shifts_hue)
+
+    @property
+    def shifts_hue(self) -> bool:
+        return self.jitter_prob > 0 and self.hue != (0.0, 0.0)
+
+
+def _check_known_keys(node: Mapping, key: str) -> None:
+    for name in node:
+        if name not in _TOP_KEYS:
+            raise ConfigError(
+                f"`{key}.{name}` is not an augmentation key the GPU data path knows (known: "
+                f"{list(_TOP_KEYS)}); remove it {_GPU_HINT}."
+            )
+        section = node[name]
+        if name in _SECTIONS and isinstance(section, Mapping):
+            for sub in section:
+                if sub not in _SECTIONS[name]:
+                    raise ConfigError(
+                        f"`{key}.{name}.{sub}` is not a key the GPU data path knows (known: "
+                        f"{list(_SECTIONS[name])}); remove it {_GPU_HINT}."
+                    )
+        elif name in _SECTIONS and section is not None:
+            raise ConfigError(f"`{key}.{name}` must be a mapping, got {section!r}.")

@@ -1,0 +1,141 @@
+""":class:`MultiCropAugmentation`: solo-learn's multi-view pipeline, views of one output shape
+transformed together in one batched pass."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from solo_diet.config import ConfigError
+from solo_diet.data import augment as ops
+from solo_diet.data.pipeline.nodes import AugmentationNode
+
+_COLUMNS = (
+    "crop_min_scale", "crop_max_scale", "jitter_prob", "grayscale_prob", "blur_prob",
+    "solarization_prob", "equalization_prob", "flip_prob", "erasing_prob",
+)  # fmt: skip
+
+
+class _ViewGroup:
+    """The views of one output shape, transformed together as one batch of ``len(nodes) * B`` rows;
+    per-row parameters come from each view's node."""
+
+    def __init__(self, nodes: Sequence[AugmentationNode], positions: Sequence[int]) -> None:
+        self.nodes, self.positions = list(nodes), list(positions)
+        self.crop_size, self.rrc = nodes[0].crop_size, nodes[0].rrc
+        self.active = {name: any(getattr(n, name) > 0 for n in nodes) for name in _COLUMNS[2:]}
+        self.active["jitter_prob"] = any(n.jitters for n in nodes)
+        self.hue = any(n.shifts_hue for n in nodes)
+        self._tables: dict[torch.device, torch.Tensor] = {}
+
+    def table(self, device: torch.device) -> torch.Tensor:
+        """(views, columns) per-view parameters on ``device``, built once."""
+        if device not in self._tables:
+            rows = [
+                [getattr(n, c) for c in _COLUMNS]
+                + [*n.brightness, *n.contrast, *n.saturation, *n.hue, *n.mean, *n.std]
+                for n in self.nodes
+            ]
+            self._tables[device] = torch.tensor(rows, dtype=torch.float32, device=device)
+        return self._tables[device]
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        batch, _, height, width = images.shape
+        device = images.device
+        params = self.table(device).repeat_interleave(batch, 0)
+        count = params.shape[0]
+        scale = params[:, 0], params[:, 1]
+        coins = (
+            ops.uniform(generator, (count, len(_COLUMNS) - 2), device)
+            < params[:, 2 : len(_COLUMNS)]
+        )
+        coin = dict(zip(_COLUMNS[2:], coins.unbind(1)))
+
+        def chance(name: str) -> torch.Tensor | None:
+            return coin[name] if self.active[name] else None
+
+        flip = chance("flip_prob")
+        if self.rrc:
+            box = ops.sample_resized_crop_boxes(generator, count, height, width, scale, device)
+            size = (self.crop_size, self.crop_size)
+            x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bicubic")
+        else:
+            repeated = images.repeat(len(self.nodes), 1, 1, 1)
+            x = ops.resize_center_crop(repeated, self.crop_size, None, flip, "bicubic")
+        if self.active["jitter_prob"]:
+            x = self._jitter(x, params[:, len(_COLUMNS) :], chance("jitter_prob"), generator)
+        if self.active["grayscale_prob"]:
+            x = ops.grayscale(x, chance("grayscale_prob"))
+        if self.active["blur_prob"]:
+            sigma = ops.uniform(generator, count, device, *ops.BLUR_SIGMA)
+            radius = min(math.ceil(3 * ops.BLUR_SIGMA[1]), min(x.shape[-2:]) - 1)
+            x = ops.gaussian_blur(x, sigma, radius, chance("blur_prob"))
+        if self.active["solarization_prob"]:
+            x = ops.solarize(x, chance("solarization_prob"))
+        if self.active["equalization_prob"]:
+            x = ops.equalize(x, chance("equalization_prob"))
+        stats = params[:, len(_COLUMNS) + 8 :]
+        x = ops.normalize(x, stats[:, :3], stats[:, 3:])
+        if self.active["erasing_prob"]:
+            box, found = ops.sample_erasing_boxes(generator, count, *x.shape[-2:], device)
+            x = ops.erase(x, box, found & chance("erasing_prob"))
+        return x
+
+    def _jitter(self, x, ranges, apply, generator) -> torch.Tensor:
+        count, device = x.shape[0], x.device
+        low, high = ranges[:, 0:6:2], ranges[:, 1:6:2]
+        factors = ops.uniform(generator, (count, 3), device, low, high)
+        factors = torch.where(apply[:, None], factors, torch.ones_like(factors))
+        hue = None
+        if self.hue:
+            hue = ops.uniform(generator, count, device, ranges[:, 6], ranges[:, 7])
+            hue = torch.where(apply, hue, torch.zeros_like(hue))
+        order = ops.sample_order(generator, count, 4 if self.hue else 3, device)
+        return ops.color_jitter(x, factors, hue, order)
+
+
+class MultiCropAugmentation:
+    """solo-learn's multi-view pipeline on uint8 batches: views node by node, ``num_crops`` per
+    node, each a float32 normalised (B, C, crop_size, crop_size) tensor. Views of the same output
+    shape are transformed together in one batched pass."""
+
+    def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
+        if not nodes:
+            raise ConfigError("`augmentations` must list at least one augmentation node.")
+        self.nodes = tuple(nodes)
+        per_view = [node for node in self.nodes for _ in range(node.num_crops)]
+        self.num_views = len(per_view)
+        shapes: dict[tuple[int, bool], list[int]] = {}
+        for position, node in enumerate(per_view):
+            shapes.setdefault((node.crop_size, node.rrc), []).append(position)
+        self._groups = [
+            _ViewGroup([per_view[p] for p in positions], positions) for positions in shapes.values()
+        ]
+
+    @classmethod
+    def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
+        if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
+            raise ConfigError(
+                f"`augmentations` must be a list of nodes, got {type(nodes).__name__}."
+            )
+        parsed = [
+            AugmentationNode.from_config(node, dataset, key=f"augmentations[{index}]")
+            for index, node in enumerate(nodes)
+        ]
+        return cls(parsed)
+
+    def __call__(
+        self, images: torch.Tensor, generator: torch.Generator | None = None
+    ) -> list[torch.Tensor]:
+        """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch."""
+        views: list[torch.Tensor | None] = [None] * self.num_views
+        for group in self._groups:
+            out = group(images, generator)
+            for position, view in zip(group.positions, out.split(images.shape[0])):
+                views[position] = view
+        return views
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{node.num_crops} x {node}" for node in self.nodes)

@@ -1,0 +1,111 @@
+"""s-DIET's head step over rows kept in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper, §5.2).
+
+The head is not a module parameter: for each step, the rows of the batch's label ids are loaded
+from the store, scored against ``z`` with cross-entropy, stepped by the store's row-wise optimiser
+with their gradient (the current lr) and written back. With the dataset index as label and
+``rows_per_step = m`` (multi-batch CE), the ``m*B`` rows of a super-batch stay resident on the
+device for its ``m`` steps, every resident row takes a real step at each of them, and they are
+written back when the super-batch ends, while the next super-batch's rows are prefetched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from solo_diet.labels import batch_rows
+from solo_diet.losses import sdiet_multi_batch_cross_entropy
+from solo_diet.rowstore import RowStore
+from solo_diet.samplers import SuperBatch
+
+
+@dataclass
+class ResidentRows:
+    """The super-batch whose head rows are on the device: its indices, rows and optimiser state."""
+
+    indexes: torch.Tensor
+    rows: torch.Tensor
+    state: tuple[torch.Tensor, ...]
+
+
+class RowHead:
+    """One cross-entropy step at a time against head rows held in a row store.
+
+    Args:
+        rows_per_step: m of multi-batch CE (1: the paper's batch CE).
+        label_smoothing: PyTorch smoothing, spread over the resident rows.
+        temperature: logits are divided by it.
+        prefetch: load the next super-batch's rows while the current one trains.
+    """
+
+    def __init__(
+        self, rows_per_step: int, label_smoothing: float, temperature: float, prefetch: bool
+    ):
+        self.rows_per_step = rows_per_step
+        self.label_smoothing = label_smoothing
+        self.temperature = temperature
+        self.prefetch = prefetch
+        self.resident: Optional[ResidentRows] = None
+
+    def _loss_and_grad(
+        self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, rows as a leaf, the loss's gradient for them)``; ``z`` keeps its graph."""
+        rows = rows.detach().requires_grad_(True)
+        loss = sdiet_multi_batch_cross_entropy(
+            z, rows, positions, label_smoothing=self.label_smoothing, temperature=self.temperature
+        )
+        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
+        return loss, rows, head_grad
+
+    def index_step(
+        self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
+    ) -> torch.Tensor:
+        """Multi-batch CE of the global batch ``z`` over its super-batch's resident rows; ``z``'s
+        row ``j`` is the sample at ``place * B + j`` of the super-batch. Every resident row is
+        stepped; they are written back after the super-batch's last batch."""
+        group, place, length = super_batch.indexes, super_batch.place, super_batch.length
+        if place == 0:
+            rows, state = store.load(group, z.device, lr=lr)
+            self.resident = ResidentRows(group, rows, state)
+            if super_batch.following is not None and self.prefetch:
+                store.prefetch(super_batch.following, z.device)
+        resident = self.resident
+        if resident is None or not torch.equal(resident.indexes, group):
+            raise RuntimeError(
+                f"batch {batch_idx} continues a super-batch whose rows were never loaded"
+            )
+
+        batch_size = z.shape[0]
+        positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
+        loss, rows, head_grad = self._loss_and_grad(z, resident.rows, positions)
+        leaving = place == length - 1
+        resident.rows, resident.state = store.update(
+            group,
+            rows,
+            resident.state,
+            head_grad,
+            lr=lr,
+            write_back=leaving,
+            eager_steps=store.eager_steps + self.rows_per_step - length,
+        )
+        if leaving:
+            self.resident = None
+        return loss
+
+    def labelled_step(
+        self, store: RowStore, z: torch.Tensor, ids: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """Batch CE over the batch's distinct label rows (class / mix / groups): every datum sharing
+        an id is a positive of its row (Birth-of-SSL paper, Thm. 1); unlabelled data (id -1) add nothing."""
+        row_ids, positions = batch_rows(ids)
+        if row_ids.numel() == 0:
+            store.global_step += 1  # a step with no real row update: absent rows still age
+            return z.sum() * 0.0
+        labelled = positions >= 0
+        rows, state = store.load(row_ids, z.device, lr=lr)
+        loss, rows, head_grad = self._loss_and_grad(z[labelled], rows, positions[labelled])
+        store.update(row_ids, rows, state, head_grad, lr=lr)
+        return loss

@@ -1,0 +1,210 @@
+"""The row store's storage back-ends: one ``N x K x D`` table and per-row last-step counters.
+
+A head row and its ``K - 1`` optimiser states sit side by side in one ``N x K x D`` table, so a
+batch travels in one gather, one copy and one scatter. The table lives in host RAM (``"cpu"``,
+pinned when CUDA is available; a ``/dev/shm`` file when the processes of a host share it), on the
+accelerator (``"gpu"``) or in memory-mapped files (``"disk"``).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import shutil
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from solo_diet.rowstore.sharing import HostSharing
+
+STORAGES = ("cpu", "gpu", "disk")
+INIT_CHUNK_ELEMENTS = 1 << 24
+
+Device = Union[str, torch.device]
+
+
+class RowTables:
+    """The table of head rows and their optimiser state, and each row's last real step.
+
+    Args:
+        num_rows: N, one row per training sample (or label id).
+        dim: D, width of a row.
+        names: the K slots of a row: ``"rows"``, then the optimiser's state names.
+        storage: ``"cpu"`` (default), ``"gpu"`` (the ``device`` argument) or ``"disk"``
+            (``directory``).
+        device: device of the ``"gpu"`` storage (defaults to ``cuda`` when available, else ``cpu``).
+        directory: folder of the ``"disk"`` storage's memory-mapped files (created, files
+            overwritten).
+        seed: seed of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET paper is silent; state starts
+            at 0).
+        dtype: dtype of the table (``torch.float32``; ``float64`` for exact tests).
+        sharing: share a ``"cpu"`` or ``"disk"`` table between the processes of a host.
+    """
+
+    def __init__(
+        self,
+        num_rows: int,
+        dim: int,
+        names: Sequence[str],
+        *,
+        storage: str = "cpu",
+        device: Optional[Device] = None,
+        directory: Optional[str] = None,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        sharing: Optional[HostSharing] = None,
+    ):
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
+        if storage == "disk" and not directory:
+            raise ValueError("storage='disk' needs a directory for its memory-mapped files")
+        if sharing is not None and storage == "gpu":
+            raise ValueError(
+                "storage='gpu' cannot be shared between processes: each GPU holds its own table"
+            )
+        self.num_rows, self.dim = num_rows, dim
+        self.names = tuple(names)
+        self.storage = storage
+        self.dtype = dtype
+        self.cuda = torch.cuda.is_available()
+        on_gpu = storage == "gpu"
+        self.device = (
+            torch.device(device or ("cuda" if self.cuda else "cpu"))
+            if on_gpu
+            else torch.device("cpu")
+        )
+        self.sharing = sharing
+        self.writer = sharing is None or sharing.writer
+        self.shared_files: list[str] = []
+        if sharing is not None and storage == "cpu":
+            # nothing is allocated yet: every process of the host sees the same free space
+            sharing.barrier()
+            self._check_shared_memory(sharing.directory)
+
+        if self.writer:
+            self._allocate_all(directory)
+            self._initialise_rows(seed)
+            for name in self.names[1:]:
+                self.tables[name].zero_()
+            self.last_step.fill_(-1)
+        if sharing is not None:
+            sharing.barrier()  # the writer's files exist and hold the initial tables
+            if not self.writer:
+                self._allocate_all(directory)
+            sharing.barrier()  # every process has mapped them
+            if self.writer and storage == "cpu":
+                for path in (
+                    self.shared_files
+                ):  # memory stays mapped; nothing is left in /dev/shm after a crash
+                    os.unlink(path)
+
+    def _initialise_rows(self, seed: int) -> None:
+        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks (one seeded stream, the same values as one
+        draw): no ``N x D`` temporary next to the table."""
+        bound = 1.0 / math.sqrt(self.dim)
+        generator = torch.Generator().manual_seed(seed)
+        chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
+        for chunk in self.tables["rows"].split(chunk_rows):
+            chunk.copy_(
+                torch.empty(chunk.shape, dtype=self.dtype).uniform_(
+                    -bound, bound, generator=generator
+                )
+            )
+
+    def _check_shared_memory(self, directory: str) -> None:
+        """Refuse a too small ``/dev/shm`` (touching a page beyond its size would kill the
+        process)."""
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        needed = self.num_rows * (self.dim * itemsize * len(self.names) + 8)
+        free = shutil.disk_usage(directory).free
+        if free < needed:
+            raise RuntimeError(
+                f"the shared row store needs {needed / 2**30:.2f} GiB in {directory}, which has "
+                f"{free / 2**30:.2f} GiB free: enlarge it (docker: --shm-size) or use storage=disk."
+            )
+
+    def _allocate_all(self, directory: Optional[str]) -> None:
+        """One ``N x K x D`` table (K = 1 + optimiser states): a row and its state are adjacent, so
+        a batch travels in one gather, one copy and one scatter; ``tables[name]`` are its ``N x D``
+        views."""
+        shape = (self.num_rows, len(self.names), self.dim)
+        self.table = self._allocate("table", shape, self.dtype, directory)
+        self.tables = {name: self.table[:, k] for k, name in enumerate(self.names)}
+        self.last_step = self._allocate("last_step", (self.num_rows,), torch.int64, directory)
+
+    def _allocate(
+        self, name: str, shape: tuple, dtype: torch.dtype, directory: Optional[str]
+    ) -> Tensor:
+        if self.storage == "disk":
+            return self._map_file(os.path.join(directory, f"{name}.bin"), shape, dtype)
+        if self.sharing is not None:
+            path = os.path.join(self.sharing.directory, f"{self.sharing.name}.{name}.bin")
+            self.shared_files.append(path)
+            return torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype).view(
+                shape
+            )
+        if self.storage == "gpu":
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
+
+    def _map_file(self, path: str, shape: tuple, dtype: torch.dtype) -> Tensor:
+        """A table memory-mapped from ``path`` (the writer creates it at full size). The kernel is
+        told the access is random: a batch touches scattered rows, so read-ahead around each page
+        fault would only read rows nobody asked for."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        size = math.prod(shape) * np_dtype.itemsize
+        with open(path, "w+b" if self.writer else "r+b") as handle:
+            if self.writer:
+                handle.truncate(size)
+            mapped = mmap.mmap(handle.fileno(), size)
+        mapped.madvise(mmap.MADV_RANDOM)
+        return torch.from_numpy(np.frombuffer(mapped, dtype=np_dtype).reshape(shape))
+
+    def table_index(self, indices: Tensor) -> Tensor:
+        """``indices`` as long on the table's device; host indices reach a CUDA table through pinned
+        memory, without waiting for the stream (a pageable copy would)."""
+        indices = indices.to(dtype=torch.long)
+        if self.device.type == "cuda" and indices.device.type == "cpu":
+            return indices.pin_memory().to(self.device, non_blocking=True)
+        return indices.to(self.device)
+
+    def gather(self, indices: Tensor, pinned: bool = False) -> Tensor:
+        """``B x K x D`` rows and state of ``indices``; with ``pinned``, gathered straight into a
+        page-locked buffer."""
+        idx = self.table_index(indices)
+        if not pinned:
+            return self.table.index_select(0, idx)
+        shape = (idx.numel(), len(self.names), self.dim)
+        return torch.index_select(
+            self.table, 0, idx, out=torch.empty(shape, dtype=self.dtype, pin_memory=True)
+        )
+
+    def scatter(
+        self, idx: Tensor, values: Tensor, last_step: int, event: Optional[torch.cuda.Event]
+    ) -> None:
+        """Write ``B x K x D`` rows and state into the table, once ``event`` (their copy) is
+        done."""
+        if event is not None:
+            event.synchronize()
+        self.table.index_copy_(0, idx, values)
+        self.last_step.index_fill_(0, idx, last_step)
+
+    def snapshot(self) -> dict:
+        """Contiguous CPU copies of every ``N x D`` slot and of the counters."""
+        snapshot = {
+            name: torch.empty((self.num_rows, self.dim), dtype=self.dtype).copy_(table)
+            for name, table in self.tables.items()
+        }
+        snapshot["last_step"] = self.last_step.to("cpu", copy=True)
+        return snapshot
+
+    def restore(self, snapshot: dict) -> None:
+        """Copy a :meth:`snapshot` back (the writer only: the others map the same memory)."""
+        if self.writer:
+            for name in self.names:
+                self.tables[name].copy_(snapshot[name])
+            self.last_step.copy_(snapshot["last_step"])

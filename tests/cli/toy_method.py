@@ -1,0 +1,78 @@
+"""Toy index-based method: every image is its own class, plain cross-entropy at a temperature."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+import omegaconf
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from solo_diet.config import ConfigError, check_range, fill_default
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import ExtraRepresentation
+from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
+
+
+class ProjectedFeatures(nn.Module):
+    """Images -> ``z`` of a pretrained model (compare measures it as the ``z_*`` columns)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(images)["z"]
+
+
+class ToyIndexMethod(IndexMethod):
+    """Bias-free ``Linear(z_dim, N)`` head over ``z``; the target of an image is its dataset index.
+
+    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (one projector layer by
+    default):
+        temperature (float): the logits are divided by it, > 0. Default 1.0.
+    """
+
+    projector_layers = (1, 0)  # (default, minimum) of method_kwargs.proj_layers
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        super().__init__(cfg)  # num_samples, label_source, projector, z_dim
+        self.temperature: float = cfg.method_kwargs.temperature
+        self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
+
+    @staticmethod
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """Fills and checks the toy's keys (IndexMethod fills and checks the shared ones)."""
+        cfg = super(ToyIndexMethod, ToyIndexMethod).add_and_assert_specific_cfg(cfg)
+        fill_default(cfg, "method_kwargs.temperature", 1.0)
+        check_range(cfg, "method_kwargs.temperature", 1e-6, float("inf"))
+        if cfg.method_kwargs.labels != "index":
+            raise ConfigError(
+                f"`method_kwargs.labels` must be `index` for the toy method, got "
+                f"{cfg.method_kwargs.labels!r}: set `method_kwargs.labels=index`."
+            )
+        return cfg
+
+    @property
+    def learnable_params(self) -> List[Dict[str, Any]]:
+        """The head trains with the backbone's optimizer (IndexMethod adds the projector)."""
+        return super().learnable_params + [{"name": "toy_head", "params": self.head.parameters()}]
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """Cross-entropy of every view against its dataset index + solo-learn's online probe."""
+        indexes, targets = batch[0], batch[2]
+        check_sample_indexes(indexes, self.num_samples)
+        out = super().training_step(batch, batch_idx)  # z of every view (IndexMethod.forward)
+        ids = self.label_source(indexes, targets).repeat(self.num_crops)
+        logits = self.head(torch.cat(out["z"])) / self.temperature
+        loss = F.cross_entropy(logits, ids)
+        self.log("train_toy_loss", loss, on_epoch=True, sync_dist=True)
+        return loss + out["loss"]
+
+    @classmethod
+    def extra_evaluations(
+        cls, checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
+    ) -> list[ExtraRepresentation]:
+        """Contract hook: compare also measures ``z``, the projector output."""
+        return [ExtraRepresentation("z", ProjectedFeatures(checkpoint.method()))]
