@@ -4,14 +4,16 @@ For each method (our CIFAR configs, as in ``benchmarks/data_path.py``), one fres
 ``solo-diet pretrain``'s own code with ``data.format: gpu`` for ``--epochs`` epochs on a synthetic
 32 px ImageFolder of ``--images`` training and ``--images / 5`` validation images (``data.dataset:
 custom``, so ResNet-18 would get the standard stem; the default backbone, cp_resnet8 width 128, has
-one stem), online probe every epoch and the config's checkpoints. The table splits each run by a
-host clock read at Lightning's hooks (no extra synchronisation, so GPU work lands where the host
-waits for it): start-up (process start to the first training batch: imports, decoding, model,
+one stem), the config's online probe and checkpoint frequencies (``--every N``: validate and
+checkpoint every N epochs instead; the last epoch is always checkpointed). The table splits each
+run by a host clock read at Lightning's hooks (no extra synchronisation, so GPU work lands where the
+host waits for it): start-up (process start to the first training batch: imports, decoding, model,
 Trainer, sanity check), training, validation and epoch ends (checkpoints, logging); ``wall`` is the
 whole process as the parent saw it. Prints one table.
 
     python benchmarks/pretrain_wall.py                 # 7 methods x 100 epochs on one H100/H200
     python benchmarks/pretrain_wall.py --methods diet simclr --epochs 20
+    python benchmarks/pretrain_wall.py --every 1      # validation and checkpoints every epoch
     python benchmarks/pretrain_wall.py --smoke         # 2 epochs of one tiny method on a CPU
 """
 
@@ -91,6 +93,9 @@ def run_wall_case(case: dict) -> dict:
         f"max_epochs={case['epochs']}",
         f"checkpoint.dir={case['out']}",
     ]
+    if case["every"] is not None:
+        every = case["every"]
+        extra += [f"checkpoint.frequency={every}", f"++check_val_every_n_epoch={every}"]
     phases = phase_callback()
     run_pretrain(compose_method(case["method"], case, extra), extra_callbacks=[phases])
     return {"startup": phases.first_batch - STARTED, **phases.totals}
@@ -99,12 +104,17 @@ def run_wall_case(case: dict) -> dict:
 def main(argv: Optional[list] = None) -> None:
     parser = base_parser(__doc__, ["cp_resnet8"])
     parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument(
+        "--every", type=int, default=None, help="validate and checkpoint every N epochs"
+    )
     args = parser.parse_args(argv)
     if run_here_if_case(args, run_wall_case):
         return
     if args.smoke:
         args.epochs = 2
-    common = case_settings(args, f"pretrain wall time, {args.epochs} epochs, data.format=gpu")
+    every = f"every {args.every} epochs" if args.every else "as the configs"
+    what = f"pretrain wall time, {args.epochs} epochs, data.format=gpu, val/checkpoints {every}"
+    common = case_settings(args, what)
     print("| method | backbone | wall s | start-up s | training s | validation s | epoch ends s |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
@@ -114,6 +124,7 @@ def main(argv: Optional[list] = None) -> None:
         for backbone in args.backbones:
             for method in args.methods:
                 case = {**common, "method": method, "folder": str(folder), "epochs": args.epochs}
+                case["every"] = args.every
                 case.update(out=str(folder / "runs"), backbone_overrides=BACKBONES[backbone])
                 started = time.time()
                 result = run_case(__file__, case, args.case_timeout)

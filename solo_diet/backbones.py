@@ -62,4 +62,50 @@ def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
     return ResNet8(width=width, **kwargs)
 
 
-PLUGIN_BACKBONES = {"cp_resnet8": cp_resnet8}
+class RawPixels(nn.Module):
+    """The input image itself, flattened: ``num_features = channels * size * size``. With it, the
+    linear probe and kNN of a pretrained backbone run unchanged on the (normalised) pixels.
+
+    The expected input shape is a buffer, so the backbone has a state to save and load, and a
+    differently sized input is an error that names both shapes."""
+
+    def __init__(self, size: int = 32, channels: int = 3):
+        super().__init__()
+        if size <= 0 or channels <= 0:
+            raise ValueError(f"raw_pixels needs positive size and channels, got {size}, {channels}")
+        self.shape = (channels, size, size)
+        self.register_buffer("input_shape", torch.tensor(self.shape))
+        self.num_features = channels * size * size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if tuple(x.shape[1:]) != self.shape:
+            raise ValueError(
+                f"raw_pixels was built for images of shape {self.shape}, got {tuple(x.shape[1:])}"
+            )
+        return x.flatten(1)
+
+
+def raw_pixels(method: str, size: int = 32, channels: int = 3) -> RawPixels:
+    """solo-learn backbone factory for :class:`RawPixels` (``backbone.name: raw_pixels``)."""
+    return RawPixels(size=size, channels=channels)
+
+
+def cifar_resnet18(method: str, **kwargs) -> nn.Module:
+    """torchvision's ResNet-18 with solo-learn's CIFAR stem (3x3 stride-1 first convolution with
+    padding 2, no max-pool) and no ``fc``, for any 32 px data set: solo-learn puts that stem on
+    ``resnet18`` only for ``cifar10``/``cifar100``. ``num_features`` is 512."""
+    from torchvision.models import resnet18
+
+    network = resnet18(**kwargs)
+    network.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
+    network.maxpool = nn.Identity()
+    network.fc = nn.Identity()
+    network.num_features = network.inplanes
+    return network
+
+
+PLUGIN_BACKBONES = {
+    "cp_resnet8": cp_resnet8,
+    "raw_pixels": raw_pixels,
+    "cifar_resnet18": cifar_resnet18,
+}

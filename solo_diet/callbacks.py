@@ -1,4 +1,5 @@
-"""Lightning callbacks for pretraining runs: cost/curve recording and an optional RankMe monitor.
+"""Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor and a
+last-epoch checkpoint.
 
 Adapter floor (imports lightning, not solo-learn). Used by ``solo-diet compare``; any Trainer can take them.
 """
@@ -38,7 +39,8 @@ class EpochCostLogger(Callback):
     end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s`` (images
     per train second, summed over devices), ``peak_gpu_mib`` (``torch.cuda.max_memory_allocated`` of
     this process over the epoch, empty on CPU), ``train_loss`` (mean of the loss ``training_step``
-    returned: the method loss plus the online probe's cross-entropy) and the logged ``LOGGED_METRICS``.
+    returned: the method loss plus the online probe's cross-entropy) and the logged
+    ``LOGGED_METRICS`` (empty in epochs without validation: ``check_val_every_n_epoch > 1``).
     Rows of a resumed run are appended; readers keep the last row of each epoch.
     """
 
@@ -50,6 +52,7 @@ class EpochCostLogger(Callback):
         self._samples = 0
         self._loss_sum = 0.0
         self._loss_count = 0
+        self._validated = False
 
     def _cuda(self, trainer: Trainer) -> bool:
         return trainer.strategy.root_device.type == "cuda"
@@ -60,6 +63,10 @@ class EpochCostLogger(Callback):
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
         self._epoch_start = self._last_batch_end = time.perf_counter()
         self._samples, self._loss_sum, self._loss_count = 0, 0.0, 0
+        self._validated = False
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._validated = self._validated or not trainer.sanity_checking
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._cuda(trainer):
@@ -87,7 +94,7 @@ class EpochCostLogger(Callback):
             "train_loss": self._loss_sum / self._loss_count if self._loss_count else "",
         }
         for name in self.logged_metrics:
-            value = trainer.callback_metrics.get(name)
+            value = trainer.callback_metrics.get(name) if self._validated else None
             row[name] = float(value) if value is not None else ""
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         new_file = not self.csv_path.is_file()
@@ -111,7 +118,8 @@ def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
 
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` validation images, every ``every_n_epochs`` epochs (and the last one)."""
+    ``max_samples`` validation images, in the validations of every ``every_n_epochs``-th epoch
+    (epochs n-1, 2n-1, ..., Lightning's ``check_val_every_n_epoch`` convention) and of the last."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -124,7 +132,7 @@ class RankMeMonitor(Callback):
     def _active(self, trainer: Trainer) -> bool:
         epoch = trainer.current_epoch
         last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
-        return not trainer.sanity_checking and (epoch % self.every_n_epochs == 0 or last)
+        return not trainer.sanity_checking and ((epoch + 1) % self.every_n_epochs == 0 or last)
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._features = []
@@ -145,3 +153,19 @@ class RankMeMonitor(Callback):
         if self._features:
             pl_module.log("val_rankme", rankme(torch.cat(self._features)), sync_dist=False)
         self._features = []
+
+
+class FinalEpochCheckpoint(Callback):
+    """Saves the last epoch through ``checkpointer`` (solo-learn's ``Checkpointer``, which saves
+    only epochs divisible by its ``frequency``), so a run checkpointed every K epochs still ends
+    with the checkpoint of its last epoch. Place it after ``checkpointer`` in the callbacks."""
+
+    def __init__(self, checkpointer: Any):
+        super().__init__()
+        self.checkpointer = checkpointer
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        epoch = trainer.current_epoch
+        last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
+        if last and epoch % self.checkpointer.frequency != 0:
+            self.checkpointer.save(trainer)

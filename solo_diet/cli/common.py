@@ -184,9 +184,12 @@ def fit_or_raise(
 
 
 def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]):
-    """solo-learn's Checkpointer (+ wandb logger with optional gradient watching and lr monitor)."""
+    """solo-learn's Checkpointer, every ``checkpoint.frequency`` epochs and at the last one (+ wandb
+    logger with optional gradient watching and lr monitor)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
     from solo.utils.checkpointer import Checkpointer
+
+    from solo_diet.callbacks import FinalEpochCheckpoint
 
     callbacks: list = []
     checkpointer = None
@@ -194,7 +197,7 @@ def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, w
         checkpointer = Checkpointer(
             cfg, logdir=logdir, frequency=cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev
         )
-        callbacks.append(checkpointer)
+        callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers.wandb import WandbLogger

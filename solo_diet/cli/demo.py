@@ -1,19 +1,20 @@
 """``solo-diet demo``: the whole main job on a real offline dataset — data, pretraining, offline
-linear probe — and the same probe on an untrained backbone of the same architecture."""
+linear probe — and the same probe on an untrained backbone of the same architecture and on the
+raw pixels (``solo_diet.cli.references``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Optional
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
+from solo_diet.cli.references import save_random_init, save_raw_pixels
 from solo_diet.config import ConfigError
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
@@ -50,20 +51,6 @@ def _device_overrides(accelerator: str, data_format: str) -> list[str]:
     ]
 
 
-def save_untrained(cfg: DictConfig, path: Path) -> Path:
-    """Checkpoint (+ args.json) of the method freshly built from ``cfg`` with its seed: the
-    random-init baseline."""
-    from lightning.pytorch import seed_everything
-    from solo.methods import METHODS
-
-    seed_everything(cfg.seed)
-    model = METHODS[cfg.method](cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict()}, path)
-    (path.parent / "args.json").write_text(json.dumps(OmegaConf.to_container(cfg)))
-    return path
-
-
 def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str, data_format: str) -> float:
     from solo_diet.cli.linear import run_linear
 
@@ -82,8 +69,9 @@ def run_demo(
     workdir: str = "solo-diet-demo",
     accelerator: str = "auto",
     data_format: str = "auto",
-) -> tuple[float, float]:
-    """Run the demo; prints and returns ``(probe top-1, random-init probe top-1)`` in %."""
+) -> tuple[float, float, float]:
+    """Run the demo; prints and returns the probe's top-1 in % of the pretrained backbone, the
+    random-init backbone and the raw pixels."""
     from solo_diet.cli.pretrain import run_pretrain
 
     if not (DEMO_CONFIGS / f"{method}.yaml").is_file():
@@ -115,9 +103,15 @@ def run_demo(
         raise RuntimeError("pretraining wrote no checkpoint")
     print(f"[demo] pretrained {method} for {epochs} epochs on {accelerator} ({time.time() - start:.0f}s): {ckpt}")
 
-    untrained = save_untrained(cfg, root / "random_init" / "untrained.ckpt")
+    untrained = save_random_init(cfg, root / "random_init" / "untrained.ckpt")
+    crop = OmegaConf.load(DEMO_CONFIGS / "linear.yaml").data.augmentations.crop_size
+    pixels = save_raw_pixels(root / "raw_pixels" / "pixels.ckpt", (3, crop, crop), "custom")
     trained_acc = _probe(root, data, ckpt, accelerator, data_format)
     random_acc = _probe(root, data, str(untrained), accelerator, data_format)
+    pixels_acc = _probe(root, data, str(pixels), accelerator, data_format)
     print(f"[demo] total {time.time() - start:.0f}s on {accelerator}")
-    print(f"linear probe top-1: {trained_acc:.2f}% (random-init backbone: {random_acc:.2f}%)")
-    return trained_acc, random_acc
+    print(
+        f"linear probe top-1: {trained_acc:.2f}% (random-init backbone: {random_acc:.2f}%, "
+        f"raw pixels: {pixels_acc:.2f}%)"
+    )
+    return trained_acc, random_acc, pixels_acc

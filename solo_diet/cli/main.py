@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     script.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
     script.set_defaults(func=_cmd_solo_script)
 
-    demo = sub.add_parser("demo", help="data -> pretraining -> offline linear probe vs a random-init backbone")
+    demo = sub.add_parser("demo", help="data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels")
     demo.add_argument("--method", default="diet")
     demo.add_argument("--epochs", type=int, default=None, help="pretraining epochs (default: per device)")
     demo.add_argument("--workdir", default="solo-diet-demo")

@@ -18,35 +18,24 @@ from solo_diet.callbacks import read_epoch_rows  # noqa: E402
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.testing import write_image_folder  # noqa: E402
-
-CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "configs"
-SHIPPED_SPEC = CONFIGS.parent / "animal_mnist.yaml"
+from tests.cli._compare import (  # noqa: E402
+    SHIPPED_SPEC,
+    interrupt_after_first_epoch,
+    write_tiny_images,
+)
+from tests.cli._compare import tiny_overrides as shrunk  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("images")
-    write_image_folder(root / "train", num_classes=5, per_class=6, size=32, seed=0)
-    write_image_folder(root / "val", num_classes=5, per_class=3, size=32, seed=1)
-    return root
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
 
 
 def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
-    """The shipped Animal-MNIST spec shrunk to a few CPU seconds per run."""
-    return [
-        f"data.root={data_root}",
-        f"output_dir={output_dir}",
-        "budget.max_epochs=2",
-        "budget.batch_size=4",
-        "budget.limit_train_batches=2",
-        "trainer=[accelerator=cpu,precision=32,data.num_workers=0]",
-        "pretrain_overrides=[backbone.kwargs.width=8,++checkpoint.keep_prev=True]",
-        "linear.overrides=[max_epochs=1,optimizer.batch_size=8]",
-        "evaluation.lidar_samples=6",
-        "evaluation.lidar_views=3",
-        "evaluation.batch_size=8",
+    """The shipped Animal-MNIST spec shrunk to a few CPU seconds per run, four methods."""
+    return shrunk(data_root, output_dir) + [
         "evaluation.rankme_every_n_epochs=1",
+        "reference_rows=[]",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr},"
         " {name: simclr_sem, config_name: simclr_sem},"
         " {name: cplearn, config_name: cplearn, overrides: [method_kwargs.proj_output_dim=64]}]",
@@ -58,21 +47,12 @@ def results_by_run(output_dir: Path) -> dict[str, dict[str, str]]:
         return {row["run"]: row for row in csv.DictReader(f)}
 
 
-def interrupt_after_first_epoch(run_dir: Path) -> None:
-    """What a kill during epoch 2 leaves: the epoch-0 checkpoint, no final state, no result."""
-    for checkpoint in run_dir.glob("pretrain/**/*-ep=1.ckpt"):
-        checkpoint.unlink()
-    state = json.loads((run_dir / "state.json").read_text())
-    del state["checkpoint"]
-    (run_dir / "state.json").write_text(json.dumps(state))
-    (run_dir / "result.json").unlink()
-
-
 def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp_path, capsys):
     out = tmp_path / "cmp"
     report = run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
 
     assert report == out / "report.md" and "| diet | diet |" in report.read_text()
+    assert not (out / "references").exists()  # reference_rows=[] turns them off
     for plot in ("spectra.png", "curves.png"):
         assert (out / plot).read_bytes()[:4] == b"\x89PNG"
     results = results_by_run(out)
@@ -125,7 +105,16 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
         (["evaluation.no_such_key=1"], "no_such_key"),
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
-        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'limit_train_batches', 'max_epochs'\]"),
+        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'"),
+        (["parallel.worker=2"], r"`parallel` keys: \['workers'\]"),
+        (["parallel.workers=0"], "`parallel.workers` must be a positive integer or null"),
+        (["budget.val_every_n_epochs=-2"], "`budget.val_every_n_epochs` must be a positive integer"),
+        (["seeds=[0,0]"], "`seeds` must be a list of distinct non-negative integers"),
+        (["seeds=3"], "`seeds` must be a list"),
+        (["reference_rows=[pixels]"], r"`reference_rows` must be a list of \['random_init', 'raw_pixels'\]"),
+        (["seeds=[0,1]", "runs=[{name: a, config_name: diet, overrides: [seed=3]}]"], "overrides `seed`"),
+        (["reference_rows=[raw_pixels]", "runs=[{name: raw_pixels, config_name: diet}]"], "name of a reference row"),
+        (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
     ],

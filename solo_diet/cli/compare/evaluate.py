@@ -9,6 +9,7 @@ SEM representation, with a second linear probe; for CPLearn the argmax codes, sc
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from pathlib import Path
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress
 from solo_diet.cli.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.config import fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
@@ -54,23 +56,29 @@ def compose_linear(
 
 
 class Evaluator:
-    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views."""
+    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views,
+    through the GPU data path when the probe's ``data.format`` is ``gpu``."""
 
     def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
-        from torch.utils.data import DataLoader
-
         self.settings = spec.evaluation
         use_cuda = (
             torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
         )
         self.device = torch.device("cuda" if use_cuda else "cpu")
-        train_set, val_set = self._datasets(probe_cfg, eval_transform=True)
-        workers = int(OmegaConf.select(probe_cfg, "data.num_workers", default=0))
-        self.train_loader, self.val_loader = (
-            DataLoader(s, batch_size=self.settings.batch_size, shuffle=False, num_workers=workers)
-            for s in (train_set, val_set)
-        )
-        self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
+        if OmegaConf.select(probe_cfg, "data.format") == "gpu":
+            probe_cfg = copy.deepcopy(probe_cfg)
+            fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
+            self.train_loader, self.val_loader = self._gpu_loaders(probe_cfg)
+            self.lidar_views, self.lidar_labels = self._gpu_lidar_views(probe_cfg)
+        else:
+            self.train_loader, self.val_loader = self._loaders(probe_cfg)
+            self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the eval-transformed images the probe sees."""
+        images, _ = next(iter(self.val_loader))
+        return tuple(images.shape[1:])
 
     @staticmethod
     def _probe_transforms(probe_cfg: DictConfig):
@@ -78,6 +86,21 @@ class Evaluator:
         from solo_diet.cli.common import classification_transforms
 
         return classification_transforms(probe_cfg.data.dataset, probe_cfg.data.augmentations)
+
+    def _lidar_node(self) -> Optional[DictConfig]:
+        """The augmentation node of LiDAR's views (None: the probe's training transform)."""
+        if self.settings.lidar_augmentations is None:
+            return None
+        nodes = OmegaConf.load(self.settings.lidar_augmentations)
+        return nodes[0] if isinstance(nodes, ListConfig) else nodes
+
+    def _chosen(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The seeded choice of LiDAR's val images (the same for every run and data path) and
+        the view labels."""
+        generator = torch.Generator().manual_seed(int(self.settings.seed))
+        chosen = torch.randperm(count, generator=generator)[: int(self.settings.lidar_samples)]
+        labels = torch.arange(len(chosen)).repeat_interleave(self.settings.lidar_views)
+        return chosen, labels
 
     def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
         from solo.data.classification_dataloader import prepare_datasets
@@ -91,6 +114,15 @@ class Evaluator:
             val_data_path=probe_cfg.data.val_path,
         )
 
+    def _loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
+        from torch.utils.data import DataLoader
+
+        workers = int(OmegaConf.select(probe_cfg, "data.num_workers", default=0))
+        return tuple(
+            DataLoader(s, batch_size=self.settings.batch_size, shuffle=False, num_workers=workers)
+            for s in self._datasets(probe_cfg, eval_transform=True)
+        )
+
     def _lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """``lidar_views`` augmented views of ``lidar_samples`` val images (seeded: the same for
         every run)."""
@@ -100,18 +132,46 @@ class Evaluator:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-        if self.settings.lidar_augmentations is not None:
-            nodes = OmegaConf.load(self.settings.lidar_augmentations)
-            node = nodes[0] if isinstance(nodes, ListConfig) else nodes
+        node = self._lidar_node()
+        if node is not None:
             transform = build_pretrain_transform(probe_cfg.data.dataset, node)
         else:
             transform = self._probe_transforms(probe_cfg)[0]
         _, raw_val = self._datasets(probe_cfg, eval_transform=False)
-        count = min(int(self.settings.lidar_samples), len(raw_val))
-        chosen = torch.randperm(len(raw_val))[:count].tolist()
-        views = [transform(raw_val[i][0]) for i in chosen for _ in range(self.settings.lidar_views)]
-        labels = torch.arange(count).repeat_interleave(self.settings.lidar_views)
+        chosen, labels = self._chosen(len(raw_val))
+        views = [
+            transform(raw_val[i][0])
+            for i in chosen.tolist()
+            for _ in range(self.settings.lidar_views)
+        ]
         return torch.stack(views), labels
+
+    def _gpu_loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
+        from solo_diet.cli.gpu_data import feature_loader
+
+        batch = int(self.settings.batch_size)
+        return feature_loader(probe_cfg, "train", batch), feature_loader(probe_cfg, "val", batch)
+
+    @torch.no_grad()
+    def _gpu_lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same views made on the device by the GPU data path's augmentations."""
+        from solo_diet.cli.gpu_data import load_split, probe_transforms
+        from solo_diet.data.pipeline import MultiCropAugmentation
+
+        dataset = probe_cfg.data.dataset
+        node = self._lidar_node()
+        if node is not None:
+            augment = MultiCropAugmentation.from_config([node], dataset)
+            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
+        else:
+            transform = probe_transforms(dataset, probe_cfg.data.augmentations)[0]
+        images = load_split(probe_cfg, "val").images
+        chosen, labels = self._chosen(len(images))
+        repeated = images[chosen].repeat_interleave(self.settings.lidar_views, dim=0)
+        generator = torch.Generator(self.device).manual_seed(int(self.settings.seed))
+        chunks = repeated.split(int(self.settings.batch_size))
+        views = [transform(chunk.to(self.device), generator).cpu() for chunk in chunks]
+        return torch.cat(views), labels
 
     @torch.no_grad()
     def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,28 +258,36 @@ def shared_evaluator() -> _SharedEvaluator:
 
 
 def evaluate_checkpoint(
-    spec: DictConfig, name: str, checkpoint: Path, run_dir: Path, shared: _SharedEvaluator
+    spec: DictConfig,
+    name: str,
+    checkpoint: Path,
+    run_dir: Path,
+    shared: _SharedEvaluator,
+    extras: bool = True,
 ) -> dict[str, Any]:
-    """Every metric of one checkpoint (the probe's files go under ``run_dir``)."""
+    """Every metric of one checkpoint (the probe's files go under ``run_dir``; ``name`` labels the
+    progress lines); ``extras``: also the representations the method's contract adds."""
     from solo_diet.cli.linear import run_linear
 
     pretrained = PretrainedCheckpoint(checkpoint)
     method = pretrained.method_name
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
-    progress(f"run {name!r}: offline linear probe")
+    progress(f"{name}: offline linear probe")
     probe = run_linear(probe_cfg)
-    result: dict[str, Any] = {"run": name, "method": method, "checkpoint": str(checkpoint)}
+    result: dict[str, Any] = {"method": method, "checkpoint": str(checkpoint)}
     result.update(
         linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
     )
     clustering = bool(spec.evaluation.clustering)
     scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
-    progress(f"run {name!r}: {scores} on backbone features")
+    progress(f"{name}: {scores} on backbone features")
     backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
     result.update(
         {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
     )
+    if not extras:
+        return result
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
         result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
@@ -240,14 +308,14 @@ def _evaluate_extra(
     if extra.kind == "codes":
         if not spec.evaluation.clustering:
             return {}
-        progress(f"run {name!r}: clustering scores of the {extra.name}")
+        progress(f"{name}: clustering scores of the {extra.name}")
         return evaluator.code_scores(extra.encoder, extra.name)
     result: dict[str, Any] = {}
     if extra.probe_overrides:
-        progress(f"run {name!r}: linear probe on the {extra.name} representation")
+        progress(f"{name}: linear probe on the {extra.name} representation")
         probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
         result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
-    progress(f"run {name!r}: kNN, RankMe, LiDAR on the {extra.name} representation")
+    progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
     measured = evaluator.measure(extra.encoder)
     result.update({f"{extra.name}_{k}": measured[k] for k in ("knn_acc1", "rankme", "lidar")})
     result[f"{extra.name}_spectrum"] = measured["spectrum"]

@@ -1,4 +1,10 @@
-"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``."""
+"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``.
+
+With ``seeds`` the report shows mean ± standard deviation over the seeds, names the best run of
+each ranked metric and marks the differences to it that the seeds resolve
+(:mod:`~solo_diet.cli.compare.aggregate`); ``results.csv`` keeps one row per seed and one
+aggregate row per run.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,19 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
+from solo_diet.cli.compare.aggregate import (
+    NOT_AGGREGATED,
+    RANKED_METRICS,
+    aggregate,
+    is_number,
+    rank,
+    verdict,
+)
+from solo_diet.cli.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
+
 RESULT_COLUMNS = (
     "run",
+    "seed",
     "method",
     "epochs",
     "linear_acc1",
@@ -36,7 +53,8 @@ RESULT_COLUMNS = (
     "peak_gpu_mib",
     "checkpoint",
 )
-NOT_COLUMNS = ("fingerprint",)
+NOT_COLUMNS = ("fingerprint", "job", "n_seeds")  # n_seeds and <column>_std: aggregates only
+RESOLVED_MARK = "†"
 
 
 def result_columns(results: Sequence[dict]) -> list[str]:
@@ -46,7 +64,8 @@ def result_columns(results: Sequence[dict]) -> list[str]:
     for result in results:
         for key, value in result.items():
             scalar = isinstance(value, (int, float, str)) or value is None
-            if scalar and key not in RESULT_COLUMNS and key not in NOT_COLUMNS and key not in extra:
+            known = key in RESULT_COLUMNS or key in NOT_COLUMNS or key.endswith("_std")
+            if scalar and not known and key not in extra:
                 extra.append(key)
     return [*RESULT_COLUMNS[:-1], *extra, RESULT_COLUMNS[-1]]
 
@@ -57,75 +76,50 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_results_csv(results: Sequence[dict], path: Path) -> Path:
+def _numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
+    return [
+        c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
+    ]
+
+
+def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
+    """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and, after every numeric
+    column, its ``_std`` (filled in the aggregate rows)."""
+    columns = result_columns(rows)
+    if seeds:
+        numeric = set(_numeric_columns(rows, columns))
+        columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
+        columns.insert(columns.index("seed") + 1, "n_seeds")
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(
-            f, fieldnames=result_columns(results), extrasaction="ignore", restval=""
-        )
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
         writer.writeheader()
-        writer.writerows(results)
+        writer.writerows(rows)
     return path
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_spectra(results: Sequence[dict], path: Path) -> Path:
-    """Singular values of each representation (val split), divided by the largest, log scale."""
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for result in results:
-        for key, spectrum in result.items():
-            if key.endswith("spectrum") and spectrum:
-                prefix = key[: -len("_spectrum")]
-                label = (
-                    result["run"] if key == "spectrum" else f"{result['run']} ({prefix.upper()})"
-                )
-                axis.semilogy(range(1, len(spectrum) + 1), spectrum, label=label)
-    axis.set(
-        xlabel="index k", ylabel="sigma_k / sigma_1", title="singular-value spectra (val features)"
-    )
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+def _mean_cell(row: dict, column: str, best: set[str], resolved: set[str]) -> str:
+    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it."""
+    std = row.get(f"{column}_std", math.nan)
+    text = _cell(row.get(column, math.nan))
+    if text != "–" and is_number(std) and not math.isnan(std):
+        text += f" ± {std:.2f}"
+    if row["run"] in best:
+        return f"**{text}**"
+    return f"{text} {RESOLVED_MARK}" if row["run"] in resolved else text
 
 
-def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
-    """Per-epoch pretraining curves of every run (``epochs.csv``): loss, online probe, RankMe."""
-    from solo_diet.callbacks import read_epoch_rows
+def _table(rows: Sequence[dict], columns: Sequence[str], cell) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
 
-    panels = (
-        ("train_loss", "train loss"),
-        ("val_acc1", "online probe val top-1 (%)"),
-        ("val_loss", "online probe val loss"),
-        ("val_rankme", "RankMe (val, backbone)"),
-    )
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
-    for result in results:
-        csv_path = out / "runs" / result["run"] / "epochs.csv"
-        rows = read_epoch_rows(csv_path) if csv_path.is_file() else []
-        for axis, (column, _) in zip(axes, panels):
-            points = [
-                (r["epoch"], r[column]) for r in rows if column in r and not math.isnan(r[column])
-            ]
-            if points:
-                axis.plot(*zip(*points), marker=".", label=result["run"])
-    for axis, (_, title) in zip(axes, panels):
-        axis.set(xlabel="epoch", title=title)
-    axes[0].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+
+def _shown_columns(rows: Sequence[dict]) -> list[str]:
+    """Every result column some row has a value for, but the checkpoint path."""
+    return [
+        c
+        for c in result_columns(rows)
+        if c != "checkpoint" and any(_cell(r.get(c, math.nan)) not in ("–", "None") for r in rows)
+    ]
 
 
 def _legend(spec: DictConfig) -> list[str]:
@@ -137,47 +131,113 @@ def _legend(spec: DictConfig) -> list[str]:
         f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
         f"{settings.knn_distance}), train bank -> val, eval transform.",
         f"- `rankme`: RankMe of the first {settings.rankme_samples} val features (uncentred). "
-        f"`lidar`: LiDAR on {settings.lidar_samples} val images x {settings.lidar_views} "
-        f"augmented views "
-        f"(delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of `_sem` "
-        f"runs "
-        "(`sem_linear_acc1`: the same probe with `probe: sem`).",
+        f"`lidar`: LiDAR on {settings.lidar_samples} val images x {settings.lidar_views} augmented "
+        f"views (delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of "
+        "`_sem` runs (`sem_linear_acc1`: the same probe with `probe: sem`).",
         "- `kmeans_*`: k-means++ / Lloyd (k = number of classes, 5 seeded starts) of the "
-        "L2-normalised val "
-        "features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. `codes_*`: NMI, "
-        "AMI and "
-        "number of used codes of the argmax code of `cplearn*` runs on the val split.",
+        "L2-normalised val features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. "
+        "`codes_*`: NMI, AMI and number of used codes of the argmax code of `cplearn*` runs on the "
+        "val split.",
         "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); `train_s`, "
         "`samples_per_s`, `peak_gpu_mib`: summed / max over epochs of the training loops "
         "(EpochCostLogger).",
+        "- Reference rows, evaluated like the runs: `random_init` is the first run's backbone "
+        "(same architecture and seed) never trained; `raw_pixels` is the normalised image "
+        "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
+        "its features add nothing a linear probe of the pixels does not find.",
     ]
+
+
+def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]) -> list[str]:
+    """The report's first lines: per ranked metric the best run and, with seeds, which gaps to it
+    are resolved; the reference rows' values and the runs not above them."""
+    lines = []
+    if spec.seeds is None:
+        lines.append(
+            "One seed per run (no `seeds` in the spec): no difference below is resolved against "
+            "seed noise. Add `seeds: [0, 1, 2]` to tell them apart."
+        )
+    for metric in ("linear_acc1", "knn_acc1"):
+        ranking = rank(runs, metric)
+        if ranking is not None and spec.seeds is not None:
+            lines.append(f"- {verdict(ranking)}")
+        values = {r["run"]: r.get(metric) for r in references if is_number(r.get(metric))}
+        for row, value in values.items():
+            below = [r["run"] for r in runs if is_number(r.get(metric)) and r[metric] <= value]
+            lines.append(
+                f"- `{metric}` of `{row}`: {value:.2f}; runs not above it: "
+                f"{', '.join(below) if below else 'none'}."
+            )
+    return lines
+
+
+def _seeded_tables(
+    spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
+) -> list[str]:
+    """The mean ± std table with its marks and their meaning, then the per-seed table."""
+    rankings = {m: rank(aggregated, m) for m in RANKED_METRICS}
+    marks = {m: r for m, r in rankings.items() if r is not None}
+
+    def cell(row: dict, column: str) -> str:
+        if column in NOT_AGGREGATED:
+            return _cell(row.get(column, math.nan))
+        ranking = marks.get(column)
+        best = {ranking.best, *ranking.tied} if ranking else set()
+        resolved = set(ranking.resolved) if ranking else set()
+        return _mean_cell(row, column, best, resolved)
+
+    columns = [c for c in _shown_columns(summary) if c != "seed"]
+    columns.insert(columns.index("method") + 1, "n_seeds")
+    lines = [f"## Mean ± standard deviation over {len(spec.seeds)} seeds", ""]
+    lines += _table(summary, columns, cell)
+    lines += [
+        "",
+        f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
+        "best by more than two pooled standard deviations of the seeds. Every other difference to "
+        "the best is within two pooled standard deviations: this comparison does not resolve it. "
+        "Reference rows are one evaluation each (no ±).",
+        "",
+        "## Per seed",
+        "",
+    ]
+    return lines + _table(results, _shown_columns(results), lambda r, c: _cell(r.get(c, math.nan)))
 
 
 def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
-    """results.csv, spectra.png, curves.png and report.md (a table and the settings)."""
-    write_results_csv(results, out / "results.csv")
+    """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings)."""
+    from solo_diet.cli.compare.plots import plot_curves, plot_spectra
+
+    references = [r for r in results if r["run"] in REFERENCE_ROWS]
+    runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
+    seeded = spec.seeds is not None
+    aggregated = aggregate(runs) if seeded else []
+    rows = [*runs, *aggregated, *references] if seeded else list(results)
+    write_results_csv(rows, out / "results.csv", seeds=seeded)
     plot_spectra(results, out / "spectra.png")
     plot_curves(results, out, out / "curves.png")
-    columns = [
-        c
-        for c in result_columns(results)
-        if c != "checkpoint" and any(_cell(r.get(c, math.nan)) != "–" for r in results)
-    ]
     budget = spec.budget
     limit = (
         f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
     )
+    seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
     lines = [
         f"# Comparison: {spec.name}",
         "",
-        f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`. "
-        f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}. "
+        f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
+        f"`data.format: {spec.data.format}`. "
+        f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "
+        f"{seeds}. Checkpoints every {checkpoint_interval(budget)} epochs and the last; online "
+        f"probe validated every {validation_interval(budget)} epochs. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
-        "| " + " | ".join(columns) + " |",
-        "| " + " | ".join("---" for _ in columns) + " |",
+        *_verdicts(spec, aggregated if seeded else runs, references),
+        "",
     ]
-    lines += ["| " + " | ".join(_cell(r.get(c, math.nan)) for c in columns) + " |" for r in results]
+    if seeded:
+        lines += _seeded_tables(spec, aggregated, [*aggregated, *references], results)
+    else:
+        columns = [c for c in _shown_columns(results) if c != "seed"]
+        lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
     lines += ["", *_legend(spec), "", "![singular-value spectra](spectra.png)", ""]
     lines += ["![pretraining curves](curves.png)", ""]
     report = out / "report.md"

@@ -1,136 +1,72 @@
-"""Running a comparison: one job per run, each in its own folder, pretrained and evaluated once.
+"""Running a comparison: every job pretrained and evaluated once, in this process or side by side.
 
-A job's folder (``<output_dir>/runs/<job name>/``) holds everything about it: ``state.json`` (the
-fingerprint of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
-(solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/`` and
-``result.json`` (every metric, with the fingerprint of the evaluation settings). A finished job is
-not repeated, an interrupted one resumes from its last epoch checkpoint, and a folder made by
-another config is refused; so jobs can run in any order, and the report only reads their results.
+With one worker (and no multi-GPU job) the jobs run one after another in this process and share
+the evaluation data. Otherwise each job runs in its own process (``python -m
+solo_diet.cli.compare.worker``) on its own GPUs, its output in ``<job folder>/job.log``
+(:mod:`~solo_diet.cli.compare.fanout`). Either way a failed job is reported and the others go on,
+a finished job is not repeated, an interrupted one resumes from its last checkpoint, and the
+report reads the jobs' results only after every job has ended.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import copy
 import math
-import re
+import os
+import sys
 import time
-from dataclasses import dataclass
+import traceback
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress, read_json, write_json
 from solo_diet.cli.compare.evaluate import compose_linear, evaluate_checkpoint, shared_evaluator
-from solo_diet.cli.compare.report import write_report
-from solo_diet.cli.compare.spec import (
-    BUDGET_TARGETS,
-    Run,
-    compose,
-    data_overrides,
-    load_spec,
+from solo_diet.cli.compare.jobs import (
+    Job,
+    checkpoint_epoch,
+    fingerprint,
+    latest_checkpoint,
     parse_runs,
-    quoted,
-    shared_overrides,
+    plan_jobs,
+    training_fingerprint,
 )
+from solo_diet.cli.compare.report import write_report
+from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
 
 
-@dataclass
-class Job:
-    """One pretraining + evaluation: its name (the report's ``run`` column), spec entry, composed
-    pretraining cfg and folder."""
-
-    name: str
-    run: Run
-    cfg: DictConfig
-    run_dir: Path
+class JobsFailed(RuntimeError):
+    """Some jobs failed (the report holds the others); the message names each job and its log."""
 
 
-def fingerprint(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
+    """Per-epoch costs and curves, and RankMe in validation epochs (``rankme_every_n_epochs``
+    rounded up to a multiple of the validation interval)."""
+    from solo_diet.callbacks import EpochCostLogger, RankMeMonitor
 
-
-def compose_run(spec: DictConfig, run: Run, run_dir: Path) -> DictConfig:
-    """The run's pretraining cfg: its YAML + trainer + run overrides, then the spec's budget, data
-    and checkpointing (which nothing else may set)."""
-    from solo.methods import METHODS
-
-    budget = [
-        quoted(target, spec.budget[key])
-        for key, target in BUDGET_TARGETS.items()
-        if spec.budget[key] is not None
-    ]
-    forced = [
-        quoted("name", run.name),
-        quoted("checkpoint.dir", run_dir / "pretrain"),
-        "++checkpoint.enabled=True",
-        "++checkpoint.frequency=1",
-        "++auto_resume.enabled=False",
-        "++wandb.enabled=False",
-    ]
-    shared = shared_overrides(spec) + [str(o) for o in spec.pretrain_overrides]
-    overrides = shared + run.overrides + budget + data_overrides(spec) + forced
-    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
-    if cfg.get("method") not in METHODS:
-        raise ConfigError(
-            f"run {run.name!r}: unknown method {cfg.get('method')!r}; registered methods: "
-            f"{sorted(METHODS)}."
-        )
-    if OmegaConf.select(cfg, "max_steps") not in (None, -1):
-        raise ConfigError(
-            f"conflicting budgets: run {run.name!r} sets max_steps={cfg.max_steps}; the budget is "
-            f"epochs."
-        )
-    limit = OmegaConf.select(cfg, "limit_train_batches")
-    if spec.budget.limit_train_batches is None and limit not in (None, 1.0):
-        raise ConfigError(
-            f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets "
-            f"limit_train_batches="
-            f"{limit}; set `budget.limit_train_batches` for every run instead."
-        )
-    return cfg
-
-
-def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
-    """Every job of the comparison, composed (so a bad config fails before any training)."""
-    out = Path(spec.output_dir)
-    jobs = []
-    for run in runs:
-        run_dir = out / "runs" / run.name
-        jobs.append(Job(run.name, run, compose_run(spec, run, run_dir), run_dir))
-    return jobs
-
-
-def checkpoint_epoch(path: Path) -> int:
-    match = re.search(r"-ep=(\d+)\.ckpt$", path.name)
-    return int(match.group(1)) if match else -1
-
-
-def latest_checkpoint(folder: Path) -> Optional[Path]:
-    """The checkpoint of the highest epoch under ``folder`` (newest file on ties)."""
-    checkpoints = list(folder.glob("**/*.ckpt"))
-    if not checkpoints:
-        return None
-    return max(checkpoints, key=lambda p: (checkpoint_epoch(p), p.stat().st_mtime))
+    callbacks: list = [EpochCostLogger(job.run_dir / "epochs.csv")]
+    every = spec.evaluation.rankme_every_n_epochs
+    if every > 0:
+        step = validation_interval(spec.budget)
+        every = step * math.ceil(every / step)
+        callbacks.append(RankMeMonitor(every, spec.evaluation.rankme_samples))
+    return callbacks
 
 
 def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
     one resumes from its latest checkpoint; a job folder made by another config is refused."""
-    from solo_diet.callbacks import EpochCostLogger, RankMeMonitor
     from solo_diet.cli.pretrain import run_pretrain
 
     cfg, run_dir = job.cfg, job.run_dir
     state_path = run_dir / "state.json"
     state = read_json(state_path)
-    pretrain_fingerprint = fingerprint(OmegaConf.to_container(cfg, resolve=True))
+    pretrain_fingerprint = training_fingerprint(cfg)
     if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
         raise ConfigError(
-            f"{run_dir} holds run {job.name!r} pretrained with another config or budget; use "
-            f"another "
+            f"{run_dir} holds {job.label} pretrained with another config or budget; use another "
             "`output_dir` or delete that folder."
         )
     if state.get("checkpoint") and Path(state["checkpoint"]).is_file():
@@ -144,23 +80,19 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     if resume is not None and checkpoint_epoch(resume) >= cfg.max_epochs - 1:
         checkpoint = resume
     else:
+        cfg = copy.deepcopy(cfg)  # run_pretrain fills it in; the job's cfg stays as composed
         if resume is not None:
-            progress(
-                f"run {job.name!r}: resuming after epoch {checkpoint_epoch(resume)} from {resume}"
-            )
+            progress(f"{job.label}: resuming after epoch {checkpoint_epoch(resume)} from {resume}")
             cfg.resume_from_checkpoint = str(resume)
-        callbacks: list = [EpochCostLogger(run_dir / "epochs.csv")]
-        evaluation = spec.evaluation
-        if evaluation.rankme_every_n_epochs > 0:
-            callbacks.append(
-                RankMeMonitor(evaluation.rankme_every_n_epochs, evaluation.rankme_samples)
-            )
         start = time.time()
-        last = run_pretrain(cfg, extra_callbacks=callbacks)
+        last = run_pretrain(cfg, extra_callbacks=_pretrain_callbacks(spec, job))
         state["pretrain_wall_s"] += time.time() - start
+        write_json(state_path, state)
         if last is None:
-            raise RuntimeError(f"run {job.name!r}: pretraining wrote no checkpoint.")
+            raise RuntimeError(f"{job.label}: pretraining wrote no checkpoint.")
         checkpoint = Path(last)
+        if checkpoint_epoch(checkpoint) < cfg.max_epochs - 1:  # Lightning swallows Ctrl-C
+            raise KeyboardInterrupt(f"{job.label}: pretraining stopped after {checkpoint.name}")
     state["checkpoint"] = str(checkpoint)
     write_json(state_path, state)
     return checkpoint, True
@@ -187,56 +119,182 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
 def evaluation_fingerprint(spec: DictConfig) -> str:
     """Changes with any evaluation setting or the probe config (a job's result is then redone)."""
     settings = OmegaConf.to_container(spec.evaluation)
-    return fingerprint(settings | {"linear": OmegaConf.to_container(spec.linear)})
+    linear = OmegaConf.to_container(spec.linear)
+    return fingerprint(settings | {"linear": linear, "data_format": spec.data.format})
+
+
+def _secondary_rank() -> bool:
+    """True in the processes Lightning starts for DDP ranks other than 0 (they only train)."""
+    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
+
+
+def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval) -> Path:
+    """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
+    from solo_diet.cli.references import save_random_init, save_raw_pixels
+
+    path = job.run_dir / "reference.ckpt"
+    if job.reference == "random_init":
+        return save_random_init(job.cfg, path)
+    evaluator = shared_eval.get(spec, compose_linear(spec, path, job.run_dir))
+    return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
 
 
 def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> dict[str, Any]:
-    """Pretrain and evaluate one job (each step skipped when already done); returns its result."""
+    """Pretrain (not for reference rows) and evaluate one job, each step skipped when already
+    done; returns its result, also written to ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint, trained = pretrain(spec, job)
-    if not trained:
-        progress(f"run {job.name!r}: pretraining already finished ({checkpoint.name})")
     result_path = job.run_dir / "result.json"
     previous = read_json(result_path)
-    same = previous.get("fingerprint") == eval_fingerprint and previous.get("checkpoint") == str(
-        checkpoint
-    )
-    if not trained and same:
-        progress(f"run {job.name!r}: already evaluated")
+    if job.reference is None:
+        checkpoint, trained = pretrain(spec, job)
+        if _secondary_rank():
+            return {}
+        if not trained:
+            progress(f"{job.label}: pretraining already finished ({checkpoint.name})")
+        wanted = eval_fingerprint
+        done = not trained and previous.get("checkpoint") == str(checkpoint)
+    else:
+        checkpoint = job.run_dir / "reference.ckpt"
+        arch, data = (
+            OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
+        )
+        wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])
+        done = checkpoint.is_file()
+    if done and previous.get("fingerprint") == wanted:
+        progress(f"{job.label}: already evaluated")
         return previous
-    result = evaluate_checkpoint(spec, job.name, checkpoint, job.run_dir, shared_eval)
-    result.update(pretrain_costs(job.run_dir), fingerprint=eval_fingerprint)
+    if job.reference is not None:
+        checkpoint = _reference_checkpoint(spec, job, shared_eval)
+    result = evaluate_checkpoint(
+        spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
+    )
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key)
+    if job.reference is None:
+        result.update(pretrain_costs(job.run_dir))
+    else:
+        result.update(method=job.reference)
+    result.update(fingerprint=wanted)
     write_json(result_path, result)
     progress(
-        f"run {job.name!r}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
+        f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
         f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
         + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
     )
     return result
 
 
+def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
+    """Every job in this process, one after another; returns {failed job's key: what failed}."""
+    eval_fingerprint = evaluation_fingerprint(spec)
+    shared_eval = shared_evaluator()
+    failures = {}
+    for position, job in enumerate(jobs, 1):
+        what = "reference row" if job.reference else f"method {job.cfg.method}"
+        progress(f"({position}/{len(jobs)}) {job.label}: {what}")
+        try:
+            run_job(spec, job, shared_eval, eval_fingerprint)
+        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+            traceback.print_exc()
+            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    return failures
+
+
+def _check_device_lists(jobs: Sequence[Job]) -> None:
+    """A job in its own process sees only its GPUs, numbered from 0: a device list must be
+    0..n-1."""
+    for job in jobs:
+        devices = OmegaConf.select(job.cfg, "devices")
+        if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
+            raise ConfigError(
+                f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
+                f"sees only its own GPUs: write a count (devices={len(devices)})."
+            )
+
+
+def _run_in_processes(jobs: Sequence[Job], workers: int, spec_file: Path) -> dict[str, str]:
+    """Every job in its own process, ``workers`` at a time on the visible GPUs; returns {failed
+    job's key: what failed}."""
+    from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
+
+    _check_device_lists(jobs)
+    gpus = visible_gpus()
+    tasks = [
+        Task(
+            label=job.label,
+            argv=(sys.executable, "-m", "solo_diet.cli.compare.worker", str(spec_file), job.key),
+            log_path=job.run_dir / "job.log",
+            gpus=job.gpus() if gpus else 0,
+        )
+        for job in jobs
+    ]
+    too_big = [t for t in tasks if t.gpus > len(gpus)]
+    if too_big:
+        raise ConfigError(
+            f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
+        )
+    outcomes = run_tasks(tasks, workers, gpus, say=progress)
+    return {
+        job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
+        for job, o in zip(jobs, outcomes)
+        if o.returncode != 0
+    }
+
+
+def workers_for(spec: DictConfig) -> int:
+    """``parallel.workers``, or one per visible GPU (1 without GPUs)."""
+    from solo_diet.cli.compare.fanout import visible_gpus
+
+    return spec.parallel.workers or max(1, len(visible_gpus()))
+
+
+def run_one_job(spec_file: str | Path, key: str) -> None:
+    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+    import solo_diet
+
+    solo_diet.register()
+    spec = load_spec(spec_file)
+    job: Optional[Job] = next((j for j in plan_jobs(spec, parse_runs(spec)) if j.key == key), None)
+    if job is None:
+        raise ConfigError(f"{spec_file} has no job {key!r}.")
+    run_job(spec, job, shared_evaluator(), evaluation_fingerprint(spec))
+
+
 def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
-    """Run (or finish) a comparison; returns the path of report.md."""
+    """Run (or finish) a comparison; returns the path of report.md. Raises :class:`JobsFailed`
+    after writing the report of the other jobs when some jobs failed."""
     import solo_diet
 
     solo_diet.register()
     spec = load_spec(spec_path, overrides)
     jobs = plan_jobs(spec, parse_runs(spec))
     out = Path(spec.output_dir)
-    compose_linear(
-        spec, out / "checkpoint-placeholder.ckpt", out
-    )  # a bad probe config fails before training
-    budget = spec.budget
+    compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
+    out.mkdir(parents=True, exist_ok=True)
+    spec_file = out / "spec.yaml"
+    OmegaConf.save(spec, spec_file)  # the resolved spec: the workers' input and the record
+    workers = workers_for(spec)
+    in_processes = workers > 1 or any(job.gpus() > 1 for job in jobs)
+    budget, seeds = spec.budget, list(spec.seeds) if spec.seeds is not None else "config's"
     progress(
-        f"{spec.name}: {len(jobs)} runs, {budget.max_epochs} epochs at batch {budget.batch_size} "
-        f"-> {out}"
+        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, seeds {seeds}, reference rows "
+        f"{list(spec.reference_rows)}), {budget.max_epochs} epochs at batch {budget.batch_size}, "
+        f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
-    eval_fingerprint = evaluation_fingerprint(spec)
-    shared_eval = shared_evaluator()
-    results = []
-    for position, job in enumerate(jobs, 1):
-        progress(f"({position}/{len(jobs)}) run {job.name!r}: method {job.cfg.method}")
-        results.append(run_job(spec, job, shared_eval, eval_fingerprint))
+    if in_processes:
+        failures = _run_in_processes(jobs, workers, spec_file)
+    else:
+        failures = _run_here(spec, jobs)
+    results = [
+        read_json(job.run_dir / "result.json")
+        for job in jobs
+        if job.key not in failures and (job.run_dir / "result.json").is_file()
+    ]
     report = write_report(spec, results, out)
     progress(f"report: {report}")
+    if failures:
+        raise JobsFailed(
+            f"{len(failures)} of {len(jobs)} jobs failed: {'; '.join(failures.values())}. The "
+            "report holds the others; rerun the same command to retry the failed ones."
+        )
     return report

@@ -6,8 +6,7 @@ one of them is refused with the valid keys of the section where it occurs.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,8 +19,23 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
     "output_dir": None,
     "config_path": None,
-    "data": {"root": None, "dataset": "custom", "train_path": None, "val_path": None},
-    "budget": {"max_epochs": None, "batch_size": None, "limit_train_batches": None},
+    "data": {
+        "root": None,
+        "dataset": "custom",
+        "train_path": None,
+        "val_path": None,
+        "format": "auto",
+    },
+    "budget": {
+        "max_epochs": None,
+        "batch_size": None,
+        "limit_train_batches": None,
+        "checkpoint_every_n_epochs": None,
+        "val_every_n_epochs": None,
+    },
+    "seeds": None,
+    "reference_rows": ["random_init", "raw_pixels"],
+    "parallel": {"workers": None},
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
@@ -43,7 +57,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "runs": [],
 }
-RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+REFERENCE_ROWS = ("random_init", "raw_pixels")
+DATA_FORMATS = ("auto", "gpu", "image_folder")
 PATH_KEYS = (
     "output_dir",
     "config_path",
@@ -60,27 +75,18 @@ BUDGET_TARGETS = {
 }
 SPEC_OWNED = (
     "data.dataset",
+    "data.format",
     "data.train_path",
     "data.val_path",
     "checkpoint.dir",
     "checkpoint.enabled",
     "checkpoint.frequency",
+    "check_val_every_n_epoch",
     "auto_resume.enabled",
     "wandb.enabled",
     "name",
     "max_steps",
 )
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass
-class Run:
-    """One entry of ``runs``: a pretraining config plus overrides."""
-
-    name: str
-    config_path: Path
-    config_name: str
-    overrides: list[str]
 
 
 def _resolve_paths(spec: DictConfig, base: Path) -> None:
@@ -167,6 +173,8 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
                     "val/ inside)."
                 )
+    _check_seeds_and_workers(spec, spec_path)
+    spec.data.format = resolve_data_format(spec.data.format, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
         raise ConfigError(
@@ -181,59 +189,70 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
         )
 
 
-def parse_runs(spec: DictConfig) -> list[Run]:
-    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
-    runs: list[Run] = []
-    for position, entry in enumerate(spec.runs):
-        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
-            raise ConfigError(
-                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
-            )
-        unknown = sorted(set(entry) - set(RUN_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
-                f"{list(RUN_KEYS)}."
-            )
-        name = str(entry.name)
-        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
-            raise ConfigError(
-                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
-            )
-        config_path = entry.get("config_path") or spec.config_path
-        if config_path is None:
-            raise ConfigError(
-                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
-            )
-        overrides = [str(o) for o in entry.get("overrides") or []]
-        check_overrides(f"run {name!r}", overrides, spec.budget)
-        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
-    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec.budget)
-    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec.budget)
-    return runs
+def _positive_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def check_overrides(owner: str, overrides: Sequence[str], budget: DictConfig) -> None:
-    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing)."""
-    for override in overrides:
-        key = _override_key(override)
-        for budget_key, target in BUDGET_TARGETS.items():
-            if key == target:
-                raise ConfigError(
-                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                    f"`budget.{budget_key}` "
-                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
-                    f"the budget."
-                )
-        if key in SPEC_OWNED:
+def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
+    """``seeds``, ``reference_rows``, ``parallel.workers`` and the budget's intervals."""
+    seeds = spec.seeds
+    if seeds is not None and (
+        not isinstance(seeds, ListConfig)
+        or len(seeds) == 0
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise ConfigError(
+            f"{spec_path}: `seeds` must be a list of distinct non-negative integers (e.g. "
+            f"seeds=[0,1,2]: every run once per seed), or null for each config's own seed; "
+            f"got {seeds}."
+        )
+    rows = spec.reference_rows
+    if not isinstance(rows, ListConfig) or not set(rows) <= set(REFERENCE_ROWS):
+        raise ConfigError(
+            f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
+            f"them off), got {rows}."
+        )
+    for key in (
+        "budget.checkpoint_every_n_epochs",
+        "budget.val_every_n_epochs",
+        "parallel.workers",
+    ):
+        if not _positive_or_none(OmegaConf.select(spec, key)):
             raise ConfigError(
-                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
-                f"`{override}`."
+                f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
+                f"{OmegaConf.select(spec, key)}."
             )
+
+
+def resolve_data_format(requested: str, spec_path: Path) -> str:
+    """``data.format``: ``auto`` is the GPU data path (docs/data-path.md) when torch sees a GPU,
+    solo-learn's image-folder loader otherwise."""
+    if requested not in DATA_FORMATS:
+        raise ConfigError(
+            f"{spec_path}: `data.format` must be one of {list(DATA_FORMATS)}, got {requested!r}."
+        )
+    if requested == "auto":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "image_folder"
+    return requested
+
+
+def checkpoint_interval(budget: DictConfig) -> int:
+    """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
+    ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""
+    return budget.checkpoint_every_n_epochs or math.ceil(budget.max_epochs / 10)
+
+
+def validation_interval(budget: DictConfig) -> int:
+    """Lightning's ``check_val_every_n_epoch`` for pretraining: the budget's
+    ``val_every_n_epochs``, or the largest divisor of ``max_epochs`` not above ``max_epochs / 50``
+    (at least 50 points on the online-probe curves, the last epoch among them)."""
+    if budget.val_every_n_epochs:
+        return budget.val_every_n_epochs
+    target = max(1, budget.max_epochs // 50)
+    return max(d for d in range(1, target + 1) if budget.max_epochs % d == 0)
 
 
 def quoted(key: str, value: Any) -> str:
@@ -243,7 +262,7 @@ def quoted(key: str, value: Any) -> str:
 
 def data_overrides(spec: DictConfig) -> list[str]:
     """The spec's data set, forced on every pretraining and probe config."""
-    keys = ("dataset", "train_path", "val_path")
+    keys = ("dataset", "train_path", "val_path", "format")
     return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
 
 

@@ -1,0 +1,118 @@
+"""Seeds in a comparison: one aggregate per run (mean and standard deviation of every metric) and
+which differences to the best run the seeds resolve.
+
+A difference to the best run counts as resolved when it exceeds two pooled standard deviations of
+the two runs' seeds, ``2 * sqrt(((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2))``; with one
+seed per run nothing is resolved. Pure Python: no solo-learn, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+# Metrics where higher is better: the report names the best run of each and marks resolved gaps.
+RANKED_METRICS = (
+    "linear_acc1",
+    "knn_acc1",
+    "sem_linear_acc1",
+    "sem_knn_acc1",
+    "kmeans_nmi",
+    "kmeans_ami",
+    "kmeans_acc",
+    "codes_nmi",
+    "codes_ami",
+)
+NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
+MEAN_SEED = "mean"  # the `seed` of an aggregate row
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1) of the non-NaN values; NaN where undefined."""
+    finite = [float(v) for v in values if not math.isnan(float(v))]
+    if not finite:
+        return math.nan, math.nan
+    mean = math.fsum(finite) / len(finite)
+    if len(finite) < 2:
+        return mean, math.nan
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
+
+
+def aggregate(results: Sequence[dict]) -> list[dict]:
+    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, ``n_seeds``, every
+    numeric column's mean over the run's seeds and its sample standard deviation as
+    ``<column>_std``; ``method`` is kept."""
+    by_run: dict[str, list[dict]] = {}
+    for result in results:
+        by_run.setdefault(result["run"], []).append(result)
+    rows = []
+    for run, seeds in by_run.items():
+        row: dict[str, Any] = {"run": run, "seed": MEAN_SEED, "method": seeds[0].get("method")}
+        row["n_seeds"] = len(seeds)
+        columns = [k for k, v in seeds[0].items() if is_number(v) and k not in NOT_AGGREGATED]
+        for column in columns:
+            values = [r[column] for r in seeds if is_number(r.get(column))]
+            row[column], row[f"{column}_std"] = _mean_std(values)
+        rows.append(row)
+    return rows
+
+
+def pooled_std(std_a: float, n_a: int, std_b: float, n_b: int) -> float:
+    """Pooled standard deviation of two groups of seeds (NaN with fewer than two in a group)."""
+    if n_a < 2 or n_b < 2 or math.isnan(std_a) or math.isnan(std_b):
+        return math.nan
+    return math.sqrt(((n_a - 1) * std_a**2 + (n_b - 1) * std_b**2) / (n_a + n_b - 2))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The best run of one metric (the first of those tied with it in ``tied``), the runs whose gap
+    to it is resolved (more than two pooled standard deviations) and the runs whose gap is not."""
+
+    metric: str
+    best: str
+    best_mean: float
+    resolved: tuple[str, ...]
+    unresolved: tuple[str, ...]
+    tied: tuple[str, ...] = ()
+
+
+def rank(rows: Sequence[dict], metric: str) -> Ranking | None:
+    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None when
+    no row has a value."""
+    scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
+    if not scored:
+        return None
+    best = max(scored, key=lambda r: r[metric])
+    resolved, unresolved = [], []
+    tied = tuple(r["run"] for r in scored if r is not best and r[metric] == best[metric])
+    for row in scored:
+        if row is best or row["run"] in tied:
+            continue
+        spread = pooled_std(
+            best.get(f"{metric}_std", math.nan),
+            best.get("n_seeds", 1),
+            row.get(f"{metric}_std", math.nan),
+            row.get("n_seeds", 1),
+        )
+        gap = best[metric] - row[metric]
+        (resolved if gap > 2 * spread else unresolved).append(row["run"])
+    return Ranking(metric, best["run"], best[metric], tuple(resolved), tuple(unresolved), tied)
+
+
+def verdict(ranking: Ranking) -> str:
+    """The ranking in words, for the top of the report."""
+    best = ", ".join((ranking.best, *ranking.tied))
+    words = f"`{ranking.metric}`: best **{best}** ({ranking.best_mean:.2f})"
+    if ranking.resolved:
+        words += f"; below it by more than two pooled std: {', '.join(ranking.resolved)}"
+    if ranking.unresolved:
+        words += (
+            f"; not resolved (within two pooled std, or one seed): {', '.join(ranking.unresolved)}"
+        )
+    return words + "."

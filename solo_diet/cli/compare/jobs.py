@@ -1,0 +1,237 @@
+"""The runs of a spec and the jobs of a comparison: one pretraining per run and seed, and one per
+reference row.
+
+A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``runs/<run>/seed_<s>``
+with ``seeds``, or ``references/<row>``) holds everything about it: ``state.json`` (the fingerprint
+of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
+(solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/``,
+``result.json`` (every metric, with the fingerprint of the evaluation settings) and, when the jobs
+run in their own processes, ``job.log``. Jobs therefore run in any order, in one process or many.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet.cli.compare.spec import (
+    BUDGET_TARGETS,
+    SPEC_OWNED,
+    checkpoint_interval,
+    compose,
+    data_overrides,
+    quoted,
+    shared_overrides,
+    validation_interval,
+)
+from solo_diet.config import ConfigError
+
+RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class Run:
+    """One entry of ``runs``: a pretraining config plus overrides."""
+
+    name: str
+    config_path: Path
+    config_name: str
+    overrides: list[str]
+
+
+@dataclass
+class Job:
+    """One job: a run's pretraining for one seed and its evaluation, or a reference row.
+
+    ``name`` is the report's ``run`` column; ``cfg`` is the pretraining cfg (for a reference row
+    the first run's, whose architecture and seed it takes); ``seed`` is the spec's seed (None
+    without ``seeds``); ``reference`` names the reference row."""
+
+    name: str
+    key: str
+    run_dir: Path
+    cfg: DictConfig
+    seed: Optional[int] = None
+    reference: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        """How progress lines name the job."""
+        if self.reference is not None:
+            return f"reference {self.name!r}"
+        return f"run {self.name!r}" + (f" seed {self.seed}" if self.seed is not None else "")
+
+    @property
+    def cfg_seed(self) -> Any:
+        """The seed the job trains with (the config's own without ``seeds``)."""
+        return OmegaConf.select(self.cfg, "seed")
+
+    def gpus(self) -> int:
+        """GPUs the job needs: 0 on CPU, the pretraining's device count (1 for a reference row)."""
+        if str(OmegaConf.select(self.cfg, "accelerator", default="auto")) == "cpu":
+            return 0
+        devices = OmegaConf.select(self.cfg, "devices", default=1)
+        if isinstance(devices, ListConfig):
+            count = len(devices)
+        elif isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()):
+            count = max(int(devices), 1)
+        else:  # "auto" or -1: every GPU the job is given, here one
+            count = 1
+        return min(count, 1) if self.reference is not None else count
+
+
+def parse_runs(spec: DictConfig) -> list[Run]:
+    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
+    runs: list[Run] = []
+    for position, entry in enumerate(spec.runs):
+        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
+            raise ConfigError(
+                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
+            )
+        unknown = sorted(set(entry) - set(RUN_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
+                f"{list(RUN_KEYS)}."
+            )
+        name = str(entry.name)
+        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
+            raise ConfigError(
+                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
+            )
+        if name in spec.reference_rows:
+            raise ConfigError(
+                f"run name {name!r} is the name of a reference row; rename the run or remove "
+                f"{name!r} from `reference_rows`."
+            )
+        config_path = entry.get("config_path") or spec.config_path
+        if config_path is None:
+            raise ConfigError(
+                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
+            )
+        overrides = [str(o) for o in entry.get("overrides") or []]
+        check_overrides(f"run {name!r}", overrides, spec)
+        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
+    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
+    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
+    return runs
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
+    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
+    seed when ``seeds`` is set)."""
+    budget = spec.budget
+    owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
+    for override in overrides:
+        key = _override_key(override)
+        for budget_key, target in BUDGET_TARGETS.items():
+            if key == target:
+                raise ConfigError(
+                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
+                    f"`budget.{budget_key}` "
+                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
+                    f"the budget."
+                )
+        if key in owned:
+            raise ConfigError(
+                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
+                f"`{override}`."
+            )
+
+
+def fingerprint(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def training_fingerprint(cfg: DictConfig) -> str:
+    """Changes with anything that changes the trained weights; not with the checkpoint or
+    validation frequency."""
+    payload = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("checkpoint", "check_val_every_n_epoch"):
+        payload.pop(key, None)
+    return fingerprint(payload)
+
+
+def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) -> DictConfig:
+    """The run's pretraining cfg: its YAML + trainer + run overrides, then the spec's budget, data,
+    seed and checkpointing (which nothing else may set)."""
+    from solo.methods import METHODS
+
+    budget = [
+        quoted(target, spec.budget[key])
+        for key, target in BUDGET_TARGETS.items()
+        if spec.budget[key] is not None
+    ]
+    forced = [
+        quoted("name", run.name),
+        quoted("checkpoint.dir", run_dir / "pretrain"),
+        "++checkpoint.enabled=True",
+        f"++checkpoint.frequency={checkpoint_interval(spec.budget)}",
+        f"++check_val_every_n_epoch={validation_interval(spec.budget)}",
+        "++auto_resume.enabled=False",
+        "++wandb.enabled=False",
+    ] + ([f"++seed={seed}"] if seed is not None else [])
+    shared = shared_overrides(spec) + [str(o) for o in spec.pretrain_overrides]
+    overrides = shared + run.overrides + budget + data_overrides(spec) + forced
+    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
+    if cfg.get("method") not in METHODS:
+        raise ConfigError(
+            f"run {run.name!r}: unknown method {cfg.get('method')!r}; registered methods: "
+            f"{sorted(METHODS)}."
+        )
+    if OmegaConf.select(cfg, "max_steps") not in (None, -1):
+        raise ConfigError(
+            f"conflicting budgets: run {run.name!r} sets max_steps={cfg.max_steps}; the budget is "
+            f"epochs."
+        )
+    limit = OmegaConf.select(cfg, "limit_train_batches")
+    if spec.budget.limit_train_batches is None and limit not in (None, 1.0):
+        raise ConfigError(
+            f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets "
+            f"limit_train_batches={limit}; set `budget.limit_train_batches` for every run instead."
+        )
+    return cfg
+
+
+def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
+    """Every job of the comparison, composed (so a bad config fails before any training): each run
+    once per seed, then the reference rows."""
+    out = Path(spec.output_dir)
+    seeds = list(spec.seeds) if spec.seeds is not None else [None]
+    jobs = []
+    for run in runs:
+        for seed in seeds:
+            key = f"runs/{run.name}" + (f"/seed_{seed}" if seed is not None else "")
+            jobs.append(
+                Job(run.name, key, out / key, compose_run(spec, run, out / key, seed), seed)
+            )
+    first = jobs[0]
+    for row in spec.reference_rows:
+        key = f"references/{row}"
+        jobs.append(Job(row, key, out / key, first.cfg, first.seed, reference=row))
+    return jobs
+
+
+def checkpoint_epoch(path: Path) -> int:
+    match = re.search(r"-ep=(\d+)\.ckpt$", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def latest_checkpoint(folder: Path) -> Optional[Path]:
+    """The checkpoint of the highest epoch under ``folder`` (newest file on ties)."""
+    checkpoints = list(folder.glob("**/*.ckpt"))
+    if not checkpoints:
+        return None
+    return max(checkpoints, key=lambda p: (checkpoint_epoch(p), p.stat().st_mtime))

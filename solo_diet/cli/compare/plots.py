@@ -1,0 +1,95 @@
+"""The comparison's PNG plots: singular-value spectra and per-epoch pretraining curves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+CURVE_PANELS = (
+    ("train_loss", "train loss"),
+    ("val_acc1", "online probe val top-1 (%)"),
+    ("val_loss", "online probe val loss"),
+    ("val_rankme", "RankMe (val, backbone)"),
+)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
+    seen: dict[str, dict] = {}
+    for result in results:
+        seen.setdefault(result["run"], result)
+    return list(seen.values())
+
+
+def plot_spectra(results: Sequence[dict], path: Path) -> Path:
+    """Singular values of each representation (val split), divided by the largest, log scale; the
+    first seed of each run."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for result in _first_seed_per_run(results):
+        for key, spectrum in result.items():
+            if key.endswith("spectrum") and spectrum:
+                prefix = key[: -len("_spectrum")]
+                label = (
+                    result["run"] if key == "spectrum" else f"{result['run']} ({prefix.upper()})"
+                )
+                axis.semilogy(range(1, len(spectrum) + 1), spectrum, label=label)
+    axis.set(
+        xlabel="index k", ylabel="sigma_k / sigma_1", title="singular-value spectra (val features)"
+    )
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
+    """{epoch: the column's values over the seeds that logged it in that epoch}."""
+    from solo_diet.callbacks import read_epoch_rows
+
+    by_epoch: dict[float, list[float]] = {}
+    for folder in folders:
+        csv_path = folder / "epochs.csv"
+        for row in read_epoch_rows(csv_path) if csv_path.is_file() else []:
+            if column in row and not math.isnan(row[column]):
+                by_epoch.setdefault(row["epoch"], []).append(row[column])
+    return by_epoch
+
+
+def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
+    """Per-epoch pretraining curves of every run (its jobs' ``epochs.csv``): loss, online probe,
+    RankMe; with several seeds the mean over seeds and a band from their minimum to maximum."""
+    folders: dict[str, list[Path]] = {}
+    for result in results:
+        if "job" in result and (out / result["job"] / "epochs.csv").is_file():
+            folders.setdefault(result["run"], []).append(out / result["job"])
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.2 * len(CURVE_PANELS), 3.6))
+    for run, run_folders in folders.items():
+        label = run if len(run_folders) == 1 else f"{run} ({len(run_folders)} seeds)"
+        for axis, (column, _) in zip(axes, CURVE_PANELS):
+            curve = sorted(_seed_curves(run_folders, column).items())
+            if not curve:
+                continue
+            epochs = [epoch for epoch, _ in curve]
+            line = axis.plot(epochs, [sum(v) / len(v) for _, v in curve], marker=".", label=label)
+            if len(run_folders) > 1:
+                low, high = [min(v) for _, v in curve], [max(v) for _, v in curve]
+                axis.fill_between(epochs, low, high, color=line[0].get_color(), alpha=0.2)
+    for axis, (_, title) in zip(axes, CURVE_PANELS):
+        axis.set(xlabel="epoch", title=title)
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,63 @@
+"""Seeds in a comparison report: aggregates and the two-pooled-standard-deviation rule."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from solo_diet.cli.compare.aggregate import aggregate, pooled_std, rank, verdict
+
+
+def seed_rows(run: str, accuracies: list[float]) -> list[dict]:
+    return [
+        {"run": run, "seed": s, "method": run, "linear_acc1": a, "rankme": math.nan, "note": "x"}
+        for s, a in enumerate(accuracies)
+    ]
+
+
+def test_aggregate_has_mean_and_sample_std_per_run_in_order():
+    rows = aggregate(seed_rows("b", [70.0, 72.0, 74.5]) + seed_rows("a", [60.0]))
+    assert [(r["run"], r["seed"], r["n_seeds"]) for r in rows] == [
+        ("b", "mean", 3),
+        ("a", "mean", 1),
+    ]
+    assert rows[0]["linear_acc1"] == statistics.fmean([70.0, 72.0, 74.5])
+    assert rows[0]["linear_acc1_std"] == pytest.approx(
+        statistics.stdev([70.0, 72.0, 74.5]), rel=1e-15
+    )
+    assert math.isnan(rows[1]["linear_acc1_std"])  # one seed: no spread
+    assert math.isnan(rows[0]["rankme"]) and "note" not in rows[0] and "seed_std" not in rows[0]
+
+
+def test_pooled_std_matches_the_formula_and_needs_two_seeds_per_group():
+    a, b = [1.0, 2.0, 4.0], [3.0, 3.5]
+    pooled = math.sqrt(
+        (
+            sum((x - statistics.fmean(a)) ** 2 for x in a)
+            + sum((x - statistics.fmean(b)) ** 2 for x in b)
+        )
+        / (len(a) + len(b) - 2)
+    )
+    assert pooled_std(statistics.stdev(a), 3, statistics.stdev(b), 2) == pytest.approx(
+        pooled, rel=1e-14
+    )
+    assert math.isnan(pooled_std(1.0, 1, 1.0, 3))
+
+
+def test_rank_marks_only_gaps_beyond_two_pooled_std():
+    rows = aggregate(
+        seed_rows("best", [80.0, 81.0, 82.0])  # std 1
+        + seed_rows("close", [78.5, 79.5, 80.5])  # gap 1.5 < 2 * 1
+        + seed_rows("far", [76.0, 77.0, 78.0])  # gap 4 > 2 * 1
+        + seed_rows("tie", [81.5, 81.0, 80.5])  # same mean as best
+        + seed_rows("single", [70.0])  # one seed: never resolved
+    )
+    ranking = rank(rows, "linear_acc1")
+    assert ranking.best == "best" and ranking.tied == ("tie",) and ranking.best_mean == 81.0
+    assert ranking.resolved == ("far",) and ranking.unresolved == ("close", "single")
+    words = verdict(ranking)
+    assert words.startswith("`linear_acc1`: best **best, tie** (81.00)")
+    assert "more than two pooled std: far" in words and "not resolved" in words
+    assert rank(rows, "knn_acc1") is None

@@ -1,0 +1,76 @@
+"""``solo-diet compare`` with its jobs in 2 CPU worker processes: a failed job, logs, and a resume
+in which the jobs finish out of order."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.cli.compare import run_compare  # noqa: E402
+from solo_diet.cli.compare.runner import JobsFailed  # noqa: E402
+from tests.cli._compare import (  # noqa: E402
+    SHIPPED_SPEC,
+    interrupt_after_first_epoch,
+    tiny_overrides,
+    write_tiny_images,
+)
+
+RUNS = "{name: diet, config_name: diet}, {name: simclr, config_name: simclr}"
+# passes every check before training, then solo-learn's BaseMethod refuses it in the worker
+BROKEN = "{name: broken, config_name: simclr, overrides: [optimizer.name=no_such_optimizer]}"
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
+
+
+def overrides(data_root: Path, output_dir: Path, runs: str) -> list[str]:
+    return tiny_overrides(data_root, output_dir) + [
+        "reference_rows=[raw_pixels]",
+        "parallel.workers=2",
+        f"runs=[{runs}]",
+    ]
+
+
+def report_runs(out: Path) -> list[str]:
+    with (out / "results.csv").open() as f:
+        return [row["run"] for row in csv.DictReader(f)]
+
+
+def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    with pytest.raises(JobsFailed, match=r"1 of 4 jobs failed: run 'broken' \(exit status 1"):
+        run_compare(SHIPPED_SPEC, overrides(data_root, out, f"{RUNS}, {BROKEN}"))
+
+    terminal = capsys.readouterr().out
+    broken_log = out / "runs" / "broken" / "job.log"
+    assert "run 'broken': FAILED with exit status 1" in terminal and str(broken_log) in terminal
+    assert "Traceback" in broken_log.read_text() and "_OPTIMIZERS" in broken_log.read_text()
+    assert terminal.count(": started (log: ") == 4 and terminal.count(": done in ") == 3
+    assert "offline linear probe" not in terminal  # the jobs' own output is in their logs
+    assert "run 'diet': offline linear probe" in (out / "runs" / "diet" / "job.log").read_text()
+    assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
+
+    # diet, the first job, was interrupted after its first epoch; simclr is finished
+    diet = out / "runs" / "diet"
+    interrupt_after_first_epoch(diet)
+    simclr_result = (out / "runs" / "simclr" / "result.json").read_text()
+
+    report = run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS))
+
+    terminal = capsys.readouterr().out
+    finished = [line.split(":")[0] for line in terminal.splitlines() if ": done in " in line]
+    assert finished.index("[compare] run 'diet'") > finished.index("[compare] run 'simclr'")
+    assert "resuming after epoch 0" in (diet / "job.log").read_text()
+    assert "run 'simclr': already evaluated" in (out / "runs" / "simclr" / "job.log").read_text()
+    assert (out / "runs" / "simclr" / "result.json").read_text() == simclr_result
+    assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
+    assert "| diet | diet |" in report.read_text()

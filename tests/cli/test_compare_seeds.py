@@ -1,0 +1,122 @@
+"""``solo-diet compare`` with ``seeds`` and the reference rows, end to end on a tiny ImageFolder,
+through the GPU data path (on CPU tensors here)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.cli.compare import run_compare  # noqa: E402
+from solo_diet.cli.compare.aggregate import pooled_std  # noqa: E402
+from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
+
+SEEDS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
+
+
+def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
+    return tiny_overrides(data_root, output_dir) + [
+        "data.format=gpu",
+        "budget.max_epochs=3",
+        "budget.checkpoint_every_n_epochs=2",
+        "budget.val_every_n_epochs=2",
+        f"seeds=[{','.join(map(str, SEEDS))}]",
+        "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
+    ]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def table_cells(report: str, run: str) -> dict[str, str]:
+    """{column: cell} of ``run``'s row in the report's first table (mean ± std)."""
+    lines = report.splitlines()
+    header = next(i for i, li in enumerate(lines) if li.startswith("| run | "))
+    names = [c.strip() for c in lines[header].strip("|").split("|")]
+    row = next(li for li in lines[header:] if li.startswith(f"| {run} | "))
+    return dict(zip(names, (c.strip() for c in row.strip("|").split("|"))))
+
+
+def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
+    out = tmp_path / "cmp"
+    report = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out)).read_text()
+
+    rows = read_rows(out / "results.csv")
+    assert [(r["run"], r["seed"]) for r in rows] == [
+        ("diet", "0"),
+        ("diet", "1"),
+        ("simclr", "0"),
+        ("simclr", "1"),
+        ("diet", "mean"),
+        ("simclr", "mean"),
+        ("random_init", "0"),
+        ("raw_pixels", "0"),
+    ]
+    by_key = {(r["run"], r["seed"]): r for r in rows}
+    for run in ("diet", "simclr"):
+        aggregate = by_key[(run, "mean")]
+        assert aggregate["n_seeds"] == "2"
+        for metric in ("linear_acc1", "knn_acc1", "rankme", "kmeans_nmi", "train_s"):
+            values = [float(by_key[(run, str(s))][metric]) for s in SEEDS]
+            assert float(aggregate[metric]) == pytest.approx(statistics.fmean(values), abs=1e-9)
+            assert float(aggregate[f"{metric}_std"]) == pytest.approx(
+                statistics.stdev(values), abs=1e-9
+            )
+        for seed in SEEDS:  # every 2 epochs + the last; validation in epoch 1 only
+            job = out / "runs" / run / f"seed_{seed}"
+            kept = sorted(p.name.split("-ep=")[1] for p in job.glob("pretrain/**/*.ckpt"))
+            assert kept == ["0.ckpt", "2.ckpt"]
+            with (job / "epochs.csv").open() as f:
+                validated = [r["epoch"] for r in csv.DictReader(f) if r["val_acc1"] != ""]
+            assert validated == ["1"]
+            args = json.loads(next(job.glob("pretrain/**/args.json")).read_text())
+            assert args["seed"] == seed
+
+    # the significance marks follow the two-pooled-std rule, recomputed from the CSV
+    means = {run: by_key[(run, "mean")] for run in ("diet", "simclr")}
+    for metric in ("linear_acc1", "knn_acc1"):
+        best = max(means, key=lambda run: float(means[run][metric]))
+        other = "simclr" if best == "diet" else "diet"
+        gap = float(means[best][metric]) - float(means[other][metric])
+        stds = [float(means[run][f"{metric}_std"]) for run in (best, other)]
+        resolved = gap > 2 * pooled_std(stds[0], 2, stds[1], 2)
+        best_cell, other_cell = (table_cells(report, run)[metric] for run in (best, other))
+        assert best_cell.startswith("**") and "±" in best_cell
+        assert other_cell.endswith("†") == resolved
+        words = next(li for li in report.splitlines() if li.startswith(f"- `{metric}`: best"))
+        assert (f"below it by more than two pooled std: {other}" in words) == resolved
+        assert ("not resolved" in words) == (not resolved and gap != 0)
+
+    random_init = by_key[("random_init", "0")]
+    pixels = by_key[("raw_pixels", "0")]
+    assert random_init["method"] == "random_init" and pixels["method"] == "raw_pixels"
+    for row in (random_init, pixels):
+        assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
+        assert row["train_s"] == "" and row["linear_acc1_std"] == ""
+    assert 1.0 <= float(random_init["rankme"]) <= 8.0 + 1e-3  # the width-8 backbone
+    assert 8.0 < float(pixels["rankme"]) <= 15.0 + 1e-3  # 3072 pixels, 15 val images
+    state = torch.load(out / "references" / "raw_pixels" / "reference.ckpt", weights_only=True)
+    assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
+    init_args = json.loads((out / "references" / "random_init" / "args.json").read_text())
+    assert init_args["seed"] == SEEDS[0] and init_args["backbone"]["kwargs"] == {"width": 8}
+    assert "random_init" in report and "`linear_acc1` of `raw_pixels`" in report
+    assert "Mean ± standard deviation over 2 seeds" in report and "## Per seed" in report
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert not math.isnan(float(by_key[("diet", "mean")]["linear_loss"]))

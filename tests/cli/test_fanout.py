@@ -1,0 +1,108 @@
+"""The fan-out of a comparison's jobs over processes and GPUs, with plain Python tasks (no GPU or
+solo-learn needed: each task only records the GPUs it was given and when it ran)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
+
+RECORD = (
+    "import os, sys, time; start = time.time(); time.sleep(float(sys.argv[1])); "
+    "print('RAN', os.environ['CUDA_VISIBLE_DEVICES'], start, time.time()); "
+    "sys.exit(int(sys.argv[2]))"
+)
+
+
+def task(tmp_path: Path, name: str, gpus: int, seconds: float = 0.6, status: int = 0) -> Task:
+    argv = (sys.executable, "-c", RECORD, str(seconds), str(status))
+    return Task(name, argv, tmp_path / name / "job.log", gpus)
+
+
+def recorded(task: Task) -> tuple[list[str], float, float]:
+    line = next(li for li in task.log_path.read_text().splitlines() if li.startswith("RAN"))
+    _, devices, start, end = line.split(" ")
+    return [d for d in devices.split(",") if d], float(start), float(end)
+
+
+def test_tasks_get_disjoint_gpus_and_at_most_workers_run_at_once(tmp_path):
+    tasks = [
+        task(tmp_path, "a", 2),
+        task(tmp_path, "b", 1),
+        task(tmp_path, "c", 1),
+        task(tmp_path, "d", 0),
+    ]
+    said: list[str] = []
+    outcomes = run_tasks(tasks, workers=2, gpus=["g0", "g1", "g2"], say=said.append, poll_s=0.05)
+
+    assert [o.returncode for o in outcomes] == [0, 0, 0, 0]
+    runs = {t.label: recorded(t) for t in tasks}
+    assert [len(runs[name][0]) for name in "abcd"] == [2, 1, 1, 0]
+    for name, (devices, start, end) in runs.items():
+        running_then = [o for o, (_, s, e) in runs.items() if o != name and s <= start < e]
+        assert len(running_then) <= 1  # two workers
+        overlapping = [o for o, (_, s, e) in runs.items() if o != name and s < end and start < e]
+        for other in overlapping:
+            assert not set(devices) & set(runs[other][0])
+    assert (
+        sum("started" in line for line in said) == 4
+        and sum("done in" in line for line in said) == 4
+    )
+    assert any(line.startswith("(1/4) a: started on GPU g0,g1 (log: ") for line in said)
+
+
+def test_a_failed_task_is_reported_with_its_log_and_the_others_go_on(tmp_path):
+    tasks = [task(tmp_path, "bad", 0, seconds=0.0, status=3), task(tmp_path, "good", 0)]
+    said: list[str] = []
+    outcomes = run_tasks(tasks, workers=1, gpus=[], say=said.append, poll_s=0.05)
+    assert [o.returncode for o in outcomes] == [3, 0]
+    failed = next(line for line in said if "FAILED" in line)
+    assert failed.startswith("bad: FAILED with exit status 3") and str(tasks[0].log_path) in failed
+    with pytest.raises(ValueError, match="need more GPUs"):
+        run_tasks([task(tmp_path, "big", 2)], workers=1, gpus=["0"])
+
+
+def test_visible_gpus_reads_cuda_visible_devices_up_to_the_first_invalid_entry(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,-1,2")
+    assert visible_gpus() == ["3", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
+
+
+SCHEDULER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from solo_diet.cli.compare.fanout import Task, run_tasks
+    sleeper = "import os, sys, time; Path = __import__('pathlib').Path; "
+    sleeper += "Path(sys.argv[1]).write_text(str(os.getpid())); time.sleep(120)"
+    tasks = [Task("t", (sys.executable, "-c", sleeper, sys.argv[1]), Path(sys.argv[2]), 0)]
+    run_tasks(tasks, workers=1, gpus=[], poll_s=0.05, grace_s=5.0)
+    """
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_scheduler_stops_its_tasks(tmp_path, signum):
+    pid_file = tmp_path / "task.pid"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    scheduler = subprocess.Popen(
+        [sys.executable, "-c", SCHEDULER, str(pid_file), str(tmp_path / "task.log")], env=env
+    )
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and scheduler.poll() is None
+        time.sleep(0.05)
+    task_pid = int(pid_file.read_text())
+    scheduler.send_signal(signum)
+    assert scheduler.wait(timeout=30) != 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(task_pid, 0)
