@@ -178,7 +178,7 @@ class Evaluator:
         feats, targets = [], []
         for images, labels in loader:
             feats.append(model(images.to(self.device)).float().flatten(1).cpu())
-            targets.append(labels)
+            targets.append(labels.cpu())
         return torch.cat(feats), torch.cat(targets)
 
     @torch.no_grad()

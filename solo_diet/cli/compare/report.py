@@ -175,6 +175,8 @@ def _seeded_tables(
     spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
 ) -> list[str]:
     """The mean ± std table with its marks and their meaning, then the per-seed table."""
+    if not summary:
+        return ["No job finished: the failed jobs' logs say why."]
     rankings = {m: rank(aggregated, m) for m in RANKED_METRICS}
     marks = {m: r for m, r in rankings.items() if r is not None}
 
