@@ -26,7 +26,10 @@ from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods import PLUGIN_METHODS  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.testing import tiny_cfg, write_image_folder  # noqa: E402
-from tests.cli.test_compare import CONFIGS, SHIPPED_SPEC, tiny_overrides  # noqa: E402
+from tests.cli._compare import SHIPPED_SPEC  # noqa: E402
+from tests.cli.test_compare import tiny_overrides  # noqa: E402
+
+CONFIGS = SHIPPED_SPEC.parent / "configs"
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "adding-a-method.md"

@@ -1,4 +1,5 @@
-"""The count of skipped solo-learn tests that tests/conftest.py prints is exact for this tree."""
+"""The count of skipped solo-learn tests that tests/conftest.py prints is exact, or a lower bound
+where it says "at least", for this tree."""
 
 from __future__ import annotations
 
@@ -45,4 +46,8 @@ def test_source_count_equals_pytests_collection():
     )
     assert collected, done.stdout[-2000:] + done.stderr[-2000:]
     for path in files:
-        assert count_tests(path) == (collected[str(path.relative_to(ROOT))], True), path
+        count, exact = count_tests(path)
+        found = collected[str(path.relative_to(ROOT))]
+        # a parametrize list computed at import (e.g. solo-learn's registry) is counted once: the
+        # printed line then says "at least"
+        assert count == found if exact else 0 < count <= found, (path, count, exact, found)
