@@ -50,10 +50,23 @@ RUNS = [
 
 def device_overrides(args: argparse.Namespace) -> list[str]:
     precision = "bf16-mixed" if args.accelerator == "gpu" else "32"
-    return [f"accelerator={args.accelerator}", "devices=1", f"precision={precision}", f"data.num_workers={args.workers}"]
+    return [
+        f"accelerator={args.accelerator}",
+        "devices=1",
+        f"precision={precision}",
+        f"data.num_workers={args.workers}",
+    ]
 
 
-def pretrain_cfg(args: argparse.Namespace, data: Path, workdir: Path, name: str, method: str, views: int, method_kwargs: dict):
+def pretrain_cfg(
+    args: argparse.Namespace,
+    data: Path,
+    workdir: Path,
+    name: str,
+    method: str,
+    views: int,
+    method_kwargs: dict,
+):
     cfg = compose_cfg(
         str(DEMO_CONFIGS),
         "diet",
@@ -69,7 +82,9 @@ def pretrain_cfg(args: argparse.Namespace, data: Path, workdir: Path, name: str,
     )
     cfg.name = f"labels-{name.replace(' ', '-').replace('%', 'pct')}"
     cfg.method = method
-    cfg.method_kwargs = {"label_smoothing": 0.8, **method_kwargs} if method == "diet" else dict(method_kwargs)
+    cfg.method_kwargs = (
+        {"label_smoothing": 0.8, **method_kwargs} if method == "diet" else dict(method_kwargs)
+    )
     cfg.augmentations[0].num_crops = views
     return cfg
 
@@ -96,13 +111,27 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--linear-batch-size", type=int, default=256)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--limit", type=int, default=None, help="training images kept (stratified); all by default")
-    parser.add_argument("--runs", default=None, help="comma-separated run names to keep (default: all), e.g. 'diet index,diet_cf index'")
-    parser.add_argument("--tiny", action="store_true", help="CPU smoke run: 200 images, 1 epoch, width 8")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="training images kept (stratified); all by default"
+    )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="comma-separated run names to keep (default: all), e.g. 'diet index,diet_cf index'",
+    )
+    parser.add_argument(
+        "--tiny", action="store_true", help="CPU smoke run: 200 images, 1 epoch, width 8"
+    )
     args = parser.parse_args(argv)
     if args.tiny:
         args.accelerator, args.epochs, args.linear_epochs = "cpu", 1, 1
-        args.batch_size, args.linear_batch_size, args.width, args.workers, args.limit = 32, 32, 8, 0, 200
+        args.batch_size, args.linear_batch_size, args.width, args.workers, args.limit = (
+            32,
+            32,
+            8,
+            0,
+            200,
+        )
 
     runs = RUNS if args.runs is None else [run for run in RUNS if run[0] in args.runs.split(",")]
     if not runs:
@@ -117,15 +146,19 @@ def main(argv: Optional[list[str]] = None) -> None:
         seconds = time.time() - start
         if ckpt is None:
             raise RuntimeError(f"{name}: pretraining wrote no checkpoint")
-        first_cfg = first_cfg or cfg  # parsed by run_pretrain, num_samples set: rebuilds an untrained model
+        first_cfg = (
+            first_cfg or cfg
+        )  # parsed by run_pretrain, num_samples set: rebuilds an untrained model
         rows.append((name, method, views, probe(args, data, workdir, ckpt), seconds))
         print(f"[labels] {name}: {rows[-1][3]:.2f}% top-1 ({seconds:.0f}s pretraining)", flush=True)
 
     untrained = save_untrained(first_cfg, workdir / "random_init" / "untrained.ckpt")
     rows.append(("random init", "-", 1, probe(args, data, workdir, str(untrained)), 0.0))
 
-    print(f"\nAnimal-MNIST, cp_resnet8 width {args.width}, {args.epochs} epochs, batch {args.batch_size}, "
-          f"{args.accelerator}; linear probe {args.linear_epochs} epochs on all training labels")
+    print(
+        f"\nAnimal-MNIST, cp_resnet8 width {args.width}, {args.epochs} epochs, batch {args.batch_size}, "
+        f"{args.accelerator}; linear probe {args.linear_epochs} epochs on all training labels"
+    )
     print(f"| {'run':<18} | {'method':<8} | views | val top-1 (%) | pretrain (s) |")
     print(f"|{'-' * 20}|{'-' * 10}|-------|---------------|--------------|")
     for name, method, views, accuracy, seconds in rows:

@@ -82,8 +82,12 @@ def run_case(args: argparse.Namespace) -> None:
     # each process takes every devices-th sample in order, so the processes' batches interleave into
     # the 1-process batches (Lightning's own distributed sampler would shuffle)
     rank = int(os.environ.get("LOCAL_RANK", 0))
-    sampler = DistributedSampler(Indexed(images), num_replicas=args.devices, rank=rank, shuffle=False)
-    loader = DataLoader(Indexed(images), batch_size=GLOBAL_BATCH // args.devices, sampler=sampler, drop_last=True)
+    sampler = DistributedSampler(
+        Indexed(images), num_replicas=args.devices, rank=rank, shuffle=False
+    )
+    loader = DataLoader(
+        Indexed(images), batch_size=GLOBAL_BATCH // args.devices, sampler=sampler, drop_last=True
+    )
     trainer = Trainer(
         accelerator=args.accelerator,
         devices=args.devices,
@@ -101,9 +105,20 @@ def run_case(args: argparse.Namespace) -> None:
     )
     trainer.fit(model, loader)
     if trainer.is_global_zero:
-        networks = {name: value.cpu() for name, value in model.state_dict().items() if value.is_floating_point()}
-        torch.save({"losses": losses, "store": model.row_store.state_dict(), "first_step_rows": first_step_rows[0],
-                    "networks": networks}, args.out)
+        networks = {
+            name: value.cpu()
+            for name, value in model.state_dict().items()
+            if value.is_floating_point()
+        }
+        torch.save(
+            {
+                "losses": losses,
+                "store": model.row_store.state_dict(),
+                "first_step_rows": first_step_rows[0],
+                "networks": networks,
+            },
+            args.out,
+        )
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -111,7 +126,17 @@ def compare(args: argparse.Namespace) -> None:
         results = {}
         for devices in (1, 2):
             out = Path(tmp) / f"devices{devices}.pt"
-            command = [sys.executable, __file__, "--case", "--accelerator", args.accelerator, "--devices", str(devices), "--out", str(out)]
+            command = [
+                sys.executable,
+                __file__,
+                "--case",
+                "--accelerator",
+                args.accelerator,
+                "--devices",
+                str(devices),
+                "--out",
+                str(out),
+            ]
             command += ["--float64"] if args.float64 else []
             subprocess.run(command, check=True, cwd=tmp)
             results[devices] = torch.load(out, weights_only=False)
@@ -119,11 +144,17 @@ def compare(args: argparse.Namespace) -> None:
     loss_gap = max(abs(a - b) for a, b in zip(one["losses"], two["losses"]))
     device = torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "CPU (gloo)"
     precision = "float64" if args.float64 else "fp32"
-    print(f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, {len(one['losses'])} steps, {precision}")
+    print(
+        f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, {len(one['losses'])} steps, {precision}"
+    )
     print("| quantity | max abs difference, 2 processes vs 1 |")
     print("|---|---|")
-    print(f"| per-step loss ({len(one['losses'])} vs {len(two['losses'])} steps) | {loss_gap:.2e} |")
-    print(f"| head rows after the first step | {max_gap(one['first_step_rows'], two['first_step_rows']):.2e} |")
+    print(
+        f"| per-step loss ({len(one['losses'])} vs {len(two['losses'])} steps) | {loss_gap:.2e} |"
+    )
+    print(
+        f"| head rows after the first step | {max_gap(one['first_step_rows'], two['first_step_rows']):.2e} |"
+    )
     for name in ("rows", "exp_avg", "exp_avg_sq"):
         print(f"| head {name} | {max_gap(one['store'][name], two['store'][name]):.2e} |")
     # the reference: DDP's own float32 effects on parameters that torch's AdamW trains
@@ -141,7 +172,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accelerator", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--devices", type=int, default=1)
-    parser.add_argument("--float64", action="store_true", help="precision 64-true and float64 head tables")
+    parser.add_argument(
+        "--float64", action="store_true", help="precision 64-true and float64 head tables"
+    )
     parser.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -59,7 +59,11 @@ SDIET_STORAGES = ("cpu", "gpu", "disk")
 PER_SAMPLE = ("sdiet", "diet")
 METHOD_NAMES = ("sdiet", "diet", "simclr", "byol", "barlow_twins", "supervised")
 # backbone -> (image size, dataset that selects the stem)
-BACKBONES = {"resnet18": (32, "cifar100"), "resnet50": (224, "imagenet"), "cp_resnet8": (32, "cifar100")}
+BACKBONES = {
+    "resnet18": (32, "cifar100"),
+    "resnet50": (224, "imagenet"),
+    "cp_resnet8": (32, "cifar100"),
+}
 
 
 class Supervised(BaseMethod):
@@ -77,19 +81,37 @@ class Supervised(BaseMethod):
         return F.cross_entropy(self.head(self.backbone(batch[1][0])), batch[2])
 
 
-def method_kwargs(method: str, num_samples: int, proj_dim: Optional[int], disk_dir: str, storage: str) -> dict:
+def method_kwargs(
+    method: str, num_samples: int, proj_dim: Optional[int], disk_dir: str, storage: str
+) -> dict:
     """solo-learn's CIFAR widths for the baselines, the paper's for s-DIET; ``proj_dim`` shrinks all."""
     kwargs = {
-        "sdiet": {"num_samples": num_samples, "proj_hidden_dim": 2048, "proj_output_dim": 2048, "storage": storage,
-                  "storage_dir": disk_dir},
+        "sdiet": {
+            "num_samples": num_samples,
+            "proj_hidden_dim": 2048,
+            "proj_output_dim": 2048,
+            "storage": storage,
+            "storage_dir": disk_dir,
+        },
         "diet": {"num_samples": num_samples},
         "simclr": {"proj_hidden_dim": 2048, "proj_output_dim": 256, "temperature": 0.2},
         "byol": {"proj_hidden_dim": 4096, "proj_output_dim": 256, "pred_hidden_dim": 4096},
-        "barlow_twins": {"proj_hidden_dim": 2048, "proj_output_dim": 2048, "lamb": 0.0051, "scale_loss": 0.1},
+        "barlow_twins": {
+            "proj_hidden_dim": 2048,
+            "proj_output_dim": 2048,
+            "lamb": 0.0051,
+            "scale_loss": 0.1,
+        },
         "supervised": {},
     }[method]
     if proj_dim is not None:
-        kwargs.update({k: proj_dim for k in ("proj_hidden_dim", "proj_output_dim", "pred_hidden_dim") if k in kwargs})
+        kwargs.update(
+            {
+                k: proj_dim
+                for k in ("proj_hidden_dim", "proj_output_dim", "pred_hidden_dim")
+                if k in kwargs
+            }
+        )
     return kwargs
 
 
@@ -97,7 +119,9 @@ class SyntheticBatches:
     """``[indexes, [image] * views, targets]`` on the device, indices in the SuperBatchSampler's order
     (``batch_sampler``: the attribute through which s-DIET finds the order and prefetches)."""
 
-    def __init__(self, sampler: SuperBatchSampler, views: int, image: torch.Tensor, targets: torch.Tensor):
+    def __init__(
+        self, sampler: SuperBatchSampler, views: int, image: torch.Tensor, targets: torch.Tensor
+    ):
         self.batch_sampler, self.views, self.image, self.targets = sampler, views, image, targets
 
     def __len__(self) -> int:
@@ -107,7 +131,11 @@ class SyntheticBatches:
         cuda = self.image.is_cuda
         for indexes in self.batch_sampler:
             indexes = torch.tensor(indexes).pin_memory() if cuda else torch.tensor(indexes)
-            yield [indexes.to(self.image.device, non_blocking=True), [self.image] * self.views, self.targets]
+            yield [
+                indexes.to(self.image.device, non_blocking=True),
+                [self.image] * self.views,
+                self.targets,
+            ]
 
 
 class Timer(Callback):
@@ -136,7 +164,9 @@ def check_row_store(model: BaseMethod, storage: str, args) -> None:
     expected = torch.device(args.device) if storage == "gpu" else torch.device("cpu")
     for name, table in {"table": store.table, "last_step": store.last_step}.items():
         if table.device.type != expected.type:
-            raise RuntimeError(f"storage={storage}: {name} is on {table.device}, expected {expected}")
+            raise RuntimeError(
+                f"storage={storage}: {name} is on {table.device}, expected {expected}"
+            )
         if storage == "disk" and not os.path.isfile(os.path.join(args.disk_dir, f"{name}.bin")):
             raise RuntimeError(f"storage=disk: {name} has no file in {args.disk_dir}")
     if store.prefetch_hits != args.warmup + args.steps - 1:
@@ -146,7 +176,12 @@ def check_row_store(model: BaseMethod, storage: str, args) -> None:
 
 
 def measure(
-    method: str, storage: str, backbone: str, num_samples: int, args, callbacks: tuple[Callback, ...] = ()
+    method: str,
+    storage: str,
+    backbone: str,
+    num_samples: int,
+    args,
+    callbacks: tuple[Callback, ...] = (),
 ) -> tuple[str, str]:
     """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``; ``callbacks``
     join the Trainer's (benchmarks/sdiet_step_profile.py profiles the timed steps)."""
@@ -174,20 +209,35 @@ def measure(
         model = model.to(memory_format=torch.channels_last)
         generator = torch.Generator().manual_seed(0)
         image = torch.randn(args.batch_size, 3, size, size, generator=generator).to(args.device)
-        targets = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=generator).to(args.device)
+        targets = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=generator).to(
+            args.device
+        )
         sampler = SuperBatchSampler(num_samples, args.batch_size, seed=0)
-        batches = SyntheticBatches(sampler, views, image.contiguous(memory_format=torch.channels_last), targets)
+        batches = SyntheticBatches(
+            sampler, views, image.contiguous(memory_format=torch.channels_last), targets
+        )
         timer = Timer(args.warmup, cuda)
         trainer = Trainer(
-            accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=1,
-            max_steps=args.warmup + args.steps, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, callbacks=[timer, *callbacks], limit_val_batches=0,
-            num_sanity_val_steps=0, benchmark=cuda,
+            accelerator="gpu" if cuda else "cpu",
+            devices=1,
+            precision=args.precision,
+            max_epochs=1,
+            max_steps=args.warmup + args.steps,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[timer, *callbacks],
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            benchmark=cuda,
         )
         trainer.fit(model, batches)
         if method == "sdiet":
             if model.super_batch_sampler is not sampler:
-                raise RuntimeError("s-DIET did not find the SuperBatchSampler: nothing was prefetched")
+                raise RuntimeError(
+                    "s-DIET did not find the SuperBatchSampler: nothing was prefetched"
+                )
             check_row_store(model, storage, args)
         peak = f"{torch.cuda.max_memory_allocated() / 2**20:.0f}" if cuda else "-"
         return peak, f"{args.batch_size * args.steps / timer.seconds:.0f}"
@@ -198,11 +248,16 @@ def measure(
 CASE_SETTINGS = ("device", "batch_size", "precision", "warmup", "steps", "proj_dim")
 
 
-def run_case(method: str, storage: str, backbone: str, num_samples: Optional[int], args) -> tuple[str, str]:
+def run_case(
+    method: str, storage: str, backbone: str, num_samples: Optional[int], args
+) -> tuple[str, str]:
     """One case in a fresh Python process (``--case``); its disk files are deleted afterwards."""
     disk_dir = os.path.join(args.disk_dir, f"{method}-{storage}-{backbone}-{num_samples}")
-    case = {"case": [method, storage, backbone, num_samples or 50_000], "disk_dir": disk_dir,
-            **{key: getattr(args, key) for key in CASE_SETTINGS}}
+    case = {
+        "case": [method, storage, backbone, num_samples or 50_000],
+        "disk_dir": disk_dir,
+        **{key: getattr(args, key) for key in CASE_SETTINGS},
+    }
     command = [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.case_timeout)
@@ -229,19 +284,31 @@ def cases(args):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--methods", nargs="+", default=list(METHOD_NAMES), choices=METHOD_NAMES)
-    parser.add_argument("--backbones", nargs="+", default=["resnet18", "resnet50"], choices=sorted(BACKBONES))
+    parser.add_argument(
+        "--backbones", nargs="+", default=["resnet18", "resnet50"], choices=sorted(BACKBONES)
+    )
     parser.add_argument("--num-samples", type=int, nargs="+", default=[50_000, 128_000, 1_280_000])
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--precision", default="bf16-mixed")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--proj-dim", type=int, default=None, help="shrink every projector width (CPU check)")
-    parser.add_argument("--disk-dir", default=None, help="folder of the disk storage (default: a temp dir)")
-    parser.add_argument("--quick", action="store_true", help="2 warm-up + 3 timed steps; on --device cpu, tiny")
-    parser.add_argument("--case-timeout", type=float, default=240.0, help="seconds one case may take")
+    parser.add_argument(
+        "--proj-dim", type=int, default=None, help="shrink every projector width (CPU check)"
+    )
+    parser.add_argument(
+        "--disk-dir", default=None, help="folder of the disk storage (default: a temp dir)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="2 warm-up + 3 timed steps; on --device cpu, tiny"
+    )
+    parser.add_argument(
+        "--case-timeout", type=float, default=240.0, help="seconds one case may take"
+    )
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # internal: one case, JSON
     args = parser.parse_args()
     if args.case is not None:
@@ -253,8 +320,10 @@ def main() -> None:
             args.backbones, args.num_samples, args.batch_size = ["cp_resnet8"], [64, 128], 8
             args.proj_dim, args.precision = args.proj_dim or 32, "32"
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"# s-DIET memory/throughput, {device}, batch {args.batch_size}, {args.precision}, "
-          f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 at 224 px")
+    print(
+        f"# s-DIET memory/throughput, {device}, batch {args.batch_size}, {args.precision}, "
+        f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 at 224 px"
+    )
     print("| method | storage | backbone | N | peak MiB | samples/s |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:

@@ -79,8 +79,13 @@ def run_sdiet(storage: str, prefetch: bool, args, num_samples: int, device: torc
     plan = batches(num_samples, args.batch_size, args.warmup + args.steps)
     with tempfile.TemporaryDirectory() as directory:
         store = RowStore(
-            num_samples, args.dim, RowAdamW(WD), eager_steps=num_samples / args.batch_size - 1,
-            storage=storage, device=device, directory=directory,
+            num_samples,
+            args.dim,
+            RowAdamW(WD),
+            eager_steps=num_samples / args.batch_size - 1,
+            storage=storage,
+            device=device,
+            directory=directory,
         )
 
         def train_step(step: int, idx: torch.Tensor) -> None:
@@ -100,7 +105,9 @@ def run_sdiet(storage: str, prefetch: bool, args, num_samples: int, device: torc
 
 def run_diet(args, num_samples: int, device: torch.device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(backbone(), torch.nn.Linear(512, num_samples, bias=False)).to(device)
+    model = torch.nn.Sequential(backbone(), torch.nn.Linear(512, num_samples, bias=False)).to(
+        device
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
 
     def train_step(step: int, idx: torch.Tensor) -> None:
@@ -109,7 +116,9 @@ def run_diet(args, num_samples: int, device: torch.device):
         loss.backward()
         optimizer.step()
 
-    return timed(batches(num_samples, args.batch_size, args.warmup + args.steps), train_step, args, device)
+    return timed(
+        batches(num_samples, args.batch_size, args.warmup + args.steps), train_step, args, device
+    )
 
 
 def main() -> None:
@@ -126,8 +135,10 @@ def main() -> None:
     torch.backends.cudnn.benchmark = False
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device: {name}; ResNet-18 (CIFAR stem) + projector 2048-2048-{args.dim}, batch {args.batch_size}, "
-          f"{args.steps} timed steps after {args.warmup}")
+    print(
+        f"device: {name}; ResNet-18 (CIFAR stem) + projector 2048-2048-{args.dim}, batch {args.batch_size}, "
+        f"{args.steps} timed steps after {args.warmup}"
+    )
     print("| method | storage | N | ms/step | peak GPU MiB | max abs diff of rows vs gpu storage |")
     print("| --- | --- | --- | --- | --- | --- |")
     for num_samples in args.num_samples:
@@ -137,9 +148,15 @@ def main() -> None:
             reference = rows if reference is None else reference
             diff = float((rows - reference).abs().max())
             label = storage + (" + prefetch" if prefetch else "")
-            print(f"| s-DIET | {label} | {num_samples} | {ms:.1f} | {peak:.0f} | {diff:.2e} |", flush=True)
+            print(
+                f"| s-DIET | {label} | {num_samples} | {ms:.1f} | {peak:.0f} | {diff:.2e} |",
+                flush=True,
+            )
         ms, peak = run_diet(args, num_samples, device)
-        print(f"| DIET (full head, torch AdamW) | {device.type} | {num_samples} | {ms:.1f} | {peak:.0f} | - |", flush=True)
+        print(
+            f"| DIET (full head, torch AdamW) | {device.type} | {num_samples} | {ms:.1f} | {peak:.0f} | - |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

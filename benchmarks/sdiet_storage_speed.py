@@ -36,8 +36,18 @@ import sdiet_memory  # noqa: E402
 
 import solo_diet  # noqa: E402
 
-WATCHED = ("Synchronize", "HostAlloc", "HostRegister", "cudaMemcpy", "index_select", "index_copy", "pin_memory",
-           "record_stream", "cudaEventQuery", "cudaStreamWait")
+WATCHED = (
+    "Synchronize",
+    "HostAlloc",
+    "HostRegister",
+    "cudaMemcpy",
+    "index_select",
+    "index_copy",
+    "pin_memory",
+    "record_stream",
+    "cudaEventQuery",
+    "cudaStreamWait",
+)
 
 
 class ProfileTimedSteps(Callback):
@@ -45,7 +55,12 @@ class ProfileTimedSteps(Callback):
 
     def __init__(self, warmup: int):
         self.warmup = warmup
-        self.profiler = profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])])
+        self.profiler = profile(
+            activities=[
+                ProfilerActivity.CPU,
+                *([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
+            ]
+        )
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if batch_idx == self.warmup:
@@ -62,11 +77,19 @@ def run_one(args: argparse.Namespace) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     solo_diet.register()
     cuda = args.device == "cuda"
-    settings = argparse.Namespace(device=args.device, batch_size=args.batch_size, precision="bf16-mixed" if cuda else "32",
-                                  warmup=args.warmup, steps=args.steps, proj_dim=None if cuda else 32,
-                                  disk_dir=f"/tmp/sdiet_storage_speed_{args.run}")
+    settings = argparse.Namespace(
+        device=args.device,
+        batch_size=args.batch_size,
+        precision="bf16-mixed" if cuda else "32",
+        warmup=args.warmup,
+        steps=args.steps,
+        proj_dim=None if cuda else 32,
+        disk_dir=f"/tmp/sdiet_storage_speed_{args.run}",
+    )
     callbacks = (ProfileTimedSteps(args.warmup),) if args.profile else ()
-    peak, speed = sdiet_memory.measure("sdiet", args.run, args.backbone, args.num_samples, settings, callbacks)
+    peak, speed = sdiet_memory.measure(
+        "sdiet", args.run, args.backbone, args.num_samples, settings, callbacks
+    )
     if args.profile:
         averages = callbacks[0].profiler.key_averages()
         print(f"\n## storage={args.run} (profiled: {speed} samples/s)")
@@ -79,10 +102,21 @@ def run_one(args: argparse.Namespace) -> None:
 
 
 def measure_in_process(storage: str, args: argparse.Namespace, profile_run: bool = False) -> float:
-    command = [sys.executable, os.path.abspath(__file__), "--run", storage, "--backbone", args.backbone,
-               f"--num-samples={args.num_samples}", f"--warmup={args.warmup}", f"--steps={args.steps}",
-               f"--rows={args.rows}", f"--device={args.device}", f"--batch-size={args.batch_size}",
-               *(["--profile"] if profile_run else [])]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--run",
+        storage,
+        "--backbone",
+        args.backbone,
+        f"--num-samples={args.num_samples}",
+        f"--warmup={args.warmup}",
+        f"--steps={args.steps}",
+        f"--rows={args.rows}",
+        f"--device={args.device}",
+        f"--batch-size={args.batch_size}",
+        *(["--profile"] if profile_run else []),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     lines = done.stdout.strip().splitlines()
     if profile_run:
@@ -94,13 +128,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbone", default="resnet18", choices=sorted(sdiet_memory.BACKBONES))
     parser.add_argument("--num-samples", type=int, default=128_000)
-    parser.add_argument("--storages", nargs="+", default=["gpu", "cpu"], choices=sdiet_memory.SDIET_STORAGES)
+    parser.add_argument(
+        "--storages", nargs="+", default=["gpu", "cpu"], choices=sdiet_memory.SDIET_STORAGES
+    )
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--profile", action="store_true", help="one more profiled run per storage")
-    parser.add_argument("--rows", type=int, default=20, help="operators listed per profiled storage")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: plumbing check only")
+    parser.add_argument(
+        "--rows", type=int, default=20, help="operators listed per profiled storage"
+    )
+    parser.add_argument(
+        "--device", default="cuda", choices=["cuda", "cpu"], help="cpu: plumbing check only"
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--run", default=None, help=argparse.SUPPRESS)  # internal: one measurement
     args = parser.parse_args()
@@ -111,10 +151,15 @@ def main() -> None:
     for repeat in range(args.repeats):
         for storage in args.storages:
             speeds[storage].append(measure_in_process(storage, args))
-            print(f"run {repeat + 1}/{args.repeats} {storage}: {speeds[storage][-1]:.0f} samples/s", flush=True)
+            print(
+                f"run {repeat + 1}/{args.repeats} {storage}: {speeds[storage][-1]:.0f} samples/s",
+                flush=True,
+            )
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"# s-DIET step speed by storage, {device}, {args.backbone}, N={args.num_samples}, "
-          f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} alternating runs each")
+    print(
+        f"# s-DIET step speed by storage, {device}, {args.backbone}, N={args.num_samples}, "
+        f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} alternating runs each"
+    )
     print("| storage | samples/s per run | median | median vs gpu |\n|---|---|---|---|")
     reference = statistics.median(speeds["gpu"]) if "gpu" in speeds else None
     for storage, values in speeds.items():

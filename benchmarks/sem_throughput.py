@@ -24,11 +24,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from lightning.pytorch import Callback, Trainer
 from omegaconf import OmegaConf
+from solo.args.pretrain import parse_cfg
+from solo.methods import METHODS
 from torch.utils.data import DataLoader, Dataset
 
 import solo_diet
-from solo.args.pretrain import parse_cfg
-from solo.methods import METHODS
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "cifar"
 TABLE1 = ["simclr", "mocov2plus", "byol", "swav", "dino", "barlow_twins", "vicreg"]
@@ -95,23 +95,40 @@ def measure(method: str, sem: bool, args: argparse.Namespace) -> dict[str, float
     params = sum(p.numel() for p in model.parameters()) / 1e6
     steps = args.warmup + args.steps
     data = SyntheticCrops(args.batch_size * steps, cfg.data.num_large_crops, cfg.data.num_classes)
-    loader = DataLoader(data, batch_size=args.batch_size, drop_last=True, pin_memory=args.device == "cuda")
+    loader = DataLoader(
+        data, batch_size=args.batch_size, drop_last=True, pin_memory=args.device == "cuda"
+    )
     timer = StepTimer(args.warmup)
     trainer = Trainer(
-        accelerator="gpu" if args.device == "cuda" else "cpu", devices=1, precision=args.precision,
-        max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[timer], limit_val_batches=0, num_sanity_val_steps=0,
+        accelerator="gpu" if args.device == "cuda" else "cpu",
+        devices=1,
+        precision=args.precision,
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
     )
     if args.device == "cuda":
         torch.cuda.empty_cache()
     trainer.fit(model, loader)
     step_s = sum(timer.durations) / len(timer.durations)
     peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else float("nan")
-    return {"params_m": params, "peak_gib": peak, "step_ms": 1e3 * step_s, "img_s": args.batch_size / step_s}
+    return {
+        "params_m": params,
+        "peak_gib": peak,
+        "step_ms": 1e3 * step_s,
+        "img_s": args.batch_size / step_s,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--methods", nargs="+", default=TABLE1, choices=TABLE1)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-simplices", type=int, default=5000)
@@ -120,16 +137,20 @@ def main() -> None:
     parser.add_argument("--precision", default="16-mixed")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--probe", default="sem", choices=["sem", "backbone"], help="online probe of the SEM arm")
+    parser.add_argument(
+        "--probe", default="sem", choices=["sem", "backbone"], help="online probe of the SEM arm"
+    )
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = parser.parse_args()
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     solo_diet.register()
 
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"# SEM cost, {device}, {args.backbone}, batch {args.batch_size}, {args.precision}, "
-          f"L*V = {args.num_simplices}*{args.simplex_dim} = {args.num_simplices * args.simplex_dim}, "
-          f"SEM-arm probe {args.probe}, {args.steps} timed steps after {args.warmup}")
+    print(
+        f"# SEM cost, {device}, {args.backbone}, batch {args.batch_size}, {args.precision}, "
+        f"L*V = {args.num_simplices}*{args.simplex_dim} = {args.num_simplices * args.simplex_dim}, "
+        f"SEM-arm probe {args.probe}, {args.steps} timed steps after {args.warmup}"
+    )
     print("| method | arm | params (M) | peak mem (GiB) | step (ms) | img/s | SEM slowdown |")
     print("|---|---|---|---|---|---|---|")
     for method in args.methods:
@@ -137,8 +158,10 @@ def main() -> None:
         with_sem = measure(method, sem=True, args=args)
         for arm, row in (("base", base), ("sem", with_sem)):
             slowdown = f"{row['step_ms'] / base['step_ms']:.2f}x"
-            print(f"| {method} | {arm} | {row['params_m']:.1f} | {row['peak_gib']:.2f} | {row['step_ms']:.1f} "
-                  f"| {row['img_s']:.0f} | {slowdown} |")
+            print(
+                f"| {method} | {arm} | {row['params_m']:.1f} | {row['peak_gib']:.2f} | {row['step_ms']:.1f} "
+                f"| {row['img_s']:.0f} | {slowdown} |"
+            )
 
 
 if __name__ == "__main__":

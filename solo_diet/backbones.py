@@ -42,7 +42,10 @@ class ResNet8(nn.Module):
             raise ValueError(f"backbone.kwargs.width must be a positive channel count, got {width}")
         self.num_features = width
         self.stem = nn.Sequential(
-            _conv3x3(in_channels, width), nn.LeakyReLU(slope), _conv3x3(width, width), nn.AvgPool2d(2)
+            _conv3x3(in_channels, width),
+            nn.LeakyReLU(slope),
+            _conv3x3(width, width),
+            nn.AvgPool2d(2),
         )
         self.stem_shortcut = nn.Sequential(nn.AvgPool2d(2), nn.Conv2d(in_channels, width, 1))
         self.blocks = nn.Sequential(

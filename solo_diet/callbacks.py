@@ -17,7 +17,15 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from solo_diet.metrics import rankme
 
-EPOCH_COLUMNS = ("epoch", "train_seconds", "epoch_seconds", "samples", "samples_per_s", "peak_gpu_mib", "train_loss")
+EPOCH_COLUMNS = (
+    "epoch",
+    "train_seconds",
+    "epoch_seconds",
+    "samples",
+    "samples_per_s",
+    "peak_gpu_mib",
+    "train_loss",
+)
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
@@ -68,7 +76,9 @@ class EpochCostLogger(Callback):
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._validated = self._validated or not trainer.sanity_checking
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._cuda(trainer):
             torch.cuda.synchronize(trainer.strategy.root_device)
         self._last_batch_end = time.perf_counter()
@@ -89,7 +99,9 @@ class EpochCostLogger(Callback):
             "samples": self._samples,
             "samples_per_s": self._samples / train_seconds if train_seconds > 0 else math.nan,
             "peak_gpu_mib": (
-                torch.cuda.max_memory_allocated(trainer.strategy.root_device) / 2**20 if self._cuda(trainer) else ""
+                torch.cuda.max_memory_allocated(trainer.strategy.root_device) / 2**20
+                if self._cuda(trainer)
+                else ""
             ),
             "train_loss": self._loss_sum / self._loss_count if self._loss_count else "",
         }
@@ -124,7 +136,9 @@ class RankMeMonitor(Callback):
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
         if every_n_epochs < 1 or max_samples < 2:
-            raise ValueError(f"every_n_epochs must be >= 1 and max_samples >= 2, got {every_n_epochs}, {max_samples}")
+            raise ValueError(
+                f"every_n_epochs must be >= 1 and max_samples >= 2, got {every_n_epochs}, {max_samples}"
+            )
         self.every_n_epochs = every_n_epochs
         self.max_samples = max_samples
         self._features: list[torch.Tensor] = []
@@ -137,11 +151,19 @@ class RankMeMonitor(Callback):
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._features = []
         if not self._active(trainer):
-            trainer.callback_metrics.pop("val_rankme", None)  # no stale value in epochs without RankMe
+            trainer.callback_metrics.pop(
+                "val_rankme", None
+            )  # no stale value in epochs without RankMe
 
     @torch.no_grad()
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         collected = sum(len(f) for f in self._features)
         if not self._active(trainer) or collected >= self.max_samples:

@@ -44,7 +44,9 @@ def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
     return value
 
 
-def check_range(cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False) -> float:
+def check_range(
+    cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False
+) -> float:
     """``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
     value = omegaconf.OmegaConf.select(cfg, key)
     inside = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value

@@ -61,11 +61,17 @@ class LabelSource(nn.Module):
     ):
         super().__init__()
         if source not in LABEL_SOURCES:
-            raise ValueError(f"`method_kwargs.labels` must be one of {list(LABEL_SOURCES)}, got {source!r}.")
+            raise ValueError(
+                f"`method_kwargs.labels` must be one of {list(LABEL_SOURCES)}, got {source!r}."
+            )
         if source in ("class", "mix") and (num_classes is None or num_classes < 1):
-            raise ValueError(f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got {num_classes!r}.")
+            raise ValueError(
+                f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got {num_classes!r}."
+            )
         if not 0.0 < labelled_fraction <= 1.0:
-            raise ValueError(f"`method_kwargs.labelled_fraction` must be in (0, 1], got {labelled_fraction!r}.")
+            raise ValueError(
+                f"`method_kwargs.labelled_fraction` must be in (0, 1], got {labelled_fraction!r}."
+            )
         self.source = source
         self.num_samples = int(num_samples)
         self.num_classes = int(num_classes or 0)
@@ -100,15 +106,27 @@ class LabelSource(nn.Module):
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
         indexes = indexes.long()
-        _check_range(indexes, 0, self.num_samples, "dataset index", "method_kwargs.num_samples",
-                     "`solo-diet pretrain` sets it from the training set (after data.fraction).")
+        _check_range(
+            indexes,
+            0,
+            self.num_samples,
+            "dataset index",
+            "method_kwargs.num_samples",
+            "`solo-diet pretrain` sets it from the training set (after data.fraction).",
+        )
         if self.source == "index":
             return indexes
         if self.source == "groups":
             return self.group_rows[indexes]
         targets = targets.long()
-        _check_range(targets, -1, self.num_classes, "target", "data.num_classes",
-                     "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled datum.")
+        _check_range(
+            targets,
+            -1,
+            self.num_classes,
+            "target",
+            "data.num_classes",
+            "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled datum.",
+        )
         if self.keep_label.numel():
             targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
         if self.source == "class":
@@ -122,7 +140,9 @@ def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str,
     smallest, largest = int(values.min()), int(values.max())
     if smallest < low or largest >= high:
         bad = smallest if smallest < low else largest
-        raise IndexError(f"batch has {what} {bad} outside [{low}, {high}) (`{key}` = {high}). {fix}")
+        raise IndexError(
+            f"batch has {what} {bad} outside [{low}, {high}) (`{key}` = {high}). {fix}"
+        )
 
 
 def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torch.Tensor:
@@ -157,7 +177,9 @@ def load_groups(path: Union[str, Path]) -> torch.Tensor:
         return torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True))
     if path.suffix == ".txt":
         return torch.from_numpy(np.loadtxt(path, dtype=np.int64, ndmin=1))
-    raise ValueError(f"`method_kwargs.groups_path` must end in .npy, .pt or .txt, got {str(path)!r}.")
+    raise ValueError(
+        f"`method_kwargs.groups_path` must end in .npy, .pt or .txt, got {str(path)!r}."
+    )
 
 
 def label_source_from_kwargs(
@@ -178,9 +200,13 @@ def label_source_from_kwargs(
             "(data.no_labels=True): use `labels=index`, or `labels=groups` with a groups file."
         )
     if source != "groups" and method_kwargs.get("groups_path") is not None:
-        raise ValueError(f"`method_kwargs.groups_path` is only read with `labels=groups`, got labels={source!r}.")
+        raise ValueError(
+            f"`method_kwargs.groups_path` is only read with `labels=groups`, got labels={source!r}."
+        )
     if source not in ("class", "mix") and method_kwargs.get("labelled_fraction", 1.0) != 1.0:
-        raise ValueError("`method_kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`.")
+        raise ValueError(
+            "`method_kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`."
+        )
     groups_path = method_kwargs.get("groups_path")
     return LabelSource(
         source,
@@ -206,7 +232,9 @@ def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, positions
 
 
-def multi_positive_target(positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0) -> torch.Tensor:
+def multi_positive_target(
+    positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0
+) -> torch.Tensor:
     """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq. 7).
 
     Row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``; a head row is the positive of every datum

@@ -81,8 +81,15 @@ def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> f
             if m.size == 0:
                 continue
             log_prob = (
-                log_fact[a] + log_fact[b] + log_fact[n - a] + log_fact[n - b] - log_fact[n]
-                - log_fact[m] - log_fact[a - m] - log_fact[b - m] - log_fact[n - a - b + m]
+                log_fact[a]
+                + log_fact[b]
+                + log_fact[n - a]
+                + log_fact[n - b]
+                - log_fact[n]
+                - log_fact[m]
+                - log_fact[a - m]
+                - log_fact[b - m]
+                - log_fact[n - a - b + m]
             )
             cell_mi = m / n * (np.log(n * m) - math.log(a * b))
             expected += a_count * b_count * float((cell_mi * np.exp(log_prob)).sum())
@@ -152,7 +159,9 @@ def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: i
     """Permutation-chance NMI: mean NMI of the same assignment against shuffled labels."""
     labels, clusters = _int_labels(labels), _int_labels(clusters)
     rng = np.random.default_rng(seed)
-    return float(np.mean([normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)]))
+    return float(
+        np.mean([normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)])
+    )
 
 
 def clustering_report(
@@ -173,7 +182,9 @@ def clustering_report(
     }
 
 
-def embedding_spectrum(embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048) -> torch.Tensor:
+def embedding_spectrum(
+    embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048
+) -> torch.Tensor:
     """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse (Jing et al.).
 
     ``centered``: covariance of the raw embeddings. ``released``: the official script's preprocessing
@@ -194,13 +205,19 @@ def embedding_spectrum(embeddings: ArrayLike, mode: str = "centered", pad_to: in
     return torch.linalg.eigvalsh(moment).flip(0).clamp_min(0.0)
 
 
-def dimensional_collapse_report(embeddings: ArrayLike, rel_threshold: float = 1e-3) -> dict[str, float]:
+def dimensional_collapse_report(
+    embeddings: ArrayLike, rel_threshold: float = 1e-3
+) -> dict[str, float]:
     """Scalars of the centred spectrum: effective rank exp(H(lambda / sum lambda)), count of
     eigenvalues above ``rel_threshold * lambda_max``, and mean |off-diagonal correlation|."""
     eigenvalues = embedding_spectrum(embeddings, mode="centered")
     total = eigenvalues.sum()
     if total <= 0:
-        return {"effective_rank": 1.0, "significant_dims": 0.0, "mean_abs_offdiag_corr": float("nan")}
+        return {
+            "effective_rank": 1.0,
+            "significant_dims": 0.0,
+            "mean_abs_offdiag_corr": float("nan"),
+        }
     p = eigenvalues[eigenvalues > 0] / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)
@@ -229,7 +246,9 @@ def dimensional_collapse_report(embeddings: ArrayLike, rel_threshold: float = 1e
 def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:
     x = torch.as_tensor(features).detach().to("cpu", torch.float64)
     if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"{name} must be a non-empty (num_samples, dim) matrix, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must be a non-empty (num_samples, dim) matrix, got shape {tuple(x.shape)}"
+        )
     if not torch.isfinite(x).all():
         raise ValueError(f"{name} contains NaN or inf values")
     return x
@@ -258,7 +277,9 @@ def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
     return _exp_entropy(sigma / sigma.sum() + eps)
 
 
-def lidar(features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8) -> float:
+def lidar(
+    features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
+) -> float:
     """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
 
     ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
@@ -272,7 +293,9 @@ def lidar(features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, 
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")
     if labels.numel() != z.shape[0]:
-        raise ValueError(f"labels_of_views has {labels.numel()} entries for {z.shape[0]} feature rows")
+        raise ValueError(
+            f"labels_of_views has {labels.numel()} entries for {z.shape[0]} feature rows"
+        )
     _, class_of_row, views_per_class = torch.unique(labels, return_inverse=True, return_counts=True)
     num_classes = views_per_class.numel()
     if num_classes < 2 or int(views_per_class.min()) < 2:
@@ -280,7 +303,9 @@ def lidar(features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, 
             f"LiDAR needs >= 2 surrogate classes with >= 2 views each, got {num_classes} classes "
             f"with {int(views_per_class.min())} to {int(views_per_class.max())} views"
         )
-    class_means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(0, class_of_row, z)
+    class_means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(
+        0, class_of_row, z
+    )
     class_means /= views_per_class.unsqueeze(1).to(torch.float64)
     between = class_means - class_means.mean(0)
     sigma_b = between.T @ between / (num_classes - 1)
@@ -306,7 +331,9 @@ class KMeansResult(NamedTuple):
 
 
 def _squared_distances(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
-    return ((x * x).sum(1, keepdim=True) - 2 * x @ centroids.T + (centroids * centroids).sum(1)).clamp_min(0.0)
+    return (
+        (x * x).sum(1, keepdim=True) - 2 * x @ centroids.T + (centroids * centroids).sum(1)
+    ).clamp_min(0.0)
 
 
 def _kmeans_plus_plus(x: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -335,7 +362,9 @@ def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) 
         empty = (counts.squeeze(1) == 0).nonzero().flatten()
         updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
         if empty.numel():
-            farthest = distances.gather(1, assignments.unsqueeze(1)).squeeze(1).topk(empty.numel()).indices
+            farthest = (
+                distances.gather(1, assignments.unsqueeze(1)).squeeze(1).topk(empty.numel()).indices
+            )
             updated[empty] = x[farthest]
         shift = ((updated - centroids) ** 2).sum()
         centroids = updated
@@ -347,13 +376,20 @@ def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) 
 
 
 def kmeans(
-    features: ArrayLike, k: int, n_init: int = 5, max_iter: int = 100, tol: float = 1e-6, seed: int = 0
+    features: ArrayLike,
+    k: int,
+    n_init: int = 5,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    seed: int = 0,
 ) -> KMeansResult:
     """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd's iterations (stopping when the
     centroids move less than ``tol`` in total squared distance); the run of least inertia wins."""
     x = torch.as_tensor(features).detach().to("cpu", torch.float64)
     if x.dim() != 2 or not 1 <= k <= x.shape[0]:
-        raise ValueError(f"k-means needs (N, d) features with 1 <= k <= N, got shape {tuple(x.shape)} and k={k}")
+        raise ValueError(
+            f"k-means needs (N, d) features with 1 <= k <= N, got shape {tuple(x.shape)} and k={k}"
+        )
     if n_init < 1 or max_iter < 1:
         raise ValueError(f"n_init and max_iter must be >= 1, got {n_init} and {max_iter}")
     generator = torch.Generator().manual_seed(seed)

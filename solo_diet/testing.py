@@ -31,7 +31,13 @@ def augmentation_cfg(crop_size: int = 32, num_crops: int = 2) -> dict:
         "crop_size": crop_size,
         "num_crops": num_crops,
         "rrc": {"enabled": True, "crop_min_scale": 0.5, "crop_max_scale": 1.0},
-        "color_jitter": {"prob": 0.0, "brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1},
+        "color_jitter": {
+            "prob": 0.0,
+            "brightness": 0.4,
+            "contrast": 0.4,
+            "saturation": 0.2,
+            "hue": 0.1,
+        },
         "grayscale": {"prob": 0.0},
         "gaussian_blur": {"prob": 0.0},
         "solarization": {"prob": 0.0},
@@ -103,7 +109,9 @@ def tiny_cfg(
     return cfg
 
 
-def fake_pretrain_loader(cfg: DictConfig, num_samples: int = 32, image_size: int = 32, shuffle: bool = True) -> DataLoader:
+def fake_pretrain_loader(
+    cfg: DictConfig, num_samples: int = 32, image_size: int = 32, shuffle: bool = True
+) -> DataLoader:
     """solo-learn's real pretraining pipeline (index, crops, target) over ``FakeData``."""
     pipelines = [
         NCropAugmentation(build_transform_pipeline(cfg.data.dataset, aug), aug.num_crops)
@@ -115,7 +123,9 @@ def fake_pretrain_loader(cfg: DictConfig, num_samples: int = 32, image_size: int
         num_classes=cfg.data.num_classes,
         transform=FullTransformPipeline(pipelines),
     )
-    return DataLoader(dataset, batch_size=cfg.optimizer.batch_size, shuffle=shuffle, drop_last=True, num_workers=0)
+    return DataLoader(
+        dataset, batch_size=cfg.optimizer.batch_size, shuffle=shuffle, drop_last=True, num_workers=0
+    )
 
 
 def fake_val_loader(cfg: DictConfig, num_samples: int = 16, image_size: int = 32) -> DataLoader:
@@ -145,7 +155,9 @@ def tiny_trainer(cfg: DictConfig, callbacks: Iterable[Any] = (), **overrides: An
     return Trainer(**kwargs)
 
 
-def write_image_folder(root: Path, num_classes: int, per_class: int, size: int = 32, seed: int = 0) -> Path:
+def write_image_folder(
+    root: Path, num_classes: int, per_class: int, size: int = 32, seed: int = 0
+) -> Path:
     """Write a tiny class-per-folder PNG dataset (random images; for plumbing tests only)."""
     rng = np.random.default_rng(seed)
     for label in range(num_classes):
@@ -157,10 +169,15 @@ def write_image_folder(root: Path, num_classes: int, per_class: int, size: int =
     return Path(root)
 
 
-def batch_of(cfg: DictConfig, batch_size: int = 4, image_size: int = 32, num_samples: int = 32) -> list:
+def batch_of(
+    cfg: DictConfig, batch_size: int = 4, image_size: int = 32, num_samples: int = 32
+) -> list:
     """One random training batch ``[indexes, [views], targets]`` in solo-learn's format."""
     generator = torch.Generator().manual_seed(0)
-    views = [torch.randn(batch_size, 3, image_size, image_size, generator=generator) for _ in range(cfg.data.num_large_crops)]
+    views = [
+        torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+        for _ in range(cfg.data.num_large_crops)
+    ]
     indexes = torch.randperm(num_samples, generator=generator)[:batch_size]
     targets = torch.randint(0, cfg.data.num_classes, (batch_size,), generator=generator)
     return [indexes, views, targets]

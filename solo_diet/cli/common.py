@@ -34,7 +34,9 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
 
     config_dir = Path(config_path).expanduser().resolve()
     if not config_dir.is_dir():
-        raise FileNotFoundError(f"--config-path {config_path!r} is not a directory (resolved to {config_dir}).")
+        raise FileNotFoundError(
+            f"--config-path {config_path!r} is not a directory (resolved to {config_dir})."
+        )
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     if not (config_dir / f"{name}.yaml").is_file():
         raise FileNotFoundError(f"--config-name {config_name!r}: no {name}.yaml in {config_dir}.")
@@ -61,7 +63,9 @@ def normalize_devices(cfg: DictConfig) -> None:
         devices = int(devices)
     if isinstance(devices, int):
         if devices <= 0:
-            raise ConfigError(f"`devices` must be a positive count or a list of device ids, got {devices}.")
+            raise ConfigError(
+                f"`devices` must be a positive count or a list of device ids, got {devices}."
+            )
         devices = list(range(devices))
     cfg.devices = devices
     if OmegaConf.select(cfg, "strategy") in (None, "None"):
@@ -81,7 +85,9 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
         logger=logger if logger is not None else False,
         callbacks=callbacks,
         enable_checkpointing=False,
-        strategy=DDPStrategy(find_unused_parameters=False) if cfg.strategy == "ddp" else cfg.strategy,
+        strategy=DDPStrategy(find_unused_parameters=False)
+        if cfg.strategy == "ddp"
+        else cfg.strategy,
     )
     return kwargs
 
@@ -111,8 +117,7 @@ def _comparable(value: Any) -> Any:
 
 
 def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
-    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method.
-    """
+    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method."""
     args_path = ckpt.parent / "args.json"
     if not args_path.is_file():
         return
@@ -136,8 +141,10 @@ def checkpoint_epoch(path: Optional[str]) -> Optional[int]:
 def already_finished(ckpt_path: Optional[str], cfg: DictConfig) -> bool:
     """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)."""
     epoch = checkpoint_epoch(ckpt_path)
-    return epoch is not None and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None) and (
-        epoch >= cfg.max_epochs - 1
+    return (
+        epoch is not None
+        and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None)
+        and (epoch >= cfg.max_epochs - 1)
     )
 
 
@@ -183,7 +190,9 @@ def fit_or_raise(
         raise Interrupted(signum, resume_hint(cfg, checkpointer))
 
 
-def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]):
+def logger_and_callbacks(
+    cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]
+):
     """solo-learn's Checkpointer, every ``checkpoint.frequency`` epochs and at the last one (+ wandb
     logger with optional gradient watching and lr monitor)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
@@ -195,7 +204,10 @@ def logger_and_callbacks(cfg: DictConfig, model: torch.nn.Module, logdir: str, w
     checkpointer = None
     if cfg.checkpoint.enabled:
         checkpointer = Checkpointer(
-            cfg, logdir=logdir, frequency=cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev
+            cfg,
+            logdir=logdir,
+            frequency=cfg.checkpoint.frequency,
+            keep_prev=cfg.checkpoint.keep_prev,
         )
         callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None
@@ -233,11 +245,15 @@ def classification_transforms(dataset: str, aug: DictConfig):
     std = OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD)
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
     train = transforms.Compose(
-        [transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)), transforms.RandomHorizontalFlip()]
+        [
+            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
         + normalize
     )
     val = transforms.Compose(
-        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)] + normalize
+        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
+        + normalize
     )
     return train, val
 
@@ -261,4 +277,6 @@ def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fr
     )
     name_unreadable_images(train_set)
     name_unreadable_images(val_set)
-    return prepare_dataloaders(train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers)
+    return prepare_dataloaders(
+        train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers
+    )

@@ -22,14 +22,38 @@ import numpy as np
 from solo_diet.cli.errors import DataError
 from solo_diet.config import ConfigError
 
-ANIMAL_CLASSES = ["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"]
-FASHION_CLASSES = ["tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot"]
+ANIMAL_CLASSES = [
+    "bear",
+    "bird",
+    "cat",
+    "cow",
+    "dog",
+    "elephant",
+    "giraffe",
+    "horse",
+    "sheep",
+    "zebra",
+]
+FASHION_CLASSES = [
+    "tshirt",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "boot",
+]
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist",)
 
 Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(
+    labels: np.ndarray, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Indices (train, val) with ``val_fraction`` of every class in val, shuffled by ``seed``."""
     rng = np.random.default_rng(seed)
     train, val = [], []
@@ -45,7 +69,9 @@ def load_animal_mnist() -> Split:
     try:
         import animal_mnist
     except ImportError as err:
-        raise DataError("animal-mnist is not installed: `pip install --no-deps animal-mnist==0.4`.") from err
+        raise DataError(
+            "animal-mnist is not installed: `pip install --no-deps animal-mnist==0.4`."
+        ) from err
     folder = Path(animal_mnist.__file__).parent / "data" / "Animal_MNIST"
     with gzip.open(folder / "animal_data_version_3.gz", "rb") as f:
         images = np.asarray(pickle.load(f), dtype=np.uint8)

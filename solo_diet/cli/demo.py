@@ -101,7 +101,9 @@ def run_demo(
     ckpt = run_pretrain(cfg)
     if ckpt is None:
         raise RuntimeError("pretraining wrote no checkpoint")
-    print(f"[demo] pretrained {method} for {epochs} epochs on {accelerator} ({time.time() - start:.0f}s): {ckpt}")
+    print(
+        f"[demo] pretrained {method} for {epochs} epochs on {accelerator} ({time.time() - start:.0f}s): {ckpt}"
+    )
 
     untrained = save_random_init(cfg, root / "random_init" / "untrained.ckpt")
     crop = OmegaConf.load(DEMO_CONFIGS / "linear.yaml").data.augmentations.crop_size

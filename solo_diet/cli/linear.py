@@ -136,7 +136,12 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
     fit_or_raise(
-        trainer, model, cfg, checkpointer,
-        train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+        trainer,
+        model,
+        cfg,
+        checkpointer,
+        train_dataloaders=train_loader,
+        val_dataloaders=val_loader,
+        ckpt_path=ckpt_path,
     )
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

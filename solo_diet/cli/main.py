@@ -11,9 +11,17 @@ from typing import Optional, Sequence
 
 
 def _hydra_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config-path", required=True, help="directory of the YAML (relative to the current directory)")
-    parser.add_argument("--config-name", required=True, help="YAML file name, with or without .yaml")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. max_epochs=10 ++wandb.enabled=False")
+    parser.add_argument(
+        "--config-path",
+        required=True,
+        help="directory of the YAML (relative to the current directory)",
+    )
+    parser.add_argument(
+        "--config-name", required=True, help="YAML file name, with or without .yaml"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. max_epochs=10 ++wandb.enabled=False"
+    )
 
 
 def _cmd_methods(_: argparse.Namespace) -> int:
@@ -45,7 +53,9 @@ def _cmd_linear(args: argparse.Namespace) -> int:
     cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
     metrics = run_linear(cfg)
     if "val_acc1" in metrics:
-        print(f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: {metrics['val_acc1']:.2f}%")
+        print(
+            f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: {metrics['val_acc1']:.2f}%"
+        )
     return 0
 
 
@@ -96,7 +106,9 @@ def _cmd_solo_script(args: argparse.Namespace) -> int:
 
     script = Path(args.script)
     if not script.is_file():
-        raise FileNotFoundError(f"{script} does not exist: pass the path of a solo-learn checkout's script.")
+        raise FileNotFoundError(
+            f"{script} does not exist: pass the path of a solo-learn checkout's script."
+        )
     solo_diet.register()
     sys.argv = [str(script)] + list(args.script_args)
     runpy.run_path(str(script), run_name="__main__")
@@ -126,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("methods", help="list every method registered in solo.methods.METHODS").set_defaults(func=_cmd_methods)
+    sub.add_parser(
+        "methods", help="list every method registered in solo.methods.METHODS"
+    ).set_defaults(func=_cmd_methods)
 
     pretrain = sub.add_parser("pretrain", help="pretrain from a solo-learn-style YAML")
     _hydra_args(pretrain)
@@ -138,22 +152,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     from solo_diet.cli.data import DATASETS
 
-    data = sub.add_parser("data", help="write an offline dataset as a solo-learn custom ImageFolder")
+    data = sub.add_parser(
+        "data", help="write an offline dataset as a solo-learn custom ImageFolder"
+    )
     data.add_argument("name", choices=sorted(DATASETS))
     data.add_argument("directory")
-    data.add_argument("--limit", type=int, default=None, help="keep at most this many training images")
+    data.add_argument(
+        "--limit", type=int, default=None, help="keep at most this many training images"
+    )
     data.set_defaults(func=_cmd_data)
 
     script = sub.add_parser(
-        "solo-script", help="run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods registered"
+        "solo-script",
+        help="run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods registered",
     )
     script.add_argument("script", help="path of the script in a solo-learn checkout")
     script.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
     script.set_defaults(func=_cmd_solo_script)
 
-    demo = sub.add_parser("demo", help="data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels")
+    demo = sub.add_parser(
+        "demo",
+        help="data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels",
+    )
     demo.add_argument("--method", default="diet")
-    demo.add_argument("--epochs", type=int, default=None, help="pretraining epochs (default: per device)")
+    demo.add_argument(
+        "--epochs", type=int, default=None, help="pretraining epochs (default: per device)"
+    )
     demo.add_argument("--workdir", default="solo-diet-demo")
     demo.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto")
     demo.add_argument(
@@ -164,9 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_cmd_demo)
 
-    compare = sub.add_parser("compare", help="pretrain and evaluate several methods side by side from a spec YAML")
-    compare.add_argument("spec", help="comparison spec (README.md, section 'Side-by-side comparisons')")
-    compare.add_argument("overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out")
+    compare = sub.add_parser(
+        "compare", help="pretrain and evaluate several methods side by side from a spec YAML"
+    )
+    compare.add_argument(
+        "spec", help="comparison spec (README.md, section 'Side-by-side comparisons')"
+    )
+    compare.add_argument(
+        "overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out"
+    )
     compare.set_defaults(func=_cmd_compare)
 
     from solo_diet.cli.configs import DATASET_CHOICES

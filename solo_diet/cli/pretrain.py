@@ -38,14 +38,19 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
     pipeline = build_transform_pipeline(dataset, aug_cfg)
     erasing = float(OmegaConf.select(aug_cfg, "random_erasing.prob", default=0.0))
     if not 0.0 <= erasing <= 1.0:
-        raise ConfigError(f"`augmentations[].random_erasing.prob` must be in [0, 1], got {erasing}.")
+        raise ConfigError(
+            f"`augmentations[].random_erasing.prob` must be in [0, 1], got {erasing}."
+        )
     if erasing > 0:
         pipeline = transforms.Compose([pipeline, transforms.RandomErasing(p=erasing)])
     return pipeline
 
 
 def _uses_erasing(cfg: DictConfig) -> bool:
-    return any(float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0 for a in cfg.augmentations)
+    return any(
+        float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0
+        for a in cfg.augmentations
+    )
 
 
 def check_index_source(cfg: DictConfig, contract: Contract) -> None:
@@ -93,11 +98,16 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
         from solo.utils.misc import compute_dataset_size
 
         if _uses_erasing(cfg):
-            raise ConfigError("`augmentations[].random_erasing` is not available with data.format=dali.")
+            raise ConfigError(
+                "`augmentations[].random_erasing` is not available with data.format=dali."
+            )
         transform = FullTransformPipeline(
             [
                 NCropAugmentation(
-                    build_transform_pipeline_dali(cfg.data.dataset, aug, dali_device=cfg.dali.device), aug.num_crops
+                    build_transform_pipeline_dali(
+                        cfg.data.dataset, aug, dali_device=cfg.dali.device
+                    ),
+                    aug.num_crops,
                 )
                 for aug in cfg.augmentations
             ]
@@ -126,7 +136,10 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
         return datamodule, num_samples, False
 
     transform = FullTransformPipeline(
-        [NCropAugmentation(build_pretrain_transform(cfg.data.dataset, aug), aug.num_crops) for aug in cfg.augmentations]
+        [
+            NCropAugmentation(build_pretrain_transform(cfg.data.dataset, aug), aug.num_crops)
+            for aug in cfg.augmentations
+        ]
     )
     if cfg.debug_augmentations:
         print("Transforms:", transform)
@@ -143,10 +156,15 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
         from torch.utils.data import DataLoader
 
         loader = DataLoader(
-            train_dataset, batch_sampler=batch_sampler, num_workers=cfg.data.num_workers, pin_memory=True
+            train_dataset,
+            batch_sampler=batch_sampler,
+            num_workers=cfg.data.num_workers,
+            pin_memory=True,
         )
     else:
-        loader = prepare_dataloader(train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers)
+        loader = prepare_dataloader(
+            train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers
+        )
     return loader, len(train_dataset), batch_sampler is not None
 
 
@@ -205,15 +223,22 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
     if own_sampler:
-        kwargs["use_distributed_sampler"] = False  # the method's batch sampler splits the ranks itself
+        kwargs["use_distributed_sampler"] = (
+            False  # the method's batch sampler splits the ranks itself
+        )
     trainer = Trainer(**kwargs)
     if cfg.data.format == "dali":
         train_data.val_dataloader = lambda: val_loader
         fit_or_raise(trainer, model, cfg, checkpointer, ckpt_path=ckpt_path, datamodule=train_data)
     else:
         fit_or_raise(
-            trainer, model, cfg, checkpointer,
-            train_dataloaders=train_data, val_dataloaders=val_loader, ckpt_path=ckpt_path,
+            trainer,
+            model,
+            cfg,
+            checkpointer,
+            train_dataloaders=train_data,
+            val_dataloaders=val_loader,
+            ckpt_path=ckpt_path,
         )
     last = getattr(checkpointer, "last_ckpt", None)
     return None if last is None else str(last)

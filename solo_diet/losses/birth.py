@@ -151,10 +151,14 @@ def graph_vicreg_loss(
 
         degrees = graph.sum(dim=1)
         centered = z - z.mean(dim=0, keepdim=True)
-        pair_sum = 2.0 * ((degrees * centered.pow(2).sum(dim=1)).sum() - (graph * (centered @ centered.T)).sum())
+        pair_sum = 2.0 * (
+            (degrees * centered.pow(2).sum(dim=1)).sum() - (graph * (centered @ centered.T)).sum()
+        )
         num_pairs = degrees.sum() - graph.diagonal().sum()
         has_pairs = num_pairs > 0
-        invariance = torch.where(has_pairs, pair_sum / (dim * torch.where(has_pairs, num_pairs, 1.0)), 0.0)
+        invariance = torch.where(
+            has_pairs, pair_sum / (dim * torch.where(has_pairs, num_pairs, 1.0)), 0.0
+        )
 
         variance = z.new_zeros(())
         covariance = z.new_zeros(())
@@ -163,4 +167,6 @@ def graph_vicreg_loss(
             cov = _weighted_covariance(view, view_weights)
             variance = variance + F.relu(1.0 - torch.sqrt(cov.diagonal() + 1e-4)).mean()
             covariance = covariance + cov[off_diagonal].pow(2).sum() / dim
-        return sim_loss_weight * invariance + var_loss_weight * variance + cov_loss_weight * covariance
+        return (
+            sim_loss_weight * invariance + var_loss_weight * variance + cov_loss_weight * covariance
+        )

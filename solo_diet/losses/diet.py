@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 
 
-def diet_loss(logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: float = 0.8) -> torch.Tensor:
+def diet_loss(
+    logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: float = 0.8
+) -> torch.Tensor:
     """DIET cross-entropy, DIET paper, Eq. 2: ``XEnt(W_H f(x_n), y = n)`` with label smoothing.
 
     Args:

@@ -90,13 +90,23 @@ class CPLearn(MethodContract, BaseMethod):
         fill_default(cfg, "method_kwargs.gather_marginal", False)
         fill_default(cfg, "method_kwargs.codes_seed", omegaconf_select(cfg, "seed", 5))
 
-        check_positive_int(cfg, "method_kwargs.proj_hidden_dim", "It is f, the rows of the code matrix W.")
-        num_codes = check_positive_int(cfg, "method_kwargs.proj_output_dim", "It is c, the number of codes.")
+        check_positive_int(
+            cfg, "method_kwargs.proj_hidden_dim", "It is f, the rows of the code matrix W."
+        )
+        num_codes = check_positive_int(
+            cfg, "method_kwargs.proj_output_dim", "It is c, the number of codes."
+        )
         if num_codes < 2:
-            raise ConfigError(f"`method_kwargs.proj_output_dim` (number of codes) must be >= 2, got {num_codes}.")
+            raise ConfigError(
+                f"`method_kwargs.proj_output_dim` (number of codes) must be >= 2, got {num_codes}."
+            )
         check_range(cfg, "method_kwargs.beta", 0.0, float("inf"))
         eps = cfg.method_kwargs.eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < 1.0 / num_codes:
+        if (
+            isinstance(eps, bool)
+            or not isinstance(eps, (int, float))
+            or not 0.0 < eps < 1.0 / num_codes
+        ):
             raise ConfigError(
                 f"`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, {1.0 / num_codes:.3g}), "
                 f"got {eps!r}; the paper uses 1e-8."
@@ -107,9 +117,14 @@ class CPLearn(MethodContract, BaseMethod):
         check_bool(cfg, "method_kwargs.gather_marginal")
         seed = cfg.method_kwargs.codes_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"`method_kwargs.codes_seed` must be a non-negative integer, got {seed!r}.")
+            raise ConfigError(
+                f"`method_kwargs.codes_seed` must be a non-negative integer, got {seed!r}."
+            )
 
-        crops = (omegaconf_select(cfg, "data.num_large_crops"), omegaconf_select(cfg, "data.num_small_crops"))
+        crops = (
+            omegaconf_select(cfg, "data.num_large_crops"),
+            omegaconf_select(cfg, "data.num_small_crops"),
+        )
         if crops != (2, 0):
             raise ConfigError(
                 f"CPLearn compares exactly two views: needs data.num_large_crops=2 and "
@@ -128,7 +143,9 @@ class CPLearn(MethodContract, BaseMethod):
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
         """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight decay)."""
-        return super().learnable_params + [{"name": "projector", "params": self.projector.parameters()}]
+        return super().learnable_params + [
+            {"name": "projector", "params": self.projector.parameters()}
+        ]
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
         """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits ``z``."""
@@ -149,7 +166,12 @@ class CPLearn(MethodContract, BaseMethod):
             gather_marginal=self.gather_marginal,
         )
         logs = {f"train_cplearn_{name}": value for name, value in terms.items()}
-        logs.update({f"train_cplearn_{name}": value for name, value in cplearn_diagnostics(z_a, z_b).items()})
+        logs.update(
+            {
+                f"train_cplearn_{name}": value
+                for name, value in cplearn_diagnostics(z_a, z_b).items()
+            }
+        )
         self.log_dict(logs, on_epoch=True, sync_dist=True)
         return terms["loss"] + online_probe_loss(batch[2], out["loss"])
 
@@ -169,7 +191,9 @@ class CPLearn(MethodContract, BaseMethod):
             labelled = targets >= 0
             if bool(labelled.any()):
                 report = clustering_report(targets[labelled], codes[labelled])
-                self.log_dict({f"val_cluster_{name}": value for name, value in report.items()}, sync_dist=True)
+                self.log_dict(
+                    {f"val_cluster_{name}": value for name, value in report.items()}, sync_dist=True
+                )
         self._val_codes.clear()
         self._val_targets.clear()
         super().on_validation_epoch_end()

@@ -79,6 +79,8 @@ class DIET(IndexMethod):
         instance_acc = (logits.argmax(dim=1) == ids).float().sum() / max(ids.numel(), 1)
 
         self.log_dict(
-            {"train_diet_loss": loss, "train_instance_acc": instance_acc}, on_epoch=True, sync_dist=True
+            {"train_diet_loss": loss, "train_instance_acc": instance_acc},
+            on_epoch=True,
+            sync_dist=True,
         )
         return loss + online_probe_loss(targets, out["loss"])

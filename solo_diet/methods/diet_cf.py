@@ -49,4 +49,3 @@ class DIETCF(LabelledProjectionMethod):
         loss = closed_form_head_loss(torch.cat(views), ids, self.lam)
         self.log("train_cf_loss", loss, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(batch[2], out["loss"])
-

@@ -93,7 +93,9 @@ class SDIET(IndexMethod):
             dtype=getattr(torch, kwargs.storage_dtype),
             seed=omegaconf_select(cfg, "seed", 0),
         )
-        self.row_head = RowHead(kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch)
+        self.row_head = RowHead(
+            kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch
+        )
         # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
         self._pending_snapshot: Optional[dict] = None
@@ -120,8 +122,14 @@ class SDIET(IndexMethod):
         fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
         fill_default(cfg, "method_kwargs.temperature", 1.0)
         fill_default(cfg, "method_kwargs.head_optimizer", "adamw")
-        fill_default(cfg, "method_kwargs.head_weight_decay", omegaconf_select(cfg, "optimizer.weight_decay", 0.0))
-        fill_default(cfg, "method_kwargs.head_betas", list(optimizer_kwargs.get("betas", [0.9, 0.999])))
+        fill_default(
+            cfg,
+            "method_kwargs.head_weight_decay",
+            omegaconf_select(cfg, "optimizer.weight_decay", 0.0),
+        )
+        fill_default(
+            cfg, "method_kwargs.head_betas", list(optimizer_kwargs.get("betas", [0.9, 0.999]))
+        )
         fill_default(cfg, "method_kwargs.head_eps", optimizer_kwargs.get("eps", 1e-8))
         fill_default(cfg, "method_kwargs.head_momentum", optimizer_kwargs.get("momentum", 0.9))
         fill_default(cfg, "method_kwargs.zero_grad_steps", "eager" if by_index else "lazy")
@@ -137,14 +145,18 @@ class SDIET(IndexMethod):
         check_range(cfg, "method_kwargs.head_weight_decay", 0.0, float("inf"))
         betas = cfg.method_kwargs.head_betas
         if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
-            raise ConfigError(f"`method_kwargs.head_betas` must be two numbers in [0, 1), got {list(betas)!r}.")
+            raise ConfigError(
+                f"`method_kwargs.head_betas` must be two numbers in [0, 1), got {list(betas)!r}."
+            )
         check_range(cfg, "method_kwargs.head_eps", 0.0, float("inf"))
         check_range(cfg, "method_kwargs.head_momentum", 0.0, 1.0)
         check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
         check_choice(cfg, "method_kwargs.storage", STORAGES)
         check_choice(cfg, "method_kwargs.storage_dtype", ["float32", "float64"])
         if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
-            raise ConfigError("`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files).")
+            raise ConfigError(
+                "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files)."
+            )
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
         check_bool(cfg, "method_kwargs.prefetch")
         if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
@@ -247,10 +259,14 @@ class SDIET(IndexMethod):
         # the lr as a device tensor made by a fill kernel: logging a Python float would copy it host -> device
         # and wait for the stream every step
         head_lr = torch.full((), lr, device=z.device)
-        self.log_dict({"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True)
+        self.log_dict(
+            {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
+        )
         return loss + online_probe_loss(targets, out["loss"])
 
-    def _index_rows_loss(self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float) -> torch.Tensor:
+    def _index_rows_loss(
+        self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float
+    ) -> torch.Tensor:
         """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the s-DIET paper's batch CE (§5.1)."""
         # a collective: every process has loaded the previous step's rows before a shared store's
         # writer stores them (rowstore.sharing)

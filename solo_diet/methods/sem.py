@@ -81,16 +81,27 @@ def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
     """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100, App. C)."""
     sem = fill_default(cfg, "method_kwargs.sem", {})
     if not isinstance(sem, Mapping):
-        raise ConfigError(f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}.")
+        raise ConfigError(
+            f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}."
+        )
     unknown = sorted(set(sem) - set(SEM_KEYS))
     if unknown:
-        raise ConfigError(f"`method_kwargs.sem` has unknown keys {unknown}; its keys are {list(SEM_KEYS)}.")
+        raise ConfigError(
+            f"`method_kwargs.sem` has unknown keys {unknown}; its keys are {list(SEM_KEYS)}."
+        )
     for key, default in SEM_DEFAULTS.items():
         fill_default(cfg, f"method_kwargs.sem.{key}", default)
     sem = cfg.method_kwargs.sem
     check_positive_int(cfg, "method_kwargs.sem.num_simplices", "It is L, the number of simplices.")
-    if check_positive_int(cfg, "method_kwargs.sem.simplex_dim", "It is V, the size of each simplex.") < 2:
-        raise ConfigError("`method_kwargs.sem.simplex_dim` (V) must be >= 2: a 1-entry simplex is constant 1.")
+    if (
+        check_positive_int(
+            cfg, "method_kwargs.sem.simplex_dim", "It is V, the size of each simplex."
+        )
+        < 2
+    ):
+        raise ConfigError(
+            "`method_kwargs.sem.simplex_dim` (V) must be >= 2: a 1-entry simplex is constant 1."
+        )
     if sem.tau_target is None:
         sem.tau_target = sem.tau_online
     for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
@@ -120,7 +131,9 @@ class SEMThenHead(nn.Module):
         sem = self.embedder(feats, self.tau)
         if self.recorded is not None:
             self.recorded.append(sem)
-        return self.head(sem.to(feats.dtype))  # SEM is float32; the head runs in the backbone's dtype
+        return self.head(
+            sem.to(feats.dtype)
+        )  # SEM is float32; the head runs in the backbone's dtype
 
     def __getitem__(self, index: int) -> nn.Module:
         """Indexing reaches the wrapped head (``projector[-1]``), as code written for an nn.Sequential expects."""
@@ -159,7 +172,9 @@ class _BackbonesForMethod(Mapping):
         return len(BaseMethod._BACKBONES)
 
 
-def _build_backbone(factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs) -> nn.Module:
+def _build_backbone(
+    factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs
+) -> nn.Module:
     return factory(method_name, **kwargs)
 
 
@@ -240,16 +255,30 @@ class _SEMTwin(MethodContract):
                 f"{self.sem_base_method}: `{self._sem_online}` is not built from features_dim "
                 f"(its first Linear does not take L*V = {width} inputs)."
             )
-        embedder = SimplicialEmbedding(self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online)
+        embedder = SimplicialEmbedding(
+            self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
+        )
         self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
-            momentum_embedder = SimplicialEmbedding(self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target)
+            momentum_embedder = SimplicialEmbedding(
+                self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
+            )
             self._wrap(self._sem_momentum, momentum_embedder)
-            initialize_momentum_params(self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum))
-            if not any(momentum_embedder.linear.weight is p for _, m in self.momentum_pairs for p in m.parameters()):
-                raise SEMUnsupported(f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs.")
+            initialize_momentum_params(
+                self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
+            )
+            if not any(
+                momentum_embedder.linear.weight is p
+                for _, m in self.momentum_pairs
+                for p in m.parameters()
+            ):
+                raise SEMUnsupported(
+                    f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs."
+                )
         if not {id(p) for p in embedder.parameters()} <= _parameter_ids(self.learnable_params):
-            raise SEMUnsupported(f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params.")
+            raise SEMUnsupported(
+                f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
+            )
         self._sem_large_crops: list[torch.Tensor] = []
 
     @classmethod
@@ -260,7 +289,9 @@ class _SEMTwin(MethodContract):
         ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe (``probe: sem``)."""
         tau = settings.get("sem_tau")
         probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
-        sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
+        sem = ExtraRepresentation(
+            "sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe
+        )
         return super().extra_evaluations(checkpoint, settings) + [sem]
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
@@ -273,11 +304,15 @@ class _SEMTwin(MethodContract):
         """The online embedder (``BN(W e)`` + Eq. 1)."""
         return self.get_submodule(self._sem_online).embedder
 
-    def _forward_recording_sem(self, forward: Callable[..., dict[str, Any]], X: torch.Tensor, *args, **kwargs):
+    def _forward_recording_sem(
+        self, forward: Callable[..., dict[str, Any]], X: torch.Tensor, *args, **kwargs
+    ):
         with self.get_submodule(self._sem_online).recording() as seen:
             out = forward(X, *args, **kwargs)
         if not seen:
-            raise RuntimeError(f"{self.sem_base_method}_sem: forward did not call `{self._sem_online}`.")
+            raise RuntimeError(
+                f"{self.sem_base_method}_sem: forward did not call `{self._sem_online}`."
+            )
         out["sem"] = seen[0]
         return out
 
@@ -303,9 +338,13 @@ class _SEMTwin(MethodContract):
         """The method's step; logs simplex statistics of the large crops (paper §3.1, Fig. 2b)."""
         self._sem_large_crops = []
         loss = super().training_step(batch, batch_idx)
-        stats = simplex_statistics(torch.cat(self._sem_large_crops), self.cfg.method_kwargs.sem.simplex_dim)
+        stats = simplex_statistics(
+            torch.cat(self._sem_large_crops), self.cfg.method_kwargs.sem.simplex_dim
+        )
         self._sem_large_crops = []
-        self.log_dict({f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True)
+        self.log_dict(
+            {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
+        )
         return loss
 
 
@@ -333,7 +372,11 @@ def make_sem_twin(name: str, method_cls: type) -> type:
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
     """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
-    return {f"{name}_sem": make_sem_twin(name, cls) for name, cls in methods.items() if sem_refusal(name, cls) is None}
+    return {
+        f"{name}_sem": make_sem_twin(name, cls)
+        for name, cls in methods.items()
+        if sem_refusal(name, cls) is None
+    }
 
 
 def sem_feature_extractor(
@@ -350,7 +393,9 @@ def sem_feature_extractor(
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)
     if not issubclass(checkpoint.method_class(), _SEMTwin):
-        raise ValueError(f"method '{checkpoint.method_name}' of this config is not a SEM twin (<name>_sem)")
+        raise ValueError(
+            f"method '{checkpoint.method_name}' of this config is not a SEM twin (<name>_sem)"
+        )
     model = checkpoint.method()
     probe_tau = checkpoint.args.method_kwargs.sem.probe_tau if tau is None else tau
     return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()

@@ -12,4 +12,5 @@ __all__ = [
     "mlp_projector",
     "SimplicialEmbedding",
     "simplex_softmax",
-    "simplex_statistics"]
+    "simplex_statistics",
+]

@@ -19,7 +19,9 @@ ACTIVATIONS = ("tanh", "l2")
 def logit_range(num_codes: int, eps: float = 1e-8) -> float:
     """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap giving the extreme probability of Lemma 1."""
     if not 0.0 < eps < 1.0 / num_codes:
-        raise ValueError(f"eps must lie in (0, 1/num_codes) = (0, {1.0 / num_codes:.3g}), got {eps}")
+        raise ValueError(
+            f"eps must lie in (0, 1/num_codes) = (0, {1.0 / num_codes:.3g}), got {eps}"
+        )
     return math.log((1.0 - eps * (num_codes - 1)) / eps)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from torch import nn
 
 
-def mlp_projector(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 3, use_bn: bool = True) -> nn.Sequential:
+def mlp_projector(
+    in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 3, use_bn: bool = True
+) -> nn.Sequential:
     """ReLU MLP ``in -> hidden (x num_layers-1) -> out`` with BatchNorm1d after each hidden Linear.
 
     ``num_layers=3`` is the s-DIET projector (s-DIET paper, §6: "three-layer ReLU MLP").

@@ -31,7 +31,9 @@ def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch
     tau = check_temperature(tau, "SEM tau", allow_zero=True)
     batch, width = logits.shape
     if width % simplex_dim:
-        raise ValueError(f"SEM input width {width} is not a multiple of the simplex size {simplex_dim}")
+        raise ValueError(
+            f"SEM input width {width} is not a multiple of the simplex size {simplex_dim}"
+        )
     with torch.autocast(device_type=logits.device.type, enabled=False):
         simplices = logits.float().reshape(batch, width // simplex_dim, simplex_dim)
         if tau == 0:
@@ -82,7 +84,9 @@ class SimplicialEmbedding(nn.Module):
         self.bn = nn.BatchNorm1d(self.out_dim)
 
     def forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
-        return simplex_softmax(self.bn(self.linear(x)), self.simplex_dim, self.tau if tau is None else tau)
+        return simplex_softmax(
+            self.bn(self.linear(x)), self.simplex_dim, self.tau if tau is None else tau
+        )
 
     @torch.no_grad()
     def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
@@ -92,9 +96,14 @@ class SimplicialEmbedding(nn.Module):
         """
         bn = self.bn
         with torch.autocast(device_type=x.device.type, enabled=False):
-            fp32 = [t.float() for t in (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)]
+            fp32 = [
+                t.float()
+                for t in (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)
+            ]
             weight, mean, var, gamma, beta = fp32  # also for a half-precision ("16-true") module
-            logits = F.batch_norm(F.linear(x.float(), weight), mean, var, gamma, beta, training=False, eps=bn.eps)
+            logits = F.batch_norm(
+                F.linear(x.float(), weight), mean, var, gamma, beta, training=False, eps=bn.eps
+            )
         return simplex_softmax(logits, self.simplex_dim, self.tau if tau is None else tau)
 
     def extra_repr(self) -> str:

@@ -61,14 +61,21 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
         assert int(row["epochs"]) == 2
         assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
         assert 1.0 <= float(row["rankme"]) <= 8.0 + 1e-3  # width-8 backbone
-        assert 1.0 <= float(row["lidar"]) <= 5.0 + 1e-3  # min(d, n - 1) with n = 6 surrogate classes
+        assert (
+            1.0 <= float(row["lidar"]) <= 5.0 + 1e-3
+        )  # min(d, n - 1) with n = 6 surrogate classes
         assert float(row["samples_per_s"]) > 0 and math.isnan(float(row["peak_gpu_mib"]))
         assert (row["sem_rankme"] != "" and row["sem_linear_acc1"] != "") == (name == "simclr_sem")
         assert 0.0 <= float(row["kmeans_nmi"]) <= 1.0 and -1.0 <= float(row["kmeans_ari"]) <= 1.0
-        assert 0.2 - 1e-6 <= float(row["kmeans_acc"]) <= 1.0  # 5 classes of 3 val images, 5 clusters
+        assert (
+            0.2 - 1e-6 <= float(row["kmeans_acc"]) <= 1.0
+        )  # 5 classes of 3 val images, 5 clusters
         assert (row["codes_nmi"] != "") == (name == "cplearn")
     assert 0.0 <= float(results["simclr_sem"]["sem_linear_acc1"]) <= 100.0
-    assert 1 <= float(results["cplearn"]["codes_used"]) <= 15 and 0.0 <= float(results["cplearn"]["codes_nmi"]) <= 1.0
+    assert (
+        1 <= float(results["cplearn"]["codes_used"]) <= 15
+        and 0.0 <= float(results["cplearn"]["codes_nmi"]) <= 1.0
+    )
     assert "kmeans_nmi" in report.read_text() and "sem_linear_acc1" in report.read_text()
     assert 1.0 <= float(results["simclr_sem"]["sem_lidar"]) <= 5.0 + 1e-3
     rows = read_epoch_rows(out / "runs" / "diet" / "epochs.csv")
@@ -76,7 +83,10 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     assert all(1.0 <= r["val_rankme"] <= 8.0 + 1e-3 and 0.0 <= r["val_acc1"] <= 100.0 for r in rows)
 
     diet_result = out / "runs" / "diet" / "result.json"
-    diet_before = (diet_result.stat().st_mtime_ns, (out / "runs" / "diet" / "epochs.csv").read_text())
+    diet_before = (
+        diet_result.stat().st_mtime_ns,
+        (out / "runs" / "diet" / "epochs.csv").read_text(),
+    )
     simclr_dir = out / "runs" / "simclr"
     interrupt_after_first_epoch(simclr_dir)
     capsys.readouterr()
@@ -84,9 +94,14 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
 
     log = capsys.readouterr().out
-    assert "run 'diet': pretraining already finished" in log and "run 'diet': already evaluated" in log
+    assert (
+        "run 'diet': pretraining already finished" in log and "run 'diet': already evaluated" in log
+    )
     assert "run 'simclr': resuming after epoch 0" in log
-    assert (diet_result.stat().st_mtime_ns, (out / "runs" / "diet" / "epochs.csv").read_text()) == diet_before
+    assert (
+        diet_result.stat().st_mtime_ns,
+        (out / "runs" / "diet" / "epochs.csv").read_text(),
+    ) == diet_before
     with (simclr_dir / "epochs.csv").open() as f:
         written_epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
     assert written_epochs == [0, 1, 1]  # epoch 0 was not trained again; epoch 1 was redone
@@ -97,23 +112,47 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["runs=[{name: bad, config_name: simclr, overrides: [method=no_such_method]}]"], "unknown method 'no_such_method'"),
-        (["runs=[{name: bad, config_name: simclr, overrides: [max_epochs=7]}]"], "conflicting budgets"),
-        (["runs=[{name: bad, config_name: simclr, overrides: [optimizer.batch_size=64]}]"], "conflicting budgets"),
+        (
+            ["runs=[{name: bad, config_name: simclr, overrides: [method=no_such_method]}]"],
+            "unknown method 'no_such_method'",
+        ),
+        (
+            ["runs=[{name: bad, config_name: simclr, overrides: [max_epochs=7]}]"],
+            "conflicting budgets",
+        ),
+        (
+            ["runs=[{name: bad, config_name: simclr, overrides: [optimizer.batch_size=64]}]"],
+            "conflicting budgets",
+        ),
         (["budget.max_epochs=0"], "budget.max_epochs"),
         (["runs=[{name: a, config_name: diet}, {name: a, config_name: simclr}]"], "must be unique"),
         (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
         (["evaluation.no_such_key=1"], "no_such_key"),
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
-        (["budget.epochs=1"], r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'"),
+        (
+            ["budget.epochs=1"],
+            r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",
+        ),
         (["parallel.worker=2"], r"`parallel` keys: \['workers'\]"),
         (["parallel.workers=0"], "`parallel.workers` must be a positive integer or null"),
-        (["budget.val_every_n_epochs=-2"], "`budget.val_every_n_epochs` must be a positive integer"),
+        (
+            ["budget.val_every_n_epochs=-2"],
+            "`budget.val_every_n_epochs` must be a positive integer",
+        ),
         (["seeds=[0,0]"], "`seeds` must be a list of distinct non-negative integers"),
         (["seeds=3"], "`seeds` must be a list"),
-        (["reference_rows=[pixels]"], r"`reference_rows` must be a list of \['random_init', 'raw_pixels'\]"),
-        (["seeds=[0,1]", "runs=[{name: a, config_name: diet, overrides: [seed=3]}]"], "overrides `seed`"),
-        (["reference_rows=[raw_pixels]", "runs=[{name: raw_pixels, config_name: diet}]"], "name of a reference row"),
+        (
+            ["reference_rows=[pixels]"],
+            r"`reference_rows` must be a list of \['random_init', 'raw_pixels'\]",
+        ),
+        (
+            ["seeds=[0,1]", "runs=[{name: a, config_name: diet, overrides: [seed=3]}]"],
+            "overrides `seed`",
+        ),
+        (
+            ["reference_rows=[raw_pixels]", "runs=[{name: raw_pixels, config_name: diet}]"],
+            "name of a reference row",
+        ),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
@@ -126,7 +165,14 @@ def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path
 
 
 def test_cli_reports_a_missing_dataset(tmp_path, capsys):
-    code = main(["compare", str(SHIPPED_SPEC), f"data.root={tmp_path / 'nowhere'}", f"output_dir={tmp_path / 'out'}"])
+    code = main(
+        [
+            "compare",
+            str(SHIPPED_SPEC),
+            f"data.root={tmp_path / 'nowhere'}",
+            f"output_dir={tmp_path / 'out'}",
+        ]
+    )
     error = capsys.readouterr().err
     assert code == 2
     assert "dataset missing" in error and "solo-diet data animal-mnist" in error

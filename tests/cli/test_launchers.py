@@ -64,7 +64,13 @@ def pretrain_overrides(data: Path, out: Path) -> list:
 @pytest.fixture(scope="module")
 def diet_run(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    argv = ["pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"), "--config-name", "diet.yaml"]
+    argv = [
+        "pretrain",
+        "--config-path",
+        str(SCRIPTS / "pretrain" / "custom"),
+        "--config-name",
+        "diet.yaml",
+    ]
     assert main(argv + pretrain_overrides(data, out)) == 0
     ckpts = sorted((out / "diet").glob("*/*.ckpt"))
     assert len(ckpts) == 1, ckpts
@@ -109,7 +115,9 @@ def test_linear_on_pretrained_checkpoint(diet_run, data, tmp_path, capsys):
 
 
 def test_resume_from_checkpoint_continues(diet_run, data, tmp_path):
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path))
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
+    )
     cfg.max_epochs = 3
     cfg.resume_from_checkpoint = str(diet_run)
     ckpt = run_pretrain(cfg)
@@ -118,21 +126,27 @@ def test_resume_from_checkpoint_continues(diet_run, data, tmp_path):
 
 
 def test_wrong_num_samples_is_refused(data, tmp_path):
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path))
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
+    )
     cfg.method_kwargs.num_samples = NUM_TRAIN + 1
     with pytest.raises(ConfigError, match="num_samples"):
         run_pretrain(cfg)
 
 
 def test_dali_without_encoded_indexes_is_refused(data, tmp_path):
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path))
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
+    )
     cfg.data.format = "dali"
     with pytest.raises(ConfigError, match="encode_indexes_into_labels"):
         run_pretrain(cfg)
 
 
 def test_unknown_method_is_refused(data, tmp_path):
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path))
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
+    )
     cfg.method = "diet_typo"
     with pytest.raises(ConfigError, match="registered methods"):
         run_pretrain(cfg)
@@ -165,8 +179,18 @@ def test_pretrain_ddp_two_cpu_processes(data, tmp_path):
     import sys
 
     overrides = [o for o in pretrain_overrides(data, tmp_path) if not o.startswith("devices=")]
-    command = [sys.executable, "-m", "solo_diet.cli.main", "pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"),
-               "--config-name", "diet", "devices=2", "strategy=ddp"] + overrides
+    command = [
+        sys.executable,
+        "-m",
+        "solo_diet.cli.main",
+        "pretrain",
+        "--config-path",
+        str(SCRIPTS / "pretrain" / "custom"),
+        "--config-name",
+        "diet",
+        "devices=2",
+        "strategy=ddp",
+    ] + overrides
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     ckpts = sorted((tmp_path / "diet").glob("*/*.ckpt"))
@@ -180,7 +204,9 @@ def test_data_command_writes_animal_mnist_image_folder(tmp_path):
     pytest.importorskip("animal_mnist", reason="pip install --no-deps animal-mnist==0.4")
     assert main(["data", "animal-mnist", str(tmp_path / "am"), "--limit", "200"]) == 0
     train = sorted((tmp_path / "am" / "train").iterdir())
-    assert [p.name for p in train] == sorted(["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"])
+    assert [p.name for p in train] == sorted(
+        ["bear", "bird", "cat", "cow", "dog", "elephant", "giraffe", "horse", "sheep", "zebra"]
+    )
     assert sum(len(list(p.iterdir())) for p in train) == 200
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "am" / "val").iterdir()) == 2000
 

@@ -12,7 +12,9 @@ def numpy_vicreg(z1, z2, sim=25.0, var=25.0, cov=1.0):
     z1, z2 = np.asarray(z1, dtype=np.float64), np.asarray(z2, dtype=np.float64)
     dim = z1.shape[1]
     invariance = np.mean((z1 - z2) ** 2)
-    variance = sum(np.mean(np.maximum(0.0, 1.0 - np.sqrt(z.var(axis=0, ddof=1) + 1e-4))) for z in (z1, z2))
+    variance = sum(
+        np.mean(np.maximum(0.0, 1.0 - np.sqrt(z.var(axis=0, ddof=1) + 1e-4))) for z in (z1, z2)
+    )
     covariance = 0.0
     for z in (z1, z2):
         c = np.cov(z, rowvar=False)
@@ -22,14 +24,19 @@ def numpy_vicreg(z1, z2, sim=25.0, var=25.0, cov=1.0):
 
 def random_views(batch, dim, seed, num_views=2):
     generator = torch.Generator().manual_seed(seed)
-    return [0.7 * torch.randn(batch, dim, generator=generator, dtype=torch.float64) for _ in range(num_views)]
+    return [
+        0.7 * torch.randn(batch, dim, generator=generator, dtype=torch.float64)
+        for _ in range(num_views)
+    ]
 
 
 @pytest.mark.parametrize("label_norm_power", [0.0, 0.5, 1.0])
 def test_index_graph_of_two_views_is_standard_vicreg(label_norm_power):
     z1, z2 = random_views(9, 6, seed=0)
     graph = label_graph(torch.arange(9).repeat(2), label_norm_power)
-    ours = graph_vicreg_loss([z1, z2], graph, sim_loss_weight=3.0, var_loss_weight=5.0, cov_loss_weight=2.0)
+    ours = graph_vicreg_loss(
+        [z1, z2], graph, sim_loss_weight=3.0, var_loss_weight=5.0, cov_loss_weight=2.0
+    )
     assert float(ours) == pytest.approx(numpy_vicreg(z1, z2, 3.0, 5.0, 2.0), rel=1e-12)
 
 
@@ -61,7 +68,13 @@ def test_unlabelled_rows_leave_the_regularisers():
 
 def test_no_positive_pair_gives_zero_invariance():
     (z,) = random_views(6, 3, seed=3, num_views=1)
-    without = graph_vicreg_loss([z], label_graph(torch.arange(6)), sim_loss_weight=1.0, var_loss_weight=0.0, cov_loss_weight=0.0)
+    without = graph_vicreg_loss(
+        [z],
+        label_graph(torch.arange(6)),
+        sim_loss_weight=1.0,
+        var_loss_weight=0.0,
+        cov_loss_weight=0.0,
+    )
     assert float(without) == 0.0
 
 
@@ -96,7 +109,9 @@ def test_label_onehot_normalisation_and_unlabelled_rows():
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-15)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"lam": -1.0}, "lambda"), ({"lam": 0.1, "side": "rows"}, "side")])
+@pytest.mark.parametrize(
+    "kwargs, match", [({"lam": -1.0}, "lambda"), ({"lam": 0.1, "side": "rows"}, "side")]
+)
 def test_closed_form_loss_refuses_bad_arguments(kwargs, match):
     z1, _ = random_views(4, 3, seed=7)
     with pytest.raises(ValueError, match=match):

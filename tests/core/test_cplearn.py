@@ -66,7 +66,9 @@ def test_loss_matches_loop_reference(prior, symmetric, beta):
 def test_terms_compose_and_symmetry():
     za, zb = _logits(seed=1)
     terms = cplearn_loss_terms(za, zb, beta=0.7)
-    assert terms["loss"].item() == pytest.approx((terms["prior"] + 0.7 * terms["invariance"]).item(), abs=1e-12)
+    assert terms["loss"].item() == pytest.approx(
+        (terms["prior"] + 0.7 * terms["invariance"]).item(), abs=1e-12
+    )
     swapped = cplearn_loss(zb, za, beta=0.7)
     assert swapped.item() == pytest.approx(terms["loss"].item(), abs=1e-12)
     forward = cplearn_loss(za, zb, beta=0.7, symmetric=False)
@@ -74,7 +76,9 @@ def test_terms_compose_and_symmetry():
     assert forward.item() != pytest.approx(backward.item(), abs=1e-6)
     assert terms["loss"].item() == pytest.approx(0.5 * (forward + backward).item(), abs=1e-12)
     shift = torch.randn(za.shape[0], 1, dtype=za.dtype)
-    assert cplearn_loss(za + shift, zb - 3 * shift, beta=0.7).item() == pytest.approx(terms["loss"].item(), abs=1e-10)
+    assert cplearn_loss(za + shift, zb - 3 * shift, beta=0.7).item() == pytest.approx(
+        terms["loss"].item(), abs=1e-10
+    )
 
 
 def test_mutual_information_identity_at_beta_one():
@@ -97,7 +101,9 @@ def test_gradcheck_and_both_views_receive_gradient(prior):
         assert torch.autograd.gradcheck(
             lambda a, b: cplearn_loss(a, b, beta=0.5, prior=prior, symmetric=symmetric), (za, zb)
         )
-        grads = torch.autograd.grad(cplearn_loss(za, zb, beta=0.5, prior=prior, symmetric=symmetric), (za, zb))
+        grads = torch.autograd.grad(
+            cplearn_loss(za, zb, beta=0.5, prior=prior, symmetric=symmetric), (za, zb)
+        )
         assert all(g.abs().sum() > 1e-6 for g in grads)
 
 
@@ -110,11 +116,15 @@ def test_constant_outputs_give_collapse_value(beta):
     logits = row.expand(5, c)
     p = torch.softmax(row, 0)
     entropy = -(p * p.log()).sum().item()
-    assert cplearn_loss(logits, logits, beta=beta).item() == pytest.approx(math.log(c) + (beta - 1) * entropy, abs=1e-12)
+    assert cplearn_loss(logits, logits, beta=beta).item() == pytest.approx(
+        math.log(c) + (beta - 1) * entropy, abs=1e-12
+    )
     forward = cplearn_loss(logits, logits, beta=beta, prior="forward_ce").item()
     assert forward == pytest.approx(beta * entropy - p.log().mean().item(), abs=1e-12)
     uniform = torch.zeros(5, c, dtype=torch.float64)
-    assert cplearn_loss(uniform, uniform, beta=beta).item() == pytest.approx(beta * math.log(c), abs=1e-12)
+    assert cplearn_loss(uniform, uniform, beta=beta).item() == pytest.approx(
+        beta * math.log(c), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("c", [4, 8])
@@ -126,7 +136,9 @@ def test_balanced_extreme_assignment_reaches_lemma1_bound(c):
     h_eps = -(1 - a) * math.log(1 - a) - a * math.log(eps)
     logits = logit_range(c, eps) * torch.eye(c, dtype=torch.float64).repeat(n // c, 1)
     assert torch.softmax(logits, 1).max().item() == pytest.approx(1 - a, abs=1e-15)
-    assert cplearn_loss(logits, logits, beta=beta).item() == pytest.approx(beta * h_eps, rel=1e-6, abs=1e-14)
+    assert cplearn_loss(logits, logits, beta=beta).item() == pytest.approx(
+        beta * h_eps, rel=1e-6, abs=1e-14
+    )
     forward = cplearn_loss(logits, logits, beta=beta, prior="forward_ce").item()
     assert forward == pytest.approx(math.log(c) + beta * h_eps, rel=1e-9)
 
@@ -139,7 +151,9 @@ def test_finite_with_unused_codes_and_huge_logit_gaps(prior):
     za[torch.arange(n), winners] = 300.0
     zb = torch.roll(za, 1, dims=0).requires_grad_(True)
     za.requires_grad_(True)
-    assert torch.softmax(za, 1).mean(0)[100] == 0  # the codes beyond the winners underflow to exact 0
+    assert (
+        torch.softmax(za, 1).mean(0)[100] == 0
+    )  # the codes beyond the winners underflow to exact 0
     loss = cplearn_loss(za, zb, beta=1.0, prior=prior)
     loss.backward()
     assert torch.isfinite(loss)
@@ -151,7 +165,9 @@ def test_finite_with_unused_codes_and_huge_logit_gaps(prior):
 def test_diagnostics_on_hand_made_batch():
     eye = torch.eye(4)
     za = 50.0 * torch.cat([eye, eye])  # 8 rows, 4 codes, balanced and confident
-    zb = 50.0 * torch.cat([eye, eye[[1, 1, 2, 3]]])  # second view disagrees on one row, uses the same 4 codes
+    zb = 50.0 * torch.cat(
+        [eye, eye[[1, 1, 2, 3]]]
+    )  # second view disagrees on one row, uses the same 4 codes
     stats = cplearn_diagnostics(za, zb)
     assert stats["codes_used"].item() == 4
     assert stats["agreement"].item() == pytest.approx(7 / 8)
@@ -216,7 +232,9 @@ def test_l2_head_is_cosine_classifier_independent_of_batch_size():
         _, logits = projector(feats)
         _, half = projector(feats[:32])
         u = projector.bn(projector.linear(feats))
-    cosine = torch.nn.functional.normalize(u, dim=1) @ torch.nn.functional.normalize(projector.codes.double(), dim=0)
+    cosine = torch.nn.functional.normalize(u, dim=1) @ torch.nn.functional.normalize(
+        projector.codes.double(), dim=0
+    )
     assert torch.allclose(logits, logit_range(128) * cosine, atol=1e-10)
     assert torch.allclose(half, logits[:32], atol=1e-10)
 
@@ -246,7 +264,11 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str, za, zb) -> 
     terms = cplearn_loss_terms(local_a, local_b, beta=0.5, gather_marginal=True)
     terms["loss"].backward()
     torch.save(
-        {"terms": {k: v.detach() for k, v in terms.items()}, "grad_a": local_a.grad, "grad_b": local_b.grad},
+        {
+            "terms": {k: v.detach() for k, v in terms.items()},
+            "grad_a": local_a.grad,
+            "grad_b": local_b.grad,
+        },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
     dist.destroy_process_group()
@@ -258,7 +280,12 @@ def test_gather_marginal_matches_single_process(tmp_path):
     ranks) is world x the one-process gradient of its rows."""
     world = 2
     za, zb = _logits(n=6, c=9, seed=5, dtype=torch.float32)
-    mp.spawn(_ddp_worker, args=(world, str(tmp_path / "init"), str(tmp_path), za, zb), nprocs=world, join=True)
+    mp.spawn(
+        _ddp_worker,
+        args=(world, str(tmp_path / "init"), str(tmp_path), za, zb),
+        nprocs=world,
+        join=True,
+    )
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
     full_a, full_b = za.clone().requires_grad_(True), zb.clone().requires_grad_(True)
@@ -284,14 +311,18 @@ def one_thread():
 
 
 def _optimise_tied_logits(n: int, c: int, beta: float, steps: int = 300) -> tuple[float, dict]:
-    logits = (0.1 * torch.randn(n, c, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).requires_grad_(True)
+    logits = (
+        0.1 * torch.randn(n, c, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ).requires_grad_(True)
     optimizer = torch.optim.Adam([logits], lr=0.5)
     for _ in range(steps):
         optimizer.zero_grad()
         loss = cplearn_loss(logits, logits, beta=beta)
         loss.backward()
         optimizer.step()
-    return loss.item(), {k: v.item() for k, v in cplearn_diagnostics(logits.detach(), logits.detach()).items()}
+    return loss.item(), {
+        k: v.item() for k, v in cplearn_diagnostics(logits.detach(), logits.detach()).items()
+    }
 
 
 @pytest.mark.usefixtures("one_thread")

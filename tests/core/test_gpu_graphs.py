@@ -48,7 +48,10 @@ def every_op_pipeline() -> MultiCropAugmentation:
         "horizontal_flip": {"prob": 0.5},
         "random_erasing": {"prob": 0.3},
     }  # fmt: skip
-    nodes = [{**common, "crop_size": 32, "num_crops": 2}, {**common, "crop_size": 16, "num_crops": 1}]
+    nodes = [
+        {**common, "crop_size": 32, "num_crops": 2},
+        {**common, "crop_size": 16, "num_crops": 1},
+    ]
     return MultiCropAugmentation.from_config(nodes, "cifar10")
 
 

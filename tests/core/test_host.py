@@ -8,8 +8,16 @@ from solo_diet._host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_p
 
 
 def test_torch_only_core_imports():
-    for module in ("solo_diet.losses", "solo_diet.nn", "solo_diet.optim", "solo_diet.rowstore", "solo_diet.metrics",
-                   "solo_diet.labels", "solo_diet.backbones", "solo_diet.samplers"):
+    for module in (
+        "solo_diet.losses",
+        "solo_diet.nn",
+        "solo_diet.optim",
+        "solo_diet.rowstore",
+        "solo_diet.metrics",
+        "solo_diet.labels",
+        "solo_diet.backbones",
+        "solo_diet.samplers",
+    ):
         importlib.import_module(module)
 
 

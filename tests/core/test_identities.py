@@ -67,6 +67,7 @@ def svd_form(z, y, lam):
 
 # --- T1-T3: Lemma 1 ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n, k", list(itertools.product([8, 32, 100], [3, 16, 64])))
 def test_t1_lemma1_equals_direct_ridge_regression_with_bias(n, k):
     generator = torch.Generator().manual_seed(n * 100 + k)
@@ -104,6 +105,7 @@ def test_t3_no_bias_variant(n, k):
 
 # --- T4: Theorem 2 ----------------------------------------------------------------------------
 
+
 def centered_orthonormal(n, r, generator):
     """``(n, r)`` orthonormal columns orthogonal to the all-ones vector."""
     basis = centering(n) @ torch.randn(n, r, generator=generator)
@@ -119,7 +121,9 @@ def test_t4_theorem2_singular_value_gradient():
     y = F.one_hot(ids, 3).double()
     sigma = torch.tensor([0.5, 1.0, 2.0, 4.0], requires_grad=True)
 
-    loss = closed_form_head_loss(v @ torch.diag(sigma) @ u.T, ids, lam)  # Z_c = V S U^T, rows = samples
+    loss = closed_form_head_loss(
+        v @ torch.diag(sigma) @ u.T, ids, lam
+    )  # Z_c = V S U^T, rows = samples
     (grad,) = torch.autograd.grad(loss, sigma)
     alignment = torch.diagonal(v.T @ (y @ y.T) @ v)
     expected = -alignment * 2 * sigma.detach() * lam / (sigma.detach() ** 2 + lam * n) ** 2
@@ -144,6 +148,7 @@ def test_t4_gradient_magnitude_peaks_at_lambda_n_over_three():
 
 
 # --- T5-T7: Corollary 1, the identity (★) and imbalance ---------------------------------------
+
 
 def star_sides(z, g):
     """LHS ``-(1/N) Tr(HGH Z Z^T)`` and RHS ``(1/2N) sum G_ij ||z_i - z_j||^2 - (1/N) sum d_i ||z_i - zbar||^2``."""
@@ -204,10 +209,15 @@ def test_t7_imbalance_weights_between_class_scatter():
 
 # --- T8: W-MSE is affine in the lambda -> 0 closed-form loss ----------------------------------
 
+
 def views_batch(images, views, k, seed):
     """``images * views`` random rows (view-major) and their datum-index ids."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(images * views, k, generator=generator), torch.arange(images).repeat(views), generator
+    return (
+        torch.randn(images * views, k, generator=generator),
+        torch.arange(images).repeat(views),
+        generator,
+    )
 
 
 def test_t8_wmse_is_affine_in_the_lambda0_loss():
@@ -216,17 +226,22 @@ def test_t8_wmse_is_affine_in_the_lambda0_loss():
     z, ids, _ = views_batch(images, views, k, seed=8)
     centered = z - z.mean(dim=0)
     eigenvalues, eigenvectors = torch.linalg.eigh(centered.T @ centered / n)
-    whitened = centered @ eigenvectors @ torch.diag(eigenvalues.rsqrt()) @ eigenvectors.T  # ZCA, pooled
+    whitened = (
+        centered @ eigenvectors @ torch.diag(eigenvalues.rsqrt()) @ eigenvectors.T
+    )  # ZCA, pooled
     torch.testing.assert_close(whitened.T @ whitened / n, torch.eye(k))
 
     g = label_graph(ids)
     pair = ((whitened[:, None, :] - whitened[None, :, :]).pow(2).sum(dim=2) * g).sum() / n
     h = centering(n)
-    expected = 2 * views * k - 2 * torch.trace(h @ g @ h) + 2 * n * closed_form_head_loss(z, ids, 0.0)
+    expected = (
+        2 * views * k - 2 * torch.trace(h @ g @ h) + 2 * n * closed_form_head_loss(z, ids, 0.0)
+    )
     assert close(pair, expected)
 
 
 # --- T9-T10: label smoothing, linearity ---------------------------------------------------------
+
 
 def test_t9_label_smoothing_scales_the_loss():
     generator = torch.Generator().manual_seed(9)
@@ -234,7 +249,10 @@ def test_t9_label_smoothing_scales_the_loss():
     z = torch.randn(n, 6, generator=generator)
     y = F.one_hot(random_labels(n, c, generator), c).double()
     smoothed = (1 - eps) * y + eps / c
-    assert close(closed_form_head_loss_from_targets(z, smoothed, 0.1), (1 - eps) ** 2 * closed_form_head_loss_from_targets(z, y, 0.1))
+    assert close(
+        closed_form_head_loss_from_targets(z, smoothed, 0.1),
+        (1 - eps) ** 2 * closed_form_head_loss_from_targets(z, y, 0.1),
+    )
 
 
 def test_t10_stacked_labels_add_losses():
@@ -245,11 +263,14 @@ def test_t10_stacked_labels_add_losses():
     y_class = F.one_hot(random_labels(n, 3, generator), 3).double()
     stacked = torch.cat([y_index, beta**0.5 * y_class], dim=1)
     total = closed_form_head_loss_from_targets(z, stacked, 0.05)
-    parts = closed_form_head_loss_from_targets(z, y_index, 0.05) + beta * closed_form_head_loss_from_targets(z, y_class, 0.05)
+    parts = closed_form_head_loss_from_targets(
+        z, y_index, 0.05
+    ) + beta * closed_form_head_loss_from_targets(z, y_class, 0.05)
     assert close(total, parts)
 
 
 # --- T11-T12: Appendix B, orthogonal (Procrustes) head ------------------------------------------
+
 
 def procrustes(z, y):
     """``min_{W W^T = I_K} (1/P)||z W - y||^2`` attained by ``W* = U V^T`` (``z^T y = U S V^T``), and the
@@ -301,10 +322,13 @@ def test_t12_procrustes_with_the_ssl_graph():
 
 # --- T13: Proposition 1 -------------------------------------------------------------------------
 
+
 def test_t13_index_labels_give_the_view_graph():
     images, views = 5, 3
     rows = torch.arange(images * views)
-    y = (rows[:, None] // views == torch.arange(images)[None, :]).double()  # Y_{n,j} = 1{floor(n/V) = j}
+    y = (
+        rows[:, None] // views == torch.arange(images)[None, :]
+    ).double()  # Y_{n,j} = 1{floor(n/V) = j}
     block = torch.block_diag(*[torch.ones(views, views)] * images)
     torch.testing.assert_close(y @ y.T, block)
     torch.testing.assert_close(label_graph(rows // views), block)
@@ -327,6 +351,7 @@ def test_t13_one_view_per_index_is_spectrum_only():
 
 # --- T14: autograd through the closed form == autograd through the inner ridge solve -----------
 
+
 @pytest.mark.parametrize("n, k", [(20, 6), (10, 24)])
 def test_t14_gradient_matches_explicit_inner_solve(n, k):
     generator = torch.Generator().manual_seed(14)
@@ -339,13 +364,17 @@ def test_t14_gradient_matches_explicit_inner_solve(n, k):
     def supervised_loss(detach_head):
         centered_z = z - z.mean(dim=0)
         centered_y = y - y.mean(dim=0)
-        weights = torch.linalg.solve(centered_z.T @ centered_z + lam * n * torch.eye(k), centered_z.T @ centered_y)
+        weights = torch.linalg.solve(
+            centered_z.T @ centered_z + lam * n * torch.eye(k), centered_z.T @ centered_y
+        )
         bias = (y - z @ weights).mean(dim=0)
         if detach_head:
             weights, bias = weights.detach(), bias.detach()
         return (z @ weights + bias - y).pow(2).sum() / n + lam * weights.pow(2).sum()
 
     (through_solve,) = torch.autograd.grad(supervised_loss(False), z)
-    (envelope,) = torch.autograd.grad(supervised_loss(True), z)  # Danskin: the head's own gradient is 0
+    (envelope,) = torch.autograd.grad(
+        supervised_loss(True), z
+    )  # Danskin: the head's own gradient is 0
     torch.testing.assert_close(closed, through_solve, rtol=1e-6, atol=1e-10)
     torch.testing.assert_close(closed, envelope, rtol=1e-6, atol=1e-10)

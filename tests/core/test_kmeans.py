@@ -6,12 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-sk_cluster = pytest.importorskip("sklearn.cluster", reason="scikit-learn is the reference implementation")
+sk_cluster = pytest.importorskip(
+    "sklearn.cluster", reason="scikit-learn is the reference implementation"
+)
 
 from solo_diet.metrics import adjusted_rand_index, kmeans  # noqa: E402
 
 
-def _blobs(seed: int, k: int = 6, per_cluster: int = 50, dim: int = 8, spread: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+def _blobs(
+    seed: int, k: int = 6, per_cluster: int = 50, dim: int = 8, spread: float = 0.6
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, 3.0, (k, dim))
     labels = np.repeat(np.arange(k), per_cluster)
@@ -47,12 +51,18 @@ def test_overlapping_data_inertia_close_to_sklearn(seed):
 
     assert ours.inertia <= 1.03 * reference.inertia_
     assert ours.inertia == pytest.approx(_numpy_inertia(x, ours.assignments.numpy()), rel=1e-9)
-    assert torch.allclose(ours.centroids[ours.assignments[0]], torch.from_numpy(x[ours.assignments.numpy() == int(ours.assignments[0])].mean(0)), atol=1e-5)
+    assert torch.allclose(
+        ours.centroids[ours.assignments[0]],
+        torch.from_numpy(x[ours.assignments.numpy() == int(ours.assignments[0])].mean(0)),
+        atol=1e-5,
+    )
 
 
 def test_seeded_runs_repeat_and_every_cluster_is_used():
     x = np.random.default_rng(3).normal(size=(60, 4))
-    x[:30] = x[0]  # many duplicates: k-means++ must still find k distinct starts or refill empty clusters
+    x[:30] = x[
+        0
+    ]  # many duplicates: k-means++ must still find k distinct starts or refill empty clusters
     first, second = kmeans(x, 8, seed=7), kmeans(x, 8, seed=7)
 
     assert torch.equal(first.assignments, second.assignments) and first.inertia == second.inertia

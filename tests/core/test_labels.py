@@ -51,15 +51,23 @@ def test_groups_source_renumbers_distinct_groups():
 def test_labelled_fraction_hides_a_fixed_seeded_subset():
     everything = torch.arange(100)
     targets = everything % 4
-    source = LabelSource("class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3)
+    source = LabelSource(
+        "class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3
+    )
     ids = source(everything, targets)
     assert int((ids >= 0).sum()) == 10
     assert torch.equal(ids[ids >= 0], targets[ids >= 0])
-    again = LabelSource("class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3)
-    other = LabelSource("class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=4)
+    again = LabelSource(
+        "class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3
+    )
+    other = LabelSource(
+        "class", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=4
+    )
     assert torch.equal(again(everything, targets), ids)
     assert not torch.equal(other(everything, targets), ids)
-    mix = LabelSource("mix", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3)(everything, targets)
+    mix = LabelSource("mix", num_samples=100, num_classes=4, labelled_fraction=0.1, label_seed=3)(
+        everything, targets
+    )
     assert torch.equal(mix[ids >= 0], ids[ids >= 0])
     assert torch.equal(mix[ids < 0], 4 + everything[ids < 0])
 
@@ -104,8 +112,11 @@ def test_bad_configs_are_refused(overrides, num_classes, has_labels, match):
 
 def test_groups_file_round_trip_and_checks(tmp_path):
     groups = np.array([3, 3, 1, 0, 1, 2, 2, 0, 5, 5])
-    for suffix, save in [(".npy", lambda p: np.save(p, groups)), (".pt", lambda p: torch.save(torch.from_numpy(groups), p)),
-                         (".txt", lambda p: np.savetxt(p, groups, fmt="%d"))]:
+    for suffix, save in [
+        (".npy", lambda p: np.save(p, groups)),
+        (".pt", lambda p: torch.save(torch.from_numpy(groups), p)),
+        (".txt", lambda p: np.savetxt(p, groups, fmt="%d")),
+    ]:
         path = tmp_path / f"groups{suffix}"
         save(path)
         assert load_groups(path).tolist() == groups.tolist()
@@ -113,13 +124,19 @@ def test_groups_file_round_trip_and_checks(tmp_path):
         assert source.num_rows == 5
     np.save(tmp_path / "short.npy", groups[:4])
     with pytest.raises(ValueError, match="4 entries .* 10 samples"):
-        label_source_from_kwargs(kwargs(labels="groups", groups_path=str(tmp_path / "short.npy")), None)
+        label_source_from_kwargs(
+            kwargs(labels="groups", groups_path=str(tmp_path / "short.npy")), None
+        )
     np.save(tmp_path / "negative.npy", groups - 1)
     with pytest.raises(ValueError, match=">= 0"):
-        label_source_from_kwargs(kwargs(labels="groups", groups_path=str(tmp_path / "negative.npy")), None)
+        label_source_from_kwargs(
+            kwargs(labels="groups", groups_path=str(tmp_path / "negative.npy")), None
+        )
     np.save(tmp_path / "float.npy", groups.astype(float))
     with pytest.raises(ValueError, match="integer"):
-        label_source_from_kwargs(kwargs(labels="groups", groups_path=str(tmp_path / "float.npy")), None)
+        label_source_from_kwargs(
+            kwargs(labels="groups", groups_path=str(tmp_path / "float.npy")), None
+        )
     with pytest.raises(ValueError, match="not a file"):
         load_groups(tmp_path / "missing.npy")
 
@@ -137,7 +154,9 @@ def test_multi_positive_target_is_pytorch_smoothed_cross_entropy():
     logits = torch.randn(6, rows.numel(), generator=generator)
     target = multi_positive_target(positions, rows.numel(), label_smoothing=0.3)
     assert target[2].abs().sum() == 0  # unlabelled: no target
-    assert target[[0, 3], 2].tolist() == [pytest.approx(0.7 + 0.1)] * 2  # row 7 is the positive of two data
+    assert (
+        target[[0, 3], 2].tolist() == [pytest.approx(0.7 + 0.1)] * 2
+    )  # row 7 is the positive of two data
     labelled = positions >= 0
     per_sample = -(target * logits.log_softmax(dim=1)).sum(dim=1)
     expected = F.cross_entropy(logits[labelled], positions[labelled], label_smoothing=0.3)
@@ -155,4 +174,6 @@ def test_index_source_target_is_sdiet_batch_cross_entropy():
     target = multi_positive_target(positions, rows.numel(), label_smoothing=0.8)
     ours = -(target * logits.log_softmax(dim=1)).sum(dim=1).mean()
     # sdiet's batch order: sample k is scored against the rows of the batch in batch order
-    torch.testing.assert_close(ours, sdiet_batch_cross_entropy(z, head[indexes], label_smoothing=0.8))
+    torch.testing.assert_close(
+        ours, sdiet_batch_cross_entropy(z, head[indexes], label_smoothing=0.8)
+    )

@@ -28,7 +28,11 @@ def _labelings():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 5, 300)
     yield "independent", labels, rng.integers(0, 7, 300)
-    yield "correlated", labels, np.where(rng.random(300) < 0.6, 3 * labels + 11, rng.integers(0, 40, 300))
+    yield (
+        "correlated",
+        labels,
+        np.where(rng.random(300) < 0.6, 3 * labels + 11, rng.integers(0, 40, 300)),
+    )
     yield "renamed", labels, 100 - 7 * labels
     yield "more_codes_than_samples", labels, rng.integers(0, 16384, 300)
     yield "singletons", labels, np.arange(300)
@@ -45,7 +49,9 @@ def test_scores_match_sklearn(case):
     assert adjusted_mutual_info(labels, clusters) == pytest.approx(
         skm.adjusted_mutual_info_score(labels, clusters), abs=1e-9
     )
-    assert adjusted_rand_index(labels, clusters) == pytest.approx(skm.adjusted_rand_score(labels, clusters), abs=1e-10)
+    assert adjusted_rand_index(labels, clusters) == pytest.approx(
+        skm.adjusted_rand_score(labels, clusters), abs=1e-10
+    )
     table = contingency_table(labels, clusters)
     assert np.array_equal(table, skm.cluster.contingency_matrix(labels, clusters))
 
@@ -67,7 +73,14 @@ def _brute_force_matching_accuracy(labels: np.ndarray, clusters: np.ndarray) -> 
     padded = list(codes) + [None] * max(len(classes) - len(codes), 0)
     best = 0
     for chosen in itertools.permutations(padded, len(classes)):
-        best = max(best, sum(int(np.sum((labels == k) & (clusters == c))) for k, c in zip(classes, chosen) if c is not None))
+        best = max(
+            best,
+            sum(
+                int(np.sum((labels == k) & (clusters == c)))
+                for k, c in zip(classes, chosen)
+                if c is not None
+            ),
+        )
     return best / labels.size
 
 
@@ -76,7 +89,9 @@ def test_hungarian_accuracy_matches_brute_force(num_codes):
     rng = np.random.default_rng(num_codes)
     labels = rng.integers(0, 4, 60)
     clusters = np.where(rng.random(60) < 0.5, labels % num_codes, rng.integers(0, num_codes, 60))
-    assert hungarian_accuracy(labels, clusters) == pytest.approx(_brute_force_matching_accuracy(labels, clusters))
+    assert hungarian_accuracy(labels, clusters) == pytest.approx(
+        _brute_force_matching_accuracy(labels, clusters)
+    )
 
 
 def test_accuracies_on_known_assignments():
@@ -132,7 +147,9 @@ def test_dimensional_collapse_report():
     assert report["effective_rank"] == pytest.approx(8.0, rel=0.02)
     assert report["significant_dims"] == 8
     corr = np.corrcoef(isotropic.T)
-    assert report["mean_abs_offdiag_corr"] == pytest.approx(np.abs(corr[~np.eye(8, dtype=bool)]).mean(), abs=1e-10)
+    assert report["mean_abs_offdiag_corr"] == pytest.approx(
+        np.abs(corr[~np.eye(8, dtype=bool)]).mean(), abs=1e-10
+    )
     collapsed = rng.normal(size=(500, 2)) @ rng.normal(size=(2, 8))
     report = dimensional_collapse_report(collapsed)
     assert report["significant_dims"] == 2

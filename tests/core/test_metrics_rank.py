@@ -31,7 +31,9 @@ def rankme_reference(z: np.ndarray, eps: float = 1e-7) -> float:
     return math.exp(entropy)
 
 
-def lidar_reference(z: np.ndarray, labels: np.ndarray, delta: float = 1e-4, eps: float = 1e-8) -> float:
+def lidar_reference(
+    z: np.ndarray, labels: np.ndarray, delta: float = 1e-4, eps: float = 1e-8
+) -> float:
     """Generalised symmetric eigenproblem ``Sigma_b v = lambda Sigma_w v`` (same spectrum as the
     whitened ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``), covariances built class by class."""
     classes = np.unique(labels)
@@ -68,7 +70,10 @@ def test_rankme_planted_spectrum_matches_reference(singular):
     closed_form = math.exp(-(p * np.log(p)).sum() - zero_singular_values * 1e-7 * math.log(1e-7))
     assert rankme(torch.tensor(z)) == pytest.approx(rankme_reference(z), rel=1e-9)
     assert rankme(z) == pytest.approx(closed_form, rel=1e-5)
-    assert torch.allclose(singular_values(z)[: len(singular)], torch.tensor(sorted(singular, reverse=True), dtype=torch.float64))
+    assert torch.allclose(
+        singular_values(z)[: len(singular)],
+        torch.tensor(sorted(singular, reverse=True), dtype=torch.float64),
+    )
 
 
 def test_rankme_equals_rank_for_a_flat_spectrum_and_ignores_scale():
@@ -99,7 +104,9 @@ def test_lidar_views_in_any_order_and_invariance_to_linear_maps():
     order = np.random.default_rng(2).permutation(len(labels))
     assert lidar(views[order], labels[order]) == pytest.approx(lidar(views, labels), rel=1e-9)
     mixing = np.random.default_rng(4).standard_normal((6, 6)) + 3 * np.eye(6)
-    assert lidar(views @ mixing, labels, delta=1e-12) == pytest.approx(lidar(views, labels, delta=1e-12), rel=1e-6)
+    assert lidar(views @ mixing, labels, delta=1e-12) == pytest.approx(
+        lidar(views, labels, delta=1e-12), rel=1e-6
+    )
 
 
 def test_lidar_rejects_single_views():

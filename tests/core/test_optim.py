@@ -37,7 +37,9 @@ def simulate_adamw(theta, m, v, steps):
             for c in range(len(theta[r])):
                 m[r][c] = b1 * m[r][c]
                 v[r][c] = b2 * v[r][c]
-                theta[r][c] = (1 - LR * WD) * theta[r][c] - LR * m[r][c] / (math.sqrt(v[r][c]) + EPS)
+                theta[r][c] = (1 - LR * WD) * theta[r][c] - LR * m[r][c] / (
+                    math.sqrt(v[r][c]) + EPS
+                )
     return tuple(torch.tensor(x, dtype=torch.float64) for x in (theta, m, v))
 
 
@@ -63,7 +65,9 @@ def test_printed_plus_sign_of_eq18_is_wrong(steps):
     theta, m, v = adam_state()
     expected, _, _ = simulate_adamw(theta, m, v, steps)
     a, mu = 1 - LR * WD, BETAS[0] / math.sqrt(BETAS[1])
-    printed = a**steps * theta + (a**steps * LR * mu - LR * mu ** (steps + 1)) / (a - mu) * m / (v.sqrt() + EPS)
+    printed = a**steps * theta + (a**steps * LR * mu - LR * mu ** (steps + 1)) / (a - mu) * m / (
+        v.sqrt() + EPS
+    )
     assert (printed - expected).abs().max().item() > 1e-3
 
 
@@ -115,7 +119,10 @@ def test_equal_rates_guard_matches_simulation():
     lr, mu = 0.5, 0.8
     wd = (1 - mu) / lr
     gen = torch.Generator().manual_seed(4)
-    theta, buf = torch.randn(4, 3, generator=gen, dtype=torch.float64), torch.randn(4, 3, generator=gen, dtype=torch.float64)
+    theta, buf = (
+        torch.randn(4, 3, generator=gen, dtype=torch.float64),
+        torch.randn(4, 3, generator=gen, dtype=torch.float64),
+    )
     for steps in (1, 6):
         expected = simulate_sgdw(theta, buf, steps, lr=lr, wd=wd, mu=mu)
         got = sgdw_zero_grad_steps(theta, buf, steps, lr=lr, weight_decay=wd, momentum=mu)
@@ -126,14 +133,20 @@ def test_equal_rates_guard_matches_simulation():
 @pytest.mark.parametrize("steps", [0, 1, 5, 194])
 def test_sgdw_closed_form_matches_simulation(steps):
     gen = torch.Generator().manual_seed(5)
-    theta, buf = torch.randn(6, 5, generator=gen, dtype=torch.float64), torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    theta, buf = (
+        torch.randn(6, 5, generator=gen, dtype=torch.float64),
+        torch.randn(6, 5, generator=gen, dtype=torch.float64),
+    )
     expected = simulate_sgdw(theta, buf, steps)
     got = sgdw_zero_grad_steps(theta, buf, steps, **SGD)
     for e, g in zip(expected, got):
         assert (e - g).abs().max().item() <= 1e-12
     if steps:
         a = 1 - LR * WD
-        printed = a**steps * theta + (a**steps * LR * MOMENTUM - LR * MOMENTUM ** (steps + 1)) / (a - MOMENTUM) * buf
+        printed = (
+            a**steps * theta
+            + (a**steps * LR * MOMENTUM - LR * MOMENTUM ** (steps + 1)) / (a - MOMENTUM) * buf
+        )
         assert (printed - expected[0]).abs().max().item() > 1e-6
 
 
@@ -169,7 +182,9 @@ def test_real_steps_match_hand_written_update_and_torch_adamw_without_bias_corre
     psi = math.sqrt(1 - b2) / (1 - b1)
     step_torch = param.detach() - theta * (1 - LR * WD)
     step_ours = ours - theta * (1 - LR * WD)
-    assert torch.allclose(step_torch, psi * step_ours, rtol=1e-3, atol=1e-12)  # eps sits differently
+    assert torch.allclose(
+        step_torch, psi * step_ours, rtol=1e-3, atol=1e-12
+    )  # eps sits differently
 
 
 def test_sgdw_row_step():

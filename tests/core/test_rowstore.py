@@ -4,21 +4,22 @@ Listing 1, exact snapshots."""
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
 
-import numpy as np
-
-from solo_diet.rowstore import tables as rowstore
 from solo_diet.optim import RowAdamW, RowSGDW
 from solo_diet.rowstore import HostSharing, RowStore
+from solo_diet.rowstore import tables as rowstore
 
 N, D, LR, WD, BETAS, EPS = 10, 3, 1e-2, 0.05, (0.9, 0.999), 1e-8
 BATCHES = [[0, 1, 2], [3, 4, 5], [6, 0, 7], [1, 8, 3], [9, 2, 6], [4, 5, 8], [0, 9, 1]]
 
 
 def grads_for(step, rows=3):
-    return torch.randn(rows, D, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64)
+    return torch.randn(
+        rows, D, generator=torch.Generator().manual_seed(100 + step), dtype=torch.float64
+    )
 
 
 def make(mode="lazy", optimizer=None, **kwargs):
@@ -67,7 +68,10 @@ def test_init_is_uniform_in_bound_with_zero_state_and_seeded():
     bound = 1 / math.sqrt(16)
     assert rows.dtype == torch.float32 and float(rows.abs().max()) <= bound
     assert float(rows.abs().max()) > 0.95 * bound and abs(float(rows.mean())) < 0.01
-    assert float(store.tables["exp_avg"].abs().max()) == 0 and float(store.tables["exp_avg_sq"].abs().max()) == 0
+    assert (
+        float(store.tables["exp_avg"].abs().max()) == 0
+        and float(store.tables["exp_avg_sq"].abs().max()) == 0
+    )
     assert torch.equal(rows, RowStore(400, 16, RowAdamW(weight_decay=WD), seed=1).tables["rows"])
 
 
@@ -76,7 +80,9 @@ def test_init_in_row_chunks_equals_one_seeded_draw(monkeypatch):
     monkeypatch.setattr(rowstore, "INIT_CHUNK_ELEMENTS", 7 * D)
     store = make("lazy")
     bound = 1 / math.sqrt(D)
-    one_draw = torch.empty(N, D, dtype=torch.float64).uniform_(-bound, bound, generator=torch.Generator().manual_seed(3))
+    one_draw = torch.empty(N, D, dtype=torch.float64).uniform_(
+        -bound, bound, generator=torch.Generator().manual_seed(3)
+    )
     assert torch.equal(store.tables["rows"], one_draw)
 
 
@@ -134,7 +140,11 @@ def test_eager_and_lazy_differ_but_both_move_rows():
 
 
 def test_gpu_storage_and_disk_storage_equal_cpu(tmp_path):
-    stores = [make("lazy"), make("lazy", storage="gpu", device="cpu"), make("lazy", storage="disk", directory=str(tmp_path))]
+    stores = [
+        make("lazy"),
+        make("lazy", storage="gpu", device="cpu"),
+        make("lazy", storage="disk", directory=str(tmp_path)),
+    ]
     for store in stores:
         run(store)
     reference = full_table(stores[0])
@@ -142,13 +152,17 @@ def test_gpu_storage_and_disk_storage_equal_cpu(tmp_path):
         for got, ref in zip(full_table(store), reference):
             assert torch.equal(got, ref)
     disk = stores[2]
-    assert (tmp_path / "table.bin").stat().st_size == N * len(disk.names) * D * 8  # rows + AdamW state, adjacent
+    assert (tmp_path / "table.bin").stat().st_size == N * len(
+        disk.names
+    ) * D * 8  # rows + AdamW state, adjacent
     disk.commit()
     on_file = np.fromfile(tmp_path / "table.bin", dtype=np.float64).reshape(N, len(disk.names), D)
     for k, (name, table) in enumerate(disk.tables.items()):
         assert table.device == torch.device("cpu")
         assert np.array_equal(on_file[:, k], table.numpy()), name
-    assert np.array_equal(np.fromfile(tmp_path / "last_step.bin", dtype=np.int64), disk.last_step.numpy())
+    assert np.array_equal(
+        np.fromfile(tmp_path / "last_step.bin", dtype=np.int64), disk.last_step.numpy()
+    )
 
 
 def test_load_returns_copies_and_store_writes_back():
@@ -159,8 +173,12 @@ def test_load_returns_copies_and_store_writes_back():
     assert not torch.equal(store.tables["rows"][idx], rows)
     store.store(idx, rows, state)
     written = rows.clone()
-    rows.add_(5.0)  # the caller's tensors are free again once store() returns: the pending write copied them
-    assert torch.equal(store.load(idx, "cpu")[0], written)  # a load waits for pending writes of host tables
+    rows.add_(
+        5.0
+    )  # the caller's tensors are free again once store() returns: the pending write copied them
+    assert torch.equal(
+        store.load(idx, "cpu")[0], written
+    )  # a load waits for pending writes of host tables
     store.commit()
     assert torch.equal(store.tables["rows"][idx], written)
 
@@ -177,7 +195,9 @@ def test_multi_step_residency_counts_every_real_step():
     idx = torch.tensor([0, 1, 2])
     rows, state = store.load(idx, "cpu", lr=LR)
     for step in range(2):
-        rows, state = store.update(idx, rows, state, grads_for(step) * (1 + rows), lr=LR, write_back=step == 1)
+        rows, state = store.update(
+            idx, rows, state, grads_for(step) * (1 + rows), lr=LR, write_back=step == 1
+        )
     run(store, [[3, 4, 5]], first_step=2)
     expected = simulate_full_adamw(init, [[0, 1, 2], [0, 1, 2], [3, 4, 5]])
     for got, ref in zip(full_table(store), expected):
@@ -219,7 +239,9 @@ def test_prefetch_gives_identical_results(storage):
     """Prefetching each next batch (on CPU: a copy made early, the code path of the CUDA side stream)
     changes nothing, also in eager mode and for the gpu storage on the CPU device."""
     for mode in ("eager", "lazy"):
-        plain, early = (make(mode, storage=storage, device="cpu", eager_steps=2.0) for _ in range(2))
+        plain, early = (
+            make(mode, storage=storage, device="cpu", eager_steps=2.0) for _ in range(2)
+        )
         run(plain)
         for step, batch in enumerate(BATCHES):
             idx = torch.tensor(batch)
@@ -237,7 +259,9 @@ def test_load_uses_the_prefetched_copy_unless_stored_rows_made_it_stale():
     store.prefetch(torch.tensor([0, 1]), "cpu")
     store._prefetched[1].result()  # the worker thread has gathered the rows
     before = store.tables["rows"][[0, 1]].clone()
-    store.tables["rows"][[0, 1]] += 1.0  # behind the store's back: the prefetched copy is what load returns
+    store.tables["rows"][[0, 1]] += (
+        1.0  # behind the store's back: the prefetched copy is what load returns
+    )
     assert torch.equal(store.load(torch.tensor([0, 1]), "cpu")[0], before)
 
     store.prefetch(torch.tensor([2, 3]), "cpu")
@@ -263,7 +287,9 @@ def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):
     for t in threads:
         t.join()
     writer, reader = stores[True], stores[False]
-    assert writer.shared_files == reader.shared_files and len(writer.shared_files) == 2  # table, last_step
+    assert (
+        writer.shared_files == reader.shared_files and len(writer.shared_files) == 2
+    )  # table, last_step
     assert list(tmp_path.iterdir()) == []  # unlinked once both mapped them
     assert torch.equal(reader.tables["rows"], make("eager").tables["rows"])
 

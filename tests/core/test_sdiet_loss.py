@@ -111,7 +111,10 @@ def test_super_batches_partition_each_epoch_and_change_with_epoch():
 
 
 def test_super_batch_sampler_ranks_rebuild_the_global_batch():
-    ranks = [SuperBatchSampler(30, batch_size=3, rows_per_step=2, seed=1, num_replicas=2, rank=r) for r in range(2)]
+    ranks = [
+        SuperBatchSampler(30, batch_size=3, rows_per_step=2, seed=1, num_replicas=2, rank=r)
+        for r in range(2)
+    ]
     assert len(ranks[0]) == len(ranks[1]) == 5
     for step, (b0, b1) in enumerate(zip(*ranks)):
         assert b0 + b1 == ranks[0].global_batches()[step].tolist()

@@ -43,7 +43,9 @@ def test_layer_matches_float64_reference(layer, tau):
     x = torch.randn(B, D)
     out = layer(x, tau=tau)
     assert out.shape == (B, L * V) and out.dtype == torch.float32
-    np.testing.assert_allclose(out.detach().double().numpy(), reference_sem(layer, x, tau), atol=2e-5)
+    np.testing.assert_allclose(
+        out.detach().double().numpy(), reference_sem(layer, x, tau), atol=2e-5
+    )
 
 
 def test_default_tau_is_the_module_tau(layer):
@@ -62,14 +64,19 @@ def test_small_tau_tends_to_one_hot_and_tau_zero_is_argmax():
     torch.manual_seed(1)
     logits = torch.randn(B, L * V)
     one_hot = torch.nn.functional.one_hot(logits.reshape(B, L, V).argmax(-1), V).reshape(B, L * V)
-    distances = [(simplex_softmax(logits, V, tau) - one_hot).abs().max().item() for tau in (1.0, 0.1, 1e-2, 1e-4)]
+    distances = [
+        (simplex_softmax(logits, V, tau) - one_hot).abs().max().item()
+        for tau in (1.0, 0.1, 1e-2, 1e-4)
+    ]
     assert distances == sorted(distances, reverse=True) and distances[-1] < 1e-6
     assert torch.equal(simplex_softmax(logits, V, 0.0), one_hot.float())
 
 
 def test_large_tau_tends_to_uniform():
     logits = torch.randn(B, L * V)
-    torch.testing.assert_close(simplex_softmax(logits, V, 1e6), torch.full((B, L * V), 1 / V), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        simplex_softmax(logits, V, 1e6), torch.full((B, L * V), 1 / V), atol=1e-5, rtol=0
+    )
 
 
 def _cpu_autocast_dtypes() -> list[torch.dtype]:
@@ -105,7 +112,9 @@ def test_frozen_forward_uses_running_stats_without_touching_them(layer):
     x = torch.randn(B, D)
     frozen = layer.frozen_forward(x, tau=0.1)
     assert layer.training and not frozen.requires_grad
-    assert torch.equal(layer.bn.running_mean, mean_before) and torch.equal(layer.bn.running_var, var_before)
+    assert torch.equal(layer.bn.running_mean, mean_before) and torch.equal(
+        layer.bn.running_var, var_before
+    )
     layer.eval()
     torch.testing.assert_close(frozen, layer(x, tau=0.1))
 
@@ -115,7 +124,9 @@ def test_simplex_statistics_against_float64():
     probs = simplex_softmax(torch.randn(B, L * V) * 3, V, 1.0)
     p = probs.double().numpy().reshape(B, L, V)
     stats = simplex_statistics(probs, V)
-    assert math.isclose(stats["entropy"].item(), float((-(p * np.log(p)).sum(-1)).mean()), rel_tol=1e-5)
+    assert math.isclose(
+        stats["entropy"].item(), float((-(p * np.log(p)).sum(-1)).mean()), rel_tol=1e-5
+    )
     assert math.isclose(stats["max_prob"].item(), float(p.max(-1).mean()), rel_tol=1e-6)
     marginal = p.mean(0)
     marginal_entropy = float((-(marginal * np.log(marginal)).sum(-1)).mean())

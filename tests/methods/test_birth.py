@@ -13,15 +13,25 @@ from solo.losses.vicreg import vicreg_loss_func  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
-from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
+from solo_diet.testing import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
+)  # noqa: E402
 
 SMALL_PROJECTOR = {"proj_hidden_dim": 16, "proj_output_dim": 12}
 
 
 def birth_cfg(method, num_large_crops=2, **method_kwargs):
-    return tiny_cfg(method, {"num_samples": 32, **SMALL_PROJECTOR, **method_kwargs}, num_large_crops=num_large_crops)
+    return tiny_cfg(
+        method,
+        {"num_samples": 32, **SMALL_PROJECTOR, **method_kwargs},
+        num_large_crops=num_large_crops,
+    )
 
 
 def test_registered():
@@ -79,14 +89,18 @@ def test_graph_vicreg_with_index_labels_is_solo_vicreg():
     torch.manual_seed(0)
     theirs = METHODS["vicreg"](solo_cfg)
     batch = batch_of(cfg, batch_size=6)
-    torch.testing.assert_close(ours.training_step(batch, 0), theirs.training_step(batch, 0), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        ours.training_step(batch, 0), theirs.training_step(batch, 0), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_graph_vicreg_loss_is_solo_vicreg_loss_func():
     generator = torch.Generator().manual_seed(0)
     z1, z2 = torch.randn(8, 5, generator=generator), torch.randn(8, 5, generator=generator)
     graph = label_graph(torch.arange(8).repeat(2))
-    ours = graph_vicreg_loss([z1, z2], graph, sim_loss_weight=10.0, var_loss_weight=3.0, cov_loss_weight=2.0)
+    ours = graph_vicreg_loss(
+        [z1, z2], graph, sim_loss_weight=10.0, var_loss_weight=3.0, cov_loss_weight=2.0
+    )
     torch.testing.assert_close(ours, vicreg_loss_func(z1, z2, 10.0, 3.0, 2.0), rtol=1e-5, atol=1e-6)
 
 
@@ -111,7 +125,11 @@ def test_training_reduces_the_closed_form_loss():
         with torch.no_grad():
             for indexes, views, targets in loader:
                 ids = model.label_source(indexes, targets).repeat(len(views))
-                losses.append(float(closed_form_head_loss(torch.cat([model(v)["z"] for v in views]), ids, 0.1)))
+                losses.append(
+                    float(
+                        closed_form_head_loss(torch.cat([model(v)["z"] for v in views]), ids, 0.1)
+                    )
+                )
         return np.mean(losses)
 
     before = mean_loss()
@@ -155,7 +173,9 @@ def test_diet_head_has_one_row_per_id(labels, rows):
 def test_diet_class_labels_are_supervised_cross_entropy_on_labelled_views():
     """labels=class: the DIET loss is the smoothed CE of the class head on the labelled views only
     (the online probe is zeroed, so it adds exactly log(num_classes))."""
-    cfg = tiny_cfg("diet", {"num_samples": 32, "labels": "class", "label_smoothing": 0.1}, num_large_crops=2)
+    cfg = tiny_cfg(
+        "diet", {"num_samples": 32, "labels": "class", "label_smoothing": 0.1}, num_large_crops=2
+    )
     model = METHODS["diet"](cfg)
     torch.nn.init.zeros_(model.classifier.weight)
     torch.nn.init.zeros_(model.classifier.bias)
@@ -165,13 +185,17 @@ def test_diet_class_labels_are_supervised_cross_entropy_on_labelled_views():
     with torch.no_grad():
         logits = torch.cat([model.head(model(v)["z"]) for v in views])
     repeated = targets.repeat(2)
-    expected = torch.nn.functional.cross_entropy(logits[repeated >= 0], repeated[repeated >= 0], label_smoothing=0.1)
+    expected = torch.nn.functional.cross_entropy(
+        logits[repeated >= 0], repeated[repeated >= 0], label_smoothing=0.1
+    )
     torch.testing.assert_close(total.detach(), expected + math.log(cfg.data.num_classes))
 
 
 @pytest.mark.parametrize("labels", ["class", "mix"])
 def test_diet_fast_dev_run_with_label_sources(labels):
-    cfg = tiny_cfg("diet", {"num_samples": 32, "labels": labels, "labelled_fraction": 0.25}, num_large_crops=1)
+    cfg = tiny_cfg(
+        "diet", {"num_samples": 32, "labels": labels, "labelled_fraction": 0.25}, num_large_crops=1
+    )
     model = METHODS["diet"](cfg)
     trainer = tiny_trainer(cfg)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=32), fake_val_loader(cfg))

@@ -24,7 +24,13 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.metrics import clustering_report  # noqa: E402
 from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
-from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.testing import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
+)  # noqa: E402
 
 solo_diet.register()
 CPLearn = METHODS["cplearn"]
@@ -45,7 +51,10 @@ def test_forward_keys_shapes_and_defaults():
     expected = (out["h"] @ rademacher_codes(16, 64, cfg.seed)) / code_temperature(16, 4, 64)
     assert torch.allclose(out["z"], expected, atol=1e-5)
     trainable = {id(p) for group in model.learnable_params for p in group["params"]}
-    assert id(model.projector.linear.weight) in trainable and id(model.projector.bn.weight) in trainable
+    assert (
+        id(model.projector.linear.weight) in trainable
+        and id(model.projector.bn.weight) in trainable
+    )
     assert "projector.codes" in model.state_dict()
 
 
@@ -66,7 +75,16 @@ def test_fast_dev_run_logs_diagnostics_and_checkpoint_keeps_codes(tmp_path):
     val_loader = fake_val_loader(cfg, num_samples=8)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=16), val_loader)
     metrics = trainer.callback_metrics
-    for name in ("loss", "invariance", "prior", "entropy", "marginal_entropy", "codes_used", "agreement", "max_prob"):
+    for name in (
+        "loss",
+        "invariance",
+        "prior",
+        "entropy",
+        "marginal_entropy",
+        "codes_used",
+        "agreement",
+        "max_prob",
+    ):
         assert torch.isfinite(metrics[f"train_cplearn_{name}"]), name
     assert 1 <= metrics["train_cplearn_codes_used"] <= 4
     assert 0 <= metrics["train_cplearn_prior"] <= math.log(64)

@@ -9,9 +9,15 @@ import torch  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
-from solo_diet.losses import diet_loss  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.losses import diet_loss  # noqa: E402
+from solo_diet.testing import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
+)  # noqa: E402
 
 
 def diet_cfg(**method_kwargs):
@@ -78,7 +84,9 @@ def test_training_fits_instances():
         with torch.no_grad():
             indexes = torch.cat([batch[0] for batch in loader])
             logits = torch.cat([model.head(model(batch[1][0])["z"]) for batch in loader])
-        return float(diet_loss(logits, indexes, 0.0)), float((logits.argmax(1) == indexes).float().mean())
+        return float(diet_loss(logits, indexes, 0.0)), float(
+            (logits.argmax(1) == indexes).float().mean()
+        )
 
     loss_before, acc_before = loss_and_accuracy()
     tiny_trainer(cfg, fast_dev_run=False, limit_val_batches=0).fit(model, loader)
@@ -127,9 +135,14 @@ def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled()
 
     classifier = torch.nn.Linear(3, 4)
     features = torch.randn(5, 3)
-    for targets, labelled in ((torch.full((5,), -1), False), (torch.tensor([0, -1, 3, -1, 1]), True)):
+    for targets, labelled in (
+        (torch.full((5,), -1), False),
+        (torch.tensor([0, -1, 3, -1, 1]), True),
+    ):
         classifier.zero_grad()
-        class_loss = torch.nn.functional.cross_entropy(classifier(features), targets, ignore_index=-1)
+        class_loss = torch.nn.functional.cross_entropy(
+            classifier(features), targets, ignore_index=-1
+        )
         loss = online_probe_loss(targets, class_loss)
         loss.backward()
         grads = torch.cat([p.grad.flatten() for p in classifier.parameters()])
@@ -137,4 +150,6 @@ def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled()
         if labelled:
             assert torch.equal(loss, class_loss) and grads.abs().sum() > 0
         else:
-            assert torch.isnan(class_loss) and float(loss.detach()) == 0.0 and grads.abs().sum() == 0
+            assert (
+                torch.isnan(class_loss) and float(loss.detach()) == 0.0 and grads.abs().sum() == 0
+            )

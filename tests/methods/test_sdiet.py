@@ -11,16 +11,22 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch import Callback  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 from solo.methods.base import BaseMethod  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY  # noqa: E402
 from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
-from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.testing import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
+)  # noqa: E402
 
 N = 16
 IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -54,7 +60,14 @@ def test_forward_keys_shapes_and_head_outside_the_module():
     assert out["z"].shape == (4, 8)
     torch.testing.assert_close(out["z"].norm(dim=1), torch.ones(4))
     assert [m.__class__.__name__ for m in model.projector] == [
-        "Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d", "ReLU", "Linear"]
+        "Linear",
+        "BatchNorm1d",
+        "ReLU",
+        "Linear",
+        "BatchNorm1d",
+        "ReLU",
+        "Linear",
+    ]
     assert model.row_store.tables["rows"].shape == (N, 8)
     names = {name for name, _ in model.named_parameters()} | set(model.state_dict())
     assert not any("row" in name or "head" in name for name in names)
@@ -67,8 +80,16 @@ def test_defaults_follow_the_optimizer_config():
     cfg.optimizer.weight_decay = 0.05
     cfg.optimizer.kwargs = {"betas": [0.8, 0.99], "eps": 1e-6}
     kwargs = METHODS["sdiet"].add_and_assert_specific_cfg(cfg).method_kwargs
-    assert kwargs.head_weight_decay == 0.05 and list(kwargs.head_betas) == [0.8, 0.99] and kwargs.head_eps == 1e-6
-    assert kwargs.label_smoothing == 0.8 and kwargs.zero_grad_steps == "eager" and kwargs.storage == "cpu"
+    assert (
+        kwargs.head_weight_decay == 0.05
+        and list(kwargs.head_betas) == [0.8, 0.99]
+        and kwargs.head_eps == 1e-6
+    )
+    assert (
+        kwargs.label_smoothing == 0.8
+        and kwargs.zero_grad_steps == "eager"
+        and kwargs.storage == "cpu"
+    )
     assert kwargs.proj_layers == 3 and kwargs.rows_per_step == 1 and kwargs.temperature == 1.0
 
 
@@ -93,9 +114,20 @@ def test_training_step_updates_only_the_batch_rows_by_hand(head_optimizer):
     wd = cfg.method_kwargs.head_weight_decay
     if head_optimizer == "adamw":
         zero = torch.zeros_like(rows)
-        expected = adamw_row_step(rows, zero, zero, grad, lr=cfg.optimizer.lr, weight_decay=wd, betas=(0.9, 0.999), eps=1e-8)[0]
+        expected = adamw_row_step(
+            rows,
+            zero,
+            zero,
+            grad,
+            lr=cfg.optimizer.lr,
+            weight_decay=wd,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+        )[0]
     else:
-        expected = sgdw_row_step(rows, torch.zeros_like(rows), grad, lr=cfg.optimizer.lr, weight_decay=wd, momentum=0.9)[0]
+        expected = sgdw_row_step(
+            rows, torch.zeros_like(rows), grad, lr=cfg.optimizer.lr, weight_decay=wd, momentum=0.9
+        )[0]
     after = model.row_store.state_dict()["rows"]  # waits for the asynchronous write-back
     torch.testing.assert_close(after[indexes].double(), expected, rtol=1e-5, atol=1e-6)
     untouched = torch.ones(N, dtype=torch.bool)
@@ -239,7 +271,10 @@ def test_each_label_source_builds_and_fits_a_fast_dev_run(labels, tmp_path):
     model = METHODS["sdiet"](cfg)
     assert cfg.method_kwargs.zero_grad_steps == ("eager" if labels == "index" else "lazy")
     num_rows = {"index": N, "class": 5, "mix": 5 + N, "groups": 3}[labels]
-    assert model.label_source.num_rows == num_rows and model.row_store.tables["rows"].shape == (num_rows, 8)
+    assert model.label_source.num_rows == num_rows and model.row_store.tables["rows"].shape == (
+        num_rows,
+        8,
+    )
     before = model.row_store.state_dict()["rows"].clone()
     trainer = tiny_trainer(cfg)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=N), fake_val_loader(cfg))
@@ -277,8 +312,16 @@ def test_class_labels_give_the_multi_positive_loss_and_step_their_rows():
     (grad,) = torch.autograd.grad(reference, theta)
     zero = torch.zeros_like(grad)
     wd = cfg.method_kwargs.head_weight_decay
-    expected = adamw_row_step(theta.detach(), zero, zero, grad, lr=cfg.optimizer.lr, weight_decay=wd,
-                              betas=(0.9, 0.999), eps=1e-8)[0]
+    expected = adamw_row_step(
+        theta.detach(),
+        zero,
+        zero,
+        grad,
+        lr=cfg.optimizer.lr,
+        weight_decay=wd,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+    )[0]
     after = model.row_store.state_dict()
     torch.testing.assert_close(after["rows"][classes].double(), expected, rtol=1e-5, atol=1e-6)
     assert torch.equal(after["rows"][[2, 3]], before["rows"][[2, 3]])
@@ -286,13 +329,18 @@ def test_class_labels_give_the_multi_positive_loss_and_step_their_rows():
 
     unlabelled = torch.full_like(targets, -1)
     assert float(model.training_step([indexes, [images], unlabelled], 1).detach()) == 0.0
-    assert model.row_store.global_step == 2 and torch.equal(model.row_store.state_dict()["rows"], after["rows"])
+    assert model.row_store.global_step == 2 and torch.equal(
+        model.row_store.state_dict()["rows"], after["rows"]
+    )
 
 
 @pytest.mark.parametrize(
     "kwargs,keys",
     [
-        ({"labels": "class", "zero_grad_steps": "eager"}, ["zero_grad_steps=eager", "labels=class"]),
+        (
+            {"labels": "class", "zero_grad_steps": "eager"},
+            ["zero_grad_steps=eager", "labels=class"],
+        ),
         ({"labels": "mix", "rows_per_step": 2}, ["rows_per_step", "labels=mix"]),
     ],
 )
@@ -304,7 +352,9 @@ def test_class_rows_refuse_eager_steps_and_multi_batch(kwargs, keys):
 
 def train_steps(cfg, max_epochs, **kwargs):
     model = METHODS["sdiet"](cfg)
-    trainer = tiny_trainer(cfg, fast_dev_run=False, limit_val_batches=0, max_epochs=max_epochs, **kwargs)
+    trainer = tiny_trainer(
+        cfg, fast_dev_run=False, limit_val_batches=0, max_epochs=max_epochs, **kwargs
+    )
     return model, trainer
 
 
@@ -348,13 +398,18 @@ def test_stop_and_resume_equals_uninterrupted_run(tmp_path, mode):
     resumed, trainer = train_steps(cfg, 2, limit_train_batches=2)
     trainer.fit(resumed, loader, ckpt_path=str(ckpt))
 
-    assert first.row_store.global_step == 2 and resumed.row_store.global_step == straight.row_store.global_step == 4
+    assert (
+        first.row_store.global_step == 2
+        and resumed.row_store.global_step == straight.row_store.global_step == 4
+    )
     for name, value in straight.row_store.state_dict().items():
         got = resumed.row_store.state_dict()[name]
         assert torch.equal(got, value) if isinstance(value, torch.Tensor) else got == value
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
-    assert not torch.equal(first.row_store.state_dict()["rows"], straight.row_store.state_dict()["rows"])
+    assert not torch.equal(
+        first.row_store.state_dict()["rows"], straight.row_store.state_dict()["rows"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -391,21 +446,30 @@ def _epoch_by_hand(rows_per_step, num_replicas=1, rank=0):
     torch.manual_seed(0)
     model = METHODS["sdiet"](cfg)
     model.eval()
-    sampler = SuperBatchSampler(N, 8 // num_replicas, rows_per_step, seed=3, num_replicas=num_replicas, rank=rank)
+    sampler = SuperBatchSampler(
+        N, 8 // num_replicas, rows_per_step, seed=3, num_replicas=num_replicas, rank=rank
+    )
     model.super_batch_sampler = sampler
     for step, batch in enumerate(sampler):
         idx = torch.tensor(batch)
         model.training_step([idx, [IMAGES[idx]], TARGETS[idx]], step).backward()
     model.on_train_epoch_end()
-    return model, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return model, {
+        name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def _ddp_worker(rank, world_size, init_file, out_dir):
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+    )
     explicit = SuperBatchSampler(N, 8 // world_size, 2, seed=3, num_replicas=world_size, rank=rank)
-    result = {"split_from_the_process_group": list(SuperBatchSampler(N, 8 // world_size, 2, seed=3)) == list(explicit)}
+    result = {
+        "split_from_the_process_group": list(SuperBatchSampler(N, 8 // world_size, 2, seed=3))
+        == list(explicit)
+    }
     for rows_per_step in (1, 2):
         model, grads = _epoch_by_hand(rows_per_step, world_size, rank)
         for grad in grads.values():  # what DDP does to the gradients
@@ -447,7 +511,9 @@ def test_two_process_gloo_ddp_shares_one_host_store_and_equals_one_process(tmp_p
             assert g["table"]["global_step"] == expected["global_step"] == 2
             assert torch.equal(g["table"]["last_step"], expected["last_step"])
             for name in ("rows", "exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(g["table"][name], expected[name], rtol=0, atol=1e-5, msg=name)
+                torch.testing.assert_close(
+                    g["table"][name], expected[name], rtol=0, atol=1e-5, msg=name
+                )
             assert g["grads"].keys() == grads.keys()
             for name, grad in grads.items():
                 torch.testing.assert_close(g["grads"][name], grad, rtol=1e-4, atol=1e-5, msg=name)
@@ -466,13 +532,23 @@ def test_shipped_configs_build_the_paper_recipe(folder, tmp_path):
     cfg = parse_cfg(cfg)
     cfg.method_kwargs.num_samples = 100
     model = METHODS[cfg.method](cfg)
-    assert cfg.optimizer.name == "adamw" and cfg.optimizer.lr == 1e-3 and cfg.optimizer.weight_decay == 0.05
+    assert (
+        cfg.optimizer.name == "adamw"
+        and cfg.optimizer.lr == 1e-3
+        and cfg.optimizer.weight_decay == 0.05
+    )
     assert cfg.optimizer.batch_size == 256 and cfg.augmentations[0].num_crops == 1
     assert cfg.augmentations[0].random_erasing.prob == 0.25
     kwargs = cfg.method_kwargs
-    assert kwargs.label_smoothing == 0.8 and kwargs.head_weight_decay == 0.05 and list(kwargs.head_betas) == [0.9, 0.999]
+    assert (
+        kwargs.label_smoothing == 0.8
+        and kwargs.head_weight_decay == 0.05
+        and list(kwargs.head_betas) == [0.9, 0.999]
+    )
     assert model.row_store.tables["rows"].shape == (100, 2048)
-    assert [layer.out_features for layer in model.projector if isinstance(layer, torch.nn.Linear)] == [2048] * 3
+    assert [
+        layer.out_features for layer in model.projector if isinstance(layer, torch.nn.Linear)
+    ] == [2048] * 3
 
 
 class EpochLosses(Callback):
@@ -503,7 +579,10 @@ def test_training_lowers_the_batch_ce():
 
 class KeepModel(Callback):
     def on_train_end(self, trainer, pl_module):
-        self.model, self.use_distributed_sampler = pl_module, trainer._accelerator_connector.use_distributed_sampler
+        self.model, self.use_distributed_sampler = (
+            pl_module,
+            trainer._accelerator_connector.use_distributed_sampler,
+        )
 
 
 def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
@@ -539,7 +618,11 @@ def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
     keep = KeepModel()
     run_pretrain(compose_cfg(str(scripts), "sdiet.yaml", overrides), extra_callbacks=[keep])
     sampler = keep.model.super_batch_sampler
-    assert isinstance(sampler, SuperBatchSampler) and sampler.rows_per_step == 2 and sampler.num_samples == 16
+    assert (
+        isinstance(sampler, SuperBatchSampler)
+        and sampler.rows_per_step == 2
+        and sampler.num_samples == 16
+    )
     assert keep.use_distributed_sampler is False
     assert keep.model.row_store.global_step == 3 and keep.model.row_store.eager_steps == 16 / 4 - 2
 
@@ -555,10 +638,18 @@ def test_lightning_ddp_two_processes_equal_one_process_in_float64(tmp_path):
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "sdiet_ddp_equivalence.py"
     done = subprocess.run(
         [sys.executable, str(script), "--accelerator", "cpu", "--float64"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    gaps = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in done.stdout.splitlines()
-            if line.startswith("| ") and "e-" in line}
-    assert len(gaps) == 7, done.stdout  # loss, rows after step 1, rows, 2 AdamW states, backbone, projector
+    gaps = {
+        line.split("|")[1].strip(): float(line.split("|")[2])
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and "e-" in line
+    }
+    assert len(gaps) == 7, (
+        done.stdout
+    )  # loss, rows after step 1, rows, 2 AdamW states, backbone, projector
     assert all(gap <= 1e-10 for gap in gaps.values()), gaps

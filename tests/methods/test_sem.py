@@ -20,7 +20,13 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
 from solo_diet.nn import simplex_softmax  # noqa: E402
-from solo_diet.testing import batch_of, fake_pretrain_loader, fake_val_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.testing import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
+)  # noqa: E402
 
 L, V, D, B = 4, 3, 8, 4
 PROJ = {"proj_hidden_dim": 16, "proj_output_dim": 8}
@@ -39,13 +45,33 @@ KWARGS = {
     "barlow_twins": {**PROJ, "lamb": 5e-3, "scale_loss": 0.025},
     "vicreg": {**PROJ, "sim_loss_weight": 25.0, "var_loss_weight": 25.0, "cov_loss_weight": 1.0},
     "vibcreg": {**PROJ, "sim_loss_weight": 25.0, "var_loss_weight": 25.0, "cov_loss_weight": 200.0},
-    "wmse": {"proj_hidden_dim": 16, "proj_output_dim": 2, "whitening_size": 4, "whitening_iters": 1},
-    "swav": {**PROJ, "num_prototypes": 10, "queue_size": 0, "temperature": 0.1, "epoch_queue_starts": 0,
-             "freeze_prototypes_epochs": 0},
+    "wmse": {
+        "proj_hidden_dim": 16,
+        "proj_output_dim": 2,
+        "whitening_size": 4,
+        "whitening_iters": 1,
+    },
+    "swav": {
+        **PROJ,
+        "num_prototypes": 10,
+        "queue_size": 0,
+        "temperature": 0.1,
+        "epoch_queue_starts": 0,
+        "freeze_prototypes_epochs": 0,
+    },
     "deepclusterv2": {**PROJ, "num_prototypes": [5, 5], "kmeans_iters": 2, "temperature": 0.1},
-    "dino": {**PROJ, "num_prototypes": 16, "norm_last_layer": True, "clip_grad": 0, "freeze_last_layer": 1,
-             "student_temperature": 0.1, "teacher_temperature": 0.07, "warmup_teacher_temperature": 0.04,
-             "warmup_teacher_temperature_epochs": 1, "use_bn_in_head": False},
+    "dino": {
+        **PROJ,
+        "num_prototypes": 16,
+        "norm_last_layer": True,
+        "clip_grad": 0,
+        "freeze_last_layer": 1,
+        "student_temperature": 0.1,
+        "teacher_temperature": 0.07,
+        "warmup_teacher_temperature": 0.04,
+        "warmup_teacher_temperature_epochs": 1,
+        "use_bn_in_head": False,
+    },
     "diet": {"num_samples": 32},
     "sdiet": {"num_samples": 32, "proj_hidden_dim": 16, "proj_output_dim": 8},
     "cplearn": {"proj_hidden_dim": 16, "proj_output_dim": 32},
@@ -56,7 +82,12 @@ SOLO_METHODS = [name for name in KWARGS if name not in PLUGIN]
 
 def sem_cfg(method: str, **sem):
     kwargs = {**KWARGS[method], "sem": {"num_simplices": L, "simplex_dim": V, **sem}}
-    return tiny_cfg(f"{method}_sem", kwargs, momentum=True, num_large_crops=1 if method in ("diet", "sdiet") else 2)
+    return tiny_cfg(
+        f"{method}_sem",
+        kwargs,
+        momentum=True,
+        num_large_crops=1 if method in ("diet", "sdiet") else 2,
+    )
 
 
 def slot_embedders(model):
@@ -84,7 +115,10 @@ def test_builds_and_fits_fast_dev_run(method):
     assert (online.linear.in_features, online.out_dim, online.tau) == (D, L * V, 0.5)
     if isinstance(model, BaseMomentumMethod):
         assert momentum is not None and momentum.tau == 2.0
-        online_slot, momentum_slot = model.get_submodule(model._sem_online), model.get_submodule(model._sem_momentum)
+        online_slot, momentum_slot = (
+            model.get_submodule(model._sem_online),
+            model.get_submodule(model._sem_momentum),
+        )
         pairs = list(zip(online_slot.parameters(), momentum_slot.parameters()))
         assert len(pairs) == len(list(online_slot.parameters())) > len(list(online.parameters()))
         for p_online, p_momentum in pairs:  # embedder and projector/head start equal
@@ -102,7 +136,9 @@ def test_builds_and_fits_fast_dev_run(method):
     logged = trainer.callback_metrics
     assert 0 <= logged["train_sem_entropy"] <= torch.log(torch.tensor(float(V))) + 1e-5
     assert torch.isfinite(logged["train_sem_marginal_entropy"]) and "val_acc1" in logged
-    assert not torch.equal(online.linear.weight, weight_before), "the online embedder was not trained"
+    assert not torch.equal(online.linear.weight, weight_before), (
+        "the online embedder was not trained"
+    )
 
 
 def test_momentum_embedder_follows_the_online_one_by_ema():
@@ -124,7 +160,9 @@ def test_bf16_mixed_precision_with_small_temperatures_stays_finite():
     trainer = tiny_trainer(cfg, precision="bf16-mixed")
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=16), fake_val_loader(cfg))
     logged = trainer.callback_metrics
-    assert all(torch.isfinite(logged[k]) for k in ("train_nce_loss", "train_sem_entropy", "val_loss"))
+    assert all(
+        torch.isfinite(logged[k]) for k in ("train_nce_loss", "train_sem_entropy", "val_loss")
+    )
 
 
 @pytest.mark.parametrize("method, view_taus", [("simclr", (0.5, 2.0)), ("byol", (0.5, 0.5))])
@@ -137,12 +175,16 @@ def test_per_view_temperatures(method, view_taus):
     calls = {"online": [], "momentum": []}
     online.register_forward_hook(lambda m, args, out: calls["online"].append((args[0], out)))
     if momentum is not None:
-        momentum.register_forward_hook(lambda m, args, out: calls["momentum"].append((args[0], out)))
+        momentum.register_forward_hook(
+            lambda m, args, out: calls["momentum"].append((args[0], out))
+        )
     model.training_step(batch_of(cfg, batch_size=B), 0)
 
     def reference(embedder, feats, tau):
         bn = embedder.bn
-        logits = F.batch_norm(embedder.linear(feats), None, None, bn.weight, bn.bias, training=True, eps=bn.eps)
+        logits = F.batch_norm(
+            embedder.linear(feats), None, None, bn.weight, bn.bias, training=True, eps=bn.eps
+        )
         return simplex_softmax(logits, V, tau)
 
     assert len(calls["online"]) == 2
@@ -163,7 +205,10 @@ def test_sem_probe_reads_softmax_of_eval_bn_logits():
         online.bn.running_mean.uniform_(-1, 1)
         online.bn.running_var.uniform_(0.5, 2)
     bn = online.bn
-    mean, var = bn.running_mean.clone(), bn.running_var.clone()  # the projector pass then updates them
+    mean, var = (
+        bn.running_mean.clone(),
+        bn.running_var.clone(),
+    )  # the projector pass then updates them
     out = model(batch_of(cfg, batch_size=B)[1][0])
     logits = (online.linear(out["feats"]) - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias
     torch.testing.assert_close(out["logits"], model.classifier(simplex_softmax(logits, V, 0.3)))
@@ -217,8 +262,12 @@ def test_backbone_factory_gets_the_base_method_name(monkeypatch):
 def test_defaults_are_filled_into_the_cfg():
     model = METHODS["simclr_sem"](tiny_cfg("simclr_sem", KWARGS["simclr"]))
     assert OmegaConf.to_container(model.cfg.method_kwargs.sem) == {
-        "num_simplices": 5000, "simplex_dim": 13, "tau_online": 1.0, "tau_target": 1.0,
-        "probe": "backbone", "probe_tau": 0.1,
+        "num_simplices": 5000,
+        "simplex_dim": 13,
+        "tau_online": 1.0,
+        "tau_target": 1.0,
+        "probe": "backbone",
+        "probe_tau": 0.1,
     }
     assert model.get_submodule("projector").head[0].in_features == 5000 * 13
 
@@ -256,12 +305,19 @@ def test_refused_methods_say_why():
         pass
 
     with pytest.raises(SEMUnsupported, match="no `projector` or `head`"):
-        make_sem_twin("nohead", NoHead)(tiny_cfg("nohead_sem", {"sem": {"num_simplices": L, "simplex_dim": V}}))
+        make_sem_twin("nohead", NoHead)(
+            tiny_cfg("nohead_sem", {"sem": {"num_simplices": L, "simplex_dim": V}})
+        )
 
 
 PAPER_TABLE1 = {  # method: (tau_online, tau_target), SEM paper, App. C, Tabs. 7-13
-    "simclr": (0.17, 0.78), "mocov2plus": (0.04, 0.01), "byol": (1.0, 1.0), "swav": (0.85, 1.5),
-    "dino": (1.0, 1.0), "barlow_twins": (1.0, 0.99), "vicreg": (1.0, 1.0),
+    "simclr": (0.17, 0.78),
+    "mocov2plus": (0.04, 0.01),
+    "byol": (1.0, 1.0),
+    "swav": (0.85, 1.5),
+    "dino": (1.0, 1.0),
+    "barlow_twins": (1.0, 0.99),
+    "vicreg": (1.0, 1.0),
 }
 
 
@@ -272,12 +328,20 @@ def test_launch_config_composes_parses_and_builds(method):
     from solo.args.pretrain import parse_cfg
 
     config_dir = str((Path(__file__).parents[2] / "scripts" / "pretrain" / "cifar").resolve())
-    overrides = ["backbone.name=cp_resnet8", "+backbone.kwargs.width=8", "method_kwargs.sem.num_simplices=4"]
+    overrides = [
+        "backbone.name=cp_resnet8",
+        "+backbone.kwargs.width=8",
+        "method_kwargs.sem.num_simplices=4",
+    ]
     with initialize_config_dir(config_dir=config_dir, version_base="1.2"):
         cfg = compose(config_name=f"{method}_sem.yaml", overrides=overrides)
     OmegaConf.set_struct(cfg, False)  # as solo-learn's main_pretrain.py does
     cfg = parse_cfg(cfg)
-    assert (cfg.method, cfg.data.num_large_crops, cfg.method_kwargs.sem.simplex_dim) == (f"{method}_sem", 2, 13)
+    assert (cfg.method, cfg.data.num_large_crops, cfg.method_kwargs.sem.simplex_dim) == (
+        f"{method}_sem",
+        2,
+        13,
+    )
     model = METHODS[cfg.method](cfg)
     online, momentum = slot_embedders(model)
     assert (online.tau, cfg.method_kwargs.sem.tau_target) == PAPER_TABLE1[method]
