@@ -196,8 +196,9 @@ def data_loader(cfg, method_cls, source: str):
 
     from solo_diet.cli.gpu_data import pretrain_loader
     from solo_diet.data.loader import resolve_device
+    from solo_diet.methods.contract import method_contract
 
-    hook = getattr(method_cls, "train_batch_sampler", None)  # s-DIET orders its own batches
+    hook = method_contract(method_cls).train_batch_sampler  # s-DIET orders its own batches
     if source == "image_folder":
         return solo_learn_loader(cfg, hook)
     cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
@@ -219,12 +220,13 @@ def run_throughput_case(case: dict) -> dict:
     from solo.methods import METHODS
 
     from solo_diet.cli.common import trainer_kwargs
+    from solo_diet.methods.contract import method_contract
 
     cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])
     cfg.data.val_path = None
     method_cls = METHODS[cfg.method]
     loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
-    if getattr(method_cls, "uses_sample_indexes", False):
+    if method_contract(method_cls).uses_sample_indexes:
         cfg.method_kwargs.num_samples = num_samples
     model = method_cls(cfg).to(memory_format=torch.channels_last)
     window = window_callback(case)
