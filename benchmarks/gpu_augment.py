@@ -134,7 +134,10 @@ def op_cases(batch: int, device, generator):
         return ops.erase(x, box, found & (draw() < 0.5))
 
     mean, std = torch.tensor(CIFAR_MEAN, device=device), torch.tensor(CIFAR_STD, device=device)
-    kx = lambda module: lambda: module.to(device)(x)
+
+    def kx(module):
+        return lambda: module.to(device)(x)
+
     return [
         ("rrc + flip", crop, kx(torch.nn.Sequential(
             K.RandomResizedCrop((32, 32), resample="BICUBIC"), K.RandomHorizontalFlip()))),

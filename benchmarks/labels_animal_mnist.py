@@ -13,7 +13,8 @@ training labels) reports val top-1:
 - a random-init backbone of the same architecture.
 
 Equal budget = equal epochs and batch size; ``diet_cf`` forwards two views per image (its loss needs
-them with index labels), so it does twice DIET's forward work per epoch: the ``views`` column says so.
+them with index labels), so it does twice DIET's forward work per epoch: the ``views`` column says
+so.
 
     python benchmarks/labels_animal_mnist.py                      # GPU, 100 epochs
     python benchmarks/labels_animal_mnist.py --tiny               # CPU smoke run (a few minutes)
@@ -156,8 +157,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     rows.append(("random init", "-", 1, probe(args, data, workdir, str(untrained)), 0.0))
 
     print(
-        f"\nAnimal-MNIST, cp_resnet8 width {args.width}, {args.epochs} epochs, batch {args.batch_size}, "
-        f"{args.accelerator}; linear probe {args.linear_epochs} epochs on all training labels"
+        f"\nAnimal-MNIST, cp_resnet8 width {args.width}, {args.epochs} epochs, batch "
+        f"{args.batch_size}, {args.accelerator}; linear probe {args.linear_epochs} epochs on all "
+        "training labels"
     )
     print(f"| {'run':<18} | {'method':<8} | views | val top-1 (%) | pretrain (s) |")
     print(f"|{'-' * 20}|{'-' * 10}|-------|---------------|--------------|")

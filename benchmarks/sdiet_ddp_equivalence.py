@@ -1,15 +1,17 @@
 """Is a 2-process s-DIET run the same as a 1-process run with the same global batch? (issue: s-DIET)
 
 Trains `sdiet` through Lightning with `devices=1` (global batch G) and with `devices=2` + DDP
-(G/2 per process; SyncBatchNorm on GPUs, a projector without BatchNorm on the CPU), on identical fixed data (no augmentation, no shuffling: the
-each process takes every 2nd sample in order, so the processes' batches interleave into the same global batches), fp32 without TF32, and compares
-the per-step loss, the head rows after the first step, the final head rows and AdamW state, and, as
-the reference for what float32 DDP does to any model, the backbone's and projector's parameters
-(trained by torch's AdamW on DDP's all-reduced gradients). Prints one table.
+(G/2 per process; SyncBatchNorm on GPUs, a projector without BatchNorm on the CPU), on identical
+fixed data (no augmentation, no shuffling: the each process takes every 2nd sample in order, so the
+processes' batches interleave into the same global batches), fp32 without TF32, and compares the
+per-step loss, the head rows after the first step, the final head rows and AdamW state, and, as the
+reference for what float32 DDP does to any model, the backbone's and projector's parameters (trained
+by torch's AdamW on DDP's all-reduced gradients). Prints one table.
 
     python benchmarks/sdiet_ddp_equivalence.py                   # 2 GPUs (e.g. nvidia-h100-x2)
     python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu # 2 gloo processes on the CPU
-    python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu --float64   # same, everything in float64
+    # same, everything in float64:
+    python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu --float64
 
 `--float64` trains with `precision="64-true"` and `storage_dtype: float64`: differences that vanish
 there are float32 summation-order effects, not differences in what the two runs compute.
@@ -145,7 +147,8 @@ def compare(args: argparse.Namespace) -> None:
     device = torch.cuda.get_device_name(0) if args.accelerator == "gpu" else "CPU (gloo)"
     precision = "float64" if args.float64 else "fp32"
     print(
-        f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, {len(one['losses'])} steps, {precision}"
+        f"# s-DIET DDP equivalence, {device}: N={NUM_SAMPLES}, global batch {GLOBAL_BATCH}, "
+        f"{len(one['losses'])} steps, {precision}"
     )
     print("| quantity | max abs difference, 2 processes vs 1 |")
     print("|---|---|")
@@ -153,7 +156,8 @@ def compare(args: argparse.Namespace) -> None:
         f"| per-step loss ({len(one['losses'])} vs {len(two['losses'])} steps) | {loss_gap:.2e} |"
     )
     print(
-        f"| head rows after the first step | {max_gap(one['first_step_rows'], two['first_step_rows']):.2e} |"
+        "| head rows after the first step | "
+        f"{max_gap(one['first_step_rows'], two['first_step_rows']):.2e} |"
     )
     for name in ("rows", "exp_avg", "exp_avg_sq"):
         print(f"| head {name} | {max_gap(one['store'][name], two['store'][name]):.2e} |")

@@ -1,32 +1,35 @@
-"""Peak GPU memory and samples/s of s-DIET vs DIET, SimCLR, BYOL, Barlow Twins and supervised training.
+"""Peak GPU memory and samples/s of s-DIET vs DIET, SimCLR, BYOL, Barlow Twins and supervised
+training.
 
-Every row trains one method through solo-learn's method class and Lightning's loop for a few steps on
-identical settings: batch 256, ``bf16-mixed``, AdamW (lr 1e-3, wd 0.05, no schedule), channels-last,
-synthetic data (one fixed random image tensor per view already on the device, so no decoding or copy
-cost; dataset indices from a seeded permutation of N, the SuperBatchSampler's order). ResNet-18 runs at
-32 px with the CIFAR stem (dataset ``cifar100``), ResNet-50 at 224 px with the standard stem (dataset
-``imagenet``). Methods and heads:
+Every row trains one method through solo-learn's method class and Lightning's loop for a few steps
+on identical settings: batch 256, ``bf16-mixed``, AdamW (lr 1e-3, wd 0.05, no schedule),
+channels-last, synthetic data (one fixed random image tensor per view already on the device, so no
+decoding or copy cost; dataset indices from a seeded permutation of N, the SuperBatchSampler's
+order). ResNet-18 runs at 32 px with the CIFAR stem (dataset ``cifar100``), ResNet-50 at 224 px with
+the standard stem (dataset ``imagenet``). Methods and heads:
 
 * ``sdiet``: 3-layer projector 2048-2048-2048 + batch CE over the batch's head rows (s-DIET paper,
   §5), rows and AdamW state in pinned host RAM (``cpu``, next batch prefetched), on the GPU
   (``gpu``) or in memory-mapped files (``disk``, ``--disk-dir``); eager zero-gradient steps.
 * ``diet``: DIET as in the DIET paper: ``Linear(d, N)`` head on the backbone output, torch AdamW
   (16*N*d bytes).
-* ``simclr`` / ``byol`` / ``barlow_twins``: solo-learn's classes, two views, their CIFAR projector widths.
+* ``simclr`` / ``byol`` / ``barlow_twins``: solo-learn's classes, two views, their CIFAR projector
+  widths.
 * ``supervised``: backbone + ``Linear(d, 256)`` cross-entropy on 256 classes (a plain reference).
 
 Only sdiet and diet have per-sample state; the other methods run once per backbone (N column "-").
 Every case runs in a fresh Python process (its own CUDA context, caching allocators and page cache
 pressure; its disk files deleted afterwards), so no case sees another's tables and the order of the
 cases changes no number. Peak memory is ``torch.cuda.max_memory_allocated`` over the case (model,
-optimizer, head, the synthetic batch); samples/s is ``B * steps / wall time`` of the timed steps after
-the warm-up. For s-DIET each case checks where the tables live (``gpu`` on the CUDA device, ``cpu`` in
-host RAM, ``disk`` in files of ``--disk-dir``) and that every step after the first used the prefetched
-rows of the known order. A case that does not fit prints ``OOM``; one past ``--case-timeout`` prints
-``timeout``. Prints one table.
+optimizer, head, the synthetic batch); samples/s is ``B * steps / wall time`` of the timed steps
+after the warm-up. For s-DIET each case checks where the tables live (``gpu`` on the CUDA device,
+``cpu`` in host RAM, ``disk`` in files of ``--disk-dir``) and that every step after the first used
+the prefetched rows of the known order. A case that does not fit prints ``OOM``; one past
+``--case-timeout`` prints ``timeout``. Prints one table.
 
     python benchmarks/sdiet_memory.py --backbones resnet18    # about 8 minutes on one H200
-    python benchmarks/sdiet_memory.py --backbones resnet50 --warmup 5 --steps 20   # ~11 min on one H200 (split with --methods)
+    # ~11 min on one H200 (split with --methods):
+    python benchmarks/sdiet_memory.py --backbones resnet50 --warmup 5 --steps 20
     # plumbing check on a CPU (numbers meaningless):
     python benchmarks/sdiet_memory.py --quick --device cpu
 """
@@ -67,7 +70,8 @@ BACKBONES = {
 
 
 class Supervised(BaseMethod):
-    """Plain supervised reference: backbone + ``Linear(features_dim, 256)``, cross-entropy on the targets."""
+    """Plain supervised reference: backbone + ``Linear(features_dim, 256)``, cross-entropy on the
+    targets."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -84,7 +88,8 @@ class Supervised(BaseMethod):
 def method_kwargs(
     method: str, num_samples: int, proj_dim: Optional[int], disk_dir: str, storage: str
 ) -> dict:
-    """solo-learn's CIFAR widths for the baselines, the paper's for s-DIET; ``proj_dim`` shrinks all."""
+    """solo-learn's CIFAR widths for the baselines, the paper's for s-DIET; ``proj_dim`` shrinks
+    all."""
     kwargs = {
         "sdiet": {
             "num_samples": num_samples,
@@ -116,8 +121,8 @@ def method_kwargs(
 
 
 class SyntheticBatches:
-    """``[indexes, [image] * views, targets]`` on the device, indices in the SuperBatchSampler's order
-    (``batch_sampler``: the attribute through which s-DIET finds the order and prefetches)."""
+    """``[indexes, [image] * views, targets]`` on the device, indices in the SuperBatchSampler's
+    order (``batch_sampler``: the attribute through which s-DIET finds the order and prefetches)."""
 
     def __init__(
         self, sampler: SuperBatchSampler, views: int, image: torch.Tensor, targets: torch.Tensor
@@ -159,7 +164,8 @@ class Timer(Callback):
 
 
 def check_row_store(model: BaseMethod, storage: str, args) -> None:
-    """s-DIET's tables are where ``storage`` says, and every step after the first used prefetched rows."""
+    """s-DIET's tables are where ``storage`` says, and every step after the first used prefetched
+    rows."""
     store = model.row_store
     expected = torch.device(args.device) if storage == "gpu" else torch.device("cpu")
     for name, table in {"table": store.table, "last_step": store.last_step}.items():
@@ -171,7 +177,8 @@ def check_row_store(model: BaseMethod, storage: str, args) -> None:
             raise RuntimeError(f"storage=disk: {name} has no file in {args.disk_dir}")
     if store.prefetch_hits != args.warmup + args.steps - 1:
         raise RuntimeError(
-            f"storage={storage}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads used prefetched rows"
+            f"storage={storage}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads "
+            "used prefetched rows"
         )
 
 
@@ -183,8 +190,8 @@ def measure(
     args,
     callbacks: tuple[Callback, ...] = (),
 ) -> tuple[str, str]:
-    """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``; ``callbacks``
-    join the Trainer's (benchmarks/sdiet_step_profile.py profiles the timed steps)."""
+    """``(peak MiB, samples/s)`` of one case in this (fresh) process, or ``("OOM", "-")``;
+    ``callbacks`` join the Trainer's (benchmarks/sdiet_step_profile.py profiles the timed steps)."""
     size, dataset = BACKBONES[backbone]
     views = 2 if method in ("simclr", "byol", "barlow_twins") else 1
     cfg = tiny_cfg(
@@ -272,7 +279,8 @@ def run_case(
 
 
 def cases(args):
-    """``(method, storage, backbone, N)`` in table order; N-independent methods once per backbone."""
+    """``(method, storage, backbone, N)`` in table order; N-independent methods once per
+    backbone."""
     for backbone in args.backbones:
         for method in args.methods:
             if method not in PER_SAMPLE:
@@ -322,7 +330,8 @@ def main() -> None:
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(
         f"# s-DIET memory/throughput, {device}, batch {args.batch_size}, {args.precision}, "
-        f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 at 224 px"
+        f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 "
+        "at 224 px"
     )
     print("| method | storage | backbone | N | peak MiB | samples/s |")
     print("|---|---|---|---|---|---|")

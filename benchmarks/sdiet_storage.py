@@ -55,7 +55,8 @@ def images(indexes: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def timed(plan: list[torch.Tensor], train_step, args, device: torch.device) -> tuple[float, float]:
-    """Run ``train_step(step, idx)`` over the plan; mean ms of the steps after warm-up, peak GPU MiB."""
+    """Run ``train_step(step, idx)`` over the plan; mean ms of the steps after warm-up, peak GPU
+    MiB."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -136,8 +137,8 @@ def main() -> None:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(
-        f"device: {name}; ResNet-18 (CIFAR stem) + projector 2048-2048-{args.dim}, batch {args.batch_size}, "
-        f"{args.steps} timed steps after {args.warmup}"
+        f"device: {name}; ResNet-18 (CIFAR stem) + projector 2048-2048-{args.dim}, batch "
+        f"{args.batch_size}, {args.steps} timed steps after {args.warmup}"
     )
     print("| method | storage | N | ms/step | peak GPU MiB | max abs diff of rows vs gpu storage |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -154,7 +155,8 @@ def main() -> None:
             )
         ms, peak = run_diet(args, num_samples, device)
         print(
-            f"| DIET (full head, torch AdamW) | {device.type} | {num_samples} | {ms:.1f} | {peak:.0f} | - |",
+            f"| DIET (full head, torch AdamW) | {device.type} | {num_samples} | {ms:.1f} | "
+            f"{peak:.0f} | - |",
             flush=True,
         )
 

@@ -2,19 +2,20 @@
 
 Runs the ``sdiet`` case of ``sdiet_memory.py`` (same model, synthetic data on the device, Trainer,
 batch 256, bf16-mixed; ResNet-18 at 32 px by default, the short step where host work shows) for each
-storage, alternating ``gpu`` / ``cpu`` / ... ``--repeats`` times, every run in a fresh process, and prints
-samples/s of every run, the median per storage and the median's gap to ``gpu`` storage. Single runs of
-one process vary by more than the gap itself (host-bound steps; CPU placement), hence the repeats.
+storage, alternating ``gpu`` / ``cpu`` / ... ``--repeats`` times, every run in a fresh process, and
+prints samples/s of every run, the median per storage and the median's gap to ``gpu`` storage.
+Single runs of one process vary by more than the gap itself (host-bound steps; CPU placement), hence
+the repeats.
 
 With ``--profile`` each storage runs once more under ``torch.profiler`` and the script prints the
 operators with the largest host time and the host calls that block or copy rows (event and stream
 synchronisation, pinned allocations, memcpy, index_select/index_copy), by name.
 
-    python benchmarks/sdiet_storage_speed.py                                   # one CUDA GPU, ~4 minutes
+    python benchmarks/sdiet_storage_speed.py    # one CUDA GPU, ~4 minutes
     python benchmarks/sdiet_storage_speed.py --backbone resnet50 --num-samples 1280000 --repeats 2
     # plumbing check on a CPU (numbers meaningless):
-    python benchmarks/sdiet_storage_speed.py --device cpu --backbone cp_resnet8 --batch-size 8 --num-samples 256 \
-        --repeats 1 --warmup 2 --steps 3 --profile
+    python benchmarks/sdiet_storage_speed.py --device cpu --backbone cp_resnet8 --batch-size 8 \
+        --num-samples 256 --repeats 1 --warmup 2 --steps 3 --profile
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class ProfileTimedSteps(Callback):
 
 
 def run_one(args: argparse.Namespace) -> None:
-    """The ``--run STORAGE`` process: one measurement (profiled with ``--profile``); last line JSON."""
+    """The ``--run STORAGE`` process: one measurement (profiled with ``--profile``); last line
+    JSON."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     solo_diet.register()
     cuda = args.device == "cuda"
@@ -158,7 +160,8 @@ def main() -> None:
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(
         f"# s-DIET step speed by storage, {device}, {args.backbone}, N={args.num_samples}, "
-        f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} alternating runs each"
+        f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} "
+        "alternating runs each"
     )
     print("| storage | samples/s per run | median | median vs gpu |\n|---|---|---|---|")
     reference = statistics.median(speeds["gpu"]) if "gpu" in speeds else None

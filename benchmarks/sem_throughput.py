@@ -3,8 +3,8 @@
 Each row trains one method of the SEM paper's Table 1 through solo-learn's own class and Lightning's
 loop, on synthetic CIFAR-sized batches (no data loading cost), built from our launch config
 ``scripts/pretrain/cifar/<method>_sem.yaml`` (L*V = 5000*13 = 65000 by default). The baseline arm is
-the same config with ``method: <method>`` and no ``method_kwargs.sem``. Optimiser: plain SGD for both
-arms (LARS' cost does not depend on SEM). Prints one table.
+the same config with ``method: <method>`` and no ``method_kwargs.sem``. Optimiser: plain SGD for
+both arms (LARS' cost does not depend on SEM). Prints one table.
 
     python benchmarks/sem_throughput.py                          # 7 methods, batch 256, 16-mixed
     python benchmarks/sem_throughput.py --methods byol --num-simplices 1000
@@ -35,7 +35,8 @@ TABLE1 = ["simclr", "mocov2plus", "byol", "swav", "dino", "barlow_twins", "vicre
 
 
 class SyntheticCrops(Dataset):
-    """``(index, [view, view], target)`` with fixed random 32 px images: no decoding, no augmentation."""
+    """``(index, [view, view], target)`` with fixed random 32 px images: no decoding, no
+    augmentation."""
 
     def __init__(self, size: int, num_crops: int, num_classes: int):
         generator = torch.Generator().manual_seed(0)
@@ -159,8 +160,8 @@ def main() -> None:
         for arm, row in (("base", base), ("sem", with_sem)):
             slowdown = f"{row['step_ms'] / base['step_ms']:.2f}x"
             print(
-                f"| {method} | {arm} | {row['params_m']:.1f} | {row['peak_gib']:.2f} | {row['step_ms']:.1f} "
-                f"| {row['img_s']:.0f} | {slowdown} |"
+                f"| {method} | {arm} | {row['params_m']:.1f} | {row['peak_gib']:.2f} | "
+                f"{row['step_ms']:.1f} | {row['img_s']:.0f} | {slowdown} |"
             )
 
 

@@ -1,4 +1,5 @@
-"""Finding solo-learn ``main`` (the host library) and failing clearly when it is absent or too old."""
+"""Finding solo-learn ``main`` (the host library) and failing clearly when it is absent or too
+old."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ INSTALL_HINT = (
 )
 
 
-# Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm, torch.cuda.amp).
+# Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm,
+# torch.cuda.amp).
 IMPORT_NOISE = (
     "pkg_resources is deprecated",
     "Importing from timm",

@@ -1,7 +1,8 @@
 """Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor and a
 last-epoch checkpoint.
 
-Adapter floor (imports lightning, not solo-learn). Used by ``solo-diet compare``; any Trainer can take them.
+Adapter floor (imports lightning, not solo-learn). Used by ``solo-diet compare``; any Trainer can
+take them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
 def _batch_size(batch: Any) -> int:
-    """Images in a solo-learn training batch ``[indexes, views, targets]`` (one per sample, not per view)."""
+    """Images in a solo-learn training batch ``[indexes, views, targets]`` (one per sample, not per
+    view)."""
     targets = batch[-1] if isinstance(batch, (list, tuple)) else batch
     return int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 0
 
@@ -43,13 +45,14 @@ def _loss_value(outputs: Any) -> Optional[float]:
 class EpochCostLogger(Callback):
     """Appends one CSV row per training epoch to ``csv_path``, readable without any logger.
 
-    Columns: ``train_seconds`` (epoch start to its last optimisation batch), ``epoch_seconds`` (to the
-    end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s`` (images
-    per train second, summed over devices), ``peak_gpu_mib`` (``torch.cuda.max_memory_allocated`` of
-    this process over the epoch, empty on CPU), ``train_loss`` (mean of the loss ``training_step``
-    returned: the method loss plus the online probe's cross-entropy) and the logged
-    ``LOGGED_METRICS`` (empty in epochs without validation: ``check_val_every_n_epoch > 1``).
-    Rows of a resumed run are appended; readers keep the last row of each epoch.
+    Columns: ``train_seconds`` (epoch start to its last optimisation batch), ``epoch_seconds`` (to
+    the end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s``
+    (images per train second, summed over devices), ``peak_gpu_mib``
+    (``torch.cuda.max_memory_allocated`` of this process over the epoch, empty on CPU),
+    ``train_loss`` (mean of the loss ``training_step`` returned: the method loss plus the online
+    probe's cross-entropy) and the logged ``LOGGED_METRICS`` (empty in epochs without validation:
+    ``check_val_every_n_epoch > 1``). Rows of a resumed run are appended; readers keep the last row
+    of each epoch.
     """
 
     def __init__(self, csv_path: str | Path, logged_metrics: Sequence[str] = LOGGED_METRICS):
@@ -137,7 +140,8 @@ class RankMeMonitor(Callback):
         super().__init__()
         if every_n_epochs < 1 or max_samples < 2:
             raise ValueError(
-                f"every_n_epochs must be >= 1 and max_samples >= 2, got {every_n_epochs}, {max_samples}"
+                f"every_n_epochs must be >= 1 and max_samples >= 2, got {every_n_epochs}, "
+                f"{max_samples}"
             )
         self.every_n_epochs = every_n_epochs
         self.max_samples = max_samples

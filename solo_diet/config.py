@@ -1,6 +1,7 @@
 """Config errors and the checks that raise them: no solo-learn, no Lightning.
 
-Launchers, method adapters and the torch-only core share them; every message names the key and the fix.
+Launchers, method adapters and the torch-only core share them; every message names the key and the
+fix.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ class ConfigError(ValueError):
 
 
 def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
-    """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as None,
-    as in solo-learn's ``omegaconf_select``)."""
+    """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as
+    None, as in solo-learn's ``omegaconf_select``)."""
     value = omegaconf.OmegaConf.select(cfg, key, default=default)
     value = None if value == "None" else value
     omegaconf.OmegaConf.update(cfg, key, value, force_add=True)

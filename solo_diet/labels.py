@@ -2,9 +2,11 @@
 
 A :class:`LabelSource` maps a solo-learn batch's ``(indexes, targets)`` to one integer id per datum,
 the row of a persistent head (DIET) or a node label of the batch graph ``G_ij = 1[id_i = id_j]``
-(closed-form head, graph-VICReg). ``-1`` means "no label": such a datum gets no head row and no edge.
+(closed-form head, graph-VICReg). ``-1`` means "no label": such a datum gets no head row and no
+edge.
 
-- ``index``: the datum index (SSL = each sample is its own class, Proposition 1). ``num_samples`` rows.
+- ``index``: the datum index (SSL = each sample is its own class, Proposition 1). ``num_samples``
+  rows.
 - ``class``: the dataset target (supervised); ``-1`` targets stay unlabelled. ``num_classes`` rows.
 - ``mix``: the class where known, else the datum index (semi-supervised DIET); row ``c`` for class
   ``c`` and row ``num_classes + n`` for unlabelled datum ``n``. ``num_classes + num_samples`` rows.
@@ -66,7 +68,8 @@ class LabelSource(nn.Module):
             )
         if source in ("class", "mix") and (num_classes is None or num_classes < 1):
             raise ValueError(
-                f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got {num_classes!r}."
+                f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got "
+                f"{num_classes!r}."
             )
         if not 0.0 < labelled_fraction <= 1.0:
             raise ValueError(
@@ -125,7 +128,8 @@ class LabelSource(nn.Module):
             self.num_classes,
             "target",
             "data.num_classes",
-            "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled datum.",
+            "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled "
+            "datum.",
         )
         if self.keep_label.numel():
             targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
@@ -149,17 +153,19 @@ def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torc
     """Group ids renumbered ``0..G-1`` (sorted order), one per datum."""
     if groups is None:
         raise ValueError(
-            "`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id array)."
+            "`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id "
+            "array)."
         )
     groups = torch.as_tensor(groups)
     if groups.dtype.is_floating_point or groups.dtype == torch.bool or groups.dim() != 1:
         raise ValueError(
-            f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape {tuple(groups.shape)}."
+            f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape "
+            f"{tuple(groups.shape)}."
         )
     if groups.numel() != num_samples:
         raise ValueError(
-            f"the groups array has {groups.numel()} entries but the training set has {num_samples} samples "
-            "(method_kwargs.num_samples): it needs one group id per dataset index."
+            f"the groups array has {groups.numel()} entries but the training set has {num_samples} "
+            "samples (method_kwargs.num_samples): it needs one group id per dataset index."
         )
     if int(groups.min()) < 0:
         raise ValueError(f"group ids must be >= 0, got {int(groups.min())}.")
@@ -219,7 +225,8 @@ def label_source_from_kwargs(
 
 
 def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's distinct labelled ids and each datum's position among them (s-DIET with any source).
+    """The batch's distinct labelled ids and each datum's position among them (s-DIET with any
+    source).
 
     Returns:
         rows: ``(M,)`` sorted distinct ids ``>= 0``: the head rows the batch loads.

@@ -32,11 +32,13 @@ def _int_labels(values: ArrayLike) -> np.ndarray:
 
 
 def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
-    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns); only used ids appear."""
+    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns); only used ids
+    appear."""
     labels, clusters = _int_labels(labels), _int_labels(clusters)
     if labels.shape != clusters.shape or labels.size == 0:
         raise ValueError(
-            f"labels and clusters must be non-empty and of equal length, got {labels.size} and {clusters.size}"
+            f"labels and clusters must be non-empty and of equal length, got {labels.size} and "
+            f"{clusters.size}"
         )
     _, rows = np.unique(labels, return_inverse=True)
     _, cols = np.unique(clusters, return_inverse=True)
@@ -68,7 +70,8 @@ def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> f
     """E[MI] under the hypergeometric permutation model with fixed marginals (Vinh et al., 2010).
 
     Sums over cell counts ``m`` from ``max(1, a + b - n)`` to ``min(a, b)`` for every pair of row
-    sum ``a`` and column sum ``b``; equal sums are grouped, so c = 16384 singleton codes cost one term.
+    sum ``a`` and column sum ``b``; equal sums are grouped, so c = 16384 singleton codes cost one
+    term.
     """
     n = int(row_sums.sum())
     log_fact = _log_factorials(n)
@@ -113,7 +116,8 @@ def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
 
 
 def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any c."""
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any
+    c."""
     table = contingency_table(labels, clusters)
     if _single_partition_pair(table):
         return 1.0
@@ -185,10 +189,12 @@ def clustering_report(
 def embedding_spectrum(
     embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048
 ) -> torch.Tensor:
-    """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse (Jing et al.).
+    """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse
+    (Jing et al.).
 
-    ``centered``: covariance of the raw embeddings. ``released``: the official script's preprocessing
-    (one global min-max to [0, 1], zero-padding to ``pad_to`` columns, uncentred second moment).
+    ``centered``: covariance of the raw embeddings. ``released``: the official script's
+    preprocessing (one global min-max to [0, 1], zero-padding to ``pad_to`` columns, uncentred
+    second moment).
     """
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     if x.dim() != 2 or x.shape[0] < 2:
@@ -280,7 +286,8 @@ def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
 def lidar(
     features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
 ) -> float:
-    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
+    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of
+    ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
 
     ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
     ``labels_of_views``: (n*q,) the clean sample (surrogate class) of each row. With class means

@@ -1,4 +1,5 @@
-"""s-DIET's head step over rows kept in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper, §5.2).
+"""s-DIET's head step over rows kept in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper,
+§5.2).
 
 The head is not a module parameter: for each step, the rows of the batch's label ids are loaded
 from the store, scored against ``z`` with cross-entropy, stepped by the store's row-wise optimiser
@@ -99,7 +100,8 @@ class RowHead:
         self, store: RowStore, z: torch.Tensor, ids: torch.Tensor, lr: float
     ) -> torch.Tensor:
         """Batch CE over the batch's distinct label rows (class / mix / groups): every datum sharing
-        an id is a positive of its row (Birth-of-SSL paper, Thm. 1); unlabelled data (id -1) add nothing."""
+        an id is a positive of its row (Birth-of-SSL paper, Thm. 1); unlabelled data (id -1) add
+        nothing."""
         row_ids, positions = batch_rows(ids)
         if row_ids.numel() == 0:
             store.global_step += 1  # a step with no real row update: absent rows still age

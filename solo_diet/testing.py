@@ -140,7 +140,8 @@ def fake_val_loader(cfg: DictConfig, num_samples: int = 16, image_size: int = 32
 
 
 def tiny_trainer(cfg: DictConfig, callbacks: Iterable[Any] = (), **overrides: Any) -> Trainer:
-    """A CPU Trainer from the cfg's Trainer keys; no logger, no checkpointing, ``fast_dev_run`` by default."""
+    """A CPU Trainer from the cfg's Trainer keys; no logger, no checkpointing, ``fast_dev_run`` by
+    default."""
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg).items() if k in valid}
     kwargs.update(

@@ -1,4 +1,5 @@
-"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume, transforms."""
+"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume,
+transforms."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ SAME_RUN_KEYS = (
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current directory."""
+    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current
+    directory."""
     from hydra import compose, initialize_config_dir
 
     config_dir = Path(config_path).expanduser().resolve()
@@ -57,7 +59,8 @@ def quote_equals(override: str) -> str:
 
 def normalize_devices(cfg: DictConfig) -> None:
     """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
-    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes ``auto``."""
+    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes
+    ``auto``."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -117,7 +120,8 @@ def _comparable(value: Any) -> Any:
 
 
 def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
-    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or method."""
+    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or
+    method."""
     args_path = ckpt.parent / "args.json"
     if not args_path.is_file():
         return
@@ -231,8 +235,8 @@ def logger_and_callbacks(
 
 def classification_transforms(dataset: str, aug: DictConfig):
     """Train/val transforms for probing. Custom data honours ``aug.crop_size`` and the optional
-    ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own custom
-    pipeline is fixed at 224 px and ImageNet statistics."""
+    ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own
+    custom pipeline is fixed at 224 px and ImageNet statistics."""
     from solo.data.classification_dataloader import prepare_transforms
     from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torchvision import transforms
@@ -259,7 +263,8 @@ def classification_transforms(dataset: str, aug: DictConfig):
 
 
 def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fraction: float = -1):
-    """solo-learn's classification datasets/loaders (train shuffled, val in order) with our transforms.
+    """solo-learn's classification datasets/loaders (train shuffled, val in order) with our
+    transforms.
 
     ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``, ``crop_min_scale``."""
     from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets

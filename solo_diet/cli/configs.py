@@ -2,8 +2,9 @@
 
 The YAMLs live in ``solo_diet/configs/`` so that a wheel carries them; a git checkout reaches the
 same files through ``scripts/pretrain``, ``scripts/linear`` and
-``benchmarks/compare/{animal_mnist.yaml,configs}``, which link there. ``DIR`` gets ``pretrain/<dataset>/``, ``linear/<dataset>/`` and
-``compare/``, each ready for ``--config-path`` (or as a ``solo-diet compare`` spec).
+``benchmarks/compare/{animal_mnist.yaml,configs}``, which link there. ``DIR`` gets
+``pretrain/<dataset>/``, ``linear/<dataset>/`` and ``compare/``, each ready for ``--config-path``
+(or as a ``solo-diet compare`` spec).
 """
 
 from __future__ import annotations

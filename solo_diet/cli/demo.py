@@ -31,7 +31,8 @@ def _accelerator(requested: str) -> str:
 
 
 def _data_format(requested: str, accelerator: str) -> str:
-    """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on CPU."""
+    """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on
+    CPU."""
     if requested not in DATA_FORMATS:
         raise ValueError(f"--data-format must be one of {DATA_FORMATS}, got {requested!r}.")
     if requested == "auto":
@@ -102,7 +103,8 @@ def run_demo(
     if ckpt is None:
         raise RuntimeError("pretraining wrote no checkpoint")
     print(
-        f"[demo] pretrained {method} for {epochs} epochs on {accelerator} ({time.time() - start:.0f}s): {ckpt}"
+        f"[demo] pretrained {method} for {epochs} epochs on {accelerator} "
+        f"({time.time() - start:.0f}s): {ckpt}"
     )
 
     untrained = save_random_init(cfg, root / "random_init" / "untrained.ckpt")

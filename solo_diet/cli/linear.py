@@ -1,4 +1,5 @@
-"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's LinearModel.
+"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
+LinearModel.
 
 Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
 backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
@@ -114,8 +115,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     cfg = parse_cfg(cfg)
     if cfg.data.num_classes < 5:
         raise ConfigError(
-            f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel reports "
-            "top-5 accuracy and needs at least 5 classes."
+            f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel "
+            "reports top-5 accuracy and needs at least 5 classes."
         )
     seed_everything(cfg.seed)
 

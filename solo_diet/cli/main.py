@@ -54,7 +54,8 @@ def _cmd_linear(args: argparse.Namespace) -> int:
     metrics = run_linear(cfg)
     if "val_acc1" in metrics:
         print(
-            f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: {metrics['val_acc1']:.2f}%"
+            f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: "
+            f"{metrics['val_acc1']:.2f}%"
         )
     return 0
 
@@ -98,7 +99,8 @@ def _cmd_configs(args: argparse.Namespace) -> int:
 
 
 def _cmd_solo_script(args: argparse.Namespace) -> int:
-    """Run one of solo-learn's own scripts (main_knn.py, main_umap.py, ...) with our methods registered."""
+    """Run one of solo-learn's own scripts (main_knn.py, main_umap.py, ...) with our methods
+    registered."""
     import runpy
     from pathlib import Path
 
@@ -164,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     script = sub.add_parser(
         "solo-script",
-        help="run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods registered",
+        help=(
+            "run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods "
+            "registered"
+        ),
     )
     script.add_argument("script", help="path of the script in a solo-learn checkout")
     script.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")

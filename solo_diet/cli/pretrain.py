@@ -59,13 +59,15 @@ def check_index_source(cfg: DictConfig, contract: Contract) -> None:
         return
     if not OmegaConf.select(cfg, "dali.encode_indexes_into_labels", default=False):
         raise ConfigError(
-            f"method '{cfg.method}' uses dataset indices as labels, but with data.format=dali solo-learn "
-            "returns dummy indices (arange(B)) unless `dali.encode_indexes_into_labels: True`. Set it."
+            f"method '{cfg.method}' uses dataset indices as labels, but with data.format=dali "
+            "solo-learn returns dummy indices (arange(B)) unless `dali.encode_indexes_into_labels: "
+            "True`. Set it."
         )
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
-    """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong value."""
+    """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong
+    value."""
     if not contract.uses_sample_indexes:
         return
     given = OmegaConf.select(cfg, "method_kwargs.num_samples")
@@ -80,9 +82,9 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 
 
 def _pretrain_data(cfg: DictConfig, contract: Contract):
-    """(train_loader or DALI datamodule, N, whether the method's own batch sampler is used). A method
-    whose contract has a ``train_batch_sampler`` (s-DIET) gets it; it also splits the data over DDP
-    ranks."""
+    """(train_loader or DALI datamodule, N, whether the method's own batch sampler is used). A
+    method whose contract has a ``train_batch_sampler`` (s-DIET) gets it; it also splits the data
+    over DDP ranks."""
     from solo.data.pretrain_dataloader import (
         FullTransformPipeline,
         NCropAugmentation,

@@ -1,4 +1,5 @@
-"""Batched GPU data path: per-sample augmentations and solo-learn's augmentation pipelines (torch only)."""
+"""Batched GPU data path: per-sample augmentations and solo-learn's augmentation pipelines (torch
+only)."""
 
 from solo_diet.data.pipeline import (
     AugmentationNode,

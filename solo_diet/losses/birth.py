@@ -17,7 +17,8 @@ SOLVE_SIDES = ("auto", "features", "samples")
 
 
 def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` of ``ids``; id ``-1`` gives a zero row.
+    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` of ``ids``; id ``-1`` gives a
+    zero row.
 
     Each column is divided by ``n_c^(p/2)`` (``n_c`` = its count), so ``Y Y^T = G~`` with
     ``G~_ij = 1[c_i = c_j] / n_c^p``: ``p = 0`` raw labels, ``p = 1`` class-normalised (our knob for
@@ -31,7 +32,8 @@ def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tens
 
 
 def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no edge)."""
+    """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no
+    edge)."""
     onehot = label_onehot(ids, label_norm_power)
     return onehot @ onehot.T
 
@@ -45,11 +47,12 @@ def closed_form_head_loss_from_targets(
 ) -> torch.Tensor:
     """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form.
 
-    ``= (1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P = Z_c^T y``
-    (``K x K`` solve, ``side="features"``), or ``(1/N)[ ||H y||^2 - Tr(y^T H (M + lam N I_N)^{-1} M H y) ]``
-    with ``M = Z_c Z_c^T`` (``N x N`` solve, ``side="samples"``); ``auto`` takes the smaller. ``center=False``
-    drops the bias (``H -> I``). ``lam = 0`` is the least-squares residual (pseudo-inverse), constant in
-    ``z`` once ``rank(Z_c) = N - 1``: training needs ``lam > 0``.
+    ``= (1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``,
+    ``P = Z_c^T y`` (``K x K`` solve, ``side="features"``), or
+    ``(1/N)[ ||H y||^2 - Tr(y^T H (M + lam N I_N)^{-1} M H y) ]`` with ``M = Z_c Z_c^T``
+    (``N x N`` solve, ``side="samples"``); ``auto`` takes the smaller. ``center=False`` drops the
+    bias (``H -> I``). ``lam = 0`` is the least-squares residual (pseudo-inverse), constant in ``z``
+    once ``rank(Z_c) = N - 1``: training needs ``lam > 0``.
 
     Args:
         z: ``(N, K)`` embeddings, all views concatenated.
@@ -92,9 +95,10 @@ def closed_form_head_loss(
 ) -> torch.Tensor:
     """Lemma 1 (Eq. 2) with integer labels: supervised ridge regression onto ``label_onehot(ids)``.
 
-    The label graph ``G = 1[id_i = id_j]`` is never formed. With the datum index as id and ``V >= 2``
-    views per index in the batch this is a VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1); with
-    one view per index it depends on the spectrum of ``Z_c`` only (our corollary of Proposition 1).
+    The label graph ``G = 1[id_i = id_j]`` is never formed. With the datum index as id and
+    ``V >= 2`` views per index in the batch this is a VICReg/W-MSE-like SSL loss (Theorem 1,
+    Proposition 1); with one view per index it depends on the spectrum of ``Z_c`` only (our
+    corollary of Proposition 1).
     """
     return closed_form_head_loss_from_targets(
         z, label_onehot(ids, label_norm_power).to(z.device), lam, center=center, side=side
@@ -126,18 +130,21 @@ def graph_vicreg_loss(
 
     - invariance: ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)``, the ``G``-weighted mean
       squared difference over positive pairs (0 when the batch has no pair);
-    - variance / covariance: VICReg's std hinge (eps 1e-4) and off-diagonal covariance ``/ K``, per view,
-      with each sample weighted by its degree ``d_i`` (the weight (★) puts on its spread); weights enter
-      through the unbiased reliability-weighted covariance.
+    - variance / covariance: VICReg's std hinge (eps 1e-4) and off-diagonal covariance ``/ K``, per
+      view, with each sample weighted by its degree ``d_i`` (the weight (★) puts on its spread);
+      weights enter through the unbiased reliability-weighted covariance.
 
-    For ``G`` = same-image indicator of two views (any ``label_norm_power``, a regular graph) this is
-    exactly solo-learn's ``vicreg_loss_func(z1, z2)``. For class labels of sizes ``n_c`` the raw graph
-    (``p = 0``) weights a sample's pairs and spread by ``n_c``; ``p = 1`` weights every sample equally.
-    A sample of degree 0 (unlabelled with ``labels=class``) is left out of the regularisers.
+    For ``G`` = same-image indicator of two views (any ``label_norm_power``, a regular graph) this
+    is exactly solo-learn's ``vicreg_loss_func(z1, z2)``. For class labels of sizes ``n_c`` the raw
+    graph (``p = 0``) weights a sample's pairs and spread by ``n_c``; ``p = 1`` weights every sample
+    equally. A sample of degree 0 (unlabelled with ``labels=class``) is left out of the
+    regularisers.
 
     Args:
-        views: ``V`` tensors ``(B, K)``, the embeddings of each view; row ``b`` of every view is datum ``b``.
-        graph: ``(V B, V B)`` symmetric non-negative weights over ``cat(views)`` (see :func:`label_graph`).
+        views: ``V`` tensors ``(B, K)``, the embeddings of each view; row ``b`` of every view is
+            datum ``b``.
+        graph: ``(V B, V B)`` symmetric non-negative weights over ``cat(views)`` (see
+            :func:`label_graph`).
     """
     with torch.autocast(device_type=views[0].device.type, enabled=False):
         z = torch.cat(list(views)).to(_compute_dtype(views[0]))
@@ -145,8 +152,8 @@ def graph_vicreg_loss(
         num_rows, dim = z.shape
         if graph.shape != (num_rows, num_rows):
             raise ValueError(
-                f"graph must be ({num_rows}, {num_rows}) for {len(views)} views of {views[0].shape[0]} rows, "
-                f"got {tuple(graph.shape)}."
+                f"graph must be ({num_rows}, {num_rows}) for {len(views)} views of "
+                f"{views[0].shape[0]} rows, got {tuple(graph.shape)}."
             )
 
         degrees = graph.sum(dim=1)

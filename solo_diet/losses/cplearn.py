@@ -39,7 +39,8 @@ def log_batch_marginal(log_p: torch.Tensor, gather: bool = False) -> torch.Tenso
 def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
     """Prior matching on the batch marginal.
 
-    ``reverse_kl``: KL(pbar || u) = sum_j pbar_j log(c pbar_j) (App. N, released code), in [0, log c].
+    ``reverse_kl``: KL(pbar || u) = sum_j pbar_j log(c pbar_j) (App. N, released code),
+    in [0, log c].
     ``forward_ce``: CE(u, pbar) = -(1/c) sum_j log pbar_j (Eq. 2).
     """
     if prior == "reverse_kl":
@@ -50,7 +51,8 @@ def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
 
 
 def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
-    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2 first term, without beta); no stop-grad."""
+    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2 first term, without beta); no
+    stop-grad."""
     return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
 
 
@@ -113,8 +115,9 @@ def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[
     """Collapse monitors on one batch, averaged over the two views (ours: the CPLearn paper defines
     cluster collapse in App. C but gives no batch metric).
 
-    ``entropy``: mean_i H(p_i); ``marginal_entropy``: H(pbar); ``codes_used``: distinct argmax codes;
-    ``max_prob``: mean_i max_j p_ij; ``agreement``: fraction of rows with the same argmax in both views.
+    ``entropy``: mean_i H(p_i); ``marginal_entropy``: H(pbar); ``codes_used``: distinct argmax
+    codes; ``max_prob``: mean_i max_j p_ij; ``agreement``: fraction of rows with the same argmax
+    in both views.
     """
     stats: dict[str, list[torch.Tensor]] = {
         "entropy": [],

@@ -6,7 +6,8 @@ import torch
 
 
 def online_probe_loss(targets: torch.Tensor, class_loss: torch.Tensor) -> torch.Tensor:
-    """solo-learn's online-probe loss, or 0 when no sample of the batch is labelled (it is NaN then).
+    """solo-learn's online-probe loss, or 0 when no sample of the batch is labelled (it is NaN
+    then).
 
     Chosen on the device, without a host sync; the NaN branch gets a zero gradient, and
     cross-entropy's backward writes nothing for ignored (-1) targets, so no NaN reaches the

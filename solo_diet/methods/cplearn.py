@@ -51,8 +51,10 @@ class CPLearn(MethodContract, BaseMethod):
         beta (float): weight of the invariance cross-entropy. Default 1.0.
         eps (float): extreme-probability slack of Lemma 1, sets tau; in (0, 1/c). Default 1e-8.
         activation (str): ``tanh`` (released code) or ``l2`` (paper Eq. 1). Default ``tanh``.
-        prior (str): ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2). Default ``reverse_kl``.
-        symmetric (bool): average both target/prediction directions (code) or Alg. 1's one. Default True.
+        prior (str): ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2). Default
+            ``reverse_kl``.
+        symmetric (bool): average both target/prediction directions (code) or Alg. 1's one. Default
+            True.
         gather_marginal (bool): batch marginal over all DDP ranks (tau stays local). Default False.
         codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
     """
@@ -108,8 +110,8 @@ class CPLearn(MethodContract, BaseMethod):
             or not 0.0 < eps < 1.0 / num_codes
         ):
             raise ConfigError(
-                f"`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, {1.0 / num_codes:.3g}), "
-                f"got {eps!r}; the paper uses 1e-8."
+                "`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, "
+                f"{1.0 / num_codes:.3g}), got {eps!r}; the paper uses 1e-8."
             )
         check_choice(cfg, "method_kwargs.activation", ["tanh", "l2"])
         check_choice(cfg, "method_kwargs.prior", ["reverse_kl", "forward_ce"])
@@ -142,19 +144,22 @@ class CPLearn(MethodContract, BaseMethod):
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
-        """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight decay)."""
+        """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight
+        decay)."""
         return super().learnable_params + [
             {"name": "projector", "params": self.projector.parameters()}
         ]
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits ``z``."""
+        """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits
+        ``z``."""
         out = super().forward(X)
         out["h"], out["z"] = self.projector(out["feats"])
         return out
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CPLearn loss between the two views' code logits + online probe; logs collapse monitors."""
+        """CPLearn loss between the two views' code logits + online probe; logs collapse
+        monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
         terms = cplearn_loss_terms(

@@ -1,4 +1,5 @@
-"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2), or any label source."""
+"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2), or any label
+source."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ class DIET(IndexMethod):
     """DIET: bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output.
 
     ``R`` is the label source's number of ids (``solo_diet.labels``): N for ``index`` (the paper),
-    the number of classes for ``class`` (supervised), classes + N for ``mix`` (semi-supervised DIET).
+    the number of classes for ``class`` (supervised), classes + N for ``mix`` (semi-supervised
+    DIET).
 
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (whose ``proj_layers``
     defaults to 0 here: no projector, as in the paper):
-        loss (str): ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (MSE-DIET, s-DIET paper, Eq. 5).
+        loss (str): ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (MSE-DIET, s-DIET
+            paper, Eq. 5).
         label_smoothing (float): smoothing of the ``ce`` target, in [0, 1). Default 0.8.
         normalize (bool): L2-normalise what the head sees. Default False (paper's DIET).
     """
@@ -60,7 +63,8 @@ class DIET(IndexMethod):
         return F.normalize(z, dim=-1) if self.normalize else z
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """DIET loss over every labelled view (target: its label id, by default its datum index) + online probe."""
+        """DIET loss over every labelled view (target: its label id, by default its datum index) +
+        online probe."""
         indexes, targets = batch[0], batch[2]
         check_sample_indexes(indexes, self.num_samples)
 

@@ -1,7 +1,9 @@
-"""Graph-VICReg as a solo-learn method: VICReg over the label graph of any label source (Birth-of-SSL paper, Cor. 1).
+"""Graph-VICReg as a solo-learn method: VICReg over the label graph of any label source
+(Birth-of-SSL paper, Cor. 1).
 
-Positive pairs are the views sharing an id (``solo_diet.labels``); with the datum index and two views
-this is solo-learn's VICReg exactly. The imbalance weighting of the spec (§1.6) is ``label_norm_power``.
+Positive pairs are the views sharing an id (``solo_diet.labels``); with the datum index and two
+views this is solo-learn's VICReg exactly. The imbalance weighting of the spec (§1.6) is
+``label_norm_power``.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ from solo_diet.methods.index_method import LabelledProjectionMethod
 
 
 class GraphVICReg(LabelledProjectionMethod):
-    """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted variance/covariance.
+    """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
+    variance/covariance.
 
     Extra cfg settings (``method_kwargs``), besides
     :class:`~solo_diet.methods.index_method.IndexMethod`'s:
         sim_loss_weight (float): weight of the invariance term. Default 25.0.
         var_loss_weight (float): weight of the std hinge. Default 25.0.
         cov_loss_weight (float): weight of the off-diagonal covariance. Default 1.0.
-        label_norm_power (float): p in [0, 1]: 0 weights each sample by its group size n_c (raw labels),
-            1 weights every sample equally (class-normalised, the regular case). No effect on the index
-            graph (all groups have the same size). Default 1.0.
+        label_norm_power (float): p in [0, 1]: 0 weights each sample by its group size n_c (raw
+            labels), 1 weights every sample equally (class-normalised, the regular case). No effect
+            on the index graph (all groups have the same size). Default 1.0.
     """
 
     def __init__(self, cfg: omegaconf.DictConfig):

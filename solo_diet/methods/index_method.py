@@ -184,8 +184,9 @@ class LabelledProjectionMethod(IndexMethod):
                 f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
                 f"{num_views}: with one view each index is its own singleton and the loss learns "
                 f"no "
-                "invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view per index). Set `data.num_large_crops=2` (and "
-                "augmentations[].num_crops), or another label source."
+                "invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view per "
+                "index). Set `data.num_large_crops=2` (and augmentations[].num_crops), or another "
+                "label source."
             )
         return cfg
 

@@ -1,19 +1,19 @@
 """s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
 
-The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM by
-default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
-(global) super-batch are loaded, updated by hand with the backbone group's current lr and written back.
-With ``rows_per_step = m`` (multi-batch CE, s-DIET paper, §5.2) the data order comes from a
+The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM
+by default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
+(global) super-batch are loaded, updated by hand with the backbone group's current lr and written
+back. With ``rows_per_step = m`` (multi-batch CE, s-DIET paper, §5.2) the data order comes from a
 :class:`solo_diet.samplers.SuperBatchSampler` (``solo-diet pretrain`` installs it through
-:meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its ``m``
-steps, every resident row takes a real step at each of them, and on leaving the rows get the
+:meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its
+``m`` steps, every resident row takes a real step at each of them, and on leaving the rows get the
 closed-form zero-gradient steps until their next visit (``T = N/B - m``) and are written back.
 Knowing the order also lets the next super-batch's rows be prefetched while the current one trains.
 
-Any label source of :mod:`solo_diet.labels` can replace the dataset index (``labels``): the head then has
-one row per label id, a batch loads the rows of its distinct ids and each datum's target is the row of
-its id (several positives per row for ``class``); this path uses batch CE (m = 1), lazy zero-gradient
-steps and no prefetch (the next batch's ids depend on its targets).
+Any label source of :mod:`solo_diet.labels` can replace the dataset index (``labels``): the head
+then has one row per label id, a batch loads the rows of its distinct ids and each datum's target is
+the row of its id (several positives per row for ``class``); this path uses batch CE (m = 1), lazy
+zero-gradient steps and no prefetch (the next batch's ids depend on its targets).
 
 This class is the wiring into solo-learn: the head step (loss, head gradient, row-wise optimiser
 step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its checks are
@@ -49,32 +49,36 @@ CHECKPOINT_KEY = "sdiet_row_store"
 
 
 class SDIET(IndexMethod):
-    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7, §5.2).
+    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7,
+    §5.2).
 
     The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
     D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
 
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
-        label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default 0.8.
+        label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default
+            0.8.
         temperature (float): logits are divided by it. Default 1.0 (paper: none).
         head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
-        head_weight_decay (float): decoupled weight decay of the head. Default optimizer.weight_decay.
+        head_weight_decay (float): decoupled weight decay of the head. Default
+            optimizer.weight_decay.
         head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
         head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
         head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
-        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only with
-            ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied when it is
-            loaded). Default eager for ``labels=index``, else lazy.
-        storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default cpu.
-            Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
+        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only
+            with ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied
+            when it is loaded). Default eager for ``labels=index``, else lazy.
+        storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default
+            cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
         storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
         storage_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
-            ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``). Default float32.
-        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
-            super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it). Default 1
-            (batch CE, as the paper).
-        prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device while
-            the current one trains. Default True.
+            ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``).
+            Default float32.
+        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of
+            the super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
+            Default 1 (batch CE, as the paper).
+        prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device
+            while the current one trains. Default True.
     """
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -105,7 +109,8 @@ class SDIET(IndexMethod):
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
-        """Launcher hook: the seeded super-batch order of the training set (split over DDP ranks)."""
+        """Launcher hook: the seeded super-batch order of the training set (split over DDP
+        ranks)."""
         return SuperBatchSampler(
             len(dataset),
             cfg.optimizer.batch_size,
@@ -155,21 +160,23 @@ class SDIET(IndexMethod):
         check_choice(cfg, "method_kwargs.storage_dtype", ["float32", "float64"])
         if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
             raise ConfigError(
-                "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the row files)."
+                "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the "
+                "row files)."
             )
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
         check_bool(cfg, "method_kwargs.prefetch")
         if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
             raise ConfigError(
                 f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
-                f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once every N/B - 1 "
-                "steps, false for class/mix/groups rows. Set `method_kwargs.zero_grad_steps=lazy`."
+                f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once "
+                "every N/B - 1 steps, false for class/mix/groups rows. Set "
+                "`method_kwargs.zero_grad_steps=lazy`."
             )
         if not by_index and cfg.method_kwargs.rows_per_step != 1:
             raise ConfigError(
                 f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
-                f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the targets of batches "
-                "not loaded yet. Set `method_kwargs.rows_per_step=1`."
+                f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the "
+                "targets of batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
             )
         if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
             raise ConfigError(
@@ -190,9 +197,9 @@ class SDIET(IndexMethod):
             sharing = host_sharing() if storage in ("cpu", "disk") else None
             if sharing is not None and self.label_source.source != "index":
                 raise ConfigError(
-                    f"`method_kwargs.labels={self.label_source.source}` with several processes needs "
-                    "`method_kwargs.storage=gpu`: a host-shared store writes one step late, and class rows "
-                    "recur in consecutive batches."
+                    f"`method_kwargs.labels={self.label_source.source}` with several processes "
+                    "needs `method_kwargs.storage=gpu`: a host-shared store writes one step late, "
+                    "and class rows recur in consecutive batches."
                 )
             self._row_store = RowStore(
                 self.label_source.num_rows,
@@ -208,18 +215,20 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice: the s-DIET paper's Listing 1 updates them by hand)."""
+        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:
+        the s-DIET paper's Listing 1 updates them by hand)."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
-        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer (our choice; the s-DIET paper is silent)."""
+        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer
+        (our choice; the s-DIET paper is silent)."""
         if self._trainer is None or not self.trainer.optimizers:
             return self.lr
         return self.trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_start(self) -> None:
-        """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B the
-        global batch (our choice for DDP; s-DIET paper, §5.2)."""
+        """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B
+        the global batch (our choice for DDP; s-DIET paper, §5.2)."""
         super().on_train_start()
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
@@ -229,8 +238,8 @@ class SDIET(IndexMethod):
         self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
-        """The super-batch of this (global) batch. Without a SuperBatchSampler it is the batch itself
-        (m = 1), whose indices are checked here; the sampler's are in range and distinct by
+        """The super-batch of this (global) batch. Without a SuperBatchSampler it is the batch
+        itself (m = 1), whose indices are checked here; the sampler's are in range and distinct by
         construction."""
         sampler = self.super_batch_sampler
         if sampler is not None:
@@ -239,15 +248,15 @@ class SDIET(IndexMethod):
         check_sample_indexes(indexes, self.num_samples)
         if indexes.unique().numel() != indexes.numel():
             raise ValueError(
-                "s-DIET needs distinct dataset indices in a (global) batch: two samples would share one "
-                "head row. Use a sampler without replacement (solo-learn's default)."
+                "s-DIET needs distinct dataset indices in a (global) batch: two samples would "
+                "share one head row. Use a sampler without replacement (solo-learn's default)."
             )
         return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the head rows of the batch's label ids (by default the super-batch's dataset indices),
-        hand-made update of all of them, online probe. The forward is queued first, so the host's row
-        work overlaps it."""
+        """CE over the head rows of the batch's label ids (by default the super-batch's dataset
+        indices), hand-made update of all of them, online probe. The forward is queued first, so the
+        host's row work overlaps it."""
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])
@@ -256,8 +265,8 @@ class SDIET(IndexMethod):
             loss = self._index_rows_loss(z, indexes, batch_idx, lr)
         else:
             loss = self._labelled_rows_loss(z, indexes, targets, lr)
-        # the lr as a device tensor made by a fill kernel: logging a Python float would copy it host -> device
-        # and wait for the stream every step
+        # the lr as a device tensor made by a fill kernel: logging a Python float would copy it
+        # host -> device and wait for the stream every step
         head_lr = torch.full((), lr, device=z.device)
         self.log_dict(
             {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
@@ -267,7 +276,8 @@ class SDIET(IndexMethod):
     def _index_rows_loss(
         self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float
     ) -> torch.Tensor:
-        """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the s-DIET paper's batch CE (§5.1)."""
+        """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the
+        s-DIET paper's batch CE (§5.1)."""
         # a collective: every process has loaded the previous step's rows before a shared store's
         # writer stores them (rowstore.sharing)
         indexes = concat_all_gather_no_grad(indexes)
@@ -277,20 +287,22 @@ class SDIET(IndexMethod):
     def _labelled_rows_loss(
         self, z: torch.Tensor, indexes: torch.Tensor, targets: torch.Tensor, lr: float
     ) -> torch.Tensor:
-        """Batch CE over the batch's distinct label rows (class / mix / groups), lazy zero-grad steps."""
+        """Batch CE over the batch's distinct label rows (class / mix / groups), lazy zero-grad
+        steps."""
         ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
         return self.row_head.labelled_step(self.row_store, z, ids, lr)
 
     def on_train_epoch_end(self) -> None:
-        """Epoch boundary: the last batch's order check; the last write-back completes on every process
-        before the next epoch reads."""
+        """Epoch boundary: the last batch's order check; the last write-back completes on every
+        process before the next epoch reads."""
         self.batch_order.check_pending()
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         """The rows, their optimiser state and counters travel with the checkpoint (exact resume).
 
-        Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table copy."""
+        Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table
+        copy."""
         if self._trainer is None or self.trainer.is_global_zero:
             checkpoint[CHECKPOINT_KEY] = self.row_store.state_dict()
 

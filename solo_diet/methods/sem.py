@@ -14,7 +14,8 @@ How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
   ``momentum_projector``/``momentum_head.mlp``, covered by the method's own momentum pair.
 - The loss code, ``z``/``p`` and the optimiser groups are untouched: the embedder lands in the
   projector/head group (as in the official code).
-- Backbone factories receive the base method's name (ViT picks its ``mocov3``/``mae`` variant by it).
+- Backbone factories receive the base method's name (ViT picks its ``mocov3``/``mae`` variant by
+  it).
 """
 
 from __future__ import annotations
@@ -43,14 +44,18 @@ from solo_diet.nn.sem import (
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
-    "linear": "linear evaluation is not pretraining; probe a SEM checkpoint through sem_feature_extractor().",
+    "linear": (
+        "linear evaluation is not pretraining; probe a SEM checkpoint through "
+        "sem_feature_extractor()."
+    ),
     "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it.",
 }
 SEM_DEFAULTS: dict[str, Any] = {
     "num_simplices": 5000,  # L
     "simplex_dim": 13,  # V
     "tau_online": 1.0,  # tau_p: online embedder, large crop 0 and small crops
-    "tau_target": None,  # tau'_p: momentum embedder, or large crops >= 1 without one; None = tau_online
+    # tau'_p: momentum embedder, or large crops >= 1 without one; None = tau_online
+    "tau_target": None,
     "probe": "backbone",  # what the online classifier reads: backbone output e, or SEM at probe_tau
     "probe_tau": 0.1,  # tau_d of the SEM probe (paper Table 2, BYOL); 0 = one-hot argmax
 }
@@ -78,7 +83,8 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
 
 
 def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100, App. C)."""
+    """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100,
+    App. C)."""
     sem = fill_default(cfg, "method_kwargs.sem", {})
     if not isinstance(sem, Mapping):
         raise ConfigError(
@@ -114,7 +120,8 @@ def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
 
 
 class SEMThenHead(nn.Module):
-    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a list.
+    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a
+    list.
 
     The momentum twin is structurally identical, so solo-learn's EMA (which zips parameter lists)
     pairs the embedders too.
@@ -136,7 +143,8 @@ class SEMThenHead(nn.Module):
         )  # SEM is float32; the head runs in the backbone's dtype
 
     def __getitem__(self, index: int) -> nn.Module:
-        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an nn.Sequential expects."""
+        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an
+        nn.Sequential expects."""
         return self.head[index]
 
     @contextmanager
@@ -211,7 +219,8 @@ _DIM_HOOKS = {root: _make_dim_hook(root) for root in (BaseMethod, BaseMomentumMe
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
-    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for DINO)."""
+    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for
+    DINO)."""
     for online, momentum in _SLOTS:
         module = getattr(model, online, None)
         if isinstance(module, nn.Module):
@@ -219,8 +228,8 @@ def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
             has_momentum = isinstance(getattr(model, momentum, None), nn.Module)
             return online + suffix, (momentum + suffix if has_momentum else None)
     raise SEMUnsupported(
-        f"{type(model).__name__} has no `projector` or `head` module for SEM to feed; set the class "
-        "attribute `sem_unsupported = '<reason>'` to keep it out of the SEM twins."
+        f"{type(model).__name__} has no `projector` or `head` module for SEM to feed; set the "
+        "class attribute `sem_unsupported = '<reason>'` to keep it out of the SEM twins."
     )
 
 
@@ -286,7 +295,8 @@ class _SEMTwin(MethodContract):
         cls, checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
     ) -> list[ExtraRepresentation]:
         """Contract hook: the base method's extra representations, then the SEM representation at
-        ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe (``probe: sem``)."""
+        ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe
+        (``probe: sem``)."""
         tau = settings.get("sem_tau")
         probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
         sem = ExtraRepresentation(
@@ -325,7 +335,8 @@ class _SEMTwin(MethodContract):
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Large crop 0 at ``tau_online``; without a momentum branch the other large crops use
-        ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper, §3.1)."""
+        ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper,
+        §3.1)."""
         sem = self.cfg.method_kwargs.sem
         crop = len(self._sem_large_crops)
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -362,7 +373,10 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     namespace = {
         "__module__": __name__,
         "__qualname__": class_name,
-        "__doc__": f"{method_cls.__name__} with Simplicial Embeddings before its projector/head ({name}_sem).",
+        "__doc__": (
+            f"{method_cls.__name__} with Simplicial Embeddings before its projector/head "
+            f"({name}_sem)."
+        ),
         "sem_base_method": name,
         "_BACKBONES": _BackbonesForMethod(name),
         "add_and_assert_specific_cfg": staticmethod(add_and_assert_specific_cfg),

@@ -17,7 +17,8 @@ ACTIVATIONS = ("tanh", "l2")
 
 
 def logit_range(num_codes: int, eps: float = 1e-8) -> float:
-    """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap giving the extreme probability of Lemma 1."""
+    """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap giving the extreme probability of
+    Lemma 1."""
     if not 0.0 < eps < 1.0 / num_codes:
         raise ValueError(
             f"eps must lie in (0, 1/num_codes) = (0, {1.0 / num_codes:.3g}), got {eps}"
@@ -46,11 +47,12 @@ def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
 
 
 class CPLearnProjector(nn.Module):
-    """Projector of CPLearn returning ``(H, code logits)`` in the module's dtype (float32) whatever the autocast.
+    """Projector of CPLearn returning ``(H, code logits)`` in the module's dtype (float32) whatever
+    the autocast.
 
     ``activation="tanh"`` (released code, default): ``H = tanh(BN(Linear(z)))``.
-    ``activation="l2"`` (paper Eq. 1): ``H = sqrt(f/n) U / ||U||`` with ``U = BN(Linear(z))``, so that
-    ``logits_ij = L cos(u_i, w_j)`` whatever n.
+    ``activation="l2"`` (paper Eq. 1): ``H = sqrt(f/n) U / ||U||`` with ``U = BN(Linear(z))``, so
+    that ``logits_ij = L cos(u_i, w_j)`` whatever n.
     """
 
     def __init__(

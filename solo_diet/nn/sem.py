@@ -23,7 +23,8 @@ def check_temperature(tau: float, key: str, allow_zero: bool) -> float:
 
 
 def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch.Tensor:
-    """Paper Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates, flattened back.
+    """Paper Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates, flattened
+    back.
 
     ``logits`` is ``(B, L*V)``, row-major ``Z[i, j] = z[i*V + j]``. Computed in float32 with
     autocast off (``z / tau`` overflows fp16 for small tau); ``tau = 0`` gives the one-hot argmax.
@@ -49,8 +50,8 @@ def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch
 
     - ``entropy``: mean per-simplex entropy ``-sum_j p_j ln p_j`` (0 = one-hot, ln V = uniform);
     - ``max_prob``: mean largest probability per simplex;
-    - ``marginal_entropy``: entropy of the batch-averaged distribution of each simplex, averaged over
-      simplices (low values = every sample picks the same code, i.e. collapse).
+    - ``marginal_entropy``: entropy of the batch-averaged distribution of each simplex, averaged
+      over simplices (low values = every sample picks the same code, i.e. collapse).
     """
     simplices = probs.float().reshape(probs.shape[0], -1, simplex_dim)
     per_simplex = -torch.special.xlogy(simplices, simplices).sum(-1)

@@ -38,8 +38,8 @@ class RowTables:
         device: device of the ``"gpu"`` storage (defaults to ``cuda`` when available, else ``cpu``).
         directory: folder of the ``"disk"`` storage's memory-mapped files (created, files
             overwritten).
-        seed: seed of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET paper is silent; state starts
-            at 0).
+        seed: seed of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET
+            paper is silent; state starts at 0).
         dtype: dtype of the table (``torch.float32``; ``float64`` for exact tests).
         sharing: share a ``"cpu"`` or ``"disk"`` table between the processes of a host.
     """

@@ -1,4 +1,5 @@
-"""`solo-diet pretrain` -> checkpoint -> `solo-diet linear` on a tiny real ImageFolder, with the shipped YAMLs."""
+"""`solo-diet pretrain` -> checkpoint -> `solo-diet linear` on a tiny real ImageFolder, with the
+shipped YAMLs."""
 
 import pytest
 
@@ -166,7 +167,9 @@ def test_methods_command_lists_plugin_and_solo_methods(capsys):
 def test_solo_script_sees_plugin_methods(tmp_path, capsys):
     script = tmp_path / "probe_registry.py"
     script.write_text(
-        "import sys\nfrom solo.methods import METHODS\nprint('ARGS', sys.argv[1:], 'diet' in METHODS, 'simclr_sem' in METHODS)\n"
+        "import sys\n"
+        "from solo.methods import METHODS\n"
+        "print('ARGS', sys.argv[1:], 'diet' in METHODS, 'simclr_sem' in METHODS)\n"
     )
     assert main(["solo-script", str(script), "--k", "20"]) == 0
     assert "ARGS ['--k', '20'] True True" in capsys.readouterr().out
@@ -174,7 +177,8 @@ def test_solo_script_sees_plugin_methods(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_pretrain_ddp_two_cpu_processes(data, tmp_path):
-    """`devices=2 strategy=ddp` on the CPU: two gloo processes, lr scaled for 2 devices, one checkpoint."""
+    """`devices=2 strategy=ddp` on the CPU: two gloo processes, lr scaled for 2 devices, one
+    checkpoint."""
     import subprocess
     import sys
 

@@ -8,7 +8,8 @@ from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_gra
 
 
 def numpy_vicreg(z1, z2, sim=25.0, var=25.0, cov=1.0):
-    """VICReg (Bardes et al.) written out in numpy: MSE + std hinge + off-diagonal covariance / D, per view."""
+    """VICReg (Bardes et al.) written out in numpy: MSE + std hinge + off-diagonal covariance / D,
+    per view."""
     z1, z2 = np.asarray(z1, dtype=np.float64), np.asarray(z2, dtype=np.float64)
     dim = z1.shape[1]
     invariance = np.mean((z1 - z2) ** 2)
@@ -41,7 +42,8 @@ def test_index_graph_of_two_views_is_standard_vicreg(label_norm_power):
 
 
 def test_class_graph_weights_pairs_and_spread_by_class_size():
-    """Imbalanced classes, one view: p = 0 weights a sample by n_c (pairs and variance), p = 1 uniformly."""
+    """Imbalanced classes, one view: p = 0 weights a sample by n_c (pairs and variance), p = 1
+    uniformly."""
     labels = np.array([0, 0, 0, 0, 0, 1, 1, 2, 2, 2])
     (z,) = random_views(10, 3, seed=1, num_views=1)
     zn = z.numpy()

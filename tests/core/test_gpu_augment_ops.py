@@ -66,8 +66,10 @@ def test_resized_crop_matches_torchvision(size, interpolation):
     ours = ops.resized_crop(x, top, left, height, width, size, flip, interpolation)
     from_uint8 = ops.resized_crop(images, top, left, height, width, size, flip, interpolation)
     mode = BICUBIC if interpolation == "bicubic" else BILINEAR
-    for i, (t, l, h, w, mirrored) in enumerate(BOXES):
-        reference = TF.resized_crop(x[i], t, l, h, w, list(size), mode, antialias=True)
+    for i, (top_i, left_i, height_i, width_i, mirrored) in enumerate(BOXES):
+        reference = TF.resized_crop(
+            x[i], top_i, left_i, height_i, width_i, list(size), mode, antialias=True
+        )
         reference = TF.horizontal_flip(reference) if mirrored else reference
         torch.testing.assert_close(ours[i], reference.clamp(0, 1), atol=1e-5, rtol=0)
     torch.testing.assert_close(from_uint8, ours, atol=1e-6, rtol=0)
@@ -280,8 +282,8 @@ def test_erase_matches_torchvision():
     )
     out = ops.erase(x, box, torch.tensor([True, True, False]))
     for i in range(2):
-        t, l, h, w = (int(value[i]) for value in box)
-        assert torch.equal(out[i], TF.erase(x[i], t, l, h, w, torch.tensor(0.0)))
+        top, left, height, width = (int(value[i]) for value in box)
+        assert torch.equal(out[i], TF.erase(x[i], top, left, height, width, torch.tensor(0.0)))
     assert torch.equal(out[2], x[2])
 
 

@@ -18,7 +18,8 @@ RTOL = 1e-10
 
 @pytest.fixture(autouse=True)
 def float64_by_default():
-    """Every tensor of these tests is float64; the default is restored for the other test modules."""
+    """Every tensor of these tests is float64; the default is restored for the other test
+    modules."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     yield
@@ -41,7 +42,8 @@ def random_labels(n, c, generator):
 
 
 def direct_ridge(z, y, lam, bias=True):
-    """``min_{W,b} (1/N)||z W^T + 1 b^T - y||^2 + lam ||W||^2`` by the normal equations (or lstsq at 0)."""
+    """``min_{W,b} (1/N)||z W^T + 1 b^T - y||^2 + lam ||W||^2`` by the normal equations (or lstsq at
+    0)."""
     n, k = z.shape
     design = torch.cat([z, torch.ones(n, 1)], dim=1) if bias else z
     if lam == 0:
@@ -54,7 +56,8 @@ def direct_ridge(z, y, lam, bias=True):
 
 
 def svd_form(z, y, lam):
-    """Eq. 2: ``(1/N)||Hy||^2 - (1/N) Tr(V^T G V D)``, ``Z_c = U S V^T`` (centered), ``D = s^2/(s^2 + lam N)``."""
+    """Eq. 2: ``(1/N)||Hy||^2 - (1/N) Tr(V^T G V D)``, ``Z_c = U S V^T`` (centered),
+    ``D = s^2/(s^2 + lam N)``."""
     n = z.shape[0]
     h = centering(n)
     _, s, vh = torch.linalg.svd((h @ z).T, full_matrices=False)  # (K, N) = U S V^T, V^T = vh
@@ -151,7 +154,8 @@ def test_t4_gradient_magnitude_peaks_at_lambda_n_over_three():
 
 
 def star_sides(z, g):
-    """LHS ``-(1/N) Tr(HGH Z Z^T)`` and RHS ``(1/2N) sum G_ij ||z_i - z_j||^2 - (1/N) sum d_i ||z_i - zbar||^2``."""
+    """LHS ``-(1/N) Tr(HGH Z Z^T)`` and RHS
+    ``(1/2N) sum G_ij ||z_i - z_j||^2 - (1/N) sum d_i ||z_i - zbar||^2``."""
     n = z.shape[0]
     h = centering(n)
     lhs = -torch.trace(h @ g @ h @ z @ z.T) / n
@@ -273,8 +277,8 @@ def test_t10_stacked_labels_add_losses():
 
 
 def procrustes(z, y):
-    """``min_{W W^T = I_K} (1/P)||z W - y||^2`` attained by ``W* = U V^T`` (``z^T y = U S V^T``), and the
-    paper's nuclear-norm and matrix-square-root forms."""
+    """``min_{W W^T = I_K} (1/P)||z W - y||^2`` attained by ``W* = U V^T`` (``z^T y = U S V^T``),
+    and the paper's nuclear-norm and matrix-square-root forms."""
     p = z.shape[0]
     u, s, vh = torch.linalg.svd(z.T @ y, full_matrices=False)
     attained = (z @ (u @ vh) - y).pow(2).sum() / p

@@ -1,4 +1,5 @@
-"""k-means section of solo_diet.metrics against scikit-learn's KMeans and a float64 numpy reference."""
+"""k-means section of solo_diet.metrics against scikit-learn's KMeans and a float64 numpy
+reference."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_separated_blobs_are_recovered_like_sklearn(seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_overlapping_data_inertia_close_to_sklearn(seed):
-    """Unstructured Gaussian data has many local optima: ours (5 starts) is within 3 % of sklearn's 10."""
+    """Unstructured Gaussian data has many local optima: ours (5 starts) is within 3 % of sklearn's
+    10."""
     x = np.random.default_rng(seed).normal(size=(400, 16))
     ours = kmeans(x, 10, seed=seed)
     reference = sk_cluster.KMeans(10, n_init=10, random_state=seed).fit(x)

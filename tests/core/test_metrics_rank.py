@@ -53,7 +53,8 @@ def lidar_reference(
 
 
 def views_of_planted_classes(n: int, q: int, d: int, signal_dims: int, noise: float, seed: int = 0):
-    """``q`` noisy views of ``n`` class centres that vary only along the first ``signal_dims`` axes."""
+    """``q`` noisy views of ``n`` class centres that vary only along the first ``signal_dims``
+    axes."""
     rng = np.random.default_rng(seed)
     centres = np.zeros((n, d))
     centres[:, :signal_dims] = rng.standard_normal((n, signal_dims))

@@ -40,7 +40,8 @@ def full_table(store):
 
 
 def simulate_full_adamw(init, batches):
-    """Every row takes an AdamW (psi = 1) step every global step; absent rows get a zero gradient."""
+    """Every row takes an AdamW (psi = 1) step every global step; absent rows get a zero
+    gradient."""
     theta, m, v = init.clone(), torch.zeros_like(init), torch.zeros_like(init)
     b1, b2 = BETAS
     for step, batch in enumerate(batches):
@@ -236,8 +237,8 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("storage", ["cpu", "gpu"])
 def test_prefetch_gives_identical_results(storage):
-    """Prefetching each next batch (on CPU: a copy made early, the code path of the CUDA side stream)
-    changes nothing, also in eager mode and for the gpu storage on the CPU device."""
+    """Prefetching each next batch (on CPU: a copy made early, the code path of the CUDA side
+    stream) changes nothing, also in eager mode and for the gpu storage on the CPU device."""
     for mode in ("eager", "lazy"):
         plain, early = (
             make(mode, storage=storage, device="cpu", eager_steps=2.0) for _ in range(2)
@@ -273,7 +274,8 @@ def test_load_uses_the_prefetched_copy_unless_stored_rows_made_it_stale():
 
 def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):
     """Two stores (threads standing in for two DDP processes) map the same /dev/shm-style files: the
-    reader initialises and writes nothing, the writer's store lands at its next commit, both see it."""
+    reader initialises and writes nothing, the writer's store lands at its next commit, both see
+    it."""
     barrier = threading.Barrier(2)
     stores = {}
 

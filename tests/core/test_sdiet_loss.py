@@ -1,4 +1,5 @@
-"""s-DIET batch / multi-batch cross-entropy against float64 references, and the super-batch sampler."""
+"""s-DIET batch / multi-batch cross-entropy against float64 references, and the super-batch
+sampler."""
 
 import math
 

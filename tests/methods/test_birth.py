@@ -15,13 +15,13 @@ from solo.methods import METHODS  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
-from solo_diet.testing import (
+from solo_diet.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
-)  # noqa: E402
+)
 
 SMALL_PROJECTOR = {"proj_hidden_dim": 16, "proj_output_dim": 12}
 

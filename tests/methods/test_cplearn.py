@@ -24,13 +24,13 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.metrics import clustering_report  # noqa: E402
 from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
-from solo_diet.testing import (
+from solo_diet.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
-)  # noqa: E402
+)
 
 solo_diet.register()
 CPLearn = METHODS["cplearn"]

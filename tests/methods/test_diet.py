@@ -11,13 +11,13 @@ from solo.methods import METHODS  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.losses import diet_loss  # noqa: E402
-from solo_diet.testing import (
+from solo_diet.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
-)  # noqa: E402
+)
 
 
 def diet_cfg(**method_kwargs):
@@ -130,7 +130,8 @@ def test_a_name_clash_with_solo_learn_is_refused():
 
 
 def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled():
-    """No host sync, yet an all-unlabelled batch (solo-learn's loss is NaN) trains the probe by nothing."""
+    """No host sync, yet an all-unlabelled batch (solo-learn's loss is NaN) trains the probe by
+    nothing."""
     from solo_diet.methods._common import online_probe_loss
 
     classifier = torch.nn.Linear(3, 4)

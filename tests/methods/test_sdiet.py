@@ -20,13 +20,13 @@ from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY  # noqa: E402
 from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
-from solo_diet.testing import (
+from solo_diet.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
-)  # noqa: E402
+)
 
 N = 16
 IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -137,10 +137,10 @@ def test_training_step_updates_only_the_batch_rows_by_hand(head_optimizer):
 
 
 def test_multi_batch_ce_steps_every_resident_row_like_a_full_table_adamw():
-    """m = 2, lazy: each batch is scored against the 2B rows of its super-batch (target: the sample's
-    position among them, smoothing over 2B classes) and every resident row takes a real step; absent
-    rows zero-gradient steps. Reference: float64 full-table AdamW (psi = 1) with the closed-form
-    gradient (P - Q)^T z / B on the resident rows and 0 elsewhere."""
+    """m = 2, lazy: each batch is scored against the 2B rows of its super-batch (target: the
+    sample's position among them, smoothing over 2B classes) and every resident row takes a real
+    step; absent rows zero-gradient steps. Reference: float64 full-table AdamW (psi = 1) with the
+    closed-form gradient (P - Q)^T z / B on the resident rows and 0 elsewhere."""
     smoothing, m, batch = 0.5, 2, 4
     cfg = sdiet_cfg(rows_per_step=m, zero_grad_steps="lazy", label_smoothing=smoothing)
     model = METHODS["sdiet"](cfg)
@@ -199,9 +199,9 @@ def test_rows_per_step_1_through_the_sampler_equals_batch_ce_in_the_same_order()
 
 @pytest.mark.parametrize("mode,storage", [("lazy", "cpu"), ("eager", "gpu")])
 def test_multi_batch_through_lightning_and_prefetch_changes_nothing(mode, storage):
-    """m = 2, 2 epochs of 3 steps (a full super-batch, then one cut short by the epoch end): rows stay
-    resident for their super-batch, and training with and without prefetching the next super-batch
-    (which also crosses an epoch boundary) gives identical tables and weights."""
+    """m = 2, 2 epochs of 3 steps (a full super-batch, then one cut short by the epoch end): rows
+    stay resident for their super-batch, and training with and without prefetching the next
+    super-batch (which also crosses an epoch boundary) gives identical tables and weights."""
     runs = {}
     for prefetch in (True, False):
         cfg = sdiet_cfg(rows_per_step=2, zero_grad_steps=mode, storage=storage, prefetch=prefetch)
@@ -230,8 +230,8 @@ def test_multi_batch_without_the_sampler_is_refused():
 
 
 def test_a_batch_out_of_the_samplers_order_is_refused():
-    """With the SuperBatchSampler the rows come from its order; a batch that is not its batch fails (on a
-    CUDA device one step later, without a host sync; here at once)."""
+    """With the SuperBatchSampler the rows come from its order; a batch that is not its batch fails
+    (on a CUDA device one step later, without a host sync; here at once)."""
     model = METHODS["sdiet"](sdiet_cfg())
     model.super_batch_sampler = sampler = SuperBatchSampler(N, 4, seed=5)
     expected = sampler.global_batches()[0]
@@ -285,10 +285,11 @@ def test_each_label_source_builds_and_fits_a_fast_dev_run(labels, tmp_path):
 
 
 def test_class_labels_give_the_multi_positive_loss_and_step_their_rows():
-    """labels=class: the batch's distinct classes are the rows; a datum's positive is its class row (two
-    data share one), unlabelled data (-1) add nothing. Reference: float64 mean over the labelled data of
-    -sum_k q_jk log softmax(z_j . W_k), q = (1 - eps) one-hot + eps / M, and one AdamW step of the class
-    rows with its autograd gradient; an all-unlabelled batch gives a zero loss and ages the rows a step."""
+    """labels=class: the batch's distinct classes are the rows; a datum's positive is its class row
+    (two data share one), unlabelled data (-1) add nothing. Reference: float64 mean over the
+    labelled data of -sum_k q_jk log softmax(z_j . W_k), q = (1 - eps) one-hot + eps / M, and one
+    AdamW step of the class rows with its autograd gradient; an all-unlabelled batch gives a zero
+    loss and ages the rows a step."""
     smoothing = 0.4
     cfg = sdiet_cfg(labels="class", label_smoothing=smoothing)
     model = METHODS["sdiet"](cfg)
@@ -439,9 +440,10 @@ def test_two_views_are_refused():
 
 
 def _epoch_by_hand(rows_per_step, num_replicas=1, rank=0):
-    """One epoch of training steps (global batch 8) in a SuperBatchSampler's order, in eval mode (BatchNorm
-    uses running stats, so a sample's z does not depend on which rank it sits on); returns the model
-    after the epoch-end synchronisation and the parameter gradients summed over the steps."""
+    """One epoch of training steps (global batch 8) in a SuperBatchSampler's order, in eval mode
+    (BatchNorm uses running stats, so a sample's z does not depend on which rank it sits on);
+    returns the model after the epoch-end synchronisation and the parameter gradients summed over
+    the steps."""
     cfg = sdiet_cfg(rows_per_step=rows_per_step, zero_grad_steps="lazy")
     torch.manual_seed(0)
     model = METHODS["sdiet"](cfg)
@@ -562,9 +564,9 @@ class EpochLosses(Callback):
 @pytest.mark.training
 @pytest.mark.slow
 def test_training_lowers_the_batch_ce():
-    """Real training through Lightning (batch 8 of 16 noise images, temperature 0.1 so that 15 epochs
-    suffice): the epoch-mean s-DIET loss falls far below its initial value (about ln 8 / 0.1 scale).
-    Seeds 0-5 at 1 and 2 threads end at 0.13-0.17 of the first epoch's loss."""
+    """Real training through Lightning (batch 8 of 16 noise images, temperature 0.1 so that 15
+    epochs suffice): the epoch-mean s-DIET loss falls far below its initial value (about ln 8 / 0.1
+    scale). Seeds 0-5 at 1 and 2 threads end at 0.13-0.17 of the first epoch's loss."""
     torch.manual_seed(0)
     cfg = deterministic(sdiet_cfg(label_smoothing=0.0, temperature=0.1))
     cfg.backbone.kwargs.width = 16
@@ -629,8 +631,9 @@ def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
 
 @pytest.mark.slow
 def test_lightning_ddp_two_processes_equal_one_process_in_float64(tmp_path):
-    """Through Lightning DDP (2 gloo processes, shared host store) s-DIET computes exactly what one process
-    computes on the same global batches: in float64 the loss, rows and AdamW state agree to ~1e-13."""
+    """Through Lightning DDP (2 gloo processes, shared host store) s-DIET computes exactly what one
+    process computes on the same global batches: in float64 the loss, rows and AdamW state agree to
+    ~1e-13."""
     import subprocess
     import sys
     from pathlib import Path

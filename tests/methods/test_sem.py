@@ -1,4 +1,5 @@
-"""``<name>_sem`` twins: build, fit through solo-learn's pipeline, momentum copies, checkpoints, refusals."""
+"""``<name>_sem`` twins: build, fit through solo-learn's pipeline, momentum copies, checkpoints,
+refusals."""
 
 import pytest
 
@@ -20,13 +21,13 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
 from solo_diet.nn import simplex_softmax  # noqa: E402
-from solo_diet.testing import (
+from solo_diet.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
-)  # noqa: E402
+)
 
 L, V, D, B = 4, 3, 8, 4
 PROJ = {"proj_hidden_dim": 16, "proj_output_dim": 8}
@@ -244,7 +245,8 @@ def test_checkpoint_round_trip_and_feature_extractor(method, tmp_path):
 
 
 def test_backbone_factory_gets_the_base_method_name(monkeypatch):
-    """ViT picks its mocov3/mae variant by the method name: a twin must pass ``mocov3``, not ``mocov3_sem``."""
+    """ViT picks its mocov3/mae variant by the method name: a twin must pass ``mocov3``, not
+    ``mocov3_sem``."""
     seen = []
 
     def recording_backbone(method, **kwargs):
@@ -323,7 +325,8 @@ PAPER_TABLE1 = {  # method: (tau_online, tau_target), SEM paper, App. C, Tabs. 7
 
 @pytest.mark.parametrize("method", list(PAPER_TABLE1))
 def test_launch_config_composes_parses_and_builds(method):
-    """scripts/pretrain/cifar/<method>_sem.yaml through Hydra and solo-learn's parse_cfg (tiny backbone/L)."""
+    """scripts/pretrain/cifar/<method>_sem.yaml through Hydra and solo-learn's parse_cfg (tiny
+    backbone/L)."""
     from hydra import compose, initialize_config_dir
     from solo.args.pretrain import parse_cfg
 
