@@ -2,8 +2,8 @@
 (Birth-of-SSL paper, Cor. 1).
 
 Positive pairs are the views sharing an id (``solo_diet.labels``); with the datum index and two
-views this is solo-learn's VICReg exactly. The imbalance weighting of the spec (§1.6) is
-``label_norm_power``.
+views this is solo-learn's VICReg exactly. ``label_norm_power`` is our knob for the label imbalance
+the Birth-of-SSL paper's abstract mentions (it gives no rule).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ CHECKED = ("solo_diet", "README.md", "docs", "scripts", "benchmarks")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".cfg", ".toml"}
 FORBIDDEN = re.compile(
     r"\bseed 0\d\d\b"  # "seed 000 Eq. 18": the planning documents' names for the papers
-    r"|\bspec (§|Sec\.)"  # "spec §3.8", "spec Sec. 6.5": their section numbers
+    r"|\bspec \(?(§|Sec\.)"  # "spec §3.8", "spec (§1.6)", "spec Sec. 6.5": their section numbers
     r"|\bspec [AVT]\d+\b|\bclaims? V\d+\b"  # "spec A29", "claim V10": their item numbers
     r"|\w+_spec\.md|shared/specs",  # "diet_spec.md", "shared/specs/sem_spec.md"
     re.IGNORECASE,
@@ -40,6 +40,7 @@ def test_pattern_catches_old_citations_and_spares_paper_citations():
         "seed 000 §5.2",
         "Seed 002 Lemma 1",
         "(spec §3.1)",
+        "weighting of the spec (§1.6)",
         "DIET spec Sec. 6.5",
         "spec A29",
         "Spec V16",
