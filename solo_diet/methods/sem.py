@@ -21,7 +21,6 @@ How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,13 +31,13 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
-from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, MethodContract, method_contract
+from solo_diet.methods.sem_config import add_and_assert_sem_cfg
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
+    SEMThenHead,
     SimplicialEmbedding,
-    check_temperature,
     simplex_statistics,
 )
 
@@ -50,17 +49,6 @@ REFUSED: dict[str, str] = {
     ),
     "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it.",
 }
-SEM_DEFAULTS: dict[str, Any] = {
-    "num_simplices": 5000,  # L
-    "simplex_dim": 13,  # V
-    "tau_online": 1.0,  # tau_p: online embedder, large crop 0 and small crops
-    # tau'_p: momentum embedder, or large crops >= 1 without one; None = tau_online
-    "tau_target": None,
-    "probe": "backbone",  # what the online classifier reads: backbone output e, or SEM at probe_tau
-    "probe_tau": 0.1,  # tau_d of the SEM probe (paper Table 2, BYOL); 0 = one-hot argmax
-}
-SEM_KEYS = tuple(SEM_DEFAULTS)
-PROBES = ("backbone", "sem")
 _SLOTS = (("projector", "momentum_projector"), ("head", "momentum_head"))
 
 
@@ -80,88 +68,6 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
     if method_cls in (BaseMethod, BaseMomentumMethod) or name.endswith("_sem"):
         return "it is a base class or already a SEM twin."
     return method_contract(method_cls).sem_unsupported
-
-
-def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100,
-    App. C)."""
-    sem = fill_default(cfg, "method_kwargs.sem", {})
-    if not isinstance(sem, Mapping):
-        raise ConfigError(
-            f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}."
-        )
-    unknown = sorted(set(sem) - set(SEM_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"`method_kwargs.sem` has unknown keys {unknown}; its keys are {list(SEM_KEYS)}."
-        )
-    for key, default in SEM_DEFAULTS.items():
-        fill_default(cfg, f"method_kwargs.sem.{key}", default)
-    sem = cfg.method_kwargs.sem
-    check_positive_int(cfg, "method_kwargs.sem.num_simplices", "It is L, the number of simplices.")
-    if (
-        check_positive_int(
-            cfg, "method_kwargs.sem.simplex_dim", "It is V, the size of each simplex."
-        )
-        < 2
-    ):
-        raise ConfigError(
-            "`method_kwargs.sem.simplex_dim` (V) must be >= 2: a 1-entry simplex is constant 1."
-        )
-    if sem.tau_target is None:
-        sem.tau_target = sem.tau_online
-    for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
-        try:
-            sem[key] = check_temperature(sem[key], f"`method_kwargs.sem.{key}`", allow_zero)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(str(err)) from err
-    check_choice(cfg, "method_kwargs.sem.probe", PROBES)
-    return cfg
-
-
-class SEMThenHead(nn.Module):
-    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a
-    list.
-
-    The momentum twin is structurally identical, so solo-learn's EMA (which zips parameter lists)
-    pairs the embedders too.
-    """
-
-    def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
-        super().__init__()
-        self.embedder = embedder
-        self.head = head
-        self.tau = embedder.tau
-        self.recorded: list[torch.Tensor] | None = None
-
-    def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        sem = self.embedder(feats, self.tau)
-        if self.recorded is not None:
-            self.recorded.append(sem)
-        return self.head(
-            sem.to(feats.dtype)
-        )  # SEM is float32; the head runs in the backbone's dtype
-
-    def __getitem__(self, index: int) -> nn.Module:
-        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an
-        nn.Sequential expects."""
-        return self.head[index]
-
-    @contextmanager
-    def temperature(self, tau: float) -> Iterator[None]:
-        previous, self.tau = self.tau, tau
-        try:
-            yield
-        finally:
-            self.tau = previous
-
-    @contextmanager
-    def recording(self) -> Iterator[list[torch.Tensor]]:
-        self.recorded = []
-        try:
-            yield self.recorded
-        finally:
-            self.recorded = None
 
 
 class _BackbonesForMethod(Mapping):

@@ -6,6 +6,8 @@ Torch-only. The maths of the SEM paper's Eq. 1 and the simplex statistics of its
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -124,3 +126,47 @@ class SEMFeatureExtractor(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.embedder.frozen_forward(self.backbone(X), self.tau)
+
+
+class SEMThenHead(nn.Module):
+    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a
+    list.
+
+    The momentum twin is structurally identical, so solo-learn's EMA (which zips parameter lists)
+    pairs the embedders too.
+    """
+
+    def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
+        super().__init__()
+        self.embedder = embedder
+        self.head = head
+        self.tau = embedder.tau
+        self.recorded: list[torch.Tensor] | None = None
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        sem = self.embedder(feats, self.tau)
+        if self.recorded is not None:
+            self.recorded.append(sem)
+        # SEM is float32; the head runs in the backbone's dtype
+        return self.head(sem.to(feats.dtype))
+
+    def __getitem__(self, index: int) -> nn.Module:
+        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an
+        nn.Sequential expects."""
+        return self.head[index]
+
+    @contextmanager
+    def temperature(self, tau: float) -> Iterator[None]:
+        previous, self.tau = self.tau, tau
+        try:
+            yield
+        finally:
+            self.tau = previous
+
+    @contextmanager
+    def recording(self) -> Iterator[list[torch.Tensor]]:
+        self.recorded = []
+        try:
+            yield self.recorded
+        finally:
+            self.recorded = None

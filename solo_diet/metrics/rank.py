@@ -1,0 +1,92 @@
+"""RankMe and LiDAR: the rank of a representation (torch, float64)."""
+
+from __future__ import annotations
+
+import torch
+
+from solo_diet.metrics._arrays import ArrayLike
+
+# ==================================================================================================
+# Rank metrics, as reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula:
+# RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers.
+#
+# Both are exp(entropy) of a normalised spectrum, computed in float64: RankMe of the singular values
+# of raw (uncentred) embeddings, LiDAR of the eigenvalues of the whitened between-class covariance
+# of augmented views grouped by their clean sample (the surrogate class).
+# ==================================================================================================
+
+
+def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:
+    x = torch.as_tensor(features).detach().to("cpu", torch.float64)
+    if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(
+            f"{name} must be a non-empty (num_samples, dim) matrix, got shape {tuple(x.shape)}"
+        )
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or inf values")
+    return x
+
+
+def _exp_entropy(p: torch.Tensor) -> float:
+    """exp(-sum p log p), with 0 log 0 = 0."""
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
+def singular_values(features: ArrayLike) -> torch.Tensor:
+    """Singular values (descending, float64) of the uncentred embedding matrix ``Z`` (K x d)."""
+    return torch.linalg.svdvals(_float64_matrix(features, "features"))
+
+
+def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
+    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (Garrido et al.).
+
+    ``sigma`` are the singular values of the raw embeddings (no centring); the value lies in
+    ``[1, min(K, d)]`` up to the ``eps`` slack.
+    """
+    sigma = singular_values(features)
+    if sigma.sum() <= 0:
+        raise ValueError("features are all zero: RankMe is undefined")
+    return _exp_entropy(sigma / sigma.sum() + eps)
+
+
+def lidar(
+    features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
+) -> float:
+    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of
+    ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
+
+    ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
+    ``labels_of_views``: (n*q,) the clean sample (surrogate class) of each row. With class means
+    ``mu_c`` and grand mean ``mu`` (mean of the class means):
+    ``Sigma_b = sum_c (mu_c - mu)(mu_c - mu)^T / (n - 1)``,
+    ``Sigma_w = sum_c sum_j (z_cj - mu_c)(z_cj - mu_c)^T / sum_c (q_c - 1) + delta I``
+    (``= n (q - 1)`` for equal ``q``), ``p_i = (lambda_i + eps) / sum_j (lambda_j + eps)``.
+    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (Thilak et al.).
+    """
+    z = _float64_matrix(features, "features")
+    labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")
+    if labels.numel() != z.shape[0]:
+        raise ValueError(
+            f"labels_of_views has {labels.numel()} entries for {z.shape[0]} feature rows"
+        )
+    _, class_of_row, views_per_class = torch.unique(labels, return_inverse=True, return_counts=True)
+    num_classes = views_per_class.numel()
+    if num_classes < 2 or int(views_per_class.min()) < 2:
+        raise ValueError(
+            f"LiDAR needs >= 2 surrogate classes with >= 2 views each, got {num_classes} classes "
+            f"with {int(views_per_class.min())} to {int(views_per_class.max())} views"
+        )
+    class_means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(
+        0, class_of_row, z
+    )
+    class_means /= views_per_class.unsqueeze(1).to(torch.float64)
+    between = class_means - class_means.mean(0)
+    sigma_b = between.T @ between / (num_classes - 1)
+    within = z - class_means[class_of_row]
+    sigma_w = within.T @ within / float((views_per_class - 1).sum())
+    sigma_w += delta * torch.eye(z.shape[1], dtype=torch.float64)
+    w_eigenvalues, w_eigenvectors = torch.linalg.eigh(sigma_w)
+    inverse_sqrt = w_eigenvectors @ torch.diag(w_eigenvalues.rsqrt()) @ w_eigenvectors.T
+    eigenvalues = torch.linalg.eigvalsh(inverse_sqrt @ sigma_b @ inverse_sqrt).clamp_min(0.0)
+    return _exp_entropy((eigenvalues + eps) / (eigenvalues + eps).sum())
