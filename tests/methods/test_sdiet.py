@@ -33,6 +33,14 @@ IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 TARGETS = torch.randint(0, 5, (N,), generator=torch.Generator().manual_seed(2))
 
 
+def first_adamw_step(rows: torch.Tensor, grad: torch.Tensor, lr: float, wd: float) -> torch.Tensor:
+    """The rows after their first AdamW step (zero moments), torch's defaults for betas and eps."""
+    zero = torch.zeros_like(rows)
+    return adamw_row_step(
+        rows, zero, zero, grad, lr=lr, weight_decay=wd, betas=(0.9, 0.999), eps=1e-8
+    )[0]
+
+
 def sdiet_cfg(**method_kwargs):
     kwargs = {"num_samples": N, "proj_hidden_dim": 16, "proj_output_dim": 8, **method_kwargs}
     return tiny_cfg("sdiet", kwargs, num_large_crops=1)
@@ -113,17 +121,7 @@ def test_training_step_updates_only_the_batch_rows_by_hand(head_optimizer):
     grad = (probs - target).T @ z / 4
     wd = cfg.method_kwargs.head_weight_decay
     if head_optimizer == "adamw":
-        zero = torch.zeros_like(rows)
-        expected = adamw_row_step(
-            rows,
-            zero,
-            zero,
-            grad,
-            lr=cfg.optimizer.lr,
-            weight_decay=wd,
-            betas=(0.9, 0.999),
-            eps=1e-8,
-        )[0]
+        expected = first_adamw_step(rows, grad, cfg.optimizer.lr, wd)
     else:
         expected = sgdw_row_step(
             rows, torch.zeros_like(rows), grad, lr=cfg.optimizer.lr, weight_decay=wd, momentum=0.9
@@ -311,18 +309,8 @@ def test_class_labels_give_the_multi_positive_loss_and_step_their_rows():
     reference = -(target * log_probs).sum(dim=1).mean()
     torch.testing.assert_close(loss.double(), reference.detach(), rtol=1e-5, atol=1e-6)
     (grad,) = torch.autograd.grad(reference, theta)
-    zero = torch.zeros_like(grad)
     wd = cfg.method_kwargs.head_weight_decay
-    expected = adamw_row_step(
-        theta.detach(),
-        zero,
-        zero,
-        grad,
-        lr=cfg.optimizer.lr,
-        weight_decay=wd,
-        betas=(0.9, 0.999),
-        eps=1e-8,
-    )[0]
+    expected = first_adamw_step(theta.detach(), grad, cfg.optimizer.lr, wd)
     after = model.row_store.state_dict()
     torch.testing.assert_close(after["rows"][classes].double(), expected, rtol=1e-5, atol=1e-6)
     assert torch.equal(after["rows"][[2, 3]], before["rows"][[2, 3]])
