@@ -30,6 +30,13 @@ ITERATE_THE_SAMPLER = (
 )
 
 
+def world_and_rank() -> tuple[int, int]:
+    """``(world size, rank)`` of the initialised process group, else ``(1, 0)``."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
 class EpochPermutation(Sampler[int]):
     """A permutation of ``0..N-1`` seeded by ``seed + epoch``; Lightning calls :meth:`set_epoch`."""
 
@@ -92,9 +99,9 @@ class SuperBatchSampler(Sampler[list[int]]):
 
     def replicas(self) -> tuple[int, int]:
         """``(num_replicas, rank)``: as given, else from ``torch.distributed``, else ``(1, 0)``."""
-        distributed = dist.is_available() and dist.is_initialized()
-        num_replicas = self._num_replicas or (dist.get_world_size() if distributed else 1)
-        rank = self._rank if self._rank is not None else (dist.get_rank() if distributed else 0)
+        world, group_rank = world_and_rank()
+        num_replicas = self._num_replicas or world
+        rank = self._rank if self._rank is not None else group_rank
         if num_replicas <= 0 or not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}")
         if self.num_samples < self.batch_size * num_replicas:

@@ -136,13 +136,14 @@ def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
             )
 
 
-def checkpoint_epoch(path: Optional[str]) -> Optional[int]:
-    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else None."""
+def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
+    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else
+    ``default``."""
     match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
-    return int(match.group(1)) if match else None
+    return int(match.group(1)) if match else default
 
 
-def already_finished(ckpt_path: Optional[str], cfg: DictConfig) -> bool:
+def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
     """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)."""
     epoch = checkpoint_epoch(ckpt_path)
     return (
@@ -233,20 +234,27 @@ def logger_and_callbacks(
     return logger, callbacks, checkpointer
 
 
+def probe_settings(aug: DictConfig) -> tuple[int, float, tuple, tuple]:
+    """``(crop_size, crop_min_scale, mean, std)`` of a probe on custom data: ``aug.crop_size`` and
+    the optional ``crop_min_scale`` (default 0.08), ``mean`` and ``std`` (default ImageNet's)."""
+    from solo_diet.data.pipeline import IMAGENET_STATS
+
+    mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
+    std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
+    min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
+    return aug.crop_size, min_scale, tuple(mean), tuple(std)
+
+
 def classification_transforms(dataset: str, aug: DictConfig):
     """Train/val transforms for probing. Custom data honours ``aug.crop_size`` and the optional
     ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own
     custom pipeline is fixed at 224 px and ImageNet statistics."""
     from solo.data.classification_dataloader import prepare_transforms
-    from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torchvision import transforms
 
     if dataset != "custom":
         return prepare_transforms(dataset)
-    crop_size = aug.crop_size
-    crop_min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
-    mean = OmegaConf.select(aug, "mean", default=IMAGENET_DEFAULT_MEAN)
-    std = OmegaConf.select(aug, "std", default=IMAGENET_DEFAULT_STD)
+    crop_size, crop_min_scale, mean, std = probe_settings(aug)
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
     train = transforms.Compose(
         [

@@ -14,12 +14,12 @@ from omegaconf import OmegaConf
 
 from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
+from solo_diet.cli.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
 from solo_diet.cli.references import save_random_init, save_raw_pixels
 from solo_diet.config import ConfigError
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
-DATA_FORMATS = ("auto", "gpu", "image_folder")
 
 
 def _accelerator(requested: str) -> str:
@@ -33,11 +33,9 @@ def _accelerator(requested: str) -> str:
 def _data_format(requested: str, accelerator: str) -> str:
     """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on
     CPU."""
-    if requested not in DATA_FORMATS:
-        raise ValueError(f"--data-format must be one of {DATA_FORMATS}, got {requested!r}.")
-    if requested == "auto":
-        return "gpu" if accelerator == "gpu" else "image_folder"
-    return requested
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ValueError(f"--data-format must be one of {LAUNCH_DATA_FORMATS}, got {requested!r}.")
+    return choose_data_format(requested, accelerator == "gpu")
 
 
 def _device_overrides(accelerator: str, data_format: str) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.cli.common import probe_settings
 from solo_diet.config import (
     ConfigError,
     check_bool,
@@ -59,6 +60,16 @@ class GPUDataSettings:
     image_size: Optional[int]
     decode_threads: Optional[int]
     cuda_graphs: bool
+
+
+LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
+
+
+def choose_data_format(requested: str, on_gpu: bool) -> str:
+    """``auto`` is the GPU data path on a GPU and solo-learn's image-folder loader otherwise."""
+    if requested == "auto":
+        return "gpu" if on_gpu else "image_folder"
+    return requested
 
 
 def check_data_format(cfg: DictConfig) -> str:
@@ -137,11 +148,7 @@ def probe_transforms(dataset: str, aug: DictConfig):
         crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
         min_scale = 0.08
     else:
-        crop_size, resize_size = aug.crop_size, None
-        min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
-        mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
-        std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
-    mean, std = tuple(mean), tuple(std)
+        (crop_size, min_scale, mean, std), resize_size = probe_settings(aug), None
     train = ProbeTrainTransform(crop_size, mean, std, min_scale=min_scale)
     return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
 

@@ -28,13 +28,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline import CapturedAugmentation
 from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.samplers import SuperBatchSampler, world_and_rank
 
 STORAGES = ("auto", "device", "pinned")
 AUTO_DEVICE_SHARE = (
@@ -42,13 +41,6 @@ AUTO_DEVICE_SHARE = (
 )
 Transform = Callable[[Tensor, Optional[torch.Generator]], Union[Tensor, list]]
 DeviceSpec = Union[str, torch.device, Callable[[], torch.device]]
-
-
-def world_and_rank() -> tuple[int, int]:
-    """``(world size, rank)`` of the initialised process group, else ``(1, 0)``."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
 
 
 def derive_seed(*parts: int) -> int:

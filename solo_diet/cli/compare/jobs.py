@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_diet.cli.common import checkpoint_epoch
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
     SPEC_OWNED,
@@ -224,14 +225,9 @@ def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
     return jobs
 
 
-def checkpoint_epoch(path: Path) -> int:
-    match = re.search(r"-ep=(\d+)\.ckpt$", path.name)
-    return int(match.group(1)) if match else -1
-
-
 def latest_checkpoint(folder: Path) -> Optional[Path]:
     """The checkpoint of the highest epoch under ``folder`` (newest file on ties)."""
     checkpoints = list(folder.glob("**/*.ckpt"))
     if not checkpoints:
         return None
-    return max(checkpoints, key=lambda p: (checkpoint_epoch(p), p.stat().st_mtime))
+    return max(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))

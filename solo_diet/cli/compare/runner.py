@@ -21,11 +21,11 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_diet.cli.common import already_finished, checkpoint_epoch
 from solo_diet.cli.compare._files import progress, read_json, write_json
 from solo_diet.cli.compare.evaluate import compose_linear, evaluate_checkpoint, shared_evaluator
 from solo_diet.cli.compare.jobs import (
     Job,
-    checkpoint_epoch,
     fingerprint,
     latest_checkpoint,
     parse_runs,
@@ -77,7 +77,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     }
     write_json(state_path, state)
     resume = latest_checkpoint(run_dir / "pretrain")
-    if resume is not None and checkpoint_epoch(resume) >= cfg.max_epochs - 1:
+    if already_finished(resume, cfg):
         checkpoint = resume
     else:
         cfg = copy.deepcopy(cfg)  # run_pretrain fills it in; the job's cfg stays as composed
@@ -91,7 +91,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
         if last is None:
             raise RuntimeError(f"{job.label}: pretraining wrote no checkpoint.")
         checkpoint = Path(last)
-        if checkpoint_epoch(checkpoint) < cfg.max_epochs - 1:  # Lightning swallows Ctrl-C
+        if not already_finished(checkpoint, cfg):  # stopped early without an interruption
             raise KeyboardInterrupt(f"{job.label}: pretraining stopped after {checkpoint.name}")
     state["checkpoint"] = str(checkpoint)
     write_json(state_path, state)

@@ -58,7 +58,6 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "runs": [],
 }
 REFERENCE_ROWS = ("random_init", "raw_pixels")
-DATA_FORMATS = ("auto", "gpu", "image_folder")
 PATH_KEYS = (
     "output_dir",
     "config_path",
@@ -228,15 +227,16 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
 def resolve_data_format(requested: str, spec_path: Path) -> str:
     """``data.format``: ``auto`` is the GPU data path (docs/data-path.md) when torch sees a GPU,
     solo-learn's image-folder loader otherwise."""
-    if requested not in DATA_FORMATS:
-        raise ConfigError(
-            f"{spec_path}: `data.format` must be one of {list(DATA_FORMATS)}, got {requested!r}."
-        )
-    if requested == "auto":
-        import torch
+    import torch
 
-        return "gpu" if torch.cuda.is_available() else "image_folder"
-    return requested
+    from solo_diet.cli.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
+
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(
+            f"{spec_path}: `data.format` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
+            f"{requested!r}."
+        )
+    return choose_data_format(requested, torch.cuda.is_available())
 
 
 def checkpoint_interval(budget: DictConfig) -> int:
