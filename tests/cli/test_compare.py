@@ -133,8 +133,9 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
             ["budget.epochs=1"],
             r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",
         ),
-        (["parallel.worker=2"], r"`parallel` keys: \['workers'\]"),
+        (["parallel.worker=2"], r"`parallel` keys: \['jobs_per_gpu', 'workers'\]"),
         (["parallel.workers=0"], "`parallel.workers` must be a positive integer or null"),
+        (["parallel.jobs_per_gpu=null"], "`parallel.jobs_per_gpu` must be a positive integer"),
         (
             ["budget.val_every_n_epochs=-2"],
             "`budget.val_every_n_epochs` must be a positive integer",

@@ -70,6 +70,30 @@ def test_a_failed_task_is_reported_with_its_log_and_the_others_go_on(tmp_path):
         run_tasks([task(tmp_path, "big", 2)], workers=1, gpus=["0"])
 
 
+def test_jobs_per_gpu_shares_each_gpu_evenly_and_never_twice_within_one_task(tmp_path):
+    tasks = [task(tmp_path, f"one{i}", 1, seconds=2.5) for i in range(4)]
+    tasks += [task(tmp_path, "two", 2, seconds=0.3)]
+    outcomes = run_tasks(
+        tasks, workers=5, gpus=["g0", "g1"], say=lambda _: None, poll_s=0.05, jobs_per_gpu=2
+    )
+
+    assert all(o.returncode == 0 for o in outcomes)
+    runs = {t.label: recorded(t) for t in tasks}
+    assert sorted(d for name in runs if name.startswith("one") for d in runs[name][0]) == [
+        "g0",
+        "g0",
+        "g1",
+        "g1",
+    ]  # the four one-GPU tasks ran at once, two on each GPU
+    ones = [runs[f"one{i}"] for i in range(4)]
+    assert max(start for _, start, _ in ones) < min(end for _, _, end in ones)
+    devices, start, _ = runs["two"]
+    assert sorted(devices) == ["g0", "g1"]  # distinct GPUs, after two slots had room again
+    assert start >= min(end for _, _, end in ones)
+    with pytest.raises(ValueError, match="jobs_per_gpu must be >= 1"):
+        run_tasks(tasks, workers=1, gpus=["g0"], jobs_per_gpu=0)
+
+
 def test_visible_gpus_reads_cuda_visible_devices_up_to_the_first_invalid_entry(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,-1,2")
     assert visible_gpus() == ["3", "1"]

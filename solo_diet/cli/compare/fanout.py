@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, Callable, Iterator, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,27 @@ def _stop(running: Sequence[_Running], grace_s: float, say: Callable[[str], None
         entry.log.close()
 
 
+class _Slots:
+    """Which GPUs have room: each takes ``per_gpu`` tasks at once; a task's GPUs are distinct and
+    the least busy ones."""
+
+    def __init__(self, gpus: Sequence[str], per_gpu: int) -> None:
+        self.free = {gpu: per_gpu for gpu in gpus}
+
+    def take(self, count: int) -> Optional[tuple[str, ...]]:
+        open_gpus = [gpu for gpu, room in self.free.items() if room > 0]
+        if len(open_gpus) < count:
+            return None
+        chosen = tuple(sorted(open_gpus, key=lambda gpu: -self.free[gpu])[:count])
+        for gpu in chosen:
+            self.free[gpu] -= 1
+        return chosen
+
+    def give_back(self, devices: Sequence[str]) -> None:
+        for gpu in devices:
+            self.free[gpu] += 1
+
+
 def run_tasks(
     tasks: Sequence[Task],
     workers: int,
@@ -130,26 +151,28 @@ def run_tasks(
     say: Callable[[str], None] = print,
     poll_s: float = 0.2,
     grace_s: float = 20.0,
+    jobs_per_gpu: int = 1,
 ) -> list[Outcome]:
-    """Run ``tasks`` with at most ``workers`` at a time, each given ``task.gpus`` of ``gpus`` that
-    no other running task holds; returns the outcomes in the order of ``tasks``. Tasks start in
-    order, a later one first when an earlier one waits for more GPUs than are free."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    """Run ``tasks`` with at most ``workers`` at a time, each given ``task.gpus`` distinct GPUs of
+    ``gpus``, and no GPU shared by more than ``jobs_per_gpu`` running tasks; returns the outcomes
+    in the order of ``tasks``. Tasks start in order, a later one first when an earlier one waits
+    for more GPUs than have room."""
+    if workers < 1 or jobs_per_gpu < 1:
+        raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
     if too_big:
         raise ValueError(f"{too_big} need more GPUs than the {len(gpus)} visible")
     pending, running = list(tasks), []
-    free, outcomes = list(gpus), {}
+    slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
     with _sigterm_raises():
         try:
             while pending or running:
                 while len(running) < workers:
-                    task = next((t for t in pending if t.gpus <= len(free)), None)
+                    taken = ((t, slots.take(t.gpus)) for t in pending)
+                    task, devices = next(((t, d) for t, d in taken if d is not None), (None, ()))
                     if task is None:
                         break
                     pending.remove(task)
-                    devices, free = tuple(free[: task.gpus]), free[task.gpus :]
                     running.append(_start(task, devices))
                     where = f" on GPU {','.join(devices)}" if devices else ""
                     say(
@@ -160,7 +183,7 @@ def run_tasks(
                 for entry in [r for r in running if r.process.poll() is not None]:
                     running.remove(entry)
                     entry.log.close()
-                    free += entry.devices
+                    slots.give_back(entry.devices)
                     outcome = Outcome(
                         entry.task,
                         entry.process.returncode,

@@ -212,9 +212,11 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
             )
 
 
-def _run_in_processes(jobs: Sequence[Job], workers: int, spec_file: Path) -> dict[str, str]:
-    """Every job in its own process, ``workers`` at a time on the visible GPUs; returns {failed
-    job's key: what failed}."""
+def _run_in_processes(
+    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path
+) -> dict[str, str]:
+    """Every job in its own process, ``workers`` at a time on the visible GPUs, at most
+    ``jobs_per_gpu`` on one GPU; returns {failed job's key: what failed}."""
     from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
@@ -233,7 +235,7 @@ def _run_in_processes(jobs: Sequence[Job], workers: int, spec_file: Path) -> dic
         raise ConfigError(
             f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
         )
-    outcomes = run_tasks(tasks, workers, gpus, say=progress)
+    outcomes = run_tasks(tasks, workers, gpus, say=progress, jobs_per_gpu=jobs_per_gpu)
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
         for job, o in zip(jobs, outcomes)
@@ -242,10 +244,10 @@ def _run_in_processes(jobs: Sequence[Job], workers: int, spec_file: Path) -> dic
 
 
 def workers_for(spec: DictConfig) -> int:
-    """``parallel.workers``, or one per visible GPU (1 without GPUs)."""
+    """``parallel.workers``, or ``parallel.jobs_per_gpu`` per visible GPU (1 without GPUs)."""
     from solo_diet.cli.compare.fanout import visible_gpus
 
-    return spec.parallel.workers or max(1, len(visible_gpus()))
+    return spec.parallel.workers or max(1, len(visible_gpus()) * spec.parallel.jobs_per_gpu)
 
 
 def run_one_job(spec_file: str | Path, key: str) -> None:
@@ -282,7 +284,7 @@ def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
         f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
     if in_processes:
-        failures = _run_in_processes(jobs, workers, spec_file)
+        failures = _run_in_processes(jobs, workers, spec.parallel.jobs_per_gpu, spec_file)
     else:
         failures = _run_here(spec, jobs)
     results = [

@@ -35,7 +35,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
-    "parallel": {"workers": None},
+    "parallel": {"workers": None, "jobs_per_gpu": 1},
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
@@ -193,7 +193,8 @@ def _positive_or_none(value: Any) -> bool:
 
 
 def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
-    """``seeds``, ``reference_rows``, ``parallel.workers`` and the budget's intervals."""
+    """``seeds``, ``reference_rows``, ``parallel.workers``/``jobs_per_gpu`` and the budget's
+    intervals."""
     seeds = spec.seeds
     if seeds is not None and (
         not isinstance(seeds, ListConfig)
@@ -222,6 +223,12 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
                 f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
                 f"{OmegaConf.select(spec, key)}."
             )
+    per_gpu = spec.parallel.jobs_per_gpu
+    if not (_positive_or_none(per_gpu) and per_gpu is not None):
+        raise ConfigError(
+            f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
+            f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
+        )
 
 
 def resolve_data_format(requested: str, spec_path: Path) -> str:
