@@ -15,6 +15,7 @@ whole process as the parent saw it. Prints one table.
     python benchmarks/pretrain_wall.py --methods diet simclr --epochs 20
     python benchmarks/pretrain_wall.py --every 1      # validation and checkpoints every epoch
     python benchmarks/pretrain_wall.py --smoke         # 2 epochs of one tiny method on a CPU
+    python benchmarks/pretrain_wall.py --methods diet --profile prof  # + prof/diet.txt (cProfile)
 """
 
 from __future__ import annotations
@@ -97,8 +98,30 @@ def run_wall_case(case: dict) -> dict:
         every = case["every"]
         extra += [f"checkpoint.frequency={every}", f"++check_val_every_n_epoch={every}"]
     phases = phase_callback()
-    run_pretrain(compose_method(case["method"], case, extra), extra_callbacks=[phases])
+    cfg = compose_method(case["method"], case, extra)
+    if case["profile"] is None:
+        run_pretrain(cfg, extra_callbacks=[phases])
+    else:
+        profiled(lambda: run_pretrain(cfg, extra_callbacks=[phases]), case)
     return {"startup": phases.first_batch - STARTED, **phases.totals}
+
+
+def profiled(run, case: dict) -> None:
+    """``run()`` under cProfile; writes the 60 costliest calls, by cumulative and by own time, to
+    ``<profile>/<method>.txt``."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.runcall(run)
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(60)
+    folder = Path(case["profile"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{case['method']}.txt").write_text(text.getvalue())
 
 
 def main(argv: Optional[list] = None) -> None:
@@ -106,6 +129,9 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument(
         "--every", type=int, default=None, help="validate and checkpoint every N epochs"
+    )
+    parser.add_argument(
+        "--profile", default=None, help="folder for a cProfile summary per method (slows runs)"
     )
     args = parser.parse_args(argv)
     if run_here_if_case(args, run_wall_case):
@@ -124,7 +150,7 @@ def main(argv: Optional[list] = None) -> None:
         for backbone in args.backbones:
             for method in args.methods:
                 case = {**common, "method": method, "folder": str(folder), "epochs": args.epochs}
-                case["every"] = args.every
+                case.update(every=args.every, profile=args.profile)
                 case.update(out=str(folder / "runs"), backbone_overrides=BACKBONES[backbone])
                 started = time.time()
                 result = run_case(__file__, case, args.case_timeout)
