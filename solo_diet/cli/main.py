@@ -84,7 +84,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from solo_diet.cli.compare import run_compare
 
-    print(f"report: {run_compare(args.spec, args.overrides)}")
+    print(f"report: {run_compare(args.spec, args.overrides, report_only=args.report_only)}")
     return 0
 
 
@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out"
+    )
+    compare.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite the report from the jobs' result.json files in output_dir",
     )
     compare.set_defaults(func=_cmd_compare)
 

@@ -37,6 +37,8 @@ def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
         "budget.val_every_n_epochs=2",
         f"seeds=[{','.join(map(str, SEEDS))}]",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
+        "claims=[{text: diet beats simclr, metric: linear_acc1, better: [diet], than: [simclr]},"
+        " {text: diet learns faster, metric: val_acc1, epoch: 2, better: [diet], than: [simclr]}]",
     ]
 
 
@@ -103,6 +105,26 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         words = next(li for li in report.splitlines() if li.startswith(f"- `{metric}`: best"))
         assert (f"below it by more than two pooled std: {other}" in words) == resolved
         assert ("not resolved" in words) == (not resolved and gap != 0)
+
+    # the claims open the report, judged by the same rule
+    lines = report.splitlines()
+    assert lines[2] == "Claims checked against the seeds:" and lines[6].startswith("Data:")
+    gap = float(means["diet"]["linear_acc1"]) - float(means["simclr"]["linear_acc1"])
+    stds = [float(means[run]["linear_acc1_std"]) for run in ("diet", "simclr")]
+    two_std = 2 * pooled_std(stds[0], 2, stds[1], 2)
+    outcome = "held" if gap > two_std else "reversed" if -gap > two_std else "not resolved"
+    assert lines[3].startswith("- **") and ": diet beats simclr (`linear_acc1`): " in lines[3]
+    assert f"diet − simclr = {gap:+.2f} (2 pooled std {two_std:.2f}: {outcome})" in lines[3]
+    assert ": diet learns faster (`val_acc1` after 2 epochs): diet − simclr = " in lines[4]
+
+    # --report-only rewrites the report from the results (a new claim here) and runs nothing
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")}
+    claim = "{text: pixels, metric: knn_acc1, better: [simclr], at_least: -1000}"
+    again = run_compare(
+        SHIPPED_SPEC, seeded_overrides(data_root, out) + [f"claims=[{claim}]"], report_only=True
+    )
+    assert again.read_text().splitlines()[3].startswith("- **held**: pixels (`knn_acc1`): simclr")
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")} == stamps
 
     random_init = by_key[("random_init", "0")]
     pixels = by_key[("raw_pixels", "0")]

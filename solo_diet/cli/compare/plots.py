@@ -53,7 +53,7 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     return path
 
 
-def _seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
+def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
     """{epoch: the column's values over the seeds that logged it in that epoch}."""
     from solo_diet.callbacks import read_epoch_rows
 
@@ -78,7 +78,7 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
     for run, run_folders in folders.items():
         label = run if len(run_folders) == 1 else f"{run} ({len(run_folders)} seeds)"
         for axis, (column, _) in zip(axes, CURVE_PANELS):
-            curve = sorted(_seed_curves(run_folders, column).items())
+            curve = sorted(seed_curves(run_folders, column).items())
             if not curve:
                 continue
             epochs = [epoch for epoch, _ in curve]

@@ -23,6 +23,7 @@ from solo_diet.cli.compare.aggregate import (
     rank,
     verdict,
 )
+from solo_diet.cli.compare.claims import claim_lines
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
 
 RESULT_COLUMNS = (
@@ -222,9 +223,11 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
         f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
     )
     seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
+    claims = claim_lines(spec, runs, out)
     lines = [
         f"# Comparison: {spec.name}",
         "",
+        *(["Claims checked against the seeds:", *claims, ""] if claims else []),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
         f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "

@@ -262,15 +262,37 @@ def run_one_job(spec_file: str | Path, key: str) -> None:
     run_job(spec, job, shared_evaluator(), evaluation_fingerprint(spec))
 
 
-def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
+def _report_of_finished(spec: DictConfig, jobs: Sequence[Job], out: Path) -> Path:
+    """The report of those ``jobs`` that have a ``result.json``."""
+    results = [
+        read_json(job.run_dir / "result.json")
+        for job in jobs
+        if (job.run_dir / "result.json").is_file()
+    ]
+    missing = len(jobs) - len(results)
+    if missing:
+        progress(f"{missing} of {len(jobs)} jobs have no result yet: the report leaves them out")
+    report = write_report(spec, results, out)
+    progress(f"report: {report}")
+    return report
+
+
+def run_compare(
+    spec_path: str | Path, overrides: Sequence[str] = (), report_only: bool = False
+) -> Path:
     """Run (or finish) a comparison; returns the path of report.md. Raises :class:`JobsFailed`
-    after writing the report of the other jobs when some jobs failed."""
+    after writing the report of the other jobs when some jobs failed. ``report_only``: run
+    nothing, write the report from the jobs that have a ``result.json``."""
     import solo_diet
 
     solo_diet.register()
     spec = load_spec(spec_path, overrides)
     jobs = plan_jobs(spec, parse_runs(spec))
     out = Path(spec.output_dir)
+    if report_only:
+        if not out.is_dir():
+            raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
+        return _report_of_finished(spec, jobs, out)
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
@@ -287,13 +309,7 @@ def run_compare(spec_path: str | Path, overrides: Sequence[str] = ()) -> Path:
         failures = _run_in_processes(jobs, workers, spec.parallel.jobs_per_gpu, spec_file)
     else:
         failures = _run_here(spec, jobs)
-    results = [
-        read_json(job.run_dir / "result.json")
-        for job in jobs
-        if job.key not in failures and (job.run_dir / "result.json").is_file()
-    ]
-    report = write_report(spec, results, out)
-    progress(f"report: {report}")
+    report = _report_of_finished(spec, [job for job in jobs if job.key not in failures], out)
     if failures:
         raise JobsFailed(
             f"{len(failures)} of {len(jobs)} jobs failed: {'; '.join(failures.values())}. The "

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from solo_diet.cli.compare.claims import check_claims
 from solo_diet.config import ConfigError
 
 SPEC_DEFAULTS: dict[str, Any] = {
@@ -56,6 +57,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
         "seed": 0,
     },
     "runs": [],
+    "claims": [],
 }
 REFERENCE_ROWS = ("random_init", "raw_pixels")
 PATH_KEYS = (
@@ -173,6 +175,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "val/ inside)."
                 )
     _check_seeds_and_workers(spec, spec_path)
+    check_claims(spec, spec_path)
     spec.data.format = resolve_data_format(spec.data.format, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:

@@ -1,0 +1,143 @@
+"""A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds.
+
+Each claim names a ``metric`` (a result column such as ``linear_acc1``, or with ``epoch`` a column
+of the jobs' ``epochs.csv``: ``val_acc1`` after 50 epochs is the online probe then), the runs it
+says are ``better`` and either the runs they beat (``than``) or a value they reach (``at_least``).
+Each pair is judged like the report's † marks: a gap beyond two pooled standard deviations of the
+seeds is resolved (the claim held, or was reversed); anything closer is not resolved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, ListConfig
+
+from solo_diet.cli.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.config import ConfigError
+
+CLAIM_KEYS = ("text", "metric", "better", "than", "at_least", "epoch")
+HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``better``'s mean minus the other side's (a run's mean, or the ``at_least`` value) and two
+    pooled standard deviations (two of ``better``'s own against a value); NaN: no seeds to tell."""
+
+    better: str
+    other: str
+    gap: float
+    two_std: float
+
+    @property
+    def outcome(self) -> str:
+        if math.isnan(self.gap) or math.isnan(self.two_std):
+            return OPEN
+        if self.gap > self.two_std:
+            return HELD
+        return REVERSED if -self.gap > self.two_std else OPEN
+
+    def words(self) -> str:
+        if math.isnan(self.gap):
+            return f"{self.better} vs {self.other}: no value"
+        spread = "one seed" if math.isnan(self.two_std) else f"2 pooled std {self.two_std:.2f}"
+        return f"{self.better} − {self.other} = {self.gap:+.2f} ({spread}: {self.outcome})"
+
+
+def check_claims(spec: DictConfig, spec_path: Path) -> None:
+    """Each claim has a text, a metric, ``better`` runs of the spec and exactly one of ``than``
+    (runs of the spec) or ``at_least`` (a number); ``epoch`` is within the budget."""
+    claims = spec.claims
+    if not isinstance(claims, ListConfig):
+        raise ConfigError(f"{spec_path}: `claims` must be a list ([] for none), got {claims}.")
+    names = [run.get("name") for run in spec.runs if isinstance(run, DictConfig)]
+    for i, claim in enumerate(claims):
+        where, key_of = f"{spec_path}: `claims[{i}]`", f"{spec_path}: `claims[{i}]."
+        if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
+            raise ConfigError(f"{where} must be a mapping with keys from {list(CLAIM_KEYS)}.")
+        if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
+            raise ConfigError(f"{where} needs `text` (the paper's words) and `metric` (a column).")
+        for key in ("better", "than"):
+            runs = claim.get(key)
+            if runs is not None and (
+                not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
+            ):
+                raise ConfigError(
+                    f"{key_of}{key}` must be a non-empty list of {names}, got {runs}."
+                )
+        if claim.get("better") is None or (claim.get("than") is None) == (
+            claim.get("at_least") is None
+        ):
+            raise ConfigError(f"{where} needs `better` and exactly one of `than` or `at_least`.")
+        if claim.get("at_least") is not None and not is_number(claim.at_least):
+            raise ConfigError(f"{key_of}at_least` must be a number, got {claim.at_least}.")
+        epoch = claim.get("epoch")
+        if epoch is not None and not (
+            isinstance(epoch, int) and 1 <= epoch <= spec.budget.max_epochs
+        ):
+            raise ConfigError(
+                f"{key_of}epoch` must be an epoch count in 1..{spec.budget.max_epochs}, got "
+                f"{epoch}."
+            )
+
+
+def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
+    """Per job, ``column`` of its ``epochs.csv`` in the last logged epoch within the first
+    ``epoch`` epochs (NaN when none was logged)."""
+    from solo_diet.cli.compare.plots import seed_curves
+
+    rows = []
+    for result in results:
+        curve = seed_curves([out / result["job"]], column) if "job" in result else {}
+        within = [index for index in curve if index + 1 <= epoch]
+        value = curve[max(within)][0] if within else math.nan
+        rows.append({"run": result["run"], "method": result.get("method"), column: value})
+    return rows
+
+
+def _compare(better: dict, other: Optional[dict], metric: str, value: Any = None) -> Comparison:
+    mean = better.get(metric, math.nan)
+    std, n = better.get(f"{metric}_std", math.nan), better.get("n_seeds", 1)
+    if other is None:  # against a value: two of the run's own standard deviations
+        two_std = 2 * std if n >= 2 else math.nan
+        return Comparison(better["run"], f"{value:g}", mean - value, two_std)
+    spread = pooled_std(std, n, other.get(f"{metric}_std", math.nan), other.get("n_seeds", 1))
+    return Comparison(better["run"], other["run"], mean - other.get(metric, math.nan), 2 * spread)
+
+
+def _overall(outcomes: Sequence[str]) -> str:
+    if all(o == HELD for o in outcomes):
+        return "held"
+    if REVERSED in outcomes:
+        return "did not hold"
+    return "partly held (the rest not resolved)" if HELD in outcomes else "not resolved"
+
+
+def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[str]:
+    """One line per claim: its verdict, then every pair's gap against two pooled std."""
+    lines = []
+    for claim in spec.claims:
+        epoch = claim.get("epoch")
+        rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
+        by_run = {row["run"]: row for row in aggregate(rows)}
+        missing = [run for run in (*claim.better, *(claim.get("than") or [])) if run not in by_run]
+        metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
+        if missing:
+            lines.append(f"- **not checked**: {claim.text} ({metric}): no result for {missing}.")
+            continue
+        if claim.get("than") is not None:
+            pairs = [
+                _compare(by_run[a], by_run[b], claim.metric)
+                for a in claim.better
+                for b in claim.than
+            ]
+        else:
+            pairs = [_compare(by_run[a], None, claim.metric, claim.at_least) for a in claim.better]
+        verdict = _overall([pair.outcome for pair in pairs])
+        details = "; ".join(pair.words() for pair in pairs)
+        lines.append(f"- **{verdict}**: {claim.text} ({metric}): {details}.")
+    return lines

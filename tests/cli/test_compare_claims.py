@@ -1,0 +1,129 @@
+"""A spec's ``claims``: each pair judged against two pooled standard deviations of the seeds, the
+claim's overall verdict, and the checks of the ``claims`` key (pure Python, no solo-learn)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from solo_diet.cli.compare.claims import check_claims, claim_lines
+from solo_diet.config import ConfigError
+
+
+def spec_with(claims: list, max_epochs: int = 10):
+    runs = [{"name": name, "config_name": name} for name in ("diet", "simclr", "vicreg")]
+    budget = {"max_epochs": max_epochs}
+    return OmegaConf.create({"runs": runs, "budget": budget, "claims": claims})
+
+
+def results(accuracies: dict[str, list[float]]) -> list[dict]:
+    return [
+        {"run": run, "seed": seed, "method": run, "linear_acc1": value, "job": f"runs/{run}/{seed}"}
+        for run, values in accuracies.items()
+        for seed, value in enumerate(values)
+    ]
+
+
+def two_pooled_std(a: list[float], b: list[float]) -> float:
+    return 2 * math.sqrt((statistics.variance(a) + statistics.variance(b)) / 2)
+
+
+def test_each_pair_is_held_reversed_or_not_resolved_by_two_pooled_std(tmp_path):
+    accuracies = {
+        "diet": [70.0, 71.0, 72.0],
+        "simclr": [60.0, 61.0, 62.0],
+        "vicreg": [71.0, 73.0, 75.0],
+    }
+    claim = {"text": "DIET beats the others", "metric": "linear_acc1", "better": ["diet"]}
+    spec = spec_with([{**claim, "than": ["simclr", "vicreg"]}])
+    [line] = claim_lines(spec, results(accuracies), tmp_path)
+
+    spread = two_pooled_std(accuracies["diet"], accuracies["simclr"])
+    assert line.startswith("- **partly held (the rest not resolved)**: DIET beats the others")
+    assert f"diet − simclr = +10.00 (2 pooled std {spread:.2f}: held)" in line
+    spread = two_pooled_std(accuracies["diet"], accuracies["vicreg"])
+    assert f"diet − vicreg = -2.00 (2 pooled std {spread:.2f}: not resolved)" in line
+
+    reversed_ = {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0], "vicreg": [50.0] * 3}
+    [line] = claim_lines(spec, results(reversed_), tmp_path)
+    assert line.startswith("- **did not hold**:") and "diet − simclr = -10.00" in line
+    assert "diet − vicreg = +10.50 (2 pooled std 0.71: held)" in line
+
+    one_seed = {"diet": [80.0], "simclr": [60.0], "vicreg": [50.0]}
+    [line] = claim_lines(spec, results(one_seed), tmp_path)
+    assert line.startswith("- **not resolved**:") and "+20.00 (one seed: not resolved)" in line
+
+
+def test_at_least_uses_two_of_the_runs_own_std_and_missing_runs_are_named(tmp_path):
+    accuracies = {"diet": [70.0, 72.0, 74.0], "simclr": [60.0, 60.0, 60.0]}
+    spec = spec_with(
+        [
+            {"text": "reaches 60", "metric": "linear_acc1", "better": ["diet"], "at_least": 60},
+            {"text": "reaches 71", "metric": "linear_acc1", "better": ["diet"], "at_least": 71},
+            {
+                "text": "beats vicreg",
+                "metric": "linear_acc1",
+                "better": ["diet"],
+                "than": ["vicreg"],
+            },
+        ]
+    )
+    held, open_, missing = claim_lines(spec, results(accuracies), tmp_path)
+    assert (
+        held
+        == "- **held**: reaches 60 (`linear_acc1`): diet − 60 = +12.00 (2 pooled std 4.00: held)."
+    )
+    assert open_.startswith("- **not resolved**: reaches 71") and "+1.00" in open_
+    assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no result for ['vicreg']."
+
+
+def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_path):
+    curves = {"diet": [[10.0, 50.0, 90.0], [12.0, 52.0, 92.0]], "simclr": [[11.0, 30.0, 95.0]] * 2}
+    for run, seeds in curves.items():
+        for seed, values in enumerate(seeds):
+            folder = tmp_path / "runs" / run / str(seed)
+            folder.mkdir(parents=True)
+            with (folder / "epochs.csv").open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["epoch", "val_acc1"])
+                writer.writerows([[1, values[0]], [2, ""], [4, values[1]], [9, values[2]]])
+    claim = {"text": "faster", "metric": "val_acc1", "better": ["diet"], "than": ["simclr"]}
+    accuracies = {"diet": [0.0, 0.0], "simclr": [0.0, 0.0]}
+    [early, late] = claim_lines(
+        spec_with([{**claim, "epoch": 5}, {**claim, "epoch": 10}]), results(accuracies), tmp_path
+    )
+    assert early.startswith(
+        "- **held**: faster (`val_acc1` after 5 epochs): diet − simclr = +21.00"
+    )
+    assert late.startswith("- **did not hold**: faster (`val_acc1` after 10 epochs)")
+    assert "-4.00" in late
+
+
+@pytest.mark.parametrize(
+    "claim, message",
+    [
+        ({"text": "x", "metric": "m", "better": ["diet"]}, "exactly one of `than` or `at_least`"),
+        (
+            {"text": "x", "metric": "m", "better": ["diet"], "than": ["simclr"], "at_least": 1},
+            "exactly one of `than` or `at_least`",
+        ),
+        (
+            {"text": "x", "metric": "m", "better": ["dino"], "than": ["simclr"]},
+            r"`claims\[0\]\.better` must be a non-empty list",
+        ),
+        ({"text": "x", "metric": "m", "better": ["diet"], "than": []}, r"`claims\[0\]\.than`"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": "high"}, "must be a number"),
+        ({"metric": "m", "better": ["diet"], "at_least": 1}, "needs `text`"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "epoch": 11}, r"1\.\.10"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "runs": 1}, "keys from"),
+    ],
+)
+def test_bad_claims_name_the_key(claim, message):
+    with pytest.raises(ConfigError, match=message):
+        check_claims(spec_with([claim]), Path("spec.yaml"))
+    check_claims(spec_with([]), Path("spec.yaml"))
