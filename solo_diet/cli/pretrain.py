@@ -181,20 +181,12 @@ def _val_loader(cfg: DictConfig):
     return val_loader
 
 
-def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
-    """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
-
-    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``).
-    An interrupted fit raises ``solo_diet.cli.errors.Interrupted``; resuming a run that already
-    reached ``max_epochs`` trains nothing and returns its checkpoint."""
-    from lightning.pytorch import Trainer, seed_everything
+def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
+    """What ``run_pretrain`` does to a composed cfg before reading any data: devices, data format,
+    solo-learn's ``parse_cfg``; returns it with the registered method class and its contract."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
-    from solo.utils.misc import make_contiguous
 
-    import solo_diet
-
-    solo_diet.register()
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
     check_data_format(cfg)
@@ -204,6 +196,22 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     method_cls = METHODS[cfg.method]
     contract = method_contract(method_cls)
     check_index_source(cfg, contract)
+    return cfg, method_cls, contract
+
+
+def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
+    """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
+
+    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``).
+    An interrupted fit raises ``solo_diet.cli.errors.Interrupted``; resuming a run that already
+    reached ``max_epochs`` trains nothing and returns its checkpoint."""
+    from lightning.pytorch import Trainer, seed_everything
+    from solo.utils.misc import make_contiguous
+
+    import solo_diet
+
+    solo_diet.register()
+    cfg, method_cls, contract = prepare_cfg(cfg)
     seed_everything(cfg.seed)
 
     train_data, num_samples, own_sampler = _pretrain_data(cfg, contract)

@@ -1,0 +1,93 @@
+"""Every shipped evidence spec plans at its real budget: each job composed as ``solo-diet compare``
+composes it, then checked by solo-learn's ``parse_cfg`` and the method's own config checks (as
+``run_pretrain`` does before reading data), without training. A spec that fails here would fail its
+GPU jobs after the window has started."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+import solo_diet  # noqa: E402
+from solo_diet.cli.compare.evaluate import compose_linear  # noqa: E402
+from solo_diet.cli.compare.jobs import parse_runs, plan_jobs  # noqa: E402
+from solo_diet.cli.compare.spec import load_spec  # noqa: E402
+from solo_diet.cli.pretrain import prepare_cfg, set_num_samples  # noqa: E402
+
+COMPARE = Path(__file__).resolve().parents[2] / "benchmarks" / "compare"
+SPECS = sorted(
+    p for p in COMPARE.glob("evidence_*.yaml") if OmegaConf.load(p).data.get("root") is None
+)
+NUM_CLASSES = 10
+TRAIN_SIZE = {"fashion": 60_000}  # by a word of the spec's file name; Animal-MNIST otherwise
+ANIMAL_MNIST_TRAIN = 8_000
+METHOD_OF_CONFIG = {"cplearn_resnet8": "cplearn"}  # otherwise the config is named as its method
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    """Empty class folders: enough for the spec's checks and solo-learn's class count."""
+    root = tmp_path_factory.mktemp("data")
+    for split in ("train", "val"):
+        for label in range(NUM_CLASSES):
+            (root / split / f"class_{label}").mkdir(parents=True)
+    return root
+
+
+def expected_backbone(config_path: Path, config_name: str) -> str:
+    """ResNet-18 with the CIFAR stem in ``resnet18/`` (but its ResNet-8 CPLearn twin),
+    CPLearn's ResNet-8 in the 20-epoch ``configs/``."""
+    if config_path.name == "configs" or config_name.endswith("resnet8"):
+        return "cp_resnet8"
+    return "cifar_resnet18"
+
+
+def train_size(spec_path: Path) -> int:
+    return next((n for word, n in TRAIN_SIZE.items() if word in spec_path.stem), ANIMAL_MNIST_TRAIN)
+
+
+def test_there_are_evidence_specs():
+    assert len(SPECS) >= 5
+
+
+@pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])
+def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
+    solo_diet.register()
+    spec = load_spec(spec_path, [f"data.root={data_root}", f"output_dir={tmp_path}"])
+    runs = {run.name: run for run in parse_runs(spec)}
+    jobs = plan_jobs(spec, list(runs.values()))
+    compose_linear(spec, tmp_path / "placeholder.ckpt", tmp_path)
+    budget, seeds = spec.budget, spec.seeds or [None]
+    assert len(jobs) == len(runs) * len(seeds) + len(spec.reference_rows)
+    for job in (j for j in jobs if j.reference is None):
+        run, cfg = runs[job.name], job.cfg
+        assert cfg.name == run.name
+        assert cfg.method == METHOD_OF_CONFIG.get(run.config_name, run.config_name), job.key
+        assert cfg.backbone.name == expected_backbone(run.config_path, run.config_name), job.key
+        assert cfg.max_epochs == budget.max_epochs
+        assert cfg.optimizer.batch_size == budget.batch_size
+        assert cfg.data.format == spec.data.format
+        assert job.seed is None or cfg.seed == job.seed
+        assert 1 <= cfg.checkpoint.frequency <= budget.max_epochs
+        assert budget.max_epochs % cfg.check_val_every_n_epoch == 0  # the last epoch validates
+        assert cfg.scheduler.warmup_epochs < budget.max_epochs, job.key
+        if job.seed != seeds[0]:
+            continue  # the other seeds' configs differ only in `seed`
+        checked, method_cls, contract = prepare_cfg(copy.deepcopy(cfg))
+        set_num_samples(checked, contract, train_size(spec_path))
+        kwargs = method_cls.add_and_assert_specific_cfg(checked).method_kwargs
+        if cfg.method == "mocov2plus":  # solo-learn asserts queue_size % batch == 0 per step
+            assert kwargs.queue_size % budget.batch_size == 0
+            assert kwargs.queue_size <= train_size(spec_path)
+        if cfg.method == "swav" and kwargs.queue_size > 0:  # a queue that would never start
+            assert kwargs.epoch_queue_starts < budget.max_epochs
+        if cfg.method == "dino":
+            assert kwargs.warmup_teacher_temperature_epochs < budget.max_epochs
