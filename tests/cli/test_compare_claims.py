@@ -79,7 +79,7 @@ def test_at_least_uses_two_of_the_runs_own_std_and_missing_runs_are_named(tmp_pa
         == "- **held**: reaches 60 (`linear_acc1`): diet − 60 = +12.00 (2 pooled std 4.00: held)."
     )
     assert open_.startswith("- **not resolved**: reaches 71") and "+1.00" in open_
-    assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no result for ['vicreg']."
+    assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no value for ['vicreg']."
 
 
 def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_path):

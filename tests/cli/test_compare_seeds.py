@@ -126,6 +126,19 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert again.read_text().splitlines()[3].startswith("- **held**: pixels (`knn_acc1`): simclr")
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")} == stamps
 
+    # a job stopped before its evaluation: --report-only keeps its curves and costs, says so
+    (out / "runs" / "diet" / "seed_1" / "result.json").unlink()
+    text = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out), report_only=True).read_text()
+    assert (
+        "**Unfinished**: 1 jobs stopped before their evaluation, after the epochs in brackets "
+        in text
+    )
+    assert "of 3: diet seed 1 (3)." in text
+    per_seed = {(r["run"], r["seed"]): r for r in read_rows(out / "results.csv")}
+    assert per_seed[("diet", "1")]["epochs"] == "3" and per_seed[("diet", "1")]["linear_acc1"] == ""
+    assert per_seed[("diet", "mean")]["n_seeds"] == "2"
+    assert per_seed[("diet", "mean")]["linear_acc1"] == per_seed[("diet", "0")]["linear_acc1"]
+
     random_init = by_key[("random_init", "0")]
     pixels = by_key[("raw_pixels", "0")]
     assert random_init["method"] == "random_init" and pixels["method"] == "raw_pixels"

@@ -109,6 +109,10 @@ def _compare(better: dict, other: Optional[dict], metric: str, value: Any = None
     return Comparison(better["run"], other["run"], mean - other.get(metric, math.nan), 2 * spread)
 
 
+def _has_value(row: Optional[dict], metric: str) -> bool:
+    return row is not None and is_number(row.get(metric)) and not math.isnan(row[metric])
+
+
 def _overall(outcomes: Sequence[str]) -> str:
     if all(o == HELD for o in outcomes):
         return "held"
@@ -124,10 +128,14 @@ def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[st
         epoch = claim.get("epoch")
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
-        missing = [run for run in (*claim.better, *(claim.get("than") or [])) if run not in by_run]
+        missing = [
+            run
+            for run in (*claim.better, *(claim.get("than") or []))
+            if not _has_value(by_run.get(run), claim.metric)
+        ]
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
         if missing:
-            lines.append(f"- **not checked**: {claim.text} ({metric}): no result for {missing}.")
+            lines.append(f"- **not checked**: {claim.text} ({metric}): no value for {missing}.")
             continue
         if claim.get("than") is not None:
             pairs = [

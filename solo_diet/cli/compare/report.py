@@ -54,7 +54,7 @@ RESULT_COLUMNS = (
     "peak_gpu_mib",
     "checkpoint",
 )
-NOT_COLUMNS = ("fingerprint", "job", "n_seeds")  # n_seeds and <column>_std: aggregates only
+NOT_COLUMNS = ("fingerprint", "job", "n_seeds", "unfinished")  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
 
 
@@ -163,13 +163,29 @@ def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]
         if ranking is not None and spec.seeds is not None:
             lines.append(f"- {verdict(ranking)}")
         values = {r["run"]: r.get(metric) for r in references if is_number(r.get(metric))}
+        scored = [r for r in runs if is_number(r.get(metric)) and not math.isnan(r[metric])]
         for row, value in values.items():
-            below = [r["run"] for r in runs if is_number(r.get(metric)) and r[metric] <= value]
+            below = [r["run"] for r in scored if r[metric] <= value]
+            against = f"runs not above it: {', '.join(below) if below else 'none'}"
             lines.append(
-                f"- `{metric}` of `{row}`: {value:.2f}; runs not above it: "
-                f"{', '.join(below) if below else 'none'}."
+                f"- `{metric}` of `{row}`: {value:.2f}; "
+                f"{against if scored else 'no run was evaluated'}."
             )
     return lines
+
+
+def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
+    """A line naming the jobs stopped before their evaluation, if any."""
+    stopped = [r for r in results if r.get("unfinished")]
+    if not stopped:
+        return []
+    jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
+    return [
+        f"**Unfinished**: {len(stopped)} jobs stopped before their evaluation, after the epochs in "
+        f"brackets of {max_epochs}: {jobs}. Their rows hold the pretraining costs and curves only; "
+        "their evaluation columns are empty.",
+        "",
+    ]
 
 
 def _seeded_tables(
@@ -228,6 +244,7 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
         f"# Comparison: {spec.name}",
         "",
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
+        *_unfinished(results, budget.max_epochs),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
         f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "

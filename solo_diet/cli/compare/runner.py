@@ -262,13 +262,26 @@ def run_one_job(spec_file: str | Path, key: str) -> None:
     run_job(spec, job, shared_evaluator(), evaluation_fingerprint(spec))
 
 
-def _report_of_finished(spec: DictConfig, jobs: Sequence[Job], out: Path) -> Path:
-    """The report of those ``jobs`` that have a ``result.json``."""
-    results = [
-        read_json(job.run_dir / "result.json")
-        for job in jobs
-        if (job.run_dir / "result.json").is_file()
-    ]
+def _unfinished_row(job: Job) -> dict[str, Any]:
+    """A run's job that trained some epochs but was never evaluated: its pretraining costs and
+    curves (``epochs.csv``), marked ``unfinished``."""
+    row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
+    costs = pretrain_costs(job.run_dir)
+    del costs["pretrain_wall_s"]  # its pretraining call never returned
+    return row | costs | {"unfinished": True}
+
+
+def _report_of_finished(
+    spec: DictConfig, jobs: Sequence[Job], out: Path, with_unfinished: bool = False
+) -> Path:
+    """The report of those ``jobs`` that have a ``result.json``; ``with_unfinished`` adds the
+    runs' jobs that only have pretraining epochs (their curves and costs, no evaluation)."""
+    results = []
+    for job in jobs:
+        if (job.run_dir / "result.json").is_file():
+            results.append(read_json(job.run_dir / "result.json"))
+        elif with_unfinished and job.reference is None and (job.run_dir / "epochs.csv").is_file():
+            results.append(_unfinished_row(job))
     missing = len(jobs) - len(results)
     if missing:
         progress(f"{missing} of {len(jobs)} jobs have no result yet: the report leaves them out")
@@ -282,7 +295,8 @@ def run_compare(
 ) -> Path:
     """Run (or finish) a comparison; returns the path of report.md. Raises :class:`JobsFailed`
     after writing the report of the other jobs when some jobs failed. ``report_only``: run
-    nothing, write the report from the jobs that have a ``result.json``."""
+    nothing, write the report from the jobs' ``result.json`` (and the pretraining curves of the
+    jobs stopped before their evaluation)."""
     import solo_diet
 
     solo_diet.register()
@@ -292,7 +306,7 @@ def run_compare(
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(spec, jobs, out)
+        return _report_of_finished(spec, jobs, out, with_unfinished=True)
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.yaml"
