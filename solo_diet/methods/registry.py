@@ -33,7 +33,8 @@ def _add(methods_module, name: str, cls: type) -> None:
 def register() -> list[str]:
     """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
 
-    Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES``.
+    Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
+    ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to ``BaseMethod._OPTIMIZERS``.
 
     Idempotent: a second call re-adds the same classes. Returns the registered names.
     """
@@ -42,9 +43,11 @@ def register() -> list[str]:
     from solo.methods.base import BaseMethod
 
     from solo_diet.backbones import PLUGIN_BACKBONES
+    from solo_diet.lars import ForeachLARS
 
     for name, factory in PLUGIN_BACKBONES.items():
         BaseMethod._BACKBONES.setdefault(name, factory)
+    BaseMethod._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = []
     for name, target in PLUGIN_METHODS.items():

@@ -1,0 +1,119 @@
+"""LARS (You et al., 2017, Eq. 6) with solo-learn's semantics, batched and without host syncs.
+
+solo-learn's ``LARS`` walks the parameters one by one and asks ``p_norm != 0 and g_norm != 0`` in
+Python, which on a GPU waits for the device twice per parameter: the host cannot queue the next
+step's work while the GPU finishes this one. ``ForeachLARS`` takes the same decisions on the device
+(``torch.where``) and applies them with torch's ``_foreach`` ops, a few launches per parameter
+group. The update, per parameter ``p`` with gradient ``g``, weight decay ``wd``, trust coefficient
+``eta``:
+
+- ``trust = eta * |p| / (|g| + wd * |p| + eps)`` (with ``clip_lr``: ``min(trust / lr, 1)``);
+- ``d = trust * (g + wd * p)`` when ``|p| != 0`` and ``|g| != 0``, else ``d = g`` (no weight decay);
+  one-dimensional parameters skip both when ``exclude_bias_n_norm`` is set;
+- SGD momentum as torch's (``buf = momentum * buf + (1 - dampening) * d``, the first ``buf = d``),
+  Nesterov optional, then ``p -= lr * d``.
+
+Registered for solo-learn as ``optimizer.name: lars_foreach`` with the defaults solo-learn gives
+``lars`` (momentum 0.9, eta 1e-3).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+import torch
+from torch import Tensor
+
+
+class ForeachLARS(torch.optim.Optimizer):
+    """solo-learn's LARS (``solo.utils.lars.LARS``), the same update without per-parameter host
+    syncs."""
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float,
+        momentum: float = 0.9,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        eta: float = 1e-3,
+        eps: float = 1e-8,
+        clip_lr: bool = False,
+        exclude_bias_n_norm: bool = False,
+    ) -> None:
+        for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            if value < 0:
+                raise ValueError(f"LARS: `{name}` must be >= 0, got {value}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("LARS: Nesterov momentum needs momentum > 0 and dampening 0")
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            eta=eta,
+            eps=eps,
+            clip_lr=clip_lr,
+            exclude_bias_n_norm=exclude_bias_n_norm,
+        )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._update_group(group, params)
+        return loss
+
+    def _directions(self, group: dict, params: list[Tensor]) -> list[Tensor]:
+        """``d`` of every parameter: the trust-scaled, weight-decayed gradient where both norms are
+        non-zero (and the parameter is not an excluded bias or norm), else the gradient."""
+        wd, eta, eps = group["weight_decay"], group["eta"], group["eps"]
+        exclude = group["exclude_bias_n_norm"]
+        scaled = [i for i, p in enumerate(params) if p.ndim != 1 or not exclude]
+        directions = [p.grad for p in params]
+        if not scaled:
+            return directions
+        weights = [params[i] for i in scaled]
+        grads = [directions[i] for i in scaled]
+        p_norms = torch.stack(torch._foreach_norm(weights))
+        g_norms = torch.stack(torch._foreach_norm(grads))
+        trust = p_norms / (g_norms + p_norms * wd + eps) * eta
+        if group["clip_lr"]:
+            trust = torch.clamp(trust / group["lr"], max=1.0)
+        active = (p_norms != 0) & (g_norms != 0)
+        scale = torch.where(active, trust, torch.ones_like(trust)).unbind(0)
+        decay = (active.to(trust.dtype) * wd).unbind(0)
+        decayed = torch._foreach_add(grads, torch._foreach_mul(weights, decay))
+        for i, direction in zip(scaled, torch._foreach_mul(decayed, scale)):
+            directions[i] = direction
+        return directions
+
+    def _update_group(self, group: dict, params: list[Tensor]) -> None:
+        directions = self._directions(group, params)
+        momentum = group["momentum"]
+        if momentum != 0:
+            buffers, running, running_d = [], [], []
+            for p, d in zip(params, directions):
+                buffer = self.state[p].get("momentum_buffer")
+                if buffer is None:  # the first step: buf = d
+                    buffer = self.state[p]["momentum_buffer"] = d.clone()
+                else:
+                    running.append(buffer)
+                    running_d.append(d)
+                buffers.append(buffer)
+            if running:
+                torch._foreach_mul_(running, momentum)
+                torch._foreach_add_(running, running_d, alpha=1 - group["dampening"])
+            if group["nesterov"]:
+                directions = torch._foreach_add(directions, buffers, alpha=momentum)
+            else:
+                directions = buffers
+        torch._foreach_add_(params, directions, alpha=-group["lr"])
