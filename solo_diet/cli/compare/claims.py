@@ -26,7 +26,7 @@ HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 @dataclass(frozen=True)
 class Comparison:
     """``better``'s mean minus the other side's (a run's mean, or the ``at_least`` value) and two
-    pooled standard deviations (two of ``better``'s own against a value); NaN: no seeds to tell."""
+    pooled standard deviations (two of ``better``'s own against a value; NaN with one seed)."""
 
     better: str
     other: str
@@ -35,15 +35,13 @@ class Comparison:
 
     @property
     def outcome(self) -> str:
-        if math.isnan(self.gap) or math.isnan(self.two_std):
+        if math.isnan(self.two_std):
             return OPEN
         if self.gap > self.two_std:
             return HELD
         return REVERSED if -self.gap > self.two_std else OPEN
 
     def words(self) -> str:
-        if math.isnan(self.gap):
-            return f"{self.better} vs {self.other}: no value"
         spread = "one seed" if math.isnan(self.two_std) else f"2 pooled std {self.two_std:.2f}"
         return f"{self.better} − {self.other} = {self.gap:+.2f} ({spread}: {self.outcome})"
 
