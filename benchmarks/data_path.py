@@ -19,6 +19,8 @@ sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18 \
         --sources image_folder gpu gpu_eager ceiling   # CUDA graphs against eager augmentation
+    python benchmarks/data_path.py --methods simclr --backbones resnet18 --sources gpu \
+        --override optimizer.name=lars_foreach      # the same step with ForeachLARS
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
 """
 
@@ -80,6 +82,7 @@ def compose_method(method: str, case: dict, extra: list):
             "++wandb.enabled=False",
             "++auto_resume.enabled=False",
             f"data.num_workers={case['workers']}",
+            *case["overrides"],
         ]
     )
     cfg = compose_cfg(str(CONFIG_DIR), f"{method}_sem" if plain else method, overrides)
@@ -311,6 +314,12 @@ def base_parser(doc: str, backbones: list) -> argparse.ArgumentParser:
     parser.add_argument("--images", type=int, default=5000, help="training images (32 px)")
     parser.add_argument("--smoke", action="store_true", help="a tiny version on a CPU")
     parser.add_argument("--case-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override for every case, e.g. optimizer.name=lars_foreach (repeatable)",
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case, JSON
     return parser
 
@@ -336,9 +345,11 @@ def case_settings(args: argparse.Namespace, what: str) -> dict:
     print(
         f"# {what}, {'CPU' if args.smoke else gpu_name()}, batch {args.batch_size}, "
         f"{args.precision}, {args.images} images of 32 px, {args.workers} image_folder workers"
+        + (f", overrides {args.override}" if args.override else "")
     )
     keys = ("batch_size", "precision", "workers")
-    return {"accelerator": accelerator, **{key: getattr(args, key) for key in keys}}
+    settings = {key: getattr(args, key) for key in keys}
+    return {"accelerator": accelerator, "overrides": args.override, **settings}
 
 
 def main(argv: Optional[list] = None) -> None:
