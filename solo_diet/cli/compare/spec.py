@@ -227,7 +227,7 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
                 f"{OmegaConf.select(spec, key)}."
             )
     per_gpu = spec.parallel.jobs_per_gpu
-    if not (_positive_or_none(per_gpu) and per_gpu is not None):
+    if per_gpu is None or not _positive_or_none(per_gpu):
         raise ConfigError(
             f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
             f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
