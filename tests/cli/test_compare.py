@@ -89,13 +89,18 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     )
     simclr_dir = out / "runs" / "simclr"
     interrupt_after_first_epoch(simclr_dir)
+    for checkpoint in (out / "runs" / "diet").rglob("*.ckpt"):  # copied back without checkpoints
+        checkpoint.unlink()
     capsys.readouterr()
 
     run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out))
 
     log = capsys.readouterr().out
+    assert "run 'diet': already evaluated (its checkpoint is gone; the result stands)" in log
+    assert not list((out / "runs" / "diet").rglob("*.ckpt"))  # nothing was trained again
     assert (
-        "run 'diet': pretraining already finished" in log and "run 'diet': already evaluated" in log
+        "run 'cplearn': pretraining already finished" in log
+        and "run 'cplearn': already evaluated" in log
     )
     assert "run 'simclr': resuming after epoch 0" in log
     assert (

@@ -126,6 +126,18 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert again.read_text().splitlines()[3].startswith("- **held**: pixels (`knn_acc1`): simclr")
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")} == stamps
 
+    state = torch.load(out / "references" / "raw_pixels" / "reference.ckpt", weights_only=True)
+    assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
+
+    # run folders gathered without their checkpoints: a full run keeps every result, trains nothing
+    for checkpoint in out.rglob("*.ckpt"):
+        checkpoint.unlink()
+    results = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/result.json")}
+    results.update({p: p.stat().st_mtime_ns for p in out.glob("references/*/result.json")})
+    run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out))
+    assert len(results) == 6 and not list(out.rglob("*.ckpt"))
+    assert {p: p.stat().st_mtime_ns for p in results} == results
+
     # a job stopped before its evaluation: --report-only keeps its curves and costs, says so
     (out / "runs" / "diet" / "seed_1" / "result.json").unlink()
     text = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out), report_only=True).read_text()
@@ -147,8 +159,6 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         assert row["train_s"] == "" and row["linear_acc1_std"] == ""
     assert 1.0 <= float(random_init["rankme"]) <= 8.0 + 1e-3  # the width-8 backbone
     assert 8.0 < float(pixels["rankme"]) <= 15.0 + 1e-3  # 3072 pixels, 15 val images
-    state = torch.load(out / "references" / "raw_pixels" / "reference.ckpt", weights_only=True)
-    assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
     init_args = json.loads((out / "references" / "random_init" / "args.json").read_text())
     assert init_args["seed"] == SEEDS[0] and init_args["backbone"]["kwargs"] == {"width": 8}
     assert "random_init" in report and "`linear_acc1` of `raw_pixels`" in report

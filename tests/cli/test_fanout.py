@@ -130,3 +130,20 @@ def test_an_interrupted_scheduler_stops_its_tasks(tmp_path, signum):
     assert scheduler.wait(timeout=30) != 0
     with pytest.raises(ProcessLookupError):
         os.kill(task_pid, 0)
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_each_task_gets_its_share_of_the_cores_unless_the_caller_chose(
+    tmp_path, monkeypatch, preset
+):
+    if preset is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", preset)
+    argv = (sys.executable, "-c", "import os; print('THREADS', os.environ['OMP_NUM_THREADS'])")
+    tasks = [Task(name, argv, tmp_path / name / "job.log") for name in "abc"]
+    run_tasks(tasks, workers=2, gpus=[], say=lambda _: None, poll_s=0.05)
+
+    expected = preset or str(max(1, (os.cpu_count() or 1) // 2))
+    for t in tasks:
+        assert f"THREADS {expected}" in t.log_path.read_text().splitlines()

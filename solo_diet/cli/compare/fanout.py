@@ -1,10 +1,12 @@
 """Running a comparison's jobs side by side, each in its own process on its own GPUs.
 
 Each task is one subprocess, in its own process group, with ``CUDA_VISIBLE_DEVICES`` set to the
-GPUs it was given (none for a CPU task); its stdout and stderr go to its log file, and the terminal
-gets one line per event (started, done, failed). A failed task is reported with its log and the
-others go on. Ctrl-C or SIGTERM stops every running task: SIGINT to its process group, SIGKILL
-after a grace period. No solo-learn here: the tasks are plain command lines.
+GPUs it was given (none for a CPU task) and ``OMP_NUM_THREADS`` to its share of the host's cores,
+unless the caller set it. Otherwise torch's CPU linear algebra (RankMe, LiDAR, k-means) starts one
+thread per core in every task and oversubscribes the host. Its stdout and stderr go to its log file,
+and the terminal gets one line per event (started, done, failed). A failed task is reported with its
+log and the others go on. Ctrl-C or SIGTERM stops every running task: SIGINT to its process group,
+SIGKILL after a grace period. No solo-learn here: the tasks are plain command lines.
 """
 
 from __future__ import annotations
@@ -86,13 +88,24 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _start(task: Task, devices: tuple[str, ...]) -> _Running:
+def cpu_threads_per_task(workers: int) -> str:
+    """``OMP_NUM_THREADS`` for each of ``workers`` tasks running at once: the caller's own value,
+    else the host's cores shared out evenly (at least one)."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // workers))
+
+
+def _start(task: Task, devices: tuple[str, ...], threads: str) -> _Running:
     task.log_path.parent.mkdir(parents=True, exist_ok=True)
     log = task.log_path.open("a")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     log.write(f"### {stamp} CUDA_VISIBLE_DEVICES={','.join(devices)} {' '.join(task.argv)}\n")
     log.flush()
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(devices), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES=",".join(devices),
+        OMP_NUM_THREADS=threads,
+        PYTHONUNBUFFERED="1",
+    )
     process = subprocess.Popen(
         list(task.argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
@@ -164,6 +177,7 @@ def run_tasks(
         raise ValueError(f"{too_big} need more GPUs than the {len(gpus)} visible")
     pending, running = list(tasks), []
     slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
+    threads = cpu_threads_per_task(min(workers, max(1, len(tasks))))
     with _sigterm_raises():
         try:
             while pending or running:
@@ -173,7 +187,7 @@ def run_tasks(
                     if task is None:
                         break
                     pending.remove(task)
-                    running.append(_start(task, devices))
+                    running.append(_start(task, devices, threads))
                     where = f" on GPU {','.join(devices)}" if devices else ""
                     say(
                         f"({len(tasks) - len(pending)}/{len(tasks)}) {task.label}: started{where} "

@@ -139,6 +139,21 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval) -> Path:
     return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
 
 
+def _evaluated_without_checkpoint(job: Job, previous: dict, eval_fingerprint: str) -> bool:
+    """Whether a job whose checkpoint is gone (run folders copied without checkpoints, from another
+    machine or session) was pretrained with this config to its last epoch and evaluated with these
+    settings: its result stands and nothing is trained again."""
+    state = read_json(job.run_dir / "state.json")
+    finished = state.get("checkpoint")
+    return (
+        bool(finished)
+        and not Path(finished).is_file()
+        and state.get("pretrain_fingerprint") == training_fingerprint(job.cfg)
+        and previous.get("checkpoint") == finished
+        and previous.get("fingerprint") == eval_fingerprint
+    )
+
+
 def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> dict[str, Any]:
     """Pretrain (not for reference rows) and evaluate one job, each step skipped when already
     done; returns its result, also written to ``result.json``."""
@@ -146,6 +161,9 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
     result_path = job.run_dir / "result.json"
     previous = read_json(result_path)
     if job.reference is None:
+        if _evaluated_without_checkpoint(job, previous, eval_fingerprint):
+            progress(f"{job.label}: already evaluated (its checkpoint is gone; the result stands)")
+            return previous
         checkpoint, trained = pretrain(spec, job)
         if _secondary_rank():
             return {}
@@ -154,12 +172,11 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
         wanted = eval_fingerprint
         done = not trained and previous.get("checkpoint") == str(checkpoint)
     else:
-        checkpoint = job.run_dir / "reference.ckpt"
         arch, data = (
             OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
         )
         wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])
-        done = checkpoint.is_file()
+        done = True  # the fingerprint names everything a reference row is made of
     if done and previous.get("fingerprint") == wanted:
         progress(f"{job.label}: already evaluated")
         return previous
