@@ -114,6 +114,36 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem", "cplearn"]
 
 
+def test_evaluation_fingerprint_follows_config_content_not_location(data_root, tmp_path):
+    import shutil
+
+    import solo_diet
+    from solo_diet.cli.compare.runner import evaluation_fingerprint
+    from solo_diet.cli.compare.spec import load_spec
+
+    solo_diet.register()
+    copies = []
+    for name in ("here", "there"):
+        folder = tmp_path / name
+        shutil.copytree(SHIPPED_SPEC.parent / "configs", folder / "configs")
+        shutil.copy(SHIPPED_SPEC, folder / SHIPPED_SPEC.name)
+        copies.append(folder)
+
+    def fingerprint_of(folder: Path) -> str:
+        spec = load_spec(folder / SHIPPED_SPEC.name, shrunk(data_root, folder / "out"))
+        return evaluation_fingerprint(spec)
+
+    here = fingerprint_of(copies[0])
+    assert fingerprint_of(copies[1]) == here  # another checkout, another output_dir
+    views = copies[1] / "configs" / "augmentations" / "one_view.yaml"
+    views.write_text(views.read_text().replace("crop_size: 32", "crop_size: 24"))
+    changed_views = fingerprint_of(copies[1])
+    assert changed_views != here
+    probe = copies[1] / "configs" / "linear.yaml"
+    probe.write_text(probe.read_text().replace("lr: ", "lr: 0.5 #"))
+    assert fingerprint_of(copies[1]) not in (here, changed_views)
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

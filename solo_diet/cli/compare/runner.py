@@ -117,10 +117,14 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
 
 
 def evaluation_fingerprint(spec: DictConfig) -> str:
-    """Changes with any evaluation setting or the probe config (a job's result is then redone)."""
+    """Changes with any evaluation setting, the probe's composed config or the content of the
+    LiDAR views' YAML (a job's result is then redone); not with where the config files lie."""
     settings = OmegaConf.to_container(spec.evaluation)
-    linear = OmegaConf.to_container(spec.linear)
-    return fingerprint(settings | {"linear": linear, "data_format": spec.data.format})
+    views = settings.pop("lidar_augmentations")
+    settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
+    probe = compose_linear(spec, Path("checkpoint"), Path("run"))
+    probe_settings = OmegaConf.to_container(probe, resolve=True)
+    return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
 
 
 def _secondary_rank() -> bool:
