@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import shutil
 import struct
 from pathlib import Path
 from typing import Callable, Optional
@@ -124,16 +125,37 @@ def _write_split(root: Path, images: np.ndarray, labels: np.ndarray, classes: li
         Image.fromarray(image).save(root / classes[label] / f"{i:06d}.png")
 
 
+def _clear_earlier_write(root: Path) -> None:
+    """Remove the ``train/`` and ``val/`` of an earlier write of ours (another dataset or
+    ``--limit``, or an interrupted one), so no stale image stays; refuse folders not ours."""
+    splits = [root / split for split in ("train", "val") if (root / split).exists()]
+    if not splits:
+        return
+    ours = (root / ".complete").exists() or (root / ".writing").exists()
+    if not ours:
+        raise DataError(
+            f"{root} already holds {' and '.join(s.name + '/' for s in splits)} that `solo-diet "
+            "data` did not write: choose an empty or new directory, or delete them."
+        )
+    for split in splits:
+        shutil.rmtree(split)
+
+
 def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Path:
-    """Write dataset ``name`` under ``directory``; a complete earlier write is reused."""
+    """Write dataset ``name`` under ``directory``; a complete earlier write of the same dataset and
+    ``limit`` is reused, any other earlier write of ours is replaced."""
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}.")
     if limit is not None and limit <= 0:
         raise ConfigError(f"--limit must be a positive number of images, got {limit}.")
     root = Path(directory).expanduser().resolve()
-    marker = root / ".complete"
+    marker, writing = root / ".complete", root / ".writing"
     if marker.exists() and marker.read_text() == f"{name} {limit}":
         return root
+    _clear_earlier_write(root)
+    root.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    writing.write_text(f"{name} {limit}")
     loader, classes = DATASETS[name]
     x_train, y_train, x_val, y_val = loader()
     if limit is not None:
@@ -142,4 +164,5 @@ def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Pat
     _write_split(root / "train", x_train, y_train, classes)
     _write_split(root / "val", x_val, y_val, classes)
     marker.write_text(f"{name} {limit}")
+    writing.unlink()
     return root

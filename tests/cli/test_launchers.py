@@ -215,6 +215,32 @@ def test_data_command_writes_animal_mnist_image_folder(tmp_path):
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "am" / "val").iterdir()) == 2000
 
 
+def test_data_command_replaces_its_earlier_write_and_refuses_foreign_folders(tmp_path, capsys):
+    pytest.importorskip("animal_mnist", reason="pip install --no-deps animal-mnist==0.4")
+    root = tmp_path / "am"
+
+    def train_images() -> list[str]:
+        return sorted(str(p.relative_to(root)) for p in (root / "train").rglob("*.png"))
+
+    assert main(["data", "animal-mnist", str(root), "--limit", "300"]) == 0
+    assert len(train_images()) == 300
+    assert main(["data", "animal-mnist", str(root), "--limit", "100"]) == 0
+    fewer = train_images()
+    assert len(fewer) == 100  # no image of the larger write is left behind
+    (root / ".complete").unlink()
+    (root / ".writing").write_text("animal-mnist 100")  # an interrupted write of ours
+    assert main(["data", "animal-mnist", str(root), "--limit", "100"]) == 0
+    assert train_images() == fewer and not (root / ".writing").exists()
+
+    foreign = tmp_path / "mine"
+    (foreign / "train" / "cat").mkdir(parents=True)
+    (foreign / "train" / "cat" / "keep.png").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["data", "animal-mnist", str(foreign), "--limit", "100"]) != 0
+    assert "already holds train/ that `solo-diet data` did not write" in capsys.readouterr().err
+    assert (foreign / "train" / "cat" / "keep.png").exists()
+
+
 def test_data_command_writes_fashion_mnist_image_folder(tmp_path):
     from solo_diet.cli.data import FASHION_DIRS, load_fashion_mnist
 
