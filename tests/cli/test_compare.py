@@ -65,6 +65,7 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
             1.0 <= float(row["lidar"]) <= 5.0 + 1e-3
         )  # min(d, n - 1) with n = 6 surrogate classes
         assert float(row["samples_per_s"]) > 0 and math.isnan(float(row["peak_gpu_mib"]))
+        assert 0 < float(row["evaluation_wall_s"]) < float(row["pretrain_wall_s"]) + 600
         assert (row["sem_rankme"] != "" and row["sem_linear_acc1"] != "") == (name == "simclr_sem")
         assert 0.0 <= float(row["kmeans_nmi"]) <= 1.0 and -1.0 <= float(row["kmeans_ari"]) <= 1.0
         assert (

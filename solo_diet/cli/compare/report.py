@@ -49,6 +49,7 @@ RESULT_COLUMNS = (
     "sem_rankme",
     "sem_lidar",
     "pretrain_wall_s",
+    "evaluation_wall_s",
     "train_s",
     "samples_per_s",
     "peak_gpu_mib",
@@ -139,9 +140,10 @@ def _legend(spec: DictConfig) -> list[str]:
         "L2-normalised val features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. "
         "`codes_*`: NMI, AMI and number of used codes of the argmax code of `cplearn*` runs on the "
         "val split.",
-        "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); `train_s`, "
-        "`samples_per_s`, `peak_gpu_mib`: summed / max over epochs of the training loops "
-        "(EpochCostLogger).",
+        "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); "
+        "`evaluation_wall_s`: of the offline evaluation (a process's first job also prepares the "
+        "shared evaluation data); `train_s`, `samples_per_s`, `peak_gpu_mib`: summed / max over "
+        "epochs of the training loops (EpochCostLogger).",
         "- Reference rows, evaluated like the runs: `random_init` is the first run's backbone "
         "(same architecture and seed) never trained; `raw_pixels` is the normalised image "
         "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "

@@ -184,6 +184,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
     if done and previous.get("fingerprint") == wanted:
         progress(f"{job.label}: already evaluated")
         return previous
+    started = time.time()
     if job.reference is not None:
         checkpoint = _reference_checkpoint(spec, job, shared_eval)
     result = evaluate_checkpoint(
@@ -194,7 +195,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
         result.update(pretrain_costs(job.run_dir))
     else:
         result.update(method=job.reference)
-    result.update(fingerprint=wanted)
+    result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
     write_json(result_path, result)
     progress(
         f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
