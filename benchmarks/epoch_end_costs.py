@@ -16,23 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 from data_path import BACKBONES, compose_method
+from gpu_augment import median_seconds
 
 from solo_diet.metrics.rank import rankme
-
-
-def median_seconds(work: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def diet_checkpoint(num_samples: int, device: str) -> dict:
@@ -74,7 +64,8 @@ def main() -> None:
         sum(t.numel() * t.element_size() for t in state["state_dict"].values()) * 3 / 2**20
     )  # weights and two AdamW moments
     path = Path(args.dir) / "epoch_end_costs.ckpt"
-    seconds = median_seconds(lambda: torch.save(state, path), args.repeats)
+    host = torch.device("cpu")  # host wall clock: both pieces are host work
+    seconds = median_seconds(lambda: torch.save(state, path), host, 0, args.repeats)
     path.unlink()
     setting = f"{num_samples} classes, ~{size_mib:.0f} MiB"
     print(f"| torch.save, DIET ResNet-18 | {setting} | {seconds:.3f} |")
@@ -83,7 +74,7 @@ def main() -> None:
     default = torch.get_num_threads()
     for threads in sorted({1, 8, default}):
         torch.set_num_threads(threads)
-        seconds = median_seconds(lambda: rankme(features), args.repeats)
+        seconds = median_seconds(lambda: rankme(features), host, 0, args.repeats)
         print(f"| RankMe, 2000 x 512 | {threads} CPU threads | {seconds:.3f} |")
     torch.set_num_threads(default)
 
