@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -129,9 +130,12 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     state = torch.load(out / "references" / "raw_pixels" / "reference.ckpt", weights_only=True)
     assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
 
-    # run folders gathered without their checkpoints: a full run keeps every result, trains nothing
-    for checkpoint in out.rglob("*.ckpt"):
-        checkpoint.unlink()
+    # run folders gathered into another output_dir without their checkpoints (as from other
+    # machines): a full run there keeps every result and trains nothing
+    gathered = tmp_path / "gathered"
+    for folder in ("runs", "references"):
+        shutil.copytree(out / folder, gathered / folder, ignore=shutil.ignore_patterns("*.ckpt"))
+    out = gathered
     results = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/result.json")}
     results.update({p: p.stat().st_mtime_ns for p in out.glob("references/*/result.json")})
     run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out))
