@@ -31,15 +31,26 @@ if TYPE_CHECKING:
     from solo_diet.methods.checkpoint import PretrainedCheckpoint
 
 
-class ArgmaxCodes(torch.nn.Module):
-    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+class _ForwardOf(torch.nn.Module):
+    """Wraps a method model; subclasses pick one part of its forward output."""
 
     def __init__(self, method_model: torch.nn.Module):
         super().__init__()
         self.method_model = method_model
 
+
+class ArgmaxCodes(_ForwardOf):
+    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.method_model(images)["z"].argmax(1, keepdim=True)
+
+
+class Embedding(_ForwardOf):
+    """The embedding ``h`` (f wide, before the codes) of a method whose forward returns it."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.method_model(images)["h"]
 
 
 class CPLearn(MethodContract, BaseMethod):
@@ -139,8 +150,14 @@ class CPLearn(MethodContract, BaseMethod):
     def extra_evaluations(
         cls, checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
     ) -> list[ExtraRepresentation]:
-        """Contract hook: compare scores the argmax codes as a clustering (``codes_*``)."""
-        return [ExtraRepresentation("codes", ArgmaxCodes(checkpoint.method()), kind="codes")]
+        """Contract hook: compare scores the argmax codes as a clustering (``codes_*``) and
+        measures the embedding H like features (``embedding_*``: its RankMe reads the dimensional
+        collapse the CPLearn paper, §3.2, rules out for H)."""
+        model = checkpoint.method()
+        return [
+            ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
+            ExtraRepresentation("embedding", Embedding(model)),
+        ]
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

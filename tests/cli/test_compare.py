@@ -72,11 +72,16 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
             0.2 - 1e-6 <= float(row["kmeans_acc"]) <= 1.0
         )  # 5 classes of 3 val images, 5 clusters
         assert (row["codes_nmi"] != "") == (name == "cplearn")
+        assert (row["embedding_rankme"] != "") == (name == "cplearn")
     assert 0.0 <= float(results["simclr_sem"]["sem_linear_acc1"]) <= 100.0
     assert (
         1 <= float(results["cplearn"]["codes_used"]) <= 15
         and 0.0 <= float(results["cplearn"]["codes_nmi"]) <= 1.0
     )
+    embedding = {k: float(results["cplearn"][f"embedding_{k}"]) for k in ("rankme", "lidar")}
+    assert 1.0 <= embedding["rankme"] <= 15.0 + 1e-3  # 15 val images, h 2048 wide
+    assert 1.0 <= embedding["lidar"] <= 5.0 + 1e-3
+    assert 0.0 <= float(results["cplearn"]["embedding_knn_acc1"]) <= 100.0
     assert "kmeans_nmi" in report.read_text() and "sem_linear_acc1" in report.read_text()
     assert 1.0 <= float(results["simclr_sem"]["sem_lidar"]) <= 5.0 + 1e-3
     rows = read_epoch_rows(out / "runs" / "diet" / "epochs.csv")

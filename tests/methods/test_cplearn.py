@@ -58,6 +58,19 @@ def test_forward_keys_shapes_and_defaults():
     assert "projector.codes" in model.state_dict()
 
 
+def test_compare_measures_the_codes_and_the_embedding_h():
+    from solo_diet.methods.cplearn import ArgmaxCodes, Embedding
+
+    model = CPLearn(tiny_cfg("cplearn", dict(SMALL))).eval()
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        h = model.projector.embed(model.backbone(images))
+        assert Embedding(model)(images).shape == (4, 16)
+        assert torch.allclose(Embedding(model)(images), h)
+        codes = (h @ model.projector.codes).argmax(1, keepdim=True)  # tau > 0 keeps the argmax
+        assert torch.equal(ArgmaxCodes(model)(images), codes)
+
+
 def test_training_step_returns_loss_plus_probe():
     cfg = tiny_cfg("cplearn", dict(SMALL, beta=0.5, prior="forward_ce", symmetric=False))
     model = CPLearn(cfg)

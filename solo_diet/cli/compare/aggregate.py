@@ -23,6 +23,7 @@ RANKED_METRICS = (
     "kmeans_acc",
     "codes_nmi",
     "codes_ami",
+    "embedding_knn_acc1",
 )
 NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
 MEAN_SEED = "mean"  # the `seed` of an aggregate row

@@ -44,6 +44,9 @@ RESULT_COLUMNS = (
     "codes_nmi",
     "codes_ami",
     "codes_used",
+    "embedding_knn_acc1",
+    "embedding_rankme",
+    "embedding_lidar",
     "sem_linear_acc1",
     "sem_knn_acc1",
     "sem_rankme",
@@ -139,7 +142,8 @@ def _legend(spec: DictConfig) -> list[str]:
         "- `kmeans_*`: k-means++ / Lloyd (k = number of classes, 5 seeded starts) of the "
         "L2-normalised val features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. "
         "`codes_*`: NMI, AMI and number of used codes of the argmax code of `cplearn*` runs on the "
-        "val split.",
+        "val split; `embedding_*`: kNN, RankMe and LiDAR of their embedding H (the projector's "
+        "output before the codes, `proj_hidden_dim` wide).",
         "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); "
         "`evaluation_wall_s`: of the offline evaluation (a process's first job also prepares the "
         "shared evaluation data); `train_s`, `samples_per_s`, `peak_gpu_mib`: summed / max over "
