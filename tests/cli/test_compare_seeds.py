@@ -20,6 +20,7 @@ skip_without_solo()
 
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.compare.aggregate import pooled_std  # noqa: E402
+from solo_diet.cli.compare.runner import JobsFailed  # noqa: E402
 from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 SEEDS = (0, 1)
@@ -131,14 +132,14 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
 
     # run folders gathered into another output_dir without their checkpoints (as from other
-    # machines): a full run there keeps every result and trains nothing
-    gathered = tmp_path / "gathered"
+    # machines), the data copied elsewhere too: a full run there keeps every result, trains nothing
+    gathered, moved = tmp_path / "gathered", shutil.copytree(data_root, tmp_path / "moved")
     for folder in ("runs", "references"):
         shutil.copytree(out / folder, gathered / folder, ignore=shutil.ignore_patterns("*.ckpt"))
     out = gathered
     results = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/result.json")}
     results.update({p: p.stat().st_mtime_ns for p in out.glob("references/*/result.json")})
-    run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out))
+    run_compare(SHIPPED_SPEC, seeded_overrides(moved, out))
     assert len(results) == 6 and not list(out.rglob("*.ckpt"))
     assert {p: p.stat().st_mtime_ns for p in results} == results
 
@@ -169,3 +170,9 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert "Mean ± standard deviation over 2 seeds" in report and "## Per seed" in report
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert not math.isnan(float(by_key[("diet", "mean")]["linear_loss"]))
+
+    # the data changed where it lies: the finished jobs are refused, never silently kept
+    sorted((moved / "train").rglob("*.png"))[0].unlink()
+    with pytest.raises(JobsFailed) as failed:
+        run_compare(SHIPPED_SPEC, seeded_overrides(moved, out))
+    assert "pretrained with another config, budget or data" in str(failed.value)

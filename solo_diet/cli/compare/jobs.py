@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import checkpoint_epoch
+from solo_diet.cli.compare._files import data_signature
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
     SPEC_OWNED,
@@ -34,6 +35,7 @@ from solo_diet.cli.compare.spec import (
 from solo_diet.config import ConfigError
 
 RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+DATA_PATH_KEYS = ("root", "train_path", "val_path")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -156,12 +158,22 @@ def fingerprint(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def with_data_signatures(data: dict) -> dict:
+    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
+    signature (:func:`data_signature`)."""
+    return {
+        key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
+        for key, value in data.items()
+    }
+
+
 def training_fingerprint(cfg: DictConfig) -> str:
-    """Changes with anything that changes the trained weights; not with the checkpoint or
-    validation frequency."""
+    """Changes with anything that changes the trained weights, the data's files included; not
+    with the checkpoint or validation frequency, nor with where the data lies."""
     payload = OmegaConf.to_container(cfg, resolve=True)
     for key in ("checkpoint", "check_val_every_n_epoch"):
         payload.pop(key, None)
+    payload["data"] = with_data_signatures(payload.get("data") or {})
     return fingerprint(payload)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import already_finished, checkpoint_epoch
-from solo_diet.cli.compare._files import progress, read_json, write_json
+from solo_diet.cli.compare._files import data_signature, progress, read_json, write_json
 from solo_diet.cli.compare.evaluate import compose_linear, evaluate_checkpoint, shared_evaluator
 from solo_diet.cli.compare.jobs import (
     Job,
@@ -31,6 +31,7 @@ from solo_diet.cli.compare.jobs import (
     parse_runs,
     plan_jobs,
     training_fingerprint,
+    with_data_signatures,
 )
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec, validation_interval
@@ -66,8 +67,8 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     pretrain_fingerprint = training_fingerprint(cfg)
     if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
         raise ConfigError(
-            f"{run_dir} holds {job.label} pretrained with another config or budget; use another "
-            "`output_dir` or delete that folder."
+            f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
+            "another `output_dir` or delete that folder."
         )
     if state.get("checkpoint") and Path(state["checkpoint"]).is_file():
         return Path(state["checkpoint"]), False
@@ -124,6 +125,7 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
     settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
     probe = compose_linear(spec, Path("checkpoint"), Path("run"))
     probe_settings = OmegaConf.to_container(probe, resolve=True)
+    probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
     return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
 
 
@@ -179,6 +181,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
         arch, data = (
             OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
         )
+        data = with_data_signatures(data)
         wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])
         done = True  # the fingerprint names everything a reference row is made of
     if done and previous.get("fingerprint") == wanted:
@@ -322,6 +325,7 @@ def run_compare(
     import solo_diet
 
     solo_diet.register()
+    data_signature.cache_clear()  # the data may have changed since this process last looked
     spec = load_spec(spec_path, overrides)
     jobs = plan_jobs(spec, parse_runs(spec))
     out = Path(spec.output_dir)
