@@ -90,8 +90,9 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def cpu_threads_per_task(workers: int) -> str:
     """``OMP_NUM_THREADS`` for each of ``workers`` tasks running at once: the caller's own value,
-    else the host's cores shared out evenly (at least one)."""
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // workers))
+    else the cores this process may use shared out evenly (at least one)."""
+    cores = len(os.sched_getaffinity(0))
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // workers))
 
 
 def _start(task: Task, devices: tuple[str, ...], threads: str) -> _Running:
