@@ -124,7 +124,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
     import shutil
 
     import solo_diet
-    from solo_diet.cli.compare.runner import evaluation_fingerprint
+    from solo_diet.cli.compare.fingerprints import evaluation_fingerprint
     from solo_diet.cli.compare.spec import load_spec
 
     solo_diet.register()

@@ -3,6 +3,8 @@
 - :mod:`~solo_diet.cli.compare.spec`: the spec's defaults, loading and checks;
 - :mod:`~solo_diet.cli.compare.jobs`: the runs, and the jobs (one per run and seed, one per
   reference row), each in its own folder;
+- :mod:`~solo_diet.cli.compare.fingerprints`: what identifies a job's pretraining, evaluation and
+  data, so finished work is kept and changed work redone;
 - :mod:`~solo_diet.cli.compare.runner`: each job pretrained with ``run_pretrain`` (a finished job
   is not repeated, an interrupted one resumes from its last checkpoint), then evaluated, in this
   process or side by side in worker processes (:mod:`~solo_diet.cli.compare.fanout`,

@@ -11,8 +11,6 @@ run in their own processes, ``job.log``. Jobs therefore run in any order, in one
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,6 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import checkpoint_epoch
-from solo_diet.cli.compare._files import data_signature
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
     SPEC_OWNED,
@@ -35,7 +32,6 @@ from solo_diet.cli.compare.spec import (
 from solo_diet.config import ConfigError
 
 RUN_KEYS = ("name", "config_name", "config_path", "overrides")
-DATA_PATH_KEYS = ("root", "train_path", "val_path")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -151,30 +147,6 @@ def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> N
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
                 f"`{override}`."
             )
-
-
-def fingerprint(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def with_data_signatures(data: dict) -> dict:
-    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
-    signature (:func:`data_signature`)."""
-    return {
-        key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
-        for key, value in data.items()
-    }
-
-
-def training_fingerprint(cfg: DictConfig) -> str:
-    """Changes with anything that changes the trained weights, the data's files included; not
-    with the checkpoint or validation frequency, nor with where the data lies."""
-    payload = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("checkpoint", "check_val_every_n_epoch"):
-        payload.pop(key, None)
-    payload["data"] = with_data_signatures(payload.get("data") or {})
-    return fingerprint(payload)
 
 
 def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) -> DictConfig:

@@ -22,17 +22,15 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import already_finished, checkpoint_epoch
-from solo_diet.cli.compare._files import data_signature, progress, read_json, write_json
+from solo_diet.cli.compare._files import progress, read_json, write_json
 from solo_diet.cli.compare.evaluate import compose_linear, evaluate_checkpoint, shared_evaluator
-from solo_diet.cli.compare.jobs import (
-    Job,
-    fingerprint,
-    latest_checkpoint,
-    parse_runs,
-    plan_jobs,
+from solo_diet.cli.compare.fingerprints import (
+    data_signature,
+    evaluation_fingerprint,
+    reference_fingerprint,
     training_fingerprint,
-    with_data_signatures,
 )
+from solo_diet.cli.compare.jobs import Job, latest_checkpoint, parse_runs, plan_jobs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
@@ -117,18 +115,6 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
     }
 
 
-def evaluation_fingerprint(spec: DictConfig) -> str:
-    """Changes with any evaluation setting, the probe's composed config or the content of the
-    LiDAR views' YAML (a job's result is then redone); not with where the config files lie."""
-    settings = OmegaConf.to_container(spec.evaluation)
-    views = settings.pop("lidar_augmentations")
-    settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
-    probe = compose_linear(spec, Path("checkpoint"), Path("run"))
-    probe_settings = OmegaConf.to_container(probe, resolve=True)
-    probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
-    return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
-
-
 def _secondary_rank() -> bool:
     """True in the processes Lightning starts for DDP ranks other than 0 (they only train)."""
     return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
@@ -178,11 +164,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
         wanted = eval_fingerprint
         done = not trained and previous.get("checkpoint") == str(checkpoint)
     else:
-        arch, data = (
-            OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
-        )
-        data = with_data_signatures(data)
-        wanted = fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])
+        wanted = reference_fingerprint(spec, job, eval_fingerprint)
         done = True  # the fingerprint names everything a reference row is made of
     if done and previous.get("fingerprint") == wanted:
         progress(f"{job.label}: already evaluated")

@@ -1,0 +1,91 @@
+"""What identifies a job's work, so that finished work is kept and changed work is redone: the
+pretraining cfg, the evaluation settings, a reference row's parts, and the data's files.
+
+Fingerprints hash content, never locations: a checkout, an ``output_dir`` or the data can move
+without losing results, while a changed config, probe, LiDAR views or data file redoes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from solo_diet.cli.compare.jobs import Job
+
+DATA_PATH_KEYS = ("root", "train_path", "val_path")
+
+
+def fingerprint(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def data_signature(path: str) -> str:
+    """What the fingerprints know of a dataset path: a hash of its files' relative names and sizes
+    (of the file itself for a file), so moving the data keeps a comparison's results and changing
+    it redoes them. Cached per process; ``run_compare`` clears the cache when it starts."""
+    if os.path.isfile(path):
+        entries = [(os.path.basename(path), os.path.getsize(path))]
+    elif os.path.isdir(path):
+        prefix = len(os.path.join(path, ""))
+        entries = []
+        for folder, subfolders, files in os.walk(path):
+            subfolders.sort()
+            for name in sorted(files):
+                full = os.path.join(folder, name)
+                entries.append((full[prefix:], os.path.getsize(full)))
+    else:
+        return f"missing: {path}"
+    return fingerprint(entries)
+
+
+def with_data_signatures(data: dict) -> dict:
+    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
+    signature (:func:`data_signature`)."""
+    return {
+        key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
+        for key, value in data.items()
+    }
+
+
+def training_fingerprint(cfg: DictConfig) -> str:
+    """Changes with anything that changes the trained weights, the data's files included; not
+    with the checkpoint or validation frequency, nor with where the data lies."""
+    payload = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("checkpoint", "check_val_every_n_epoch"):
+        payload.pop(key, None)
+    payload["data"] = with_data_signatures(payload.get("data") or {})
+    return fingerprint(payload)
+
+
+def evaluation_fingerprint(spec: DictConfig) -> str:
+    """Changes with any evaluation setting, the probe's composed config, the content of the LiDAR
+    views' YAML or the data (a job's result is then redone); not with where any of them lie."""
+    from solo_diet.cli.compare.evaluate import compose_linear
+
+    settings = OmegaConf.to_container(spec.evaluation)
+    views = settings.pop("lidar_augmentations")
+    settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
+    probe = compose_linear(spec, Path("checkpoint"), Path("run"))
+    probe_settings = OmegaConf.to_container(probe, resolve=True)
+    probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
+    return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
+
+
+def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:
+    """Everything a reference row is made of: the evaluation, the row, the architecture and seed
+    of the first run, and the data."""
+    arch, data = (
+        OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
+    )
+    return fingerprint(
+        [eval_fingerprint, job.reference, arch, job.cfg_seed, with_data_signatures(data)]
+    )
