@@ -195,6 +195,11 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
             ["reference_rows=[raw_pixels]", "runs=[{name: raw_pixels, config_name: diet}]"],
             "name of a reference row",
         ),
+        (
+            ["only=[diett]"],
+            r"`only` must be null \(every job\) or .* names \['diet', 'simclr'.*got \['diett'\]",
+        ),
+        (["only=[]"], "`only` must be null"),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),

@@ -74,3 +74,20 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
     assert (out / "runs" / "simclr" / "result.json").read_text() == simclr_result
     assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
     assert "| diet | diet |" in report.read_text()
+
+
+def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_root, tmp_path):
+    out = tmp_path / "cmp"
+    run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS) + ["only=[diet]"])
+    assert report_runs(out) == ["diet"] and not (out / "runs" / "simclr").exists()
+    assert (out / "spec.yaml").is_file() and not list(out.glob(".spec-*.yaml"))
+    diet_result = (out / "runs" / "diet" / "result.json").read_text()
+
+    report = run_compare(
+        SHIPPED_SPEC, overrides(data_root, out, RUNS) + ["only=[simclr,raw_pixels]"]
+    )
+
+    assert report_runs(out) == ["diet", "simclr", "raw_pixels"]  # every finished job of the spec
+    assert (out / "runs" / "diet" / "result.json").read_text() == diet_result
+    assert (out / "runs" / "diet" / "job.log").read_text().count("### ") == 1  # started once
+    assert "| simclr | simclr |" in report.read_text()

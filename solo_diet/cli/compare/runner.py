@@ -317,24 +317,34 @@ def run_compare(
         return _report_of_finished(spec, jobs, out, with_unfinished=True)
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     out.mkdir(parents=True, exist_ok=True)
-    spec_file = out / "spec.yaml"
-    OmegaConf.save(spec, spec_file)  # the resolved spec: the workers' input and the record
+    record = out / f".spec-record-{os.getpid()}.yaml"  # written whole: calls may share out
+    OmegaConf.save(spec, record)
+    record.replace(out / "spec.yaml")  # the resolved spec, as a record
+    chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     workers = workers_for(spec)
-    in_processes = workers > 1 or any(job.gpus() > 1 for job in jobs)
+    in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     budget, seeds = spec.budget, list(spec.seeds) if spec.seeds is not None else "config's"
     progress(
         f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, seeds {seeds}, reference rows "
-        f"{list(spec.reference_rows)}), {budget.max_epochs} epochs at batch {budget.batch_size}, "
+        f"{list(spec.reference_rows)})"
+        + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
+        + f", {budget.max_epochs} epochs at batch {budget.batch_size}, "
         f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
     if in_processes:
-        failures = _run_in_processes(jobs, workers, spec.parallel.jobs_per_gpu, spec_file)
+        # the workers' own copy: another compare into this output_dir may rewrite spec.yaml
+        spec_file = out / f".spec-{os.getpid()}.yaml"
+        OmegaConf.save(spec, spec_file)
+        try:
+            failures = _run_in_processes(chosen, workers, spec.parallel.jobs_per_gpu, spec_file)
+        finally:
+            spec_file.unlink(missing_ok=True)
     else:
-        failures = _run_here(spec, jobs)
+        failures = _run_here(spec, chosen)
     report = _report_of_finished(spec, [job for job in jobs if job.key not in failures], out)
     if failures:
         raise JobsFailed(
-            f"{len(failures)} of {len(jobs)} jobs failed: {'; '.join(failures.values())}. The "
+            f"{len(failures)} of {len(chosen)} jobs failed: {'; '.join(failures.values())}. The "
             "report holds the others; rerun the same command to retry the failed ones."
         )
     return report

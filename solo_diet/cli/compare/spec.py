@@ -36,6 +36,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
+    "only": None,
     "parallel": {"workers": None, "jobs_per_gpu": 1},
     "trainer": [],
     "pretrain_overrides": [],
@@ -175,6 +176,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "val/ inside)."
                 )
     _check_seeds_and_workers(spec, spec_path)
+    _check_only(spec, spec_path)
     check_claims(spec, spec_path)
     spec.data.format = resolve_data_format(spec.data.format, spec_path)
     evaluation = spec.evaluation
@@ -193,6 +195,19 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
 
 def _positive_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def _check_only(spec: DictConfig, spec_path: Path) -> None:
+    """``only``: null, or the names of some of the spec's runs and reference rows."""
+    names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
+    only = spec.only
+    if only is None:
+        return
+    if not isinstance(only, ListConfig) or len(only) == 0 or not set(only) <= set(names):
+        raise ConfigError(
+            f"{spec_path}: `only` must be null (every job) or a list of the spec's run and "
+            f"reference-row names {names}, got {only}."
+        )
 
 
 def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:

@@ -1,7 +1,7 @@
 """One job of a comparison in its own process (``solo-diet compare`` starts it; see
 :mod:`~solo_diet.cli.compare.fanout`):
 
-    python -m solo_diet.cli.compare.worker <output_dir>/spec.yaml <job key>
+    python -m solo_diet.cli.compare.worker <output_dir>/.spec-<pid>.yaml <job key>
 
 Exit status 0 when the job is done, 130 when interrupted, 1 with a traceback otherwise.
 """
