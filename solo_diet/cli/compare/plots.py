@@ -88,7 +88,8 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
                 axis.fill_between(epochs, low, high, color=line[0].get_color(), alpha=0.2)
     for axis, (_, title) in zip(axes, CURVE_PANELS):
         axis.set(xlabel="epoch", title=title)
-    axes[0].legend(fontsize=7)
+    if folders:  # only reference rows (every run failed): empty panels, no legend
+        axes[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
