@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from tests._solo import count_tests, solo_problem
 
@@ -25,3 +28,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
         f"{at_least}{total} solo-learn tests not run ({len(counts)} modules, each reported as one "
         f"skip): {solo_problem()}"
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _decode_cache_in_a_temporary_folder(tmp_path_factory):
+    """The suite never writes the user's decode cache (solo_diet.data.decode_cache); subprocesses
+    inherit the variable."""
+    os.environ["SOLO_DIET_CACHE"] = str(tmp_path_factory.mktemp("decode-cache"))

@@ -12,6 +12,8 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
 - ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
 - ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
   shape; ~3x faster at 32 px); false runs them eagerly.
+- ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
+  (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from solo_diet.data.pipeline import (
 from solo_diet.data.tensor_data import ImageTensors, load_images
 
 DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
-GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs")
+GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache")
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
 PROBE_PIPELINES = {
     "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
@@ -60,6 +62,7 @@ class GPUDataSettings:
     image_size: Optional[int]
     decode_threads: Optional[int]
     cuda_graphs: bool
+    decode_cache: bool
 
 
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
@@ -98,10 +101,13 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     for key in ("image_size", "decode_threads"):
         if fill_default(cfg, f"data.gpu.{key}", None) is not None:
             check_positive_int(cfg, f"data.gpu.{key}")
-    fill_default(cfg, "data.gpu.cuda_graphs", True)
-    check_bool(cfg, "data.gpu.cuda_graphs")
+    for key in ("cuda_graphs", "decode_cache"):
+        fill_default(cfg, f"data.gpu.{key}", True)
+        check_bool(cfg, f"data.gpu.{key}")
     gpu = cfg.data.gpu
-    return GPUDataSettings(gpu.storage, gpu.image_size, gpu.decode_threads, gpu.cuda_graphs)
+    return GPUDataSettings(
+        gpu.storage, gpu.image_size, gpu.decode_threads, gpu.cuda_graphs, gpu.decode_cache
+    )
 
 
 def loader_device(cfg: DictConfig) -> str:
@@ -129,6 +135,7 @@ def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTens
         fraction=fraction,
         image_size=settings.image_size,
         threads=settings.decode_threads,
+        cache=settings.decode_cache,
     )
 
 

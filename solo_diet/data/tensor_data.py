@@ -36,6 +36,7 @@ from PIL import Image
 from torch import Tensor
 
 from solo_diet.config import ConfigError
+from solo_diet.data.decode_cache import cached_decode
 
 FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
 ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
@@ -215,6 +216,7 @@ def load_folder(
     fraction: float,
     image_size: Optional[int],
     threads: Optional[int],
+    cache: bool,
 ) -> ImageTensors:
     unlabelled = no_labels and dataset == "custom" and split == "pretrain"
     samples = folder_samples(root, unlabelled)
@@ -223,13 +225,17 @@ def load_folder(
             samples[i]
             for i in select_fraction([t for _, t in samples], fraction, stratify=not unlabelled)
         ]
-    images = decode_all(
-        len(samples),
-        lambda i: read_rgb(samples[i][0]),
-        lambda i: samples[i][0],
-        image_size,
-        threads,
-    )
+
+    def decode() -> Tensor:
+        return decode_all(
+            len(samples),
+            lambda i: read_rgb(samples[i][0]),
+            lambda i: samples[i][0],
+            image_size,
+            threads,
+        )
+
+    images = cached_decode(samples, image_size, decode) if cache else decode()
     targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
     return ImageTensors(images, targets, source=str(root))
 
@@ -289,11 +295,14 @@ def load_images(
     fraction: float = -1.0,
     image_size: Optional[int] = None,
     threads: Optional[int] = None,
+    cache: bool = False,
 ) -> ImageTensors:
     """Decode one split of a solo-learn dataset.
 
     ``split``: ``pretrain`` (what solo-learn's pretraining loader reads: ``no_labels`` honoured,
-    STL10's unlabelled part included), ``train`` / ``val`` (the classification loaders' sets)."""
+    STL10's unlabelled part included), ``train`` / ``val`` (the classification loaders' sets).
+    ``cache``: keep an image folder's decoded tensor on disk for the next run
+    (:mod:`solo_diet.data.decode_cache`)."""
     if dataset not in DATASETS:
         raise ConfigError(
             f"`data.dataset: {dataset}` has no GPU data path; choose one of {list(DATASETS)}."
@@ -312,4 +321,4 @@ def load_images(
         )
     if dataset in ARRAY_DATASETS:
         return load_torchvision(dataset, root, split, fraction, image_size, threads)
-    return load_folder(dataset, root, split, no_labels, fraction, image_size, threads)
+    return load_folder(dataset, root, split, no_labels, fraction, image_size, threads, cache)

@@ -115,6 +115,7 @@ def test_multi_crop_views_and_their_sizes(data):
     views = train.transform(train.dataset.images[:3], torch.Generator().manual_seed(0))
     assert [tuple(v.shape) for v in views] == [(3, 3, 32, 32)] * 2 + [(3, 3, 16, 16)] * 2
     assert train.cuda_graphs is True and cfg.data.gpu.cuda_graphs is True  # the default
+    assert cfg.data.gpu.decode_cache is True  # the default
 
 
 def test_lightning_sets_the_epoch_and_batches_carry_true_indices(data):
@@ -232,6 +233,7 @@ def test_sdiet_runs_through_its_super_batch_sampler(data, tmp_path):
         ("++data.gpu.storage=vram", "data.gpu.storage"),
         ("++data.gpu.image_sise=32", "unknown `data.gpu` keys"),
         ("++data.gpu.cuda_graphs=yes", r"`data.gpu.cuda_graphs` must be True or False"),
+        ("++data.gpu.decode_cache=1", r"`data.gpu.decode_cache` must be True or False"),
         ("++augmentations.0.rrc.interpolation=nearest", "augmentations"),
         ("optimizer.batch_size=64", "fewer than one global batch"),
     ],

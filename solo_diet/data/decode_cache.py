@@ -1,0 +1,73 @@
+"""A disk cache of decoded image folders, so a set is decoded once, not once per run.
+
+The entry of a set is its ``(N, 3, H, W)`` uint8 tensor, keyed by every file's path, target, size
+and modification time and by the decoding settings: a changed, added, removed or moved file is a
+new key, so a stale entry is never read. Entries live in ``$SOLO_DIET_CACHE``, else
+``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache/solo-diet/decoded``); delete the folder to
+reclaim the space. Torch only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+CACHE_ENV = "SOLO_DIET_CACHE"
+ENTRY_VERSION = 1  # bump when the decoding itself changes
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "solo-diet" / "decoded"
+
+
+def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> str:
+    """The hash of the samples' paths, targets, sizes and modification times and the settings."""
+    digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
+    for path, target in samples:
+        stat = os.stat(path)
+        digest.update(f"{path}\0{target}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def _read(path: Path, count: int) -> Optional[Tensor]:
+    try:
+        images = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return None  # unreadable or half-written by a killed process: decode again
+    if not isinstance(images, Tensor) or images.dtype != torch.uint8 or len(images) != count:
+        return None
+    return images
+
+
+def cached_decode(
+    samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
+) -> Tensor:
+    """The decoded images of ``samples``: from the cache when its entry matches, else
+    ``decode()``, then stored (written whole; a folder that cannot be written only costs the
+    next run a decode)."""
+    path = cache_root() / f"{entry_key(samples, image_size)}.pt"
+    images = _read(path, len(samples)) if path.is_file() else None
+    if images is not None:
+        return images
+    images = decode()
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(images, partial)
+        partial.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        print(f"[solo-diet] decode cache not written ({err}); set {CACHE_ENV} to a writable folder")
+    return images
