@@ -41,3 +41,10 @@ def test_signature_changes_with_a_file_added_removed_resized_or_renamed(tmp_path
     (tmp_path / "data" / "a" / "1.png").rename(tmp_path / "data" / "b" / "1b.png")  # moved class
     seen.add(signature(tmp_path / "data"))
     assert len(seen) == 4
+
+
+def test_signature_ignores_hidden_files(tmp_path):
+    original = signature(write_files(tmp_path / "data"))
+    (tmp_path / "data" / ".DS_Store").write_bytes(b"finder")
+    (tmp_path / "data" / "a" / ".notes").write_bytes(b"hidden")
+    assert signature(tmp_path / "data") == original

@@ -31,7 +31,8 @@ def fingerprint(payload: Any) -> str:
 def data_signature(path: str) -> str:
     """What the fingerprints know of a dataset path: a hash of its files' relative names and sizes
     (of the file itself for a file), so moving the data keeps a comparison's results and changing
-    it redoes them. Cached per process; ``run_compare`` clears the cache when it starts."""
+    it redoes them. Hidden files (a Finder's ``.DS_Store``, an editor's notes) do not count.
+    Cached per process; ``run_compare`` clears the cache when it starts."""
     if os.path.isfile(path):
         entries = [(os.path.basename(path), os.path.getsize(path))]
     elif os.path.isdir(path):
@@ -39,7 +40,7 @@ def data_signature(path: str) -> str:
         entries = []
         for folder, subfolders, files in os.walk(path):
             subfolders.sort()
-            for name in sorted(files):
+            for name in sorted(name for name in files if not name.startswith(".")):
                 full = os.path.join(folder, name)
                 entries.append((full[prefix:], os.path.getsize(full)))
     else:
