@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import checkpoint_epoch
+from solo_diet.cli.compare._files import read_json
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
     SPEC_OWNED,
@@ -207,6 +208,30 @@ def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
         key = f"references/{row}"
         jobs.append(Job(row, key, out / key, first.cfg, first.seed, reference=row))
     return jobs
+
+
+def recorded_pretrain_s(job: Job) -> Optional[float]:
+    """The longest pretraining wall time that a ``result.json`` records for the job's run, at any
+    seed (the job's own folder without ``seeds``); None when no job of the run finished."""
+    folders = job.run_dir.parent.glob("seed_*") if job.seed is not None else [job.run_dir]
+    times = [read_json(folder / "result.json").get("pretrain_wall_s") for folder in folders]
+    times = [t for t in times if isinstance(t, (int, float))]
+    return max(times) if times else None
+
+
+def longest_first(jobs: Sequence[Job]) -> list[Job]:
+    """``jobs`` in the order that lets a fan-out end soonest, as far as it is known: runs never
+    measured first (spec order), then the others by :func:`recorded_pretrain_s`, longest first,
+    and the reference rows last. Started last, the short jobs fill the GPUs while the long ones
+    end, instead of one long job running alone at the end."""
+
+    def rank(job: Job) -> tuple[int, float]:
+        if job.reference is not None:
+            return (2, 0.0)
+        measured = recorded_pretrain_s(job)
+        return (0, 0.0) if measured is None else (1, -measured)
+
+    return sorted(jobs, key=rank)  # stable: spec order among equals
 
 
 def latest_checkpoint(folder: Path) -> Optional[Path]:

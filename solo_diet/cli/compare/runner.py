@@ -30,7 +30,7 @@ from solo_diet.cli.compare.fingerprints import (
     reference_fingerprint,
     training_fingerprint,
 )
-from solo_diet.cli.compare.jobs import Job, latest_checkpoint, parse_runs, plan_jobs
+from solo_diet.cli.compare.jobs import Job, latest_checkpoint, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
@@ -223,10 +223,11 @@ def _run_in_processes(
     jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path
 ) -> dict[str, str]:
     """Every job in its own process, ``workers`` at a time on the visible GPUs, at most
-    ``jobs_per_gpu`` on one GPU; returns {failed job's key: what failed}."""
+    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}."""
     from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
+    jobs = longest_first(jobs)
     gpus = visible_gpus()
     tasks = [
         Task(
