@@ -21,6 +21,8 @@ sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
         --sources image_folder gpu gpu_eager ceiling   # CUDA graphs against eager augmentation
     python benchmarks/data_path.py --methods simclr --backbones resnet18 --sources gpu \
         --override optimizer.name=lars_foreach      # the same step with ForeachLARS
+    python benchmarks/data_path.py --methods diet simclr --backbones resnet18 --sources gpu \
+        --sync-every-batch      # the same with a wait for the GPU after every batch
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
 """
 
@@ -136,6 +138,8 @@ def window_callback(case: dict):
                 self.start = time.perf_counter()
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if cuda and case["sync_every_batch"]:  # what a per-batch timer's wait costs
+                torch.cuda.synchronize()
             if self.start is None:
                 return
             self.steps += 1
@@ -358,6 +362,11 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of the timed window")
     parser.add_argument("--min-steps", type=int, default=10, help="fewest steps in the window")
     parser.add_argument(
+        "--sync-every-batch",
+        action="store_true",
+        help="wait for the GPU after every batch (as EpochCostLogger did until 2026-11-26)",
+    )
+    parser.add_argument(
         "--sources", nargs="+", default=list(SOURCES), choices=SOURCES + EXTRA_SOURCES
     )
     args = parser.parse_args(argv)
@@ -367,6 +376,7 @@ def main(argv: Optional[list] = None) -> None:
         args.warmup, args.seconds, args.min_steps = 1, 0.0, 2
     common = case_settings(args, "data path throughput")
     common.update(warmup=args.warmup, seconds=args.seconds, min_steps=args.min_steps)
+    common["sync_every_batch"] = args.sync_every_batch
     started = time.time()
     throughput_table(args, common)
     print(

@@ -1,0 +1,58 @@
+"""``EpochCostLogger`` with plain Lightning on a CPU: one row per epoch, the mean of the losses
+``training_step`` returned, the samples and the time split (no solo-learn needed)."""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from torch.utils.data import DataLoader
+
+from solo_diet.callbacks import EpochCostLogger, read_epoch_rows
+
+LOSSES = {(0, 0): 1.0, (0, 1): 2.0, (1, 0): 4.0, (1, 1): 7.0}  # (epoch, batch) -> loss
+
+
+class KnownLosses(LightningModule):
+    """Returns the loss of ``LOSSES`` for each (epoch, batch), so the logged mean is known."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        return self.weight.sum() * 0 + LOSSES[(self.current_epoch, batch_idx)]
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def solo_batches(batches: int, size: int) -> DataLoader:
+    """Batches in solo-learn's layout ``[indexes, [views], targets]``."""
+
+    def collate(indexes: list[int]) -> list:
+        count = len(indexes)
+        return [torch.tensor(indexes), [torch.zeros(count, 3, 4, 4)], torch.zeros(count).long()]
+
+    return DataLoader(range(batches * size), batch_size=size, collate_fn=collate)
+
+
+def test_one_row_per_epoch_with_the_mean_loss_and_the_samples(tmp_path):
+    csv_path = tmp_path / "epochs.csv"
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[EpochCostLogger(csv_path)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(KnownLosses(), solo_batches(batches=2, size=3))
+
+    rows = read_epoch_rows(csv_path)
+    assert [r["epoch"] for r in rows] == [0.0, 1.0]
+    assert [r["train_loss"] for r in rows] == [1.5, 5.5]
+    assert all(r["samples"] == 6 for r in rows)
+    for row in rows:
+        assert 0 < row["train_seconds"] <= row["epoch_seconds"]
+        assert abs(row["samples_per_s"] - 6 / row["train_seconds"]) < 1e-6 * row["samples_per_s"]
