@@ -58,12 +58,19 @@ class EpochCostLogger(Callback):
     Nothing waits for the GPU during the epoch, so the logger does not slow what it measures: on
     CUDA the end of training is a CUDA event recorded after each batch and read at the epoch's end
     (the time from the epoch's start until the GPU finished the last batch), and the losses stay on
-    the device until then.
+    the device until then. ``print_rows`` also prints each row as one line (a log's progress, in
+    place of a progress bar).
     """
 
-    def __init__(self, csv_path: str | Path, logged_metrics: Sequence[str] = LOGGED_METRICS):
+    def __init__(
+        self,
+        csv_path: str | Path,
+        logged_metrics: Sequence[str] = LOGGED_METRICS,
+        print_rows: bool = False,
+    ):
         super().__init__()
         self.csv_path = Path(csv_path)
+        self.print_rows = print_rows
         self.logged_metrics = tuple(logged_metrics)
         self._epoch_start = self._last_batch_end = 0.0
         self._start_event: Optional[torch.cuda.Event] = None
@@ -141,6 +148,20 @@ class EpochCostLogger(Callback):
             if new_file:
                 writer.writeheader()
             writer.writerow(row)
+        if self.print_rows:
+            print(_row_line(row), flush=True)
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    """``epoch 12: 3.14 s training, 2542 samples/s, loss 4.2103, val_acc1 51.20``."""
+    words = [
+        f"epoch {row['epoch']}: {row['train_seconds']:.2f} s training",
+        f"{row['samples_per_s']:.0f} samples/s",
+    ]
+    if row["train_loss"] != "":
+        words.append(f"loss {row['train_loss']:.4f}")
+    words += [f"{name} {row[name]:.4g}" for name in LOGGED_METRICS if row.get(name, "") != ""]
+    return ", ".join(words)
 
 
 def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:

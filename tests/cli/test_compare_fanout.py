@@ -56,7 +56,11 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
     assert "Traceback" in broken_log.read_text() and "_OPTIMIZERS" in broken_log.read_text()
     assert terminal.count(": started (log: ") == 4 and terminal.count(": done in ") == 3
     assert "offline linear probe" not in terminal  # the jobs' own output is in their logs
-    assert "run 'diet': offline linear probe" in (out / "runs" / "diet" / "job.log").read_text()
+    diet_log = (out / "runs" / "diet" / "job.log").read_text()
+    assert "run 'diet': offline linear probe" in diet_log
+    # a line per epoch in place of the pretraining's progress bar
+    assert "epoch 1: " in diet_log and " samples/s, loss " in diet_log
+    assert "Epoch 0:" not in diet_log.split("offline linear probe")[0]
     assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
 
     # diet, the first job, was interrupted after its first epoch; simclr is finished

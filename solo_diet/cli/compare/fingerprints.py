@@ -59,9 +59,9 @@ def with_data_signatures(data: dict) -> dict:
 
 def training_fingerprint(cfg: DictConfig) -> str:
     """Changes with anything that changes the trained weights, the data's files included; not
-    with the checkpoint or validation frequency, nor with where the data lies."""
+    with the checkpoint or validation frequency, the progress bar, nor with where the data lies."""
     payload = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("checkpoint", "check_val_every_n_epoch"):
+    for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
         payload.pop(key, None)
     payload["data"] = with_data_signatures(payload.get("data") or {})
     return fingerprint(payload)

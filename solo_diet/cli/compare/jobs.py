@@ -168,6 +168,7 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
         f"++check_val_every_n_epoch={validation_interval(spec.budget)}",
         "++auto_resume.enabled=False",
         "++wandb.enabled=False",
+        "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
     shared = shared_overrides(spec) + [str(o) for o in spec.pretrain_overrides]
     overrides = shared + run.overrides + budget + data_overrides(spec) + forced

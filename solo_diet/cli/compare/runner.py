@@ -45,7 +45,7 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
     rounded up to a multiple of the validation interval)."""
     from solo_diet.callbacks import EpochCostLogger, RankMeMonitor
 
-    callbacks: list = [EpochCostLogger(job.run_dir / "epochs.csv")]
+    callbacks: list = [EpochCostLogger(job.run_dir / "epochs.csv", print_rows=True)]
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
         step = validation_interval(spec.budget)
