@@ -108,6 +108,14 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         assert (f"below it by more than two pooled std: {other}" in words) == resolved
         assert ("not resolved" in words) == (not resolved and gap != 0)
 
+    # where and when: every job's device and end time, and the command, in a section of its own
+    assert all(r["device"] == "CPU" for r in rows if r["seed"] != "mean")
+    record = report.split("## Where and when the jobs ran")[1].split("![")[0]
+    assert "- CPU: 6 job(s), finished 20" in record  # 2 runs x 2 seeds + 2 reference rows
+    command = (out / "commands.txt").read_text().splitlines()
+    assert len(command) == 1 and f" output_dir={out} " in command[0]
+    assert f"solo-diet compare {SHIPPED_SPEC}" in record and "visible GPU(s)" in record
+
     # the claims open the report, judged by the same rule
     lines = report.splitlines()
     assert lines[2] == "Claims checked against the seeds:" and lines[6].startswith("Data:")

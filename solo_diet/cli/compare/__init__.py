@@ -12,7 +12,8 @@
 - :mod:`~solo_diet.cli.compare.evaluate`: the evaluation of one checkpoint (linear probe, kNN,
   RankMe, LiDAR, k-means, and what the method's contract adds, e.g. the SEM representation);
 - :mod:`~solo_diet.cli.compare.report`: ``results.csv``, PNG plots and ``report.md``, with mean ±
-  std over seeds (:mod:`~solo_diet.cli.compare.aggregate`).
+  std over seeds (:mod:`~solo_diet.cli.compare.aggregate`) and where and when the jobs ran
+  (:mod:`~solo_diet.cli.compare.record`).
 
 The spec format is in ``docs/compare.md``.
 """

@@ -5,8 +5,9 @@ A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``run
 with ``seeds``, or ``references/<row>``) holds everything about it: ``state.json`` (the fingerprint
 of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
 (solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/``,
-``result.json`` (every metric, with the fingerprint of the evaluation settings) and, when the jobs
-run in their own processes, ``job.log``. Jobs therefore run in any order, in one process or many.
+``result.json`` (every metric, with the fingerprint of the evaluation settings, the device and the
+end time) and, when the jobs run in their own processes, ``job.log``. Jobs therefore run in any
+order, in one process or many.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from solo_diet.cli.compare.aggregate import (
     verdict,
 )
 from solo_diet.cli.compare.claims import claim_lines
+from solo_diet.cli.compare.record import run_record_lines
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
 
 RESULT_COLUMNS = (
@@ -56,8 +57,11 @@ RESULT_COLUMNS = (
     "train_s",
     "samples_per_s",
     "peak_gpu_mib",
+    "device",
+    "finished_utc",
     "checkpoint",
 )
+NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
 NOT_COLUMNS = ("fingerprint", "job", "n_seeds", "unfinished")  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
 
@@ -119,11 +123,11 @@ def _table(rows: Sequence[dict], columns: Sequence[str], cell) -> list[str]:
 
 
 def _shown_columns(rows: Sequence[dict]) -> list[str]:
-    """Every result column some row has a value for, but the checkpoint path."""
+    """Every result column some row has a value for, but ``NOT_SHOWN``."""
     return [
         c
         for c in result_columns(rows)
-        if c != "checkpoint" and any(_cell(r.get(c, math.nan)) not in ("–", "None") for r in rows)
+        if c not in NOT_SHOWN and any(_cell(r.get(c, math.nan)) not in ("–", "None") for r in rows)
     ]
 
 
@@ -266,7 +270,8 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
     else:
         columns = [c for c in _shown_columns(results) if c != "seed"]
         lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
-    lines += ["", *_legend(spec), "", "![singular-value spectra](spectra.png)", ""]
+    lines += ["", *_legend(spec), "", *run_record_lines(results, out)]
+    lines += ["![singular-value spectra](spectra.png)", ""]
     lines += ["![pretraining curves](curves.png)", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines))

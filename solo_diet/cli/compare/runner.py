@@ -31,6 +31,7 @@ from solo_diet.cli.compare.fingerprints import (
     training_fingerprint,
 )
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint, longest_first, parse_runs, plan_jobs
+from solo_diet.cli.compare.record import job_place, note_command
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
@@ -175,7 +176,7 @@ def run_job(spec: DictConfig, job: Job, shared_eval, eval_fingerprint: str) -> d
     result = evaluate_checkpoint(
         spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
     )
-    result.update(run=job.name, seed=job.cfg_seed, job=job.key)
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
     if job.reference is None:
         result.update(pretrain_costs(job.run_dir))
     else:
@@ -321,6 +322,7 @@ def run_compare(
     record = out / f".spec-record-{os.getpid()}.yaml"  # written whole: calls may share out
     OmegaConf.save(spec, record)
     record.replace(out / "spec.yaml")  # the resolved spec, as a record
+    note_command(out, spec_path, overrides)
     chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
