@@ -55,7 +55,9 @@ def run_record_lines(results: Sequence[dict], out: Path) -> list[str]:
     commands = out / COMMANDS_FILE
     if commands.is_file():
         lines += ["", f"Commands (`{COMMANDS_FILE}`):", ""]
-        for line in commands.read_text().splitlines():
-            when, host, command = line.split("\t", 2)
-            lines.append(f"- {when}, {host}: `{command}`")
+        for line in filter(None, commands.read_text().splitlines()):
+            parts = line.split("\t", 2)  # a line edited by hand is shown as it is
+            lines.append(
+                f"- {parts[0]}, {parts[1]}: `{parts[2]}`" if len(parts) == 3 else f"- {line}"
+            )
     return [*lines, ""]
