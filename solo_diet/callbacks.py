@@ -114,7 +114,7 @@ class EpochCostLogger(Callback):
     def _train_seconds(self) -> float:
         """From the epoch's start to the end of its last batch (on CUDA: to when the GPU ended
         it)."""
-        if self._start_event is None or self._end_event is None:
+        if self._start_event is None:
             return self._last_batch_end - self._epoch_start
         self._end_event.synchronize()
         return self._start_event.elapsed_time(self._end_event) / 1000.0
