@@ -49,6 +49,7 @@ def compose_linear(
         "++checkpoint.enabled=False",
         "++auto_resume.enabled=False",
         "++wandb.enabled=False",
+        "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
     ]
     overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
     overrides += data_overrides(spec) + forced

@@ -68,8 +68,9 @@ def training_fingerprint(cfg: DictConfig) -> str:
 
 
 def evaluation_fingerprint(spec: DictConfig) -> str:
-    """Changes with any evaluation setting, the probe's composed config, the content of the LiDAR
-    views' YAML or the data (a job's result is then redone); not with where any of them lie."""
+    """Changes with any evaluation setting, the probe's composed config (but its progress bar), the
+    content of the LiDAR views' YAML or the data (a job's result is then redone); not with where
+    any of them lie."""
     from solo_diet.cli.compare.evaluate import compose_linear
 
     settings = OmegaConf.to_container(spec.evaluation)
@@ -77,6 +78,7 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
     settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
     probe = compose_linear(spec, Path("checkpoint"), Path("run"))
     probe_settings = OmegaConf.to_container(probe, resolve=True)
+    probe_settings.pop("enable_progress_bar", None)
     probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
     return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
 
