@@ -141,7 +141,7 @@ class LabelSource(nn.Module):
 def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
     if values.numel() == 0:
         return
-    smallest, largest = int(values.min()), int(values.max())
+    smallest, largest = torch.stack(torch.aminmax(values)).tolist()  # one read back
     if smallest < low or largest >= high:
         bad = smallest if smallest < low else largest
         raise IndexError(
