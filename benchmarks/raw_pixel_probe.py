@@ -6,7 +6,9 @@ trains on random resized crops (area 0.5-1) and horizontal flips, and evaluates 
 invariant to such shifts and zooms; a linear classifier of the pixels is not. This script trains
 the same linear model (SGD 0.1, momentum 0.9, batch 256, cosine, 20 epochs, as the probe) on the
 flattened, normalised pixels of a ``solo-diet data`` folder with three training augmentations and
-reads it on both evaluation views, for several seeds. Runs on a CPU in a few minutes.
+reads it on both evaluation views, for several seeds. The transforms are the probe's own, built
+from its YAML as ``solo-diet linear`` builds them (``classification_transforms``), so they follow
+the YAML. Runs on a CPU in a few minutes.
 
     solo-diet data animal-mnist /tmp/am
     python benchmarks/raw_pixel_probe.py /tmp/am               # 3 seeds
@@ -22,53 +24,51 @@ from pathlib import Path
 
 import torch
 import torchvision.transforms as T
+from omegaconf import OmegaConf
 from torch import Tensor
 from torchvision.datasets import ImageFolder
 
-SIZE = 32
+from solo_diet.cli.common import classification_transforms, probe_settings
+
+PROBE_YAML = Path(__file__).resolve().parent / "compare" / "resnet18" / "linear.yaml"
 AUGMENTATIONS = ("none", "flip", "crop+flip")
-EVAL_VIEWS = {
-    "resized": T.Resize((SIZE, SIZE), antialias=True),
-    "probe's (resize 37, center crop 32)": T.Compose(
-        [T.Resize(round(SIZE * 256 / 224), antialias=True), T.CenterCrop(SIZE)]
-    ),
-}
 
 
-def load(folder: Path) -> tuple[Tensor, Tensor]:
-    """Every image of an ImageFolder as (N, 3, H, W) floats in [0, 1], and its labels."""
-    dataset = ImageFolder(str(folder), T.Compose([T.Grayscale(3), T.ToTensor()]))
-    images = torch.stack([dataset[i][0] for i in range(len(dataset))])
-    return images, torch.tensor(dataset.targets)
+def transforms(probe_yaml: Path) -> tuple[T.Compose, dict[str, T.Compose], int]:
+    """The probe's own training transform, its evaluation view and a plain resize to its crop size
+    (same normalisation), and the crop size: what ``solo-diet linear`` applies to custom data."""
+    augmentations = OmegaConf.load(probe_yaml).data.augmentations
+    train, val = classification_transforms("custom", augmentations)
+    size, _, mean, std = probe_settings(augmentations)
+    resized = T.Compose([T.Resize((size, size)), T.ToTensor(), T.Normalize(mean, std)])
+    return train, {"resized": resized, "probe's": val}, size
 
 
-def augment(images: Tensor, kind: str, crop: T.RandomResizedCrop) -> Tensor:
-    """A training batch at 32 px: resized, flipped (p = 0.5) and/or randomly cropped."""
-    if kind == "crop+flip":
-        images = torch.stack([crop(image) for image in images])
-    else:
-        images = EVAL_VIEWS["resized"](images)
-    if kind in ("flip", "crop+flip"):
-        flip = torch.rand(len(images)) < 0.5
-        images = torch.where(flip[:, None, None, None], images.flip(-1), images)
-    return images
+def stacked(images: list, transform: T.Compose) -> Tensor:
+    return torch.stack([transform(image) for image in images])
 
 
 def probe(train, val_views, kind: str, seed: int, epochs: int, lr: float) -> dict[str, float]:
-    """Top-1 (%) on each evaluation view of the linear probe trained with ``kind``."""
+    """Top-1 (%) on each evaluation view of the linear probe trained with ``kind``: on the resized
+    images, flipped (p = 0.5) or not, or through the probe's training transform."""
     torch.manual_seed(seed)
-    (images, labels), (mean, std) = train, (train[0].mean(), train[0].std())
-    crop = T.RandomResizedCrop(SIZE, scale=(0.5, 1.0), antialias=True)
-    model = torch.nn.Linear(3 * SIZE * SIZE, int(labels.max()) + 1)
+    images, resized, labels, train_transform = train
+    model = torch.nn.Linear(resized[0].numel(), int(labels.max()) + 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     batch = 256
-    steps = epochs * math.ceil(len(images) / batch)
+    steps = epochs * math.ceil(len(labels) / batch)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     for _ in range(epochs):
-        order = torch.randperm(len(images))
-        for start in range(0, len(images), batch):
+        order = torch.randperm(len(labels))
+        for start in range(0, len(labels), batch):
             rows = order[start : start + batch]
-            x = (augment(images[rows], kind, crop) - mean) / std
+            if kind == "crop+flip":
+                x = stacked([images[i] for i in rows], train_transform)
+            else:
+                x = resized[rows]
+            if kind == "flip":
+                flip = torch.rand(len(x)) < 0.5
+                x = torch.where(flip[:, None, None, None], x.flip(-1), x)
             loss = torch.nn.functional.cross_entropy(model(x.flatten(1)), labels[rows])
             optimizer.zero_grad()
             loss.backward()
@@ -76,7 +76,7 @@ def probe(train, val_views, kind: str, seed: int, epochs: int, lr: float) -> dic
             schedule.step()
     with torch.no_grad():
         return {
-            view: 100 * (model(((x - mean) / std).flatten(1)).argmax(1) == y).float().mean().item()
+            view: 100 * (model(x.flatten(1)).argmax(1) == y).float().mean().item()
             for view, (x, y) in val_views.items()
         }
 
@@ -89,13 +89,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--probe", type=Path, default=PROBE_YAML, help="the probe's YAML")
     args = parser.parse_args()
-    train = load(args.root / "train")
-    val_images, val_labels = load(args.root / "val")
-    val_views = {name: (view(val_images), val_labels) for name, view in EVAL_VIEWS.items()}
+    train_transform, views, size = transforms(args.probe)
+    train_set, val_set = (ImageFolder(str(args.root / split)) for split in ("train", "val"))
+    images = [image for image, _ in train_set]
+    train = (
+        images,
+        stacked(images, views["resized"]),
+        torch.tensor(train_set.targets),
+        train_transform,
+    )
+    val_images, val_labels = [image for image, _ in val_set], torch.tensor(val_set.targets)
+    val_views = {name: (stacked(val_images, view), val_labels) for name, view in views.items()}
     print(
-        f"# linear probe of the raw pixels, {args.root}: {len(train[1])} train / "
-        f"{len(val_labels)} val images, SGD lr {args.lr}, {args.epochs} epochs, seeds {args.seeds}"
+        f"# linear probe of the raw pixels at {size} px, {args.root}: {len(images)} train / "
+        f"{len(val_labels)} val images, transforms of {args.probe}, SGD lr {args.lr}, "
+        f"{args.epochs} epochs, seeds {args.seeds}"
     )
     print(
         "| training augmentation | "
