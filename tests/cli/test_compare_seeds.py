@@ -71,7 +71,10 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         ("diet", "mean"),
         ("simclr", "mean"),
         ("random_init", "0"),
-        ("raw_pixels", "0"),
+        ("random_init", "1"),
+        ("raw_pixels", ""),  # no seed changes it: evaluated once
+        ("random_init", "mean"),
+        ("raw_pixels", "mean"),
     ]
     by_key = {(r["run"], r["seed"]): r for r in rows}
     for run in ("diet", "simclr"):
@@ -111,7 +114,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     # where and when: every job's device and end time, and the command, in a section of its own
     assert all(r["device"] == "CPU" for r in rows if r["seed"] != "mean")
     record = report.split("## Where and when the jobs ran")[1].split("![")[0]
-    assert "- CPU: 6 job(s), finished 20" in record  # 2 runs x 2 seeds + 2 reference rows
+    assert "- CPU: 7 job(s), finished 20" in record  # 2 runs x 2 seeds, random_init x 2, pixels
     command = (out / "commands.txt").read_text().splitlines()
     assert len(command) == 1 and f" output_dir={out} " in command[0]
     assert f"solo-diet compare {SHIPPED_SPEC}" in record and "visible GPU(s)" in record
@@ -136,8 +139,20 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert again.read_text().splitlines()[3].startswith("- **held**: pixels (`knn_acc1`): simclr")
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")} == stamps
 
+    # seed 1 alone later (as a second machine's share): nothing is redone, the raw-pixel row
+    # neither, though the call's first seed is now 1
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("result.json")}
+    run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out) + ["seeds=[1]"])
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("result.json")} == stamps
+
     state = torch.load(out / "references" / "raw_pixels" / "reference.ckpt", weights_only=True)
     assert state["state_dict"]["backbone.input_shape"].tolist() == [3, 32, 32]
+    first, second = (
+        torch.load(out / "references" / "random_init" / f"seed_{s}" / "reference.ckpt")
+        for s in SEEDS
+    )
+    weights = first["state_dict"].keys()
+    assert any(not torch.equal(first["state_dict"][k], second["state_dict"][k]) for k in weights)
 
     # run folders gathered into another output_dir without their checkpoints (as from other
     # machines), the data copied elsewhere too: a full run there keeps every result, trains nothing
@@ -148,7 +163,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     results = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/result.json")}
     results.update({p: p.stat().st_mtime_ns for p in out.glob("references/*/result.json")})
     run_compare(SHIPPED_SPEC, seeded_overrides(moved, out))
-    assert len(results) == 6 and not list(out.rglob("*.ckpt"))
+    assert len(results) == 7 and not list(out.rglob("*.ckpt"))
     assert {p: p.stat().st_mtime_ns for p in results} == results
 
     # a job stopped before its evaluation: --report-only keeps its curves and costs, says so
@@ -164,17 +179,29 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert per_seed[("diet", "mean")]["n_seeds"] == "2"
     assert per_seed[("diet", "mean")]["linear_acc1"] == per_seed[("diet", "0")]["linear_acc1"]
 
-    random_init = by_key[("random_init", "0")]
-    pixels = by_key[("raw_pixels", "0")]
-    assert random_init["method"] == "random_init" and pixels["method"] == "raw_pixels"
-    for row in (random_init, pixels):
+    # random_init: the first run's backbone at every seed, with its mean ± std like a run's;
+    # raw_pixels: one evaluation, as no seed changes it
+    inits = [by_key[("random_init", str(seed))] for seed in SEEDS]
+    pixels = by_key[("raw_pixels", "")]
+    assert {r["method"] for r in inits} == {"random_init"} and pixels["method"] == "raw_pixels"
+    for row in (*inits, pixels):
         assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
         assert row["train_s"] == "" and row["linear_acc1_std"] == ""
-    assert 1.0 <= float(random_init["rankme"]) <= 8.0 + 1e-3  # the width-8 backbone
+        assert 1.0 <= float(row["rankme"])
+    assert all(float(r["rankme"]) <= 8.0 + 1e-3 for r in inits)  # the width-8 backbone
     assert 8.0 < float(pixels["rankme"]) <= 15.0 + 1e-3  # 3072 pixels, 15 val images
-    init_args = json.loads((out / "references" / "random_init" / "args.json").read_text())
-    assert init_args["seed"] == SEEDS[0] and init_args["backbone"]["kwargs"] == {"width": 8}
-    assert "random_init" in report and "`linear_acc1` of `raw_pixels`" in report
+    for seed in SEEDS:
+        folder = out / "references" / "random_init" / f"seed_{seed}"
+        init_args = json.loads((folder / "args.json").read_text())
+        assert init_args["seed"] == seed and init_args["backbone"]["kwargs"] == {"width": 8}
+    init_mean, pixels_mean = by_key[("random_init", "mean")], by_key[("raw_pixels", "mean")]
+    values = [float(r["linear_acc1"]) for r in inits]
+    assert init_mean["n_seeds"] == "2" and pixels_mean["n_seeds"] == "1"
+    assert float(init_mean["linear_acc1_std"]) == pytest.approx(statistics.stdev(values), abs=1e-9)
+    assert pixels_mean["linear_acc1_std"] in ("", "nan")
+    words = next(li for li in report.splitlines() if li.startswith("- `linear_acc1` of `random"))
+    assert f"{float(init_mean['linear_acc1']):.2f} ± {statistics.stdev(values):.2f}" in words
+    assert "`linear_acc1` of `raw_pixels`" in report
     assert "Mean ± standard deviation over 2 seeds" in report and "## Per seed" in report
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert not math.isnan(float(by_key[("diet", "mean")]["linear_loss"]))

@@ -66,7 +66,11 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
     jobs = plan_jobs(spec, list(runs.values()))
     compose_linear(spec, tmp_path / "placeholder.ckpt", tmp_path)
     budget, seeds = spec.budget, spec.seeds or [None]
-    assert len(jobs) == len(runs) * len(seeds) + len(spec.reference_rows)
+    per_row = {"random_init": len(seeds), "raw_pixels": 1}  # no seed changes the raw pixels
+    assert len(jobs) == len(runs) * len(seeds) + sum(per_row[r] for r in spec.reference_rows)
+    first_run = [j for j in jobs if j.name == jobs[0].name]
+    references = [j for j in jobs if j.reference == "random_init"]
+    assert [j.cfg_seed for j in references] == [j.cfg_seed for j in first_run][: len(references)]
     for job in (j for j in jobs if j.reference is None):
         run, cfg = runs[job.name], job.cfg
         assert cfg.name == run.name

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.cli.compare.spec import SEEDED_REFERENCES
+
 if TYPE_CHECKING:
     from solo_diet.cli.compare.jobs import Job
 
@@ -84,11 +86,11 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
 
 
 def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:
-    """Everything a reference row is made of: the evaluation, the row, the architecture and seed
-    of the first run, and the data."""
-    arch, data = (
-        OmegaConf.to_container(node, resolve=True) for node in (job.cfg.backbone, spec.data)
-    )
-    return fingerprint(
-        [eval_fingerprint, job.reference, arch, job.cfg_seed, with_data_signatures(data)]
-    )
+    """Everything a reference row is made of: the evaluation, the row, the data and, for
+    ``random_init``, the first run's architecture and the job's seed (``raw_pixels`` has
+    neither)."""
+    data = with_data_signatures(OmegaConf.to_container(spec.data, resolve=True))
+    if job.reference not in SEEDED_REFERENCES:
+        return fingerprint([eval_fingerprint, job.reference, data])
+    arch = OmegaConf.to_container(job.cfg.backbone, resolve=True)
+    return fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])

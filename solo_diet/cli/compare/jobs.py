@@ -2,7 +2,8 @@
 reference row.
 
 A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``runs/<run>/seed_<s>``
-with ``seeds``, or ``references/<row>``) holds everything about it: ``state.json`` (the fingerprint
+with ``seeds``, ``references/<row>`` or, for ``random_init`` with ``seeds``,
+``references/random_init/seed_<s>``) holds everything about it: ``state.json`` (the fingerprint
 of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
 (solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/``,
 ``result.json`` (every metric, with the fingerprint of the evaluation settings, the device and the
@@ -23,6 +24,7 @@ from solo_diet.cli.common import checkpoint_epoch
 from solo_diet.cli.compare._files import read_json
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
+    SEEDED_REFERENCES,
     SPEC_OWNED,
     checkpoint_interval,
     compose,
@@ -52,8 +54,8 @@ class Job:
     """One job: a run's pretraining for one seed and its evaluation, or a reference row.
 
     ``name`` is the report's ``run`` column; ``cfg`` is the pretraining cfg (for a reference row
-    the first run's, whose architecture and seed it takes); ``seed`` is the spec's seed (None
-    without ``seeds``); ``reference`` names the reference row."""
+    the first run's at the job's seed, whose architecture and seed it takes); ``seed`` is the
+    spec's seed (None without ``seeds``); ``reference`` names the reference row."""
 
     name: str
     key: str
@@ -71,7 +73,10 @@ class Job:
 
     @property
     def cfg_seed(self) -> Any:
-        """The seed the job trains with (the config's own without ``seeds``)."""
+        """The seed the job trains with (the config's own without ``seeds``); None for a
+        reference row that no seed changes."""
+        if self.reference is not None and self.reference not in SEEDED_REFERENCES:
+            return None
         return OmegaConf.select(self.cfg, "seed")
 
     def gpus(self) -> int:
@@ -195,7 +200,8 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
 
 def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
     """Every job of the comparison, composed (so a bad config fails before any training): each run
-    once per seed, then the reference rows."""
+    once per seed, then the reference rows (``random_init`` once per seed too: the untrained
+    backbone's initialisation is the seed's; ``raw_pixels`` once, as no seed changes it)."""
     out = Path(spec.output_dir)
     seeds = list(spec.seeds) if spec.seeds is not None else [None]
     jobs = []
@@ -205,10 +211,12 @@ def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
             jobs.append(
                 Job(run.name, key, out / key, compose_run(spec, run, out / key, seed), seed)
             )
-    first = jobs[0]
+    first_run = jobs[: len(seeds)]
     for row in spec.reference_rows:
-        key = f"references/{row}"
-        jobs.append(Job(row, key, out / key, first.cfg, first.seed, reference=row))
+        for job in first_run if row in SEEDED_REFERENCES else first_run[:1]:
+            seeded = job.seed is not None and row in SEEDED_REFERENCES
+            key = f"references/{row}" + (f"/seed_{job.seed}" if seeded else "")
+            jobs.append(Job(row, key, out / key, job.cfg, job.seed, reference=row))
     return jobs
 
 

@@ -153,7 +153,7 @@ def _legend(spec: DictConfig) -> list[str]:
         "shared evaluation data); `train_s`, `samples_per_s`, `peak_gpu_mib`: summed / max over "
         "epochs of the training loops (EpochCostLogger).",
         "- Reference rows, evaluated like the runs: `random_init` is the first run's backbone "
-        "(same architecture and seed) never trained; `raw_pixels` is the normalised image "
+        "(same architecture, at each seed) never trained; `raw_pixels` is the normalised image "
         "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
         "its features add nothing a linear probe of the pixels does not find.",
     ]
@@ -172,13 +172,13 @@ def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]
         ranking = rank(runs, metric)
         if ranking is not None and spec.seeds is not None:
             lines.append(f"- {verdict(ranking)}")
-        values = {r["run"]: r.get(metric) for r in references if is_number(r.get(metric))}
         scored = [r for r in runs if is_number(r.get(metric)) and not math.isnan(r[metric])]
-        for row, value in values.items():
-            below = [r["run"] for r in scored if r[metric] <= value]
+        for reference in (r for r in references if is_number(r.get(metric))):
+            below = [r["run"] for r in scored if r[metric] <= reference[metric]]
             against = f"runs not above it: {', '.join(below) if below else 'none'}"
+            shown = _mean_cell(reference, metric, set(), set())
             lines.append(
-                f"- `{metric}` of `{row}`: {value:.2f}; "
+                f"- `{metric}` of `{reference['run']}`: {shown}; "
                 f"{against if scored else 'no run was evaluated'}."
             )
     return lines
@@ -224,7 +224,7 @@ def _seeded_tables(
         f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
-        "Reference rows are one evaluation each (no ±).",
+        "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it).",
         "",
         "## Per seed",
         "",
@@ -240,7 +240,8 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
     seeded = spec.seeds is not None
     aggregated = aggregate(runs) if seeded else []
-    rows = [*runs, *aggregated, *references] if seeded else list(results)
+    reference_means = aggregate(references) if seeded else references
+    rows = [*runs, *aggregated, *references, *reference_means] if seeded else list(results)
     write_results_csv(rows, out / "results.csv", seeds=seeded)
     plot_spectra(results, out / "spectra.png")
     plot_curves(results, out, out / "curves.png")
@@ -262,11 +263,11 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
         f"probe validated every {validation_interval(budget)} epochs. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
-        *_verdicts(spec, aggregated if seeded else runs, references),
+        *_verdicts(spec, aggregated if seeded else runs, reference_means),
         "",
     ]
     if seeded:
-        lines += _seeded_tables(spec, aggregated, [*aggregated, *references], results)
+        lines += _seeded_tables(spec, aggregated, [*aggregated, *reference_means], results)
     else:
         columns = [c for c in _shown_columns(results) if c != "seed"]
         lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))

@@ -61,6 +61,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "claims": [],
 }
 REFERENCE_ROWS = ("random_init", "raw_pixels")
+# reference rows that a seed changes (the untrained backbone's initialisation): one per seed
+SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
     "output_dir",
     "config_path",
