@@ -71,6 +71,8 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
     first_run = [j for j in jobs if j.name == jobs[0].name]
     references = [j for j in jobs if j.reference == "random_init"]
     assert [j.cfg_seed for j in references] == [j.cfg_seed for j in first_run][: len(references)]
+    assert len({j.label for j in references}) == len(references)  # progress lines tell them apart
+    assert all(j.seed is None for j in jobs if j.reference == "raw_pixels")
     for job in (j for j in jobs if j.reference is None):
         run, cfg = runs[job.name], job.cfg
         assert cfg.name == run.name

@@ -55,7 +55,8 @@ class Job:
 
     ``name`` is the report's ``run`` column; ``cfg`` is the pretraining cfg (for a reference row
     the first run's at the job's seed, whose architecture and seed it takes); ``seed`` is the
-    spec's seed (None without ``seeds``); ``reference`` names the reference row."""
+    spec's seed (None without ``seeds`` and for a reference row that no seed changes);
+    ``reference`` names the reference row."""
 
     name: str
     key: str
@@ -67,9 +68,8 @@ class Job:
     @property
     def label(self) -> str:
         """How progress lines name the job."""
-        if self.reference is not None:
-            return f"reference {self.name!r}"
-        return f"run {self.name!r}" + (f" seed {self.seed}" if self.seed is not None else "")
+        kind = "reference" if self.reference is not None else "run"
+        return f"{kind} {self.name!r}" + (f" seed {self.seed}" if self.seed is not None else "")
 
     @property
     def cfg_seed(self) -> Any:
@@ -213,10 +213,11 @@ def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
             )
     first_run = jobs[: len(seeds)]
     for row in spec.reference_rows:
-        for job in first_run if row in SEEDED_REFERENCES else first_run[:1]:
-            seeded = job.seed is not None and row in SEEDED_REFERENCES
-            key = f"references/{row}" + (f"/seed_{job.seed}" if seeded else "")
-            jobs.append(Job(row, key, out / key, job.cfg, job.seed, reference=row))
+        seeded = row in SEEDED_REFERENCES
+        for job in first_run if seeded else first_run[:1]:
+            row_seed = job.seed if seeded else None
+            key = f"references/{row}" + (f"/seed_{row_seed}" if row_seed is not None else "")
+            jobs.append(Job(row, key, out / key, job.cfg, row_seed, reference=row))
     return jobs
 
 
