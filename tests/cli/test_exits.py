@@ -150,9 +150,18 @@ def tiny_pretrain_cfg(data: Path, out: Path, epochs: int):
     )
 
 
+@pytest.fixture
+def sigint_as_in_a_terminal():
+    """SIGINT raises KeyboardInterrupt, as in a terminal, even where pytest started with SIGINT
+    ignored (a background job of a script: Python then installs no handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(
-    data, tmp_path, capsys, signum, code
+    data, tmp_path, capsys, sigint_as_in_a_terminal, signum, code
 ):
     from solo_diet.cli.errors import run_guarded
     from solo_diet.cli.pretrain import run_pretrain

@@ -119,7 +119,9 @@ def test_an_interrupted_scheduler_stops_its_tasks(tmp_path, signum):
     pid_file = tmp_path / "task.pid"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     scheduler = subprocess.Popen(
-        [sys.executable, "-c", SCHEDULER, str(pid_file), str(tmp_path / "task.log")], env=env
+        [sys.executable, "-c", SCHEDULER, str(pid_file), str(tmp_path / "task.log")],
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     )
     deadline = time.monotonic() + 60
     while not pid_file.is_file() or not pid_file.read_text():
