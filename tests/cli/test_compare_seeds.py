@@ -203,6 +203,8 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert f"{float(init_mean['linear_acc1']):.2f} ± {statistics.stdev(values):.2f}" in words
     assert "`linear_acc1` of `raw_pixels`" in report
     assert "Mean ± standard deviation over 2 seeds" in report and "## Per seed" in report
+    per_seed = report.split("## Per seed")[1]
+    assert "| raw_pixels | – | raw_pixels |" in per_seed and "None" not in per_seed
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert not math.isnan(float(by_key[("diet", "mean")]["linear_loss"]))
 

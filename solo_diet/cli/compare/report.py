@@ -80,6 +80,9 @@ def result_columns(results: Sequence[dict]) -> list[str]:
 
 
 def _cell(value: Any) -> str:
+    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed)."""
+    if value is None:
+        return "–"
     if isinstance(value, float):
         return "–" if math.isnan(value) else f"{value:.2f}"
     return str(value)
