@@ -62,6 +62,8 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
     assert "epoch 1: " in diet_log and " samples/s, loss " in diet_log
     assert "Epoch 0:" not in diet_log and "it/s" not in diet_log
     assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
+    partial = "**Partial**: left out of every table and verdict, as they have no result yet: "
+    assert partial + "run 'broken' (failed)." in (out / "report.md").read_text()
 
     # diet, the first job, was interrupted after its first epoch; simclr is finished
     diet = out / "runs" / "diet"
@@ -84,6 +86,8 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     out = tmp_path / "cmp"
     run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS) + ["only=[diet]"])
     assert report_runs(out) == ["diet"] and not (out / "runs" / "simclr").exists()
+    text = (out / "report.md").read_text()
+    assert "as they have no result yet: run 'simclr', reference 'raw_pixels'." in text
     assert (out / "spec.yaml").is_file() and not list(out.glob(".spec-*.yaml"))
     diet_result = (out / "runs" / "diet" / "result.json").read_text()
 
@@ -94,4 +98,4 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     assert report_runs(out) == ["diet", "simclr", "raw_pixels"]  # every finished job of the spec
     assert (out / "runs" / "diet" / "result.json").read_text() == diet_result
     assert (out / "runs" / "diet" / "job.log").read_text().count("### ") == 1  # started once
-    assert "| simclr | simclr |" in report.read_text()
+    assert "| simclr | simclr |" in report.read_text() and "**Partial**" not in report.read_text()

@@ -1,10 +1,11 @@
-"""Where and when a comparison ran: each job's device and end time in its ``result.json``, each
-``solo-diet compare`` command in ``<output_dir>/commands.txt``, and the report's section that
-gathers them, so a report assembled over several machines and sessions still names its cards,
-commands and dates."""
+"""Where, when and at what cost a comparison ran: each job's device, end time and pretraining
+costs in its ``result.json``, each ``solo-diet compare`` command in ``<output_dir>/commands.txt``,
+and the report's section that gathers them, so a report assembled over several machines and
+sessions still names its cards, commands and dates."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
@@ -12,12 +13,32 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from solo_diet.cli.compare._files import read_json
+
 COMMANDS_FILE = "commands.txt"
 TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
 def _now() -> str:
     return time.strftime(TIME_FORMAT, time.gmtime())
+
+
+def pretrain_costs(run_dir: Path) -> dict[str, float]:
+    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
+    wall time of its pretraining calls."""
+    from solo_diet.callbacks import read_epoch_rows
+
+    path = run_dir / "epochs.csv"
+    rows = read_epoch_rows(path) if path.is_file() else []
+    train_s = sum(r["train_seconds"] for r in rows)
+    peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
+    return {
+        "epochs": len(rows),
+        "train_s": train_s,
+        "samples_per_s": sum(r["samples"] for r in rows) / train_s if train_s > 0 else math.nan,
+        "peak_gpu_mib": max(peaks) if peaks else math.nan,
+        "pretrain_wall_s": read_json(run_dir / "state.json").get("pretrain_wall_s"),
+    }
 
 
 def job_place() -> dict[str, str]:

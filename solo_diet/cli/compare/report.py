@@ -201,6 +201,17 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     ]
 
 
+def _left_out(labels: Sequence[str]) -> list[str]:
+    """A line naming the jobs that have no result, if any."""
+    if not labels:
+        return []
+    return [
+        "**Partial**: left out of every table and verdict, as they have no result yet: "
+        f"{', '.join(labels)}.",
+        "",
+    ]
+
+
 def _seeded_tables(
     spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
 ) -> list[str]:
@@ -235,8 +246,11 @@ def _seeded_tables(
     return lines + _table(results, _shown_columns(results), lambda r, c: _cell(r.get(c, math.nan)))
 
 
-def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
-    """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings)."""
+def write_report(
+    spec: DictConfig, results: Sequence[dict], out: Path, left_out: Sequence[str] = ()
+) -> Path:
+    """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings);
+    ``left_out`` names the spec's jobs without a result, which the report says it leaves out."""
     from solo_diet.cli.compare.plots import plot_curves, plot_spectra
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -259,6 +273,7 @@ def write_report(spec: DictConfig, results: Sequence[dict], out: Path) -> Path:
         "",
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
         *_unfinished(results, budget.max_epochs),
+        *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
         f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "

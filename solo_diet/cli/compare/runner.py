@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -31,7 +31,7 @@ from solo_diet.cli.compare.fingerprints import (
     training_fingerprint,
 )
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint, longest_first, parse_runs, plan_jobs
-from solo_diet.cli.compare.record import job_place, note_command
+from solo_diet.cli.compare.record import job_place, note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec, validation_interval
 from solo_diet.config import ConfigError
@@ -96,24 +96,6 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     state["checkpoint"] = str(checkpoint)
     write_json(state_path, state)
     return checkpoint, True
-
-
-def pretrain_costs(run_dir: Path) -> dict[str, float]:
-    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
-    wall time of its pretraining calls."""
-    from solo_diet.callbacks import read_epoch_rows
-
-    path = run_dir / "epochs.csv"
-    rows = read_epoch_rows(path) if path.is_file() else []
-    train_s = sum(r["train_seconds"] for r in rows)
-    peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
-    return {
-        "epochs": len(rows),
-        "train_s": train_s,
-        "samples_per_s": sum(r["samples"] for r in rows) / train_s if train_s > 0 else math.nan,
-        "peak_gpu_mib": max(peaks) if peaks else math.nan,
-        "pretrain_wall_s": read_json(run_dir / "state.json").get("pretrain_wall_s"),
-    }
 
 
 def _secondary_rank() -> bool:
@@ -281,20 +263,26 @@ def _unfinished_row(job: Job) -> dict[str, Any]:
 
 
 def _report_of_finished(
-    spec: DictConfig, jobs: Sequence[Job], out: Path, with_unfinished: bool = False
+    spec: DictConfig,
+    jobs: Sequence[Job],
+    out: Path,
+    with_unfinished: bool = False,
+    failed: Collection[str] = (),
 ) -> Path:
-    """The report of those ``jobs`` that have a ``result.json``; ``with_unfinished`` adds the
-    runs' jobs that only have pretraining epochs (their curves and costs, no evaluation)."""
-    results = []
+    """The report of those ``jobs`` that have a ``result.json`` (the keys in ``failed`` aside);
+    ``with_unfinished`` adds the runs' jobs that only have pretraining epochs (their curves and
+    costs, no evaluation). The report names the jobs it leaves out."""
+    results, left_out = [], []
     for job in jobs:
-        if (job.run_dir / "result.json").is_file():
+        if job.key not in failed and (job.run_dir / "result.json").is_file():
             results.append(read_json(job.run_dir / "result.json"))
         elif with_unfinished and job.reference is None and (job.run_dir / "epochs.csv").is_file():
             results.append(_unfinished_row(job))
-    missing = len(jobs) - len(results)
-    if missing:
-        progress(f"{missing} of {len(jobs)} jobs have no result yet: the report leaves them out")
-    report = write_report(spec, results, out)
+        else:
+            left_out.append(job.label + (" (failed)" if job.key in failed else ""))
+    if left_out:
+        progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
+    report = write_report(spec, results, out, left_out)
     progress(f"report: {report}")
     return report
 
@@ -344,7 +332,7 @@ def run_compare(
             spec_file.unlink(missing_ok=True)
     else:
         failures = _run_here(spec, chosen)
-    report = _report_of_finished(spec, [job for job in jobs if job.key not in failures], out)
+    report = _report_of_finished(spec, jobs, out, failed=failures)
     if failures:
         raise JobsFailed(
             f"{len(failures)} of {len(chosen)} jobs failed: {'; '.join(failures.values())}. The "
