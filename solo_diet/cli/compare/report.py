@@ -130,7 +130,7 @@ def _shown_columns(rows: Sequence[dict]) -> list[str]:
     return [
         c
         for c in result_columns(rows)
-        if c not in NOT_SHOWN and any(_cell(r.get(c, math.nan)) not in ("–", "None") for r in rows)
+        if c not in NOT_SHOWN and any(_cell(r.get(c, math.nan)) != "–" for r in rows)
     ]
 
 
