@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from solo_diet.data.decode_cache import CACHE_ENV
+from solo_diet.data.synthetic import write_image_folder
 from solo_diet.data.tensor_data import load_images
-from solo_diet.testing import write_image_folder
 
 
 def median_wall(run, repeats: int) -> float:

@@ -38,7 +38,7 @@ def run_case(args: argparse.Namespace) -> None:
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     import solo_diet
-    from solo_diet.testing import tiny_cfg
+    from solo_diet.methods.testing import tiny_cfg
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -54,8 +54,8 @@ from solo.methods import METHODS
 from solo.methods.base import BaseMethod
 
 import solo_diet
+from solo_diet.methods.testing import tiny_cfg
 from solo_diet.samplers import SuperBatchSampler
-from solo_diet.testing import tiny_cfg
 
 NUM_CLASSES = 256
 SDIET_STORAGES = ("cpu", "gpu", "disk")

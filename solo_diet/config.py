@@ -24,14 +24,24 @@ def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
     return value
 
 
-def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
+def check_int(cfg: omegaconf.DictConfig, key: str, minimum: int, hint: str = "") -> int:
+    """``cfg.<key>``, an integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
     value = omegaconf.OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"`{key}` must be a positive integer, got {value!r}. {hint}".rstrip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"an integer >= {minimum}"
+        )
+        raise ConfigError(f"`{key}` must be {wanted}, got {value!r}. {hint}".rstrip())
     return value
 
 
+def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
+    """``cfg.<key>``, an integer ``>= 1``; ``hint`` ends the error message."""
+    return check_int(cfg, key, 1, hint)
+
+
 def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) -> str:
+    """``cfg.<key>``, one of ``choices``."""
     value = omegaconf.OmegaConf.select(cfg, key)
     if value not in choices:
         raise ConfigError(f"`{key}` must be one of {list(choices)}, got {value!r}.")
@@ -39,6 +49,7 @@ def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) ->
 
 
 def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
+    """``cfg.<key>``, True or False (not 0/1 or a string)."""
     value = omegaconf.OmegaConf.select(cfg, key)
     if not isinstance(value, bool):
         raise ConfigError(f"`{key}` must be True or False, got {value!r}.")

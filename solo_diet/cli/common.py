@@ -203,7 +203,7 @@ def logger_and_callbacks(
     from lightning.pytorch.callbacks import LearningRateMonitor
     from solo.utils.checkpointer import Checkpointer
 
-    from solo_diet.callbacks import FinalEpochCheckpoint
+    from solo_diet.cli.callbacks import FinalEpochCheckpoint
 
     callbacks: list = []
     checkpointer = None

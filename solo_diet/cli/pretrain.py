@@ -96,45 +96,7 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
         loader, num_samples = pretrain_loader(cfg, contract.train_batch_sampler)
         return loader, num_samples, False
     if cfg.data.format == "dali":
-        from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
-        from solo.utils.misc import compute_dataset_size
-
-        if _uses_erasing(cfg):
-            raise ConfigError(
-                "`augmentations[].random_erasing` is not available with data.format=dali."
-            )
-        transform = FullTransformPipeline(
-            [
-                NCropAugmentation(
-                    build_transform_pipeline_dali(
-                        cfg.data.dataset, aug, dali_device=cfg.dali.device
-                    ),
-                    aug.num_crops,
-                )
-                for aug in cfg.augmentations
-            ]
-        )
-        datamodule = PretrainDALIDataModule(
-            dataset=cfg.data.dataset,
-            train_data_path=cfg.data.train_path,
-            transforms=transform,
-            num_large_crops=cfg.data.num_large_crops,
-            num_small_crops=cfg.data.num_small_crops,
-            num_workers=cfg.data.num_workers,
-            batch_size=cfg.optimizer.batch_size,
-            no_labels=cfg.data.no_labels,
-            data_fraction=cfg.data.fraction,
-            dali_device=cfg.dali.device,
-            encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels,
-        )
-        num_samples = compute_dataset_size(
-            dataset=cfg.data.dataset,
-            train=True,
-            data_path=cfg.data.train_path,
-            data_format="dali",
-            no_labels=cfg.data.no_labels,
-            data_fraction=cfg.data.fraction,
-        )
+        datamodule, num_samples = _dali_data(cfg)
         return datamodule, num_samples, False
 
     transform = FullTransformPipeline(
@@ -168,6 +130,50 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
             train_dataset, batch_size=cfg.optimizer.batch_size, num_workers=cfg.data.num_workers
         )
     return loader, len(train_dataset), batch_sampler is not None
+
+
+def _dali_data(cfg: DictConfig):
+    """(solo-learn's DALI datamodule with the config's augmentations, N) for ``data.format:
+    dali``."""
+    from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
+    from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation
+    from solo.utils.misc import compute_dataset_size
+
+    if _uses_erasing(cfg):
+        raise ConfigError(
+            "`augmentations[].random_erasing` is not available with data.format=dali."
+        )
+    transform = FullTransformPipeline(
+        [
+            NCropAugmentation(
+                build_transform_pipeline_dali(cfg.data.dataset, aug, dali_device=cfg.dali.device),
+                aug.num_crops,
+            )
+            for aug in cfg.augmentations
+        ]
+    )
+    datamodule = PretrainDALIDataModule(
+        dataset=cfg.data.dataset,
+        train_data_path=cfg.data.train_path,
+        transforms=transform,
+        num_large_crops=cfg.data.num_large_crops,
+        num_small_crops=cfg.data.num_small_crops,
+        num_workers=cfg.data.num_workers,
+        batch_size=cfg.optimizer.batch_size,
+        no_labels=cfg.data.no_labels,
+        data_fraction=cfg.data.fraction,
+        dali_device=cfg.dali.device,
+        encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels,
+    )
+    num_samples = compute_dataset_size(
+        dataset=cfg.data.dataset,
+        train=True,
+        data_path=cfg.data.train_path,
+        data_format="dali",
+        no_labels=cfg.data.no_labels,
+        data_fraction=cfg.data.fraction,
+    )
+    return datamodule, num_samples
 
 
 def _val_loader(cfg: DictConfig):

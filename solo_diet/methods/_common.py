@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import torch
 
+SOLO_LEARN_SEED = 5
+"""solo-learn's default ``seed`` (``solo.args.pretrain.parse_cfg``), where a cfg has none."""
+
 
 def online_probe_loss(targets: torch.Tensor, class_loss: torch.Tensor) -> torch.Tensor:
     """solo-learn's online-probe loss, or 0 when no sample of the batch is labelled (it is NaN

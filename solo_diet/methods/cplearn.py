@@ -17,12 +17,13 @@ from solo_diet.config import (
     ConfigError,
     check_bool,
     check_choice,
+    check_int,
     check_positive_int,
     check_range,
     fill_default,
 )
 from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
-from solo_diet.methods._common import online_probe_loss
+from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.contract import ExtraRepresentation, MethodContract
 from solo_diet.metrics import clustering_report
 from solo_diet.nn import CPLearnProjector
@@ -101,18 +102,16 @@ class CPLearn(MethodContract, BaseMethod):
         fill_default(cfg, "method_kwargs.prior", "reverse_kl")
         fill_default(cfg, "method_kwargs.symmetric", True)
         fill_default(cfg, "method_kwargs.gather_marginal", False)
-        fill_default(cfg, "method_kwargs.codes_seed", omegaconf_select(cfg, "seed", 5))
+        fill_default(
+            cfg, "method_kwargs.codes_seed", omegaconf_select(cfg, "seed", SOLO_LEARN_SEED)
+        )
 
         check_positive_int(
             cfg, "method_kwargs.proj_hidden_dim", "It is f, the rows of the code matrix W."
         )
-        num_codes = check_positive_int(
-            cfg, "method_kwargs.proj_output_dim", "It is c, the number of codes."
+        num_codes = check_int(
+            cfg, "method_kwargs.proj_output_dim", 2, "It is c, the number of codes."
         )
-        if num_codes < 2:
-            raise ConfigError(
-                f"`method_kwargs.proj_output_dim` (number of codes) must be >= 2, got {num_codes}."
-            )
         check_range(cfg, "method_kwargs.beta", 0.0, float("inf"))
         eps = cfg.method_kwargs.eps
         if (
@@ -128,11 +127,7 @@ class CPLearn(MethodContract, BaseMethod):
         check_choice(cfg, "method_kwargs.prior", ["reverse_kl", "forward_ce"])
         check_bool(cfg, "method_kwargs.symmetric")
         check_bool(cfg, "method_kwargs.gather_marginal")
-        seed = cfg.method_kwargs.codes_seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(
-                f"`method_kwargs.codes_seed` must be a non-negative integer, got {seed!r}."
-            )
+        check_int(cfg, "method_kwargs.codes_seed", 0)
 
         crops = (
             omegaconf_select(cfg, "data.num_large_crops"),

@@ -26,7 +26,7 @@ class DIET(IndexMethod):
     Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (whose ``proj_layers``
     defaults to 0 here: no projector, as in the paper):
         loss (str): ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (MSE-DIET, s-DIET
-            paper, Eq. 5).
+            paper, Eq. 5). Default ce.
         label_smoothing (float): smoothing of the ``ce`` target, in [0, 1). Default 0.8.
         normalize (bool): L2-normalise what the head sees. Default False (paper's DIET).
     """

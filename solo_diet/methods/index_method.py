@@ -20,6 +20,7 @@ from torch import nn
 from solo_diet.config import (
     ConfigError,
     check_bool,
+    check_int,
     check_positive_int,
     fill_default,
 )
@@ -62,12 +63,12 @@ def fill_and_check_projector(
     fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
     fill_default(cfg, "method_kwargs.proj_output_dim", 2048)
     fill_default(cfg, "method_kwargs.proj_use_bn", True)
-    layers = cfg.method_kwargs.proj_layers
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < min_layers:
-        none = " (0 = no projector)" if min_layers == 0 else ""
-        raise ConfigError(
-            f"`method_kwargs.proj_layers` must be an integer >= {min_layers}{none}, got {layers!r}."
-        )
+    layers = check_int(
+        cfg,
+        "method_kwargs.proj_layers",
+        min_layers,
+        "0 means no projector." if min_layers == 0 else "",
+    )
     check_bool(cfg, "method_kwargs.proj_use_bn")
     if layers > 0:
         check_positive_int(cfg, "method_kwargs.proj_hidden_dim")

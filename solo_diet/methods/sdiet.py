@@ -38,7 +38,7 @@ from solo_diet.config import (
     check_range,
     fill_default,
 )
-from solo_diet.methods._common import online_probe_loss
+from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowhead import RowHead
@@ -95,7 +95,7 @@ class SDIET(IndexMethod):
             storage=kwargs.storage,
             directory=kwargs.storage_dir,
             dtype=getattr(torch, kwargs.storage_dtype),
-            seed=omegaconf_select(cfg, "seed", 0),
+            seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
         self.row_head = RowHead(
             kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch
@@ -115,7 +115,7 @@ class SDIET(IndexMethod):
             len(dataset),
             cfg.optimizer.batch_size,
             omegaconf_select(cfg, "method_kwargs.rows_per_step", 1),
-            seed=omegaconf_select(cfg, "seed", 0),
+            seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
 
     @staticmethod

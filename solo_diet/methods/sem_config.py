@@ -7,7 +7,13 @@ from typing import Any
 
 import omegaconf
 
-from solo_diet.config import ConfigError, check_choice, check_positive_int, fill_default
+from solo_diet.config import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_positive_int,
+    fill_default,
+)
 from solo_diet.nn.sem import check_temperature
 
 SEM_DEFAULTS: dict[str, Any] = {
@@ -40,15 +46,12 @@ def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         fill_default(cfg, f"method_kwargs.sem.{key}", default)
     sem = cfg.method_kwargs.sem
     check_positive_int(cfg, "method_kwargs.sem.num_simplices", "It is L, the number of simplices.")
-    if (
-        check_positive_int(
-            cfg, "method_kwargs.sem.simplex_dim", "It is V, the size of each simplex."
-        )
-        < 2
-    ):
-        raise ConfigError(
-            "`method_kwargs.sem.simplex_dim` (V) must be >= 2: a 1-entry simplex is constant 1."
-        )
+    check_int(
+        cfg,
+        "method_kwargs.sem.simplex_dim",
+        2,
+        "It is V, the size of each simplex (a 1-entry simplex is constant 1).",
+    )
     if sem.tau_target is None:
         sem.tau_target = sem.tau_online
     for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):

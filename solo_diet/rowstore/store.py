@@ -9,7 +9,8 @@ Zero-gradient steps of rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-
 as docs/references.md says; the exact lazy variant is ours):
 
 * ``"eager"`` (paper, App. D.2): right after a row's real step, apply ``eager_steps`` zero-gradient
-  steps in closed form (``T = N/B - 1``, a float) as if the row were absent until its next visit.
+  steps in closed form (``T = N/B - m`` for ``m`` batches of rows resident per step, a float) as
+  if the row were absent until its next visit.
 * ``"lazy"`` (exact): remember each row's last real step; when the row is next loaded at global step
   ``s``, apply ``T = s - last - 1`` zero-gradient steps with the current lr. Reproduces a full-table
   optimiser whose absent rows get zero gradients (up to the paper's eps approximation and lr drift).
@@ -35,11 +36,11 @@ class RowStore(RowTables):
     """Head rows + row-wise optimiser state + per-row last-step counters.
 
     Args:
-        num_rows: N, one row per training sample.
+        num_rows: N, one row per label id (per training sample with ``index`` labels).
         dim: D, width of a row (the projector output).
         optimizer: row-wise optimiser (:class:`solo_diet.optim.RowAdamW` or ``RowSGDW``).
         mode: ``"eager"`` or ``"lazy"`` zero-gradient steps (module docstring).
-        eager_steps: zero-gradient steps applied after each write-back in eager mode (``N/B - 1``).
+        eager_steps: zero-gradient steps applied after each write-back in eager mode (``N/B - m``).
         table_options: where and how the table lives: ``storage``, ``device``, ``directory``,
             ``seed``, ``dtype``, ``sharing`` (:class:`~solo_diet.rowstore.tables.RowTables`).
     """

@@ -23,9 +23,10 @@ from solo.methods import METHODS  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.methods import PLUGIN_METHODS  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.testing import tiny_cfg, write_image_folder  # noqa: E402
+from solo_diet.methods.testing import tiny_cfg  # noqa: E402
 from tests.cli._compare import SHIPPED_SPEC  # noqa: E402
 from tests.cli.test_compare import tiny_overrides  # noqa: E402
 
@@ -125,4 +126,6 @@ def test_pretrain_then_compare_the_toy_method(toy_registered, configs, data, tmp
     assert 0.0 <= float(row["knn_acc1"]) <= 100.0 and 0.0 <= float(row["z_knn_acc1"]) <= 100.0
     assert 1.0 <= float(row["z_rankme"]) <= 16.0 + 1e-3  # z has 16 dimensions
     assert 1.0 <= float(row["z_lidar"]) <= 5.0 + 1e-3  # min(d, n - 1) with n = 6 surrogate classes
-    assert "z_knn_acc1" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "z_knn_acc1" in report
+    assert "- `z_*`: the `z` representation its method declares (`extra_evaluations`)" in report

@@ -14,7 +14,7 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
-from solo_diet.callbacks import read_epoch_rows  # noqa: E402
+from solo_diet.cli.callbacks import read_epoch_rows  # noqa: E402
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402

@@ -7,7 +7,14 @@ import statistics
 
 import pytest
 
-from solo_diet.cli.compare.aggregate import aggregate, pooled_std, rank, verdict
+from solo_diet.cli.compare.aggregate import (
+    RANKED_METRICS,
+    aggregate,
+    pooled_std,
+    rank,
+    ranked_metrics,
+    verdict,
+)
 
 
 def seed_rows(run: str, accuracies: list[float]) -> list[dict]:
@@ -61,3 +68,15 @@ def test_rank_marks_only_gaps_beyond_two_pooled_std():
     assert words.startswith("`linear_acc1`: best **best, tie** (81.00)")
     assert "more than two pooled std: far" in words and "not resolved" in words
     assert rank(rows, "knn_acc1") is None
+
+
+def test_a_declared_representation_is_ranked_where_higher_is_better():
+    columns = ["run", "linear_acc1", "kmeans_chance_nmi", "z_knn_acc1", "z_rankme", "z_linear_acc1"]
+    columns += ["words_nmi", "words_ami", "words_used", "sem_knn_acc1"]
+    assert ranked_metrics(columns) == [
+        *RANKED_METRICS,
+        "z_knn_acc1",
+        "z_linear_acc1",
+        "words_nmi",
+        "words_ami",
+    ]

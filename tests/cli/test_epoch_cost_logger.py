@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader
 
-from solo_diet.callbacks import EpochCostLogger, read_epoch_rows
+from solo_diet.cli.callbacks import EpochCostLogger, read_epoch_rows
 
 LOSSES = {(0, 0): 1.0, (0, 1): 2.0, (1, 0): 4.0, (1, 1): 7.0}  # (epoch, batch) -> loss
 
@@ -56,3 +56,29 @@ def test_one_row_per_epoch_with_the_mean_loss_and_the_samples(tmp_path):
     for row in rows:
         assert 0 < row["train_seconds"] <= row["epoch_seconds"]
         assert abs(row["samples_per_s"] - 6 / row["train_seconds"]) < 1e-6 * row["samples_per_s"]
+
+
+class LogsAMetric(KnownLosses):
+    """Also validates, logging ``my_metric`` (10 + epoch) in each validation epoch."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("my_metric", 10.0 + self.current_epoch)
+
+
+def test_the_metrics_it_is_given_are_its_columns_and_its_printed_words(tmp_path, capsys):
+    csv_path = tmp_path / "epochs.csv"
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[EpochCostLogger(csv_path, logged_metrics=["my_metric"], print_rows=True)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(LogsAMetric(), solo_batches(2, 3), solo_batches(1, 3))
+
+    assert [r["my_metric"] for r in read_epoch_rows(csv_path)] == [10.0, 11.0]
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(", ")[-1] for line in printed] == ["my_metric 10", "my_metric 11"]

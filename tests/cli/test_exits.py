@@ -30,7 +30,7 @@ LINEAR = ["linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--conf
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from solo_diet.testing import write_image_folder
+    from solo_diet.data.synthetic import write_image_folder
 
     root = tmp_path_factory.mktemp("data")
     write_image_folder(root / "train", num_classes=5, per_class=6, seed=0)

@@ -26,8 +26,9 @@ from solo_diet.cli.gpu_data import (  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.data.synthetic import write_image_folder  # noqa: E402
+from solo_diet.methods.testing import tiny_cfg, tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
-from solo_diet.testing import tiny_cfg, tiny_trainer, write_image_folder  # noqa: E402
 from tests.methods.test_sem import KWARGS  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"

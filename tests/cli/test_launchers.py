@@ -20,7 +20,7 @@ from solo_diet.cli.linear import build_backbone, load_backbone_weights  # noqa: 
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.testing import write_image_folder  # noqa: E402
+from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 NUM_TRAIN = 5 * 6

@@ -18,15 +18,15 @@ from torch.utils.data import DataLoader  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY  # noqa: E402
-from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
-from solo_diet.samplers import SuperBatchSampler  # noqa: E402
-from solo_diet.testing import (  # noqa: E402
+from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
+from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
+from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 
 N = 16
 IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -580,7 +580,7 @@ def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
 
     from solo_diet.cli.common import compose_cfg
     from solo_diet.cli.pretrain import run_pretrain
-    from solo_diet.testing import write_image_folder
+    from solo_diet.data.synthetic import write_image_folder
 
     write_image_folder(tmp_path / "train", num_classes=2, per_class=8)
     overrides = [

@@ -1,21 +1,27 @@
 """``solo-diet compare``: several methods, one data set, one budget, one evaluation, one report.
 
+Start at :func:`~solo_diet.cli.compare.runner.run_compare` (``solo-diet compare`` calls it); the
+spec format is in ``docs/compare.md``. The modules, in the order a comparison uses them:
+
 - :mod:`~solo_diet.cli.compare.spec`: the spec's defaults, loading and checks;
 - :mod:`~solo_diet.cli.compare.jobs`: the runs, and the jobs (one per run and seed, one per
   reference row), each in its own folder;
 - :mod:`~solo_diet.cli.compare.fingerprints`: what identifies a job's pretraining, evaluation and
   data, so finished work is kept and changed work redone;
-- :mod:`~solo_diet.cli.compare.runner`: each job pretrained with ``run_pretrain`` (a finished job
-  is not repeated, an interrupted one resumes from its last checkpoint), then evaluated, in this
-  process or side by side in worker processes (:mod:`~solo_diet.cli.compare.fanout`,
+- :mod:`~solo_diet.cli.compare.runner`: where and when the jobs run, in this process or side by
+  side in worker processes (:mod:`~solo_diet.cli.compare.fanout`,
   :mod:`~solo_diet.cli.compare.worker`);
+- :mod:`~solo_diet.cli.compare.job`: one job, pretrained once with ``run_pretrain`` (a finished job
+  is not repeated, an interrupted one resumes from its last checkpoint), then evaluated;
 - :mod:`~solo_diet.cli.compare.evaluate`: the evaluation of one checkpoint (linear probe, kNN,
   RankMe, LiDAR, k-means, and what the method's contract adds, e.g. the SEM representation);
-- :mod:`~solo_diet.cli.compare.report`: ``results.csv``, PNG plots and ``report.md``, with mean ±
-  std over seeds (:mod:`~solo_diet.cli.compare.aggregate`) and where and when the jobs ran
-  (:mod:`~solo_diet.cli.compare.record`).
+- :mod:`~solo_diet.cli.compare.report`: ``results.csv``, the PNG plots
+  (:mod:`~solo_diet.cli.compare.plots`) and ``report.md``, with mean ± std over seeds and the
+  marks of resolved differences (:mod:`~solo_diet.cli.compare.aggregate`), the spec's claims
+  checked against the results (:mod:`~solo_diet.cli.compare.claims`), and where, when and at what
+  cost the jobs ran (:mod:`~solo_diet.cli.compare.record`).
 
-The spec format is in ``docs/compare.md``.
+:mod:`~solo_diet.cli.compare._files` holds the small JSON and progress helpers they share.
 """
 
 from solo_diet.cli.compare.jobs import parse_runs

@@ -25,8 +25,21 @@ RANKED_METRICS = (
     "codes_ami",
     "embedding_knn_acc1",
 )
+# The columns of a method's own representations (``ExtraRepresentation``) where higher is better.
+RANKED_SUFFIXES = ("_linear_acc1", "_knn_acc1", "_nmi", "_ami")
 NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
 MEAN_SEED = "mean"  # the `seed` of an aggregate row
+
+
+def ranked_metrics(columns: Sequence[str]) -> list[str]:
+    """``RANKED_METRICS``, then the other ``columns`` ending in ``RANKED_SUFFIXES`` (those of the
+    representations a method declares beyond the ones above; not ``kmeans_*``)."""
+    extra = [
+        c
+        for c in columns
+        if c not in RANKED_METRICS and c.endswith(RANKED_SUFFIXES) and not c.startswith("kmeans_")
+    ]
+    return [*RANKED_METRICS, *extra]
 
 
 def is_number(value: Any) -> bool:

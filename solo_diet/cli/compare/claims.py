@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.cli.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.cli.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
 CLAIM_KEYS = ("text", "metric", "better", "than", "at_least", "epoch")
@@ -86,8 +87,6 @@ def check_claims(spec: DictConfig, spec_path: Path) -> None:
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
     """Per job, ``column`` of its ``epochs.csv`` in the last logged epoch within the first
     ``epoch`` epochs (NaN when none was logged)."""
-    from solo_diet.cli.compare.plots import seed_curves
-
     rows = []
     for result in results:
         curve = seed_curves([out / result["job"]], column) if "job" in result else {}

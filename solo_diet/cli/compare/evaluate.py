@@ -240,8 +240,9 @@ class Evaluator:
         return result
 
 
-class _SharedEvaluator:
-    """The :class:`Evaluator` of a comparison, built at the first evaluation and then reused."""
+class SharedEvaluator:
+    """The :class:`Evaluator` of every checkpoint of a comparison, built at the first evaluation
+    and then reused."""
 
     def __init__(self) -> None:
         self.evaluator: Optional[Evaluator] = None
@@ -253,17 +254,12 @@ class _SharedEvaluator:
         return self.evaluator
 
 
-def shared_evaluator() -> _SharedEvaluator:
-    """One evaluator for every checkpoint of a comparison (for :func:`evaluate_checkpoint`)."""
-    return _SharedEvaluator()
-
-
 def evaluate_checkpoint(
     spec: DictConfig,
     name: str,
     checkpoint: Path,
     run_dir: Path,
-    shared: _SharedEvaluator,
+    shared: SharedEvaluator,
     extras: bool = True,
 ) -> dict[str, Any]:
     """Every metric of one checkpoint (the probe's files go under ``run_dir``; ``name`` labels the

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
+
+from solo_diet.cli.compare.record import seed_curves
 
 CURVE_PANELS = (
     ("train_loss", "train loss"),
@@ -51,19 +52,6 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
-
-
-def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
-    """{epoch: the column's values over the seeds that logged it in that epoch}."""
-    from solo_diet.callbacks import read_epoch_rows
-
-    by_epoch: dict[float, list[float]] = {}
-    for folder in folders:
-        csv_path = folder / "epochs.csv"
-        for row in read_epoch_rows(csv_path) if csv_path.is_file() else []:
-            if column in row and not math.isnan(row[column]):
-                by_epoch.setdefault(row["epoch"], []).append(row[column])
-    return by_epoch
 
 
 def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:

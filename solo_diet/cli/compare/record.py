@@ -1,7 +1,8 @@
 """Where, when and at what cost a comparison ran: each job's device, end time and pretraining
-costs in its ``result.json``, each ``solo-diet compare`` command in ``<output_dir>/commands.txt``,
-and the report's section that gathers them, so a report assembled over several machines and
-sessions still names its cards, commands and dates."""
+costs in its ``result.json`` (read from its ``epochs.csv``, which also gives the curves over
+seeds), each ``solo-diet compare`` command in ``<output_dir>/commands.txt``, and the report's
+section that gathers them, so a report assembled over several machines and sessions still names
+its cards, commands and dates."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _now() -> str:
 def pretrain_costs(run_dir: Path) -> dict[str, float]:
     """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
     wall time of its pretraining calls."""
-    from solo_diet.callbacks import read_epoch_rows
+    from solo_diet.cli.callbacks import read_epoch_rows
 
     path = run_dir / "epochs.csv"
     rows = read_epoch_rows(path) if path.is_file() else []
@@ -39,6 +40,19 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
         "peak_gpu_mib": max(peaks) if peaks else math.nan,
         "pretrain_wall_s": read_json(run_dir / "state.json").get("pretrain_wall_s"),
     }
+
+
+def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
+    """{epoch: the column's values over the seeds that logged it in that epoch}."""
+    from solo_diet.cli.callbacks import read_epoch_rows
+
+    by_epoch: dict[float, list[float]] = {}
+    for folder in folders:
+        csv_path = folder / "epochs.csv"
+        for row in read_epoch_rows(csv_path) if csv_path.is_file() else []:
+            if column in row and not math.isnan(row[column]):
+                by_epoch.setdefault(row["epoch"], []).append(row[column])
+    return by_epoch
 
 
 def job_place() -> dict[str, str]:

@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 
 from solo_diet.cli.compare.aggregate import (
     NOT_AGGREGATED,
-    RANKED_METRICS,
     aggregate,
     is_number,
     rank,
+    ranked_metrics,
     verdict,
 )
 from solo_diet.cli.compare.claims import claim_lines
@@ -64,6 +64,16 @@ RESULT_COLUMNS = (
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
 NOT_COLUMNS = ("fingerprint", "job", "n_seeds", "unfinished")  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
+# the measures of a representation a method declares (ExtraRepresentation): <name><suffix>
+REPRESENTATION_MEASURES = (
+    "_linear_acc1",
+    "_knn_acc1",
+    "_rankme",
+    "_lidar",
+    "_nmi",
+    "_ami",
+    "_used",
+)
 
 
 def result_columns(results: Sequence[dict]) -> list[str]:
@@ -134,9 +144,25 @@ def _shown_columns(rows: Sequence[dict]) -> list[str]:
     ]
 
 
-def _legend(spec: DictConfig) -> list[str]:
+def _declared_representations(results: Sequence[dict]) -> list[str]:
+    """The names of the representations methods declared beyond those ``RESULT_COLUMNS`` knows."""
+    names: list[str] = []
+    for column in result_columns(results):
+        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
+        if column not in RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
+            names.append(column[: -len(suffix)])
+    return names
+
+
+def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
     """What each column means, with the settings that produced it."""
     settings = spec.evaluation
+    declared = [
+        f"- `{name}_*`: the `{name}` representation its method declares (`extra_evaluations`), "
+        "measured like the backbone: kNN, RankMe, LiDAR and, with probe overrides, the linear "
+        "probe of features; NMI, AMI and codes used of codes."
+        for name in _declared_representations(results)
+    ]
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).",
@@ -159,6 +185,7 @@ def _legend(spec: DictConfig) -> list[str]:
         "(same architecture, at each seed) never trained; `raw_pixels` is the normalised image "
         "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
         "its features add nothing a linear probe of the pixels does not find.",
+        *declared,
     ]
 
 
@@ -218,7 +245,7 @@ def _seeded_tables(
     """The mean ± std table with its marks and their meaning, then the per-seed table."""
     if not summary:
         return ["No job finished: the failed jobs' logs say why."]
-    rankings = {m: rank(aggregated, m) for m in RANKED_METRICS}
+    rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
     marks = {m: r for m, r in rankings.items() if r is not None}
 
     def cell(row: dict, column: str) -> str:
@@ -289,7 +316,7 @@ def write_report(
     else:
         columns = [c for c in _shown_columns(results) if c != "seed"]
         lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
-    lines += ["", *_legend(spec), "", *run_record_lines(results, out)]
+    lines += ["", *_legend(spec, results), "", *run_record_lines(results, out)]
     lines += ["![singular-value spectra](spectra.png)", ""]
     lines += ["![pretraining curves](curves.png)", ""]
     report = out / "report.md"

@@ -6,14 +6,11 @@ Written for solo-diet (not copied from solo-learn's test utilities). Needs solo-
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
-import numpy as np
 import torch
 from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
-from PIL import Image
 from solo.data.pretrain_dataloader import (
     FullTransformPipeline,
     NCropAugmentation,
@@ -154,20 +151,6 @@ def tiny_trainer(cfg: DictConfig, callbacks: Iterable[Any] = (), **overrides: An
     )
     kwargs.update(overrides)
     return Trainer(**kwargs)
-
-
-def write_image_folder(
-    root: Path, num_classes: int, per_class: int, size: int = 32, seed: int = 0
-) -> Path:
-    """Write a tiny class-per-folder PNG dataset (random images; for plumbing tests only)."""
-    rng = np.random.default_rng(seed)
-    for label in range(num_classes):
-        folder = Path(root) / f"class_{label}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(folder / f"{i:05d}.png")
-    return Path(root)
 
 
 def batch_of(

@@ -1,8 +1,8 @@
 """Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor and a
 last-epoch checkpoint.
 
-Adapter floor (imports lightning, not solo-learn). Used by ``solo-diet compare``; any Trainer can
-take them.
+Launcher floor (imports Lightning, not solo-learn). The launchers and ``solo-diet compare`` add
+them; any Lightning ``Trainer`` can take them.
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ class EpochCostLogger(Callback):
                 writer.writeheader()
             writer.writerow(row)
         if self.print_rows:
-            print(_row_line(row), flush=True)
+            print(_row_line(row, self.logged_metrics), flush=True)
 
 
-def _row_line(row: dict[str, Any]) -> str:
+def _row_line(row: dict[str, Any], metrics: Sequence[str]) -> str:
     """``epoch 12: 3.14 s training, 2542 samples/s, loss 4.2103, val_acc1 51.20``."""
     words = [
         f"epoch {row['epoch']}: {row['train_seconds']:.2f} s training",
@@ -160,7 +160,7 @@ def _row_line(row: dict[str, Any]) -> str:
     ]
     if row["train_loss"] != "":
         words.append(f"loss {row['train_loss']:.4f}")
-    words += [f"{name} {row[name]:.4g}" for name in LOGGED_METRICS if row.get(name, "") != ""]
+    words += [f"{name} {row[name]:.4g}" for name in metrics if row.get(name, "") != ""]
     return ", ".join(words)
 
 

@@ -1,0 +1,159 @@
+"""One job of a comparison: pretrained once (a finished job is reused, an interrupted one resumes
+from its latest checkpoint), then evaluated; its result goes to ``<job folder>/result.json``.
+Reference rows skip pretraining: their checkpoint is written here (untrained backbone or raw
+pixels). :mod:`~solo_diet.cli.compare.runner` decides where and when each job runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from solo_diet.cli.common import already_finished, checkpoint_epoch
+from solo_diet.cli.compare._files import progress, read_json, write_json
+from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
+from solo_diet.cli.compare.fingerprints import reference_fingerprint, training_fingerprint
+from solo_diet.cli.compare.jobs import Job, latest_checkpoint
+from solo_diet.cli.compare.record import job_place, pretrain_costs
+from solo_diet.cli.compare.spec import validation_interval
+from solo_diet.config import ConfigError
+
+
+def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
+    """Per-epoch costs and curves, and RankMe in validation epochs (``rankme_every_n_epochs``
+    rounded up to a multiple of the validation interval)."""
+    from solo_diet.cli.callbacks import EpochCostLogger, RankMeMonitor
+
+    callbacks: list = [EpochCostLogger(job.run_dir / "epochs.csv", print_rows=True)]
+    every = spec.evaluation.rankme_every_n_epochs
+    if every > 0:
+        step = validation_interval(spec.budget)
+        every = step * math.ceil(every / step)
+        callbacks.append(RankMeMonitor(every, spec.evaluation.rankme_samples))
+    return callbacks
+
+
+def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
+    """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
+    one resumes from its latest checkpoint; a job folder made by another config is refused."""
+    from solo_diet.cli.pretrain import run_pretrain
+
+    cfg, run_dir = job.cfg, job.run_dir
+    state_path = run_dir / "state.json"
+    state = read_json(state_path)
+    pretrain_fingerprint = training_fingerprint(cfg)
+    if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
+        raise ConfigError(
+            f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
+            "another `output_dir` or delete that folder."
+        )
+    if state.get("checkpoint") and Path(state["checkpoint"]).is_file():
+        return Path(state["checkpoint"]), False
+    state = {
+        "pretrain_fingerprint": pretrain_fingerprint,
+        "pretrain_wall_s": state.get("pretrain_wall_s", 0.0),
+    }
+    write_json(state_path, state)
+    resume = latest_checkpoint(run_dir / "pretrain")
+    if already_finished(resume, cfg):
+        checkpoint = resume
+    else:
+        cfg = copy.deepcopy(cfg)  # run_pretrain fills it in; the job's cfg stays as composed
+        if resume is not None:
+            progress(f"{job.label}: resuming after epoch {checkpoint_epoch(resume)} from {resume}")
+            cfg.resume_from_checkpoint = str(resume)
+        start = time.time()
+        last = run_pretrain(cfg, extra_callbacks=_pretrain_callbacks(spec, job))
+        state["pretrain_wall_s"] += time.time() - start
+        write_json(state_path, state)
+        if last is None:
+            raise RuntimeError(f"{job.label}: pretraining wrote no checkpoint.")
+        checkpoint = Path(last)
+        if not already_finished(checkpoint, cfg):  # stopped early without an interruption
+            raise KeyboardInterrupt(f"{job.label}: pretraining stopped after {checkpoint.name}")
+    state["checkpoint"] = str(checkpoint)
+    write_json(state_path, state)
+    return checkpoint, True
+
+
+def _secondary_rank() -> bool:
+    """True in the processes Lightning starts for DDP ranks other than 0 (they only train)."""
+    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
+
+
+def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluator) -> Path:
+    """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
+    from solo_diet.cli.references import save_random_init, save_raw_pixels
+
+    path = job.run_dir / "reference.ckpt"
+    if job.reference == "random_init":
+        return save_random_init(job.cfg, path)
+    evaluator = shared_eval.get(spec, compose_linear(spec, path, job.run_dir))
+    return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
+
+
+def _evaluated_without_checkpoint(job: Job, previous: dict, eval_fingerprint: str) -> bool:
+    """Whether a job whose checkpoint is gone (run folders copied without checkpoints, from another
+    machine or session) was pretrained with this config to its last epoch and evaluated with these
+    settings: its result stands and nothing is trained again."""
+    state = read_json(job.run_dir / "state.json")
+    finished = state.get("checkpoint")
+    return (
+        bool(finished)
+        and not Path(finished).is_file()
+        and state.get("pretrain_fingerprint") == training_fingerprint(job.cfg)
+        and previous.get("checkpoint") == finished
+        and previous.get("fingerprint") == eval_fingerprint
+    )
+
+
+def run_job(
+    spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+) -> dict[str, Any]:
+    """Pretrain (not for reference rows) and evaluate one job, each step skipped when already
+    done; returns its result, also written to ``result.json``."""
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    result_path = job.run_dir / "result.json"
+    previous = read_json(result_path)
+    if job.reference is None:
+        if _evaluated_without_checkpoint(job, previous, eval_fingerprint):
+            progress(f"{job.label}: already evaluated (its checkpoint is gone; the result stands)")
+            return previous
+        checkpoint, trained = pretrain(spec, job)
+        if _secondary_rank():
+            return {}
+        if not trained:
+            progress(f"{job.label}: pretraining already finished ({checkpoint.name})")
+        wanted = eval_fingerprint
+        done = not trained and previous.get("checkpoint") == str(checkpoint)
+    else:
+        wanted = reference_fingerprint(spec, job, eval_fingerprint)
+        done = True  # the fingerprint names everything a reference row is made of
+    if done and previous.get("fingerprint") == wanted:
+        progress(f"{job.label}: already evaluated")
+        return previous
+    started = time.time()
+    if job.reference is not None:
+        checkpoint = _reference_checkpoint(spec, job, shared_eval)
+    result = evaluate_checkpoint(
+        spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
+    )
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
+    if job.reference is None:
+        result.update(pretrain_costs(job.run_dir))
+    else:
+        result.update(method=job.reference)
+    result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
+    write_json(result_path, result)
+    progress(
+        f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
+        f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
+        + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
+    )
+    return result

@@ -1,0 +1,60 @@
+"""The config checks every method uses: the value comes back when valid, and otherwise one
+ConfigError names the key, what it must be and the value given."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from solo_diet.config import (
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_int,
+    check_range,
+)
+
+
+def cfg_with(value):
+    return OmegaConf.create({"method_kwargs": {"x": value}})
+
+
+@pytest.mark.parametrize(
+    "minimum, value, ok",
+    [(0, 0, True), (0, -1, False), (1, 1, True), (1, 0, False), (2, 2, True), (2, 1, False)],
+)
+def test_check_int_bounds(minimum, value, ok):
+    if ok:
+        assert check_int(cfg_with(value), "method_kwargs.x", minimum) == value
+    else:
+        with pytest.raises(ConfigError, match=rf"`method_kwargs.x` must be .*, got {value}\."):
+            check_int(cfg_with(value), "method_kwargs.x", minimum)
+
+
+@pytest.mark.parametrize("value", [True, 2.0, "3", None])
+def test_check_int_refuses_what_is_not_an_int(value):
+    with pytest.raises(ConfigError, match="must be a positive integer"):
+        check_positive_int(cfg_with(value), "method_kwargs.x")
+
+
+@pytest.mark.parametrize(
+    "minimum, words",
+    [(0, "a non-negative integer"), (1, "a positive integer"), (3, "an integer >= 3")],
+)
+def test_check_int_message_says_what_is_wanted_and_ends_with_the_hint(minimum, words):
+    with pytest.raises(ConfigError) as raised:
+        check_int(cfg_with(-5), "method_kwargs.x", minimum, "It is the width.")
+    assert str(raised.value) == f"`method_kwargs.x` must be {words}, got -5. It is the width."
+
+
+def test_check_bool_choice_and_range():
+    assert check_bool(cfg_with(False), "method_kwargs.x") is False
+    with pytest.raises(ConfigError, match="True or False, got 1"):
+        check_bool(cfg_with(1), "method_kwargs.x")
+    assert check_choice(cfg_with("ce"), "method_kwargs.x", ["ce", "mse"]) == "ce"
+    with pytest.raises(ConfigError, match=r"one of \['ce', 'mse'\], got 'cee'"):
+        check_choice(cfg_with("cee"), "method_kwargs.x", ["ce", "mse"])
+    assert check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
+    with pytest.raises(ConfigError, match=r"in \[0.0, 1.0\), got 1"):
+        check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0)
