@@ -143,15 +143,22 @@ def sgdw_row_step(
     return (1.0 - lr * weight_decay) * theta - lr * momentum_buffer, momentum_buffer
 
 
+RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
+
+
 class RowOptimizer(Protocol):
     """A row-wise optimiser whose state is a tuple of tensors shaped like the rows."""
 
     state_names: tuple[str, ...]
 
-    def step(self, rows: Tensor, state: tuple[Tensor, ...], grad: Tensor, lr: float):
+    def step(
+        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
+    ) -> tuple[Tensor, RowState]:
         """One real step; returns ``(rows, state)``."""
 
-    def zero_grad_steps(self, rows: Tensor, state: tuple[Tensor, ...], steps: Steps, lr: float):
+    def zero_grad_steps(
+        self, rows: Tensor, state: RowState, steps: Steps, lr: float
+    ) -> tuple[Tensor, RowState]:
         """``steps`` zero-gradient steps in closed form; returns ``(rows, state)``."""
 
 
@@ -167,11 +174,15 @@ class RowAdamW:
     def _hyper(self, lr: float) -> dict:
         return dict(lr=lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps)
 
-    def step(self, rows, state, grad, lr):
+    def step(
+        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
+    ) -> tuple[Tensor, RowState]:
         rows, *new_state = adamw_row_step(rows, *state, grad, **self._hyper(lr))
         return rows, tuple(new_state)
 
-    def zero_grad_steps(self, rows, state, steps, lr):
+    def zero_grad_steps(
+        self, rows: Tensor, state: RowState, steps: Steps, lr: float
+    ) -> tuple[Tensor, RowState]:
         rows, *new_state = adamw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
         return rows, tuple(new_state)
 
@@ -187,10 +198,14 @@ class RowSGDW:
     def _hyper(self, lr: float) -> dict:
         return dict(lr=lr, weight_decay=self.weight_decay, momentum=self.momentum)
 
-    def step(self, rows, state, grad, lr):
+    def step(
+        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
+    ) -> tuple[Tensor, RowState]:
         rows, buffer = sgdw_row_step(rows, *state, grad, **self._hyper(lr))
         return rows, (buffer,)
 
-    def zero_grad_steps(self, rows, state, steps, lr):
+    def zero_grad_steps(
+        self, rows: Tensor, state: RowState, steps: Steps, lr: float
+    ) -> tuple[Tensor, RowState]:
         rows, buffer = sgdw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
         return rows, (buffer,)

@@ -1,10 +1,17 @@
 """The plugin without solo-learn: the core imports, registration fails with one clear message."""
 
 import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from solo_diet._host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_problem
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_torch_only_core_imports():
@@ -33,3 +40,28 @@ def test_without_solo_learn_registration_says_how_to_install():
 def test_with_solo_learn_nothing_is_reported():
     require_solo()
     assert "--no-build-isolation --use-pep517" in INSTALL_HINT and "1.0.2" in INSTALL_HINT
+
+
+SKIP_THEN_REPORT = (
+    "import sys\n"
+    "from solo_diet._host import UMAP_CALLBACK, skip_umap_callback_without_umap\n"
+    "skip_umap_callback_without_umap()\n"
+    "print(UMAP_CALLBACK in sys.modules and sys.modules[UMAP_CALLBACK] is None)\n"
+)
+
+
+@pytest.mark.parametrize("with_umap", [False, True])
+def test_solo_learns_umap_callback_is_skipped_only_without_umap(tmp_path, with_umap):
+    """Without umap, importing the callback fails at once (it would fail at `import umap` after
+    pandas, seaborn and matplotlib); with umap it is left alone."""
+    if not with_umap and importlib.util.find_spec("umap") is not None:
+        pytest.skip("umap is installed in this environment")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    if with_umap:
+        (tmp_path / "umap").mkdir()
+        (tmp_path / "umap" / "__init__.py").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", SKIP_THEN_REPORT], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(not with_umap)
