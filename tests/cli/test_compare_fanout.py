@@ -99,3 +99,10 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     assert (out / "runs" / "diet" / "result.json").read_text() == diet_result
     assert (out / "runs" / "diet" / "job.log").read_text().count("### ") == 1  # started once
     assert "| simclr | simclr |" in report.read_text() and "**Partial**" not in report.read_text()
+
+    # the same folder under another budget: the runs' results are stale, not this budget's rows
+    changed = overrides(data_root, out, RUNS) + ["budget.max_epochs=5"]
+    text = run_compare(SHIPPED_SPEC, changed, report_only=True).read_text()
+    stale = "(stale: trained with another config)"
+    assert f"as they have no result yet: run 'diet' {stale}, run 'simclr' {stale}." in text
+    assert report_runs(out) == ["raw_pixels"]  # a reference row has no training recipe

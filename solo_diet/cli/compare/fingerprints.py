@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from solo_diet.cli.compare.jobs import Job
 
 DATA_PATH_KEYS = ("root", "train_path", "val_path")
+# where and how a machine reads the data: not part of a run's recipe
+DATA_READING_KEYS = (*DATA_PATH_KEYS, "format", "num_workers", "gpu")
 
 
 def fingerprint(payload: Any) -> str:
@@ -59,13 +61,29 @@ def with_data_signatures(data: dict) -> dict:
     }
 
 
-def training_fingerprint(cfg: DictConfig) -> str:
-    """Changes with anything that changes the trained weights, the data's files included; not
-    with the checkpoint or validation frequency, the progress bar, nor with where the data lies."""
+def _training_payload(cfg: DictConfig) -> dict:
+    """The composed config but the checkpoint and validation frequency and the progress bar."""
     payload = OmegaConf.to_container(cfg, resolve=True)
     for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
         payload.pop(key, None)
+    return payload
+
+
+def training_fingerprint(cfg: DictConfig) -> str:
+    """Changes with anything that changes the trained weights, the data's files included; not
+    with the checkpoint or validation frequency, the progress bar, nor with where the data lies."""
+    payload = _training_payload(cfg)
     payload["data"] = with_data_signatures(payload.get("data") or {})
+    return fingerprint(payload)
+
+
+def recipe_fingerprint(cfg: DictConfig) -> str:
+    """The run's recipe (method, budget, optimiser, augmentations, seed, ...), blind to where and
+    how a machine reads the data (``DATA_READING_KEYS``): a result copied from another machine
+    still matches its spec, one trained with another budget does not."""
+    payload = _training_payload(cfg)
+    data = payload.get("data") or {}
+    payload["data"] = {key: value for key, value in data.items() if key not in DATA_READING_KEYS}
     return fingerprint(payload)
 
 

@@ -18,7 +18,11 @@ from omegaconf import DictConfig
 from solo_diet.cli.common import already_finished, checkpoint_epoch
 from solo_diet.cli.compare._files import progress, read_json, write_json
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
-from solo_diet.cli.compare.fingerprints import reference_fingerprint, training_fingerprint
+from solo_diet.cli.compare.fingerprints import (
+    recipe_fingerprint,
+    reference_fingerprint,
+    training_fingerprint,
+)
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint
 from solo_diet.cli.compare.record import job_place, pretrain_costs
 from solo_diet.cli.compare.spec import validation_interval
@@ -146,7 +150,7 @@ def run_job(
     )
     result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
     if job.reference is None:
-        result.update(pretrain_costs(job.run_dir))
+        result.update(pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
     else:
         result.update(method=job.reference)
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)

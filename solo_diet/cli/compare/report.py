@@ -62,7 +62,13 @@ RESULT_COLUMNS = (
     "checkpoint",
 )
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
-NOT_COLUMNS = ("fingerprint", "job", "n_seeds", "unfinished")  # n_seeds, <column>_std: aggregates
+NOT_COLUMNS = (
+    "fingerprint",
+    "recipe",
+    "job",
+    "n_seeds",
+    "unfinished",
+)  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
 # the measures of a representation a method declares (ExtraRepresentation): <name><suffix>
 REPRESENTATION_MEASURES = (

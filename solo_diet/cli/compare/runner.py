@@ -21,7 +21,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
-from solo_diet.cli.compare.fingerprints import data_signature, evaluation_fingerprint
+from solo_diet.cli.compare.fingerprints import (
+    data_signature,
+    evaluation_fingerprint,
+    recipe_fingerprint,
+)
 from solo_diet.cli.compare.job import run_job
 from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.record import note_command, pretrain_costs
@@ -130,17 +134,23 @@ def _report_of_finished(
     with_unfinished: bool = False,
     failed: Collection[str] = (),
 ) -> Path:
-    """The report of those ``jobs`` that have a ``result.json`` (the keys in ``failed`` aside);
-    ``with_unfinished`` adds the runs' jobs that only have pretraining epochs (their curves and
-    costs, no evaluation). The report names the jobs it leaves out."""
+    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
+    ``failed`` aside); ``with_unfinished`` adds the runs' jobs that only have pretraining epochs
+    (their curves and costs, no evaluation). The report names the jobs it leaves out, a result of
+    another recipe (another budget, say) as stale."""
     results, left_out = [], []
     for job in jobs:
-        if job.key not in failed and (job.run_dir / "result.json").is_file():
-            results.append(read_json(job.run_dir / "result.json"))
+        result = read_json(job.run_dir / "result.json")
+        if job.key in failed:
+            left_out.append(f"{job.label} (failed)")
+        elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
+            left_out.append(f"{job.label} (stale: trained with another config)")
+        elif result:
+            results.append(result)
         elif with_unfinished and job.reference is None and (job.run_dir / "epochs.csv").is_file():
             results.append(_unfinished_row(job))
         else:
-            left_out.append(job.label + (" (failed)" if job.key in failed else ""))
+            left_out.append(job.label)
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
     report = write_report(spec, results, out, left_out)
