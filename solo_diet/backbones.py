@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from solo_diet.config import ConfigError
+
 
 def _conv3x3(in_channels: int, out_channels: int) -> nn.Conv2d:
     return nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1)
@@ -39,7 +41,9 @@ class ResNet8(nn.Module):
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
         super().__init__()
         if width <= 0:
-            raise ValueError(f"backbone.kwargs.width must be a positive channel count, got {width}")
+            raise ConfigError(
+                f"`backbone.kwargs.width` must be a positive channel count, got {width}."
+            )
         self.num_features = width
         self.stem = nn.Sequential(
             _conv3x3(in_channels, width),

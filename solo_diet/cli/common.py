@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, name_unreadable_images
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, check_positive_int
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
 # compares neither the data nor N, so it would resume a run trained on another dataset).
@@ -73,6 +73,23 @@ def normalize_devices(cfg: DictConfig) -> None:
     cfg.devices = devices
     if OmegaConf.select(cfg, "strategy") in (None, "None"):
         cfg.strategy = "auto"
+
+
+def check_training_basics(cfg: DictConfig) -> None:
+    """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
+    batch size or epoch count below 1, a learning rate <= 0, a GPU accelerator without CUDA."""
+    for key in ("optimizer.batch_size", "max_epochs"):
+        if OmegaConf.select(cfg, key) is not None:
+            check_positive_int(cfg, key)
+    lr = OmegaConf.select(cfg, "optimizer.lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
+        raise ConfigError(f"`optimizer.lr` must be a positive number, got {lr!r}.")
+    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
+            "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."
+        )
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:

@@ -102,6 +102,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that are the user's to fix: printed as one line, exit status 2."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     from solo_diet._host import SoloLearnMissing
 
@@ -114,6 +115,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         PermissionError,
         HydraException,
         OmegaConfBaseException,
+        YAMLError,
     )
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests._solo import requires_solo
 
@@ -268,6 +269,11 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             "checkpoint /nowhere/run.ckpt does not exist",
         ),
         ("linear", [], "`pretrained_feature_extractor` is not set"),
+        ("pretrain", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
+        ("pretrain", ["optimizer.lr=-1"], "`optimizer.lr` must be a positive number, got -1"),
+        ("pretrain", ["max_epochs=0"], "`max_epochs` must be a positive integer, got 0"),
+        ("pretrain", ["++backbone.kwargs.width=0"], "`backbone.kwargs.width` must be a positive"),
+        ("linear", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
     ],
 )
 def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):
@@ -317,3 +323,32 @@ def test_an_unreadable_image_is_named_and_leaves_no_run_folder(data, tmp_path, c
     assert line.startswith("solo-diet pretrain: cannot read image ") and "truncated" in line
     assert any(str(path) in line for path in broken)
     assert "last checkpoint:" not in out and not (tmp_path / "runs" / "diet").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["pretrain", "compare"])
+def test_a_gpu_accelerator_without_cuda_is_one_line_before_anything_runs(
+    data, tmp_path, capsys, command
+):
+    if command == "pretrain":
+        argv = PRETRAIN + overrides(data, tmp_path) + ["accelerator=gpu"]
+    else:
+        from tests.cli._compare import SHIPPED_SPEC
+
+        argv = ["compare", str(SHIPPED_SPEC), f"data.root={data}", f"output_dir={tmp_path / 'c'}"]
+        argv.append("trainer=[accelerator=gpu]")
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "but torch sees no CUDA device: use accelerator=cpu" in last_line(err)
+    assert not list(tmp_path.glob("diet/*")) and not (tmp_path / "c" / "runs").exists()
+
+
+def test_a_yaml_mistake_is_one_line_with_status_2(data, tmp_path, capsys):
+    configs = shutil.copytree(SCRIPTS / "pretrain" / "custom", tmp_path / "configs")
+    with (configs / "diet.yaml").open("a") as f:
+        f.write("max_epochs: 3\n")  # a second max_epochs: a duplicate key
+    argv = ["pretrain", "--config-path", str(configs), "--config-name", "diet"]
+    code, _, err = cli(argv + overrides(data, tmp_path / "runs"), capsys)
+    assert code == 2 and "Traceback" not in err
+    assert last_line(err).startswith("solo-diet pretrain: while constructing a mapping")
+    assert "found duplicate key max_epochs" in last_line(err)

@@ -19,6 +19,7 @@ from typing import Any, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_diet.cli.common import check_training_basics
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.cli.compare.fingerprints import (
@@ -177,12 +178,17 @@ def run_compare(
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
         return _report_of_finished(spec, jobs, out, with_unfinished=True)
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
+    chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
+    for job in chosen:  # before any job starts, not once per job
+        try:
+            check_training_basics(job.cfg)
+        except ConfigError as err:
+            raise ConfigError(f"{job.label}: {err}") from None
     out.mkdir(parents=True, exist_ok=True)
     record = out / f".spec-record-{os.getpid()}.yaml"  # written whole: calls may share out
     OmegaConf.save(spec, record)
     record.replace(out / "spec.yaml")  # the resolved spec, as a record
     note_command(out, spec_path, overrides)
-    chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     budget, seeds = spec.budget, list(spec.seeds) if spec.seeds is not None else "config's"
