@@ -6,7 +6,10 @@ fix.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+import difflib
+from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
@@ -15,9 +18,43 @@ class ConfigError(ValueError):
     """A config key has an invalid value; the message names the key and the fix."""
 
 
+_FILLED: contextvars.ContextVar[Optional[set[str]]] = contextvars.ContextVar("filled", default=None)
+
+
+@contextlib.contextmanager
+def filled_keys() -> Iterator[set[str]]:
+    """The keys :func:`fill_default` is given inside the block: every key a method's
+    ``add_and_assert_specific_cfg`` knows, as each has a default."""
+    keys: set[str] = set()
+    token = _FILLED.set(keys)
+    try:
+        yield keys
+    finally:
+        _FILLED.reset(token)
+
+
+def check_known_keys(
+    cfg: omegaconf.DictConfig, section: str, known: Collection[str], owner: str
+) -> None:
+    """Refuse a key of ``cfg.<section>`` outside ``known`` (a typo would otherwise be ignored),
+    naming the closest known key."""
+    given = omegaconf.OmegaConf.select(cfg, section) or {}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" Did you mean `{section}.{close[0]}`?" if close else ""
+        raise ConfigError(
+            f"`{section}.{unknown[0]}` is not a setting of {owner}.{hint} Its settings: "
+            f"{', '.join(sorted(known))}."
+        )
+
+
 def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
     """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as
-    None, as in solo-learn's ``omegaconf_select``)."""
+    None, as in solo-learn's ``omegaconf_select``); :func:`filled_keys` records the key."""
+    recording = _FILLED.get()
+    if recording is not None:
+        recording.add(key)
     value = omegaconf.OmegaConf.select(cfg, key, default=default)
     value = None if value == "None" else value
     omegaconf.OmegaConf.update(cfg, key, value, force_add=True)

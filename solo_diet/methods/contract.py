@@ -11,6 +11,9 @@ A method declares its hooks by subclassing :class:`MethodContract` (next to solo
 - ``sem_unsupported``: why the method gets no ``<name>_sem`` twin, or None when it gets one.
 - ``extra_evaluations(checkpoint, settings)``: representations ``solo-diet compare`` measures
   besides the backbone (:class:`ExtraRepresentation`).
+- ``strict_method_kwargs``: every key of the method's ``method_kwargs`` gets its default through
+  ``solo_diet.config.fill_default``, so a key none was filled for is a typo, refused when the
+  method is built (``method_kwargs.label_smooting`` names ``label_smoothing``). Our methods set it.
 
 Launchers read a class's contract through :func:`method_contract`, which also answers for classes
 that do not subclass :class:`MethodContract` (solo-learn's own methods): they get the defaults.
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Se
 
 import omegaconf
 from torch import nn
+
+from solo_diet.config import check_known_keys, filled_keys
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
@@ -59,6 +64,18 @@ class MethodContract:
 
     uses_sample_indexes: ClassVar[bool] = False
     sem_unsupported: ClassVar[Optional[str]] = None
+    strict_method_kwargs: ClassVar[bool] = False
+
+    def __init__(self, cfg: omegaconf.DictConfig, *args: Any, **kwargs: Any) -> None:
+        """solo-learn's ``BaseMethod.__init__`` (it runs ``add_and_assert_specific_cfg``); then,
+        with ``strict_method_kwargs``, a ``method_kwargs`` key that got no default is refused."""
+        if not self.strict_method_kwargs:
+            super().__init__(cfg, *args, **kwargs)
+            return
+        with filled_keys() as filled:
+            super().__init__(cfg, *args, **kwargs)
+        known = {key.split(".")[1] for key in filled if key.startswith("method_kwargs.")}
+        check_known_keys(self.cfg, "method_kwargs", known, f"method `{self.cfg.method}`")
 
     @staticmethod
     def train_batch_sampler(

@@ -71,6 +71,8 @@ class CPLearn(MethodContract, BaseMethod):
         codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
     """
 
+    strict_method_kwargs = True
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs

@@ -130,6 +130,8 @@ class IndexMethod(MethodContract, BaseMethod):
         proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
     """
 
+    strict_method_kwargs = True
+
     uses_sample_indexes = True
     projector_layers: ClassVar[tuple[int, int]] = (3, 1)
 

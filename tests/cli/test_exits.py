@@ -274,6 +274,11 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         ("pretrain", ["max_epochs=0"], "`max_epochs` must be a positive integer, got 0"),
         ("pretrain", ["++backbone.kwargs.width=0"], "`backbone.kwargs.width` must be a positive"),
         ("linear", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
+        (
+            "pretrain",
+            ["++method_kwargs.label_smooting=0.5"],
+            "Did you mean `method_kwargs.label_smoothing`?",
+        ),
     ],
 )
 def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):

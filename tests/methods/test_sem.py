@@ -384,3 +384,26 @@ def test_twins_refuse_methods_that_would_leave_sem_untrained_or_unfed(method_cls
     twin = make_sem_twin("custom", method_cls)
     with pytest.raises(SEMUnsupported, match=message):
         twin(sem_cfg(base))
+
+
+@pytest.mark.parametrize("method", ["diet", "sdiet", "cplearn"])
+def test_a_misspelt_method_kwarg_of_our_methods_and_their_twins_is_refused(method):
+    """Every key of our methods has a default, so one without is a typo; a solo-learn method's
+    twin keeps solo-learn's handling of its own keys (below)."""
+    typo = {"diet": "label_smooting", "sdiet": "rows_per_stp", "cplearn": "betta"}[method]
+    right = {"diet": "label_smoothing", "sdiet": "rows_per_step", "cplearn": "beta"}[method]
+    crops = 1 if method in ("diet", "sdiet") else 2
+    for name, cfg in (
+        (method, tiny_cfg(method, dict(KWARGS[method]), num_large_crops=crops)),
+        (f"{method}_sem", sem_cfg(method)),
+    ):
+        cfg.method_kwargs[typo] = 0.5
+        message = rf"`method_kwargs.{typo}` is not a setting of method `{name}`\. Did you mean "
+        with pytest.raises(ConfigError, match=message + rf"`method_kwargs.{right}`\?"):
+            METHODS[name](cfg)
+
+
+def test_a_solo_learn_methods_twin_takes_its_own_keys():
+    cfg = sem_cfg("simclr")
+    assert "temperature" in cfg.method_kwargs  # filled by nobody of ours, read by SimCLR
+    METHODS["simclr_sem"](cfg)
