@@ -41,7 +41,10 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
         )
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     if not (config_dir / f"{name}.yaml").is_file():
-        raise FileNotFoundError(f"--config-name {config_name!r}: no {name}.yaml in {config_dir}.")
+        there = sorted(p.stem for p in config_dir.glob("*.yaml"))
+        raise FileNotFoundError(
+            f"--config-name {config_name!r}: no {name}.yaml in {config_dir}; it holds {there}."
+        )
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
         cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
     OmegaConf.set_struct(cfg, False)
@@ -90,6 +93,20 @@ def check_training_basics(cfg: DictConfig) -> None:
             f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
             "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."
         )
+
+
+def check_data_paths(cfg: DictConfig) -> None:
+    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist is refused
+    naming the key (solo-learn would raise a bare ``FileNotFoundError``)."""
+    if OmegaConf.select(cfg, "data.dataset") not in ("custom", "imagenet", "imagenet100"):
+        return  # torchvision's datasets download into their path
+    for key in ("data.train_path", "data.val_path"):
+        path = OmegaConf.select(cfg, key)
+        if path not in (None, "None") and not Path(str(path)).exists():
+            raise ConfigError(
+                f"`{key}` {path} does not exist: point it at an image folder with one subfolder "
+                "per class."
+            )
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
@@ -172,6 +189,10 @@ def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
 
 def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
     """Where an interrupted run resumes from."""
+    if checkpointer is None:
+        return (
+            "checkpointing is off for this step, so the same command runs it again from the start."
+        )
     last = getattr(checkpointer, "last_ckpt", None)
     if last is None:
         return "no epoch had finished, so no checkpoint was written: run the same command again."

@@ -136,7 +136,7 @@ def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__)
+    parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__.replace("``", "'"))
     _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare", help="pretrain and evaluate several methods side by side from a spec YAML"
     )
     compare.add_argument(
-        "spec", help="comparison spec (README.md, section 'Side-by-side comparisons')"
+        "spec", help="comparison spec (README.md, section 'Comparing methods'; docs/compare.md)"
     )
     compare.add_argument(
         "overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out"

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.common import (
     already_finished,
+    check_data_paths,
     check_training_basics,
     classification_loaders,
     fit_or_raise,
@@ -197,6 +198,7 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
     check_training_basics(cfg)
+    check_data_paths(cfg)
     check_data_format(cfg)
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:

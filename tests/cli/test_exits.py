@@ -252,7 +252,8 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             ["no_such_key=1"],
             "Could not override 'no_such_key'. To append to your config use +",
         ),
-        ("pretrain", ["data.train_path=/nowhere/train"], "/nowhere/train"),
+        ("pretrain", ["data.train_path=/nowhere/train"], "`data.train_path` /nowhere/train does"),
+        ("linear", ["data.val_path=/nowhere/val"], "`data.val_path` /nowhere/val does not"),
         (
             "pretrain",
             ["data.dataset=no_such_dataset"],
@@ -357,3 +358,23 @@ def test_a_yaml_mistake_is_one_line_with_status_2(data, tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
     assert last_line(err).startswith("solo-diet pretrain: while constructing a mapping")
     assert "found duplicate key max_epochs" in last_line(err)
+
+
+def test_the_resume_hint_of_a_step_without_checkpoints_says_it_starts_over():
+    from omegaconf import OmegaConf
+
+    from solo_diet.cli.common import resume_hint
+
+    hint = resume_hint(OmegaConf.create({"checkpoint": {"enabled": False}}), None)
+    assert (
+        hint
+        == "checkpointing is off for this step, so the same command runs it again from the start."
+    )
+
+
+def test_a_missing_config_name_lists_the_configs_that_are_there(data, tmp_path, capsys):
+    argv = ["pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"), "--config-name"]
+    code, _, err = cli(argv + ["dite"] + overrides(data, tmp_path), capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "--config-name 'dite': no dite.yaml in " in last_line(err)
+    assert "; it holds [" in last_line(err) and "'diet'" in last_line(err)

@@ -191,9 +191,10 @@ def run_compare(
     note_command(out, spec_path, overrides)
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
-    budget, seeds = spec.budget, list(spec.seeds) if spec.seeds is not None else "config's"
+    budget = spec.budget
+    seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
     progress(
-        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, seeds {seeds}, reference rows "
+        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
         f"{list(spec.reference_rows)})"
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
         + f", {budget.max_epochs} epochs at batch {budget.batch_size}, "
