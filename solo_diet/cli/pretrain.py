@@ -28,6 +28,7 @@ from solo_diet.cli.common import (
 from solo_diet.cli.errors import name_unreadable_images
 from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
 from solo_diet.config import ConfigError
+from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.methods.contract import Contract, method_contract
 
 
@@ -53,6 +54,13 @@ def _uses_erasing(cfg: DictConfig) -> bool:
         float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0
         for a in cfg.augmentations
     )
+
+
+def check_augmentations(cfg: DictConfig) -> None:
+    """Every augmentation node holds only keys of solo-learn's pipeline, whatever the data format
+    (solo-learn's own transforms ignore the others)."""
+    for index, node in enumerate(cfg.augmentations):
+        check_augmentation_keys(node, f"augmentations[{index}]")
 
 
 def check_index_source(cfg: DictConfig, contract: Contract) -> None:
@@ -200,6 +208,7 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     check_training_basics(cfg)
     check_data_paths(cfg)
     check_data_format(cfg)
+    check_augmentations(cfg)
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:
         raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")

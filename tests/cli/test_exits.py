@@ -280,6 +280,11 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             ["++method_kwargs.label_smooting=0.5"],
             "Did you mean `method_kwargs.label_smoothing`?",
         ),
+        (
+            "pretrain",
+            ["++augmentations.0.rrc.crop_min_scal=0.3"],
+            "`augmentations[0].rrc.crop_min_scal` is not a key of solo-learn's `rrc`",
+        ),
     ],
 )
 def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):

@@ -31,7 +31,6 @@ _SECTIONS = {
     "random_erasing": ("prob",),
 }
 _TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
-_GPU_HINT = "or train with data.format: image_folder"
 
 
 def _number(value: Any) -> bool:
@@ -143,7 +142,7 @@ class AugmentationNode:
             raise ConfigError(f"`data.dataset` must be one of {choices}, got {dataset!r}.")
         if not isinstance(node, Mapping):
             raise ConfigError(f"`{key}` must be a mapping of augmentation keys, got {node!r}.")
-        _check_known_keys(node, key)
+        check_augmentation_keys(node, key)
         read = _Reader(node, key)
         enabled = _get(node, "rrc.enabled", True)
         if not isinstance(enabled, bool):
@@ -187,20 +186,22 @@ class AugmentationNode:
         return self.jitter_prob > 0 and self.hue != (0.0, 0.0)
 
 
-def _check_known_keys(node: Mapping, key: str) -> None:
+def check_augmentation_keys(node: Mapping, key: str) -> None:
+    """Refuse a key of an augmentation node outside solo-learn's pipeline (and our
+    ``random_erasing``): solo-learn would ignore a typo such as ``rrc.crop_min_scal``."""
     for name in node:
         if name not in _TOP_KEYS:
             raise ConfigError(
-                f"`{key}.{name}` is not an augmentation key the GPU data path knows (known: "
-                f"{list(_TOP_KEYS)}); remove it {_GPU_HINT}."
+                f"`{key}.{name}` is not an augmentation key of solo-learn's pipeline (known: "
+                f"{list(_TOP_KEYS)}); remove it."
             )
         section = node[name]
         if name in _SECTIONS and isinstance(section, Mapping):
             for sub in section:
                 if sub not in _SECTIONS[name]:
                     raise ConfigError(
-                        f"`{key}.{name}.{sub}` is not a key the GPU data path knows (known: "
-                        f"{list(_SECTIONS[name])}); remove it {_GPU_HINT}."
+                        f"`{key}.{name}.{sub}` is not a key of solo-learn's `{name}` (known: "
+                        f"{list(_SECTIONS[name])}); remove it."
                     )
         elif name in _SECTIONS and section is not None:
             raise ConfigError(f"`{key}.{name}` must be a mapping, got {section!r}.")
