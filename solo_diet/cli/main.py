@@ -82,9 +82,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    """Exit status 1 with one line when jobs failed: each job's log holds its own traceback."""
     from solo_diet.cli.compare import run_compare
+    from solo_diet.cli.compare.runner import JobsFailed
 
-    print(f"report: {run_compare(args.spec, args.overrides, report_only=args.report_only)}")
+    try:
+        report = run_compare(args.spec, args.overrides, report_only=args.report_only)
+    except JobsFailed as failed:
+        print(f"solo-diet compare: {failed}", file=sys.stderr)
+        return 1
+    print(f"report: {report}")
     return 0
 
 

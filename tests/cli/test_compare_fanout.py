@@ -106,3 +106,13 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     stale = "(stale: trained with another config)"
     assert f"as they have no result yet: run 'diet' {stale}, run 'simclr' {stale}." in text
     assert report_runs(out) == ["raw_pixels"]  # a reference row has no training recipe
+
+
+def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_path, capsys):
+    from solo_diet.cli.main import main
+
+    argv = ["compare", str(SHIPPED_SPEC), *overrides(data_root, tmp_path / "cmp", BROKEN)]
+    assert main(argv + ["reference_rows=[]", "parallel.workers=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("solo-diet compare: 1 of 1 jobs failed: run 'broken' (")
+    assert "rerun the same command to retry the failed ones." in err[-1]

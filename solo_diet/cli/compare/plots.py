@@ -47,7 +47,8 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     axis.set(
         xlabel="index k", ylabel="sigma_k / sigma_1", title="singular-value spectra (val features)"
     )
-    axis.legend(fontsize=7)
+    if axis.lines:  # no result has a spectrum (every job failed): an empty panel, no legend
+        axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
