@@ -116,3 +116,14 @@ def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("solo-diet compare: 1 of 1 jobs failed: run 'broken' (")
     assert "rerun the same command to retry the failed ones." in err[-1]
+
+
+def test_without_matplotlib_the_report_says_there_are_no_plots(data_root, tmp_path, monkeypatch):
+    from solo_diet.cli.compare import plots
+    from solo_diet.cli.compare.report import NO_PLOTS
+
+    monkeypatch.setattr(plots, "plots_available", lambda: False)
+    out = tmp_path / "cmp"
+    with pytest.raises(JobsFailed):
+        run_compare(SHIPPED_SPEC, overrides(data_root, out, BROKEN) + ["parallel.workers=1"])
+    assert NO_PLOTS in (out / "report.md").read_text() and not list(out.glob("*.png"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Sequence
 
@@ -13,6 +14,11 @@ CURVE_PANELS = (
     ("val_loss", "online probe val loss"),
     ("val_rankme", "RankMe (val, backbone)"),
 )
+
+
+def plots_available() -> bool:
+    """Whether matplotlib is installed (solo-diet's ``report`` extra); the report says so if not."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _pyplot():

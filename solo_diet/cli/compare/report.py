@@ -70,6 +70,10 @@ NOT_COLUMNS = (
     "unfinished",
 )  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
+NO_PLOTS = (
+    "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
+    "extra, draws `spectra.png` and `curves.png`)."
+)
 # the measures of a representation a method declares (ExtraRepresentation): <name><suffix>
 REPRESENTATION_MEASURES = (
     "_linear_acc1",
@@ -284,7 +288,7 @@ def write_report(
 ) -> Path:
     """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings);
     ``left_out`` names the spec's jobs without a result, which the report says it leaves out."""
-    from solo_diet.cli.compare.plots import plot_curves, plot_spectra
+    from solo_diet.cli.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
@@ -293,8 +297,10 @@ def write_report(
     reference_means = aggregate(references) if seeded else references
     rows = [*runs, *aggregated, *references, *reference_means] if seeded else list(results)
     write_results_csv(rows, out / "results.csv", seeds=seeded)
-    plot_spectra(results, out / "spectra.png")
-    plot_curves(results, out, out / "curves.png")
+    plotted = plots_available()
+    if plotted:
+        plot_spectra(results, out / "spectra.png")
+        plot_curves(results, out, out / "curves.png")
     budget = spec.budget
     limit = (
         f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
@@ -323,8 +329,11 @@ def write_report(
         columns = [c for c in _shown_columns(results) if c != "seed"]
         lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
     lines += ["", *_legend(spec, results), "", *run_record_lines(results, out)]
-    lines += ["![singular-value spectra](spectra.png)", ""]
-    lines += ["![pretraining curves](curves.png)", ""]
+    if plotted:
+        lines += ["![singular-value spectra](spectra.png)", ""]
+        lines += ["![pretraining curves](curves.png)", ""]
+    else:
+        lines += [NO_PLOTS, ""]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report
