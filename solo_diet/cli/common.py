@@ -80,13 +80,18 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 def check_training_basics(cfg: DictConfig) -> None:
     """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
-    batch size or epoch count below 1, a learning rate <= 0, a GPU accelerator without CUDA."""
+    batch size or epoch count below 1, a learning rate <= 0."""
     for key in ("optimizer.batch_size", "max_epochs"):
         if OmegaConf.select(cfg, key) is not None:
             check_positive_int(cfg, key)
     lr = OmegaConf.select(cfg, "optimizer.lr")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
         raise ConfigError(f"`optimizer.lr` must be a positive number, got {lr!r}.")
+
+
+def check_accelerator_present(cfg: DictConfig) -> None:
+    """Refuse ``accelerator: gpu`` on a machine where torch sees no CUDA device (Lightning would
+    stop deep inside the run), naming the fix."""
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_diet.cli.common import (
+    check_accelerator_present,
     check_data_paths,
     check_training_basics,
     classification_loaders,
@@ -113,6 +114,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
     check_training_basics(cfg)
+    check_accelerator_present(cfg)
     check_data_paths(cfg)
     fill_from_pretrain_args(cfg)
     check_data_format(cfg)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.common import (
     already_finished,
+    check_accelerator_present,
     check_data_paths,
     check_training_basics,
     classification_loaders,
@@ -230,6 +231,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     import solo_diet
 
     solo_diet.register()
+    check_accelerator_present(cfg)
     cfg, method_cls, contract = prepare_cfg(cfg)
     seed_everything(cfg.seed)
 

@@ -19,7 +19,7 @@ from typing import Any, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.cli.common import check_training_basics
+from solo_diet.cli.common import check_accelerator_present, check_training_basics
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.cli.compare.fingerprints import (
@@ -182,6 +182,7 @@ def run_compare(
     for job in chosen:  # before any job starts, not once per job
         try:
             check_training_basics(job.cfg)
+            check_accelerator_present(job.cfg)
         except ConfigError as err:
             raise ConfigError(f"{job.label}: {err}") from None
     out.mkdir(parents=True, exist_ok=True)
