@@ -18,6 +18,8 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -141,12 +143,26 @@ def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTens
 
 def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
     settings = gpu_settings(cfg)
+    device = loader_device(cfg)
+    if device == "cpu":
+        _say_cpu_batches()
     return {
         "seed": int(cfg.seed),
         "storage": settings.storage,
-        "device": loader_device(cfg),
+        "device": device,
         "cuda_graphs": settings.cuda_graphs,
     }
+
+
+@functools.lru_cache(maxsize=None)
+def _say_cpu_batches() -> None:
+    """Once per process: the GPU data path on a CPU works, slowly."""
+    print(
+        "solo-diet: data.format=gpu on the CPU: the same batched augmentations run eagerly in "
+        "this process, slower than data.format=image_folder with loader workers on a CPU.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def probe_transforms(dataset: str, aug: DictConfig):
