@@ -110,6 +110,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         words = next(li for li in report.splitlines() if li.startswith(f"- `{metric}`: best"))
         assert (f"below it by more than two pooled std: {other}" in words) == resolved
         assert ("not resolved" in words) == (not resolved and gap != 0)
+    assert "With 2 seeds each standard deviation rests on one degree of freedom" in report
 
     # where and when: every job's device and end time, and the command, in a section of its own
     assert all(r["device"] == "CPU" for r in rows if r["seed"] != "mean")

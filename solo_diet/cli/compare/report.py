@@ -70,6 +70,10 @@ NOT_COLUMNS = (
     "unfinished",
 )  # n_seeds, <column>_std: aggregates
 RESOLVED_MARK = "†"
+FEW_SEEDS = (
+    " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
+    f"read {RESOLVED_MARK} as a hint, and run 3 or more seeds before calling a gap resolved."
+)
 NO_PLOTS = (
     "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
     "extra, draws `spectra.png` and `curves.png`)."
@@ -275,7 +279,8 @@ def _seeded_tables(
         f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
-        "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it).",
+        "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
+        + (FEW_SEEDS if len(spec.seeds) < 3 else ""),
         "",
         "## Per seed",
         "",
