@@ -3,6 +3,7 @@ transforms."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import os
@@ -87,6 +88,34 @@ def check_training_basics(cfg: DictConfig) -> None:
     lr = OmegaConf.select(cfg, "optimizer.lr")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
         raise ConfigError(f"`optimizer.lr` must be a positive number, got {lr!r}.")
+
+
+# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the
+# Lightning Trainer's arguments are read too.
+SOLO_LEARN_SECTIONS = (
+    *("accumulate_grad_batches", "augmentations", "augmentations_cfg", "auto_augment"),
+    *("auto_resume", "auto_umap", "backbone", "checkpoint", "cutmix", "dali", "data"),
+    *("debug_augmentations", "finetune", "knn_eval", "label_smoothing", "method", "method_kwargs"),
+    *("mixup", "momentum", "name", "optimizer", "performance", "pretrain_method"),
+    *("pretrained_feature_extractor", "resume_from_checkpoint", "scheduler", "seed", "wandb"),
+    "wandb_cfg",
+)
+
+
+def check_top_level_keys(cfg: DictConfig) -> None:
+    """Refuse a top-level key that neither solo-learn nor Lightning reads but that is one typo away
+    from one that is (``max_epoch: 3`` would leave ``max_epochs`` at the YAML's value). Keys far
+    from every known one pass: solo-learn's configs are open to additions."""
+    from lightning.pytorch import Trainer
+
+    known = sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
+    for key in cfg:
+        close = [] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if close:
+            raise ConfigError(
+                f"`{key}` is not a key solo-learn or Lightning reads, so it would be ignored; did "
+                f"you mean `{close[0]}`?"
+            )
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:

@@ -25,6 +25,7 @@ from torch import nn
 from solo_diet.cli.common import (
     check_accelerator_present,
     check_data_paths,
+    check_top_level_keys,
     check_training_basics,
     classification_loaders,
     fit_or_raise,
@@ -113,6 +114,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     solo_diet.register()
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
+    check_top_level_keys(cfg)
     check_training_basics(cfg)
     check_accelerator_present(cfg)
     check_data_paths(cfg)

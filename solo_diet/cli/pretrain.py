@@ -18,6 +18,7 @@ from solo_diet.cli.common import (
     already_finished,
     check_accelerator_present,
     check_data_paths,
+    check_top_level_keys,
     check_training_basics,
     classification_loaders,
     fit_or_raise,
@@ -206,6 +207,7 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
 
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
+    check_top_level_keys(cfg)
     check_training_basics(cfg)
     check_data_paths(cfg)
     check_data_format(cfg)

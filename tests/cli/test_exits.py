@@ -285,6 +285,8 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             ["++augmentations.0.rrc.crop_min_scal=0.3"],
             "`augmentations[0].rrc.crop_min_scal` is not a key of solo-learn's `rrc`",
         ),
+        ("pretrain", ["++max_epoch=3"], "`max_epoch` is not a key solo-learn or Lightning reads"),
+        ("linear", ["++precison=32"], "would be ignored; did you mean `precision`?"),
     ],
 )
 def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command, extra, message):
