@@ -158,31 +158,9 @@ class SDIET(IndexMethod):
         check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
         check_choice(cfg, "method_kwargs.storage", STORAGES)
         check_choice(cfg, "method_kwargs.storage_dtype", ["float32", "float64"])
-        if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
-            raise ConfigError(
-                "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the "
-                "row files)."
-            )
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
         check_bool(cfg, "method_kwargs.prefetch")
-        if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
-            raise ConfigError(
-                f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
-                f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once "
-                "every N/B - 1 steps, false for class/mix/groups rows. Set "
-                "`method_kwargs.zero_grad_steps=lazy`."
-            )
-        if not by_index and cfg.method_kwargs.rows_per_step != 1:
-            raise ConfigError(
-                f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
-                f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the "
-                "targets of batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
-            )
-        if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
-            raise ConfigError(
-                "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
-                "`data.num_small_crops=0` and one augmentation pipeline with `num_crops: 1`."
-            )
+        _check_combinations(cfg, by_index)
         return cfg
 
     @property
@@ -314,3 +292,31 @@ class SDIET(IndexMethod):
             self._pending_snapshot = snapshot
         else:
             self._row_store.load_state_dict(snapshot)
+
+
+def _check_combinations(cfg: omegaconf.DictConfig, by_index: bool) -> None:
+    """The settings s-DIET refuses together: disk storage without a folder; eager steps or
+    super-batches with labels other than ``index``; more than one view per sample."""
+    if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
+        raise ConfigError(
+            "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the "
+            "row files)."
+        )
+    if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
+        raise ConfigError(
+            f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
+            f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once "
+            "per epoch, every N/B steps, false for class/mix/groups rows. Set "
+            "`method_kwargs.zero_grad_steps=lazy`."
+        )
+    if not by_index and cfg.method_kwargs.rows_per_step != 1:
+        raise ConfigError(
+            f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
+            f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the "
+            "targets of batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
+        )
+    if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
+        raise ConfigError(
+            "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
+            "`data.num_small_crops=0` and one augmentation pipeline with `num_crops: 1`."
+        )
