@@ -198,11 +198,13 @@ def test_lightnings_own_sigterm_stop_raises_interrupted(data, tmp_path):
 
 
 def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tmp_path):
-    """The real process: SIGINT while `solo-diet pretrain` trains."""
+    """The real process: SIGINT while `solo-diet pretrain` trains (a budget it cannot finish
+    before the signal, however fast the machine; a checkpoint every epoch)."""
     command = (
         [sys.executable, "-m", "solo_diet.cli.main"]
         + PRETRAIN
-        + overrides(data, tmp_path, epochs=500, batches=1)
+        + overrides(data, tmp_path, epochs=100_000, batches=1)
+        + ["checkpoint.frequency=1"]
     )
     env = {
         **os.environ,
