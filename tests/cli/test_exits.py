@@ -234,11 +234,13 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         process.kill()
     assert process.returncode == 130, err[-2000:]
     assert "last checkpoint:" not in out
-    (ckpt,) = tmp_path.glob("diet/*/*.ckpt")
+    # one checkpoint, or two when the signal lands between writing the next and removing the last
+    ckpts = list(tmp_path.glob("diet/*/*.ckpt"))
+    assert 1 <= len(ckpts) <= 2
     assert last_line(err).startswith(
         "solo-diet pretrain: interrupted by SIGINT; run the same command again"
     )
-    assert str(ckpt.relative_to(tmp_path)) in last_line(err)
+    assert any(str(ckpt.relative_to(tmp_path)) in last_line(err) for ckpt in ckpts)
 
 
 @pytest.mark.parametrize(
