@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, name_unreadable_images
 from solo_diet.config import ConfigError, check_positive_int
+from solo_diet.data.tensor_data import FOLDER_DATASETS
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
 # compares neither the data nor N, so it would resume a run trained on another dataset).
@@ -79,6 +80,14 @@ def normalize_devices(cfg: DictConfig) -> None:
         cfg.strategy = "auto"
 
 
+def check_launch_cfg(cfg: DictConfig) -> None:
+    """The checks ``solo-diet pretrain`` and ``linear`` share before solo-learn's ``parse_cfg``:
+    top-level typos, batch size, epochs and lr, and the data folders."""
+    check_top_level_keys(cfg)
+    check_training_basics(cfg)
+    check_data_paths(cfg)
+
+
 def check_training_basics(cfg: DictConfig) -> None:
     """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
     batch size or epoch count below 1, a learning rate <= 0."""
@@ -132,7 +141,7 @@ def check_accelerator_present(cfg: DictConfig) -> None:
 def check_data_paths(cfg: DictConfig) -> None:
     """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist is refused
     naming the key (solo-learn would raise a bare ``FileNotFoundError``)."""
-    if OmegaConf.select(cfg, "data.dataset") not in ("custom", "imagenet", "imagenet100"):
+    if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
     for key in ("data.train_path", "data.val_path"):
         path = OmegaConf.select(cfg, key)

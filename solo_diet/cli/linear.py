@@ -24,9 +24,7 @@ from torch import nn
 
 from solo_diet.cli.common import (
     check_accelerator_present,
-    check_data_paths,
-    check_top_level_keys,
-    check_training_basics,
+    check_launch_cfg,
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
@@ -114,10 +112,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     solo_diet.register()
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
-    check_top_level_keys(cfg)
-    check_training_basics(cfg)
+    check_launch_cfg(cfg)
     check_accelerator_present(cfg)
-    check_data_paths(cfg)
     fill_from_pretrain_args(cfg)
     check_data_format(cfg)
     cfg = parse_cfg(cfg)

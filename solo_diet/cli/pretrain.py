@@ -17,9 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.cli.common import (
     already_finished,
     check_accelerator_present,
-    check_data_paths,
-    check_top_level_keys,
-    check_training_basics,
+    check_launch_cfg,
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
@@ -31,6 +29,7 @@ from solo_diet.cli.errors import name_unreadable_images
 from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
+from solo_diet.data.tensor_data import FOLDER_DATASETS
 from solo_diet.methods.contract import Contract, method_contract
 
 
@@ -190,7 +189,7 @@ def _dali_data(cfg: DictConfig):
 
 def _val_loader(cfg: DictConfig):
     """Validation loader for the online probe, or None when there is no labelled val set."""
-    no_val = cfg.data.val_path is None and cfg.data.dataset in ("custom", "imagenet", "imagenet100")
+    no_val = cfg.data.val_path is None and cfg.data.dataset in FOLDER_DATASETS
     if no_val or (cfg.data.dataset == "custom" and cfg.data.no_labels):
         return None
     if cfg.data.format == "gpu":
@@ -207,9 +206,7 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
 
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
-    check_top_level_keys(cfg)
-    check_training_basics(cfg)
-    check_data_paths(cfg)
+    check_launch_cfg(cfg)
     check_data_format(cfg)
     check_augmentations(cfg)
     cfg = parse_cfg(cfg)

@@ -24,13 +24,18 @@ def _now() -> str:
     return time.strftime(TIME_FORMAT, time.gmtime())
 
 
-def pretrain_costs(run_dir: Path) -> dict[str, float]:
-    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
-    wall time of its pretraining calls."""
+def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
+    """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
     from solo_diet.cli.callbacks import read_epoch_rows
 
     path = run_dir / "epochs.csv"
-    rows = read_epoch_rows(path) if path.is_file() else []
+    return read_epoch_rows(path) if path.is_file() else []
+
+
+def pretrain_costs(run_dir: Path) -> dict[str, float]:
+    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
+    wall time of its pretraining calls."""
+    rows = _epoch_rows(run_dir)
     train_s = sum(r["train_seconds"] for r in rows)
     peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
     return {
@@ -44,12 +49,9 @@ def pretrain_costs(run_dir: Path) -> dict[str, float]:
 
 def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
     """{epoch: the column's values over the seeds that logged it in that epoch}."""
-    from solo_diet.cli.callbacks import read_epoch_rows
-
     by_epoch: dict[float, list[float]] = {}
     for folder in folders:
-        csv_path = folder / "epochs.csv"
-        for row in read_epoch_rows(csv_path) if csv_path.is_file() else []:
+        for row in _epoch_rows(folder):
             if column in row and not math.isnan(row[column]):
                 by_epoch.setdefault(row["epoch"], []).append(row[column])
     return by_epoch
