@@ -111,6 +111,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         assert (f"below it by more than two pooled std: {other}" in words) == resolved
         assert ("not resolved" in words) == (not resolved and gap != 0)
     assert "With 2 seeds each standard deviation rests on one degree of freedom" in report
+    assert table_cells(report, "diet")["epochs"] == "3"  # the seeds agree: no "3.00 ± 0.00"
 
     # where and when: every job's device and end time, and the command, in a section of its own
     assert all(r["device"] == "CPU" for r in rows if r["seed"] != "mean")

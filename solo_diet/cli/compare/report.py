@@ -133,11 +133,28 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
     return path
 
 
-def _mean_cell(row: dict, column: str, best: set[str], resolved: set[str]) -> str:
-    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it."""
+def _integer_columns(rows: Sequence[dict]) -> set[str]:
+    """The columns whose every per-seed value is an integer (``epochs``)."""
+    values: dict[str, list] = {}
+    for row in rows:
+        for column, value in row.items():
+            if is_number(value):
+                values.setdefault(column, []).append(value)
+    return {c for c, v in values.items() if all(isinstance(x, int) for x in v)}
+
+
+def _mean_cell(
+    row: dict, column: str, best: set[str], resolved: set[str], integer: bool = False
+) -> str:
+    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it;
+    an ``integer`` column the seeds agree on reads as that integer (``epochs`` 300)."""
     std = row.get(f"{column}_std", math.nan)
-    text = _cell(row.get(column, math.nan))
-    if text != "–" and is_number(std) and not math.isnan(std):
+    mean = row.get(column, math.nan)
+    spread = is_number(std) and not math.isnan(std)
+    if integer and not (spread and std) and is_number(mean) and float(mean).is_integer():
+        return str(int(mean))
+    text = _cell(mean)
+    if text != "–" and spread:
         text += f" ± {std:.2f}"
     if row["run"] in best:
         return f"**{text}**"
@@ -261,6 +278,7 @@ def _seeded_tables(
         return ["No job finished: the failed jobs' logs say why."]
     rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
     marks = {m: r for m, r in rankings.items() if r is not None}
+    integer = _integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
         if column in NOT_AGGREGATED:
@@ -268,11 +286,12 @@ def _seeded_tables(
         ranking = marks.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
-        return _mean_cell(row, column, best, resolved)
+        return _mean_cell(row, column, best, resolved, column in integer)
 
     columns = [c for c in _shown_columns(summary) if c != "seed"]
     columns.insert(columns.index("method") + 1, "n_seeds")
-    lines = [f"## Mean ± standard deviation over {len(spec.seeds)} seeds", ""]
+    n_seeds = len(spec.seeds)
+    lines = [f"## Mean ± standard deviation over {n_seeds} seed{'s' * (n_seeds != 1)}", ""]
     lines += _table(summary, columns, cell)
     lines += [
         "",
@@ -280,7 +299,7 @@ def _seeded_tables(
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
         "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
-        + (FEW_SEEDS if len(spec.seeds) < 3 else ""),
+        + (FEW_SEEDS if n_seeds == 2 else ""),
         "",
         "## Per seed",
         "",
