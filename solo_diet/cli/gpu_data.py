@@ -32,6 +32,7 @@ from solo_diet.config import (
     ConfigError,
     check_bool,
     check_choice,
+    check_known_keys,
     check_positive_int,
     fill_default,
 )
@@ -95,9 +96,7 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
     if not isinstance(given, Mapping):
         raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
-    unknown = sorted(set(given) - set(GPU_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown `data.gpu` keys {unknown}; valid keys: {list(GPU_KEYS)}.")
+    check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
     fill_default(cfg, "data.gpu.storage", "auto")
     check_choice(cfg, "data.gpu.storage", STORAGES)
     for key in ("image_size", "decode_threads"):

@@ -11,6 +11,7 @@ from solo_diet.config import (
     ConfigError,
     check_choice,
     check_int,
+    check_known_keys,
     check_positive_int,
     fill_default,
 )
@@ -37,11 +38,7 @@ def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         raise ConfigError(
             f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}."
         )
-    unknown = sorted(set(sem) - set(SEM_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"`method_kwargs.sem` has unknown keys {unknown}; its keys are {list(SEM_KEYS)}."
-        )
+    check_known_keys(cfg, "method_kwargs.sem", SEM_KEYS, "SEM")
     for key, default in SEM_DEFAULTS.items():
         fill_default(cfg, f"method_kwargs.sem.{key}", default)
     sem = cfg.method_kwargs.sem

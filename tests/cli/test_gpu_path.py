@@ -232,7 +232,7 @@ def test_sdiet_runs_through_its_super_batch_sampler(data, tmp_path):
         ),
         ("++dali.device=gpu", "dali"),
         ("++data.gpu.storage=vram", "data.gpu.storage"),
-        ("++data.gpu.image_sise=32", "unknown `data.gpu` keys"),
+        ("++data.gpu.image_sise=32", r"Did you mean `data.gpu.image_size`\?"),
         ("++data.gpu.cuda_graphs=yes", r"`data.gpu.cuda_graphs` must be True or False"),
         ("++data.gpu.decode_cache=1", r"`data.gpu.decode_cache` must be True or False"),
         ("++augmentations.0.rrc.interpolation=nearest", "augmentations"),

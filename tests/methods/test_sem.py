@@ -283,7 +283,7 @@ def test_defaults_are_filled_into_the_cfg():
         ({"probe": "logits"}, "probe"),
         ({"num_simplices": 0}, "num_simplices"),
         ({"simplex_dim": 1}, "simplex_dim"),
-        ({"L": 10}, "unknown keys"),
+        ({"L": 10}, "`method_kwargs.sem.L` is not a setting of SEM"),
     ],
 )
 def test_invalid_config_is_refused_naming_the_key(sem, key):

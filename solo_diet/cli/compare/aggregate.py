@@ -25,7 +25,12 @@ RANKED_METRICS = (
     "codes_ami",
     "embedding_knn_acc1",
 )
-# The columns of a method's own representations (``ExtraRepresentation``) where higher is better.
+# The columns ``<name>_<measure>`` of a representation a method declares (``ExtraRepresentation``):
+# an embedding's measures (and ``<name>_linear_acc1`` where it has probe overrides), and a
+# clustering by codes' scores ({clustering_report key: measure}).
+EMBEDDING_MEASURES = ("knn_acc1", "rankme", "lidar")
+CODE_MEASURES = {"nmi": "nmi", "ami": "ami", "codes_used": "used"}
+# ... and those of them where higher is better.
 RANKED_SUFFIXES = ("_linear_acc1", "_knn_acc1", "_nmi", "_ami")
 NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
 MEAN_SEED = "mean"  # the `seed` of an aggregate row

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress
+from solo_diet.cli.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.cli.compare.spec import compose, data_overrides, quoted, shared_overrides
 from solo_diet.config import fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
@@ -33,8 +34,6 @@ KMEANS_SCORES = {
     "hungarian_acc": "kmeans_acc",
     "chance_nmi": "kmeans_chance_nmi",
 }
-# column suffixes of a clustering by codes (an ExtraRepresentation of kind "codes")
-CODE_SCORES = {"nmi": "nmi", "ami": "ami", "codes_used": "used"}
 
 
 def compose_linear(
@@ -201,7 +200,7 @@ class Evaluator:
         """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
         codes, val_y = self._features(encoder.to(self.device).eval(), self.val_loader)
         report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
-        return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_SCORES.items()}
+        return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_MEASURES.items()}
 
     def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
         """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
@@ -314,6 +313,6 @@ def _evaluate_extra(
         result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
     progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
     measured = evaluator.measure(extra.encoder)
-    result.update({f"{extra.name}_{k}": measured[k] for k in ("knn_acc1", "rankme", "lidar")})
+    result.update({f"{extra.name}_{k}": measured[k] for k in EMBEDDING_MEASURES})
     result[f"{extra.name}_spectrum"] = measured["spectrum"]
     return result

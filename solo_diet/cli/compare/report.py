@@ -16,6 +16,8 @@ from typing import Any, Sequence
 from omegaconf import DictConfig
 
 from solo_diet.cli.compare.aggregate import (
+    CODE_MEASURES,
+    EMBEDDING_MEASURES,
     NOT_AGGREGATED,
     aggregate,
     is_number,
@@ -78,15 +80,9 @@ NO_PLOTS = (
     "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
     "extra, draws `spectra.png` and `curves.png`)."
 )
-# the measures of a representation a method declares (ExtraRepresentation): <name><suffix>
-REPRESENTATION_MEASURES = (
-    "_linear_acc1",
-    "_knn_acc1",
-    "_rankme",
-    "_lidar",
-    "_nmi",
-    "_ami",
-    "_used",
+# the column suffixes of a representation a method declares (ExtraRepresentation)
+REPRESENTATION_MEASURES = tuple(
+    f"_{m}" for m in ("linear_acc1", *EMBEDDING_MEASURES, *CODE_MEASURES.values())
 )
 
 
