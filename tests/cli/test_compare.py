@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,29 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     assert written_epochs == [0, 1, 1]  # epoch 0 was not trained again; epoch 1 was redone
     assert json.loads((simclr_dir / "result.json").read_text())["checkpoint"].endswith("-ep=1.ckpt")
     assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem", "cplearn"]
+
+
+def test_a_job_of_another_spec_with_the_same_recipe_keeps_its_result(data_root, tmp_path, capsys):
+    """Run folders copied from another spec's output_dir (checkpoints left behind) stand where the
+    run's name, recipe, seed, evaluation and data match, as the SEM-twins spec reuses the small-data
+    spec's baselines; the other runs train."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    diet = "{name: diet, config_name: diet}"
+    run_compare(SHIPPED_SPEC, tiny_overrides(data_root, first) + [f"runs=[{diet}]"])
+    shutil.copytree(first / "runs" / "diet", second / "runs" / "diet")
+    for checkpoint in tmp_path.rglob("*.ckpt"):
+        checkpoint.unlink()
+    capsys.readouterr()
+
+    runs = f"runs=[{diet}, {{name: simclr, config_name: simclr}}]"
+    run_compare(SHIPPED_SPEC, tiny_overrides(data_root, second) + ["name=another-spec", runs])
+
+    log = capsys.readouterr().out
+    assert "run 'diet': already evaluated (its checkpoint is gone; the result stands)" in log
+    assert not list((second / "runs" / "diet").rglob("*.ckpt"))  # nothing was trained again
+    assert list((second / "runs" / "simclr").rglob("*.ckpt"))
+    reused, original = results_by_run(second)["diet"], results_by_run(first)["diet"]
+    assert reused["linear_acc1"] == original["linear_acc1"] != ""
 
 
 def test_evaluation_fingerprint_follows_config_content_not_location(data_root, tmp_path):
