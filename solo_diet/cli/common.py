@@ -3,7 +3,6 @@ transforms."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import os
@@ -17,8 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, name_unreadable_images
-from solo_diet.config import ConfigError, check_positive_int
-from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.config import ConfigError
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
 # compares neither the data nor N, so it would resume a run trained on another dataset).
@@ -78,78 +76,6 @@ def normalize_devices(cfg: DictConfig) -> None:
     cfg.devices = devices
     if OmegaConf.select(cfg, "strategy") in (None, "None"):
         cfg.strategy = "auto"
-
-
-def check_launch_cfg(cfg: DictConfig) -> None:
-    """The checks ``solo-diet pretrain`` and ``linear`` share before solo-learn's ``parse_cfg``:
-    top-level typos, batch size, epochs and lr, and the data folders."""
-    check_top_level_keys(cfg)
-    check_training_basics(cfg)
-    check_data_paths(cfg)
-
-
-def check_training_basics(cfg: DictConfig) -> None:
-    """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
-    batch size or epoch count below 1, a learning rate <= 0."""
-    for key in ("optimizer.batch_size", "max_epochs"):
-        if OmegaConf.select(cfg, key) is not None:
-            check_positive_int(cfg, key)
-    lr = OmegaConf.select(cfg, "optimizer.lr")
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
-        raise ConfigError(f"`optimizer.lr` must be a positive number, got {lr!r}.")
-
-
-# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the
-# Lightning Trainer's arguments are read too.
-SOLO_LEARN_SECTIONS = (
-    *("accumulate_grad_batches", "augmentations", "augmentations_cfg", "auto_augment"),
-    *("auto_resume", "auto_umap", "backbone", "checkpoint", "cutmix", "dali", "data"),
-    *("debug_augmentations", "finetune", "knn_eval", "label_smoothing", "method", "method_kwargs"),
-    *("mixup", "momentum", "name", "optimizer", "performance", "pretrain_method"),
-    *("pretrained_feature_extractor", "resume_from_checkpoint", "scheduler", "seed", "wandb"),
-    "wandb_cfg",
-)
-
-
-def check_top_level_keys(cfg: DictConfig) -> None:
-    """Refuse a top-level key that neither solo-learn nor Lightning reads but that is one typo away
-    from one that is (``max_epoch: 3`` would leave ``max_epochs`` at the YAML's value). Keys far
-    from every known one pass: solo-learn's configs are open to additions."""
-    from lightning.pytorch import Trainer
-
-    known = sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
-    for key in cfg:
-        close = [] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.85)
-        if close:
-            raise ConfigError(
-                f"`{key}` is not a key solo-learn or Lightning reads, so it would be ignored; did "
-                f"you mean `{close[0]}`?"
-            )
-
-
-def check_accelerator_present(cfg: DictConfig) -> None:
-    """Refuse ``accelerator: gpu`` on a machine where torch sees no CUDA device (Lightning would
-    stop deep inside the run), naming the fix."""
-    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
-            "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."
-        )
-
-
-def check_data_paths(cfg: DictConfig) -> None:
-    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist is refused
-    naming the key (solo-learn would raise a bare ``FileNotFoundError``)."""
-    if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
-        return  # torchvision's datasets download into their path
-    for key in ("data.train_path", "data.val_path"):
-        path = OmegaConf.select(cfg, key)
-        if path not in (None, "None") and not Path(str(path)).exists():
-            raise ConfigError(
-                f"`{key}` {path} does not exist: point it at an image folder with one subfolder "
-                "per class."
-            )
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:

@@ -23,8 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_diet.cli.common import (
-    check_accelerator_present,
-    check_launch_cfg,
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
@@ -33,6 +31,7 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.cli.gpu_data import check_data_format, linear_loaders
+from solo_diet.cli.launch_checks import check_accelerator_present, check_launch_cfg
 from solo_diet.config import ConfigError, check_bool, fill_default
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,

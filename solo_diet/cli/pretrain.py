@@ -16,8 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.common import (
     already_finished,
-    check_accelerator_present,
-    check_launch_cfg,
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
@@ -27,6 +25,7 @@ from solo_diet.cli.common import (
 )
 from solo_diet.cli.errors import name_unreadable_images
 from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
+from solo_diet.cli.launch_checks import check_accelerator_present, check_launch_cfg
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.data.tensor_data import FOLDER_DATASETS

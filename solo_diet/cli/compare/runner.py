@@ -19,7 +19,6 @@ from typing import Any, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.cli.common import check_accelerator_present, check_training_basics
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.cli.compare.fingerprints import (
@@ -32,6 +31,7 @@ from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.record import note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import load_spec
+from solo_diet.cli.launch_checks import check_accelerator_present, check_training_basics
 from solo_diet.config import ConfigError
 
 
