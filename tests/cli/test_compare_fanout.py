@@ -15,6 +15,7 @@ skip_without_solo()
 
 from solo_diet.cli.compare import run_compare  # noqa: E402
 from solo_diet.cli.compare.runner import JobsFailed  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
 from tests.cli._compare import (  # noqa: E402
     SHIPPED_SPEC,
     interrupt_after_first_epoch,
@@ -100,12 +101,22 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     assert (out / "runs" / "diet" / "job.log").read_text().count("### ") == 1  # started once
     assert "| simclr | simclr |" in report.read_text() and "**Partial**" not in report.read_text()
 
-    # the same folder under another budget: the runs' results are stale, not this budget's rows
-    changed = overrides(data_root, out, RUNS) + ["budget.max_epochs=5"]
+    # one run changed: its result is stale, left out and named, the others stand
+    lr = "{name: simclr, config_name: simclr, overrides: [optimizer.lr=0.5]}"
+    changed = overrides(data_root, out, f"{{name: diet, config_name: diet}}, {lr}")
     text = run_compare(SHIPPED_SPEC, changed, report_only=True).read_text()
     stale = "(stale: trained with another config)"
-    assert f"as they have no result yet: run 'diet' {stale}, run 'simclr' {stale}." in text
-    assert report_runs(out) == ["raw_pixels"]  # a reference row has no training recipe
+    assert f"as they have no result yet: run 'simclr' {stale}." in text
+    assert report_runs(out) == ["diet", "raw_pixels"]  # a reference row has no training recipe
+
+    # every run changed (the spec given without the overrides it ran with): the report stays,
+    # and the error names the spec the runs recorded, which rebuilds it
+    changed = overrides(data_root, out, RUNS) + ["budget.max_epochs=5"]
+    with pytest.raises(ConfigError, match=rf"{out / 'spec.yaml'} --report-only$"):
+        run_compare(SHIPPED_SPEC, changed, report_only=True)
+    assert (out / "report.md").read_text() == text
+    run_compare(out / "spec.yaml", report_only=True)
+    assert report_runs(out) == ["diet", "simclr", "raw_pixels"]
 
 
 def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_path, capsys):

@@ -33,3 +33,11 @@ def test_devices_dates_and_commands(tmp_path):
     noted = next(line for line in lines if "solo-diet compare" in line)
     assert noted.endswith("CPU cores: `solo-diet compare spec.yaml data.root=/data/am 'seeds=[1]'`")
     assert lines[-2] == "- copied the seed-0 folders from another machine"
+
+
+def test_up_to_thirty_plotted_lines_look_different():
+    """The plots give each run its own colour and dash (a 13-line report once had three colours
+    twice, so raw_pixels read as cplearn)."""
+    from solo_diet.cli.compare.plots import _style
+
+    assert len({(s["color"], s["linestyle"]) for s in map(_style, range(30))}) == 30

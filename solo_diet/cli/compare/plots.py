@@ -30,6 +30,12 @@ def _pyplot():
     return plt
 
 
+def _style(index: int) -> dict:
+    """The ``index``-th line's colour and dash: matplotlib's ten colours, then dashed, then dotted,
+    so no two of up to 30 lines look alike."""
+    return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":")[index // 10 % 3]}
+
+
 def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
     seen: dict[str, dict] = {}
     for result in results:
@@ -42,14 +48,16 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     first seed of each run."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
-    for result in _first_seed_per_run(results):
-        for key, spectrum in result.items():
-            if key.endswith("spectrum") and spectrum:
-                prefix = key[: -len("_spectrum")]
-                label = (
-                    result["run"] if key == "spectrum" else f"{result['run']} ({prefix.upper()})"
-                )
-                axis.semilogy(range(1, len(spectrum) + 1), spectrum, label=label)
+    spectra = [
+        (result["run"] if key == "spectrum" else f"{result['run']} ({key[: -len('_spectrum')]})", s)
+        for result in _first_seed_per_run(results)
+        for key, s in result.items()
+        if key.endswith("spectrum") and s
+    ]
+    for index, (label, spectrum) in enumerate(spectra):
+        axis.semilogy(range(1, len(spectrum) + 1), spectrum, label=label, **_style(index))
+    if spectra:  # below 1e-6 of the largest, values are numerical noise that squeezes the rest
+        axis.set_ylim(max(axis.get_ylim()[0], 1e-6), 1.5)
     axis.set(
         xlabel="index k", ylabel="sigma_k / sigma_1", title="singular-value spectra (val features)"
     )
@@ -70,17 +78,18 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
             folders.setdefault(result["run"], []).append(out / result["job"])
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.2 * len(CURVE_PANELS), 3.6))
-    for run, run_folders in folders.items():
+    for index, (run, run_folders) in enumerate(folders.items()):
         label = run if len(run_folders) == 1 else f"{run} ({len(run_folders)} seeds)"
         for axis, (column, _) in zip(axes, CURVE_PANELS):
             curve = sorted(seed_curves(run_folders, column).items())
             if not curve:
                 continue
             epochs = [epoch for epoch, _ in curve]
-            line = axis.plot(epochs, [sum(v) / len(v) for _, v in curve], marker=".", label=label)
+            mean = [sum(v) / len(v) for _, v in curve]
+            axis.plot(epochs, mean, marker=".", label=label, **_style(index))
             if len(run_folders) > 1:
                 low, high = [min(v) for _, v in curve], [max(v) for _, v in curve]
-                axis.fill_between(epochs, low, high, color=line[0].get_color(), alpha=0.2)
+                axis.fill_between(epochs, low, high, color=_style(index)["color"], alpha=0.2)
     for axis, (_, title) in zip(axes, CURVE_PANELS):
         axis.set(xlabel="epoch", title=title)
     if folders:  # only reference rows (every run failed): empty panels, no legend

@@ -129,6 +129,10 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
     return path
 
 
+def _epochs(count: int) -> str:
+    return f"{count} epoch{'s' * (count != 1)}"
+
+
 def _integer_columns(rows: Sequence[dict]) -> set[str]:
     """The columns whose every per-seed value is an integer (``epochs``)."""
     values: dict[str, list] = {}
@@ -335,9 +339,9 @@ def write_report(
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
-        f"Budget (every run): {budget.max_epochs} epochs, batch {budget.batch_size}{limit}; "
-        f"{seeds}. Checkpoints every {checkpoint_interval(budget)} epochs and the last; online "
-        f"probe validated every {validation_interval(budget)} epochs. "
+        f"Budget (every run): {_epochs(budget.max_epochs)}, batch {budget.batch_size}{limit}; "
+        f"{seeds}. Checkpoints every {_epochs(checkpoint_interval(budget))} and the last; online "
+        f"probe validated every {_epochs(validation_interval(budget))}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
         *_verdicts(spec, aggregated if seeded else runs, reference_means),

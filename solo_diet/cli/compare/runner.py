@@ -30,7 +30,7 @@ from solo_diet.cli.compare.job import run_job
 from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.record import note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
-from solo_diet.cli.compare.spec import load_spec
+from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
 from solo_diet.cli.launch_checks import check_accelerator_present, check_training_basics
 from solo_diet.config import ConfigError
 
@@ -132,13 +132,14 @@ def _report_of_finished(
     spec: DictConfig,
     jobs: Sequence[Job],
     out: Path,
-    with_unfinished: bool = False,
+    report_only: bool = False,
     failed: Collection[str] = (),
 ) -> Path:
     """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
-    ``failed`` aside); ``with_unfinished`` adds the runs' jobs that only have pretraining epochs
-    (their curves and costs, no evaluation). The report names the jobs it leaves out, a result of
-    another recipe (another budget, say) as stale."""
+    ``failed`` aside). It names the jobs it leaves out, a result of another recipe (another
+    budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
+    pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
+    when every finished run is stale (the spec given without the overrides it ran with)."""
     results, left_out = [], []
     for job in jobs:
         result = read_json(job.run_dir / "result.json")
@@ -148,10 +149,19 @@ def _report_of_finished(
             left_out.append(f"{job.label} (stale: trained with another config)")
         elif result:
             results.append(result)
-        elif with_unfinished and job.reference is None and (job.run_dir / "epochs.csv").is_file():
+        elif report_only and job.reference is None and (job.run_dir / "epochs.csv").is_file():
             results.append(_unfinished_row(job))
         else:
             left_out.append(job.label)
+    if report_only and any("(stale" in x for x in left_out):
+        fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
+        if not fresh:
+            raise ConfigError(
+                f"--report-only: every finished run in {out} was trained with another config than "
+                "this spec with these overrides (budget, trainer or data settings), so the report "
+                "was left as it was. Rebuild it from the spec the runs recorded: solo-diet compare "
+                f"{out / 'spec.yaml'} --report-only"
+            )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
     report = write_report(spec, results, out, left_out)
@@ -176,7 +186,7 @@ def run_compare(
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(spec, jobs, out, with_unfinished=True)
+        return _report_of_finished(spec, jobs, out, report_only=True)
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     for job in chosen:  # before any job starts, not once per job
