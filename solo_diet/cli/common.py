@@ -3,6 +3,7 @@ transforms."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, name_unreadable_images
@@ -46,9 +48,34 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             f"--config-name {config_name!r}: no {name}.yaml in {config_dir}; it holds {there}."
         )
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
-        cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
+        try:
+            cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
+        except ConfigCompositionException as err:
+            unknown = re.match(r"Could not override '([^']+)'", str(err))
+            if unknown is None:
+                raise
+            raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def _unknown_override(base: DictConfig, key: str) -> str:
+    """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
+    own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
+    from solo_diet.cli.launch_checks import known_top_level_keys
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(base, parent) if parent else base
+    known = sorted(node) if isinstance(node, DictConfig) else []
+    if not parent:
+        known = sorted({*known, *known_top_level_keys()})
+    close = difflib.get_close_matches(leaf, known, n=1)
+    where = f"`{parent}`" if parent else "the config"
+    hint = f"; did you mean `{parent + '.' if parent else ''}{close[0]}`?" if close else "."
+    return (
+        f"`{key}` is not a key of {where}{hint} `+{key}=...` would add it as a new key (for a "
+        "setting solo-learn reads that the YAML leaves out)."
+    )
 
 
 def quote_equals(override: str) -> str:

@@ -46,13 +46,18 @@ SOLO_LEARN_SECTIONS = (
 )
 
 
+def known_top_level_keys() -> list[str]:
+    """The top-level keys solo-learn or Lightning's ``Trainer`` read."""
+    from lightning.pytorch import Trainer
+
+    return sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
+
+
 def check_top_level_keys(cfg: DictConfig) -> None:
     """Refuse a top-level key that neither solo-learn nor Lightning reads but that is one typo away
     from one that is (``max_epoch: 3`` would leave ``max_epochs`` at the YAML's value). Keys far
     from every known one pass: solo-learn's configs are open to additions."""
-    from lightning.pytorch import Trainer
-
-    known = sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
+    known = known_top_level_keys()
     for key in cfg:
         close = [] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.85)
         if close:

@@ -225,8 +225,8 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         ),
         (["only=[]"], "`only` must be null"),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
-        (["pretrain_overrides=[no_such_key=1]"], "run 'diet': Could not override 'no_such_key'"),
-        (["linear.overrides=[no_such_key=1]"], "`linear`: Could not override 'no_such_key'"),
+        (["pretrain_overrides=[no_such_key=1]"], "run 'diet': `no_such_key` is not a key of"),
+        (["linear.overrides=[no_such_key=1]"], "`linear`: `no_such_key` is not a key of the"),
     ],
 )
 def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path, extra, message):

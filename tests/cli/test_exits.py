@@ -254,8 +254,10 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         (
             "pretrain",
             ["no_such_key=1"],
-            "Could not override 'no_such_key'. To append to your config use +",
+            "`no_such_key` is not a key of the config. `+no_such_key=...` would add it as a new",
         ),
+        ("pretrain", ["max_epoch=3"], "not a key of the config; did you mean `max_epochs`?"),
+        ("pretrain", ["optimizer.lrr=0.1"], "of `optimizer`; did you mean `optimizer.lr`?"),
         ("pretrain", ["data.train_path=/nowhere/train"], "`data.train_path` /nowhere/train does"),
         ("linear", ["data.val_path=/nowhere/val"], "`data.val_path` /nowhere/val does not"),
         (

@@ -308,5 +308,5 @@ def compose(
 
     try:
         return compose_cfg(str(config_path), config_name, overrides)
-    except (FileNotFoundError, HydraException) as err:
+    except (FileNotFoundError, HydraException, ConfigError) as err:
         raise ConfigError(f"{owner}: {str(err).splitlines()[0]}") from err
