@@ -19,6 +19,7 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,11 +79,24 @@ def choose_data_format(requested: str, on_gpu: bool) -> str:
     return requested
 
 
+def dali_installed() -> bool:
+    """Whether NVIDIA DALI (solo-learn's `data.format: dali`) is importable."""
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no `nvidia` package at all
+        return False
+
+
 def check_data_format(cfg: DictConfig) -> str:
     """Validate ``data.format`` before solo-learn's ``parse_cfg`` (which accepts any value and
     trains from the image folder); refuse ``dali`` options with ``gpu``."""
     data_format = fill_default(cfg, "data.format", "image_folder")
     check_choice(cfg, "data.format", DATA_FORMATS)
+    if data_format == "dali" and not dali_installed():
+        raise ConfigError(
+            "`data.format: dali` needs NVIDIA DALI, which is not installed: use data.format=gpu "
+            "(batched augmentations on the GPU) or data.format=image_folder."
+        )
     if data_format == "gpu" and OmegaConf.select(cfg, "dali") is not None:
         raise ConfigError(
             "the `dali` options apply to data.format=dali; with data.format=gpu remove the "
