@@ -226,6 +226,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         (["only=[]"], "`only` must be null"),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': `no_such_key` is not a key of"),
+        (["trainer.accelerator=cpu"], r"lists, set whole: .*'trainer=\[accelerator=cpu"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: `no_such_key` is not a key of the"),
     ],
 )

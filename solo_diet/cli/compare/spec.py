@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
 from solo_diet.cli.compare.claims import check_claims
 from solo_diet.config import ConfigError
@@ -117,19 +117,25 @@ def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationErro
 def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """Read and check a spec; paths in the file are relative to its folder, paths in ``overrides``
     (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
-    spec_path = Path(spec_path).expanduser().resolve()
+    spec_path = Path(spec_path).expanduser().absolute()  # as typed: a symlink stays one
     if not spec_path.is_file():
         raise ConfigError(f"comparison spec {spec_path} does not exist.")
     schema = OmegaConf.create(SPEC_DEFAULTS)
     OmegaConf.set_struct(schema, True)
     try:
         from_file = OmegaConf.load(spec_path)
-        _resolve_paths(from_file, spec_path.parent)
+        _resolve_paths(from_file, spec_path.resolve().parent)
         from_cli = OmegaConf.from_dotlist(list(overrides))
         _resolve_paths(from_cli, Path.cwd())
         spec = OmegaConf.merge(schema, from_file, from_cli)
     except (ConfigKeyError, ValidationError) as err:
         raise ConfigError(_unknown_key_message(spec_path, err)) from err
+    except (ConfigTypeError, ValueError) as err:  # `trainer.accelerator=cpu`: a list's item
+        lists = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))
+        raise ConfigError(
+            f"{spec_path}: {str(err).splitlines()[0]}. These spec keys are lists, set whole: "
+            f"{lists}, e.g. 'trainer=[accelerator=cpu,precision=32]'."
+        ) from err
     OmegaConf.set_struct(spec, False)
     _check_spec(spec, spec_path)
     return spec
