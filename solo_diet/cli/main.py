@@ -1,4 +1,5 @@
-"""``solo-diet`` command line: methods | pretrain | linear | data | demo | compare | configs.
+"""``solo-diet`` command line: methods | pretrain | linear | data | solo-script | demo | compare |
+configs.
 
 Exit status: 0 done, 2 a user error (one line, ``--debug`` for the traceback), 130 Ctrl-C, 143
 SIGTERM (both say where to resume from), 1 a bug (with its traceback)."""
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "data", help="write an offline dataset as a solo-learn custom ImageFolder"
     )
     data.add_argument("name", choices=sorted(DATASETS))
-    data.add_argument("directory")
+    data.add_argument("directory", help="where to write train/ and val/ (created if missing)")
     data.add_argument(
         "--limit", type=int, default=None, help="keep at most this many training images"
     )
@@ -186,11 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels",
     )
-    demo.add_argument("--method", default="diet")
+    demo.add_argument(
+        "--method", default="diet", help="a method with a shipped demo config (default: diet)"
+    )
     demo.add_argument(
         "--epochs", type=int, default=None, help="pretraining epochs (default: per device)"
     )
-    demo.add_argument("--workdir", default="solo-diet-demo")
+    demo.add_argument(
+        "--workdir",
+        default="solo-diet-demo",
+        help="where the data, checkpoints and logs go (default: ./solo-diet-demo)",
+    )
     demo.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto")
     demo.add_argument(
         "--data-format",
@@ -221,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs = sub.add_parser(
         "configs", help="write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
     )
-    configs.add_argument("directory")
+    configs.add_argument("directory", help="where to write them (created if missing)")
     configs.add_argument("--dataset", choices=DATASET_CHOICES, help="only this dataset's configs")
     configs.add_argument("--force", action="store_true", help="overwrite files that differ")
     configs.set_defaults(func=_cmd_configs)
