@@ -92,11 +92,6 @@ def check_data_format(cfg: DictConfig) -> str:
     trains from the image folder); refuse ``dali`` options with ``gpu``."""
     data_format = fill_default(cfg, "data.format", "image_folder")
     check_choice(cfg, "data.format", DATA_FORMATS)
-    if data_format == "dali" and not dali_installed():
-        raise ConfigError(
-            "`data.format: dali` needs NVIDIA DALI, which is not installed: use data.format=gpu "
-            "(batched augmentations on the GPU) or data.format=image_folder."
-        )
     if data_format == "gpu" and OmegaConf.select(cfg, "dali") is not None:
         raise ConfigError(
             "the `dali` options apply to data.format=dali; with data.format=gpu remove the "

@@ -24,7 +24,12 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.cli.errors import name_unreadable_images
-from solo_diet.cli.gpu_data import check_data_format, eval_loader, pretrain_loader
+from solo_diet.cli.gpu_data import (
+    check_data_format,
+    dali_installed,
+    eval_loader,
+    pretrain_loader,
+)
 from solo_diet.cli.launch_checks import check_accelerator_present, check_launch_cfg
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
@@ -145,6 +150,11 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
 def _dali_data(cfg: DictConfig):
     """(solo-learn's DALI datamodule with the config's augmentations, N) for ``data.format:
     dali``."""
+    if not dali_installed():
+        raise ConfigError(
+            "`data.format: dali` needs NVIDIA DALI, which is not installed: use data.format=gpu "
+            "(batched augmentations on the GPU) or data.format=image_folder."
+        )
     from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
     from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation
     from solo.utils.misc import compute_dataset_size

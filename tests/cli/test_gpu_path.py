@@ -18,7 +18,6 @@ from solo.methods import METHODS  # noqa: E402
 
 from solo_diet.cli.common import compose_cfg  # noqa: E402
 from solo_diet.cli.gpu_data import (  # noqa: E402
-    dali_installed,
     eval_loader,
     feature_loader,
     load_split,
@@ -232,11 +231,6 @@ def test_sdiet_runs_through_its_super_batch_sampler(data, tmp_path):
             r"`data.format` must be one of \['image_folder', 'h5', 'dali', 'gpu'\]",
         ),
         ("++dali.device=gpu", "dali"),
-        pytest.param(
-            "data.format=dali",
-            "`data.format: dali` needs NVIDIA DALI, which is not installed: use data.format=gpu",
-            marks=pytest.mark.skipif(dali_installed(), reason="NVIDIA DALI is installed"),
-        ),
         ("++data.gpu.storage=vram", "data.gpu.storage"),
         ("++data.gpu.image_sise=32", r"Did you mean `data.gpu.image_size`\?"),
         ("++data.gpu.cuda_graphs=yes", r"`data.gpu.cuda_graphs` must be True or False"),

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 from solo_diet.cli.common import compose_cfg  # noqa: E402
+from solo_diet.cli.gpu_data import dali_installed  # noqa: E402
 from solo_diet.cli.linear import build_backbone, load_backbone_weights  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
@@ -141,6 +142,17 @@ def test_dali_without_encoded_indexes_is_refused(data, tmp_path):
     )
     cfg.data.format = "dali"
     with pytest.raises(ConfigError, match="encode_indexes_into_labels"):
+        run_pretrain(cfg)
+
+
+@pytest.mark.skipif(dali_installed(), reason="NVIDIA DALI is installed")
+def test_dali_without_dali_installed_is_one_clear_error(data, tmp_path):
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
+    )
+    cfg.data.format = "dali"
+    OmegaConf.update(cfg, "dali.encode_indexes_into_labels", True, force_add=True)
+    with pytest.raises(ConfigError, match="`data.format: dali` needs NVIDIA DALI, which is not"):
         run_pretrain(cfg)
 
 
