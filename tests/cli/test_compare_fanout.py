@@ -73,9 +73,11 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
 
     report = run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS))
 
+    # which of the two ends first is up to the workers' start-up; what holds either way: the
+    # earlier job resumes, the later finished one is not redone
     terminal = capsys.readouterr().out
-    finished = [line.split(":")[0] for line in terminal.splitlines() if ": done in " in line]
-    assert finished.index("[compare] run 'diet'") > finished.index("[compare] run 'simclr'")
+    finished = {line.split(":")[0] for line in terminal.splitlines() if ": done in " in line}
+    assert {"[compare] run 'diet'", "[compare] run 'simclr'"} <= finished
     assert "resuming after epoch 0" in (diet / "job.log").read_text()
     assert "run 'simclr': already evaluated" in (out / "runs" / "simclr" / "job.log").read_text()
     assert (out / "runs" / "simclr" / "result.json").read_text() == simclr_result
