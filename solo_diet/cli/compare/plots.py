@@ -80,16 +80,17 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
     figure, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.2 * len(CURVE_PANELS), 3.6))
     for index, (run, run_folders) in enumerate(folders.items()):
         label = run if len(run_folders) == 1 else f"{run} ({len(run_folders)} seeds)"
+        style = _style(index)
         for axis, (column, _) in zip(axes, CURVE_PANELS):
             curve = sorted(seed_curves(run_folders, column).items())
             if not curve:
                 continue
             epochs = [epoch for epoch, _ in curve]
             mean = [sum(v) / len(v) for _, v in curve]
-            axis.plot(epochs, mean, marker=".", label=label, **_style(index))
+            axis.plot(epochs, mean, marker=".", label=label, **style)
             if len(run_folders) > 1:
                 low, high = [min(v) for _, v in curve], [max(v) for _, v in curve]
-                axis.fill_between(epochs, low, high, color=_style(index)["color"], alpha=0.2)
+                axis.fill_between(epochs, low, high, color=style["color"], alpha=0.2)
     for axis, (_, title) in zip(axes, CURVE_PANELS):
         axis.set(xlabel="epoch", title=title)
     if folders:  # only reference rows (every run failed): empty panels, no legend

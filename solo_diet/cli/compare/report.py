@@ -129,8 +129,9 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
     return path
 
 
-def _epochs(count: int) -> str:
-    return f"{count} epoch{'s' * (count != 1)}"
+def _counted(count: int, noun: str) -> str:
+    """``1 epoch``, ``3 epochs``."""
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def _integer_columns(rows: Sequence[dict]) -> set[str]:
@@ -291,7 +292,7 @@ def _seeded_tables(
     columns = [c for c in _shown_columns(summary) if c != "seed"]
     columns.insert(columns.index("method") + 1, "n_seeds")
     n_seeds = len(spec.seeds)
-    lines = [f"## Mean ± standard deviation over {n_seeds} seed{'s' * (n_seeds != 1)}", ""]
+    lines = [f"## Mean ± standard deviation over {_counted(n_seeds, 'seed')}", ""]
     lines += _table(summary, columns, cell)
     lines += [
         "",
@@ -339,9 +340,10 @@ def write_report(
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
-        f"Budget (every run): {_epochs(budget.max_epochs)}, batch {budget.batch_size}{limit}; "
-        f"{seeds}. Checkpoints every {_epochs(checkpoint_interval(budget))} and the last; online "
-        f"probe validated every {_epochs(validation_interval(budget))}. "
+        f"Budget (every run): {_counted(budget.max_epochs, 'epoch')}, batch "
+        f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
+        f"{_counted(checkpoint_interval(budget), 'epoch')} and the last; online probe validated "
+        f"every {_counted(validation_interval(budget), 'epoch')}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
         *_verdicts(spec, aggregated if seeded else runs, reference_means),

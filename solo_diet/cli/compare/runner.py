@@ -140,20 +140,21 @@ def _report_of_finished(
     budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
     pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
     when every finished run is stale (the spec given without the overrides it ran with)."""
-    results, left_out = [], []
+    results, left_out, stale = [], [], False
     for job in jobs:
         result = read_json(job.run_dir / "result.json")
         if job.key in failed:
             left_out.append(f"{job.label} (failed)")
         elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
             left_out.append(f"{job.label} (stale: trained with another config)")
+            stale = True
         elif result:
             results.append(result)
         elif report_only and job.reference is None and (job.run_dir / "epochs.csv").is_file():
             results.append(_unfinished_row(job))
         else:
             left_out.append(job.label)
-    if report_only and any("(stale" in x for x in left_out):
+    if report_only and stale:
         fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
         if not fresh:
             raise ConfigError(

@@ -114,12 +114,29 @@ def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationErro
     return f"{spec_path}: {error.msg.splitlines()[0]}. {valid}."
 
 
+LIST_KEYS = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))
+_LISTS_SET_WHOLE = (
+    f"These spec keys are lists, set whole: {LIST_KEYS}, e.g. "
+    "'trainer=[accelerator=cpu,precision=32]'."
+)
+
+
+def _check_no_list_items(overrides: Sequence[str]) -> None:
+    """Refuse ``trainer.accelerator=cpu``: the dot-list would index the ``trainer`` list."""
+    for override in overrides:
+        key = override.partition("=")[0]
+        head, dot, _ = key.partition(".")
+        if dot and head in LIST_KEYS:
+            raise ConfigError(f"`{key}` sets an item of `{head}`, a list. {_LISTS_SET_WHOLE}")
+
+
 def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """Read and check a spec; paths in the file are relative to its folder, paths in ``overrides``
     (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
     spec_path = Path(spec_path).expanduser().absolute()  # as typed: a symlink stays one
     if not spec_path.is_file():
         raise ConfigError(f"comparison spec {spec_path} does not exist.")
+    _check_no_list_items(overrides)
     schema = OmegaConf.create(SPEC_DEFAULTS)
     OmegaConf.set_struct(schema, True)
     try:
@@ -130,12 +147,8 @@ def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfi
         spec = OmegaConf.merge(schema, from_file, from_cli)
     except (ConfigKeyError, ValidationError) as err:
         raise ConfigError(_unknown_key_message(spec_path, err)) from err
-    except (ConfigTypeError, ValueError) as err:  # `trainer.accelerator=cpu`: a list's item
-        lists = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))
-        raise ConfigError(
-            f"{spec_path}: {str(err).splitlines()[0]}. These spec keys are lists, set whole: "
-            f"{lists}, e.g. 'trainer=[accelerator=cpu,precision=32]'."
-        ) from err
+    except ConfigTypeError as err:  # a dict where the spec has a list
+        raise ConfigError(f"{spec_path}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
     OmegaConf.set_struct(spec, False)
     _check_spec(spec, spec_path)
     return spec
