@@ -11,7 +11,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
@@ -102,19 +102,27 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluat
     return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
 
 
-def _evaluated_without_checkpoint(job: Job, previous: dict, eval_fingerprint: str) -> bool:
-    """Whether a job whose checkpoint is gone (run folders copied without checkpoints, from another
-    machine or session) was pretrained with this config to its last epoch and evaluated with these
-    settings: its result stands and nothing is trained again."""
+def result_standing(spec: DictConfig, job: Job, eval_fingerprint: str) -> Optional[str]:
+    """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run: a
+    reference row evaluated with these settings, or a run pretrained with this config to its last
+    epoch and evaluated from that checkpoint with these settings. The checkpoint may be gone (run
+    folders copied without checkpoints, from another machine or session)."""
+    previous = read_json(job.run_dir / "result.json")
+    if job.reference is not None:
+        wanted = reference_fingerprint(spec, job, eval_fingerprint)
+        return "already evaluated" if previous.get("fingerprint") == wanted else None
     state = read_json(job.run_dir / "state.json")
     finished = state.get("checkpoint")
-    return (
-        bool(finished)
-        and not Path(finished).is_file()
+    if not (
+        finished
         and state.get("pretrain_fingerprint") == training_fingerprint(job.cfg)
         and previous.get("checkpoint") == finished
         and previous.get("fingerprint") == eval_fingerprint
-    )
+    ):
+        return None
+    if Path(finished).is_file():
+        return "already evaluated"
+    return "already evaluated (its checkpoint is gone; the result stands)"
 
 
 def run_job(
@@ -123,27 +131,19 @@ def run_job(
     """Pretrain (not for reference rows) and evaluate one job, each step skipped when already
     done; returns its result, also written to ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    result_path = job.run_dir / "result.json"
-    previous = read_json(result_path)
+    standing = result_standing(spec, job, eval_fingerprint)
+    if standing:
+        progress(f"{job.label}: {standing}")
+        return read_json(job.run_dir / "result.json")
     if job.reference is None:
-        if _evaluated_without_checkpoint(job, previous, eval_fingerprint):
-            progress(f"{job.label}: already evaluated (its checkpoint is gone; the result stands)")
-            return previous
         checkpoint, trained = pretrain(spec, job)
         if _secondary_rank():
             return {}
         if not trained:
             progress(f"{job.label}: pretraining already finished ({checkpoint.name})")
-        wanted = eval_fingerprint
-        done = not trained and previous.get("checkpoint") == str(checkpoint)
+        started, wanted = time.time(), eval_fingerprint
     else:
-        wanted = reference_fingerprint(spec, job, eval_fingerprint)
-        done = True  # the fingerprint names everything a reference row is made of
-    if done and previous.get("fingerprint") == wanted:
-        progress(f"{job.label}: already evaluated")
-        return previous
-    started = time.time()
-    if job.reference is not None:
+        started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
         checkpoint = _reference_checkpoint(spec, job, shared_eval)
     result = evaluate_checkpoint(
         spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
@@ -154,7 +154,7 @@ def run_job(
     else:
         result.update(method=job.reference)
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
-    write_json(result_path, result)
+    write_json(job.run_dir / "result.json", result)
     progress(
         f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
         f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"

@@ -5,8 +5,8 @@ With one worker (and no multi-GPU job) the jobs run one after another in this pr
 the evaluation data. Otherwise each job runs in its own process (``python -m
 solo_diet.cli.compare.worker``) on its own GPUs, its output in ``<job folder>/job.log``
 (:mod:`~solo_diet.cli.compare.fanout`). Either way a failed job is reported and the others go on,
-a finished job is not repeated, an interrupted one resumes from its last checkpoint, and the
-report reads the jobs' results only after every job has ended.
+a job whose result stands is named and not started, an interrupted one resumes from its last
+checkpoint, and the report reads the jobs' results only after every job has ended.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from solo_diet.cli.compare.fingerprints import (
     evaluation_fingerprint,
     recipe_fingerprint,
 )
-from solo_diet.cli.compare.job import run_job
+from solo_diet.cli.compare.job import result_standing, run_job
 from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.record import note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
@@ -105,6 +105,20 @@ def workers_for(spec: DictConfig) -> int:
     from solo_diet.cli.compare.fanout import visible_gpus
 
     return spec.parallel.workers or max(1, len(visible_gpus()) * spec.parallel.jobs_per_gpu)
+
+
+def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs with something left to do; each job whose result stands is named and not started
+    (no process, no GPU slot)."""
+    eval_fingerprint = evaluation_fingerprint(spec)
+    left = []
+    for job in jobs:
+        standing = result_standing(spec, job, eval_fingerprint)
+        if standing:
+            progress(f"{job.label}: {standing}")
+        else:
+            left.append(job)
+    return left
 
 
 def run_one_job(spec_file: str | Path, key: str) -> None:
@@ -212,20 +226,21 @@ def run_compare(
         + f", {budget.max_epochs} epochs at batch {budget.batch_size}, "
         f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
+    to_run = _without_standing_results(spec, chosen)
     if in_processes:
         # the workers' own copy: another compare into this output_dir may rewrite spec.yaml
         spec_file = out / f".spec-{os.getpid()}.yaml"
         OmegaConf.save(spec, spec_file)
         try:
-            failures = _run_in_processes(chosen, workers, spec.parallel.jobs_per_gpu, spec_file)
+            failures = _run_in_processes(to_run, workers, spec.parallel.jobs_per_gpu, spec_file)
         finally:
             spec_file.unlink(missing_ok=True)
     else:
-        failures = _run_here(spec, chosen)
+        failures = _run_here(spec, to_run)
     report = _report_of_finished(spec, jobs, out, failed=failures)
     if failures:
         raise JobsFailed(
-            f"{len(failures)} of {len(chosen)} jobs failed: {'; '.join(failures.values())}. The "
+            f"{len(failures)} of {len(to_run)} jobs failed: {'; '.join(failures.values())}. The "
             "report holds the others; rerun the same command to retry the failed ones."
         )
     return report
