@@ -82,6 +82,27 @@ def test_at_least_uses_two_of_the_runs_own_std_and_missing_runs_are_named(tmp_pa
     assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no value for ['vicreg']."
 
 
+def test_than_metric_reads_another_column_of_the_other_runs(tmp_path):
+    """The SEM paper's protocol: the twin's SEM-representation probe against the baseline's
+    backbone probe; the pooled std mixes the two columns' seed spreads."""
+    sem_probe, backbone_probe = [99.2, 99.3, 99.1], [98.9, 98.95, 98.85]
+    rows = results({"diet": [90.0, 90.0, 90.0], "simclr": backbone_probe})
+    for row, value in zip([r for r in rows if r["run"] == "diet"], sem_probe):
+        row["sem_linear_acc1"] = value
+    claim = {"text": "SEM helps", "metric": "sem_linear_acc1", "better": ["diet"]}
+    spec = spec_with([{**claim, "than": ["simclr"], "than_metric": "linear_acc1"}])
+    [line] = claim_lines(spec, rows, tmp_path)
+
+    spread = two_pooled_std(sem_probe, backbone_probe)
+    assert line == (
+        "- **held**: SEM helps (`sem_linear_acc1` against `linear_acc1`): diet (sem_linear_acc1) − "
+        f"simclr (linear_acc1) = +0.30 (2 pooled std {spread:.2f}: held)."
+    )
+    spec = spec_with([{**claim, "than": ["vicreg"], "than_metric": "linear_acc1"}])
+    [line] = claim_lines(spec, rows, tmp_path)
+    assert line.endswith("no value for ['vicreg'].")
+
+
 def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_path):
     curves = {"diet": [[10.0, 50.0, 90.0], [12.0, 52.0, 92.0]], "simclr": [[11.0, 30.0, 95.0]] * 2}
     for run, seeds in curves.items():
@@ -121,6 +142,10 @@ def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_
         ({"metric": "m", "better": ["diet"], "at_least": 1}, "needs `text`"),
         ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "epoch": 11}, r"1\.\.10"),
         ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "runs": 1}, "keys from"),
+        (
+            {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "than_metric": "n"},
+            r"`claims\[0\]\.than_metric` is a result column read for the `than` runs",
+        ),
     ],
 )
 def test_bad_claims_name_the_key(claim, message):

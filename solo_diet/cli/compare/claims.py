@@ -3,6 +3,8 @@
 Each claim names a ``metric`` (a result column such as ``linear_acc1``, or with ``epoch`` a column
 of the jobs' ``epochs.csv``: ``val_acc1`` after 50 epochs is the online probe then), the runs it
 says are ``better`` and either the runs they beat (``than``) or a value they reach (``at_least``).
+``than_metric`` reads another column of the ``than`` runs, for a paper that probes each side
+differently (the SEM paper probes the twins' SEM representation, the baselines' backbone).
 Each pair is judged like the report's † marks: a gap beyond two pooled standard deviations of the
 seeds is resolved (the claim held, or was reversed); anything closer is not resolved.
 """
@@ -20,7 +22,7 @@ from solo_diet.cli.compare.aggregate import aggregate, is_number, pooled_std
 from solo_diet.cli.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
-CLAIM_KEYS = ("text", "metric", "better", "than", "at_least", "epoch")
+CLAIM_KEYS = ("text", "metric", "better", "than", "than_metric", "at_least", "epoch")
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 
 
@@ -74,6 +76,14 @@ def check_claims(spec: DictConfig, spec_path: Path) -> None:
             raise ConfigError(f"{where} needs `better` and exactly one of `than` or `at_least`.")
         if claim.get("at_least") is not None and not is_number(claim.at_least):
             raise ConfigError(f"{key_of}at_least` must be a number, got {claim.at_least}.")
+        than_metric = claim.get("than_metric")
+        if than_metric is not None and (
+            not isinstance(than_metric, str) or claim.get("than") is None or claim.get("epoch")
+        ):
+            raise ConfigError(
+                f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
+                f"with `than` and without `epoch`), got {than_metric}."
+            )
         epoch = claim.get("epoch")
         if epoch is not None and not (
             isinstance(epoch, int) and 1 <= epoch <= spec.budget.max_epochs
@@ -96,14 +106,28 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(better: dict, other: Optional[dict], metric: str, value: Any = None) -> Comparison:
+def _compare(
+    better: dict,
+    metric: str,
+    other: Optional[dict] = None,
+    other_metric: str = "",
+    value: Any = None,
+) -> Comparison:
+    """``better``'s ``metric`` against ``other``'s ``other_metric`` (default: the same), or
+    against ``value``."""
     mean = better.get(metric, math.nan)
     std, n = better.get(f"{metric}_std", math.nan), better.get("n_seeds", 1)
     if other is None:  # against a value: two of the run's own standard deviations
         two_std = 2 * std if n >= 2 else math.nan
         return Comparison(better["run"], f"{value:g}", mean - value, two_std)
-    spread = pooled_std(std, n, other.get(f"{metric}_std", math.nan), other.get("n_seeds", 1))
-    return Comparison(better["run"], other["run"], mean - other.get(metric, math.nan), 2 * spread)
+    other_metric = other_metric or metric
+    other_std = other.get(f"{other_metric}_std", math.nan)
+    spread = pooled_std(std, n, other_std, other.get("n_seeds", 1))
+    gap = mean - other.get(other_metric, math.nan)
+    if other_metric == metric:
+        return Comparison(better["run"], other["run"], gap, 2 * spread)
+    names = (f"{better['run']} ({metric})", f"{other['run']} ({other_metric})")
+    return Comparison(*names, gap, 2 * spread)
 
 
 def _has_value(row: Optional[dict], metric: str) -> bool:
@@ -125,23 +149,24 @@ def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[st
         epoch = claim.get("epoch")
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
-        missing = [
-            run
-            for run in (*claim.better, *(claim.get("than") or []))
-            if not _has_value(by_run.get(run), claim.metric)
+        than_metric = claim.get("than_metric") or claim.metric
+        missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)] + [
+            run for run in claim.get("than") or [] if not _has_value(by_run.get(run), than_metric)
         ]
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
+        if than_metric != claim.metric:
+            metric += f" against `{than_metric}`"
         if missing:
             lines.append(f"- **not checked**: {claim.text} ({metric}): no value for {missing}.")
             continue
         if claim.get("than") is not None:
             pairs = [
-                _compare(by_run[a], by_run[b], claim.metric)
+                _compare(by_run[a], claim.metric, by_run[b], than_metric)
                 for a in claim.better
                 for b in claim.than
             ]
         else:
-            pairs = [_compare(by_run[a], None, claim.metric, claim.at_least) for a in claim.better]
+            pairs = [_compare(by_run[a], claim.metric, value=claim.at_least) for a in claim.better]
         verdict = _overall([pair.outcome for pair in pairs])
         details = "; ".join(pair.words() for pair in pairs)
         lines.append(f"- **{verdict}**: {claim.text} ({metric}): {details}.")
