@@ -21,6 +21,15 @@ class ConfigError(ValueError):
 _FILLED: contextvars.ContextVar[Optional[set[str]]] = contextvars.ContextVar("filled", default=None)
 
 
+def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:
+    """The name of ``known`` closest to ``name`` (difflib's ratio at least ``cutoff``), for a
+    "did you mean" hint; None when none is close or ``name`` is not a string."""
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 @contextlib.contextmanager
 def filled_keys() -> Iterator[set[str]]:
     """The keys :func:`fill_default` is given inside the block: every key a method's
@@ -41,8 +50,8 @@ def check_known_keys(
     given = omegaconf.OmegaConf.select(cfg, section) or {}
     unknown = sorted(set(given) - set(known))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-        hint = f" Did you mean `{section}.{close[0]}`?" if close else ""
+        close = closest_name(unknown[0], known)
+        hint = f" Did you mean `{section}.{close}`?" if close else ""
         raise ConfigError(
             f"`{section}.{unknown[0]}` is not a setting of {owner}.{hint} Its settings: "
             f"{', '.join(sorted(known))}."
@@ -81,7 +90,9 @@ def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) ->
     """``cfg.<key>``, one of ``choices``."""
     value = omegaconf.OmegaConf.select(cfg, key)
     if value not in choices:
-        raise ConfigError(f"`{key}` must be one of {list(choices)}, got {value!r}.")
+        close = closest_name(value, choices)
+        hint = f"; did you mean {close!r}?" if close else "."
+        raise ConfigError(f"`{key}` must be one of {list(choices)}, got {value!r}{hint}")
     return value
 
 

@@ -3,7 +3,6 @@ transforms."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import os
@@ -18,7 +17,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, name_unreadable_images
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, closest_name
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
 # compares neither the data nor N, so it would resume a run trained on another dataset).
@@ -69,9 +68,9 @@ def _unknown_override(base: DictConfig, key: str) -> str:
     known = sorted(node) if isinstance(node, DictConfig) else []
     if not parent:
         known = sorted({*known, *known_top_level_keys()})
-    close = difflib.get_close_matches(leaf, known, n=1)
+    close = closest_name(leaf, known)
     where = f"`{parent}`" if parent else "the config"
-    hint = f"; did you mean `{parent + '.' if parent else ''}{close[0]}`?" if close else "."
+    hint = f"; did you mean `{parent + '.' if parent else ''}{close}`?" if close else "."
     return (
         f"`{key}` is not a key of {where}{hint} `+{key}=...` would add it as a new key (for a "
         "setting solo-learn reads that the YAML leaves out)."

@@ -4,14 +4,19 @@ names the key and the fix."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_positive_int
+from solo_diet.config import (
+    ConfigError,
+    check_choice,
+    check_known_keys,
+    check_positive_int,
+    closest_name,
+)
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
 
@@ -21,6 +26,37 @@ def check_launch_cfg(cfg: DictConfig) -> None:
     check_top_level_keys(cfg)
     check_training_basics(cfg)
     check_data_paths(cfg)
+
+
+# passed by solo-learn itself next to ``optimizer.kwargs``
+_OPTIMIZER_ARGUMENTS = ("self", "params", "lr", "weight_decay")
+
+
+def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
+    """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
+    ``model_cls`` (a method class, or ``LinearModel`` for a probe) does not have (solo-learn stops
+    on a bare ``assert``), and an ``optimizer.kwargs`` key the optimizer does not take (a
+    ``TypeError`` deep in the first step), naming the closest and every choice. Plugin backbones
+    and optimizers count once :func:`solo_diet.register` has run."""
+    from solo.methods.base import BaseMethod
+
+    choices = {
+        "backbone.name": BaseMethod._BACKBONES,
+        "optimizer.name": model_cls._OPTIMIZERS,
+        "scheduler.name": model_cls._SCHEDULERS,
+    }
+    for key, known in choices.items():
+        if OmegaConf.select(cfg, key) is not None:
+            check_choice(cfg, key, sorted(known))
+    name = OmegaConf.select(cfg, "optimizer.name")
+    if name is None:
+        return
+    optimizer = model_cls._OPTIMIZERS[name]
+    parameters = inspect.signature(optimizer).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        known = set(parameters) - set(_OPTIMIZER_ARGUMENTS)
+        owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
+        check_known_keys(cfg, "optimizer.kwargs", known, owner)
 
 
 def check_training_basics(cfg: DictConfig) -> None:
@@ -59,11 +95,11 @@ def check_top_level_keys(cfg: DictConfig) -> None:
     from every known one pass: solo-learn's configs are open to additions."""
     known = known_top_level_keys()
     for key in cfg:
-        close = [] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        close = None if key in known else closest_name(key, known, cutoff=0.85)
         if close:
             raise ConfigError(
                 f"`{key}` is not a key solo-learn or Lightning reads, so it would be ignored; did "
-                f"you mean `{close[0]}`?"
+                f"you mean `{close}`?"
             )
 
 

@@ -31,7 +31,11 @@ from solo_diet.cli.common import (
     trainer_kwargs,
 )
 from solo_diet.cli.gpu_data import check_data_format, linear_loaders
-from solo_diet.cli.launch_checks import check_accelerator_present, check_launch_cfg
+from solo_diet.cli.launch_checks import (
+    check_accelerator_present,
+    check_launch_cfg,
+    check_solo_learn_choices,
+)
 from solo_diet.config import ConfigError, check_bool, fill_default
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
@@ -114,6 +118,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_launch_cfg(cfg)
     check_accelerator_present(cfg)
     fill_from_pretrain_args(cfg)
+    check_solo_learn_choices(cfg, LinearModel)
     check_data_format(cfg)
     cfg = parse_cfg(cfg)
     if cfg.data.num_classes < 5:

@@ -30,7 +30,11 @@ from solo_diet.cli.gpu_data import (
     eval_loader,
     pretrain_loader,
 )
-from solo_diet.cli.launch_checks import check_accelerator_present, check_launch_cfg
+from solo_diet.cli.launch_checks import (
+    check_accelerator_present,
+    check_launch_cfg,
+    check_solo_learn_choices,
+)
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.data.tensor_data import FOLDER_DATASETS
@@ -222,6 +226,7 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     if cfg.method not in METHODS:
         raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")
     method_cls = METHODS[cfg.method]
+    check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)
     check_index_source(cfg, contract)
     return cfg, method_cls, contract

@@ -226,6 +226,10 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         (["pretrain_overrides=[no_such_key=1]"], "run 'diet': `no_such_key` is not a key of"),
         (["trainer.accelerator=cpu"], r"lists, set whole: .*'trainer=\[accelerator=cpu"),
         (["linear.overrides=[no_such_key=1]"], "`linear`: `no_such_key` is not a key of the"),
+        (
+            ["runs=[{name: bad, config_name: simclr, overrides: [optimizer.name=lars2]}]"],
+            "run 'bad': `optimizer.name` must be one of .*, got 'lars2'; did you mean 'lars'",
+        ),
     ],
 )
 def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path, extra, message):

@@ -96,7 +96,7 @@ def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
 
-def test_rerunning_a_finished_run_is_a_no_op(data, tmp_path, capsys):
+def test_a_finished_run_is_a_no_op_and_its_probe_checks_its_choices(data, tmp_path, capsys):
     code, out, _ = cli(PRETRAIN + overrides(data, tmp_path), capsys)
     assert code == 0
     ckpt = Path(last_line(out).removeprefix("last checkpoint: "))
@@ -107,6 +107,13 @@ def test_rerunning_a_finished_run_is_a_no_op(data, tmp_path, capsys):
     assert f"nothing to train: {ckpt} already holds the last of max_epochs=1" in out
     assert last_line(out) == f"last checkpoint: {ckpt}"
     assert ckpt.stat().st_mtime_ns == stamp and len(list(tmp_path.glob("diet/*"))) == 1
+
+    # the probe's choices are checked once its checkpoint has filled in the backbone
+    probe = LINEAR + linear_overrides(data, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
+    code, _, err = cli(probe + ["optimizer.name=sgdd"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert last_line(err).startswith("solo-diet linear: `optimizer.name` must be one of ['adam'")
+    assert last_line(err).endswith("got 'sgdd'; did you mean 'sgd'?")
 
 
 @pytest.mark.parametrize("change", ["train_path", "dataset_size"])
@@ -265,10 +272,14 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             ["data.dataset=no_such_dataset"],
             "solo-learn rejected the config: assert cfg.data.dataset in",
         ),
+        ("pretrain", ["optimizer.name=adamw2"], "`optimizer.name` must be one of ['adam', "),
+        ("pretrain", ["backbone.name=resnet19"], "got 'resnet19'; did you mean 'resnet18'?"),
+        ("pretrain", ["scheduler.name=cosine"], "got 'cosine'; did you mean 'warmup_cosine'?"),
         (
             "pretrain",
-            ["optimizer.name=no_such_optimizer"],
-            "solo-learn rejected the config: assert self.optimizer",
+            ["++optimizer.kwargs.betass=[0.9,0.99]"],
+            "`optimizer.kwargs.betass` is not a setting of the `adamw` optimizer "
+            "(torch.optim.adamw.AdamW). Did you mean `optimizer.kwargs.betas`?",
         ),
         (
             "linear",

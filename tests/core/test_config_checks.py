@@ -53,8 +53,14 @@ def test_check_bool_choice_and_range():
     with pytest.raises(ConfigError, match="True or False, got 1"):
         check_bool(cfg_with(1), "method_kwargs.x")
     assert check_choice(cfg_with("ce"), "method_kwargs.x", ["ce", "mse"]) == "ce"
-    with pytest.raises(ConfigError, match=r"one of \['ce', 'mse'\], got 'cee'"):
+    with pytest.raises(
+        ConfigError, match=r"one of \['ce', 'mse'\], got 'cee'; did you mean 'ce'\?"
+    ):
         check_choice(cfg_with("cee"), "method_kwargs.x", ["ce", "mse"])
+    with pytest.raises(ConfigError, match=r"got 'xyz'\.$"):  # nothing close: no hint
+        check_choice(cfg_with("xyz"), "method_kwargs.x", ["ce", "mse"])
+    with pytest.raises(ConfigError, match=r"got 3\.$"):  # not a string: no hint
+        check_choice(cfg_with(3), "method_kwargs.x", ["ce", "mse"])
     assert check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
     with pytest.raises(ConfigError, match=r"in \[0.0, 1.0\), got 1"):
         check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0)

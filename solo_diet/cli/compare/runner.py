@@ -31,7 +31,11 @@ from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
 from solo_diet.cli.compare.record import note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
-from solo_diet.cli.launch_checks import check_accelerator_present, check_training_basics
+from solo_diet.cli.launch_checks import (
+    check_accelerator_present,
+    check_solo_learn_choices,
+    check_training_basics,
+)
 from solo_diet.config import ConfigError
 
 
@@ -202,11 +206,15 @@ def run_compare(
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
         return _report_of_finished(spec, jobs, out, report_only=True)
+    from solo.methods import METHODS
+    from solo.methods.base import BaseMethod
+
     compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     for job in chosen:  # before any job starts, not once per job
         try:
             check_training_basics(job.cfg)
+            check_solo_learn_choices(job.cfg, METHODS.get(job.cfg.method, BaseMethod))
             check_accelerator_present(job.cfg)
         except ConfigError as err:
             raise ConfigError(f"{job.label}: {err}") from None
