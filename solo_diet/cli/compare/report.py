@@ -8,10 +8,9 @@ aggregate row per run.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from omegaconf import DictConfig
 
@@ -28,50 +27,18 @@ from solo_diet.cli.compare.aggregate import (
 from solo_diet.cli.compare.claims import claim_lines
 from solo_diet.cli.compare.record import run_record_lines
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
-
-RESULT_COLUMNS = (
-    "run",
-    "seed",
-    "method",
-    "epochs",
-    "linear_acc1",
-    "linear_loss",
-    "knn_acc1",
-    "rankme",
-    "lidar",
-    "kmeans_nmi",
-    "kmeans_ami",
-    "kmeans_ari",
-    "kmeans_acc",
-    "kmeans_chance_nmi",
-    "codes_nmi",
-    "codes_ami",
-    "codes_used",
-    "embedding_knn_acc1",
-    "embedding_rankme",
-    "embedding_lidar",
-    "sem_linear_acc1",
-    "sem_knn_acc1",
-    "sem_rankme",
-    "sem_lidar",
-    "pretrain_wall_s",
-    "evaluation_wall_s",
-    "train_s",
-    "samples_per_s",
-    "peak_gpu_mib",
-    "device",
-    "finished_utc",
-    "checkpoint",
+from solo_diet.cli.compare.tables import (
+    RESOLVED_MARK,
+    RESULT_COLUMNS,
+    cell_text,
+    grouped_tables,
+    integer_columns,
+    mean_cell,
+    result_columns,
+    shown_columns,
+    write_results_csv,
 )
-NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
-NOT_COLUMNS = (
-    "fingerprint",
-    "recipe",
-    "job",
-    "n_seeds",
-    "unfinished",
-)  # n_seeds, <column>_std: aggregates
-RESOLVED_MARK = "†"
+
 FEW_SEEDS = (
     " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
     f"read {RESOLVED_MARK} as a hint, and run 3 or more seeds before calling a gap resolved."
@@ -86,94 +53,9 @@ REPRESENTATION_MEASURES = tuple(
 )
 
 
-def result_columns(results: Sequence[dict]) -> list[str]:
-    """``RESULT_COLUMNS``, then the scalar columns of extra representations other methods declare
-    (``<name>_knn_acc1``, ...), before ``checkpoint``."""
-    extra: list[str] = []
-    for result in results:
-        for key, value in result.items():
-            scalar = isinstance(value, (int, float, str)) or value is None
-            known = key in RESULT_COLUMNS or key in NOT_COLUMNS or key.endswith("_std")
-            if scalar and not known and key not in extra:
-                extra.append(key)
-    return [*RESULT_COLUMNS[:-1], *extra, RESULT_COLUMNS[-1]]
-
-
-def _cell(value: Any) -> str:
-    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed)."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return "–" if math.isnan(value) else f"{value:.2f}"
-    return str(value)
-
-
-def _numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
-    return [
-        c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
-    ]
-
-
-def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
-    """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and, after every numeric
-    column, its ``_std`` (filled in the aggregate rows)."""
-    columns = result_columns(rows)
-    if seeds:
-        numeric = set(_numeric_columns(rows, columns))
-        columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
-        columns.insert(columns.index("seed") + 1, "n_seeds")
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 def _counted(count: int, noun: str) -> str:
     """``1 epoch``, ``3 epochs``."""
     return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _integer_columns(rows: Sequence[dict]) -> set[str]:
-    """The columns whose every per-seed value is an integer (``epochs``)."""
-    values: dict[str, list] = {}
-    for row in rows:
-        for column, value in row.items():
-            if is_number(value):
-                values.setdefault(column, []).append(value)
-    return {c for c, v in values.items() if all(isinstance(x, int) for x in v)}
-
-
-def _mean_cell(
-    row: dict, column: str, best: set[str], resolved: set[str], integer: bool = False
-) -> str:
-    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it;
-    an ``integer`` column the seeds agree on reads as that integer (``epochs`` 300)."""
-    std = row.get(f"{column}_std", math.nan)
-    mean = row.get(column, math.nan)
-    spread = is_number(std) and not math.isnan(std)
-    if integer and not (spread and std) and is_number(mean) and float(mean).is_integer():
-        return str(int(mean))
-    text = _cell(mean)
-    if text != "–" and spread:
-        text += f" ± {std:.2f}"
-    if row["run"] in best:
-        return f"**{text}**"
-    return f"{text} {RESOLVED_MARK}" if row["run"] in resolved else text
-
-
-def _table(rows: Sequence[dict], columns: Sequence[str], cell) -> list[str]:
-    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
-    return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
-
-
-def _shown_columns(rows: Sequence[dict]) -> list[str]:
-    """Every result column some row has a value for, but ``NOT_SHOWN``."""
-    return [
-        c
-        for c in result_columns(rows)
-        if c not in NOT_SHOWN and any(_cell(r.get(c, math.nan)) != "–" for r in rows)
-    ]
 
 
 def _declared_representations(results: Sequence[dict]) -> list[str]:
@@ -238,7 +120,7 @@ def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]
         for reference in (r for r in references if is_number(r.get(metric))):
             below = [r["run"] for r in scored if r[metric] <= reference[metric]]
             against = f"runs not above it: {', '.join(below) if below else 'none'}"
-            shown = _mean_cell(reference, metric, set(), set())
+            shown = mean_cell(reference, metric, set(), set())
             lines.append(
                 f"- `{metric}` of `{reference['run']}`: {shown}; "
                 f"{against if scored else 'no run was evaluated'}."
@@ -271,6 +153,10 @@ def _left_out(labels: Sequence[str]) -> list[str]:
     ]
 
 
+def _plain_cell(row: dict, column: str) -> str:
+    return cell_text(row.get(column, math.nan))
+
+
 def _seeded_tables(
     spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
 ) -> list[str]:
@@ -279,23 +165,22 @@ def _seeded_tables(
         return ["No job finished: the failed jobs' logs say why."]
     rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
     marks = {m: r for m, r in rankings.items() if r is not None}
-    integer = _integer_columns(results)
+    integer = integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
         if column in NOT_AGGREGATED:
-            return _cell(row.get(column, math.nan))
+            return cell_text(row.get(column, math.nan))
         ranking = marks.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
-        return _mean_cell(row, column, best, resolved, column in integer)
+        return mean_cell(row, column, best, resolved, column in integer)
 
-    columns = [c for c in _shown_columns(summary) if c != "seed"]
+    columns = [c for c in shown_columns(summary) if c != "seed"]
     columns.insert(columns.index("method") + 1, "n_seeds")
     n_seeds = len(spec.seeds)
     lines = [f"## Mean ± standard deviation over {_counted(n_seeds, 'seed')}", ""]
-    lines += _table(summary, columns, cell)
+    lines += grouped_tables(summary, columns, cell)
     lines += [
-        "",
         f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
@@ -305,7 +190,7 @@ def _seeded_tables(
         "## Per seed",
         "",
     ]
-    return lines + _table(results, _shown_columns(results), lambda r, c: _cell(r.get(c, math.nan)))
+    return lines + grouped_tables(results, shown_columns(results), _plain_cell)
 
 
 def write_report(
@@ -352,9 +237,9 @@ def write_report(
     if seeded:
         lines += _seeded_tables(spec, aggregated, [*aggregated, *reference_means], results)
     else:
-        columns = [c for c in _shown_columns(results) if c != "seed"]
-        lines += _table(results, columns, lambda r, c: _cell(r.get(c, math.nan)))
-    lines += ["", *_legend(spec, results), "", *run_record_lines(results, out)]
+        columns = [c for c in shown_columns(results) if c != "seed"]
+        lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]
+    lines += [*_legend(spec, results), "", *run_record_lines(results, out)]
     if plotted:
         lines += ["![singular-value spectra](spectra.png)", ""]
         lines += ["![pretraining curves](curves.png)", ""]
