@@ -41,6 +41,7 @@ from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
     PretrainedCheckpoint,
     build_backbone,
+    check_checkpoint_file,
     load_backbone_weights,
     read_pretrain_args,
 )
@@ -52,8 +53,10 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
-    if not Path(str(ckpt)).is_file():
-        raise FileNotFoundError(f"`pretrained_feature_extractor`: checkpoint {ckpt} does not exist")
+    try:
+        check_checkpoint_file(Path(str(ckpt)))
+    except ConfigError as err:
+        raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args = read_pretrain_args(str(OmegaConf.select(cfg, "pretrained_feature_extractor")))

@@ -38,11 +38,21 @@ class UnsafeCheckpoint(ConfigError):
     """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`)."""
 
 
+def check_checkpoint_file(path: Path) -> None:
+    """Refuse a checkpoint path that is not a file, naming the ``.ckpt`` files of a folder."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        found = sorted(path.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        where = f"; its newest .ckpt is {found[-1]}" if found else "; it holds no .ckpt file"
+        raise ConfigError(f"checkpoint {path} is a folder, not a .ckpt file{where}.")
+    raise ConfigError(f"checkpoint {path} does not exist.")
+
+
 def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
     """The pretraining config saved as ``args.json`` next to the checkpoint."""
     ckpt_path = Path(ckpt_path)
-    if not ckpt_path.is_file():
-        raise ConfigError(f"checkpoint {ckpt_path} does not exist.")
+    check_checkpoint_file(ckpt_path)
     args_path = ckpt_path.parent / "args.json"
     if not args_path.is_file():
         raise ConfigError(
@@ -99,8 +109,7 @@ def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
     ``allow_pickle`` (the ``allow_pickle_checkpoint`` option), which unpickles it with a warning.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist.")
+    check_checkpoint_file(path)
     if allow_pickle:
         warnings.warn(
             f"loading {path} with pickle (`{ALLOW_PICKLE_KEY}=True`): unpickling runs any code the "

@@ -114,6 +114,11 @@ def test_a_finished_run_is_a_no_op_and_its_probe_checks_its_choices(data, tmp_pa
     assert code == 2 and "Traceback" not in err
     assert last_line(err).startswith("solo-diet linear: `optimizer.name` must be one of ['adam'")
     assert last_line(err).endswith("got 'sgdd'; did you mean 'sgd'?")
+    probe = LINEAR + linear_overrides(data, tmp_path)
+    code, _, err = cli(probe + [f"pretrained_feature_extractor={ckpt.parent}"], capsys)
+    assert code == 2 and last_line(err).endswith(
+        f"is a folder, not a .ckpt file; its newest .ckpt is {ckpt}."
+    )
 
 
 @pytest.mark.parametrize("change", ["train_path", "dataset_size"])

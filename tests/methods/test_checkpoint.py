@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,12 @@ def test_missing_files_say_what_is_missing(diet_run, tmp_path):
     checkpoint, _ = diet_run
     with pytest.raises(ConfigError, match="does not exist"):
         PretrainedCheckpoint(tmp_path / "nothing.ckpt")
+    newest = re.escape(f"is a folder, not a .ckpt file; its newest .ckpt is {checkpoint}.")
+    with pytest.raises(ConfigError, match=newest):
+        PretrainedCheckpoint(checkpoint.parent)  # the run's folder
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="is a folder, not a .ckpt file; it holds no .ckpt file"):
+        PretrainedCheckpoint(tmp_path / "empty")
     (checkpoint.parent / "args.json").unlink()
     with pytest.raises(ConfigError, match="no args.json next to"):
         PretrainedCheckpoint(checkpoint)
