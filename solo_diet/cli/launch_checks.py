@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -89,18 +90,49 @@ def known_top_level_keys() -> list[str]:
     return sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
 
 
+# the keys solo-learn (its methods, args and main scripts) and our launchers read in its sections
+SECTION_KEYS = {
+    "auto_resume": ("enabled", "max_hours"),
+    "auto_umap": ("dir", "enabled", "frequency"),
+    "checkpoint": ("dir", "enabled", "frequency", "keep_prev"),
+    "dali": ("device", "encode_indexes_into_labels"),
+    "data": (
+        *("augmentations", "dataset", "format", "fraction", "gpu", "no_labels", "num_classes"),
+        *("num_large_crops", "num_small_crops", "num_workers", "train_path", "val_path"),
+    ),
+    "knn_eval": ("distance_func", "enabled", "k"),
+    "optimizer": (
+        *("batch_size", "classifier_lr", "exclude_bias_n_norm_wd", "kwargs", "layer_decay", "lr"),
+        *("name", "weight_decay"),
+    ),
+    "performance": ("disable_channel_last",),
+    "scheduler": (
+        "interval",
+        "lr_decay_steps",
+        "min_lr",
+        "name",
+        "warmup_epochs",
+        "warmup_start_lr",
+    ),
+    "wandb": ("enabled", "entity", "offline", "project", "watch_gradients"),
+}
+
+
 def check_top_level_keys(cfg: DictConfig) -> None:
-    """Refuse a top-level key that neither solo-learn nor Lightning reads but that is one typo away
-    from one that is (``max_epoch: 3`` would leave ``max_epochs`` at the YAML's value). Keys far
-    from every known one pass: solo-learn's configs are open to additions."""
-    known = known_top_level_keys()
-    for key in cfg:
-        close = None if key in known else closest_name(key, known, cutoff=0.85)
-        if close:
-            raise ConfigError(
-                f"`{key}` is not a key solo-learn or Lightning reads, so it would be ignored; did "
-                f"you mean `{close}`?"
-            )
+    """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
+    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``
+    would leave ``max_epochs`` at the YAML's value, ``++optimizer.weight_decy=0`` the weight decay).
+    Keys far from every known one pass: solo-learn's configs are open to additions."""
+    places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
+    places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
+    for prefix, known, section in places:
+        for key in section if isinstance(section, DictConfig) else ():
+            close = None if key in known else closest_name(key, known, cutoff=0.85)
+            if close:
+                raise ConfigError(
+                    f"`{prefix}{key}` is not a key solo-learn or Lightning reads, so it would be "
+                    f"ignored; did you mean `{prefix}{close}`?"
+                )
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:

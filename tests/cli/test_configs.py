@@ -136,3 +136,29 @@ def test_written_configs_launch(tmp_path, capsys):
     ]
     assert main(["compare", str(spec)] + budget) == 0
     assert "| diet | diet |" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+@requires_solo()
+def test_no_shipped_or_solo_learn_yaml_trips_the_key_typo_check():
+    """Every launch YAML of solo-learn's checkout and of ours composes and passes the near-miss key
+    check (top level and solo-learn's sections), so the check refuses typos, not real keys."""
+    import solo
+
+    from solo_diet.cli.common import compose_cfg
+    from solo_diet.cli.launch_checks import check_top_level_keys
+
+    solo_scripts = Path(solo.__file__).resolve().parents[1] / "scripts"
+    if not solo_scripts.is_dir():
+        pytest.skip(f"solo-learn is installed without its scripts/ ({solo_scripts})")
+    folders = [solo_scripts / "pretrain", solo_scripts / "linear", SHIPPED / "pretrain"]
+    recipes = ROOT / "benchmarks" / "compare"  # its YAMLs at the top are compare specs
+    folders += [SHIPPED / "linear", recipes / "configs", recipes / "resnet18"]
+    launch_yamls = [
+        path
+        for folder in folders
+        for path in sorted(folder.rglob("*.yaml"))
+        if not {"augmentations", "wandb"} & set(path.parts) and "name:" in path.read_text()
+    ]
+    assert len(launch_yamls) > 100
+    for path in launch_yamls:
+        check_top_level_keys(compose_cfg(str(path.parent), path.name, []))

@@ -308,6 +308,12 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             "`augmentations[0].rrc.crop_min_scal` is not a key of solo-learn's `rrc`",
         ),
         ("pretrain", ["++max_epoch=3"], "`max_epoch` is not a key solo-learn or Lightning reads"),
+        (
+            "pretrain",
+            ["++optimizer.weight_decy=0"],
+            "would be ignored; did you mean `optimizer.weight_decay`?",
+        ),
+        ("linear", ["++data.num_worker=2"], "would be ignored; did you mean `data.num_workers`?"),
         ("linear", ["++precison=32"], "would be ignored; did you mean `precision`?"),
     ],
 )
