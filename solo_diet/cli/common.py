@@ -260,11 +260,26 @@ def logger_and_callbacks(
             resume="allow" if wandb_run_id else None,
             id=wandb_run_id,
         )
-        if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
-            logger.watch(model, log="gradients", log_freq=100)
-        logger.log_hyperparams(OmegaConf.to_container(cfg))
+        _start_wandb_run(cfg, logger, model)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer
+
+
+def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> None:
+    """Start the wandb run (config, optional gradient watching); a run wandb refuses to start
+    (no API key, say) is one ConfigError naming the three ways on."""
+    from wandb.errors import UsageError
+
+    try:
+        logger.log_hyperparams(OmegaConf.to_container(cfg))
+        if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
+            logger.watch(model, log="gradients", log_freq=100)
+    except UsageError as err:
+        raise ConfigError(
+            f"`wandb.enabled: True`, but wandb did not start a run ({str(err).strip()}): log in "
+            "with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True, or "
+            "turn wandb off with wandb.enabled=False."
+        ) from None
 
 
 def probe_settings(aug: DictConfig) -> tuple[int, float, tuple, tuple]:

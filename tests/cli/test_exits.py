@@ -330,6 +330,21 @@ def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command,
     assert "Traceback" not in err and not list(tmp_path.glob("diet/*"))
 
 
+def test_wandb_without_an_api_key_is_one_line(data, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    for variable in ("NETRC", "WANDB_CONFIG_DIR", "WANDB_DIR"):  # no stored login either
+        monkeypatch.setenv(variable, str(tmp_path / "wandb-home" / variable.lower()))
+    argv = PRETRAIN + overrides(data, tmp_path) + ["wandb.enabled=True", "++wandb.offline=False"]
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert last_line(err).startswith(
+        "solo-diet pretrain: `wandb.enabled: True`, but wandb did not start a run ("
+    )
+    assert last_line(err).endswith("or turn wandb off with wandb.enabled=False.")
+    assert not list(tmp_path.glob("diet/*"))
+
+
 @pytest.mark.parametrize("how", ["--debug", "SOLO_DIET_DEBUG=1"])
 def test_debug_shows_the_traceback(data, tmp_path, capsys, monkeypatch, how):
     if how == "--debug":
