@@ -82,7 +82,8 @@ def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).",
         f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
         f"{settings.knn_distance}), train bank -> val, eval transform.",
-        f"- `rankme`: RankMe of the first {settings.rankme_samples} val features (uncentred). "
+        f"- `rankme`: RankMe of the features of the first {settings.rankme_samples} val images "
+        "(uncentred). "
         f"`lidar`: LiDAR on {settings.lidar_samples} val images x {settings.lidar_views} augmented "
         f"views (delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of "
         "`_sem` runs (`sem_linear_acc1`: the same probe with `probe: sem`).",
