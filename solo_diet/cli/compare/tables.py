@@ -92,7 +92,8 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-def numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
+def _numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
+    """The ``columns`` that hold a number in some row (they get a ``_std`` column)."""
     return [
         c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
     ]
@@ -103,7 +104,7 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
     column, its ``_std`` (filled in the aggregate rows)."""
     columns = result_columns(rows)
     if seeds:
-        numeric = set(numeric_columns(rows, columns))
+        numeric = set(_numeric_columns(rows, columns))
         columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
         columns.insert(columns.index("seed") + 1, "n_seeds")
     with path.open("w", newline="") as f:
@@ -141,7 +142,10 @@ def mean_cell(
     return f"{text} {RESOLVED_MARK}" if row["run"] in resolved else text
 
 
-def table_lines(rows: Sequence[dict], columns: Sequence[str], cell) -> list[str]:
+def table_lines(
+    rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
+) -> list[str]:
+    """A Markdown table: the header, then one line per row, each cell ``cell(row, column)``."""
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
 
