@@ -46,6 +46,7 @@ def report_runs(out: Path) -> list[str]:
         return [row["run"] for row in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, capsys):
     out = tmp_path / "cmp"
     with pytest.raises(JobsFailed, match=r"1 of 4 jobs failed: run 'broken' \(exit status 1"):
@@ -89,6 +90,7 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
     assert "| diet | diet |" in report.read_text()
 
 
+@pytest.mark.slow
 def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_root, tmp_path):
     out = tmp_path / "cmp"
     run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS) + ["only=[diet]"])

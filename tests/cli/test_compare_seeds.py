@@ -58,6 +58,7 @@ def table_cells(report: str, run: str) -> dict[str, str]:
     return dict(zip(names, (c.strip() for c in row.strip("|").split("|"))))
 
 
+@pytest.mark.slow
 def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     out = tmp_path / "cmp"
     report = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out)).read_text()
