@@ -29,33 +29,51 @@ def check_launch_cfg(cfg: DictConfig) -> None:
     check_data_paths(cfg)
 
 
-# passed by solo-learn itself next to ``optimizer.kwargs``
-_OPTIMIZER_ARGUMENTS = ("self", "params", "lr", "weight_decay")
+# the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
+# _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
+PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")
+# what solo-learn passes to the optimizer itself, next to ``optimizer.kwargs``
+SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 
 
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
     """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
-    ``model_cls`` (a method class, or ``LinearModel`` for a probe) does not have (solo-learn stops
-    on a bare ``assert``), and an ``optimizer.kwargs`` key the optimizer does not take (a
-    ``TypeError`` deep in the first step), naming the closest and every choice. Plugin backbones
-    and optimizers count once :func:`solo_diet.register` has run."""
+    ``model_cls`` (a method class, or ``LinearModel`` for a probe) does not build (solo-learn
+    stops on a bare ``assert`` or a ``ValueError``), and an ``optimizer.kwargs`` key the optimizer
+    does not take (a ``TypeError`` deep in the first step), naming the closest and every choice.
+    Plugin backbones and optimizers count once :func:`solo_diet.register` has run."""
     from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
 
+    probe = issubclass(model_cls, LinearModel)
     choices = {
         "backbone.name": BaseMethod._BACKBONES,
         "optimizer.name": model_cls._OPTIMIZERS,
-        "scheduler.name": model_cls._SCHEDULERS,
+        "scheduler.name": model_cls._SCHEDULERS if probe else PRETRAIN_SCHEDULERS,
     }
     for key, known in choices.items():
-        if OmegaConf.select(cfg, key) is not None:
+        value = OmegaConf.select(cfg, key)
+        any_case_none = key == "scheduler.name" and not probe and str(value).lower() == "none"
+        if value is not None and not any_case_none:
             check_choice(cfg, key, sorted(known))
     name = OmegaConf.select(cfg, "optimizer.name")
-    if name is None:
-        return
-    optimizer = model_cls._OPTIMIZERS[name]
+    if name is not None:
+        _check_optimizer_kwargs(cfg, name, model_cls._OPTIMIZERS[name])
+
+
+def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
+    """``optimizer.kwargs`` holds only keywords ``optimizer`` takes, and not those solo-learn passes
+    itself (``lr``, ``weight_decay``: set ``optimizer.lr`` / ``optimizer.weight_decay``)."""
+    given = OmegaConf.select(cfg, "optimizer.kwargs") or {}
+    for key in SOLO_LEARN_OPTIMIZER_ARGUMENTS:
+        if key in given:
+            raise ConfigError(
+                f"`optimizer.kwargs.{key}`: solo-learn passes the optimizer `optimizer.{key}` "
+                f"itself; set `optimizer.{key}` instead."
+            )
     parameters = inspect.signature(optimizer).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        known = set(parameters) - set(_OPTIMIZER_ARGUMENTS)
+        known = set(parameters) - {"params", *SOLO_LEARN_OPTIMIZER_ARGUMENTS}
         owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
         check_known_keys(cfg, "optimizer.kwargs", known, owner)
 

@@ -39,11 +39,13 @@ class UnsafeCheckpoint(ConfigError):
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """Refuse a checkpoint path that is not a file, naming the ``.ckpt`` files of a folder."""
+    """Refuse a checkpoint path that is not a file; for a folder, name its newest ``.ckpt`` up to
+    three levels down (``trained_models/<method>/<run>/``)."""
     if path.is_file():
         return
     if path.is_dir():
-        found = sorted(path.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        candidates = [c for depth in range(3) for c in path.glob("*/" * depth + "*.ckpt")]
+        found = sorted((c for c in candidates if c.is_file()), key=lambda c: c.stat().st_mtime)
         where = f"; its newest .ckpt is {found[-1]}" if found else "; it holds no .ckpt file"
         raise ConfigError(f"checkpoint {path} is a folder, not a .ckpt file{where}.")
     raise ConfigError(f"checkpoint {path} does not exist.")

@@ -34,20 +34,23 @@ def register() -> list[str]:
     """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
 
     Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
-    ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to ``BaseMethod._OPTIMIZERS``.
+    ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to the optimizers of ``BaseMethod`` and
+    of the linear probe's ``LinearModel``.
 
     Idempotent: a second call re-adds the same classes. Returns the registered names.
     """
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
 
     from solo_diet.backbones import PLUGIN_BACKBONES
     from solo_diet.lars import ForeachLARS
 
     for name, factory in PLUGIN_BACKBONES.items():
         BaseMethod._BACKBONES.setdefault(name, factory)
-    BaseMethod._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
+    for model_cls in (BaseMethod, LinearModel):
+        model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = []
     for name, target in PLUGIN_METHODS.items():

@@ -230,6 +230,18 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
             ["runs=[{name: bad, config_name: simclr, overrides: [optimizer.name=lars2]}]"],
             "run 'bad': `optimizer.name` must be one of .*, got 'lars2'; did you mean 'lars'",
         ),
+        (
+            ["runs=[{name: bad, config_name: simclr, overrides: [++optimizer.weight_decy=0]}]"],
+            "run 'bad': `optimizer.weight_decy` is not a key .* did you mean `optimizer.weight_",
+        ),
+        (
+            ["linear.overrides=[optimizer.name=sgdd]"],
+            "`linear`: `optimizer.name` must be one of .*, got 'sgdd'; did you mean 'sgd'",
+        ),
+        (
+            ["linear.overrides=[++optimizer.kwargs.weight_decay=0]"],
+            r"`linear`: `optimizer.kwargs.weight_decay`: solo-learn passes .* `optimizer.weight",
+        ),
     ],
 )
 def test_bad_specs_fail_before_training_with_a_clear_message(data_root, tmp_path, extra, message):

@@ -49,7 +49,7 @@ def report_runs(out: Path) -> list[str]:
 @pytest.mark.slow
 def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, capsys):
     out = tmp_path / "cmp"
-    with pytest.raises(JobsFailed, match=r"1 of 4 jobs failed: run 'broken' \(exit status 1"):
+    with pytest.raises(JobsFailed, match=r"1 of the 4 jobs started failed: run 'broken' \(exit"):
         run_compare(SHIPPED_SPEC, overrides(data_root, out, f"{RUNS}, {BROKEN}"))
 
     terminal = capsys.readouterr().out
@@ -133,7 +133,7 @@ def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_p
     argv = ["compare", str(SHIPPED_SPEC), *overrides(data_root, tmp_path / "cmp", BROKEN)]
     assert main(argv + ["reference_rows=[]", "parallel.workers=1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("solo-diet compare: 1 of 1 jobs failed: run 'broken' (")
+    assert err[-1].startswith("solo-diet compare: 1 of the 1 jobs started failed: run 'broken' (")
     assert "rerun the same command to retry the failed ones." in err[-1]
 
 

@@ -279,7 +279,17 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         ),
         ("pretrain", ["optimizer.name=adamw2"], "`optimizer.name` must be one of ['adam', "),
         ("pretrain", ["backbone.name=resnet19"], "got 'resnet19'; did you mean 'resnet18'?"),
-        ("pretrain", ["scheduler.name=cosine"], "got 'cosine'; did you mean 'warmup_cosine'?"),
+        (
+            "pretrain",
+            ["scheduler.name=cosine"],
+            "must be one of ['none', 'step', 'warmup_cosine'], got 'cosine'; did you mean",
+        ),
+        ("pretrain", ["scheduler.name=reduce"], "one of ['none', 'step', 'warmup_cosine'], got 'r"),
+        (
+            "pretrain",
+            ["++optimizer.kwargs.lr=0.1"],
+            "`optimizer.kwargs.lr`: solo-learn passes the optimizer `optimizer.lr` itself; set",
+        ),
         (
             "pretrain",
             ["++optimizer.kwargs.betass=[0.9,0.99]"],

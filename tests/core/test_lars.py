@@ -138,11 +138,13 @@ def test_matches_solo_learns_lars_in_float32():
 @requires_solo()
 def test_registered_with_solo_learn_as_lars_foreach():
     from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
 
     import solo_diet
 
     solo_diet.register()
     assert BaseMethod._OPTIMIZERS["lars_foreach"] is ForeachLARS
+    assert LinearModel._OPTIMIZERS["lars_foreach"] is ForeachLARS  # the probe may use it too
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs exist only on CUDA")

@@ -51,7 +51,9 @@ class Comparison:
 
 def check_claims(spec: DictConfig, spec_path: Path) -> None:
     """Each claim has a text, a metric, ``better`` runs of the spec and exactly one of ``than``
-    (runs of the spec) or ``at_least`` (a number); ``epoch`` is within the budget."""
+    (runs of the spec, optionally read on ``than_metric``) or ``at_least`` (a number); ``epoch`` is
+    within the budget. A column no result has (a misspelt metric) shows in the report as ``not
+    checked``, naming the runs without it."""
     claims = spec.claims
     if not isinstance(claims, ListConfig):
         raise ConfigError(f"{spec_path}: `claims` must be a list ([] for none), got {claims}.")

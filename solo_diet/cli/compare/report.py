@@ -163,7 +163,7 @@ def _seeded_tables(
 ) -> list[str]:
     """The mean ± std table with its marks and their meaning, then the per-seed table."""
     if not summary:
-        return ["No job finished: the failed jobs' logs say why."]
+        return ["No job finished: the failed jobs' logs say why.", ""]
     rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
     marks = {m: r for m, r in rankings.items() if r is not None}
     integer = integer_columns(results)
@@ -240,7 +240,7 @@ def write_report(
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
         lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]
-    lines += [*_legend(spec, results), "", *run_record_lines(results, out)]
+    lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
     if plotted:
         lines += ["![singular-value spectra](spectra.png)", ""]
         lines += ["![pretraining curves](curves.png)", ""]

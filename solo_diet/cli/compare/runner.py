@@ -34,6 +34,7 @@ from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
 from solo_diet.cli.launch_checks import (
     check_accelerator_present,
     check_solo_learn_choices,
+    check_top_level_keys,
     check_training_basics,
 )
 from solo_diet.config import ConfigError
@@ -109,6 +110,26 @@ def workers_for(spec: DictConfig) -> int:
     from solo_diet.cli.compare.fanout import visible_gpus
 
     return spec.parallel.workers or max(1, len(visible_gpus()) * spec.parallel.jobs_per_gpu)
+
+
+def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> None:
+    """What the launchers refuse, checked for the probe and every job before the first starts, so
+    that a mistake is one line now, not a failed job after hours of pretraining."""
+    from solo.methods import METHODS
+    from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
+
+    probe = compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
+    checks = [("`linear`", probe, LinearModel)]
+    checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
+    for label, cfg, model_cls in checks:
+        try:
+            check_top_level_keys(cfg)
+            check_training_basics(cfg)
+            check_solo_learn_choices(cfg, model_cls)
+            check_accelerator_present(cfg)
+        except ConfigError as err:
+            raise ConfigError(f"{label}: {err}") from None
 
 
 def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
@@ -206,18 +227,8 @@ def run_compare(
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
         return _report_of_finished(spec, jobs, out, report_only=True)
-    from solo.methods import METHODS
-    from solo.methods.base import BaseMethod
-
-    compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)  # a bad probe fails first
     chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
-    for job in chosen:  # before any job starts, not once per job
-        try:
-            check_training_basics(job.cfg)
-            check_solo_learn_choices(job.cfg, METHODS.get(job.cfg.method, BaseMethod))
-            check_accelerator_present(job.cfg)
-        except ConfigError as err:
-            raise ConfigError(f"{job.label}: {err}") from None
+    _check_before_any_job(spec, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
     record = out / f".spec-record-{os.getpid()}.yaml"  # written whole: calls may share out
     OmegaConf.save(spec, record)
@@ -248,7 +259,8 @@ def run_compare(
     report = _report_of_finished(spec, jobs, out, failed=failures)
     if failures:
         raise JobsFailed(
-            f"{len(failures)} of {len(to_run)} jobs failed: {'; '.join(failures.values())}. The "
+            f"{len(failures)} of the {len(to_run)} jobs started failed: "
+            f"{'; '.join(failures.values())}. The "
             "report holds the others; rerun the same command to retry the failed ones."
         )
     return report
