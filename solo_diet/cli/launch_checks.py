@@ -1,6 +1,6 @@
 """What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo: top-level keys, batch size, epochs and lr, the data folders, a missing GPU. Each error
-names the key and the fix."""
+a typo: keys (top level and solo-learn's sections), names solo-learn does not build, batch size,
+epochs and lr, the data folders, a missing GPU. Each error names the key and the fix."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from solo_diet.data.tensor_data import FOLDER_DATASETS
 def check_launch_cfg(cfg: DictConfig) -> None:
     """The checks ``solo-diet pretrain`` and ``linear`` share before solo-learn's ``parse_cfg``:
     top-level typos, batch size, epochs and lr, and the data folders."""
-    check_top_level_keys(cfg)
+    check_key_typos(cfg)
     check_training_basics(cfg)
     check_data_paths(cfg)
 
@@ -136,7 +136,7 @@ SECTION_KEYS = {
 }
 
 
-def check_top_level_keys(cfg: DictConfig) -> None:
+def check_key_typos(cfg: DictConfig) -> None:
     """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
     solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``
     would leave ``max_epochs`` at the YAML's value, ``++optimizer.weight_decy=0`` the weight decay).

@@ -145,7 +145,7 @@ def test_no_shipped_or_solo_learn_yaml_trips_the_key_typo_check():
     import solo
 
     from solo_diet.cli.common import compose_cfg
-    from solo_diet.cli.launch_checks import check_top_level_keys
+    from solo_diet.cli.launch_checks import check_key_typos
 
     solo_scripts = Path(solo.__file__).resolve().parents[1] / "scripts"
     if not solo_scripts.is_dir():
@@ -161,4 +161,4 @@ def test_no_shipped_or_solo_learn_yaml_trips_the_key_typo_check():
     ]
     assert len(launch_yamls) > 100
     for path in launch_yamls:
-        check_top_level_keys(compose_cfg(str(path.parent), path.name, []))
+        check_key_typos(compose_cfg(str(path.parent), path.name, []))

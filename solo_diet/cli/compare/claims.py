@@ -125,11 +125,10 @@ def _compare(
     other_metric = other_metric or metric
     other_std = other.get(f"{other_metric}_std", math.nan)
     spread = pooled_std(std, n, other_std, other.get("n_seeds", 1))
-    gap = mean - other.get(other_metric, math.nan)
-    if other_metric == metric:
-        return Comparison(better["run"], other["run"], gap, 2 * spread)
-    names = (f"{better['run']} ({metric})", f"{other['run']} ({other_metric})")
-    return Comparison(*names, gap, 2 * spread)
+    names = (better["run"], other["run"])
+    if other_metric != metric:  # name each side's column
+        names = (f"{names[0]} ({metric})", f"{names[1]} ({other_metric})")
+    return Comparison(*names, mean - other.get(other_metric, math.nan), 2 * spread)
 
 
 def _has_value(row: Optional[dict], metric: str) -> bool:

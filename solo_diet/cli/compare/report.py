@@ -170,7 +170,7 @@ def _seeded_tables(
 
     def cell(row: dict, column: str) -> str:
         if column in NOT_AGGREGATED:
-            return cell_text(row.get(column, math.nan))
+            return _plain_cell(row, column)
         ranking = marks.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()

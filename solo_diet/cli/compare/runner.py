@@ -33,8 +33,8 @@ from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
 from solo_diet.cli.launch_checks import (
     check_accelerator_present,
+    check_key_typos,
     check_solo_learn_choices,
-    check_top_level_keys,
     check_training_basics,
 )
 from solo_diet.config import ConfigError
@@ -124,7 +124,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_top_level_keys(cfg)
+            check_key_typos(cfg)
             check_training_basics(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
