@@ -67,6 +67,11 @@ def _unknown_override(base: DictConfig, key: str) -> str:
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
     if not parent:
+        if leaf in known_top_level_keys():
+            return (
+                f"`{key}` is not in the YAML, though solo-learn or Lightning reads it: write "
+                f"`+{key}=...` to add it."
+            )
         known = sorted({*known, *known_top_level_keys()})
     close = closest_name(leaf, known)
     where = f"`{parent}`" if parent else "the config"

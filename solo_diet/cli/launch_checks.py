@@ -4,9 +4,13 @@ epochs and lr, the data folders, a missing GPU. Each error names the key and the
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
+import re
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -39,9 +43,10 @@ SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
     """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
     ``model_cls`` (a method class, or ``LinearModel`` for a probe) does not build (solo-learn
-    stops on a bare ``assert`` or a ``ValueError``), and an ``optimizer.kwargs`` key the optimizer
-    does not take (a ``TypeError`` deep in the first step), naming the closest and every choice.
-    Plugin backbones and optimizers count once :func:`solo_diet.register` has run."""
+    stops on a bare ``assert`` or a ``ValueError``), and a ``backbone.kwargs`` or
+    ``optimizer.kwargs`` key the backbone or optimizer does not take (a ``TypeError`` deep in the
+    model or the first step), naming the closest and every choice. Plugin backbones and optimizers
+    count once :func:`solo_diet.register` has run."""
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
@@ -59,6 +64,79 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
     name = OmegaConf.select(cfg, "optimizer.name")
     if name is not None:
         _check_optimizer_kwargs(cfg, name, model_cls._OPTIMIZERS[name])
+    if OmegaConf.select(cfg, "backbone.name") is not None:
+        _check_backbone_kwargs(cfg, BaseMethod._BACKBONES[cfg.backbone.name])
+
+
+# how Python words a call with a keyword the callee does not take
+_UNEXPECTED_KEYWORD = re.compile(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'")
+
+
+def _check_backbone_kwargs(cfg: DictConfig, build: Any) -> None:
+    """Build the backbone as solo-learn does, on the meta device (no memory, no weights), so that a
+    ``backbone.kwargs`` key its constructor does not take is refused naming the key and, where the
+    constructor's signature is found, the closest setting. Other failures are left to the real
+    build, which reports them itself."""
+    kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
+    if not kwargs:
+        return
+    method = OmegaConf.select(cfg, "method") or OmegaConf.select(cfg, "pretrain_method")
+    try:
+        with torch.device("meta"), _quiet():
+            build(method, **kwargs)
+    except TypeError as error:
+        match = _UNEXPECTED_KEYWORD.search(str(error))
+        if match is None or match[2] not in kwargs:
+            return
+        callee = _callee(error, match[1])
+        owner = f"the `{cfg.backbone.name}` backbone" + (
+            f" ({callee.__module__}.{callee.__qualname__})" if callee is not None else ""
+        )
+        if callee is not None:
+            parameters = inspect.signature(callee).parameters.values()
+            known = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            check_known_keys(cfg, "backbone.kwargs", known, owner)
+        raise ConfigError(
+            f"`backbone.kwargs.{match[2]}` is not a setting of {owner} ({error}): remove it or "
+            "correct its name."
+        ) from None
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - not a keyword problem: the real build reports it
+        return
+
+
+def _callee(error: TypeError, qualname: str) -> Optional[Any]:
+    """The class or function named ``qualname`` (``ResNet.__init__``, ``resnet18``) as seen from
+    the frame that made the failing call (by name, or among its local variables), or None."""
+    trace = error.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    if trace is None:
+        return None
+    frame, wanted = trace.tb_frame, qualname.removesuffix(".__init__")
+    head, *rest = wanted.split(".")
+    found = frame.f_locals.get(head, frame.f_globals.get(head))
+    for name in rest:
+        found = getattr(found, name, None)
+    if found is None:  # called through a variable, as timm's ``model_cls(**kwargs)``
+        named = (v for v in frame.f_locals.values() if getattr(v, "__qualname__", None) == wanted)
+        found = next(named, None)
+    return found if callable(found) else None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Hold back the warnings and log lines a backbone prints while it is built (the real build
+    prints them once)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
 
 
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:

@@ -306,6 +306,24 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         ("pretrain", ["optimizer.lr=-1"], "`optimizer.lr` must be a positive number, got -1"),
         ("pretrain", ["max_epochs=0"], "`max_epochs` must be a positive integer, got 0"),
         ("pretrain", ["++backbone.kwargs.width=0"], "`backbone.kwargs.width` must be a positive"),
+        (
+            "pretrain",
+            ["++backbone.kwargs.widht=8"],
+            "`backbone.kwargs.widht` is not a setting of the `cp_resnet8` backbone "
+            "(solo_diet.backbones.ResNet8). Did you mean `backbone.kwargs.width`?",
+        ),
+        (
+            "pretrain",
+            ["backbone.name=resnet18", "~backbone.kwargs.width", "++backbone.kwargs.zero_init=1"],
+            "backbone (torchvision.models.resnet.ResNet). Did you mean "
+            "`backbone.kwargs.zero_init_residual`?",
+        ),
+        (
+            "pretrain",
+            ["gradient_clip_val=1.0"],
+            "`gradient_clip_val` is not in the YAML, though solo-learn or Lightning reads it: "
+            "write `+gradient_clip_val=...` to add it.",
+        ),
         ("linear", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
         (
             "pretrain",
