@@ -10,6 +10,7 @@ output on designed images (a ramp shows a flip, a delta the blur's sigma, a cons
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 import random
@@ -329,9 +330,17 @@ def shipped_nodes():
         yield path, folders[path.parent.parent.name]
     for path in sorted(REPO.glob("solo_diet/configs/**/augmentations/*.yaml")):
         yield path, "custom"
-    for path in sorted(Path("/opt/solo-learn/scripts/pretrain").glob("*/augmentations/*.yaml")):
+    for path in sorted(solo_learn_scripts().glob("pretrain/*/augmentations/*.yaml")):
         dataset = {"cifar": "cifar10", "imagenet-100": "imagenet100", "imagenet": "imagenet"}
         yield path, dataset.get(path.parent.parent.name, "custom")
+
+
+def solo_learn_scripts() -> Path:
+    """``scripts/`` of the solo-learn source installed (editable, as install.sh does), found
+    without importing it; a folder that does not exist when solo-learn is absent."""
+    spec = importlib.util.find_spec("solo")
+    origin = spec.origin if spec is not None and spec.origin else "/nonexistent/solo/__init__.py"
+    return Path(origin).parents[1] / "scripts"
 
 
 def test_shipped_yaml_nodes_parse():
