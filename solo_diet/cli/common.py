@@ -67,12 +67,13 @@ def _unknown_override(base: DictConfig, key: str) -> str:
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
     if not parent:
-        if leaf in known_top_level_keys():
+        top_level = known_top_level_keys()
+        if leaf in top_level:
             return (
                 f"`{key}` is not in the YAML, though solo-learn or Lightning reads it: write "
                 f"`+{key}=...` to add it."
             )
-        known = sorted({*known, *known_top_level_keys()})
+        known = sorted({*known, *top_level})
     close = closest_name(leaf, known)
     where = f"`{parent}`" if parent else "the config"
     hint = f"; did you mean `{parent + '.' if parent else ''}{close}`?" if close else "."

@@ -10,7 +10,7 @@ import logging
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -72,7 +72,7 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 _UNEXPECTED_KEYWORD = re.compile(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'")
 
 
-def _check_backbone_kwargs(cfg: DictConfig, build: Any) -> None:
+def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
     """Build the backbone as solo-learn does, on the meta device (no memory, no weights), so that a
     ``backbone.kwargs`` key its constructor does not take is refused naming the key and, where the
     constructor's signature is found, the closest setting. Other failures are left to the real

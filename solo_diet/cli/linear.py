@@ -59,7 +59,7 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
         raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
-    args = read_pretrain_args(str(OmegaConf.select(cfg, "pretrained_feature_extractor")))
+    args = read_pretrain_args(str(ckpt))
     cfg.backbone = args.backbone
     if OmegaConf.select(cfg, "pretrain_method") in (None, "None"):
         cfg.pretrain_method = args.method
