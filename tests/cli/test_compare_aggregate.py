@@ -80,3 +80,20 @@ def test_a_declared_representation_is_ranked_where_higher_is_better():
         "words_nmi",
         "words_ami",
     ]
+
+
+def test_a_seed_stopped_before_its_evaluation_counts_only_in_costs_not_in_the_pooled_std():
+    stopped = {"run": "other", "seed": 2, "method": "other", "train_s": 30.0, "unfinished": True}
+    other = seed_rows("other", [75.8, 80.0])
+    for row in other:
+        row["train_s"] = 10.0
+    rows = aggregate(seed_rows("best", [81.9, 82.0, 82.1]) + other + [stopped])
+    best_row, other_row = rows
+    assert (other_row["n_seeds"], other_row["unfinished"]) == (2, 1)
+    assert "unfinished" not in best_row
+    assert other_row["train_s"] == pytest.approx(50.0 / 3, rel=1e-15)  # its costs count
+    # two pooled std with the two evaluated seeds: 3.43 < gap 4.1 (with the stopped seed counted
+    # as a third: 4.20, not resolved)
+    two_std = 2 * pooled_std(best_row["linear_acc1_std"], 3, other_row["linear_acc1_std"], 2)
+    assert two_std == pytest.approx(2 * math.sqrt((2 * 0.1**2 + 4.2**2 / 2) / 3), rel=1e-12)
+    assert rank(rows, "linear_acc1").resolved == ("other",)

@@ -179,7 +179,8 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert "of 3: diet seed 1 (3)." in text
     per_seed = {(r["run"], r["seed"]): r for r in read_rows(out / "results.csv")}
     assert per_seed[("diet", "1")]["epochs"] == "3" and per_seed[("diet", "1")]["linear_acc1"] == ""
-    assert per_seed[("diet", "mean")]["n_seeds"] == "2"
+    assert per_seed[("diet", "mean")]["n_seeds"] == "1"  # the seed its metrics come from
+    assert "| diet | diet | 1 (+1 unfinished) |" in text
     assert per_seed[("diet", "mean")]["linear_acc1"] == per_seed[("diet", "0")]["linear_acc1"]
 
     # random_init: the first run's backbone at every seed, with its mean ± std like a run's;

@@ -64,15 +64,20 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def aggregate(results: Sequence[dict]) -> list[dict]:
     """One row per run, in order of first appearance: ``seed`` = ``"mean"``, ``n_seeds``, every
-    numeric column's mean over the run's seeds and its sample standard deviation as
-    ``<column>_std``; ``method`` is kept."""
+    numeric column's mean over the run's seeds that hold it and its sample standard deviation as
+    ``<column>_std``; ``method`` is kept. ``n_seeds`` counts the evaluated seeds, the ones the
+    metrics come from: a seed stopped before its evaluation adds only costs and epochs, and
+    ``unfinished`` counts such seeds where there are any."""
     by_run: dict[str, list[dict]] = {}
     for result in results:
         by_run.setdefault(result["run"], []).append(result)
     rows = []
     for run, seeds in by_run.items():
         row: dict[str, Any] = {"run": run, "seed": MEAN_SEED, "method": seeds[0].get("method")}
-        row["n_seeds"] = len(seeds)
+        evaluated = sum(not seed.get("unfinished") for seed in seeds)
+        row["n_seeds"] = evaluated
+        if evaluated < len(seeds):
+            row["unfinished"] = len(seeds) - evaluated
         columns = [k for k, v in seeds[0].items() if is_number(v) and k not in NOT_AGGREGATED]
         for column in columns:
             values = [r[column] for r in seeds if is_number(r.get(column))]

@@ -138,7 +138,7 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     return [
         f"**Unfinished**: {len(stopped)} jobs stopped before their evaluation, after the epochs in "
         f"brackets of {max_epochs}: {jobs}. Their rows hold the pretraining costs and curves only; "
-        "their evaluation columns are empty.",
+        "their evaluation columns are empty, and `n_seeds` counts only the evaluated seeds.",
         "",
     ]
 
@@ -169,6 +169,8 @@ def _seeded_tables(
     integer = integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
+        if column == "n_seeds" and row.get("unfinished"):
+            return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
         if column in NOT_AGGREGATED:
             return _plain_cell(row, column)
         ranking = marks.get(column)
