@@ -219,7 +219,8 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         ),
         (
             ["only=[diett]"],
-            r"`only` must be null \(every job\) or .* names \['diet', 'simclr'.*got \['diett'\]",
+            r"`only` must be null \(every job\) or .* names \['diet', 'simclr'.*got \['diett'\]"
+            r"; did you mean `diet` for `diett`\?",
         ),
         (["only=[]"], "`only` must be null"),
         (["data.format=gpuu"], r"`data.format` must be one of \['auto', 'gpu', 'image_folder'\]"),

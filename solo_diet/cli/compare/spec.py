@@ -14,7 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
 from solo_diet.cli.compare.claims import check_claims
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, closest_name
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -225,9 +225,13 @@ def _check_only(spec: DictConfig, spec_path: Path) -> None:
     if only is None:
         return
     if not isinstance(only, ListConfig) or len(only) == 0 or not set(only) <= set(names):
+        unknown = [n for n in only if n not in names] if isinstance(only, ListConfig) else []
+        close = [(n, closest_name(n, names)) for n in unknown]
+        hints = ", ".join(f"`{c}` for `{n}`" for n, c in close if c)
         raise ConfigError(
             f"{spec_path}: `only` must be null (every job) or a list of the spec's run and "
-            f"reference-row names {names}, got {only}."
+            f"reference-row names {names}, got {only}"
+            + (f"; did you mean {hints}?" if hints else ".")
         )
 
 
