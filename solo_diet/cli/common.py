@@ -16,7 +16,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.cli.errors import Interrupted, name_unreadable_images
+from solo_diet.cli.errors import Interrupted, download_failure_named, name_unreadable_images
 from solo_diet.config import ConfigError, closest_name
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
@@ -333,15 +333,17 @@ def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fr
 
     data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
     train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
-    train_set, val_set = prepare_datasets(
-        cfg.data.dataset,
-        train_transform,
-        val_transform,
-        train_data_path=cfg.data.train_path,
-        val_data_path=cfg.data.val_path,
-        data_format=data_format,
-        data_fraction=fraction,
-    )
+    paths = {"data.train_path": cfg.data.train_path, "data.val_path": cfg.data.val_path}
+    with download_failure_named(cfg.data.dataset, paths):
+        train_set, val_set = prepare_datasets(
+            cfg.data.dataset,
+            train_transform,
+            val_transform,
+            train_data_path=cfg.data.train_path,
+            val_data_path=cfg.data.val_path,
+            data_format=data_format,
+            data_fraction=fraction,
+        )
     name_unreadable_images(train_set)
     name_unreadable_images(val_set)
     return prepare_dataloaders(

@@ -64,6 +64,25 @@ def name_unreadable_images(dataset: Any) -> None:
         dataset.loader = NamedImageLoader(loader)
 
 
+@contextlib.contextmanager
+def download_failure_named(dataset: str, paths: dict[str, Any]) -> Iterator[None]:
+    """Within the block, a torchvision dataset (cifar10, cifar100, stl10) that solo-learn downloads
+    because its files are not under ``paths`` (``{"data.train_path": ...}``), and whose download
+    fails (offline, say), is one ``DataError`` naming the keys and the fix, not a traceback."""
+    from urllib.error import URLError
+
+    try:
+        yield
+    except (URLError, ConnectionError, TimeoutError) as err:
+        where = " / ".join(f"`{key}` {path}" for key, path in paths.items())
+        raise DataError(
+            f"`data.dataset: {dataset}`: its files are not under {where}, and downloading them "
+            f"failed ({getattr(err, 'reason', None) or err}). Copy torchvision's {dataset} files "
+            "there from a machine with a network (or run once where it is reachable), or use "
+            "`data.dataset: custom` with an image folder (`solo-diet data` writes some)."
+        ) from err
+
+
 class Interrupted(KeyboardInterrupt):
     """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from.
 

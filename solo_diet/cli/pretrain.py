@@ -23,7 +23,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
-from solo_diet.cli.errors import name_unreadable_images
+from solo_diet.cli.errors import download_failure_named, name_unreadable_images
 from solo_diet.cli.gpu_data import (
     check_data_format,
     dali_installed,
@@ -126,14 +126,15 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
     )
     if cfg.debug_augmentations:
         print("Transforms:", transform)
-    train_dataset = prepare_datasets(
-        cfg.data.dataset,
-        transform,
-        train_data_path=cfg.data.train_path,
-        data_format=cfg.data.format,
-        no_labels=cfg.data.no_labels,
-        data_fraction=cfg.data.fraction,
-    )
+    with download_failure_named(cfg.data.dataset, {"data.train_path": cfg.data.train_path}):
+        train_dataset = prepare_datasets(
+            cfg.data.dataset,
+            transform,
+            train_data_path=cfg.data.train_path,
+            data_format=cfg.data.format,
+            no_labels=cfg.data.no_labels,
+            data_fraction=cfg.data.fraction,
+        )
     batch_sampler = contract.train_batch_sampler(cfg, train_dataset)
     if batch_sampler is not None:
         from torch.utils.data import DataLoader

@@ -456,3 +456,37 @@ def test_a_missing_config_name_lists_the_configs_that_are_there(data, tmp_path, 
     assert code == 2 and "Traceback" not in err
     assert "--config-name 'dite': no dite.yaml in " in last_line(err)
     assert "; it holds [" in last_line(err) and "'diet'" in last_line(err)
+
+
+def test_a_torchvision_dataset_that_cannot_download_is_one_line_naming_its_keys(
+    data, tmp_path, capsys, monkeypatch
+):
+    """cifar10 not under its path on a machine without a network: solo-learn's download fails."""
+    from urllib.error import URLError
+
+    import torchvision.datasets.cifar
+
+    code, out, _ = cli(PRETRAIN + overrides(data, tmp_path / "runs"), capsys)
+    ckpt = last_line(out).removeprefix("last checkpoint: ")
+
+    def offline(*args, **kwargs):
+        raise URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(torchvision.datasets.cifar, "download_and_extract_archive", offline)
+    nowhere = tmp_path / "nowhere"
+    cifar = ["data.dataset=cifar10", f"data.train_path={nowhere}", f"data.val_path={nowhere}"]
+    pretrain = PRETRAIN + overrides(data, tmp_path / "cifar_runs")
+    probe = LINEAR + linear_overrides(data, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
+    for command, argv in (("pretrain", pretrain), ("linear", probe)):
+        argv = [a for a in argv if not a.startswith(("data.train_path=", "data.val_path="))]
+        code, _, err = cli(argv + cifar, capsys)
+        assert code == 2 and "Traceback" not in err
+        assert last_line(err).startswith(
+            f"solo-diet {command}: `data.dataset: cifar10`: its files are not under "
+            f"`data.train_path` {nowhere}"
+        )
+        assert "and downloading them failed ([Errno -2] Name or service not known). " in err
+        assert last_line(err).endswith(
+            "or use `data.dataset: custom` with an image folder (`solo-diet data` writes some)."
+        )
+    assert not (tmp_path / "cifar_runs" / "diet").exists()

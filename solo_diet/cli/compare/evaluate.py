@@ -22,6 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_diet.cli.compare._files import progress
 from solo_diet.cli.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.cli.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.cli.errors import download_failure_named
 from solo_diet.config import fill_default
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
@@ -106,13 +107,16 @@ class Evaluator:
         from solo.data.classification_dataloader import prepare_datasets
 
         transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
-        return prepare_datasets(
-            probe_cfg.data.dataset,
-            transform,
-            transform,
-            train_data_path=probe_cfg.data.train_path,
-            val_data_path=probe_cfg.data.val_path,
-        )
+        data = probe_cfg.data
+        paths = {"data.train_path": data.train_path, "data.val_path": data.val_path}
+        with download_failure_named(data.dataset, paths):
+            return prepare_datasets(
+                data.dataset,
+                transform,
+                transform,
+                train_data_path=data.train_path,
+                val_data_path=data.val_path,
+            )
 
     def _loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
         from torch.utils.data import DataLoader
