@@ -213,8 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "spec", help="comparison spec (README.md, section 'Comparing methods'; docs/compare.md)"
     )
-    compare.add_argument(
-        "overrides", nargs="*", help="spec overrides, e.g. budget.max_epochs=2 output_dir=out"
+    compare.add_argument(  # a default, or argparse names the optional list as required too
+        "overrides",
+        nargs="*",
+        default=[],
+        help="spec overrides, e.g. budget.max_epochs=2 output_dir=out",
     )
     compare.add_argument(
         "--report-only",

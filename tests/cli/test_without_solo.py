@@ -75,6 +75,15 @@ def test_configs_and_data_errors_work_without_solo(tmp_path):
     )
 
 
+def test_a_missing_argument_is_named_alone(tmp_path):
+    """argparse names only what is required: compare's overrides are optional."""
+    done = run_without_solo(["compare"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "solo-diet compare: error: the following arguments are required: spec"
+    )
+
+
 def test_pytest_counts_the_solo_tests_it_did_not_run(tmp_path):
     """The suite in a process without solo-learn: one skip per solo-learn module, and the line that
     says how many tests those modules hold."""
