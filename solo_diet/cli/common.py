@@ -333,8 +333,7 @@ def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fr
 
     data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
     train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
-    paths = {"data.train_path": cfg.data.train_path, "data.val_path": cfg.data.val_path}
-    with download_failure_named(cfg.data.dataset, paths):
+    with download_failure_named(cfg.data, "train_path", "val_path"):
         train_set, val_set = prepare_datasets(
             cfg.data.dataset,
             train_transform,

@@ -65,16 +65,18 @@ def name_unreadable_images(dataset: Any) -> None:
 
 
 @contextlib.contextmanager
-def download_failure_named(dataset: str, paths: dict[str, Any]) -> Iterator[None]:
+def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
     """Within the block, a torchvision dataset (cifar10, cifar100, stl10) that solo-learn downloads
-    because its files are not under ``paths`` (``{"data.train_path": ...}``), and whose download
-    fails (offline, say), is one ``DataError`` naming the keys and the fix, not a traceback."""
+    because its files are not under the config's ``data.<path_keys>`` (``train_path``,
+    ``val_path``), and whose download fails (offline, say), is one ``DataError`` naming the keys and
+    the fix, not a traceback. ``data`` is the config's ``data`` node."""
     from urllib.error import URLError
 
     try:
         yield
     except (URLError, ConnectionError, TimeoutError) as err:
-        where = " / ".join(f"`{key}` {path}" for key, path in paths.items())
+        dataset = data.dataset
+        where = " / ".join(f"`data.{key}` {data[key]}" for key in path_keys)
         raise DataError(
             f"`data.dataset: {dataset}`: its files are not under {where}, and downloading them "
             f"failed ({getattr(err, 'reason', None) or err}). Copy torchvision's {dataset} files "

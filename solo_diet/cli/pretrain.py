@@ -126,7 +126,7 @@ def _pretrain_data(cfg: DictConfig, contract: Contract):
     )
     if cfg.debug_augmentations:
         print("Transforms:", transform)
-    with download_failure_named(cfg.data.dataset, {"data.train_path": cfg.data.train_path}):
+    with download_failure_named(cfg.data, "train_path"):
         train_dataset = prepare_datasets(
             cfg.data.dataset,
             transform,

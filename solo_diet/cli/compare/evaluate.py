@@ -108,8 +108,7 @@ class Evaluator:
 
         transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
         data = probe_cfg.data
-        paths = {"data.train_path": data.train_path, "data.val_path": data.val_path}
-        with download_failure_named(data.dataset, paths):
+        with download_failure_named(data, "train_path", "val_path"):
             return prepare_datasets(
                 data.dataset,
                 transform,
