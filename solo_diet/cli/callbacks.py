@@ -175,6 +175,26 @@ def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
     return [rows[epoch] for epoch in sorted(rows)]
 
 
+def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
+    """Drop the rows of the epochs after ``last_epoch`` from an ``EpochCostLogger`` CSV (every row,
+    and the file, for -1), so that a run resumed from that epoch's checkpoint, or started over,
+    logs only the epochs it trains."""
+    path = Path(csv_path)
+    if not path.is_file():
+        return
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        kept = [row for row in reader if int(float(row["epoch"])) <= last_epoch]
+        columns = list(reader.fieldnames or [])
+    if not kept:
+        path.unlink()
+        return
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(kept)
+
+
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
     ``max_samples`` validation images, in the validations of every ``every_n_epochs``-th epoch

@@ -96,6 +96,13 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     )
     simclr_dir = out / "runs" / "simclr"
     interrupt_after_first_epoch(simclr_dir)
+    sem_dir = out / "runs" / "simclr_sem"  # copied from a machine that lost it mid-run: starts over
+    for checkpoint in sem_dir.rglob("*.ckpt"):
+        checkpoint.unlink()
+    (sem_dir / "result.json").unlink()
+    lost_attempt = {**json.loads((sem_dir / "state.json").read_text()), "pretrain_wall_s": 1e6}
+    del lost_attempt["checkpoint"]
+    (sem_dir / "state.json").write_text(json.dumps(lost_attempt))
     for checkpoint in (out / "runs" / "diet").rglob("*.ckpt"):  # copied back without checkpoints
         checkpoint.unlink()
     capsys.readouterr()
@@ -114,7 +121,11 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     ) == diet_before
     with (simclr_dir / "epochs.csv").open() as f:
         written_epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
-    assert written_epochs == [0, 1, 1]  # epoch 0 was not trained again; epoch 1 was redone
+    assert written_epochs == [0, 1]  # epoch 0 was not trained again; epoch 1 was, logged once
+    assert "run 'simclr_sem': resuming" not in log
+    with (sem_dir / "epochs.csv").open() as f:
+        assert [int(row["epoch"]) for row in csv.DictReader(f)] == [0, 1]
+    assert json.loads((sem_dir / "result.json").read_text())["pretrain_wall_s"] < 1e5
     assert json.loads((simclr_dir / "result.json").read_text())["checkpoint"].endswith("-ep=1.ckpt")
     assert list(results_by_run(out)) == ["diet", "simclr", "simclr_sem", "cplearn"]
 

@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader
 
-from solo_diet.cli.callbacks import EpochCostLogger, read_epoch_rows
+from solo_diet.cli.callbacks import EpochCostLogger, drop_epoch_rows_after, read_epoch_rows
 
 LOSSES = {(0, 0): 1.0, (0, 1): 2.0, (1, 0): 4.0, (1, 1): 7.0}  # (epoch, batch) -> loss
 
@@ -56,6 +56,22 @@ def test_one_row_per_epoch_with_the_mean_loss_and_the_samples(tmp_path):
     for row in rows:
         assert 0 < row["train_seconds"] <= row["epoch_seconds"]
         assert abs(row["samples_per_s"] - 6 / row["train_seconds"]) < 1e-6 * row["samples_per_s"]
+
+
+def test_rows_after_a_resumed_epoch_are_dropped_and_starting_over_drops_the_file(tmp_path):
+    csv_path = tmp_path / "epochs.csv"
+    csv_path.write_text(
+        "epoch,train_seconds,my_metric\n0,1.0,10\n1,1.0,\n2,1.5,12\n1,2.0,\n3,1.0,13\n"
+    )
+
+    drop_epoch_rows_after(csv_path, 1)  # resumed from the epoch-1 checkpoint
+
+    assert csv_path.read_text() == "epoch,train_seconds,my_metric\n0,1.0,10\n1,1.0,\n1,2.0,\n"
+    assert [r["train_seconds"] for r in read_epoch_rows(csv_path)] == [1.0, 2.0]
+    drop_epoch_rows_after(csv_path, -1)  # no checkpoint left: the run starts over
+    assert not csv_path.exists()
+    drop_epoch_rows_after(csv_path, 3)  # nothing logged yet: nothing to do
+    assert not csv_path.exists()
 
 
 class LogsAMetric(KnownLosses):
