@@ -24,7 +24,7 @@ from solo_diet.cli.compare.fingerprints import (
     training_fingerprint,
 )
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint
-from solo_diet.cli.compare.record import job_place, pretrain_costs
+from solo_diet.cli.compare.record import EPOCHS_FILE, job_place, pretrain_costs
 from solo_diet.cli.compare.spec import validation_interval
 from solo_diet.config import ConfigError
 
@@ -34,7 +34,7 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
     rounded up to a multiple of the validation interval)."""
     from solo_diet.cli.callbacks import EpochCostLogger, RankMeMonitor
 
-    callbacks: list = [EpochCostLogger(job.run_dir / "epochs.csv", print_rows=True)]
+    callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
         step = validation_interval(spec.budget)
@@ -68,7 +68,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
         "pretrain_wall_s": state.get("pretrain_wall_s", 0.0) if resume is not None else 0.0,
     }
     write_json(state_path, state)
-    drop_epoch_rows_after(run_dir / "epochs.csv", checkpoint_epoch(resume, default=-1))
+    drop_epoch_rows_after(run_dir / EPOCHS_FILE, checkpoint_epoch(resume, default=-1))
     if already_finished(resume, cfg):
         checkpoint = resume
     else:

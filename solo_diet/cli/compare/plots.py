@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Sequence
 
-from solo_diet.cli.compare.record import seed_curves
+from solo_diet.cli.compare.record import EPOCHS_FILE, seed_curves
 
 CURVE_PANELS = (
     ("train_loss", "train loss"),
@@ -74,7 +74,7 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
     RankMe; with several seeds the mean over seeds and a band from their minimum to maximum."""
     folders: dict[str, list[Path]] = {}
     for result in results:
-        if "job" in result and (out / result["job"] / "epochs.csv").is_file():
+        if "job" in result and (out / result["job"] / EPOCHS_FILE).is_file():
             folders.setdefault(result["run"], []).append(out / result["job"])
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.2 * len(CURVE_PANELS), 3.6))

@@ -17,6 +17,7 @@ from typing import Sequence
 from solo_diet.cli.compare._files import read_json
 
 COMMANDS_FILE = "commands.txt"
+EPOCHS_FILE = "epochs.csv"  # a job's EpochCostLogger rows, in its folder
 TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
@@ -28,7 +29,7 @@ def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
     from solo_diet.cli.callbacks import read_epoch_rows
 
-    path = run_dir / "epochs.csv"
+    path = run_dir / EPOCHS_FILE
     return read_epoch_rows(path) if path.is_file() else []
 
 

@@ -28,7 +28,7 @@ from solo_diet.cli.compare.fingerprints import (
 )
 from solo_diet.cli.compare.job import result_standing, run_job
 from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
-from solo_diet.cli.compare.record import note_command, pretrain_costs
+from solo_diet.cli.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
 from solo_diet.cli.launch_checks import (
@@ -189,7 +189,7 @@ def _report_of_finished(
             stale = True
         elif result:
             results.append(result)
-        elif report_only and job.reference is None and (job.run_dir / "epochs.csv").is_file():
+        elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
             results.append(_unfinished_row(job))
         else:
             left_out.append(job.label)
