@@ -84,14 +84,20 @@ def test_a_declared_representation_is_ranked_where_higher_is_better():
 
 def test_a_seed_stopped_before_its_evaluation_counts_only_in_costs_not_in_the_pooled_std():
     stopped = {"run": "other", "seed": 2, "method": "other", "train_s": 30.0, "unfinished": True}
+    stopped["epochs"] = 69
     other = seed_rows("other", [75.8, 80.0])
     for row in other:
-        row["train_s"] = 10.0
-    rows = aggregate(seed_rows("best", [81.9, 82.0, 82.1]) + other + [stopped])
-    best_row, other_row = rows
+        row["train_s"], row["epochs"] = 10.0, 100
+    alone = {"run": "alone", "seed": 0, "method": "alone", "epochs": 7, "unfinished": True}
+    rows = aggregate(seed_rows("best", [81.9, 82.0, 82.1]) + other + [stopped, alone])
+    best_row, other_row, alone_row = rows
     assert (other_row["n_seeds"], other_row["unfinished"]) == (2, 1)
     assert "unfinished" not in best_row
     assert other_row["train_s"] == pytest.approx(50.0 / 3, rel=1e-15)  # its costs count
+    # ... but not its epochs, which would read 89.67 ± 17.90 beside metrics of 100-epoch seeds;
+    # a run with no evaluated seed shows how far its seeds got
+    assert (other_row["epochs"], other_row["epochs_std"]) == (100.0, 0.0)
+    assert (alone_row["n_seeds"], alone_row["epochs"]) == (0, 7.0)
     # two pooled std with the two evaluated seeds: 3.43 < gap 4.1 (with the stopped seed counted
     # as a third: 4.20, not resolved)
     two_std = 2 * pooled_std(best_row["linear_acc1_std"], 3, other_row["linear_acc1_std"], 2)

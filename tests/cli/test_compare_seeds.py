@@ -173,10 +173,10 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     (out / "runs" / "diet" / "seed_1" / "result.json").unlink()
     text = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out), report_only=True).read_text()
     assert (
-        "**Unfinished**: 1 jobs stopped before their evaluation, after the epochs in brackets "
+        "**Unfinished**: 1 job stopped before the evaluation, after the epochs in brackets "
         in text
     )
-    assert "of 3: diet seed 1 (3)." in text
+    assert "of 3: diet seed 1 (3). Its row holds the pretraining costs" in text
     per_seed = {(r["run"], r["seed"]): r for r in read_rows(out / "results.csv")}
     assert per_seed[("diet", "1")]["epochs"] == "3" and per_seed[("diet", "1")]["linear_acc1"] == ""
     assert per_seed[("diet", "mean")]["n_seeds"] == "1"  # the seed its metrics come from

@@ -34,6 +34,9 @@ CODE_MEASURES = {"nmi": "nmi", "ami": "ami", "codes_used": "used"}
 RANKED_SUFFIXES = ("_linear_acc1", "_knn_acc1", "_nmi", "_ami")
 NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
 MEAN_SEED = "mean"  # the `seed` of an aggregate row
+# Columns that describe the training the metrics come from: averaged over the evaluated seeds only
+# (a seed stopped early would pull the mean epochs below the budget every evaluated seed ran).
+EVALUATED_SEEDS_ONLY = ("epochs",)
 
 
 def ranked_metrics(columns: Sequence[str]) -> list[str]:
@@ -66,8 +69,9 @@ def aggregate(results: Sequence[dict]) -> list[dict]:
     """One row per run, in order of first appearance: ``seed`` = ``"mean"``, ``n_seeds``, every
     numeric column's mean over the run's seeds that hold it and its sample standard deviation as
     ``<column>_std``; ``method`` is kept. ``n_seeds`` counts the evaluated seeds, the ones the
-    metrics come from: a seed stopped before its evaluation adds only costs and epochs, and
-    ``unfinished`` counts such seeds where there are any."""
+    metrics come from: a seed stopped before its evaluation adds only its costs (and its epochs
+    where no seed of the run was evaluated), and ``unfinished`` counts such seeds where there
+    are any."""
     by_run: dict[str, list[dict]] = {}
     for result in results:
         by_run.setdefault(result["run"], []).append(result)
@@ -80,7 +84,12 @@ def aggregate(results: Sequence[dict]) -> list[dict]:
             row["unfinished"] = len(seeds) - evaluated
         columns = [k for k, v in seeds[0].items() if is_number(v) and k not in NOT_AGGREGATED]
         for column in columns:
-            values = [r[column] for r in seeds if is_number(r.get(column))]
+            kept = [r for r in seeds if not r.get("unfinished")] or seeds
+            values = [
+                r[column]
+                for r in (kept if column in EVALUATED_SEEDS_ONLY else seeds)
+                if is_number(r.get(column))
+            ]
             row[column], row[f"{column}_std"] = _mean_std(values)
         rows.append(row)
     return rows

@@ -135,10 +135,16 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     if not stopped:
         return []
     jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
+    many = len(stopped) > 1
+    count, rows, their = (
+        (f"{len(stopped)} jobs", "Their rows hold", "their")
+        if many
+        else ("1 job", "Its row holds", "its")
+    )
     return [
-        f"**Unfinished**: {len(stopped)} jobs stopped before their evaluation, after the epochs in "
-        f"brackets of {max_epochs}: {jobs}. Their rows hold the pretraining costs and curves only; "
-        "their evaluation columns are empty, and `n_seeds` counts only the evaluated seeds.",
+        f"**Unfinished**: {count} stopped before the evaluation, after the epochs in brackets of "
+        f"{max_epochs}: {jobs}. {rows} the pretraining costs and curves only; {their} evaluation "
+        "columns are empty, and `n_seeds` counts only the evaluated seeds.",
         "",
     ]
 
