@@ -173,8 +173,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     (out / "runs" / "diet" / "seed_1" / "result.json").unlink()
     text = run_compare(SHIPPED_SPEC, seeded_overrides(data_root, out), report_only=True).read_text()
     assert (
-        "**Unfinished**: 1 job stopped before the evaluation, after the epochs in brackets "
-        in text
+        "**Unfinished**: 1 job stopped before the evaluation, after the epochs in brackets " in text
     )
     assert "of 3: diet seed 1 (3). Its row holds the pretraining costs" in text
     per_seed = {(r["run"], r["seed"]): r for r in read_rows(out / "results.csv")}
