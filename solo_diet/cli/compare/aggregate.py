@@ -78,18 +78,14 @@ def aggregate(results: Sequence[dict]) -> list[dict]:
     rows = []
     for run, seeds in by_run.items():
         row: dict[str, Any] = {"run": run, "seed": MEAN_SEED, "method": seeds[0].get("method")}
-        evaluated = sum(not seed.get("unfinished") for seed in seeds)
-        row["n_seeds"] = evaluated
-        if evaluated < len(seeds):
-            row["unfinished"] = len(seeds) - evaluated
+        evaluated = [seed for seed in seeds if not seed.get("unfinished")]
+        row["n_seeds"] = len(evaluated)
+        if len(evaluated) < len(seeds):
+            row["unfinished"] = len(seeds) - len(evaluated)
         columns = [k for k, v in seeds[0].items() if is_number(v) and k not in NOT_AGGREGATED]
         for column in columns:
-            kept = [r for r in seeds if not r.get("unfinished")] or seeds
-            values = [
-                r[column]
-                for r in (kept if column in EVALUATED_SEEDS_ONLY else seeds)
-                if is_number(r.get(column))
-            ]
+            source = (evaluated or seeds) if column in EVALUATED_SEEDS_ONLY else seeds
+            values = [r[column] for r in source if is_number(r.get(column))]
             row[column], row[f"{column}_std"] = _mean_std(values)
         rows.append(row)
     return rows

@@ -135,10 +135,9 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     if not stopped:
         return []
     jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
-    many = len(stopped) > 1
     count, rows, their = (
         (f"{len(stopped)} jobs", "Their rows hold", "their")
-        if many
+        if len(stopped) > 1
         else ("1 job", "Its row holds", "its")
     )
     return [
