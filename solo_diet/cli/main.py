@@ -180,7 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     script.add_argument("script", help="path of the script in a solo-learn checkout")
-    script.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
+    script_args = script.add_argument(
+        "script_args", nargs=argparse.REMAINDER, help="its own arguments"
+    )
+    # argparse marks every REMAINDER positional required, with a default or not
+    script_args.required = False
     script.set_defaults(func=_cmd_solo_script)
 
     demo = sub.add_parser(

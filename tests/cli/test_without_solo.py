@@ -75,12 +75,14 @@ def test_configs_and_data_errors_work_without_solo(tmp_path):
     )
 
 
-def test_a_missing_argument_is_named_alone(tmp_path):
-    """argparse names only what is required: compare's overrides are optional."""
-    done = run_without_solo(["compare"], tmp_path)
+@pytest.mark.parametrize(("command", "required"), [("compare", "spec"), ("solo-script", "script")])
+def test_a_missing_argument_is_named_alone(tmp_path, command, required):
+    """argparse names only what is required: compare's overrides and solo-script's own arguments
+    are optional."""
+    done = run_without_solo([command], tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        "solo-diet compare: error: the following arguments are required: spec"
+        f"solo-diet {command}: error: the following arguments are required: {required}"
     )
 
 
