@@ -52,7 +52,9 @@ class EpochCostLogger(Callback):
     (``torch.cuda.max_memory_allocated`` of this process over the epoch, empty on CPU),
     ``train_loss`` (mean of the loss ``training_step`` returned: the method loss plus the online
     probe's cross-entropy) and the logged ``LOGGED_METRICS`` (empty in epochs without validation:
-    ``check_val_every_n_epoch > 1``). Rows of a resumed run are appended; readers keep the last row
+    ``check_val_every_n_epoch > 1``). When training starts, the rows of the epochs it will train
+    are dropped (every row, and the file, when it starts from epoch 0), so a resumed run keeps the
+    epochs up to its checkpoint and a run started over logs only its own; readers keep the last row
     of each epoch.
 
     Nothing waits for the GPU during the epoch, so the logger does not slow what it measures: on
@@ -81,6 +83,10 @@ class EpochCostLogger(Callback):
 
     def _cuda(self, trainer: Trainer) -> bool:
         return trainer.strategy.root_device.type == "cuda"
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.is_global_zero:  # current_epoch is the first epoch to train, resumed or not
+            drop_epoch_rows_after(self.csv_path, trainer.current_epoch - 1)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._cuda(trainer):

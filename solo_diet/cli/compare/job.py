@@ -46,7 +46,6 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
 def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
     one resumes from its latest checkpoint; a job folder made by another config is refused."""
-    from solo_diet.cli.callbacks import drop_epoch_rows_after
     from solo_diet.cli.pretrain import run_pretrain
 
     cfg, run_dir = job.cfg, job.run_dir
@@ -62,13 +61,12 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
         return Path(state["checkpoint"]), False
     resume = latest_checkpoint(run_dir / "pretrain")
     # Started over (no checkpoint left, say a folder copied from another machine), the job drops
-    # the lost attempt's wall time and epochs; resumed, it keeps them up to its checkpoint.
+    # the lost attempt's wall time (and EpochCostLogger its epochs); resumed, it keeps them.
     state = {
         "pretrain_fingerprint": pretrain_fingerprint,
         "pretrain_wall_s": state.get("pretrain_wall_s", 0.0) if resume is not None else 0.0,
     }
     write_json(state_path, state)
-    drop_epoch_rows_after(run_dir / EPOCHS_FILE, checkpoint_epoch(resume, default=-1))
     if already_finished(resume, cfg):
         checkpoint = resume
     else:
