@@ -39,7 +39,7 @@ def info_nce(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.2) -> to
     logits = z @ z.T / temperature
     logits.fill_diagonal_(float("-inf"))
     n = z1.shape[0]
-    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(n)]).to(z.device)
+    targets = torch.cat([torch.arange(n, 2 * n, device=z.device), torch.arange(n, device=z.device)])
     return F.cross_entropy(logits, targets)
 
 
