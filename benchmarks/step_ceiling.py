@@ -46,21 +46,16 @@ def batches(args: argparse.Namespace, views: int, device: torch.device) -> list[
     made = []
     for _ in range(4):
         images = torch.randn(views, args.batch_size, 3, 32, 32, generator=generator)
+        indexes = torch.randint(0, args.num_samples, (args.batch_size,), generator=generator)
+        targets = torch.randint(0, 10, (args.batch_size,), generator=generator)
         made.append(
             {
                 "views": [
                     v.to(device).contiguous(memory_format=torch.channels_last) for v in images
                 ],
-                "indexes": torch.randint(
-                    0, args.num_samples, (args.batch_size,), generator=generator
-                ),
-                "targets": torch.randint(0, 10, (args.batch_size,), generator=generator),
+                "indexes": indexes.to(device),
+                "targets": targets.to(device),
             }
-        )
-    for batch in made:
-        batch["indexes"], batch["targets"] = (
-            batch["indexes"].to(device),
-            batch["targets"].to(device),
         )
     return made
 
@@ -68,28 +63,30 @@ def batches(args: argparse.Namespace, views: int, device: torch.device) -> list[
 BACKBONES = {"resnet18": lambda: cifar_resnet18("bench"), "cp_resnet8": lambda: cp_resnet8("bench")}
 
 
-def build_step(method: str, args: argparse.Namespace, device: torch.device, graphable: bool):
-    """``(static inputs, step)``: the step reads only the static inputs, so it can be captured."""
+def build_step(
+    method: str, args: argparse.Namespace, device: torch.device, graphable: bool, first: dict
+):
+    """``(static inputs, step)``: the step reads only the static inputs (a copy of ``first``), so
+    it can be captured."""
     torch.manual_seed(0)
     backbone = BACKBONES[args.backbone]().to(device)
     width = backbone.num_features
     probe = nn.Linear(width, 10).to(device)
     if method == "diet":
         head = nn.Linear(width, args.num_samples, bias=False).to(device)
-        modules, views = [backbone, head, probe], 1
+        modules = [backbone, head, probe]
         params = [p for m in modules for p in m.parameters()]
         optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05, capturable=graphable)
     else:
         projector = nn.Sequential(
             nn.Linear(width, 2048), nn.BatchNorm1d(2048), nn.ReLU(), nn.Linear(2048, 256)
         ).to(device)
-        modules, views = [backbone, projector, probe], 2
+        modules = [backbone, projector, probe]
         params = [p for m in modules for p in m.parameters()]
         optimizer = ForeachLARS(
             params, lr=0.3, weight_decay=1e-5, eta=0.02, clip_lr=True, exclude_bias_n_norm=True
         )
     backbone.to(memory_format=torch.channels_last)
-    first = batches(args, views, device)[0]
     static = {k: [t.clone() for t in v] if k == "views" else v.clone() for k, v in first.items()}
     autocast = torch.autocast(
         device.type, dtype=torch.bfloat16, enabled=device.type == "cuda", cache_enabled=False
@@ -147,7 +144,7 @@ def kernel_ms(step: Step, steps: int = 10) -> float:
 def measure(method: str, args: argparse.Namespace, device: torch.device) -> dict:
     cuda = device.type == "cuda"
     made = batches(args, 1 if method == "diet" else 2, device)
-    static, step = build_step(method, args, device, graphable=cuda)
+    static, step = build_step(method, args, device, graphable=cuda, first=made[0])
     for _ in range(args.warmup):
         step()
     read_back = (lambda: static["indexes"].max().item()) if cuda else (lambda: None)
