@@ -205,14 +205,12 @@ class Evaluator:
         report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
         return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_MEASURES.items()}
 
-    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
-        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
-        (+ the k-means scores when ``cluster``)."""
+    def _knn(
+        self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+    ) -> float:
+        """Top-1 of the weighted kNN: train-set bank, val queries."""
         from solo.utils.knn import WeightedKNNClassifier
 
-        model = model.to(self.device).eval()
-        train_x, train_y = self._features(model, self.train_loader)
-        val_x, val_y = self._features(model, self.val_loader)
         knn = WeightedKNNClassifier(
             k=self.settings.knn_k,
             T=self.settings.knn_temperature,
@@ -221,9 +219,22 @@ class Evaluator:
         knn.update(
             train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
         )
-        knn_acc1, _ = knn.compute()
+        return float(knn.compute()[0])
+
+    def knn_top1(self, model: torch.nn.Module) -> float:
+        """kNN top-1 of one representation alone (a learning-curve point)."""
+        model = model.to(self.device).eval()
+        train_x, train_y = self._features(model, self.train_loader)
+        return self._knn(train_x, train_y, *self._features(model, self.val_loader))
+
+    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
+        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
+        (+ the k-means scores when ``cluster``)."""
+        model = model.to(self.device).eval()
+        train_x, train_y = self._features(model, self.train_loader)
+        val_x, val_y = self._features(model, self.val_loader)
         rank_x = val_x[: int(self.settings.rankme_samples)]
-        result: dict[str, Any] = {"knn_acc1": float(knn_acc1)}
+        result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
         if cluster:
             result.update(self.cluster_scores(val_x, val_y))
         if val_x.shape[1] > self.settings.max_rank_dim:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from solo_diet.cli.common import already_finished, checkpoint_epoch
 from solo_diet.cli.compare._files import progress, read_json, write_json
+from solo_diet.cli.compare.curves import evaluate_curve, missing_points, snapshot_epochs
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
 from solo_diet.cli.compare.fingerprints import (
     recipe_fingerprint,
@@ -30,11 +31,15 @@ from solo_diet.config import ConfigError
 
 
 def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
-    """Per-epoch costs and curves, and RankMe in validation epochs (``rankme_every_n_epochs``
-    rounded up to a multiple of the validation interval)."""
+    """Per-epoch costs and curves, the backbone snapshots of the learning curves (``curves``), and
+    RankMe in validation epochs (``rankme_every_n_epochs`` rounded up to a multiple of the
+    validation interval)."""
     from solo_diet.cli.callbacks import EpochCostLogger, RankMeMonitor
+    from solo_diet.cli.compare.snapshots import BackboneSnapshots
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
+    if spec.curves.points > 0:
+        callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec)))
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
         step = validation_interval(spec.budget)
@@ -104,11 +109,14 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluat
     return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
 
 
-def result_standing(spec: DictConfig, job: Job, eval_fingerprint: str) -> Optional[str]:
+def result_standing(
+    spec: DictConfig, job: Job, eval_fingerprint: str, curves: bool = True
+) -> Optional[str]:
     """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run: a
     reference row evaluated with these settings, or a run pretrained with this config to its last
     epoch and evaluated from that checkpoint with these settings. The checkpoint may be gone (run
-    folders copied without checkpoints, from another machine or session)."""
+    folders copied without checkpoints, from another machine or session). With ``curves``, a run
+    with learning-curve points left to evaluate must run too."""
     previous = read_json(job.run_dir / "result.json")
     if job.reference is not None:
         wanted = reference_fingerprint(spec, job, eval_fingerprint)
@@ -122,6 +130,8 @@ def result_standing(spec: DictConfig, job: Job, eval_fingerprint: str) -> Option
         and previous.get("fingerprint") == eval_fingerprint
     ):
         return None
+    if curves and missing_points(spec, job, eval_fingerprint):
+        return None
     if Path(finished).is_file():
         return "already evaluated"
     return "already evaluated (its checkpoint is gone; the result stands)"
@@ -130,13 +140,16 @@ def result_standing(spec: DictConfig, job: Job, eval_fingerprint: str) -> Option
 def run_job(
     spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
-    """Pretrain (not for reference rows) and evaluate one job, each step skipped when already
-    done; returns its result, also written to ``result.json``."""
+    """Pretrain (not for reference rows) and evaluate one job, then its missing learning-curve
+    points, each step skipped when already done; returns its result, also written to
+    ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    standing = result_standing(spec, job, eval_fingerprint)
+    standing = result_standing(spec, job, eval_fingerprint, curves=False)
     if standing:
         progress(f"{job.label}: {standing}")
-        return read_json(job.run_dir / "result.json")
+        result = read_json(job.run_dir / "result.json")
+        evaluate_curve(spec, job, shared_eval, result)
+        return result
     if job.reference is None:
         checkpoint, trained = pretrain(spec, job)
         if _secondary_rank():
@@ -162,4 +175,5 @@ def run_job(
         f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
         + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
     )
+    evaluate_curve(spec, job, shared_eval, result)
     return result

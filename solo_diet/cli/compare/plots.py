@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -95,6 +96,53 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
         axis.set(xlabel="epoch", title=title)
     if folders:  # only reference rows (every run failed): empty panels, no legend
         axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (views counted)"))
+
+
+def plot_learning_curves(
+    curves: dict[str, list[dict]], references: Sequence[dict], path: Path
+) -> Path:
+    """Linear probe and kNN top-1 of every run against epochs and against samples seen
+    (:mod:`~solo_diet.cli.compare.curves_report` rows): the mean over seeds with a band from their
+    minimum to maximum, and the reference rows' means as dashed lines."""
+    from solo_diet.cli.compare.curves_report import CURVE_METRICS
+
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 8))
+    for index, (run, rows) in enumerate(curves.items()):
+        seeds = max(row["n_seeds"] for row in rows)
+        label = run if seeds == 1 else f"{run} ({seeds} seeds)"
+        style = _style(index)
+        for (metric, _), metric_axes in zip(CURVE_METRICS, axes):
+            for axis, (x_key, _) in zip(metric_axes, LEARNING_AXES):
+                x = [row[x_key] for row in rows]
+                axis.plot(x, [row[metric] for row in rows], marker="o", label=label, **style)
+                if seeds > 1:
+                    low, high = ([row[f"{metric}_{end}"] for row in rows] for end in ("min", "max"))
+                    axis.fill_between(x, low, high, color=style["color"], alpha=0.2)
+    for (metric, title), metric_axes in zip(CURVE_METRICS, axes):
+        for axis, (_, x_label) in zip(metric_axes, LEARNING_AXES):
+            for reference in references:
+                if math.isnan(reference.get(metric, math.nan)):
+                    continue
+                axis.axhline(reference[metric], color="0.5", linestyle="--", linewidth=1)
+                axis.annotate(
+                    reference["run"],
+                    (0, reference[metric]),
+                    xycoords=("axes fraction", "data"),
+                    fontsize=7,
+                    color="0.4",
+                    va="bottom",
+                )
+            axis.set(xlabel=x_label, ylabel="top-1 (%)", title=f"{title}, val split")
+    if curves:
+        axes[0][0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -25,6 +25,7 @@ from solo_diet.cli.compare.aggregate import (
     verdict,
 )
 from solo_diet.cli.compare.claims import claim_lines
+from solo_diet.cli.compare.curves_report import learning_curve_lines
 from solo_diet.cli.compare.record import run_record_lines
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
 from solo_diet.cli.compare.tables import (
@@ -204,8 +205,9 @@ def _seeded_tables(
 def write_report(
     spec: DictConfig, results: Sequence[dict], out: Path, left_out: Sequence[str] = ()
 ) -> Path:
-    """results.csv, spectra.png, curves.png and report.md (verdicts, tables and settings);
-    ``left_out`` names the spec's jobs without a result, which the report says it leaves out."""
+    """results.csv, spectra.png, curves.png, the learning curves and report.md (verdicts, tables
+    and settings); ``left_out`` names the spec's jobs without a result, which the report says it
+    leaves out."""
     from solo_diet.cli.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -247,6 +249,7 @@ def write_report(
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
         lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]
+    lines += learning_curve_lines(spec, results, out, plotted)
     lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
     if plotted:
         lines += ["![singular-value spectra](spectra.png)", ""]

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
 from solo_diet.cli.compare.claims import check_claims
+from solo_diet.cli.compare.curves import check_curves
 from solo_diet.config import ConfigError, closest_name
 
 SPEC_DEFAULTS: dict[str, Any] = {
@@ -59,6 +60,9 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "runs": [],
     "claims": [],
+    # learning curves: linear probe + kNN at this many evenly spaced epochs of the budget, the
+    # last being the final evaluation (0: off; docs/compare.md, "Learning curves")
+    "curves": {"points": 0},
 }
 REFERENCE_ROWS = ("random_init", "raw_pixels")
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
@@ -199,6 +203,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
     _check_seeds_and_workers(spec, spec_path)
     _check_only(spec, spec_path)
     check_claims(spec, spec_path)
+    check_curves(spec, spec_path)
     spec.data.format = resolve_data_format(spec.data.format, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:

@@ -1,0 +1,24 @@
+"""Compute as the learning curves count it: forward-backward samples, views counted.
+
+An image of a batch counts once per view the method trains on (DIET and s-DIET one, SimCLR and
+most SSL methods two, multi-crop methods every crop, small crops too), so at equal epochs a
+two-view method has seen twice the samples of a one-view one. The one place that says so: a
+compute-matched budget must count the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def views_per_sample(cfg: Any) -> int:
+    """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
+    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``)."""
+    return sum(int(pipeline.num_crops) for pipeline in cfg.augmentations)
+
+
+def samples_seen(images: float, views: int) -> float:
+    """Forward-backward samples of training on ``images`` images (optimisation steps x global
+    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
+    ``steps x batch x views``."""
+    return images * views
