@@ -19,7 +19,11 @@ spec format is in ``docs/compare.md``. The modules, in the order a comparison us
   (:mod:`~solo_diet.cli.compare.plots`) and ``report.md``, with mean ± std over seeds and the
   marks of resolved differences (:mod:`~solo_diet.cli.compare.aggregate`), the spec's claims
   checked against the results (:mod:`~solo_diet.cli.compare.claims`), and where, when and at what
-  cost the jobs ran (:mod:`~solo_diet.cli.compare.record`).
+  cost the jobs ran (:mod:`~solo_diet.cli.compare.record`);
+- :mod:`~solo_diet.cli.compare.curves`: the learning curves, linear probe and kNN of backbone
+  snapshots saved during pretraining (:mod:`~solo_diet.cli.compare.snapshots`), against epochs and
+  samples seen (:mod:`~solo_diet.cli.compare.compute`), gathered over seeds in the report
+  (:mod:`~solo_diet.cli.compare.curves_report`).
 
 :mod:`~solo_diet.cli.compare._files` holds the small JSON and progress helpers they share.
 """

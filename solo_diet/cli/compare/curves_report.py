@@ -94,7 +94,7 @@ def _reading(run: str, rows: Sequence[dict]) -> str:
         scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
         if not scored:
             continue
-        best = max(scored, key=lambda r: r[metric])
+        best = max(scored, key=lambda r: (r[metric], r["epoch"]))  # the latest of equal bests
         peak = (
             "its best point"
             if best is scored[-1]
@@ -161,7 +161,7 @@ def learning_curve_lines(
         ]
     _write_csv(curves, out / CURVES_CSV)
     lines += [
-        f"Linear probe and kNN top-1 (%) at {spec.curves.points} epochs of the budget, mean ± std "
+        "Linear probe and kNN top-1 (%) at evenly spaced epochs of the budget, mean ± std "
         f"over seeds (`{CURVES_CSV}`: also min, max and samples seen). {_cost_line(results, out)} "
         "The last interval's change is read like the † marks: beyond two pooled standard "
         "deviations of the two points' seeds it is rising or falling, within them flat.",

@@ -1,0 +1,197 @@
+"""``solo-diet compare``'s learning curves on a tiny ImageFolder: snapshots at the curve's epochs,
+``curve.csv`` per job, the report's figure and tables, and reruns that evaluate only what is
+missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.cli.compare import load_spec, run_compare  # noqa: E402
+from solo_diet.cli.compare.curves import curve_epochs, read_points, write_points  # noqa: E402
+from solo_diet.cli.compare.curves_report import run_curves  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
+from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
+
+IMAGES_PER_EPOCH = 8  # budget.limit_train_batches=2 batches of budget.batch_size=4
+VIEWS = {"diet": 1, "simclr": 2}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
+
+
+def curve_overrides(data_root: Path, output_dir: Path) -> list[str]:
+    """3 epochs, a point after each (two snapshots and the final checkpoint), 2 seeds, 2 runs with 1
+    and 2 views, no reference rows; the tiny spec keeps every pretraining checkpoint."""
+    return tiny_overrides(data_root, output_dir) + [
+        "budget.max_epochs=3",
+        "curves.points=3",
+        "seeds=[0,1]",
+        "reference_rows=[]",
+        "evaluation.clustering=false",
+        "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
+    ]
+
+
+def curve_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if ": learning curve at epoch" in line]
+
+
+def backbone_of(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return {k: v for k, v in state.items() if k.startswith("backbone.")}
+
+
+def test_curve_epochs_are_evenly_spaced_and_end_at_the_budget():
+    def spec(epochs: int, points: int):
+        return OmegaConf.create({"budget": {"max_epochs": epochs}, "curves": {"points": points}})
+
+    assert curve_epochs(spec(300, 10)) == list(range(30, 301, 30))
+    assert curve_epochs(spec(10, 3)) == [4, 7, 10]
+    assert curve_epochs(spec(5, 5)) == [1, 2, 3, 4, 5]
+    assert curve_epochs(spec(5, 0)) == []
+
+
+@pytest.mark.parametrize("points", ["-1", "4", "true", "2.5"])
+def test_bad_points_name_the_key(data_root, tmp_path, points):
+    overrides = tiny_overrides(data_root, tmp_path / "out") + ["budget.max_epochs=3"]
+    with pytest.raises(ConfigError, match=r"`curves.points` must be an integer from 0 .* \(3\)"):
+        load_spec(SHIPPED_SPEC, overrides + [f"curves.points={points}"])
+
+
+def test_seeds_spread_is_mean_std_min_and_max_of_the_points_of_the_results_settings(tmp_path):
+    rows = {0: [50.0, 60.0], 1: [54.0, 70.0]}  # seed: linear at epochs 1 and 2
+    results = []
+    for seed, values in rows.items():
+        job = f"runs/diet/seed_{seed}"
+        (tmp_path / job).mkdir(parents=True)
+        points = {
+            e + 1: {
+                "epoch": e + 1,
+                "linear_acc1": v,
+                "knn_acc1": 2 * v,
+                "samples_seen": 8.0 * (e + 1),
+                "source": "snapshot",
+                "wall_s": 1.0,
+                "fingerprint": "now",
+            }
+            for e, v in enumerate(values)
+        }
+        points[3] = {**points[2], "epoch": 3, "linear_acc1": 99.0, "fingerprint": "before"}
+        write_points(tmp_path / job, points)
+        results.append({"run": "diet", "seed": seed, "job": job, "fingerprint": "now"})
+
+    (curve,) = run_curves(results, tmp_path).values()
+    assert [row["epoch"] for row in curve] == [1, 2]  # epoch 3's rows are of other settings
+    first, second = curve
+    assert (first["linear_acc1"], first["linear_acc1_min"], first["linear_acc1_max"]) == (
+        52,
+        50,
+        54,
+    )
+    assert first["linear_acc1_std"] == pytest.approx(math.sqrt(8))  # ddof 1
+    assert (second["knn_acc1"], second["n_seeds"], second["samples_seen"]) == (130, 2, 16)
+
+
+@pytest.mark.slow
+def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
+    data_root, tmp_path, capsys
+):
+    out = tmp_path / "cmp"
+    report = run_compare(SHIPPED_SPEC, curve_overrides(data_root, out)).read_text()
+
+    assert len(curve_lines(capsys.readouterr().out)) == 8  # 4 jobs x 2 snapshots
+    for run, views in VIEWS.items():
+        for seed in (0, 1):
+            folder = out / "runs" / run / f"seed_{seed}"
+            points = read_points(folder)
+            assert sorted(points) == [1, 2, 3]
+            assert [points[e]["source"] for e in (1, 2, 3)] == ["snapshot", "snapshot", "final"]
+            for epoch, point in points.items():
+                assert point["samples_seen"] == IMAGES_PER_EPOCH * epoch * views
+                assert 0.0 <= point["linear_acc1"] <= 100.0 and 0.0 <= point["knn_acc1"] <= 100.0
+            result = json.loads((folder / "result.json").read_text())
+            assert (points[3]["linear_acc1"], points[3]["knn_acc1"]) == (
+                result["linear_acc1"],
+                result["knn_acc1"],
+            )
+            # each snapshot holds the backbone after its epoch: solo-learn's checkpoint of that
+            # epoch (kept by the tiny spec's keep_prev, named by the 0-based epoch) to the bit
+            assert sorted(p.name for p in (folder / "curves").glob("*.ckpt")) == [
+                "epoch_1.ckpt",
+                "epoch_2.ckpt",
+            ]
+            for epoch in (1, 2):
+                (solo_learn,) = folder.glob(f"pretrain/**/*-ep={epoch - 1}.ckpt")
+                snapshot, saved = (
+                    backbone_of(p) for p in (folder / f"curves/epoch_{epoch}.ckpt", solo_learn)
+                )
+                assert snapshot.keys() == saved.keys()
+                assert all(torch.equal(snapshot[k], saved[k]) for k in saved)
+            assert not all(
+                torch.equal(a, b)
+                for a, b in zip(
+                    backbone_of(folder / "curves/epoch_1.ckpt").values(),
+                    backbone_of(Path(result["checkpoint"])).values(),
+                )
+            )
+
+    with (out / "learning_curves.csv").open() as f:
+        gathered = list(csv.DictReader(f))
+    assert [(r["run"], int(r["epoch"]), int(r["n_seeds"])) for r in gathered] == [
+        (run, epoch, 2) for run in VIEWS for epoch in (1, 2, 3)
+    ]
+    for row in gathered:
+        for metric in ("linear_acc1", "knn_acc1"):
+            low, mean, high = (float(row[f"{metric}{s}"]) for s in ("_min", "", "_max"))
+            assert low <= mean <= high
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Learning curves" in report and "](learning_curves.png)" in report
+    assert report.count("| run | 1 | 2 | 3 |") == 2  # the linear and the kNN table
+    assert "- `diet` (2 seeds): linear probe " in report
+
+    # rerun: one job lost a point's row, one was interrupted after its first epoch (checkpoints of
+    # epochs 1 and 2 gone): only the lost row and the retrained epoch's point are evaluated
+    lost_row = out / "runs" / "diet" / "seed_0"
+    points = read_points(lost_row)
+    del points[1]
+    write_points(lost_row, points)
+    interrupted = out / "runs" / "simclr" / "seed_1"
+    for checkpoint in interrupted.glob("pretrain/**/*-ep=[12].ckpt"):
+        checkpoint.unlink()
+    state = json.loads((interrupted / "state.json").read_text())
+    del state["checkpoint"]
+    (interrupted / "state.json").write_text(json.dumps(state))
+    (interrupted / "result.json").unlink()
+    untouched = out / "runs" / "diet" / "seed_1" / "curve.csv"
+    before = untouched.stat().st_mtime_ns
+    capsys.readouterr()
+
+    run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
+
+    log = capsys.readouterr().out
+    assert "run 'simclr' seed 1: resuming after epoch 0" in log
+    assert curve_lines(log) == [
+        "[compare] run 'diet' seed 0: learning curve at epoch 1 (1/1): linear probe, kNN",
+        "[compare] run 'simclr' seed 1: learning curve at epoch 2 (1/1): linear probe, kNN",
+    ]
+    assert "run 'diet' seed 1: already evaluated" in log
+    assert untouched.stat().st_mtime_ns == before
+    assert sorted(read_points(lost_row)) == sorted(read_points(interrupted)) == [1, 2, 3]
+
+    run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
+
+    assert curve_lines(capsys.readouterr().out) == []
