@@ -47,20 +47,22 @@ TEXT_COLUMNS = ("source", "fingerprint")
 
 
 def check_curves(spec: DictConfig, spec_path: Path) -> None:
-    """``curves.points``: an integer from 0 (off) to ``budget.max_epochs``."""
-    points, epochs = spec.curves.points, spec.budget.max_epochs
-    if isinstance(points, bool) or not isinstance(points, int) or not 0 <= points <= epochs:
+    """``curves.points``: a non-negative integer (0: off)."""
+    points = spec.curves.points
+    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
         raise ConfigError(
-            f"{spec_path}: `curves.points` must be an integer from 0 (no learning curves) to "
-            f"`budget.max_epochs` ({epochs}): the epochs of the budget where each run's linear "
-            f"probe and kNN are measured, e.g. curves.points=10; got {points}."
+            f"{spec_path}: `curves.points` must be a non-negative integer: the number of epochs "
+            "of the budget where each run's linear probe and kNN are measured (e.g. "
+            f"curves.points=10; 0: no learning curves), got {points}."
         )
 
 
 def curve_epochs(spec: DictConfig) -> list[int]:
-    """The curve's epochs (epochs trained): ``ceil(k * max_epochs / points)`` for k = 1 .. points,
-    the last being ``max_epochs``; none when ``curves.points`` is 0."""
-    epochs, points = spec.budget.max_epochs, spec.curves.points
+    """The curve's epochs (epochs trained): ``ceil(k * max_epochs / n)`` for k = 1 .. n, n being
+    ``curves.points`` but at most ``max_epochs`` (one point per epoch); the last is
+    ``max_epochs``. None when ``curves.points`` is 0."""
+    epochs = spec.budget.max_epochs
+    points = min(spec.curves.points, epochs)
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
