@@ -37,8 +37,9 @@ def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
 
 
 def interrupt_after_first_epoch(run_dir: Path) -> None:
-    """What a kill during epoch 2 leaves: the epoch-0 checkpoint, no final state, no result."""
-    for checkpoint in run_dir.glob("pretrain/**/*-ep=1.ckpt"):
+    """What a kill during epoch 2 leaves: the epoch-0 checkpoint (the later ones of a spec that
+    keeps them deleted), no final state, no result."""
+    for checkpoint in run_dir.glob("pretrain/**/*-ep=[1-9]*.ckpt"):
         checkpoint.unlink()
     state = json.loads((run_dir / "state.json").read_text())
     del state["checkpoint"]

@@ -22,7 +22,12 @@ from solo_diet.cli.compare import load_spec, run_compare  # noqa: E402
 from solo_diet.cli.compare.curves import curve_epochs, read_points, write_points  # noqa: E402
 from solo_diet.cli.compare.curves_report import run_curves  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
+from tests.cli._compare import (  # noqa: E402
+    SHIPPED_SPEC,
+    interrupt_after_first_epoch,
+    tiny_overrides,
+    write_tiny_images,
+)
 
 IMAGES_PER_EPOCH = 8  # budget.limit_train_batches=2 batches of budget.batch_size=4
 VIEWS = {"diet": 1, "simclr": 2}
@@ -171,12 +176,7 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     del points[1]
     write_points(lost_row, points)
     interrupted = out / "runs" / "simclr" / "seed_1"
-    for checkpoint in interrupted.glob("pretrain/**/*-ep=[12].ckpt"):
-        checkpoint.unlink()
-    state = json.loads((interrupted / "state.json").read_text())
-    del state["checkpoint"]
-    (interrupted / "state.json").write_text(json.dumps(state))
-    (interrupted / "result.json").unlink()
+    interrupt_after_first_epoch(interrupted)
     untouched = out / "runs" / "diet" / "seed_1" / "curve.csv"
     before = untouched.stat().st_mtime_ns
     capsys.readouterr()
