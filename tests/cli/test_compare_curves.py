@@ -18,9 +18,11 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
-from solo_diet.cli.compare import load_spec, run_compare  # noqa: E402
+from solo_diet.cli.compare import load_spec, parse_runs, run_compare  # noqa: E402
+from solo_diet.cli.compare.compute import samples_seen, views_per_sample  # noqa: E402
 from solo_diet.cli.compare.curves import curve_epochs, read_points, write_points  # noqa: E402
 from solo_diet.cli.compare.curves_report import run_curves  # noqa: E402
+from solo_diet.cli.compare.jobs import plan_jobs  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from tests.cli._compare import (  # noqa: E402
     SHIPPED_SPEC,
@@ -30,7 +32,7 @@ from tests.cli._compare import (  # noqa: E402
 )
 
 IMAGES_PER_EPOCH = 8  # budget.limit_train_batches=2 batches of budget.batch_size=4
-VIEWS = {"diet": 1, "simclr": 2}
+SIMCLR_VIEWS = 2
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +41,15 @@ def data_root(tmp_path_factory) -> Path:
 
 
 def curve_overrides(data_root: Path, output_dir: Path) -> list[str]:
-    """3 epochs, a point after each (two snapshots and the final checkpoint), 2 seeds, 2 runs with 1
-    and 2 views, no reference rows; the tiny spec keeps every pretraining checkpoint."""
+    """3 epochs, a point after each (two snapshots and the final checkpoint), SimCLR (2 views) at 2
+    seeds, no reference rows; the tiny spec keeps every pretraining checkpoint."""
     return tiny_overrides(data_root, output_dir) + [
         "budget.max_epochs=3",
         "curves.points=3",
         "seeds=[0,1]",
         "reference_rows=[]",
         "evaluation.clustering=false",
-        "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
+        "runs=[{name: simclr, config_name: simclr}]",
     ]
 
 
@@ -76,6 +78,17 @@ def test_bad_points_name_the_key(data_root, tmp_path, points):
     overrides = tiny_overrides(data_root, tmp_path / "out") + [f"curves.points={points}"]
     with pytest.raises(ConfigError, match=r"`curves.points` must be a non-negative integer"):
         load_spec(SHIPPED_SPEC, overrides)
+
+
+def test_views_per_sample_count_every_crop_of_the_runs_pipelines(data_root, tmp_path):
+    runs = "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]"
+    spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + [runs])
+    jobs = plan_jobs(spec, parse_runs(spec))
+    assert {job.name: views_per_sample(job.cfg) for job in jobs if job.reference is None} == {
+        "diet": 1,
+        "simclr": SIMCLR_VIEWS,
+    }
+    assert samples_seen(3 * IMAGES_PER_EPOCH, SIMCLR_VIEWS) == 48
 
 
 def test_seeds_spread_is_mean_std_min_and_max_of_the_points_of_the_results_settings(tmp_path):
@@ -119,46 +132,45 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     out = tmp_path / "cmp"
     report = run_compare(SHIPPED_SPEC, curve_overrides(data_root, out)).read_text()
 
-    assert len(curve_lines(capsys.readouterr().out)) == 8  # 4 jobs x 2 snapshots
-    for run, views in VIEWS.items():
-        for seed in (0, 1):
-            folder = out / "runs" / run / f"seed_{seed}"
-            points = read_points(folder)
-            assert sorted(points) == [1, 2, 3]
-            assert [points[e]["source"] for e in (1, 2, 3)] == ["snapshot", "snapshot", "final"]
-            for epoch, point in points.items():
-                assert point["samples_seen"] == IMAGES_PER_EPOCH * epoch * views
-                assert 0.0 <= point["linear_acc1"] <= 100.0 and 0.0 <= point["knn_acc1"] <= 100.0
-            result = json.loads((folder / "result.json").read_text())
-            assert (points[3]["linear_acc1"], points[3]["knn_acc1"]) == (
-                result["linear_acc1"],
-                result["knn_acc1"],
+    assert len(curve_lines(capsys.readouterr().out)) == 4  # 2 jobs x 2 snapshots
+    for seed in (0, 1):
+        folder = out / "runs" / "simclr" / f"seed_{seed}"
+        points = read_points(folder)
+        assert sorted(points) == [1, 2, 3]
+        assert [points[e]["source"] for e in (1, 2, 3)] == ["snapshot", "snapshot", "final"]
+        for epoch, point in points.items():
+            assert point["samples_seen"] == IMAGES_PER_EPOCH * epoch * SIMCLR_VIEWS
+            assert 0.0 <= point["linear_acc1"] <= 100.0 and 0.0 <= point["knn_acc1"] <= 100.0
+        result = json.loads((folder / "result.json").read_text())
+        assert (points[3]["linear_acc1"], points[3]["knn_acc1"]) == (
+            result["linear_acc1"],
+            result["knn_acc1"],
+        )
+        # each snapshot holds the backbone after its epoch: solo-learn's checkpoint of that
+        # epoch (kept by the tiny spec's keep_prev, named by the 0-based epoch) to the bit
+        assert sorted(p.name for p in (folder / "curves").glob("*.ckpt")) == [
+            "epoch_1.ckpt",
+            "epoch_2.ckpt",
+        ]
+        for epoch in (1, 2):
+            (solo_learn,) = folder.glob(f"pretrain/**/*-ep={epoch - 1}.ckpt")
+            snapshot, saved = (
+                backbone_of(p) for p in (folder / f"curves/epoch_{epoch}.ckpt", solo_learn)
             )
-            # each snapshot holds the backbone after its epoch: solo-learn's checkpoint of that
-            # epoch (kept by the tiny spec's keep_prev, named by the 0-based epoch) to the bit
-            assert sorted(p.name for p in (folder / "curves").glob("*.ckpt")) == [
-                "epoch_1.ckpt",
-                "epoch_2.ckpt",
-            ]
-            for epoch in (1, 2):
-                (solo_learn,) = folder.glob(f"pretrain/**/*-ep={epoch - 1}.ckpt")
-                snapshot, saved = (
-                    backbone_of(p) for p in (folder / f"curves/epoch_{epoch}.ckpt", solo_learn)
-                )
-                assert snapshot.keys() == saved.keys()
-                assert all(torch.equal(snapshot[k], saved[k]) for k in saved)
-            assert not all(
-                torch.equal(a, b)
-                for a, b in zip(
-                    backbone_of(folder / "curves/epoch_1.ckpt").values(),
-                    backbone_of(Path(result["checkpoint"])).values(),
-                )
+            assert snapshot.keys() == saved.keys()
+            assert all(torch.equal(snapshot[k], saved[k]) for k in saved)
+        assert not all(
+            torch.equal(a, b)
+            for a, b in zip(
+                backbone_of(folder / "curves/epoch_1.ckpt").values(),
+                backbone_of(Path(result["checkpoint"])).values(),
             )
+        )
 
     with (out / "learning_curves.csv").open() as f:
         gathered = list(csv.DictReader(f))
     assert [(r["run"], int(r["epoch"]), int(r["n_seeds"])) for r in gathered] == [
-        (run, epoch, 2) for run in VIEWS for epoch in (1, 2, 3)
+        ("simclr", epoch, 2) for epoch in (1, 2, 3)
     ]
     for row in gathered:
         for metric in ("linear_acc1", "knn_acc1"):
@@ -167,18 +179,15 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "## Learning curves" in report and "](learning_curves.png)" in report
     assert report.count("| run | 1 | 2 | 3 |") == 2  # the linear and the kNN table
-    assert "- `diet` (2 seeds): linear probe " in report
+    assert "- `simclr` (2 seeds): linear probe " in report
 
-    # rerun: one job lost a point's row, one was interrupted after its first epoch (checkpoints of
-    # epochs 1 and 2 gone): only the lost row and the retrained epoch's point are evaluated
-    lost_row = out / "runs" / "diet" / "seed_0"
+    # rerun: one job lost a point's row, the other was interrupted after its first epoch (its
+    # later checkpoints gone): only the lost row and the retrained epoch's point are evaluated
+    lost_row, interrupted = (out / "runs" / "simclr" / f"seed_{seed}" for seed in (0, 1))
     points = read_points(lost_row)
     del points[1]
     write_points(lost_row, points)
-    interrupted = out / "runs" / "simclr" / "seed_1"
     interrupt_after_first_epoch(interrupted)
-    untouched = out / "runs" / "diet" / "seed_1" / "curve.csv"
-    before = untouched.stat().st_mtime_ns
     capsys.readouterr()
 
     run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
@@ -186,13 +195,14 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     log = capsys.readouterr().out
     assert "run 'simclr' seed 1: resuming after epoch 0" in log
     assert curve_lines(log) == [
-        "[compare] run 'diet' seed 0: learning curve at epoch 1 (1/1): linear probe, kNN",
+        "[compare] run 'simclr' seed 0: learning curve at epoch 1 (1/1): linear probe, kNN",
         "[compare] run 'simclr' seed 1: learning curve at epoch 2 (1/1): linear probe, kNN",
     ]
-    assert "run 'diet' seed 1: already evaluated" in log
-    assert untouched.stat().st_mtime_ns == before
     assert sorted(read_points(lost_row)) == sorted(read_points(interrupted)) == [1, 2, 3]
+    written = [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)]
 
     run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
 
-    assert curve_lines(capsys.readouterr().out) == []
+    log = capsys.readouterr().out
+    assert curve_lines(log) == [] and log.count("already evaluated\n") == 2  # not even started
+    assert [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)] == written
