@@ -241,6 +241,22 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     return cfg, method_cls, contract
 
 
+def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
+    """The method as the launcher trains it: built from the parsed cfg, with our same-math
+    substitutes (named in one printed line), contiguous, channels-last unless
+    ``performance.disable_channel_last``."""
+    from solo.utils.misc import make_contiguous
+
+    model = method_cls(cfg)
+    substitutes = substitutes_line(substitute_step_parts(cfg, model))
+    if substitutes:
+        print(substitutes, flush=True)
+    make_contiguous(model)
+    if not OmegaConf.select(cfg, "performance.disable_channel_last", default=False):
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
     """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
 
@@ -248,7 +264,6 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     An interrupted fit raises ``solo_diet.cli.errors.Interrupted``; resuming a run that already
     reached ``max_epochs`` trains nothing and returns its checkpoint."""
     from lightning.pytorch import Trainer, seed_everything
-    from solo.utils.misc import make_contiguous
 
     import solo_diet
 
@@ -262,13 +277,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     set_num_samples(cfg, contract, num_samples)
     val_loader = _val_loader(cfg)
 
-    model = method_cls(cfg)
-    substitutes = substitutes_line(substitute_step_parts(cfg, model))
-    if substitutes:
-        print(substitutes, flush=True)
-    make_contiguous(model)
-    if not cfg.performance.disable_channel_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = build_model(cfg, method_cls)
 
     logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
