@@ -55,7 +55,7 @@ class ForeachMomentumUpdater(MomentumUpdater):
 
     @property
     def cur_tau(self) -> Union[float, Tensor]:
-        if self._device is None or self._device.type == "cpu":
+        if self._device is None:
             return self._tau
         return torch.full((), self._tau, device=self._device)
 

@@ -81,7 +81,10 @@ def test_the_updater_keeps_solo_learns_tau_schedule():
     for step in (0, 3, 7, 10):
         ours.update_tau(step, 10)
         theirs.update_tau(step, 10)
-        assert ours.cur_tau == theirs.cur_tau  # a float on the CPU, as solo-learn's
+        assert ours.cur_tau == theirs.cur_tau  # a float until an update has seen the device
+    ours.update(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    assert isinstance(ours.cur_tau, torch.Tensor) and ours.cur_tau.dim() == 0
+    assert ours.cur_tau.item() == pytest.approx(theirs.cur_tau, rel=1e-7)  # logged as float32
 
 
 def trained_byol(substitutes: bool) -> tuple[dict, type, type]:
