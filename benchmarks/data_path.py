@@ -12,8 +12,9 @@ named in ``--sources``), ``ceiling`` (the same step on a few pre-made augmented 
 augmentation) and ``bare`` (the ceiling's batches, model, optimizer, scheduler and precision, but
 the timed steps run outside Lightning's loop: ``training_step`` under the precision's autocast,
 ``backward``, the optimizer and scheduler steps and, for momentum methods, the EMA update and tau
-schedule, no logging; so ``/ bare`` is the Lightning step's share of a plain loop of the same math,
-on one card in one run). The model is built as the launcher builds it (our same-math substitutes
+schedule, no logging, the LightningModule called itself, so a recipe's one-device DDP wrapper is
+skipped too; ``/ bare`` is the Lightning step's share of a plain loop of the same math, on one card
+in one run). The model is built as the launcher builds it (our same-math substitutes
 included: ``--override ++performance.foreach_substitutes=False`` for solo-learn's). After
 ``--warmup`` steps
 the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it, the GPU busy %
