@@ -8,19 +8,26 @@ classes; the model keeps the CIFAR stem and the config's augmentations). Sources
 (solo-learn's dataset and DataLoader with ``--workers`` workers: ``data.format: image_folder``),
 ``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU, the augmentation
 replayed as CUDA graphs), ``gpu_eager`` (the same with ``data.gpu.cuda_graphs: false``; only when
-named in ``--sources``) and ``ceiling`` (the same step on a few pre-made augmented GPU batches, no
-augmentation). After ``--warmup`` steps
+named in ``--sources``), ``ceiling`` (the same step on a few pre-made augmented GPU batches, no
+augmentation) and ``bare`` (the ceiling's batches, model, optimizer, scheduler and precision, but
+the timed steps run outside Lightning's loop: ``training_step`` under the precision's autocast,
+``backward``, the optimizer and scheduler steps and, for momentum methods, the EMA update and tau
+schedule, no logging, the LightningModule called itself, so a recipe's one-device DDP wrapper is
+skipped too; ``/ bare`` is the Lightning step's share of a plain loop of the same math, on one card
+in one run). The model is built as the launcher builds it (our same-math substitutes
+included: ``--override ++performance.foreach_substitutes=False`` for solo-learn's). After
+``--warmup`` steps
 the window runs for ``--seconds`` (at least ``--min-steps``): samples/s over it, the GPU busy %
 sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
 ``torch.cuda.max_memory_allocated``. Prints one table; ``pretrain_wall.py`` times whole runs.
 
-    python benchmarks/data_path.py                     # 42 cases, sized for ~8 min on one H100
+    python benchmarks/data_path.py                     # 56 cases, sized for ~10 min on one H100
     python benchmarks/data_path.py --backbones resnet18   # half of them (one per backbone)
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18 \
         --sources image_folder gpu gpu_eager ceiling   # CUDA graphs against eager augmentation
-    python benchmarks/data_path.py --methods simclr --backbones resnet18 --sources gpu \
-        --override optimizer.name=lars_foreach      # the same step with ForeachLARS
+    python benchmarks/data_path.py --backbones resnet18 --sources gpu ceiling bare
+                                                    # issue 32's Lightning / bare ratio
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18 --sources gpu \
         --sync-every-batch      # the same with a wait for the GPU after every batch
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
@@ -42,7 +49,7 @@ from typing import Optional
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "cifar"
 METHOD_NAMES = ("diet", "sdiet", "simclr", "byol", "vicreg", "simclr_sem", "cplearn")
-SOURCES = ("image_folder", "gpu", "ceiling")
+SOURCES = ("image_folder", "gpu", "ceiling", "bare")
 EXTRA_SOURCES = ("gpu_eager",)
 BACKBONES = {
     "resnet18": ["backbone.name=resnet18"],
@@ -136,16 +143,21 @@ def window_callback(case: dict):
                     torch.cuda.synchronize()
                     self.busy.start()
                 self.start = time.perf_counter()
+                if case["source"] == "bare":
+                    self.time_bare_steps(trainer, module)
 
-        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            if cuda and case["sync_every_batch"]:  # what a per-batch timer's wait costs
-                torch.cuda.synchronize()
-            if self.start is None:
-                return
-            self.steps += 1
-            elapsed = time.perf_counter() - self.start
-            if self.steps < case["min_steps"] or elapsed < case["seconds"]:
-                return
+        def time_bare_steps(self, trainer, module):
+            """The window's steps outside Lightning's loop, then the run stops."""
+            step = bare_step(trainer, module)
+            while True:
+                step(trainer.global_step + self.steps)
+                self.steps += 1
+                elapsed = time.perf_counter() - self.start
+                if self.steps >= case["min_steps"] and elapsed >= case["seconds"]:
+                    break
+            self.finish(trainer)
+
+        def finish(self, trainer):
             if cuda:
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - self.start
@@ -156,7 +168,67 @@ def window_callback(case: dict):
             }
             trainer.should_stop = True
 
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if cuda and case["sync_every_batch"]:  # what a per-batch timer's wait costs
+                torch.cuda.synchronize()
+            if self.start is None or self.result:
+                return
+            self.steps += 1
+            elapsed = time.perf_counter() - self.start
+            if self.steps >= case["min_steps"] and elapsed >= case["seconds"]:
+                self.finish(trainer)
+
     return Window()
+
+
+def bare_step(trainer, module):
+    """One training step of ``module`` without Lightning's loop, as a function of the step count:
+    the next batch of the Trainer's loader (a fresh pass over it, the batch index counted here),
+    ``training_step`` under the Trainer's precision context (its autocast), ``backward``, the
+    optimizer's ``zero_grad``/``step``, the step-interval schedulers and, where the method has one,
+    the momentum updater's EMA over ``momentum_pairs`` and its tau schedule (solo-learn's
+    ``on_train_batch_end`` without its ``tau`` log). ``self.log`` is off: Lightning's logging is
+    part of what the ratio measures."""
+    import torch
+
+    loader = trainer.train_dataloader
+    device = trainer.strategy.root_device
+    optimizer = trainer.optimizers[0]
+    schedulers = [c.scheduler for c in trainer.lr_scheduler_configs if c.interval == "step"]
+    updater = getattr(module, "momentum_updater", None)
+    total_steps = trainer.estimated_stepping_batches
+    module.log = module.log_dict = lambda *args, **kwargs: None
+    batches = {"iterator": iter(loader), "index": 0}
+
+    def to_device(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device, non_blocking=True)
+        return [to_device(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    def next_batch():
+        try:
+            batch = next(batches["iterator"])
+        except StopIteration:
+            batches["iterator"], batches["index"] = iter(loader), 0
+            batch = next(batches["iterator"])
+        batches["index"] += 1
+        return to_device(batch), batches["index"] - 1
+
+    def step(global_step: int) -> None:
+        batch, index = next_batch()
+        optimizer.zero_grad(set_to_none=True)
+        with trainer.precision_plugin.forward_context():
+            out = module.training_step(batch, index)
+        (out["loss"] if isinstance(out, dict) else out).backward()
+        optimizer.step()
+        for scheduler in schedulers:
+            scheduler.step()
+        if updater is not None:
+            for pair in module.momentum_pairs:
+                updater.update(*pair)
+            updater.update_tau(cur_step=global_step, max_steps=total_steps)
+
+    return step
 
 
 class PremadeViews:
@@ -212,7 +284,7 @@ def data_loader(cfg, method_cls, source: str):
     # the ceiling's pre-made views are handed out by Python: no graph of them
     OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
     loader, num_samples = pretrain_loader(cfg, hook)
-    if source == "ceiling":
+    if source in ("ceiling", "bare"):
         device = resolve_device(loader.device)
         generator = torch.Generator(device=device)
         rows = loader.dataset.images[: cfg.optimizer.batch_size].to(device)
@@ -227,6 +299,7 @@ def run_throughput_case(case: dict) -> dict:
     from solo.methods import METHODS
 
     from solo_diet.cli.common import trainer_kwargs
+    from solo_diet.cli.pretrain import build_model
     from solo_diet.methods.contract import method_contract
 
     cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])
@@ -235,7 +308,7 @@ def run_throughput_case(case: dict) -> dict:
     loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
     if method_contract(method_cls).uses_sample_indexes:
         cfg.method_kwargs.num_samples = num_samples
-    model = method_cls(cfg).to(memory_format=torch.channels_last)
+    model = build_model(cfg, method_cls)  # as solo-diet pretrain builds it, substitutes included
     window = window_callback(case)
     cfg.update(max_epochs=10_000, limit_val_batches=0, num_sanity_val_steps=0, benchmark=True)
     kwargs = trainer_kwargs(cfg, [window], None)
@@ -273,10 +346,10 @@ def cell(result: dict, key: str, fmt: str) -> str:
 
 def throughput_table(args, common: dict) -> None:
     print(
-        "| method | backbone | source | samples/s | x image_folder | / ceiling | GPU busy % "
-        "| peak MiB |"
+        "| method | backbone | source | samples/s | x image_folder | / ceiling | / bare "
+        "| GPU busy % | peak MiB |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
         folder = write_folder(Path(scratch) / "train", args.images)
         for backbone in args.backbones:
@@ -293,13 +366,16 @@ def throughput_table(args, common: dict) -> None:
                     row[source] = run_case(__file__, case, args.case_timeout)
                 for source, result in row.items():
                     speed = result.get("samples_s")
-                    base = row.get("image_folder", {}).get("samples_s")
-                    top = row.get("ceiling", {}).get("samples_s")
-                    ratio = f"{speed / base:.2f}" if speed and base else "-"
-                    share = f"{speed / top:.2f}" if speed and top else "-"
+                    ratios = [
+                        f"{speed / other:.2f}" if speed and other else "-"
+                        for other in (
+                            row.get(name, {}).get("samples_s")
+                            for name in ("image_folder", "ceiling", "bare")
+                        )
+                    ]
                     print(
                         f"| {method} | {backbone} | {source} | {cell(result, 'samples_s', '.0f')} "
-                        f"| {ratio} | {share} | {cell(result, 'busy', '.0f')} "
+                        f"| {' | '.join(ratios)} | {cell(result, 'busy', '.0f')} "
                         f"| {cell(result, 'peak_mib', '.0f')} |",
                         flush=True,
                     )

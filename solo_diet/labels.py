@@ -139,9 +139,16 @@ class LabelSource(nn.Module):
 
 
 def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
+    """Refuse values outside ``[low, high)``: an ``IndexError`` for values on the host, an
+    asynchronous device assert (no wait for the GPU; CUDA's "device-side assert triggered" at the
+    next synchronisation) for values on a GPU."""
     if values.numel() == 0:
         return
-    smallest, largest = torch.stack(torch.aminmax(values)).tolist()  # one read back
+    if values.device.type != "cpu":
+        inside = ((values >= low) & (values < high)).all()
+        torch._assert_async(inside, f"batch has a {what} outside [{low}, {high}) (`{key}`). {fix}")
+        return
+    smallest, largest = torch.stack(torch.aminmax(values)).tolist()
     if smallest < low or largest >= high:
         bad = smallest if smallest < low else largest
         raise IndexError(

@@ -3,7 +3,9 @@
 Our own launcher calling solo-learn's library functions. Differences from solo-learn's script:
 single-view methods are allowed; ``method_kwargs.num_samples`` is computed from the real training
 set for methods that use dataset indices; DALI is refused for them unless indices are encoded;
-wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported.
+wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported;
+solo-learn's ``LARS`` and ``MomentumUpdater`` run as their same-math foreach versions unless
+``performance.foreach_substitutes: False`` (``solo_diet.methods.substitutes``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from solo_diet.config import ConfigError
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 from solo_diet.methods.contract import Contract, method_contract
+from solo_diet.methods.substitutes import (
+    fill_and_check_substitutes,
+    substitute_step_parts,
+    substitutes_line,
+)
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
@@ -230,7 +237,24 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)
     check_index_source(cfg, contract)
+    fill_and_check_substitutes(cfg)
     return cfg, method_cls, contract
+
+
+def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
+    """The method as the launcher trains it: built from the parsed cfg, with our same-math
+    substitutes (named in one printed line), contiguous, channels-last unless
+    ``performance.disable_channel_last``."""
+    from solo.utils.misc import make_contiguous
+
+    model = method_cls(cfg)
+    substitutes = substitutes_line(substitute_step_parts(cfg, model))
+    if substitutes:
+        print(substitutes, flush=True)
+    make_contiguous(model)
+    if not OmegaConf.select(cfg, "performance.disable_channel_last", default=False):
+        model = model.to(memory_format=torch.channels_last)
+    return model
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
@@ -240,7 +264,6 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     An interrupted fit raises ``solo_diet.cli.errors.Interrupted``; resuming a run that already
     reached ``max_epochs`` trains nothing and returns its checkpoint."""
     from lightning.pytorch import Trainer, seed_everything
-    from solo.utils.misc import make_contiguous
 
     import solo_diet
 
@@ -254,10 +277,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     set_num_samples(cfg, contract, num_samples)
     val_loader = _val_loader(cfg)
 
-    model = method_cls(cfg)
-    make_contiguous(model)
-    if not cfg.performance.disable_channel_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = build_model(cfg, method_cls)
 
     logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)

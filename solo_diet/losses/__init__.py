@@ -6,6 +6,7 @@ from solo_diet.losses.birth import (
     graph_vicreg_loss,
     label_graph,
     label_onehot,
+    label_targets,
 )
 from solo_diet.losses.cplearn import cplearn_diagnostics, cplearn_loss, cplearn_loss_terms
 from solo_diet.losses.diet import diet_loss, mse_diet_loss
@@ -16,6 +17,7 @@ __all__ = [
     "closed_form_head_loss_from_targets",
     "graph_vicreg_loss",
     "label_graph",
+    "label_targets",
     "label_onehot",
     "cplearn_diagnostics",
     "cplearn_loss",

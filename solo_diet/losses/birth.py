@@ -31,15 +31,41 @@ def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tens
     return onehot / counts.to(torch.float64).pow(label_norm_power / 2.0)
 
 
+def _same_label(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(same, n)``: ``same_ij = 1[id_i = id_j >= 0]`` (float64) and ``n_i``, the count of row
+    ``i``'s id (1 for id -1), made on the ids' device without reading them back."""
+    labelled = ids >= 0
+    same = (ids.unsqueeze(1) == ids.unsqueeze(0)) & labelled.unsqueeze(1) & labelled.unsqueeze(0)
+    same = same.to(torch.float64)
+    return same, same.sum(dim=1).clamp_min(1.0)
+
+
 def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
     """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no
-    edge)."""
-    onehot = label_onehot(ids, label_norm_power)
-    return onehot @ onehot.T
+    edge); ``label_onehot(ids, p) @ label_onehot(ids, p).T`` without its ``unique``."""
+    same, counts = _same_label(ids)
+    return same / counts.pow(label_norm_power).unsqueeze(1)
+
+
+def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
+    """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)``, made without reading the ids
+    back (``label_onehot`` needs the number of distinct ids): column ``k`` is the indicator of the
+    rows sharing row ``k``'s id, divided by ``n_k^((p + 1) / 2)``; a class's ``n_c`` equal columns
+    stand for its one-hot column. Lemma 1's loss sees the targets only through ``Y Y^T``
+    (``||H y||^2 = Tr(H Y Y^T H)``, ``Tr(P^T A^-1 P) = Tr(Z_c A^-1 Z_c^T Y Y^T)``), so it equals
+    the one-hot loss."""
+    same, counts = _same_label(ids)
+    return same / counts.pow((label_norm_power + 1.0) / 2.0).unsqueeze(0)
 
 
 def _compute_dtype(z: torch.Tensor) -> torch.dtype:
     return torch.promote_types(z.dtype, torch.float32)
+
+
+def _solve(ridge: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """``ridge^-1 rhs`` for a ridge matrix (positive definite for ``lam > 0``), without
+    ``torch.linalg.solve``'s singularity check, which reads its status back from the GPU."""
+    return torch.linalg.solve_ex(ridge, rhs)[0]
 
 
 def closed_form_head_loss_from_targets(
@@ -76,11 +102,11 @@ def closed_form_head_loss_from_targets(
         elif side == "features" or (side == "auto" and dim <= num_rows):
             cross = z.T @ y
             ridge = z.T @ z + lam * num_rows * torch.eye(dim, dtype=dtype, device=z.device)
-            fit = (cross * torch.linalg.solve(ridge, cross)).sum()
+            fit = (cross * _solve(ridge, cross)).sum()
         else:
             gram = z @ z.T
             ridge = gram + lam * num_rows * torch.eye(num_rows, dtype=dtype, device=z.device)
-            fit = (y * torch.linalg.solve(ridge, gram @ y)).sum()
+            fit = (y * _solve(ridge, gram @ y)).sum()
         return (y.pow(2).sum() - fit) / num_rows
 
 
@@ -93,15 +119,15 @@ def closed_form_head_loss(
     label_norm_power: float = 0.0,
     side: str = "auto",
 ) -> torch.Tensor:
-    """Lemma 1 (Eq. 2) with integer labels: supervised ridge regression onto ``label_onehot(ids)``.
+    """Lemma 1 (Eq. 2) with integer labels: supervised ridge regression onto ``label_onehot(ids)``,
+    computed with :func:`label_targets` (the same ``Y Y^T``; no read-back of the ids).
 
-    The label graph ``G = 1[id_i = id_j]`` is never formed. With the datum index as id and
-    ``V >= 2`` views per index in the batch this is a VICReg/W-MSE-like SSL loss (Theorem 1,
-    Proposition 1); with one view per index it depends on the spectrum of ``Z_c`` only (our
-    corollary of Proposition 1).
+    With the datum index as id and ``V >= 2`` views per index in the batch this is a
+    VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1); with one view per index it depends on
+    the spectrum of ``Z_c`` only (our corollary of Proposition 1).
     """
     return closed_form_head_loss_from_targets(
-        z, label_onehot(ids, label_norm_power).to(z.device), lam, center=center, side=side
+        z, label_targets(ids, label_norm_power).to(z.device), lam, center=center, side=side
     )
 
 
@@ -169,11 +195,12 @@ def graph_vicreg_loss(
 
         variance = z.new_zeros(())
         covariance = z.new_zeros(())
-        off_diagonal = ~torch.eye(dim, dtype=torch.bool, device=z.device)
+        # a 0/1 mask multiplied in: indexing with a boolean mask would wait for the GPU
+        off_diagonal = 1.0 - torch.eye(dim, dtype=z.dtype, device=z.device)
         for view_weights, view in zip(degrees.chunk(len(views)), z.chunk(len(views))):
             cov = _weighted_covariance(view, view_weights)
             variance = variance + F.relu(1.0 - torch.sqrt(cov.diagonal() + 1e-4)).mean()
-            covariance = covariance + cov[off_diagonal].pow(2).sum() / dim
+            covariance = covariance + (cov.pow(2) * off_diagonal).sum() / dim
         return (
             sim_loss_weight * invariance + var_loss_weight * variance + cov_loss_weight * covariance
         )

@@ -130,8 +130,9 @@ def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[
         log_pbar = log_batch_marginal(log_p)
         stats["entropy"].append(-(log_p.exp() * log_p).sum(dim=1).mean())
         stats["marginal_entropy"].append(-(log_pbar.exp() * log_pbar).sum())
-        codes_used = log_p.argmax(dim=1).unique().numel()
-        stats["codes_used"].append(torch.tensor(float(codes_used), device=log_p.device))
+        # distinct argmax codes, counted on the device (``unique`` would wait for the GPU)
+        hit = log_p.new_zeros(log_p.shape[1]).index_fill_(0, log_p.argmax(dim=1), 1.0)
+        stats["codes_used"].append(hit.sum())
         stats["max_prob"].append(log_p.max(dim=1).values.exp().mean())
     out = {name: torch.stack(values).mean() for name, values in stats.items()}
     out["agreement"] = (logits_a.argmax(dim=1) == logits_b.argmax(dim=1)).float().mean()

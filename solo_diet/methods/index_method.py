@@ -92,19 +92,30 @@ def projector_from_cfg(
     return projector, method_kwargs.proj_output_dim
 
 
+_INDEX_ERROR = (
+    "batch has dataset index {index} outside [0, {n}) = [0, method_kwargs.num_samples). The head "
+    "has one row per training sample: launch with `solo-diet pretrain` (it sets num_samples from "
+    "the real dataset), or set method_kwargs.num_samples to len(train_dataset) after "
+    "data.fraction. With DALI, set dali.encode_indexes_into_labels=True."
+)
+
+
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)`` with an error that says what to fix (one
-    reduction and one read back per batch: indices on a GPU cost one wait for it)."""
+    """Refuse dataset indices outside ``[0, num_samples)`` with an error that says what to fix.
+
+    Indices on the host are checked there (an ``IndexError``). Indices on a GPU are checked by an
+    asynchronous device assert (``torch._assert_async``), so the step never waits for the GPU: an
+    index out of range stops the run at its next synchronisation with CUDA's "device-side assert
+    triggered" (the message below is the CPU's; ``CUDA_LAUNCH_BLOCKING=1`` names the step). Our
+    launchers set ``num_samples`` from the dataset they load, so only a hand-made set-up can hit
+    it."""
+    if indexes.device.type != "cpu":
+        in_range = ((indexes >= 0) & (indexes < num_samples)).all()
+        torch._assert_async(in_range, _INDEX_ERROR.format(index="a dataset index", n=num_samples))
+        return
     low, high = torch.stack(torch.aminmax(indexes)).tolist()
     if low < 0 or high >= num_samples:
-        raise IndexError(
-            f"batch has dataset index {low if low < 0 else high} outside [0, {num_samples}) = "
-            f"[0, method_kwargs.num_samples). The head has one row per training sample: launch "
-            f"with "
-            f"`solo-diet pretrain` (it sets num_samples from the real dataset), or set "
-            f"method_kwargs.num_samples to len(train_dataset) after data.fraction. With DALI, set "
-            f"dali.encode_indexes_into_labels=True."
-        )
+        raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
 
 
 class IndexMethod(MethodContract, BaseMethod):

@@ -118,3 +118,24 @@ def test_closed_form_loss_refuses_bad_arguments(kwargs, match):
     z1, _ = random_views(4, 3, seed=7)
     with pytest.raises(ValueError, match=match):
         closed_form_head_loss(z1, torch.arange(4), **kwargs)
+
+
+@pytest.mark.parametrize("power", [0.0, 1.0, 0.5])
+@pytest.mark.parametrize("side", ["features", "samples"])
+def test_sync_free_targets_give_the_one_hot_loss_and_graph(power, side):
+    """``label_targets`` (N x N, no ``unique``) and ``label_onehot`` (N x M) have the same
+    ``Y Y^T``, so Lemma 1's loss and the label graph are the one-hot ones, for repeated, single
+    and unlabelled (-1) ids."""
+    from solo_diet.losses import label_targets
+    from solo_diet.losses.birth import closed_form_head_loss_from_targets
+
+    ids = torch.tensor([7, 3, 7, -1, 3, 3, 9, 7, -1, 2])
+    onehot, targets = label_onehot(ids, power), label_targets(ids, power)
+    assert targets.shape == (10, 10)
+    assert torch.allclose(targets @ targets.T, onehot @ onehot.T, rtol=0, atol=1e-15)
+    assert torch.allclose(label_graph(ids, power), onehot @ onehot.T, rtol=0, atol=1e-15)
+    z = torch.randn(10, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for lam in (0.0, 0.3):
+        theirs = closed_form_head_loss_from_targets(z, onehot, lam, side=side)
+        ours = closed_form_head_loss(z, ids, lam, side=side, label_norm_power=power)
+        assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-12), (lam, ours, theirs)

@@ -4,6 +4,8 @@ against solo-learn's own ``LARS`` where solo-learn is installed."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -159,3 +161,64 @@ def test_a_step_on_cuda_never_waits_for_the_device():
         optimizer.step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+# solo-learn's LARS settings (solo.args.pretrain fills momentum 0.9, eta 1e-3, clip_lr False,
+# exclude_bias_n_norm False), one at a time and together
+SOLO_LEARN_VARIANTS = {
+    "defaults": {},
+    "no_weight_decay": {"weight_decay": 0.0},
+    "exclude_bias_n_norm": {"exclude_bias_n_norm": True},
+    "clip_lr": {"clip_lr": True},
+    "eta": {"eta": 0.02},
+    "eps": {"eps": 1e-3},
+    "nesterov": {"nesterov": True},
+    "dampening": {"dampening": 0.1},
+    "no_momentum": {"momentum": 0.0},
+    "together": {"exclude_bias_n_norm": True, "clip_lr": True, "eta": 0.02, "weight_decay": 5e-4},
+}
+
+
+def fifty_step_start() -> list[torch.Tensor]:
+    """Matrices, a conv kernel, biases, an all-zero matrix, and a last matrix left without
+    gradient."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(16, 8), (8, 3, 3, 3), (16,), (16,), (10, 16), (4, 4), (3, 3)]
+    params = [torch.randn(*s, generator=generator) for s in shapes]
+    params[-2].zero_()
+    return params
+
+
+def train_fifty_steps(optimizer_class, options: dict) -> list[torch.Tensor]:
+    """50 float32 steps over two parameter groups under a warm-up cosine lr; gradients depend on
+    the weights, so a difference would grow; one step gives a matrix a zero gradient."""
+    params = fifty_step_start()
+    settings = {"momentum": 0.9, "weight_decay": 1e-4, "eta": 1e-3, **options}
+    optimizer = optimizer_class(
+        [{"params": params[:3]}, {"params": params[3:]}], lr=0.5, **settings
+    )
+    generator = torch.Generator().manual_seed(1)
+    for step in range(50):
+        lr = 0.5 * min(1.0, step / 5) * 0.5 * (1 + math.cos(math.pi * step / 50))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for index, p in enumerate(params[:-1]):
+            p.grad = 0.1 * p + torch.randn(p.shape, generator=generator)
+            if (step, index) == (7, 0):
+                p.grad.zero_()
+        optimizer.step()
+    return params
+
+
+@requires_solo()
+@pytest.mark.parametrize("variant", sorted(SOLO_LEARN_VARIANTS))
+def test_equals_solo_learns_lars_over_fifty_float32_steps(variant):
+    """Each tensor within 1e-6 of its largest entry (bitwise equal on the CPUs tried)."""
+    from solo.utils.lars import LARS
+
+    options = SOLO_LEARN_VARIANTS[variant]
+    ours, theirs = train_fifty_steps(ForeachLARS, options), train_fifty_steps(LARS, options)
+    for p, q in zip(ours, theirs):
+        assert (p - q).abs().max() <= 1e-6 * q.abs().max(), (variant, (p - q).abs().max())
+    moved = [not torch.equal(p, p0) for p, p0 in zip(ours, fifty_step_start())]
+    assert moved == [True] * 6 + [False]  # all trained but the tensor without gradient
