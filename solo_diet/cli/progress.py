@@ -4,6 +4,7 @@ n, time elapsed and an estimate of the time left, from the time so far and each 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, Sequence
 
@@ -22,10 +23,10 @@ class OverallProgress:
         self,
         prefix: str,
         weights: Sequence[float],
-        say: Callable[[str], None] = print,
+        say: Callable[[str], None] = functools.partial(print, flush=True),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not weights or min(weights) <= 0:
+        if min(weights, default=1) <= 0:
             raise ValueError(f"step weights must be positive, got {list(weights)}")
         self.prefix, self.weights, self.say, self.clock = prefix, list(weights), say, clock
         self.started = clock()

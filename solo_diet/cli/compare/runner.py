@@ -71,7 +71,7 @@ def job_weight(job: Job) -> float:
 
 def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
     """``progress``, followed by the overall line after each line that says a job ended."""
-    overall = OverallProgress("compare", [job_weight(job) for job in jobs], say=progress)
+    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
     steps, ended = {job.label: k for k, job in enumerate(jobs, 1)}, []
 
     def say(message: str) -> None:
