@@ -52,8 +52,7 @@ def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
     failures = {}
     overall = OverallProgress("compare", [job_weight(job) for job in jobs])
     for position, job in enumerate(jobs, 1):
-        what = "reference row" if job.reference else f"method {job.cfg.method}"
-        overall.step(position, f"{job.label}: {what}")
+        overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
         try:
             run_job(spec, job, shared_eval, eval_fingerprint)
         except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
