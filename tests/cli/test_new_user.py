@@ -12,6 +12,7 @@ import pytest
 
 from tests._solo import requires_solo
 from tests.cli._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
+from tests.cli.test_exits import cli
 
 pytestmark = [pytest.mark.solo, requires_solo()]
 
@@ -22,15 +23,6 @@ CUSTOM = ROOT / "scripts" / "pretrain" / "custom"
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     return write_tiny_images(tmp_path_factory.mktemp("data"))
-
-
-def cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    from solo_diet.cli.main import main
-
-    capsys.readouterr()
-    code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line(err: str) -> str:
@@ -119,7 +111,10 @@ def test_a_missing_config_names_the_folder_as_typed(monkeypatch, capsys):
     assert "Did you mean 'diet'?" in line and "solo_diet/configs" not in line
 
 
-def test_a_probe_on_fewer_images_than_its_batch_fits_the_batch_and_says_so(data, tmp_path, capsys):
+@pytest.mark.parametrize("data_format", ["image_folder", "gpu"])
+def test_a_probe_on_fewer_images_than_its_batch_fits_the_batch_and_says_so(
+    data_format, data, tmp_path, capsys
+):
     from solo_diet.cli.references import save_raw_pixels
 
     ckpt = save_raw_pixels(tmp_path / "pixels" / "pixels.ckpt", (3, 32, 32), "custom")
@@ -127,6 +122,7 @@ def test_a_probe_on_fewer_images_than_its_batch_fits_the_batch_and_says_so(data,
     argv += ["--config-name", "diet", f"pretrained_feature_extractor={ckpt}", "max_epochs=1"]
     argv += ["optimizer.batch_size=256", "data.num_workers=0", "data.augmentations.crop_size=32"]
     argv += ["precision=32", "++enable_progress_bar=False", "scheduler.lr_decay_steps=[1]"]
+    argv += [f"data.format={data_format}"]
     code, out, err = cli(argv + data_overrides(data, tmp_path), capsys)
     assert code == 0, err
     assert (
