@@ -148,3 +148,22 @@ def test_compare_reports_the_fitted_probe_batch_and_its_progress(data, tmp_path,
     assert result["linear_fitted_batch"]["batch_size"] == 30
     report = (out_dir / "report.md").read_text()
     assert "The training set has 30 images, fewer than one probe batch of 256" in report
+
+
+def test_demo_progress_says_each_pretraining_epoch_and_skips_a_finished_fit(data, tmp_path):
+    from solo_diet.cli.common import compose_cfg
+    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.cli.progress import OverallProgress
+    from tests.cli.test_exits import overrides
+
+    said: list[str] = []
+    cfg_overrides = overrides(data, tmp_path, epochs=2)
+    for _ in range(2):  # the second time the fit is finished: nothing trains
+        progress = OverallProgress("demo", [1, 2], say=said.append)
+        callback = progress.epoch_callback(2, "pretraining diet")
+        run_pretrain(compose_cfg(str(CUSTOM), "diet", cfg_overrides), extra_callbacks=[callback])
+    assert [line.partition(";")[0] for line in said] == [
+        "[demo] step 2 of 2: pretraining diet, epoch 1/2",
+        "[demo] step 2 of 2: pretraining diet, epoch 2/2",
+    ]
+    assert said[0].endswith(" left") and not callback.started
