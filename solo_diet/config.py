@@ -30,6 +30,19 @@ def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> O
     return close[0] if close else None
 
 
+def unknown_method_hint(name: object, registered: Collection[str]) -> str:
+    """What follows "unknown method" in one line: the closest registered names (at most three),
+    else the registered names without their ``_sem`` twins; both end with where the full list is."""
+    close = difflib.get_close_matches(str(name), sorted(registered), n=3, cutoff=0.6)
+    listing = f"`solo-diet methods` lists all {len(registered)} registered methods."
+    if close:
+        names = [f"`{c}`" for c in close]
+        either = " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+        return f"did you mean {either}? {listing}"
+    bases = sorted({m.removesuffix("_sem") for m in registered})
+    return f"registered: {', '.join(bases)} (most also as `<name>_sem`). {listing}"
+
+
 @contextlib.contextmanager
 def filled_keys() -> Iterator[set[str]]:
     """The keys :func:`fill_default` is given inside the block: every key a method's

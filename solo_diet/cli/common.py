@@ -43,8 +43,11 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
     name = config_name[:-5] if config_name.endswith(".yaml") else config_name
     if not (config_dir / f"{name}.yaml").is_file():
         there = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise FileNotFoundError(
-            f"--config-name {config_name!r}: no {name}.yaml in {config_dir}; it holds {there}."
+        close = closest_name(name, there)
+        hint = f" Did you mean {close!r}?" if close else ""
+        raise FileNotFoundError(  # the folder as typed: a link into the package stays one
+            f"--config-name {config_name!r}: no {name}.yaml in {config_path}; it holds "
+            f"{there}.{hint}"
         )
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
         try:

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
 from solo_diet.cli.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
+from solo_diet.cli.progress import OverallProgress
 from solo_diet.cli.references import save_random_init, save_raw_pixels
 from solo_diet.config import ConfigError
 
@@ -83,6 +84,11 @@ def run_demo(
         raise ConfigError(f"--epochs must be positive, got {epochs}.")
     root = Path(workdir).expanduser().resolve()
     start = time.time()
+    probe_yaml = OmegaConf.load(DEMO_CONFIGS / "linear.yaml")
+    probe_epochs = probe_yaml.max_epochs
+    # weights: a pretraining epoch; data ~1; a probe epoch (frozen backbone) ~half of one
+    progress = OverallProgress("demo", [1, epochs] + [probe_epochs / 2] * 3)
+    progress.step(1, "writing Animal-MNIST")
     data = write_dataset("animal-mnist", str(root / "data"))
     print(f"[demo] data ready in {data} ({time.time() - start:.0f}s)")
 
@@ -97,7 +103,11 @@ def run_demo(
         ]
         + _device_overrides(accelerator, data_format),
     )
-    ckpt = run_pretrain(cfg)
+    progress.step(2, f"pretraining {method} for {epochs} epochs")
+    epoch_lines = progress.epoch_callback(2, f"pretraining {method}")
+    ckpt = run_pretrain(cfg, extra_callbacks=[epoch_lines])
+    if not epoch_lines.started:  # a finished pretraining rerun
+        progress.skip(2)
     if ckpt is None:
         raise RuntimeError("pretraining wrote no checkpoint")
     print(
@@ -106,11 +116,14 @@ def run_demo(
     )
 
     untrained = save_random_init(cfg, root / "random_init" / "untrained.ckpt")
-    crop = OmegaConf.load(DEMO_CONFIGS / "linear.yaml").data.augmentations.crop_size
+    crop = probe_yaml.data.augmentations.crop_size
     pixels = save_raw_pixels(root / "raw_pixels" / "pixels.ckpt", (3, crop, crop), "custom")
-    trained_acc = _probe(root, data, ckpt, accelerator, data_format)
-    random_acc = _probe(root, data, str(untrained), accelerator, data_format)
-    pixels_acc = _probe(root, data, str(pixels), accelerator, data_format)
+    accuracies = []
+    probed = [(ckpt, f"the {method} backbone"), (untrained, "a random-init backbone")]
+    for step, (checkpoint, what) in enumerate([*probed, (pixels, "the raw pixels")], 3):
+        progress.step(step, f"linear probe of {what}")
+        accuracies.append(_probe(root, data, str(checkpoint), accelerator, data_format))
+    trained_acc, random_acc, pixels_acc = accuracies
     print(f"[demo] total {time.time() - start:.0f}s on {accelerator}")
     print(
         f"linear probe top-1: {trained_acc:.2f}% (random-init backbone: {random_acc:.2f}%, "

@@ -184,16 +184,46 @@ def probe_transforms(dataset: str, aug: DictConfig):
     return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
 
 
-def _check_one_global_batch(cfg: DictConfig, num_samples: int) -> None:
+def _world_size(cfg: DictConfig) -> int:
     devices = OmegaConf.select(cfg, "devices", default=1)
     per_node = devices if isinstance(devices, int) else len(devices)
-    world = per_node * int(OmegaConf.select(cfg, "num_nodes", default=1))
+    return per_node * int(OmegaConf.select(cfg, "num_nodes", default=1))
+
+
+def _check_one_global_batch(cfg: DictConfig, num_samples: int) -> None:
+    world = _world_size(cfg)
     if num_samples < cfg.optimizer.batch_size * world:
         raise ConfigError(
             f"the training set has {num_samples} samples, fewer than one global batch "
             f"(optimizer.batch_size={cfg.optimizer.batch_size} x {world} devices): lower the "
             "batch size."
         )
+
+
+def fit_probe_batch(cfg: DictConfig, num_samples: int) -> Optional[dict[str, int]]:
+    """A probe's training set smaller than one global batch would give no training batch (the
+    incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device, scale
+    the learning rate with it (solo-learn's linear scaling) and say so in one line. Returns what
+    was fitted, or None when the batch fits."""
+    world, batch = _world_size(cfg), cfg.optimizer.batch_size
+    if num_samples >= batch * world:
+        return None
+    fitted = num_samples // world
+    devices = f" x {world} devices" if world > 1 else ""
+    if fitted < 1:
+        raise ConfigError(
+            f"the probe's training set has {num_samples} images, fewer than the {world} devices: "
+            "add images or use fewer devices."
+        )
+    lr = cfg.optimizer.lr
+    cfg.optimizer.batch_size, cfg.optimizer.lr = fitted, lr * fitted / batch
+    print(
+        f"solo-diet linear: the training set has {num_samples} images, fewer than one batch "
+        f"(optimizer.batch_size={batch}{devices}, incomplete batches dropped): the probe trains "
+        f"at optimizer.batch_size={fitted}, learning rate {lr:g} -> {cfg.optimizer.lr:g}.",
+        flush=True,
+    )
+    return {"train_images": num_samples, "batch_size": fitted, "configured_batch_size": batch}
 
 
 def pretrain_loader(
@@ -223,17 +253,21 @@ def eval_loader(
     )
 
 
-def linear_loaders(cfg: DictConfig) -> tuple[GPUBatchLoader, GPUBatchLoader]:
+def linear_loaders(
+    cfg: DictConfig,
+) -> tuple[GPUBatchLoader, GPUBatchLoader, Optional[dict[str, int]]]:
     """``solo-diet linear``: probe training (random resized crop + flip, shuffled, incomplete batch
-    dropped, ``data.fraction`` as solo-learn) and validation loaders."""
-    aug, batch_size = cfg.data.augmentations, cfg.optimizer.batch_size
+    dropped, ``data.fraction`` as solo-learn) and validation loaders, and the batch fitted to a
+    small training set (:func:`fit_probe_batch`)."""
+    aug = cfg.data.augmentations
     train_transform, _ = probe_transforms(cfg.data.dataset, aug)
     data = load_split(cfg, "train", fraction=cfg.data.fraction)
-    _check_one_global_batch(cfg, len(data))
+    fitted = fit_probe_batch(cfg, len(data))
+    batch_size = cfg.optimizer.batch_size
     train = GPUBatchLoader.for_classification(
         data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg)
     )
-    return train, eval_loader(cfg, aug, batch_size)
+    return train, eval_loader(cfg, aug, batch_size), fitted
 
 
 def feature_loader(probe_cfg: DictConfig, split: str, batch_size: int) -> GPUBatchLoader:

@@ -30,7 +30,7 @@ from solo_diet.cli.common import (
     resume_checkpoint,
     trainer_kwargs,
 )
-from solo_diet.cli.gpu_data import check_data_format, linear_loaders
+from solo_diet.cli.gpu_data import check_data_format, fit_probe_batch, linear_loaders
 from solo_diet.cli.launch_checks import (
     check_accelerator_present,
     check_launch_cfg,
@@ -107,7 +107,8 @@ def _loss_and_mixup(cfg: DictConfig):
 
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
-    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...)."""
+    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
+    when the training set was smaller than one batch, ``fitted_batch`` (:func:`fit_probe_batch`)."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
@@ -138,11 +139,13 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         model = model.to(memory_format=torch.channels_last)
 
     if cfg.data.format == "gpu":
-        train_loader, val_loader = linear_loaders(cfg)
+        train_loader, val_loader, fitted = linear_loaders(cfg)
     else:
-        train_loader, val_loader = classification_loaders(
-            cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
-        )
+        train_loader, val_loader = _folder_loaders(cfg)
+        fitted = fit_probe_batch(cfg, len(train_loader.dataset))
+        if fitted:
+            train_loader, val_loader = _folder_loaders(cfg)
+    model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
@@ -156,4 +159,11 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         val_dataloaders=val_loader,
         ckpt_path=ckpt_path,
     )
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics | ({"fitted_batch": fitted} if fitted else {})
+
+
+def _folder_loaders(cfg: DictConfig):
+    return classification_loaders(
+        cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
+    )

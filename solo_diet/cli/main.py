@@ -107,21 +107,9 @@ def _cmd_configs(args: argparse.Namespace) -> int:
 
 
 def _cmd_solo_script(args: argparse.Namespace) -> int:
-    """Run one of solo-learn's own scripts (main_knn.py, main_umap.py, ...) with our methods
-    registered."""
-    import runpy
-    from pathlib import Path
+    from solo_diet.cli.solo_script import run_solo_script
 
-    import solo_diet
-
-    script = Path(args.script)
-    if not script.is_file():
-        raise FileNotFoundError(
-            f"{script} does not exist: pass the path of a solo-learn checkout's script."
-        )
-    solo_diet.register()
-    sys.argv = [str(script)] + list(args.script_args)
-    runpy.run_path(str(script), run_name="__main__")
+    run_solo_script(args.script, args.script_args)
     return 0
 
 
@@ -175,11 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
     script = sub.add_parser(
         "solo-script",
         help=(
-            "run a solo-learn script (e.g. main_knn.py, main_umap.py) with plugin methods "
-            "registered"
+            "run a solo-learn script that reads checkpoints (main_knn.py, main_umap.py) with "
+            "plugin methods registered"
+        ),
+        description=(
+            "Runs one of solo-learn's own scripts with solo-diet's methods registered. It is "
+            "meant for main_knn.py and main_umap.py, which evaluate pretrained checkpoints. "
+            "Pretrain and probe with `solo-diet pretrain` and `solo-diet linear` (every method, "
+            "ours included); solo-learn's main_pretrain.py cannot train a solo-diet method."
         ),
     )
-    script.add_argument("script", help="path of the script in a solo-learn checkout")
+    script.add_argument(
+        "script", help="path of main_knn.py or main_umap.py in a solo-learn checkout"
+    )
     script_args = script.add_argument(
         "script_args", nargs=argparse.REMAINDER, help="its own arguments"
     )

@@ -37,7 +37,7 @@ from solo_diet.cli.launch_checks import (
     check_launch_cfg,
     check_solo_learn_choices,
 )
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 from solo_diet.methods.contract import Contract, method_contract
@@ -232,7 +232,8 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     check_augmentations(cfg)
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:
-        raise ConfigError(f"unknown `method: {cfg.method}`; registered methods: {sorted(METHODS)}.")
+        hint = unknown_method_hint(cfg.method, METHODS)
+        raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
     method_cls = METHODS[cfg.method]
     check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)

@@ -289,6 +289,8 @@ def evaluate_checkpoint(
     result.update(
         linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
     )
+    if "fitted_batch" in probe:  # a training set smaller than one probe batch: said in the report
+        result["linear_fitted_batch"] = probe["fitted_batch"]
     clustering = bool(spec.evaluation.clustering)
     scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")

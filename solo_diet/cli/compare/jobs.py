@@ -33,7 +33,7 @@ from solo_diet.cli.compare.spec import (
     shared_overrides,
     validation_interval,
 )
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, unknown_method_hint
 
 RUN_KEYS = ("name", "config_name", "config_path", "overrides")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -180,10 +180,8 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
     overrides = shared + run.overrides + budget + data_overrides(spec) + forced
     cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
     if cfg.get("method") not in METHODS:
-        raise ConfigError(
-            f"run {run.name!r}: unknown method {cfg.get('method')!r}; registered methods: "
-            f"{sorted(METHODS)}."
-        )
+        hint = unknown_method_hint(cfg.get("method"), METHODS)
+        raise ConfigError(f"run {run.name!r}: unknown method {cfg.get('method')!r}; {hint}")
     if OmegaConf.select(cfg, "max_steps") not in (None, -1):
         raise ConfigError(
             f"conflicting budgets: run {run.name!r} sets max_steps={cfg.max_steps}; the budget is "

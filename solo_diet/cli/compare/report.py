@@ -69,6 +69,17 @@ def _declared_representations(results: Sequence[dict]) -> list[str]:
     return names
 
 
+def _fitted_batch(results: Sequence[dict]) -> str:
+    """The probe batch lowered to a training set smaller than one batch (``fit_probe_batch``)."""
+    fits = {tuple(r["linear_fitted_batch"].values()) for r in results if "linear_fitted_batch" in r}
+    return "".join(
+        f" The training set has {images} images, fewer than one probe batch of {configured} "
+        f"(incomplete batches are dropped): the probe trained at batch {batch}, its learning rate "
+        "scaled with it."
+        for images, batch, configured in sorted(fits)
+    )
+
+
 def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
     """What each column means, with the settings that produced it."""
     settings = spec.evaluation
@@ -80,7 +91,7 @@ def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
     ]
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
-        f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).",
+        f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
         f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
         f"{settings.knn_distance}), train bank -> val, eval transform.",
         f"- `rankme`: RankMe of the features of the first {settings.rankme_samples} val images "

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -37,6 +37,7 @@ from solo_diet.cli.launch_checks import (
     check_solo_learn_choices,
     check_training_basics,
 )
+from solo_diet.cli.progress import OverallProgress
 from solo_diet.config import ConfigError
 
 
@@ -49,9 +50,9 @@ def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
     eval_fingerprint = evaluation_fingerprint(spec)
     shared_eval = SharedEvaluator()
     failures = {}
+    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
     for position, job in enumerate(jobs, 1):
-        what = "reference row" if job.reference else f"method {job.cfg.method}"
-        progress(f"({position}/{len(jobs)}) {job.label}: {what}")
+        overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
         try:
             run_job(spec, job, shared_eval, eval_fingerprint)
         except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
@@ -59,6 +60,27 @@ def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
             progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
             failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
     return failures
+
+
+def job_weight(job: Job) -> float:
+    """A job's share of a comparison's time for the progress line: its pretraining epochs, and
+    about two epochs' worth for the probe and the evaluation that every job has."""
+    return 2.0 + (0 if job.reference else job.cfg.max_epochs)
+
+
+def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
+    """``progress``, followed by the overall line after each line that says a job ended."""
+    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
+    steps, ended = {job.label: k for k, job in enumerate(jobs, 1)}, []
+
+    def say(message: str) -> None:
+        progress(message)
+        label = message.partition(": ")[0]
+        if label in steps and steps[label] not in ended:
+            ended.append(steps[label])
+            overall.ended(ended, "jobs ended")
+
+    return say
 
 
 def _check_device_lists(jobs: Sequence[Job]) -> None:
@@ -97,7 +119,8 @@ def _run_in_processes(
         raise ConfigError(
             f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
         )
-    outcomes = run_tasks(tasks, workers, gpus, say=progress, jobs_per_gpu=jobs_per_gpu)
+    say = _counting_ended_jobs(jobs)
+    outcomes = run_tasks(tasks, workers, gpus, say=say, jobs_per_gpu=jobs_per_gpu)
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
         for job, o in zip(jobs, outcomes)

@@ -108,14 +108,19 @@ def _resolve_paths(spec: DictConfig, base: Path) -> None:
 
 
 def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationError) -> str:
-    """The error's first line and the valid keys of the section holding the bad key."""
-    section, _, _ = str(getattr(error, "full_key", "") or "").rpartition(".")
+    """One line naming the unknown key, its closest valid key and the valid keys of its section
+    (OmegaConf's own "not in struct" text left out)."""
+    full_key = str(getattr(error, "full_key", "") or "")
+    section, _, key = full_key.rpartition(".")
     node = OmegaConf.select(OmegaConf.create(SPEC_DEFAULTS), section) if section else None
-    if isinstance(node, DictConfig):
-        valid = f"`{section}` keys: {sorted(node)}"
-    else:
-        valid = f"Spec keys: {sorted(SPEC_DEFAULTS)}"
-    return f"{spec_path}: {error.msg.splitlines()[0]}. {valid}."
+    if not full_key or (section and not isinstance(node, DictConfig)):
+        return f"{spec_path}: {error.msg.splitlines()[0]}."
+    valid = sorted(node) if isinstance(node, DictConfig) else sorted(SPEC_DEFAULTS)
+    where = f"a key of `{section}`" if section else "a spec key"
+    close = closest_name(key, valid)
+    hint = f"; did you mean `{section + '.' if section else ''}{close}`?" if close else "."
+    keys = f"`{section}` keys" if section else "Spec keys"
+    return f"{spec_path}: `{full_key}` is not {where}{hint} {keys}: {valid}."
 
 
 LIST_KEYS = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))

@@ -1,0 +1,81 @@
+"""``solo-diet solo-script``: a solo-learn script run with the plugin methods registered.
+
+It is meant for the scripts that read pretrained checkpoints (``main_knn.py``, ``main_umap.py``).
+solo-learn's ``main_pretrain.py`` builds a method without what solo-diet's methods need from their
+launcher (one-crop pipelines, per-image indices, the data set size), so a config of one of them is
+refused in one line that names ``solo-diet pretrain``.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from solo_diet.config import ConfigError
+
+SCRIPTS_FOR = "main_knn.py, main_umap.py"
+
+
+def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
+    """The value of ``--config-path X``, ``--config-path=X`` or ``-cp X`` in ``args``."""
+    for i, arg in enumerate(args):
+        if arg in (long, short) and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(f"{long}="):
+            return arg.partition("=")[2]
+    return None
+
+
+def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
+    """The ``method`` of the config a Hydra script would compose from ``args``; None when it cannot
+    be composed here (the script itself then reports the problem)."""
+    from solo_diet.cli.common import compose_cfg
+
+    path = _hydra_option(args, "--config-path", "-cp")
+    name = _hydra_option(args, "--config-name", "-cn")
+    if path is None or name is None:
+        return None
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():  # Hydra reads it relative to the script, we also try the cwd
+        folder = next((f for f in (script.parent / folder, folder) if f.is_dir()), folder)
+    overrides = [
+        a for a in args if "=" in a and not a.startswith("-") and not a.startswith("hydra")
+    ]
+    try:
+        return compose_cfg(str(folder), name, overrides).get("method")
+    except Exception:  # noqa: BLE001 - a config we cannot compose is the script's to report
+        return None
+
+
+def check_script_method(script: Path, args: Sequence[str]) -> None:
+    """Refuse solo-learn's pretraining script for a solo-diet method, naming our launcher."""
+    from solo.methods import METHODS
+
+    if script.name != "main_pretrain.py":
+        return
+    method = _composed_method(script, args)
+    cls = METHODS.get(method) if isinstance(method, str) else None
+    if cls is not None and cls.__module__.startswith("solo_diet."):
+        raise ConfigError(
+            f"`method: {method}` is a solo-diet method, which solo-learn's main_pretrain.py "
+            "cannot set up: use `solo-diet pretrain` with the same --config-path, --config-name "
+            "and overrides."
+        )
+
+
+def run_solo_script(script_path: str, script_args: Sequence[str]) -> None:
+    """Run ``script_path`` as ``__main__`` with ``script_args``, the plugin methods registered."""
+    import solo_diet
+
+    script = Path(script_path)
+    if not script.is_file():
+        raise ConfigError(
+            f"{script} does not exist: pass the path of a solo-learn checkout's script "
+            f"({SCRIPTS_FOR})."
+        )
+    solo_diet.register()
+    check_script_method(script, script_args)
+    sys.argv = [str(script)] + list(script_args)
+    runpy.run_path(str(script), run_name="__main__")

@@ -1,0 +1,108 @@
+"""The overall progress line of ``demo`` and ``compare`` (step k of n, elapsed, time left) and what
+install.sh says at each step, with pip replaced by a recorder (no solo-learn needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from solo_diet.cli.progress import OverallProgress, clock_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_time_left_follows_the_share_of_the_weight_done():
+    clock, said = Clock(), []
+    progress = OverallProgress("demo", [1, 8, 1], say=said.append, clock=clock)
+    progress.step(1, "data")
+    clock.now += 10  # 1 of 10 weight units in 10 s: 90 s left
+    progress.step(2, "pretraining")
+    clock.now += 40  # and half of the second step: 5 of 10 in 50 s
+    progress.step(2, "pretraining, epoch 4/8", fraction=0.5)
+    assert said == [
+        "[demo] step 1 of 3: data; 0:00 elapsed, time left known after the first step",
+        "[demo] step 2 of 3: pretraining; 0:10 elapsed, about 1:30 left",
+        "[demo] step 2 of 3: pretraining, epoch 4/8; 0:50 elapsed, about 0:50 left",
+    ]
+
+
+def test_work_done_before_this_process_does_not_count_as_its_speed():
+    clock, said = Clock(), []
+    progress = OverallProgress("demo", [2, 2], say=said.append, clock=clock)
+    progress.skip(1)  # a finished step rerun: no time spent here
+    clock.now += 30
+    progress.step(2, "probe", fraction=0.5)  # 1 unit in 30 s, 1 unit left
+    assert said == ["[demo] step 2 of 2: probe; 0:30 elapsed, about 0:30 left"]
+
+
+def test_jobs_ending_in_any_order_count_their_own_weight():
+    clock, said = Clock(), []
+    progress = OverallProgress("compare", [6, 2, 2], say=said.append, clock=clock)
+    clock.now += 20
+    progress.ended([2], "jobs ended")  # 2 of 10 in 20 s
+    assert said == ["[compare] 1 of 3 jobs ended; 0:20 elapsed, about 1:20 left"]
+    assert clock_text(3725) == "1:02:05"
+
+
+def fake_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A $PYTHON that records its arguments instead of installing."""
+    log = tmp_path / "python-calls.txt"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {log}\n'
+        'case "$2" in *sys.prefix*) echo /venv ;; '
+        "*METHODS*) echo 'install.sh: solo-diet 0 registered in solo-learn' ;; esac\n"
+    )
+    python.chmod(0o755)
+    return python, log
+
+
+def run_install(tmp_path: Path, **env: str) -> tuple[list[str], str, Path]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / "install.sh", repo / "install.sh")
+    python, log = fake_python(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k != "SOLO_LEARN_SRC"}
+    done = subprocess.run(
+        ["bash", str(repo / "install.sh")],
+        env={**environ, "PYTHON": str(python), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.splitlines(), log.read_text(), repo
+
+
+def test_install_says_each_step_and_copies_the_shared_source(tmp_path):
+    shared = tmp_path / "shared" / "solo-learn"
+    shared.mkdir(parents=True)
+    (shared / "setup.py").write_text("")
+    lines, calls, repo = run_install(tmp_path)
+    assert [line.partition(":")[0] for line in lines] == [
+        *(f"install.sh [{k}/6]" for k in range(1, 7)),
+        "install.sh",
+    ]
+    assert lines[0].startswith("install.sh [1/6]: torch==2.14.1 torchvision==0.29.1 into /venv")
+    assert f"from {repo / '.solo-learn'} (a writable copy of {shared};" in lines[2]
+    assert (repo / ".solo-learn" / "setup.py").is_file()
+    assert f"-e {repo / '.solo-learn'}" in calls and "/opt/solo-learn" not in calls
+
+
+def test_install_uses_solo_learn_src_and_says_so(tmp_path):
+    source = tmp_path / "my-solo-learn"
+    source.mkdir()
+    lines, calls, repo = run_install(tmp_path, SOLO_LEARN_SRC=str(source))
+    assert lines[2].startswith(f"install.sh [3/6]: solo-learn main, editable, from {source} (")
+    assert "(SOLO_LEARN_SRC;" in lines[2] and not (repo / ".solo-learn").exists()
+    assert f"-e {source}" in calls
