@@ -27,7 +27,7 @@ from solo_diet.cli.compare.fingerprints import (
     recipe_fingerprint,
 )
 from solo_diet.cli.compare.job import result_standing, run_job
-from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
+from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
 from solo_diet.cli.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
@@ -204,7 +204,7 @@ def _report_of_finished(
             )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
-    report = write_report(spec, results, out, left_out)
+    report = write_report(spec, results, out, left_out, run_budgets(jobs))
     progress(f"report: {report}")
     return report
 
