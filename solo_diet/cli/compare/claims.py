@@ -175,8 +175,8 @@ def claim_lines(
     run_epochs: Optional[Mapping[str, int]] = None,
 ) -> list[str]:
     """One line per claim: its verdict (budget-limited below its source's budget), then every
-    pair's gap against two pooled std; with ``paper_budget``, a second line on what was run
-    against what the source ran. ``run_epochs``: each run's epochs (default the spec's)."""
+    pair's gap against two pooled std; with ``paper_budget``, what was run against what the
+    source ran, on the same line. ``run_epochs``: each run's epochs (default the spec's)."""
     lines = []
     for claim in spec.claims:
         ran = _epochs_run(spec, claim, run_epochs or {})
@@ -191,8 +191,10 @@ def claim_lines(
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
         if missing:
-            lines.append(f"- **not checked**: {claim.text} ({metric}): no value for {missing}.")
-            lines += budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
+            note = budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
+            lines.append(
+                f"- **not checked**: {claim.text} ({metric}): no value for {missing}.{note}"
+            )
             continue
         if claim.get("than") is not None:
             pairs = [
@@ -205,6 +207,6 @@ def claim_lines(
         verdict = _overall([pair.outcome for pair in pairs])
         details = "; ".join(pair.words() for pair in pairs)
         shown = budget_verdict(claim, verdict, ran)
-        lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.")
-        lines += budget_note(claim, verdict, ran, spec.budget.get("batch_size"))
+        note = budget_note(claim, verdict, ran, spec.budget.get("batch_size"))
+        lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")
     return lines

@@ -17,7 +17,13 @@ from omegaconf import DictConfig
 from solo_diet.config import ConfigError
 
 PAPER_BUDGET_KEYS = ("epochs", "than_epochs", "batch_size")
-NOT_HELD = ("did not hold", "not resolved", "partly held (the rest not resolved)")
+# what the gaps of a claim that did not hold were, in words that decide nothing
+AT_THIS_BUDGET = {
+    "did not hold": "reversed (one or more)",
+    "not resolved": "not resolved",
+    "partly held (the rest not resolved)": "partly resolved",
+    "not checked": "not measured",
+}
 
 
 def _positive_int(value: Any) -> bool:
@@ -93,11 +99,11 @@ def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, int]) -> s
 
 def budget_note(
     claim: DictConfig, verdict: str, ran: Mapping[str, int], batch_size: Optional[int]
-) -> list[str]:
-    """The claim's second line: what was run against what the source ran, at what definition,
-    and, when budget-limited, what the gaps read at this budget."""
+) -> str:
+    """The end of the claim's line: what was run against what the source ran, at what
+    definition, and, when budget-limited, what the gaps read at this budget."""
     if claim.get("paper_budget") is None:
-        return []
+        return ""
     budget = claim.paper_budget
     runs = ", ".join(f"{run} {epochs}" for run, epochs in ran.items())
     paper = f"{budget.epochs} epochs"
@@ -108,13 +114,13 @@ def budget_note(
         paper += f", batch {budget.batch_size}"
     below = below_budget(claim, ran)
     at = (
-        f"below the source's budget: at this budget the gaps read '{verdict}', which does not "
-        "decide the claim"
-        if below and verdict in NOT_HELD
+        f"below the source's budget: at this budget the gaps were {AT_THIS_BUDGET[verdict]}, "
+        "which does not decide the claim"
+        if below and verdict in AT_THIS_BUDGET
         else ("below the source's budget" if below else "at the source's budget")
     )
     whose = "a reading of ours" if claim.get("ours") else "the source's definition"
-    return [
-        f"  - Ran: {runs} epochs, batch {batch_size}; the source ran {paper} ({at}). "
+    return (
+        f" Ran: {runs} epochs, batch {batch_size}; the source ran {paper} ({at}). "
         f"Checked as {whose}: {claim.definition.strip()}"
-    ]
+    )
