@@ -197,7 +197,7 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
     accuracies = {"diet": [60.0, 60.5, 61.0], "simclr": [60.0, 60.5, 61.0]}
     ran = {"diet": 5000, "simclr": 300}
     [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
-    assert verdict.startswith("- **budget-limited (300 of 1000 epochs)**: beats")
+    assert verdict.startswith("- **budget-limited (300 of 1000 epochs), a reading of ours**: beats")
     assert "the source ran 5000 epochs (diet), 1000 (the rest), batch 1024" in verdict
     assert verdict.endswith("Checked as a reading of ours: codes used >= 1000")
 
@@ -218,3 +218,11 @@ def test_bad_paper_budgets_name_the_key(extra, message):
     check_claims(spec_with([claim]), Path("spec.yaml"))
     with pytest.raises(ConfigError, match=message):
         check_claims(spec_with([{**claim, **extra}]), Path("spec.yaml"))
+
+
+def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):
+    claim = {"text": "wide", "metric": "linear_acc1", "better": ["diet"], "at_least": 90, **PAPER}
+    spec = spec_with([{**claim, "ours": True}], max_epochs=5000)
+    [verdict] = claim_lines(spec, results({"diet": [60.0, 60.5, 61.0]}), tmp_path, {"diet": 5000})
+    assert verdict.startswith("- **not met, a reading of ours**: wide")
+    assert "did not hold" not in verdict and "Checked as a reading of ours" in verdict

@@ -5,7 +5,8 @@ Every claim of a spec carries ``paper_budget`` (what its source trained: ``epoch
 source's own reading of the claim, in its words, or ours labelled ``ours: true``). A claim checked
 below its source's budget never reads "did not hold": it reads ``budget-limited (X of Y epochs)``
 with the gaps it had, and "held" only says at how much of the budget it held. Only a claim
-checked at its source's budget can fail.
+checked at its source's budget and definition can fail ("did not hold"); a reading of ours that
+fails at that budget is "not met, a reading of ours".
 """
 
 from __future__ import annotations
@@ -91,10 +92,12 @@ def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, int]) -> s
         return verdict
     below = below_budget(claim, ran)
     if not below:
-        return verdict
-    if verdict == "held":
-        return f"held (at {_limits(below)})"
-    return f"budget-limited ({_limits(below)})"
+        shown = "not met" if claim.get("ours") and verdict == "did not hold" else verdict
+    elif verdict == "held":
+        shown = f"held (at {_limits(below)})"
+    else:
+        shown = f"budget-limited ({_limits(below)})"
+    return f"{shown}, a reading of ours" if claim.get("ours") else shown
 
 
 def budget_note(
@@ -120,7 +123,8 @@ def budget_note(
         else ("below the source's budget" if below else "at the source's budget")
     )
     whose = "a reading of ours" if claim.get("ours") else "the source's definition"
+    ran_words = "Budgets (some runs have no value)" if verdict == "not checked" else "Ran"
     return (
-        f" Ran: {runs} epochs, batch {batch_size}; the source ran {paper} ({at}). "
+        f" {ran_words}: {runs} epochs, batch {batch_size}; the source ran {paper} ({at}). "
         f"Checked as {whose}: {claim.definition.strip()}"
     )
