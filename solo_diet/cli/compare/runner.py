@@ -20,6 +20,7 @@ from typing import Any, Collection, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress, read_json
+from solo_diet.cli.compare.budgets import count_images
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.cli.compare.fingerprints import (
     data_signature,
@@ -220,6 +221,7 @@ def run_compare(
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
+    count_images.cache_clear()  # and its image count (budgets.py)
     spec = load_spec(spec_path, overrides)
     jobs = plan_jobs(spec, parse_runs(spec))
     out = Path(spec.output_dir)
