@@ -244,7 +244,8 @@ def run_compare(
         f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
         f"{list(spec.reference_rows)})"
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
-        + f", {budget.max_epochs} epochs at batch {budget.batch_size}, "
+        + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
+        + f" at batch {budget.batch_size}, "
         f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
     to_run = _without_standing_results(spec, chosen)
