@@ -152,3 +152,77 @@ def test_bad_claims_name_the_key(claim, message):
     with pytest.raises(ConfigError, match=message):
         check_claims(spec_with([claim]), Path("spec.yaml"))
     check_claims(spec_with([]), Path("spec.yaml"))
+
+
+PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
+
+
+def test_below_the_papers_budget_a_claim_is_budget_limited_never_did_not_hold(tmp_path):
+    reversed_ = {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0]}
+    claim = {"text": "parity", "metric": "linear_acc1", "better": ["diet"], "than": ["simclr"]}
+    spec = spec_with([{**claim, **PAPER}], max_epochs=300)
+    spec.budget.batch_size = 256
+    [verdict] = claim_lines(spec, results(reversed_), tmp_path)
+    assert verdict.startswith("- **budget-limited (300 of 5000 epochs)**: parity")
+    assert "did not hold" not in verdict and "diet − simclr = -10.00" in verdict
+    assert verdict.endswith(
+        "(2 pooled std 1.00: reversed). Ran: diet 300, simclr 300 epochs, batch 256; the source "
+        "ran 5000 epochs (below the source's budget: at this budget the gaps were reversed (one "
+        "or more), which does not decide the claim). Checked as the source's definition: DIET "
+        "paper, Tab. 5: linear probe"
+    )
+
+    # at the paper's budget the same gaps fail the claim
+    ran = {"diet": 5000, "simclr": 5000}
+    [verdict] = claim_lines(spec, results(reversed_), tmp_path, ran)
+    assert verdict.startswith("- **did not hold**: parity")
+    assert "(at the source's budget)" in verdict
+
+    held = {"diet": [70.0, 70.5, 71.0], "simclr": [60.0, 60.5, 61.0]}
+    [verdict] = claim_lines(spec, results(held), tmp_path)
+    assert verdict.startswith("- **held (at 300 of 5000 epochs)**: parity")
+
+
+def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
+    claim = {
+        "text": "beats",
+        "metric": "linear_acc1",
+        "better": ["diet"],
+        "than": ["simclr"],
+        "paper_budget": {"epochs": 5000, "than_epochs": 1000, "batch_size": 1024},
+        "definition": "codes used >= 1000",
+        "ours": True,
+    }
+    spec = spec_with([claim], max_epochs=5000)
+    accuracies = {"diet": [60.0, 60.5, 61.0], "simclr": [60.0, 60.5, 61.0]}
+    ran = {"diet": 5000, "simclr": 300}
+    [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
+    assert verdict.startswith("- **budget-limited (300 of 1000 epochs), a reading of ours**: beats")
+    assert "the source ran 5000 epochs (diet), 1000 (the rest), batch 1024" in verdict
+    assert verdict.endswith("Checked as a reading of ours: codes used >= 1000")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"paper_budget": None}, r"`claims\[0\]\.paper_budget` must be the source's budget"),
+        ({"paper_budget": {"steps": 10}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": {"epochs": 0}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": {"epochs": 5, "than_epochs": 5}}, r"than_epochs` is the budget of"),
+        ({"definition": None}, r"`claims\[0\]\.definition` must be the source's own reading"),
+        ({"ours": "yes"}, r"`claims\[0\]\.ours` must be true"),
+    ],
+)
+def test_bad_paper_budgets_name_the_key(extra, message):
+    claim = {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, **PAPER}
+    check_claims(spec_with([claim]), Path("spec.yaml"))
+    with pytest.raises(ConfigError, match=message):
+        check_claims(spec_with([{**claim, **extra}]), Path("spec.yaml"))
+
+
+def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):
+    claim = {"text": "wide", "metric": "linear_acc1", "better": ["diet"], "at_least": 90, **PAPER}
+    spec = spec_with([{**claim, "ours": True}], max_epochs=5000)
+    [verdict] = claim_lines(spec, results({"diet": [60.0, 60.5, 61.0]}), tmp_path, {"diet": 5000})
+    assert verdict.startswith("- **not met, a reading of ours**: wide")
+    assert "did not hold" not in verdict and "Checked as a reading of ours" in verdict

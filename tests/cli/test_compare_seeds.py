@@ -31,6 +31,10 @@ def data_root(tmp_path_factory) -> Path:
     return write_tiny_images(tmp_path_factory.mktemp("images"))
 
 
+# every claim names its source's budget and definition (here the run's own: a test)
+PAPER = "paper_budget: {epochs: 3}, definition: a test"
+
+
 def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
     return tiny_overrides(data_root, output_dir) + [
         "data.format=gpu",
@@ -39,8 +43,9 @@ def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
         "budget.val_every_n_epochs=2",
         f"seeds=[{','.join(map(str, SEEDS))}]",
         "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]",
-        "claims=[{text: diet beats simclr, metric: linear_acc1, better: [diet], than: [simclr]},"
-        " {text: diet learns faster, metric: val_acc1, epoch: 2, better: [diet], than: [simclr]}]",
+        "claims=[{text: diet beats simclr, metric: linear_acc1, better: [diet], than: [simclr],"
+        f" {PAPER}}}, {{text: diet learns faster, metric: val_acc1, epoch: 2, better: [diet],"
+        f" than: [simclr], {PAPER}}}]",
     ]
 
 
@@ -135,7 +140,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
 
     # --report-only rewrites the report from the results (a new claim here) and runs nothing
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/result.json")}
-    claim = "{text: pixels, metric: knn_acc1, better: [simclr], at_least: -1000}"
+    claim = f"{{text: pixels, metric: knn_acc1, better: [simclr], at_least: -1000, {PAPER}}}"
     again = run_compare(
         SHIPPED_SPEC, seeded_overrides(data_root, out) + [f"claims=[{claim}]"], report_only=True
     )

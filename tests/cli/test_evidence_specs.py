@@ -34,11 +34,14 @@ METHOD_OF_CONFIG = {"cplearn_resnet8": "cplearn"}  # otherwise the config is nam
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    """Empty class folders: enough for the spec's checks and solo-learn's class count."""
+    """Class folders of empty files, Animal-MNIST's 8 000 in train: enough for the spec's checks,
+    solo-learn's class count and a budget in samples (budgets.py counts the images)."""
     root = tmp_path_factory.mktemp("data")
     for split in ("train", "val"):
         for label in range(NUM_CLASSES):
             (root / split / f"class_{label}").mkdir(parents=True)
+    for index in range(ANIMAL_MNIST_TRAIN):
+        (root / "train" / f"class_{index % NUM_CLASSES}" / f"{index}.png").touch()
     return root
 
 
@@ -78,13 +81,16 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
         assert cfg.name == run.name
         assert cfg.method == METHOD_OF_CONFIG.get(run.config_name, run.config_name), job.key
         assert cfg.backbone.name == expected_backbone(run.config_path, run.config_name), job.key
-        assert cfg.max_epochs == budget.max_epochs
+        epochs = job.budget.epochs  # a run's own budget, or the spec's (budgets.py)
+        assert cfg.max_epochs == epochs <= budget.max_epochs
+        if run.budget is None and budget.samples is None:
+            assert cfg.max_epochs == budget.max_epochs
         assert cfg.optimizer.batch_size == budget.batch_size
         assert cfg.data.format == spec.data.format
         assert job.seed is None or cfg.seed == job.seed
-        assert 1 <= cfg.checkpoint.frequency <= budget.max_epochs
-        assert budget.max_epochs % cfg.check_val_every_n_epoch == 0  # the last epoch validates
-        assert cfg.scheduler.warmup_epochs < budget.max_epochs, job.key
+        assert 1 <= cfg.checkpoint.frequency <= epochs
+        assert epochs % cfg.check_val_every_n_epoch == 0  # the last epoch validates
+        assert cfg.scheduler.warmup_epochs < epochs, job.key
         if job.seed != seeds[0]:
             continue  # the other seeds' configs differ only in `seed`
         checked, method_cls, contract = prepare_cfg(copy.deepcopy(cfg))
@@ -94,6 +100,35 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
             assert kwargs.queue_size % budget.batch_size == 0
             assert kwargs.queue_size <= train_size(spec_path)
         if cfg.method == "swav" and kwargs.queue_size > 0:  # a queue that would never start
-            assert kwargs.epoch_queue_starts < budget.max_epochs
+            assert kwargs.epoch_queue_starts < epochs
         if cfg.method == "dino":
-            assert kwargs.warmup_teacher_temperature_epochs < budget.max_epochs
+            assert kwargs.warmup_teacher_temperature_epochs < epochs
+
+
+def test_the_paper_budget_spec_gives_each_run_its_papers_budget(data_root, tmp_path):
+    """DIET and s-DIET at 5000 epochs, the baselines at 1000, DIET once more at SimCLR's
+    compute (samples, views counted), and SimCLR on two views of DIET's augmentation."""
+    solo_diet.register()
+    spec_path = COMPARE / "evidence_paper_budget_animal_mnist.yaml"
+    spec = load_spec(spec_path, [f"data.root={data_root}", f"output_dir={tmp_path}"])
+    jobs = {j.name: j for j in plan_jobs(spec, parse_runs(spec)) if j.reference is None}
+    epochs = {name: job.budget.epochs for name, job in jobs.items()}
+    assert epochs == {
+        "diet": 5000,
+        "sdiet": 5000,
+        "simclr": 1000,
+        "mocov2plus": 1000,
+        "vicreg": 1000,
+        "simclr_diet_aug": 1000,
+        "diet_matched": 2000,
+    }
+    assert jobs["diet_matched"].budget.samples == jobs["simclr"].budget.samples == 15_872_000
+    assert jobs["diet_matched"].budget.matched == "samples"
+    diet_views, simclr_views = (
+        jobs["diet"].cfg.augmentations,
+        jobs["simclr_diet_aug"].cfg.augmentations,
+    )
+    assert [a.num_crops for a in simclr_views] == [2]
+    assert simclr_views[0].rrc == diet_views[0].rrc and simclr_views[0].get("random_erasing") == (
+        diet_views[0].get("random_erasing")
+    )

@@ -6,7 +6,9 @@ says are ``better`` and either the runs they beat (``than``) or a value they rea
 ``than_metric`` reads another column of the ``than`` runs, for a paper that probes each side
 differently (the SEM paper probes the twins' SEM representation, the baselines' backbone).
 Each pair is judged like the report's † marks: a gap beyond two pooled standard deviations of the
-seeds is resolved (the claim held, or was reversed); anything closer is not resolved.
+seeds is resolved (the claim held, or was reversed); anything closer is not resolved. Each claim
+also names its source's budget and definition (``paper_budget``, ``definition``, ``ours``): below
+that budget a claim reads "budget-limited", never "did not hold" (:mod:`.paper_budget`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.cli.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.cli.compare.paper_budget import budget_note, budget_verdict, check_paper_budget
 from solo_diet.cli.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
-CLAIM_KEYS = ("text", "metric", "better", "than", "than_metric", "at_least", "epoch")
+CLAIM_KEYS = (
+    "text",
+    "metric",
+    "better",
+    "than",
+    "than_metric",
+    "at_least",
+    "epoch",
+    "paper_budget",
+    "definition",
+    "ours",
+)
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 
 
@@ -94,6 +108,7 @@ def check_claims(spec: DictConfig, spec_path: Path) -> None:
                 f"{key_of}epoch` must be an epoch count in 1..{spec.budget.max_epochs}, got "
                 f"{epoch}."
             )
+        check_paper_budget(claim, key_of)
 
 
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
@@ -143,10 +158,27 @@ def _overall(outcomes: Sequence[str]) -> str:
     return "partly held (the rest not resolved)" if HELD in outcomes else "not resolved"
 
 
-def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[str]:
-    """One line per claim: its verdict, then every pair's gap against two pooled std."""
+def _epochs_run(
+    spec: DictConfig, claim: DictConfig, run_epochs: Mapping[str, int]
+) -> dict[str, int]:
+    """The epochs each run of the claim trained (its schedule's length, also for a claim read
+    after ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
+    names = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
+    return {run: int(run_epochs.get(run, spec.budget.max_epochs)) for run in names}
+
+
+def claim_lines(
+    spec: DictConfig,
+    results: Sequence[dict],
+    out: Path,
+    run_epochs: Optional[Mapping[str, int]] = None,
+) -> list[str]:
+    """One line per claim: its verdict (budget-limited below its source's budget), then every
+    pair's gap against two pooled std; with ``paper_budget``, what was run against what the
+    source ran, on the same line. ``run_epochs``: each run's epochs (default the spec's)."""
     lines = []
     for claim in spec.claims:
+        ran = _epochs_run(spec, claim, run_epochs or {})
         epoch = claim.get("epoch")
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
@@ -158,7 +190,10 @@ def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[st
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
         if missing:
-            lines.append(f"- **not checked**: {claim.text} ({metric}): no value for {missing}.")
+            note = budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
+            lines.append(
+                f"- **not checked**: {claim.text} ({metric}): no value for {missing}.{note}"
+            )
             continue
         if claim.get("than") is not None:
             pairs = [
@@ -170,5 +205,7 @@ def claim_lines(spec: DictConfig, results: Sequence[dict], out: Path) -> list[st
             pairs = [_compare(by_run[a], claim.metric, value=claim.at_least) for a in claim.better]
         verdict = _overall([pair.outcome for pair in pairs])
         details = "; ".join(pair.words() for pair in pairs)
-        lines.append(f"- **{verdict}**: {claim.text} ({metric}): {details}.")
+        shown = budget_verdict(claim, verdict, ran)
+        note = budget_note(claim, verdict, ran, spec.budget.get("batch_size"))
+        lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")
     return lines

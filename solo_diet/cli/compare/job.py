@@ -26,7 +26,6 @@ from solo_diet.cli.compare.fingerprints import (
 )
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint
 from solo_diet.cli.compare.record import EPOCHS_FILE, job_place, pretrain_costs
-from solo_diet.cli.compare.spec import validation_interval
 from solo_diet.config import ConfigError
 
 
@@ -42,7 +41,7 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
         callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec)))
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
-        step = validation_interval(spec.budget)
+        step = job.cfg.check_val_every_n_epoch  # the run's own (budgets.py)
         every = step * math.ceil(every / step)
         callbacks.append(RankMeMonitor(every, spec.evaluation.rankme_samples))
     return callbacks

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import checkpoint_epoch
 from solo_diet.cli.compare._files import read_json
+from solo_diet.cli.compare.budgets import RunBudget, apply_run_budget, check_run_budget, run_budget
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
     SEEDED_REFERENCES,
@@ -35,7 +36,7 @@ from solo_diet.cli.compare.spec import (
 )
 from solo_diet.config import ConfigError, unknown_method_hint
 
-RUN_KEYS = ("name", "config_name", "config_path", "overrides")
+RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -47,6 +48,7 @@ class Run:
     config_path: Path
     config_name: str
     overrides: list[str]
+    budget: Optional[DictConfig] = None  # the run's own ``budget`` (budgets.py)
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Job:
     cfg: DictConfig
     seed: Optional[int] = None
     reference: Optional[str] = None
+    budget: Optional[RunBudget] = None
 
     @property
     def label(self) -> str:
@@ -124,7 +127,10 @@ def parse_runs(spec: DictConfig) -> list[Run]:
             )
         overrides = [str(o) for o in entry.get("overrides") or []]
         check_overrides(f"run {name!r}", overrides, spec)
-        runs.append(Run(name, Path(config_path), str(entry.config_name), overrides))
+        check_run_budget(name, entry.get("budget"), spec.budget.max_epochs)
+        runs.append(
+            Run(name, Path(config_path), str(entry.config_name), overrides, entry.get("budget"))
+        )
     check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
     check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
     return runs
@@ -193,7 +199,16 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
             f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets "
             f"limit_train_batches={limit}; set `budget.limit_train_batches` for every run instead."
         )
+    budget = run_budget(spec, run.name, run.budget, cfg)
+    if budget.epochs != spec.budget.max_epochs:  # its own epochs, checkpoints and validations
+        own = OmegaConf.merge(spec.budget, {"max_epochs": budget.epochs})
+        apply_run_budget(cfg, budget, (checkpoint_interval(own), validation_interval(own)))
     return cfg
+
+
+def run_budgets(jobs: Sequence[Job]) -> dict[str, RunBudget]:
+    """Each run's budget (its first job's), in spec order, for the report."""
+    return {job.name: job.budget for job in jobs if job.budget is not None}
 
 
 def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
@@ -206,9 +221,9 @@ def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
     for run in runs:
         for seed in seeds:
             key = f"runs/{run.name}" + (f"/seed_{seed}" if seed is not None else "")
-            jobs.append(
-                Job(run.name, key, out / key, compose_run(spec, run, out / key, seed), seed)
-            )
+            cfg = compose_run(spec, run, out / key, seed)
+            budget = run_budget(spec, run.name, run.budget, cfg)
+            jobs.append(Job(run.name, key, out / key, cfg, seed, budget=budget))
     first_run = jobs[: len(seeds)]
     for row in spec.reference_rows:
         seeded = row in SEEDED_REFERENCES

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -24,6 +24,7 @@ from solo_diet.cli.compare.aggregate import (
     ranked_metrics,
     verdict,
 )
+from solo_diet.cli.compare.budgets import RunBudget, budget_line
 from solo_diet.cli.compare.claims import claim_lines
 from solo_diet.cli.compare.curves_report import learning_curve_lines
 from solo_diet.cli.compare.record import run_record_lines
@@ -214,11 +215,15 @@ def _seeded_tables(
 
 
 def write_report(
-    spec: DictConfig, results: Sequence[dict], out: Path, left_out: Sequence[str] = ()
+    spec: DictConfig,
+    results: Sequence[dict],
+    out: Path,
+    left_out: Sequence[str] = (),
+    budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
     """results.csv, spectra.png, curves.png, the learning curves and report.md (verdicts, tables
     and settings); ``left_out`` names the spec's jobs without a result, which the report says it
-    leaves out."""
+    leaves out; ``budgets`` each run's budget (:mod:`.budgets`), which the report names."""
     from solo_diet.cli.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -237,7 +242,10 @@ def write_report(
         f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
     )
     seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
-    claims = claim_lines(spec, runs, out)
+    budgets = budgets or {}
+    same = all(b.epochs == budget.max_epochs for b in budgets.values())
+    whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
+    claims = claim_lines(spec, runs, out, {run: b.epochs for run, b in budgets.items()})
     lines = [
         f"# Comparison: {spec.name}",
         "",
@@ -246,12 +254,13 @@ def write_report(
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`data.format: {spec.data.format}`. "
-        f"Budget (every run): {_counted(budget.max_epochs, 'epoch')}, batch "
+        f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
         f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
         f"{_counted(checkpoint_interval(budget), 'epoch')} and the last; online probe validated "
         f"every {_counted(validation_interval(budget), 'epoch')}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
+        *([budget_line(spec, budgets), ""] if budgets else []),
         *_verdicts(spec, aggregated if seeded else runs, reference_means),
         "",
     ]

@@ -20,6 +20,7 @@ from typing import Any, Callable, Collection, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare._files import progress, read_json
+from solo_diet.cli.compare.budgets import count_images
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.cli.compare.fingerprints import (
     data_signature,
@@ -27,7 +28,7 @@ from solo_diet.cli.compare.fingerprints import (
     recipe_fingerprint,
 )
 from solo_diet.cli.compare.job import result_standing, run_job
-from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs
+from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
 from solo_diet.cli.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
@@ -227,7 +228,7 @@ def _report_of_finished(
             )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
-    report = write_report(spec, results, out, left_out)
+    report = write_report(spec, results, out, left_out, run_budgets(jobs))
     progress(f"report: {report}")
     return report
 
@@ -243,6 +244,7 @@ def run_compare(
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
+    count_images.cache_clear()  # and its image count (budgets.py)
     spec = load_spec(spec_path, overrides)
     jobs = plan_jobs(spec, parse_runs(spec))
     out = Path(spec.output_dir)
@@ -265,7 +267,8 @@ def run_compare(
         f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
         f"{list(spec.reference_rows)})"
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
-        + f", {budget.max_epochs} epochs at batch {budget.batch_size}, "
+        + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
+        + f" at batch {budget.batch_size}, "
         f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
     )
     to_run = _without_standing_results(spec, chosen)

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
+from solo_diet.cli.compare.budgets import check_spec_budget
 from solo_diet.cli.compare.claims import check_claims
 from solo_diet.cli.compare.curves import check_curves
 from solo_diet.config import ConfigError, closest_name
@@ -30,6 +31,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "budget": {
         "max_epochs": None,
+        "samples": None,  # compute-matched budget (budgets.py)
         "batch_size": None,
         "limit_train_batches": None,
         "checkpoint_every_n_epochs": None,
@@ -207,6 +209,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                 )
     _check_seeds_and_workers(spec, spec_path)
     _check_only(spec, spec_path)
+    check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
     check_curves(spec, spec_path)
     spec.data.format = resolve_data_format(spec.data.format, spec_path)
