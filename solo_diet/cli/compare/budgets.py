@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_diet.cli.compare.compute import views_per_sample
 from solo_diet.config import ConfigError
 
 RUN_BUDGET_KEYS = ("max_epochs", "samples")
@@ -94,14 +95,6 @@ def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
             f"run {name!r}: `budget.max_epochs` {epochs} is above the spec's `budget.max_epochs` "
             f"{max_epochs}, the most any run trains; raise the spec's."
         )
-
-
-def views_per_sample(cfg: DictConfig) -> int:
-    """The sum of ``num_crops`` over the config's augmentation pipelines (every crop a view)."""
-    pipelines = OmegaConf.select(cfg, "augmentations")
-    if not isinstance(pipelines, ListConfig) or not pipelines:
-        return 1
-    return sum(int(p.get("num_crops", 1)) for p in pipelines)
 
 
 @lru_cache(maxsize=8)

@@ -8,13 +8,16 @@ compute-matched budget must count the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
-def views_per_sample(cfg: Any) -> int:
+def views_per_sample(cfg: DictConfig) -> int:
     """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
-    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``)."""
-    return sum(int(pipeline.num_crops) for pipeline in cfg.augmentations)
+    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``); 1 without any."""
+    pipelines = OmegaConf.select(cfg, "augmentations")
+    if not isinstance(pipelines, ListConfig) or not pipelines:
+        return 1
+    return sum(int(p.get("num_crops", 1)) for p in pipelines)
 
 
 def samples_seen(images: float, views: int) -> float:
