@@ -138,6 +138,11 @@ class LabelSource(nn.Module):
         return torch.where(targets >= 0, targets, self.num_classes + indexes)
 
 
+def device_range_message(what: str, low: int, high: int, key: str) -> str:
+    """The device assert's message: CUDA's asynchronous assert takes under 255 characters."""
+    return f"batch has a {what} outside [{low}, {high}) (`{key}`)"[:254]
+
+
 def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
     """Refuse values outside ``[low, high)``: an ``IndexError`` for values on the host, an
     asynchronous device assert (no wait for the GPU; CUDA's "device-side assert triggered" at the
@@ -146,7 +151,7 @@ def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str,
         return
     if values.device.type != "cpu":
         inside = ((values >= low) & (values < high)).all()
-        torch._assert_async(inside, f"batch has a {what} outside [{low}, {high}) (`{key}`). {fix}")
+        torch._assert_async(inside, device_range_message(what, low, high, key))
         return
     smallest, largest = torch.stack(torch.aminmax(values)).tolist()
     if smallest < low or largest >= high:

@@ -98,6 +98,10 @@ _INDEX_ERROR = (
     "the real dataset), or set method_kwargs.num_samples to len(train_dataset) after "
     "data.fraction. With DALI, set dali.encode_indexes_into_labels=True."
 )
+# CUDA's asynchronous assert takes messages under 255 characters
+DEVICE_INDEX_ERROR = (
+    "dataset index outside [0, {n}) = [0, method_kwargs.num_samples): see solo-diet pretrain"
+)
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
@@ -111,7 +115,7 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     it."""
     if indexes.device.type != "cpu":
         in_range = ((indexes >= 0) & (indexes < num_samples)).all()
-        torch._assert_async(in_range, _INDEX_ERROR.format(index="a dataset index", n=num_samples))
+        torch._assert_async(in_range, DEVICE_INDEX_ERROR.format(n=num_samples))
         return
     low, high = torch.stack(torch.aminmax(indexes)).tolist()
     if low < 0 or high >= num_samples:

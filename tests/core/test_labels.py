@@ -177,3 +177,16 @@ def test_index_source_target_is_sdiet_batch_cross_entropy():
     torch.testing.assert_close(
         ours, sdiet_batch_cross_entropy(z, head[indexes], label_smoothing=0.8)
     )
+
+
+def test_device_assert_messages_fit_cuda_limit():
+    """CUDA's asynchronous assert refuses messages of 255 characters or more (a RuntimeError at the
+    first step of every run on a GPU): the checks' device messages stay under it."""
+    from solo_diet.labels import device_range_message
+
+    largest = 2**63 - 1
+    for what, low, key in (
+        ("dataset index", 0, "method_kwargs.num_samples"),
+        ("target", -1, "data.num_classes"),
+    ):
+        assert len(device_range_message(what, low, largest, key)) < 255
