@@ -222,3 +222,29 @@ def test_equals_solo_learns_lars_over_fifty_float32_steps(variant):
         assert (p - q).abs().max() <= 1e-6 * q.abs().max(), (variant, (p - q).abs().max())
     moved = [not torch.equal(p, p0) for p, p0 in zip(ours, fifty_step_start())]
     assert moved == [True] * 6 + [False]  # all trained but the tensor without gradient
+
+
+@requires_solo()
+def test_a_checkpoint_of_solo_learns_lars_resumes_in_foreach_lars_and_back():
+    """The two optimizers' state dicts are interchangeable (same groups, same momentum buffers), so
+    turning ``performance.foreach_substitutes`` on or off between a run and its resume is exact."""
+    from solo.utils.lars import LARS
+
+    def steps(optimizer, params, first: int, last: int) -> None:
+        for step in range(first, last):
+            generator = torch.Generator().manual_seed(step)
+            for p in params:
+                p.grad = 0.1 * p + torch.randn(p.shape, generator=generator)
+            optimizer.step()
+
+    settings = {"lr": 0.3, "momentum": 0.9, "weight_decay": 1e-4, "clip_lr": True}
+    straight = fifty_step_start()[:5]
+    steps(LARS(straight, **settings), straight, 0, 6)
+    for first, then in ((LARS, ForeachLARS), (ForeachLARS, LARS)):
+        params = fifty_step_start()[:5]
+        before = first(params, **settings)
+        steps(before, params, 0, 3)
+        after = then(params, **settings)
+        after.load_state_dict(before.state_dict())
+        steps(after, params, 3, 6)
+        assert all(torch.equal(p, q) for p, q in zip(params, straight)), (first, then)
