@@ -24,7 +24,8 @@ def sdiet_multi_batch_cross_entropy(
 
     ``logits = normalize(z) @ resident_rows.T / temperature`` (``B x mB``); sample ``j``'s target is
     ``positions[j]``, the position of its own row among the resident rows; PyTorch label smoothing
-    spreads ``label_smoothing`` over the ``m*B`` classes, not over N.
+    spreads ``label_smoothing`` over the ``m*B`` classes, not over N. The logits are at least
+    float32 with autocast off, as the s-DIET paper trains in float32.
 
     Args:
         z: ``(B, D)`` projector outputs (normalised here, s-DIET paper, §6.2).
@@ -32,8 +33,9 @@ def sdiet_multi_batch_cross_entropy(
         positions: ``(B,)`` long, row of each sample inside ``resident_rows``.
     """
     dtype = torch.promote_types(torch.promote_types(z.dtype, resident_rows.dtype), torch.float32)
-    logits = F.normalize(z.to(dtype), dim=-1) @ resident_rows.to(dtype).T
-    return F.cross_entropy(logits / temperature, positions, label_smoothing=label_smoothing)
+    with torch.autocast(device_type=z.device.type, enabled=False):  # float32 logits under bf16
+        logits = F.normalize(z.to(dtype), dim=-1) @ resident_rows.to(dtype).T
+        return F.cross_entropy(logits / temperature, positions, label_smoothing=label_smoothing)
 
 
 def sdiet_batch_cross_entropy(
