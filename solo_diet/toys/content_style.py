@@ -68,8 +68,8 @@ class ContentStyleData:
 
 def spectral_contrastive_loss(z_a: torch.Tensor, z_b: torch.Tensor) -> torch.Tensor:
     """SCL, s-DIET paper, Eq. 4, with pairs drawn independently from the data:
-    ``-(1/n^2) sum_i z_a,i . z_b,i + (1/2)(1/n^2) sum_ij (z_a,i . z_b,j)^2`` (row ``i`` of both views
-    is datum ``i``, so ``delta_{y1,y2}`` holds on the diagonal only)."""
+    ``-(1/n^2) sum_i z_a,i . z_b,i + (1/2)(1/n^2) sum_ij (z_a,i . z_b,j)^2`` (row ``i`` of both
+    views is datum ``i``, so ``delta_{y1,y2}`` holds on the diagonal only)."""
     kernel = z_a @ z_b.T
     pairs = kernel.numel()
     return -kernel.diagonal().sum() / pairs + 0.5 * kernel.pow(2).sum() / pairs
