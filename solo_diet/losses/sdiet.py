@@ -12,6 +12,14 @@ import torch
 import torch.nn.functional as F
 
 
+def sdiet_logits(z: torch.Tensor, rows: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``normalize(z) @ rows.T / temperature`` in at least float32 with autocast off: the s-DIET
+    paper trains in 32-bit precision (its App. D.3), and bf16 would round the logits."""
+    dtype = torch.promote_types(torch.promote_types(z.dtype, rows.dtype), torch.float32)
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        return F.normalize(z.to(dtype), dim=-1) @ rows.to(dtype).T / temperature
+
+
 def sdiet_multi_batch_cross_entropy(
     z: torch.Tensor,
     resident_rows: torch.Tensor,
@@ -24,16 +32,17 @@ def sdiet_multi_batch_cross_entropy(
 
     ``logits = normalize(z) @ resident_rows.T / temperature`` (``B x mB``); sample ``j``'s target is
     ``positions[j]``, the position of its own row among the resident rows; PyTorch label smoothing
-    spreads ``label_smoothing`` over the ``m*B`` classes, not over N.
+    spreads ``label_smoothing`` over the ``m*B`` classes, not over N. The logits are
+    :func:`sdiet_logits` (float32 whatever the autocast).
 
     Args:
         z: ``(B, D)`` projector outputs (normalised here, s-DIET paper, §6.2).
         resident_rows: ``(mB, D)`` head rows, unnormalised.
         positions: ``(B,)`` long, row of each sample inside ``resident_rows``.
     """
-    dtype = torch.promote_types(torch.promote_types(z.dtype, resident_rows.dtype), torch.float32)
-    logits = F.normalize(z.to(dtype), dim=-1) @ resident_rows.to(dtype).T
-    return F.cross_entropy(logits / temperature, positions, label_smoothing=label_smoothing)
+    logits = sdiet_logits(z, resident_rows, temperature)
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        return F.cross_entropy(logits, positions, label_smoothing=label_smoothing)
 
 
 def sdiet_batch_cross_entropy(

@@ -62,6 +62,12 @@ class DIET(IndexMethod):
         z = self.projector(feats)
         return F.normalize(z, dim=-1) if self.normalize else z
 
+    def head_logits(self, z: torch.Tensor) -> torch.Tensor:
+        """``W_H z`` in float32 whatever the autocast, as CPLearn's code logits: the DIET and s-DIET
+        papers train in float32, and bf16's 8-bit mantissa would round the R-way logits."""
+        with torch.autocast(device_type=z.device.type, enabled=False):
+            return self.head(z.to(self.head.weight.dtype))
+
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """DIET loss over every labelled view (target: its label id, by default its datum index) +
         online probe."""
@@ -70,7 +76,7 @@ class DIET(IndexMethod):
 
         out = super().training_step(batch, batch_idx)
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
-        logits = self.head(torch.cat(out["z"]))
+        logits = self.head_logits(torch.cat(out["z"]))
         if self.label_source.has_unlabelled:
             labelled = ids >= 0
             logits, ids = logits[labelled], ids[labelled]

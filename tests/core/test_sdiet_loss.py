@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from solo_diet.losses import sdiet_batch_cross_entropy, sdiet_multi_batch_cross_entropy
+from solo_diet.losses.sdiet import sdiet_logits
 from solo_diet.samplers import SuperBatchSampler
 
 
@@ -94,6 +95,22 @@ def test_multi_batch_with_all_rows_and_no_smoothing_is_full_diet_ce():
 def test_half_inputs_are_computed_in_float32():
     z, rows = data()
     assert sdiet_batch_cross_entropy(z.half(), rows.half()).dtype == torch.float32
+
+
+def test_logits_and_loss_are_float32_under_bf16_autocast():
+    """Under bf16 autocast (CPU) the logits stay float32 and equal a float32 reference, where a
+    plain matmul would give bf16; the loss then equals the one without autocast."""
+    z, rows = (t.float() for t in data(batch=6, dim=5, rows=12))
+    reference = (torch.nn.functional.normalize(z.double(), dim=1) @ rows.double().T / 0.5).float()
+    positions = torch.arange(6)
+    plain = sdiet_multi_batch_cross_entropy(z, rows, positions, temperature=0.5)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        assert (z @ rows.T).dtype == torch.bfloat16  # what autocast alone would give
+        logits = sdiet_logits(z, rows, temperature=0.5)
+        loss = sdiet_multi_batch_cross_entropy(z, rows, positions, temperature=0.5)
+    assert logits.dtype == torch.float32 and loss.dtype == torch.float32
+    torch.testing.assert_close(logits, reference, rtol=0, atol=1e-5)
+    torch.testing.assert_close(loss, plain, rtol=0, atol=1e-6)
 
 
 def test_super_batches_partition_each_epoch_and_change_with_epoch():

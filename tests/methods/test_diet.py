@@ -53,6 +53,19 @@ def test_normalize_puts_z_on_sphere():
     torch.testing.assert_close(z.norm(dim=1), torch.ones(4))
 
 
+def test_head_logits_are_float32_under_bf16_autocast():
+    """The R-way logits skip bf16 (as CPLearn's code logits): float32, equal to a float32 product
+    (within float32 rounding of the float64 reference), where the plain head gives bf16."""
+    model = METHODS["diet"](diet_cfg())
+    z = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
+    reference = (z.double() @ model.head.weight.double().T).float()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        logits = model.head_logits(z)
+        assert model.head(z).dtype == torch.bfloat16  # what autocast alone would give
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, reference, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("loss", ["ce", "mse"])
 def test_fast_dev_run_through_solo_pipeline(loss):
     cfg = diet_cfg(loss=loss)

@@ -1,0 +1,1 @@
+"""Small data-free experiments of the papers, reproduced in plain torch."""
