@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Sequence
 
+from solo_diet._atomic import atomic_write
 from solo_diet.cli.compare.record import EPOCHS_FILE, seed_curves
 
 CURVE_PANELS = (
@@ -64,7 +65,8 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     if axis.lines:  # no result has a spectrum (every job failed): an empty panel, no legend
         axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
     plt.close(figure)
     return path
 
@@ -96,6 +98,7 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
     if folders:  # only reference rows (every run failed): empty panels, no legend
         axes[0].legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
     plt.close(figure)
     return path
