@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import IO, Iterator, Union
 
 PathLike = Union[str, Path]
+TEMPORARY = re.compile(r"\A\..+\.(\d+)\.[0-9a-f]{8}\.tmp\Z")  # .<name>.<pid>.<random>.tmp
 
 
 def _temporary_beside(path: Path, binary: bool) -> tuple[Path, IO]:
@@ -67,3 +69,26 @@ def write_bytes_atomic(path: PathLike, data: bytes) -> Path:
     with atomic_write(path, binary=True) as handle:
         handle.write(data)
     return Path(path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: PathLike) -> list[Path]:
+    """Delete the temporary files that writers killed mid-write left in ``folder`` (those whose
+    process, on this host, no longer runs); returns them."""
+    stale = [
+        path
+        for path in Path(folder).glob(".*.tmp")
+        if (match := TEMPORARY.match(path.name)) and not _running(int(match.group(1)))
+    ]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale

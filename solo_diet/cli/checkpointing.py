@@ -26,7 +26,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
 
-from solo_diet._atomic import atomic_write, write_text_atomic
+from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.cli.common import checkpoint_epoch
 from solo_diet.config import ConfigError
 from solo_diet.methods.checkpoint import (
@@ -95,6 +95,8 @@ class RunCheckpointer(Checkpointer):
         if trainer.logger is not None:
             self.wandb_run_id = str(trainer.logger.version)
         self.path = folder
+        if trainer.is_global_zero:  # a save killed mid-write left its temporary file
+            remove_stale_temporaries(folder)
         self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
         own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
         self.last_ckpt = folder / self.resume_from.name if own else None
@@ -165,7 +167,7 @@ def auto_resume_checkpoint(
         hours = (now - newest.stat().st_mtime) / 3600
         say(
             f"auto-resume: {newest} was written {hours:.1f} h ago, more than "
-            f"auto_resume.max_hours={cfg.auto_resume.max_hours}, so this run starts over; pass "
+            f"auto_resume.max_hours={cfg.auto_resume.max_hours}, so this run starts over; pass ++"
             f"auto_resume.max_hours={math.ceil(hours) + 1} to resume from it."
         )
     return (chosen, runs[chosen.parent]) if chosen is not None else (None, None)
