@@ -75,7 +75,13 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
             f"there is no args.json next to {ckpt_path}: it holds the pretraining config the model "
             "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
         )
-    return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    try:
+        return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    except ValueError as err:
+        raise ConfigError(
+            f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
+            "it (a rerun of the pretraining rewrites it), or pass the config explicitly."
+        ) from None
 
 
 def checkpoint_safe_globals() -> list:
