@@ -45,12 +45,8 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from solo_diet.data.synthetic import write_image_folder
-
-    root = tmp_path_factory.mktemp("data")
-    write_image_folder(root / "train", num_classes=5, per_class=6, seed=0)
-    write_image_folder(root / "val", num_classes=5, per_class=2, seed=1)
-    return root
+    """5 classes of 32 px images: 6 each in train/, 3 in val/."""
+    return write_tiny_images(tmp_path_factory.mktemp("data"))
 
 
 def progress_of(checkpoint: Path) -> tuple[int, int]:
@@ -296,11 +292,6 @@ def test_resume_from_a_corrupt_checkpoint_is_one_line(data, tmp_path, capsys):
 # --- solo-diet compare -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory) -> Path:
-    return write_tiny_images(tmp_path_factory.mktemp("images"))
-
-
 def one_run_spec(data_root: Path, out: Path) -> list[str]:
     return compare_overrides(data_root, out) + [
         "runs=[{name: diet, config_name: diet}]",
@@ -315,18 +306,17 @@ def dead_pid() -> int:
 
 
 def test_one_compare_per_output_dir_and_a_report_killed_mid_write_stays_whole(
-    images, tmp_path, capsys
+    data, tmp_path, capsys
 ):
     from solo_diet.cli.compare.lock import LOCK_FILE
 
-    data_root = images
     out = tmp_path / "cmp"
     out.mkdir()
     lock = out / LOCK_FILE
     stale = {"pid": dead_pid(), "host": socket.gethostname(), "started": "earlier"}
     lock.write_text(json.dumps(stale))  # what a kill -9 of a comparison leaves
 
-    argv = ["compare", str(SHIPPED_SPEC), *one_run_spec(data_root, out)]
+    argv = ["compare", str(SHIPPED_SPEC), *one_run_spec(data, out)]
     first = subprocess.Popen(
         [sys.executable, "-m", "solo_diet.cli.main", *argv],
         cwd=tmp_path,
@@ -390,24 +380,24 @@ def test_one_compare_per_output_dir_and_a_report_killed_mid_write_stays_whole(
 @pytest.mark.parametrize(
     "name", ["evil\n", "x" * 101, "..", ".", "../escape", "a/b", "/abs", "", "tab\there"]
 )
-def test_unsafe_run_names_are_refused(images, tmp_path, name):
+def test_unsafe_run_names_are_refused(data, tmp_path, name):
     from omegaconf import OmegaConf
 
     from solo_diet.cli.compare import load_spec, parse_runs
     from solo_diet.config import ConfigError
 
-    spec = load_spec(SHIPPED_SPEC, [f"output_dir={tmp_path}", f"data.root={images}"])
+    spec = load_spec(SHIPPED_SPEC, [f"output_dir={tmp_path}", f"data.root={data}"])
     spec.runs = OmegaConf.create([{"name": name, "config_name": "diet"}])
     with pytest.raises(ConfigError, match="must be 1 to 100 letters, digits"):
         parse_runs(spec)
 
 
-def test_a_long_run_name_on_the_command_line_is_one_line(images, tmp_path, capsys):
+def test_a_long_run_name_on_the_command_line_is_one_line(data, tmp_path, capsys):
     argv = [
         "compare",
         str(SHIPPED_SPEC),
         f"output_dir={tmp_path}",
-        f"data.root={images}",
+        f"data.root={data}",
         f"runs=[{{name: {'n' * 300}, config_name: diet}}]",
     ]
     code, _, err = cli(argv, capsys)
