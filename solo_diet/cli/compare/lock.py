@@ -80,7 +80,11 @@ def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[P
                 f"taking over the lock {path} of {_named(holder)}, which no longer runs (killed "
                 "or crashed)"
             )
-        record = {"pid": os.getpid(), "host": host, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        record = {
+            "pid": os.getpid(),
+            "host": host,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        }
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, json.dumps(record).encode(), 0)
         os.fsync(descriptor)
