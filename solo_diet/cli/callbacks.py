@@ -8,6 +8,7 @@ them; any Lightning ``Trainer`` can take them.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Optional, Sequence
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.metrics import rankme
 
 EPOCH_COLUMNS = (
@@ -44,7 +46,8 @@ def _loss_tensor(outputs: Any) -> Optional[torch.Tensor]:
 
 
 class EpochCostLogger(Callback):
-    """Appends one CSV row per training epoch to ``csv_path``, readable without any logger.
+    """Appends one CSV row per training epoch to ``csv_path``, readable without any logger (the
+    file is rewritten whole with each row, :mod:`solo_diet._atomic`, so a kill never cuts a row).
 
     Columns: ``train_seconds`` (epoch start to its last optimisation batch), ``epoch_seconds`` (to
     the end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s``
@@ -148,12 +151,13 @@ class EpochCostLogger(Callback):
             value = trainer.callback_metrics.get(name) if self._validated else None
             row[name] = float(value) if value is not None else ""
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        new_file = not self.csv_path.is_file()
-        with self.csv_path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(EPOCH_COLUMNS) + list(self.logged_metrics))
-            if new_file:
-                writer.writeheader()
-            writer.writerow(row)
+        before = self.csv_path.read_text() if self.csv_path.is_file() else ""
+        line = io.StringIO()
+        writer = csv.DictWriter(line, fieldnames=list(EPOCH_COLUMNS) + list(self.logged_metrics))
+        if not before:
+            writer.writeheader()
+        writer.writerow(row)
+        write_text_atomic(self.csv_path, before + line.getvalue())  # whole rows or none
         if self.print_rows:
             print(_row_line(row, self.logged_metrics), flush=True)
 
@@ -195,7 +199,7 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
     if not kept:
         path.unlink()
         return
-    with path.open("w", newline="") as f:
+    with atomic_write(path) as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(kept)

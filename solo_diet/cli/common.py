@@ -4,8 +4,6 @@ transforms."""
 from __future__ import annotations
 
 import inspect
-import json
-import os
 import re
 import shutil
 import signal
@@ -18,16 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.cli.errors import Interrupted, download_failure_named, name_unreadable_images
 from solo_diet.config import ConfigError, closest_name
-
-# args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
-# compares neither the data nor N, so it would resume a run trained on another dataset).
-SAME_RUN_KEYS = (
-    "method",
-    "data.train_path",
-    "data.val_path",
-    "data.fraction",
-    "method_kwargs.num_samples",
-)
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -114,64 +102,28 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy."""
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy and
+    the checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
     from lightning.pytorch import Trainer
     from lightning.pytorch.strategies.ddp import DDPStrategy
+
+    from solo_diet.cli.checkpointing import AtomicCheckpointIO
 
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
     if kwargs.get("accelerator") == "cpu":
         kwargs["devices"] = len(cfg.devices)
+    plugins = kwargs.get("plugins") or []
     kwargs.update(
         logger=logger if logger is not None else False,
         callbacks=callbacks,
+        plugins=[*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()],
         enable_checkpointing=False,
         strategy=DDPStrategy(find_unused_parameters=False)
         if cfg.strategy == "ddp"
         else cfg.strategy,
     )
     return kwargs
-
-
-def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
-    """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` or solo-learn's AutoResumer."""
-    from solo.utils.auto_resumer import AutoResumer
-
-    if cfg.resume_from_checkpoint is not None:
-        ckpt = str(cfg.resume_from_checkpoint)
-        del cfg.resume_from_checkpoint
-        return ckpt, None
-    if cfg.auto_resume.enabled:
-        resumer = AutoResumer(checkpoint_dir=logdir, max_hours=cfg.auto_resume.max_hours)
-        ckpt, run_id = resumer.find_checkpoint(cfg)
-        if ckpt is not None:
-            check_same_run(cfg, Path(ckpt))
-            print(f"Resuming from previous checkpoint that matches specifications: '{ckpt}'")
-        return ckpt, run_id
-    return None, None
-
-
-def _comparable(value: Any) -> Any:
-    if value in (None, "None"):
-        return None
-    return os.path.normpath(value) if isinstance(value, str) and os.sep in value else value
-
-
-def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
-    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or
-    method."""
-    args_path = ckpt.parent / "args.json"
-    if not args_path.is_file():
-        return
-    previous = OmegaConf.create(json.loads(args_path.read_text()))
-    for key in SAME_RUN_KEYS:
-        before, now = OmegaConf.select(previous, key), OmegaConf.select(cfg, key)
-        if _comparable(before) != _comparable(now):
-            raise ConfigError(
-                f"auto-resume found {ckpt}, trained with {key}={before!r}, but this run has "
-                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another "
-                "checkpoint.dir."
-            )
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
@@ -182,12 +134,16 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
-    """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)."""
+    """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)
+    and loads (a cut one is no finished run)."""
+    from solo_diet.methods.checkpoint import checkpoint_problem
+
     epoch = checkpoint_epoch(ckpt_path)
     return (
         epoch is not None
         and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None)
         and (epoch >= cfg.max_epochs - 1)
+        and checkpoint_problem(ckpt_path) is None
     )
 
 
@@ -238,23 +194,29 @@ def fit_or_raise(
 
 
 def logger_and_callbacks(
-    cfg: DictConfig, model: torch.nn.Module, logdir: str, wandb_run_id: Optional[str]
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    logdir: str,
+    wandb_run_id: Optional[str],
+    resume_from: Optional[str] = None,
 ):
-    """solo-learn's Checkpointer, every ``checkpoint.frequency`` epochs and at the last one (+ wandb
-    logger with optional gradient watching and lr monitor)."""
+    """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
+    in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
+    optional gradient watching and lr monitor)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
-    from solo.utils.checkpointer import Checkpointer
 
     from solo_diet.cli.callbacks import FinalEpochCheckpoint
+    from solo_diet.cli.checkpointing import RunCheckpointer
 
     callbacks: list = []
     checkpointer = None
     if cfg.checkpoint.enabled:
-        checkpointer = Checkpointer(
+        checkpointer = RunCheckpointer(
             cfg,
             logdir=logdir,
             frequency=cfg.checkpoint.frequency,
             keep_prev=cfg.checkpoint.keep_prev,
+            resume_from=resume_from,
         )
         callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None

@@ -22,12 +22,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from solo_diet.cli.checkpointing import resume_checkpoint
 from solo_diet.cli.common import (
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
-    resume_checkpoint,
     trainer_kwargs,
 )
 from solo_diet.cli.gpu_data import check_data_format, fit_probe_batch, linear_loaders
@@ -39,9 +39,11 @@ from solo_diet.cli.launch_checks import (
 from solo_diet.config import ConfigError, check_bool, fill_default
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
+    CorruptCheckpoint,
     PretrainedCheckpoint,
     build_backbone,
     check_checkpoint_file,
+    checkpoint_problem,
     load_backbone_weights,
     read_pretrain_args,
 )
@@ -55,6 +57,9 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
     try:
         check_checkpoint_file(Path(str(ckpt)))
+        problem = checkpoint_problem(str(ckpt))
+        if problem is not None:
+            raise CorruptCheckpoint(str(ckpt), problem)
     except ConfigError as err:
         raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
     if OmegaConf.select(cfg, "backbone.name") is not None:
@@ -148,7 +153,9 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    logger, callbacks, checkpointer = logger_and_callbacks(
+        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path
+    )
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
     fit_or_raise(
         trainer,

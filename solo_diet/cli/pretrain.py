@@ -16,13 +16,13 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.cli.checkpointing import resume_checkpoint
 from solo_diet.cli.common import (
     already_finished,
     classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
-    resume_checkpoint,
     trainer_kwargs,
 )
 from solo_diet.cli.errors import download_failure_named, name_unreadable_images
@@ -286,7 +286,9 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
         epochs = cfg.max_epochs
         print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
         return str(ckpt_path)
-    logger, callbacks, checkpointer = logger_and_callbacks(cfg, model, logdir, wandb_run_id)
+    logger, callbacks, checkpointer = logger_and_callbacks(
+        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path
+    )
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
     if own_sampler:
         kwargs["use_distributed_sampler"] = (

@@ -14,14 +14,17 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet._atomic import atomic_write, write_text_atomic
+
 SOLO_DEFAULT_SEED = 5  # solo-learn's parse_cfg default for a config without `seed`
 
 
 def _save(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
-    torch.save({"state_dict": state}, path)
-    (path.parent / "args.json").write_text(json.dumps(args, default=str))
+    with atomic_write(path, binary=True) as f:
+        torch.save({"state_dict": state}, f)
+    write_text_atomic(path.parent / "args.json", json.dumps(args, default=str))
     return path
 
 

@@ -19,6 +19,7 @@ import json
 import pickle
 import typing
 import warnings
+import zipfile
 from functools import cached_property
 from pathlib import Path
 from typing import Optional, Union
@@ -36,6 +37,19 @@ ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 
 class UnsafeCheckpoint(ConfigError):
     """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`)."""
+
+
+class CorruptCheckpoint(ConfigError):
+    """The checkpoint file does not load: empty, cut short (a kill or a full disk during its save)
+    or not a torch checkpoint. ``reason`` says which, in a few words."""
+
+    def __init__(self, path: PathLike, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(
+            f"checkpoint {path} does not load: {reason}. Pass a complete checkpoint (another of "
+            "its run folder, or rerun the pretraining that wrote it: a rerun resumes from its "
+            "newest checkpoint that loads)."
+        )
 
 
 def check_checkpoint_file(path: Path) -> None:
@@ -61,7 +75,13 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
             f"there is no args.json next to {ckpt_path}: it holds the pretraining config the model "
             "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
         )
-    return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    try:
+        return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    except ValueError as err:
+        raise ConfigError(
+            f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
+            "it (a rerun of the pretraining rewrites it), or pass the config explicitly."
+        ) from None
 
 
 def checkpoint_safe_globals() -> list:
@@ -103,12 +123,68 @@ def _unsafe_globals(path: Path) -> list[str]:
     return [name for name in found if name not in allowed]
 
 
+def _not_loading(path: Path, error: BaseException) -> str:
+    """Why ``path`` did not load, in a few words: empty, cut short, or not a checkpoint at all."""
+    with path.open("rb") as f:
+        head = f.read(2)
+    if not head:
+        return "the file is empty"
+    what = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:80]}"
+    if head in (b"PK", b"\x80\x02"):  # a zip checkpoint, or torch's legacy pickle format
+        return (
+            f"it is cut short or damaged ({what}), as a kill or a full disk while saving leaves it"
+        )
+    return "it is not a torch checkpoint (neither the zip archive nor the pickle torch.save writes)"
+
+
+def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
+    """``torch.load`` on the CPU; a file that does not load is one :class:`CorruptCheckpoint`, one
+    that needs pickle (without ``allow_pickle``) one :class:`UnsafeCheckpoint`."""
+    mmap = mmap and zipfile.is_zipfile(path)  # legacy-format files cannot be memory-mapped
+    try:
+        if allow_pickle:
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as error:
+        if allow_pickle or not zipfile.is_zipfile(path):
+            raise CorruptCheckpoint(path, _not_loading(path, error)) from error
+        names = _unsafe_globals(path) or [str(error).splitlines()[0]]
+        raise UnsafeCheckpoint(
+            f"checkpoint {path} refused: it holds objects only pickle can rebuild "
+            f"({', '.join(names)}), and unpickling runs any code the file carries. If you trust "
+            f"its source, opt out with `{ALLOW_PICKLE_KEY}=True` (e.g. `solo-diet linear ... "
+            f"++{ALLOW_PICKLE_KEY}=True`)."
+        ) from error
+    except Exception as error:  # noqa: BLE001 - what torch raises on a damaged file varies
+        raise CorruptCheckpoint(path, _not_loading(path, error)) from error
+
+
+def checkpoint_problem(path: PathLike) -> Optional[str]:
+    """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads: the one
+    check behind the choice of a checkpoint to resume from, a finished run's last checkpoint and
+    the launchers' errors. The tensors are memory-mapped, not read, so a large checkpoint is
+    checked in a moment; a file that needs pickle counts as loading (the loader decides)."""
+    path = Path(path)
+    if not path.is_file():
+        return "the file does not exist"
+    try:
+        _torch_load(path, allow_pickle=False, mmap=True)
+    except CorruptCheckpoint as err:
+        return err.reason
+    except UnsafeCheckpoint:
+        pass
+    return None
+
+
 def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
     """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry.
 
     Tensors, plain containers and :func:`checkpoint_safe_globals` load with
     ``torch.load(weights_only=True)``; a checkpoint that needs any other type is refused, unless
     ``allow_pickle`` (the ``allow_pickle_checkpoint`` option), which unpickles it with a warning.
+    A file that does not load (empty, cut short, not a checkpoint) is one
+    :class:`CorruptCheckpoint`.
     """
     path = Path(path)
     check_checkpoint_file(path)
@@ -118,18 +194,18 @@ def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
             "file carries; only do this for checkpoints whose source you trust.",
             stacklevel=2,
         )
-        return torch.load(path, map_location="cpu", weights_only=False)
-    try:
-        with torch.serialization.safe_globals(checkpoint_safe_globals()):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        names = _unsafe_globals(path) or [str(error).splitlines()[0]]
-        raise UnsafeCheckpoint(
-            f"checkpoint {path} refused: it holds objects only pickle can rebuild "
-            f"({', '.join(names)}), and unpickling runs any code the file carries. If you trust "
-            f"its source, opt out with `{ALLOW_PICKLE_KEY}=True` (e.g. `solo-diet linear ... "
-            f"++{ALLOW_PICKLE_KEY}=True`)."
-        ) from error
+    return _torch_load(path, allow_pickle=allow_pickle, mmap=False)
+
+
+def _state_dict(checkpoint: dict, path: PathLike) -> dict:
+    """The checkpoint's ``state_dict``, or one error naming what the file holds instead."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        held = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, dict) else None
+        raise ConfigError(
+            f"checkpoint {path} holds no `state_dict` (it holds {held or type(checkpoint).__name__}"
+            "): pass a checkpoint of a solo-learn or solo-diet pretraining run."
+        )
+    return checkpoint["state_dict"]
 
 
 def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
@@ -170,7 +246,7 @@ def load_backbone_weights(
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
         )
-    state = load_checkpoint_file(ckpt_path, allow_pickle=allow_pickle)["state_dict"]
+    state = _state_dict(load_checkpoint_file(ckpt_path, allow_pickle=allow_pickle), ckpt_path)
     return _load_backbone_state(backbone, state, ckpt_path)
 
 
@@ -208,7 +284,9 @@ class PretrainedCheckpoint:
     @cached_property
     def state_dict(self) -> dict:
         """The model's tensors (read once)."""
-        return load_checkpoint_file(self.path, allow_pickle=self.allow_pickle)["state_dict"]
+        return _state_dict(
+            load_checkpoint_file(self.path, allow_pickle=self.allow_pickle), self.path
+        )
 
     def backbone(self) -> nn.Module:
         """The pretrained backbone (every backbone key loaded)."""

@@ -1,9 +1,12 @@
-"""Progress lines and the small JSON files of a comparison's run folders."""
+"""Progress lines and the small JSON files of a comparison's run folders (written whole or not at
+all: :mod:`solo_diet._atomic`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from solo_diet._atomic import write_text_atomic
 
 
 def progress(message: str) -> None:
@@ -15,7 +18,6 @@ def read_json(path: Path) -> dict:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write through a temporary file, so an interrupted write never leaves half a file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    tmp.replace(path)
+    """Write whole or not at all (a unique temporary file renamed over it), so neither an
+    interrupted write nor two writers leave half a file."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str))

@@ -27,6 +27,7 @@ from solo_diet.cli.compare.fingerprints import (
 from solo_diet.cli.compare.jobs import Job, latest_checkpoint
 from solo_diet.cli.compare.record import EPOCHS_FILE, job_place, pretrain_costs
 from solo_diet.config import ConfigError
+from solo_diet.methods.checkpoint import checkpoint_problem
 
 
 def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
@@ -61,8 +62,12 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
             f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
             "another `output_dir` or delete that folder."
         )
-    if state.get("checkpoint") and Path(state["checkpoint"]).is_file():
-        return Path(state["checkpoint"]), False
+    finished = state.get("checkpoint")
+    if finished and Path(finished).is_file():
+        problem = checkpoint_problem(finished)
+        if problem is None:
+            return Path(finished), False
+        progress(f"{job.label}: its last checkpoint {finished} does not load ({problem})")
     resume = latest_checkpoint(run_dir / "pretrain")
     # Started over (no checkpoint left, say a folder copied from another machine), the job drops
     # the lost attempt's wall time (and EpochCostLogger its epochs); resumed, it keeps them.

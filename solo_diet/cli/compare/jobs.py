@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.common import checkpoint_epoch
-from solo_diet.cli.compare._files import read_json
+from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.budgets import RunBudget, apply_run_budget, check_run_budget, run_budget
 from solo_diet.cli.compare.spec import (
     BUDGET_TARGETS,
@@ -37,7 +37,8 @@ from solo_diet.cli.compare.spec import (
 from solo_diet.config import ConfigError, unknown_method_hint
 
 RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A run name is a folder name (runs/<name>/): 1 to 100 of these characters, never '.' or '..'.
+SAFE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
 
 
 @dataclass
@@ -111,10 +112,14 @@ def parse_runs(spec: DictConfig) -> list[Run]:
                 f"{list(RUN_KEYS)}."
             )
         name = str(entry.name)
-        if not SAFE_NAME.match(name) or name in {r.name for r in runs}:
+        if not SAFE_NAME.match(name) or set(name) == {"."}:
             raise ConfigError(
-                f"run name {name!r} must be unique and made of letters, digits, '_', '.', '-'."
+                f"runs[{position}]: run name {name[:120]!r}{'...' if len(name) > 120 else ''} "
+                "must be 1 to 100 letters, digits, '_', '.' or '-' (not only dots): it names the "
+                "run's folder. Rename the run."
             )
+        if name in {r.name for r in runs}:
+            raise ConfigError(f"run name {name!r} must be unique: two runs have it.")
         if name in spec.reference_rows:
             raise ConfigError(
                 f"run name {name!r} is the name of a reference row; rename the run or remove "
@@ -259,8 +264,8 @@ def longest_first(jobs: Sequence[Job]) -> list[Job]:
 
 
 def latest_checkpoint(folder: Path) -> Optional[Path]:
-    """The checkpoint of the highest epoch under ``folder`` (newest file on ties)."""
-    checkpoints = list(folder.glob("**/*.ckpt"))
-    if not checkpoints:
-        return None
-    return max(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
+    """The newest checkpoint under ``folder`` that loads (highest epoch, newest file on ties);
+    each newer one that does not load is named in a progress line and skipped."""
+    from solo_diet.cli.checkpointing import newest_loading
+
+    return newest_loading(folder.glob("**/*.ckpt"), say=progress)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from solo_diet._atomic import atomic_write
 from solo_diet.cli.compare.record import EPOCHS_FILE, seed_curves
 
 CURVE_PANELS = (
@@ -65,7 +66,8 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     if axis.lines:  # no result has a spectrum (every job failed): an empty panel, no legend
         axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
     plt.close(figure)
     return path
 
@@ -97,7 +99,8 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
     if folders:  # only reference rows (every run failed): empty panels, no legend
         axes[0].legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
     plt.close(figure)
     return path
 

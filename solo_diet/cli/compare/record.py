@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from solo_diet._atomic import write_text_atomic
 from solo_diet.cli.compare._files import read_json
 
 COMMANDS_FILE = "commands.txt"
@@ -72,8 +73,9 @@ def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str]) -> 
 
     host = f"{len(visible_gpus())} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
     command = shlex.join(["solo-diet", "compare", str(spec_path), *overrides])
-    with (out / COMMANDS_FILE).open("a") as f:
-        f.write(f"{_now()}\t{host}\t{command}\n")
+    path = out / COMMANDS_FILE
+    before = path.read_text() if path.is_file() else ""
+    write_text_atomic(path, f"{before}{_now()}\t{host}\t{command}\n")
 
 
 def run_record_lines(results: Sequence[dict], out: Path) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig
 
+from solo_diet._atomic import write_text_atomic
 from solo_diet.cli.compare.aggregate import (
     CODE_MEASURES,
     EMBEDDING_MEASURES,
@@ -277,5 +278,5 @@ def write_report(
     else:
         lines += [NO_PLOTS, ""]
     report = out / "report.md"
-    report.write_text("\n".join(lines))
+    write_text_atomic(report, "\n".join(lines))  # a kill keeps the previous report whole
     return report

@@ -19,6 +19,7 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from solo_diet._atomic import write_text_atomic
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.budgets import count_images
 from solo_diet.cli.compare.evaluate import SharedEvaluator, compose_linear
@@ -29,6 +30,7 @@ from solo_diet.cli.compare.fingerprints import (
 )
 from solo_diet.cli.compare.job import result_standing, run_job
 from solo_diet.cli.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
+from solo_diet.cli.compare.lock import output_dir_lock
 from solo_diet.cli.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.cli.compare.report import write_report
 from solo_diet.cli.compare.spec import REFERENCE_ROWS, load_spec
@@ -255,9 +257,21 @@ def run_compare(
     chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
     _check_before_any_job(spec, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
-    record = out / f".spec-record-{os.getpid()}.yaml"  # written whole: calls may share out
-    OmegaConf.save(spec, record)
-    record.replace(out / "spec.yaml")  # the resolved spec, as a record
+    with output_dir_lock(out, say=progress):  # one comparison per output folder
+        return _run_jobs(spec, spec_path, overrides, jobs, chosen)
+
+
+def _run_jobs(
+    spec: DictConfig,
+    spec_path: str | Path,
+    overrides: Sequence[str],
+    jobs: Sequence[Job],
+    chosen: Sequence[Job],
+) -> Path:
+    """``run_compare``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
+    report."""
+    out = Path(spec.output_dir)
+    write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
     note_command(out, spec_path, overrides)
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)

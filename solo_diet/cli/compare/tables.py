@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from solo_diet._atomic import atomic_write
 from solo_diet.cli.compare.aggregate import NOT_AGGREGATED, is_number
 
 RESULT_COLUMNS = (
@@ -107,7 +108,7 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
         numeric = set(_numeric_columns(rows, columns))
         columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
         columns.insert(columns.index("seed") + 1, "n_seeds")
-    with path.open("w", newline="") as f:
+    with atomic_write(path) as f:  # whole or not at all
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
         writer.writeheader()
         writer.writerows(rows)
