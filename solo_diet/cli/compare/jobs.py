@@ -20,7 +20,6 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.cli.common import checkpoint_epoch
 from solo_diet.cli.compare._files import progress, read_json
 from solo_diet.cli.compare.budgets import RunBudget, apply_run_budget, check_run_budget, run_budget
 from solo_diet.cli.compare.spec import (
