@@ -11,7 +11,10 @@ skip_without_solo()
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.cli.pretrain import run_pretrain  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from tests.cli.test_gpu_path import SCRIPTS, data, pretrain_argv  # noqa: E402, F401
+from tests.cli.test_gpu_path import SCRIPTS, pretrain_argv  # noqa: E402
+from tests.cli.test_gpu_path import data as gpu_path_data  # noqa: E402
+
+data = gpu_path_data  # the module's tiny ImageFolder fixture, shared
 
 SUBSTITUTED = "solo-diet: same-math substitutes (no host sync per step): optimizer `lars` -> "
 
