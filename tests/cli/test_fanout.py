@@ -209,3 +209,34 @@ def test_reusable_workers_run_task_after_task_and_a_failure_ends_only_its_worker
     for pid, _ in served.values():  # every worker has ended
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+SERVING_SCHEDULER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from solo_diet.cli.compare.fanout import Task, run_tasks
+    serve = (sys.executable, "-c", sys.argv[2])
+    tasks = [Task("t", ("unused",), Path(sys.argv[1]), 0, "120 0")]
+    run_tasks(tasks, workers=1, gpus=[], poll_s=0.05, grace_s=5.0, serve_argv=serve)
+    """
+)
+
+
+def test_an_interrupted_scheduler_stops_its_reusable_workers(tmp_path):
+    log = tmp_path / "task.log"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    scheduler = subprocess.Popen(
+        [sys.executable, "-c", SERVING_SCHEDULER, str(log), SERVER],
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    deadline = time.monotonic() + 60
+    while not log.is_file() or " (in worker " not in log.read_text():
+        assert time.monotonic() < deadline and scheduler.poll() is None
+        time.sleep(0.05)
+    worker_pid = int(log.read_text().split(" (in worker ")[1].split(",")[0])
+    scheduler.send_signal(signal.SIGINT)
+    assert scheduler.wait(timeout=30) != 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker_pid, 0)
