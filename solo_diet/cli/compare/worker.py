@@ -34,7 +34,6 @@ def serve(spec_file: str, reply_fd: int) -> int:
     from solo_diet.cli.compare.runner import worker_jobs
 
     spec, jobs, eval_fingerprint = worker_jobs(spec_file)
-    shared_eval = SharedEvaluator()  # the evaluation data, prepared once as in one process
     fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
         for line in sys.stdin:
@@ -42,7 +41,8 @@ def serve(spec_file: str, reply_fd: int) -> int:
             send_output_to(request["log"])
             try:
                 with fresh.job():
-                    run_job(spec, jobs[request["request"]], shared_eval, eval_fingerprint)
+                    # its own evaluation data, as in a fresh process: no GPU memory kept
+                    run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
             except KeyboardInterrupt as err:
                 print(f"interrupted: {err}", file=sys.stderr)
                 return 130
