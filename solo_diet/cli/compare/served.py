@@ -47,10 +47,12 @@ class ServedWorker:
         self._buffer = b""
 
     def hand(self, log_path: Path, request: str) -> None:
-        """Give the worker its next task."""
+        """Give the worker its next task (a worker that died idle reports its exit status)."""
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"log": str(log_path), "request": request}) + "\n")
-        self.process.stdin.flush()
+        line = json.dumps({"log": str(log_path), "request": request}) + "\n"
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
         self.tasks_run += 1
 
     def task_status(self) -> Optional[int]:

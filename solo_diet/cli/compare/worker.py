@@ -36,23 +36,23 @@ def serve(spec_file: str, reply_fd: int) -> int:
     spec, jobs, eval_fingerprint = worker_jobs(spec_file)
     fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
-        for line in sys.stdin:
-            request = json.loads(line)
-            send_output_to(request["log"])
-            try:
+        try:
+            for line in sys.stdin:
+                request = json.loads(line)
+                send_output_to(request["log"])
                 with fresh.job():
                     # its own evaluation data, as in a fresh process: no GPU memory kept
                     run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
-            except KeyboardInterrupt as err:
-                print(f"interrupted: {err}", file=sys.stderr)
-                return 130
-            except Exception:  # noqa: BLE001 - as a fresh process: its traceback, status 1
-                traceback.print_exc()
-                return 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-            replies.write("0\n")
-            replies.flush()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                replies.write("0\n")
+                replies.flush()
+        except KeyboardInterrupt as err:  # in a job, or waiting for one
+            print(f"interrupted: {err}", file=sys.stderr)
+            return 130
+        except Exception:  # noqa: BLE001 - as a fresh process: its traceback, status 1
+            traceback.print_exc()
+            return 1
     return 0
 
 
