@@ -5,7 +5,9 @@ Cases, each ``--repeats`` fresh processes after one that writes the ``.pyc`` fil
 - ``launcher``: ``import solo_diet.cli.pretrain``, as ``solo-diet pretrain`` does (solo-diet skips
   solo-learn's UMAP callback where umap is absent);
 - ``solo_first``: ``import solo.utils`` first, so solo-learn tries its UMAP callback as it would
-  without solo-diet (pandas, seaborn and matplotlib when installed), then the same import.
+  without solo-diet (pandas, seaborn and matplotlib when installed), then the same import;
+- ``cli_help``: what ``solo-diet --help`` imports before it prints (``import solo_diet`` registers
+  the methods only when ``solo.methods`` is imported, so neither torch nor solo-learn).
 
 Prints the wall seconds of each case, then the modules with the largest cumulative import time
 (``--top``) of one ``launcher`` process, among them the optional packages found installed.
@@ -25,6 +27,7 @@ import time
 CASES = {
     "launcher": "import solo_diet.cli.pretrain",
     "solo_first": "import solo.utils; import solo_diet.cli.pretrain",
+    "cli_help": "from solo_diet.cli.main import build_parser; build_parser().format_help()",
 }
 WATCHED = (
     "torch",

@@ -1,13 +1,26 @@
 """solo-diet: DIET, s-DIET, Simplicial Embeddings and CPLearn inside solo-learn.
 
 The torch-only core (``solo_diet.losses``, ``solo_diet.nn``, ``solo_diet.optim``, ...) imports
-without solo-learn. When solo-learn ``main`` is importable, importing this package registers every
+without solo-learn. When solo-learn ``main`` is installed, importing this package registers every
 plugin method in ``solo.methods.METHODS``; ``register()`` does it explicitly.
+
+The registration costs the import of solo-learn (torch, Lightning, timm: seconds), so it happens
+when ``solo.methods`` is imported: at once when it already is, else as soon as anything imports
+it (``METHODS`` cannot be read before). ``import solo_diet`` alone is therefore quick, and
+``solo-diet --help`` never loads solo-learn.
 """
 
-from solo_diet._host import solo_available
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from typing import Any, Optional
+
+from solo_diet._host import IMPORT_NOISE, skip_umap_callback_without_umap, solo_available
 
 __version__ = "0.1.0"
+SOLO_METHODS = "solo.methods"
 
 
 def register() -> list[str]:
@@ -17,5 +30,49 @@ def register() -> list[str]:
     return _register()
 
 
-if solo_available():
-    register()
+class _RegisteringLoader:
+    """``solo.methods``' own loader, which registers the plugin methods once the module has run."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        with warnings.catch_warnings():  # as solo_available()'s import of solo-learn
+            for pattern in IMPORT_NOISE:
+                warnings.filterwarnings("ignore", message=pattern)
+            self._loader.exec_module(module)
+        # as `solo_available()`: only a solo-learn `main` (the 2021 release has no METHODS)
+        if hasattr(module, "METHODS") and importlib.util.find_spec("solo.args") is not None:
+            register()
+
+
+class _RegisterOnSoloImport:
+    """A ``sys.meta_path`` finder that gives ``solo.methods`` a registering loader, once."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Optional[Any]:
+        if name != SOLO_METHODS:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RegisteringLoader(spec.loader)
+        return spec
+
+
+def _register_now_or_on_solo_import() -> None:
+    if SOLO_METHODS in sys.modules:
+        if solo_available():
+            register()
+    elif importlib.util.find_spec("solo") is not None:
+        skip_umap_callback_without_umap()  # as solo_available() would, before solo-learn loads
+        if not any(isinstance(f, _RegisterOnSoloImport) for f in sys.meta_path):
+            sys.meta_path.insert(0, _RegisterOnSoloImport())
+
+
+_register_now_or_on_solo_import()

@@ -150,3 +150,93 @@ def test_each_task_gets_its_share_of_the_cores_unless_the_caller_chose(
     expected = preset or "32"
     for t in tasks:
         assert f"THREADS {expected}" in t.log_path.read_text().splitlines()
+
+
+# A reusable worker of the served protocol: each request "<seconds> <status>" is a task that
+# prints its pid and CUDA_VISIBLE_DEVICES into its log; a status other than 0 ends the worker.
+SERVER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    replies = os.fdopen(int(sys.argv[1]), "w")
+    for line in sys.stdin:
+        request = json.loads(line)
+        fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(fd, 1)
+        seconds, status = request["request"].split()
+        time.sleep(float(seconds))
+        print("SERVED", os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+        if int(status):
+            sys.exit(int(status))
+        replies.write("0\\n")
+        replies.flush()
+    """
+)
+
+
+def served_task(tmp_path: Path, name: str, gpus: int, seconds=0.2, status=0) -> Task:
+    return Task(name, ("unused",), tmp_path / name / "job.log", gpus, f"{seconds} {status}")
+
+
+def served_by(task: Task) -> tuple[int, str]:
+    line = next(li for li in task.log_path.read_text().splitlines() if li.startswith("SERVED"))
+    _, pid, devices = (line.split(" ") + [""])[:3]
+    return int(pid), devices
+
+
+def test_reusable_workers_run_task_after_task_and_a_failure_ends_only_its_worker(tmp_path):
+    serve = (sys.executable, "-c", SERVER)
+    tasks = [served_task(tmp_path, f"t{i}", 1) for i in range(4)]
+    tasks.insert(2, served_task(tmp_path, "bad", 1, status=3))
+    tasks.append(task(tmp_path, "fresh", 1))  # no request: its own process, as before
+    said: list[str] = []
+    outcomes = run_tasks(
+        tasks, workers=2, gpus=["g0", "g1"], say=said.append, poll_s=0.05, serve_argv=serve
+    )
+
+    assert [o.returncode for o in outcomes] == [0, 0, 3, 0, 0, 0]
+    assert any(line.startswith("bad: FAILED with exit status 3") for line in said)
+    served = {t.label: served_by(t) for t in tasks if t.request}
+    assert len({pid for pid, _ in served.values()}) < len(served)  # a worker ran several
+    # started after "bad", t2 and t3 never ran in its worker, which the failure ended
+    assert served["bad"][0] not in {served["t2"][0], served["t3"][0]}
+    for pid in {pid for pid, _ in served.values()}:  # a worker keeps its GPU
+        assert len({gpu for p, gpu in served.values() if p == pid}) == 1
+    headers = [t.log_path.read_text().splitlines()[0] for t in tasks if t.request]
+    assert all(h.startswith("### ") and " (in worker " in h for h in headers)
+    assert any(h.endswith(", its task 2)") for h in headers)
+    fresh_gpus, _, _ = recorded(tasks[-1])
+    assert len(fresh_gpus) == 1 and not set(fresh_gpus) - {"g0", "g1"}
+    for pid, _ in served.values():  # every worker has ended
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+SERVING_SCHEDULER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from solo_diet.cli.compare.fanout import Task, run_tasks
+    serve = (sys.executable, "-c", sys.argv[2])
+    tasks = [Task("t", ("unused",), Path(sys.argv[1]), 0, "120 0")]
+    run_tasks(tasks, workers=1, gpus=[], poll_s=0.05, grace_s=5.0, serve_argv=serve)
+    """
+)
+
+
+def test_an_interrupted_scheduler_stops_its_reusable_workers(tmp_path):
+    log = tmp_path / "task.log"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    scheduler = subprocess.Popen(
+        [sys.executable, "-c", SERVING_SCHEDULER, str(log), SERVER],
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    deadline = time.monotonic() + 60
+    while not log.is_file() or " (in worker " not in log.read_text():
+        assert time.monotonic() < deadline and scheduler.poll() is None
+        time.sleep(0.05)
+    worker_pid = int(log.read_text().split(" (in worker ")[1].split(",")[0])
+    scheduler.send_signal(signal.SIGINT)
+    assert scheduler.wait(timeout=30) != 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker_pid, 0)

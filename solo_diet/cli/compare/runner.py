@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -99,21 +99,26 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path
+    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
 ) -> dict[str, str]:
-    """Every job in its own process, ``workers`` at a time on the visible GPUs, at most
-    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}."""
+    """Every job in a process of its own GPUs, ``workers`` at a time on the visible GPUs, at most
+    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}.
+    ``reuse``: the jobs of one GPU or the CPU run one after another in reusable workers, which
+    import once; a DDP job (Lightning starts its other ranks from its command line) and every job
+    without ``reuse`` get a fresh process."""
     from solo_diet.cli.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
     jobs = longest_first(jobs)
     gpus = visible_gpus()
+    worker = (sys.executable, "-m", "solo_diet.cli.compare.worker")
     tasks = [
         Task(
             label=job.label,
-            argv=(sys.executable, "-m", "solo_diet.cli.compare.worker", str(spec_file), job.key),
+            argv=(*worker, str(spec_file), job.key),
             log_path=job.run_dir / "job.log",
             gpus=job.gpus() if gpus else 0,
+            request=job.key if reuse and job.gpus() <= 1 else None,
         )
         for job in jobs
     ]
@@ -123,7 +128,14 @@ def _run_in_processes(
             f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
         )
     say = _counting_ended_jobs(jobs)
-    outcomes = run_tasks(tasks, workers, gpus, say=say, jobs_per_gpu=jobs_per_gpu)
+    outcomes = run_tasks(
+        tasks,
+        workers,
+        gpus,
+        say=say,
+        jobs_per_gpu=jobs_per_gpu,
+        serve_argv=(*worker, "--serve", str(spec_file)) if reuse else None,
+    )
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
         for job, o in zip(jobs, outcomes)
@@ -172,16 +184,23 @@ def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job
     return left
 
 
-def run_one_job(spec_file: str | Path, key: str) -> None:
-    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
+    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
+    fingerprint of its evaluation."""
     import solo_diet
 
     solo_diet.register()
     spec = load_spec(spec_file)
-    job: Optional[Job] = next((j for j in plan_jobs(spec, parse_runs(spec)) if j.key == key), None)
-    if job is None:
+    jobs = {job.key: job for job in plan_jobs(spec, parse_runs(spec))}
+    return spec, jobs, evaluation_fingerprint(spec)
+
+
+def run_one_job(spec_file: str | Path, key: str) -> None:
+    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
+    if key not in jobs:
         raise ConfigError(f"{spec_file} has no job {key!r}.")
-    run_job(spec, job, SharedEvaluator(), evaluation_fingerprint(spec))
+    run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
 
 
 def _unfinished_row(job: Job) -> dict[str, Any]:
@@ -235,6 +254,12 @@ def _report_of_finished(
     return report
 
 
+def _process_note(spec: DictConfig) -> str:
+    if spec.parallel.reuse_workers:
+        return " in separate processes, each running job after job"
+    return " in separate processes, a fresh one per job"
+
+
 def run_compare(
     spec_path: str | Path, overrides: Sequence[str] = (), report_only: bool = False
 ) -> Path:
@@ -283,7 +308,7 @@ def _run_jobs(
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
         + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
         + f" at batch {budget.batch_size}, "
-        f"{workers} worker(s){' in separate processes' if in_processes else ''} -> {out}"
+        f"{workers} worker(s){_process_note(spec) if in_processes else ''} -> {out}"
     )
     to_run = _without_standing_results(spec, chosen)
     if in_processes:
@@ -291,7 +316,13 @@ def _run_jobs(
         spec_file = out / f".spec-{os.getpid()}.yaml"
         OmegaConf.save(spec, spec_file)
         try:
-            failures = _run_in_processes(to_run, workers, spec.parallel.jobs_per_gpu, spec_file)
+            failures = _run_in_processes(
+                to_run,
+                workers,
+                spec.parallel.jobs_per_gpu,
+                spec_file,
+                reuse=spec.parallel.reuse_workers,
+            )
         finally:
             spec_file.unlink(missing_ok=True)
     else:

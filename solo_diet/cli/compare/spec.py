@@ -40,7 +40,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
     "only": None,
-    "parallel": {"workers": None, "jobs_per_gpu": 1},
+    "parallel": {"workers": None, "jobs_per_gpu": 1, "reuse_workers": True},
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
@@ -284,6 +284,12 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
         raise ConfigError(
             f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
             f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
+        )
+    if not isinstance(spec.parallel.reuse_workers, bool):
+        raise ConfigError(
+            f"{spec_path}: `parallel.reuse_workers` must be true (worker processes import once "
+            f"and run job after job) or false (a fresh process per job), got "
+            f"{spec.parallel.reuse_workers!r}."
         )
 
 
