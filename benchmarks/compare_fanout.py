@@ -11,6 +11,7 @@ comparisons' own output goes to a log in the scratch folder).
 
     python benchmarks/compare_fanout.py                  # on a multi-GPU node
     python benchmarks/compare_fanout.py --jobs-per-gpu 2 --epochs 100   # two jobs per GPU
+    python benchmarks/compare_fanout.py --jobs-per-gpu 2 --epochs 100 --modes reused  # one mode
     python benchmarks/compare_fanout.py --smoke          # 2 CPU workers, tiny budget
 """
 
@@ -31,6 +32,7 @@ from data_path import gpu_name, write_folder  # noqa: E402
 
 SPEC = Path(__file__).resolve().parent / "compare" / "animal_mnist.yaml"
 RUNS = ("diet", "simclr", "byol", "vicreg", "barlow_twins", "sdiet")
+MODES = ("one", "fresh", "reused")
 
 
 def overrides(
@@ -88,6 +90,13 @@ def main(argv: list | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--images", type=int, default=5000)
     parser.add_argument("--jobs-per-gpu", type=int, default=1)
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(MODES),
+        choices=MODES,
+        help="one: every job in this process; fresh: a process per job; reused: reusable workers",
+    )
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     from solo_diet.cli.compare import run_compare
@@ -111,7 +120,8 @@ def main(argv: list | None = None) -> None:
         write_folder(data / "train", args.images)
         write_folder(data / "val", max(args.images // 5, 50))
         first = None
-        for workers, reuse in ((1, True), (many, False), (many, True)):
+        settings = {"one": (1, True), "fresh": (many, False), "reused": (many, True)}
+        for workers, reuse in (settings[mode] for mode in args.modes):
             out = Path(scratch) / f"workers-{workers}-{reuse}"
             started = time.time()
             with (out.parent / f"{out.name}.log").open("w") as log:  # keep the table alone
