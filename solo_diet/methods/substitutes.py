@@ -11,6 +11,10 @@ launchers swap them, for every method alike (baselines included), for:
 
 The config keeps solo-learn's names (``optimizer.name: lars``, so ``args.json`` and compare's
 fingerprints are unchanged); the run's log names each substitute in one line.
+
+The read-backs inside solo-learn's own method steps (VICReg's and Barlow Twins' boolean masks,
+W-MSE's Cholesky status, the queue methods' pointer) get same-math substitutes per model instance
+from ``solo_diet.methods.step_substitutes``, under the same key and in the same line.
 ``performance.foreach_substitutes: False`` keeps solo-learn's own classes.
 """
 
@@ -25,10 +29,12 @@ from torch import Tensor, nn
 
 from solo_diet.config import check_bool, fill_default
 from solo_diet.ema import ema_update_
+from solo_diet.methods.step_substitutes import substitute_solo_learn_steps
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 """True (default): swap solo-learn's ``LARS`` and ``MomentumUpdater`` for their same-math foreach
-versions (no host sync in a step); False: solo-learn's own."""
+versions, and the read-backs of its VICReg, Barlow Twins, W-MSE and queue steps for same-math
+ones (no host sync in a step); False: solo-learn's own."""
 
 SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 """solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it."""
@@ -79,9 +85,10 @@ def fill_and_check_substitutes(cfg: DictConfig) -> bool:
 
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach`` and a ``MomentumUpdater``
-    for a :class:`ForeachMomentumUpdater` when ``performance.foreach_substitutes`` is on; returns
-    one description per substitute made (none when off or nothing applies)."""
+    """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
+    for a :class:`ForeachMomentumUpdater` and the read-backs of solo-learn's own step
+    (``substitute_solo_learn_steps``) when ``performance.foreach_substitutes`` is on; returns one
+    description per substitute made (none when off or nothing applies)."""
     if not fill_and_check_substitutes(cfg):
         return []
     made = []
@@ -98,7 +105,7 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
             f"momentum updater {MomentumUpdater.__module__}.MomentumUpdater -> "
             f"{ForeachMomentumUpdater.__module__}.ForeachMomentumUpdater"
         )
-    return made
+    return made + substitute_solo_learn_steps(model)
 
 
 def substitutes_line(made: list[str]) -> str:

@@ -57,12 +57,10 @@ def data(tmp_path_factory):
     return root
 
 
-# read-backs in solo-learn's own code (its files, not ours), seen by the CPU stand-in
-QUEUE = "int(self.queue_ptr) in _dequeue_and_enqueue"
+# read-backs in solo-learn's own code (its files, not ours) that no substitute of ours replaces,
+# seen by the CPU stand-in (VICReg's, Barlow Twins' and the queue methods' have substitutes:
+# solo_diet.methods.step_substitutes)
 SOLO_LEARN_READ_BACKS = {
-    **dict.fromkeys(("mocov2plus", "nnbyol", "nnclr", "nnsiam", "ressl", "all4one"), QUEUE),
-    "barlow_twins": "boolean-mask indexing and a tensor from host data in barlow_loss_func",
-    "vicreg": "boolean-mask indexing of the covariance in vicreg_loss_func",
     "mae": "a tensor made from host data in the ViT-MAE backbone's forward",
 }
 HOST_SIDE = {"sdiet": "its row store reads the sampler's host indices, host tensors on a GPU too"}

@@ -1,0 +1,144 @@
+"""Same-math substitutes, per model instance, for the read-backs inside solo-learn's own steps.
+
+- W-MSE: the model's ``whitening`` (solo-learn's ``Whitening2d``, whose Cholesky reads its status
+  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`.
+- The queue methods (MoCo V2+, NNBYOL, NNCLR, NNSiam, ReSSL, All4One) read their queue pointer as
+  a Python number; the instance gets a bound ``dequeue_and_enqueue`` (``_dequeue_and_enqueue`` for
+  MoCo) writing through :func:`solo_diet.queue.enqueue_`, pointer on the device, same contents.
+- VICReg's covariance term and Barlow Twins' loss index with a boolean mask. solo-learn's code
+  looks these functions up as module globals at call time (``solo.losses.vicreg.covariance_loss``
+  from ``vicreg_loss_func``; ``solo.methods.barlow_twins.barlow_loss_func`` from the method), so
+  each global is replaced, once per process, by a :class:`LossDispatch` that calls ours while a
+  substituted model's training step runs and solo-learn's original otherwise. The model's
+  instance gets a ``training_step`` that sets a context variable around the class's own step: no
+  other model, no other job of the same process (compare's workers) and no code outside a
+  substituted step sees our version, and a model built with the key off runs solo-learn's.
+
+Bound methods (``types.MethodType``) keep a deep copy of the model working on the copy.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import types
+from typing import Any, Callable, Union
+
+import torch
+from solo.methods.all4one import All4One
+from solo.methods.barlow_twins import BarlowTwins
+from solo.methods.mocov2plus import MoCoV2Plus
+from solo.methods.nnbyol import NNBYOL
+from solo.methods.nnclr import NNCLR
+from solo.methods.nnsiam import NNSiam
+from solo.methods.ressl import ReSSL
+from solo.methods.vicreg import VICReg
+from solo.methods.wmse import WMSE
+from solo.utils.misc import gather
+from solo.utils.whitening import Whitening2d
+from torch import nn
+
+from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
+from solo_diet.nn.whitening import CholeskyWhitening
+from solo_diet.queue import enqueue_
+
+_IN_SUBSTITUTED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "solo_diet_in_substituted_step", default=False
+)
+
+LOSS_SUBSTITUTES: dict[type, tuple[str, str, Callable]] = {
+    VICReg: ("solo.losses.vicreg", "covariance_loss", vicreg_covariance_loss),
+    BarlowTwins: ("solo.methods.barlow_twins", "barlow_loss_func", barlow_twins_loss),
+}
+"""solo-learn method -> (module, global its step calls, our same-math function)."""
+
+QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
+"""The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
+
+
+class LossDispatch:
+    """Stands in for a solo-learn loss function: ours inside a substituted training step, the
+    original everywhere else."""
+
+    def __init__(self, original: Callable, ours: Callable):
+        functools.update_wrapper(self, original)
+        self.original, self.ours = original, ours
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        chosen = self.ours if _IN_SUBSTITUTED_STEP.get() else self.original
+        return chosen(*args, **kwargs)
+
+
+def install_loss_dispatch(module_name: str, name: str, ours: Callable) -> LossDispatch:
+    """Replace ``module_name.name`` by a :class:`LossDispatch` (once; later calls find it)."""
+    module = importlib.import_module(module_name)
+    current = getattr(module, name)
+    if not isinstance(current, LossDispatch):
+        current = LossDispatch(current, ours)
+        setattr(module, name, current)
+    return current
+
+
+def _substituted_training_step(self: nn.Module, batch: Any, batch_idx: int) -> Any:
+    """The class's training step, with our loss functions chosen by the dispatches."""
+    token = _IN_SUBSTITUTED_STEP.set(True)
+    try:
+        return type(self).training_step(self, batch, batch_idx)
+    finally:
+        _IN_SUBSTITUTED_STEP.reset(token)
+
+
+@torch.no_grad()
+def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
+    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
+    ``values`` (features, then labels, then dataset indexes) as rows of the queues."""
+    writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
+    enqueue_(self.queue_ptr, self.queue_size, writes)
+
+
+@torch.no_grad()
+def enqueue_keys(self: nn.Module, keys: torch.Tensor) -> None:
+    """MoCo V2+'s ``_dequeue_and_enqueue``: ``keys`` (views x B x D) as columns of the
+    (views x D x size) queue."""
+    enqueue_(self.queue_ptr, self.queue_size, [(self.queue, 2, keys.permute(0, 2, 1))])
+
+
+QUEUE_SUBSTITUTES: dict[type, tuple[str, Callable]] = {
+    MoCoV2Plus: ("_dequeue_and_enqueue", enqueue_keys),
+    **{
+        cls: ("dequeue_and_enqueue", enqueue_rows)
+        for cls in (NNBYOL, NNCLR, NNSiam, ReSSL, All4One)
+    },
+}
+"""solo-learn queue method -> (the method that reads the pointer back, our bound substitute)."""
+
+
+def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
+    """Whether ``model`` is a ``cls`` and runs ``cls``'s own ``name`` (no subclass override)."""
+    return isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]
+
+
+def _qualified(obj: Union[Callable, type]) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
+    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU
+    for ours; returns one description per substitute made."""
+    made = []
+    for cls, (module_name, name, ours) in LOSS_SUBSTITUTES.items():
+        if isinstance(model, cls):
+            install_loss_dispatch(module_name, name, ours)
+            if "training_step" not in vars(model):
+                model.training_step = types.MethodType(_substituted_training_step, model)
+            made.append(f"loss `{module_name}.{name}` -> {_qualified(ours)}")
+    for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
+        if _uses_solo_learns(model, cls, name):
+            setattr(model, name, types.MethodType(ours, model))
+            made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")
+    whitening = getattr(model, "whitening", None)
+    if isinstance(model, WMSE) and type(whitening) is Whitening2d:
+        model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps)
+        made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
+    return made

@@ -1,0 +1,42 @@
+"""W-MSE's whitening (W-MSE paper, Eq. 4-5) with a Cholesky factorisation that reports failure on
+the device, so a step never waits for the GPU.
+
+``torch.linalg.cholesky`` reads its status back to raise on a matrix that is not positive
+definite; ``torch.linalg.cholesky_ex`` returns the same factor and leaves the status on the device,
+where an asynchronous assert stops the run if it failed (on a GPU: "device-side assert triggered"
+at the next synchronisation; on the CPU: a ``RuntimeError`` with the message below).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+# CUDA's asynchronous assert takes messages under 255 characters
+NOT_POSITIVE_DEFINITE = (
+    "W-MSE whitening: a slice's covariance is not positive definite (Cholesky failed); "
+    "raise method_kwargs.whitening_eps or method_kwargs.whitening_size"
+)
+
+
+class CholeskyWhitening(nn.Module):
+    """Whitens a slice ``x`` (N x D) of projected features: centres it on its mean and maps it by
+    ``L^-1``, where ``L L^T`` is its unbiased covariance shrunk towards the identity,
+    ``(1 - eps) * cov + eps * I``. Under CUDA autocast it computes in float32."""
+
+    def __init__(self, output_dim: int, eps: float = 0.0):
+        super().__init__()
+        self.output_dim = output_dim
+        self.eps = eps
+
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=0)
+        rows = centred.T.contiguous()
+        covariance = (rows @ rows.T) / (x.shape[0] - 1)
+        eye = torch.eye(self.output_dim, dtype=covariance.dtype, device=covariance.device)
+        shrunk = (1 - self.eps) * covariance + self.eps * eye
+        factor, status = torch.linalg.cholesky_ex(shrunk)
+        torch._assert_async(status == 0, NOT_POSITIVE_DEFINITE)
+        inverse = torch.linalg.solve_triangular(factor, eye, upper=False)
+        return centred @ inverse.T
