@@ -19,8 +19,8 @@ BARLOW_BATCH_NORM_EPS = 1e-5
 
 
 def off_diagonal(matrix: Tensor) -> Tensor:
-    """The ``n * (n - 1)`` off-diagonal entries of a square ``n x n`` matrix, row by row, as a
-    contiguous vector (gradients flow back to them)."""
+    """The ``n * (n - 1)`` off-diagonal entries of a square ``n x n`` matrix, row by row, in one
+    contiguous vector (a view of ``matrix`` where its layout allows; gradients flow back)."""
     n, m = matrix.shape
     if n != m:
         raise ValueError(f"off_diagonal: a square matrix is needed, got {n} x {m}")
@@ -29,12 +29,12 @@ def off_diagonal(matrix: Tensor) -> Tensor:
 
 
 def covariance_term(z: Tensor) -> Tensor:
-    """VICReg paper, Eq. 3 (``c(Z)``) for one branch: the squared off-diagonal entries of the
-    covariance of ``z`` (N x D, unbiased), summed and divided by D."""
+    """The VICReg paper's covariance term ``c(Z)`` for one branch: the squared off-diagonal entries
+    of the covariance of ``z`` (N x D, unbiased), summed and divided by D."""
     n, d = z.shape
     centred = z - z.mean(dim=0)
     covariance = (centred.T @ centred) / (n - 1)
-    return off_diagonal(covariance).pow_(2).sum() / d
+    return off_diagonal(covariance).pow(2).sum() / d
 
 
 def vicreg_covariance_loss(z1: Tensor, z2: Tensor) -> Tensor:

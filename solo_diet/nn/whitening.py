@@ -1,5 +1,5 @@
-"""W-MSE's whitening (W-MSE paper, Eq. 4-5) with a Cholesky factorisation that reports failure on
-the device, so a step never waits for the GPU.
+"""The W-MSE paper's whitening, its Cholesky factorisation reporting failure on the device, so a
+step never waits for the GPU.
 
 ``torch.linalg.cholesky`` reads its status back to raise on a matrix that is not positive
 definite; ``torch.linalg.cholesky_ex`` returns the same factor and leaves the status on the device,
