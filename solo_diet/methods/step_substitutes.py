@@ -14,7 +14,9 @@
   other model, no other job of the same process (compare's workers) and no code outside a
   substituted step sees our version, and a model built with the key off runs solo-learn's.
 
-Bound methods (``types.MethodType``) keep a deep copy of the model working on the copy.
+The instance's substitutes are :class:`InstanceSubstitute` objects (not ``types.MethodType``,
+which pickles as a lookup by its function's name): a deep copy or a pickle of the model keeps them,
+bound to the copy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
-import types
 from typing import Any, Callable, Union
 
 import torch
@@ -80,13 +81,42 @@ def install_loss_dispatch(module_name: str, name: str, ours: Callable) -> LossDi
     return current
 
 
-def _substituted_training_step(self: nn.Module, batch: Any, batch_idx: int) -> Any:
-    """The class's training step, with our loss functions chosen by the dispatches."""
-    token = _IN_SUBSTITUTED_STEP.set(True)
-    try:
-        return type(self).training_step(self, batch, batch_idx)
-    finally:
-        _IN_SUBSTITUTED_STEP.reset(token)
+class InstanceSubstitute:
+    """``function`` bound to the model ``owner``, set as an attribute of that one instance."""
+
+    def __init__(self, function: Callable, owner: nn.Module):
+        self.function, self.owner = function, owner
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(self.owner, *args)
+
+    def __repr__(self) -> str:
+        return f"<{_qualified(self.function)} of {type(self.owner).__name__}>"
+
+
+def class_training_step(model: nn.Module, batch: Any, batch_idx: int) -> Any:
+    """The training step of ``model``'s class (what the instance runs without substitutes)."""
+    return type(model).training_step(model, batch, batch_idx)
+
+
+class SubstitutedTrainingStep(InstanceSubstitute):
+    """The class's training step, with our loss functions chosen by the dispatches (its signature
+    is the one Lightning inspects)."""
+
+    def __init__(self, owner: nn.Module):
+        super().__init__(class_training_step, owner)
+
+    @property
+    def __wrapped__(self) -> Callable:
+        """The class's step, for Lightning's ``is_overridden`` (it follows ``__wrapped__``)."""
+        return type(self.owner).training_step
+
+    def __call__(self, batch: Any, batch_idx: int) -> Any:
+        token = _IN_SUBSTITUTED_STEP.set(True)
+        try:
+            return self.function(self.owner, batch, batch_idx)
+        finally:
+            _IN_SUBSTITUTED_STEP.reset(token)
 
 
 @torch.no_grad()
@@ -131,11 +161,11 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
         if isinstance(model, cls):
             install_loss_dispatch(module_name, name, ours)
             if "training_step" not in vars(model):
-                model.training_step = types.MethodType(_substituted_training_step, model)
+                model.training_step = SubstitutedTrainingStep(model)
             made.append(f"loss `{module_name}.{name}` -> {_qualified(ours)}")
     for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, name):
-            setattr(model, name, types.MethodType(ours, model))
+            setattr(model, name, InstanceSubstitute(ours, model))
             made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")
     whitening = getattr(model, "whitening", None)
     if isinstance(model, WMSE) and type(whitening) is Whitening2d:

@@ -7,6 +7,7 @@ with the substitutes on and off."""
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 
@@ -30,7 +31,11 @@ from solo_diet.losses.decorrelation import (  # noqa: E402
     off_diagonal,
     vicreg_covariance_loss,
 )
-from solo_diet.methods.step_substitutes import QUEUE_BUFFERS, LossDispatch  # noqa: E402
+from solo_diet.methods.step_substitutes import (  # noqa: E402
+    QUEUE_BUFFERS,
+    InstanceSubstitute,
+    LossDispatch,
+)
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line  # noqa: E402
 from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 from solo_diet.nn.whitening import CholeskyWhitening  # noqa: E402
@@ -190,6 +195,21 @@ def test_only_a_substituted_model_runs_our_losses():
         assert masked_in_a_step(ours, cfg) == 0
         assert masked_in_a_step(theirs, cfg) > 0
         assert masked_in_a_step(copy.deepcopy(ours), cfg) == 0  # a copy keeps its substitutes
+
+
+@pytest.mark.parametrize("method", ["vicreg", "nnclr", "wmse"])
+def test_a_pickled_or_copied_model_keeps_its_substitutes_bound_to_itself(method):
+    solo_diet.register()
+    cfg = tiny_cfg(method, KWARGS[method], momentum=True)
+    model = METHODS[method](cfg)
+    substitute_step_parts(cfg, model)
+    for copied in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        substitutes = {k: v for k, v in vars(model).items() if isinstance(v, InstanceSubstitute)}
+        assert len(substitutes) == (method != "wmse")
+        for name, value in substitutes.items():
+            assert type(vars(copied)[name]) is type(value) and vars(copied)[name].owner is copied
+        if method == "wmse":
+            assert type(copied.whitening) is CholeskyWhitening
 
 
 def trained(method: str, substitutes: bool) -> tuple[dict, torch.nn.Module]:
