@@ -115,7 +115,7 @@ def test_pytest_counts_the_solo_tests_it_did_not_run(tmp_path):
     )
     assert done.returncode == 5, done.stdout[-3000:]  # pytest: no test ran (module-level skips)
     assert (
-        "31 solo-learn tests not run (2 modules, each reported as one skip): "
+        "33 solo-learn tests not run (2 modules, each reported as one skip): "
         "solo-learn is not installed." in done.stdout
     )
     assert done.stdout.strip().splitlines()[-1].startswith("2 skipped in")
