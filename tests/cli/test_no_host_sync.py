@@ -63,6 +63,8 @@ def data(tmp_path_factory):
 SOLO_LEARN_READ_BACKS = {
     "mae": "a tensor made from host data in the ViT-MAE backbone's forward",
 }
+# read-backs that only CUDA's sync check sees, in solo-learn's own step (measured on one H100)
+CUDA_READ_BACKS = {"wmse": "solo-learn's wmse.py:145 indexes the GPU features with a host randperm"}
 HOST_SIDE = {"sdiet": "its row store reads the sampler's host indices, host tensors on a GPU too"}
 _ATEN = torch.ops.aten
 _READ_BACK_OPS = {
@@ -187,8 +189,18 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     return guard
 
 
+def cuda_cases() -> list:
+    """``cases()``, those with a read-back in solo-learn's own step marked as strict failures."""
+    marked = []
+    for method, optimizer in cases():
+        known = CUDA_READ_BACKS.get(method.removesuffix("_sem"))
+        marks = [pytest.mark.xfail(strict=True, reason=known)] if known else []
+        marked.append(pytest.param(method, optimizer, marks=marks))
+    return marked
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs exist only on CUDA")
-@pytest.mark.parametrize("method, optimizer", cases())
+@pytest.mark.parametrize("method, optimizer", cuda_cases())
 def test_steps_past_the_first_never_read_back(method, optimizer, data, tmp_path):
     fit_guarded(method, optimizer, data, tmp_path, cuda=True)
 
