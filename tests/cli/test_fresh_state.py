@@ -23,6 +23,8 @@ def _draws() -> tuple:
 
 def test_a_job_leaves_nothing_for_the_next(tmp_path, monkeypatch):
     monkeypatch.setenv("SOLO_DIET_FRESH_TEST", "before")
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)  # an earlier test's seed_everything sets it
+    deterministic = torch.are_deterministic_algorithms_enabled()
     before_cwd, before_threads = os.getcwd(), torch.get_num_threads()
     handler = signal.getsignal(signal.SIGTERM)
     logger = logging.getLogger("solo_diet.fresh_test")  # a logger that exists before the job
@@ -58,13 +60,13 @@ def test_a_job_leaves_nothing_for_the_next(tmp_path, monkeypatch):
         assert os.getcwd() == before_cwd and str(tmp_path) not in sys.path
         assert torch.get_float32_matmul_precision() == fresh.switches["float32_matmul_precision"]
         assert torch.backends.cudnn.benchmark == fresh.switches["cudnn.benchmark"]
-        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.are_deterministic_algorithms_enabled() == deterministic
         assert torch.get_num_threads() == before_threads
         assert torch.get_default_dtype() == torch.float32
         assert signal.getsignal(signal.SIGTERM) == handler
         assert logger.level == level and logger.handlers == handlers
     finally:
-        torch.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(deterministic)
         torch.set_default_dtype(torch.float32)
         torch.set_num_threads(before_threads)
         os.chdir(before_cwd)
