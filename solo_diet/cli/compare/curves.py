@@ -17,13 +17,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
+from solo_diet._atomic import write_text_atomic
 from solo_diet.cli.compare._files import progress
 from solo_diet.cli.compare.compute import samples_seen, views_per_sample
 from solo_diet.config import ConfigError
@@ -93,16 +93,13 @@ def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def write_points(run_dir: Path, points: dict[int, dict[str, Any]]) -> None:
-    """Write ``curve.csv`` whole, through a temporary file, so an interruption never leaves half a
-    file (the one place curve records are written)."""
+    """Write ``curve.csv`` whole and atomically, so an interruption never leaves half a file (the
+    one place curve records are written)."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CURVE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(points[epoch] for epoch in sorted(points))
-    path = run_dir / CURVE_FILE
-    tmp = path.with_name(f".{CURVE_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(text.getvalue())
-    os.replace(tmp, path)
+    write_text_atomic(run_dir / CURVE_FILE, text.getvalue())
 
 
 def drop_points_after(run_dir: Path, epoch: int) -> None:

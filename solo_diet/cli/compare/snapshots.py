@@ -6,7 +6,6 @@ run's ``args.json`` beside it)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -14,6 +13,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
+from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.cli.compare.curves import SNAPSHOT_DIR, drop_points_after, snapshot_path
 
 
@@ -39,14 +39,10 @@ class BackboneSnapshots(Callback):
         folder = self.run_dir / SNAPSHOT_DIR
         folder.mkdir(parents=True, exist_ok=True)
         args = OmegaConf.to_container(pl_module.cfg)
-        tmp = folder / f".args.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(args, default=str))
-        os.replace(tmp, folder / "args.json")
+        write_text_atomic(folder / "args.json", json.dumps(args, default=str))
         weights = {
             f"backbone.{name}": tensor.detach().cpu().contiguous()
             for name, tensor in pl_module.backbone.state_dict().items()
         }
-        path = snapshot_path(self.run_dir, trained)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, tmp)
-        os.replace(tmp, path)
+        with atomic_write(snapshot_path(self.run_dir, trained), binary=True) as handle:
+            torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, handle)
