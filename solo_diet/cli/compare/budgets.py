@@ -31,9 +31,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.cli.compare.compute import views_per_sample
 from solo_diet.config import ConfigError
+from solo_diet.data.tensor_data import folder_samples
 
 RUN_BUDGET_KEYS = ("max_epochs", "samples")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm")
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
 
 @lru_cache(maxsize=8)
 def count_images(folder: Path) -> int:
-    """Image files under ``folder`` (an ImageFolder: one folder per class), counted once."""
-    return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    """The images of the ImageFolder ``folder`` as solo-learn's loader lists them, counted once."""
+    return len(folder_samples(folder))
 
 
 def samples_per_epoch(spec: DictConfig, cfg: DictConfig) -> int:
