@@ -76,8 +76,8 @@ def compose_method(method: str, case: dict, extra: list):
     """The parsed cfg ``solo-diet pretrain`` would train, with the case's settings."""
     from solo.args.pretrain import parse_cfg
 
-    from solo_diet.cli.common import compose_cfg, normalize_devices
-    from solo_diet.cli.gpu_data import check_data_format
+    from solo_diet.launch.common import compose_cfg, normalize_devices
+    from solo_diet.launch.gpu_data import check_data_format
 
     plain = method in ("simclr", "byol", "vicreg")
     overrides = (
@@ -252,7 +252,7 @@ def solo_learn_loader(cfg, train_batch_sampler):
     )
     from torch.utils.data import DataLoader
 
-    from solo_diet.cli.pretrain import build_pretrain_transform
+    from solo_diet.launch.pretrain import build_pretrain_transform
 
     views = [
         NCropAugmentation(build_pretrain_transform("custom", aug), aug.num_crops)
@@ -273,8 +273,8 @@ def data_loader(cfg, method_cls, source: str):
     import torch
     from omegaconf import OmegaConf
 
-    from solo_diet.cli.gpu_data import pretrain_loader
     from solo_diet.data.loader import resolve_device
+    from solo_diet.launch.gpu_data import pretrain_loader
     from solo_diet.methods.contract import method_contract
 
     hook = method_contract(method_cls).train_batch_sampler  # s-DIET orders its own batches
@@ -298,8 +298,8 @@ def run_throughput_case(case: dict) -> dict:
     from lightning.pytorch import Trainer
     from solo.methods import METHODS
 
-    from solo_diet.cli.common import trainer_kwargs
-    from solo_diet.cli.pretrain import build_model
+    from solo_diet.launch.common import trainer_kwargs
+    from solo_diet.launch.pretrain import build_model
     from solo_diet.methods.contract import method_contract
 
     cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])

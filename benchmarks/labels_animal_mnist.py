@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
 from solo_diet.cli.demo import DEMO_CONFIGS, save_untrained
-from solo_diet.cli.linear import run_linear
-from solo_diet.cli.pretrain import run_pretrain
+from solo_diet.launch.common import compose_cfg
+from solo_diet.launch.linear import run_linear
+from solo_diet.launch.pretrain import run_pretrain
 
 CF_KWARGS = {"lam": 0.1, "proj_layers": 2, "proj_hidden_dim": 512, "proj_output_dim": 256}
 

@@ -92,7 +92,7 @@ def phase_callback():
 
 
 def run_wall_case(case: dict) -> dict:
-    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.launch.pretrain import run_pretrain
 
     imported = time.time()
 

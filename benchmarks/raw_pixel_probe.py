@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 from torchvision.datasets import ImageFolder
 
-from solo_diet.cli.common import classification_transforms, probe_settings
+from solo_diet.launch.common import classification_transforms, probe_settings
 
 PROBE_YAML = Path(__file__).resolve().parent / "compare" / "resnet18" / "linear.yaml"
 AUGMENTATIONS = ("none", "flip", "crop+flip")

@@ -1,9 +1,9 @@
-"""Where the imports before a run's first batch go: ``import solo_diet.cli.pretrain`` (which imports
-solo-learn) in fresh processes, timed whole and split by ``python -X importtime``.
+"""Where the imports before a run's first batch go: ``import solo_diet.launch.pretrain`` (which
+imports solo-learn) in fresh processes, timed whole and split by ``python -X importtime``.
 
 Cases, each ``--repeats`` fresh processes after one that writes the ``.pyc`` files:
-- ``launcher``: ``import solo_diet.cli.pretrain``, as ``solo-diet pretrain`` does (solo-diet skips
-  solo-learn's UMAP callback where umap is absent);
+- ``launcher``: ``import solo_diet.launch.pretrain``, as ``solo-diet pretrain`` does (solo-diet
+  skips solo-learn's UMAP callback where umap is absent);
 - ``solo_first``: ``import solo.utils`` first, so solo-learn tries its UMAP callback as it would
   without solo-diet (pandas, seaborn and matplotlib when installed), then the same import;
 - ``cli_help``: what ``solo-diet --help`` imports before it prints (``import solo_diet`` registers
@@ -25,8 +25,8 @@ import sys
 import time
 
 CASES = {
-    "launcher": "import solo_diet.cli.pretrain",
-    "solo_first": "import solo.utils; import solo_diet.cli.pretrain",
+    "launcher": "import solo_diet.launch.pretrain",
+    "solo_first": "import solo.utils; import solo_diet.launch.pretrain",
     "cli_help": "from solo_diet.cli.main import build_parser; build_parser().format_help()",
 }
 WATCHED = (

@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from solo_diet.cli.errors import DataError
 from solo_diet.config import ConfigError
+from solo_diet.launch.errors import DataError
 
 ANIMAL_CLASSES = [
     "bear",

@@ -1,6 +1,6 @@
 """``solo-diet demo``: the whole main job on a real offline dataset — data, pretraining, offline
 linear probe — and the same probe on an untrained backbone of the same architecture and on the
-raw pixels (``solo_diet.cli.references``)."""
+raw pixels (``solo_diet.launch.references``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Optional
 import torch
 from omegaconf import OmegaConf
 
-from solo_diet.cli.common import compose_cfg
 from solo_diet.cli.data import write_dataset
-from solo_diet.cli.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
-from solo_diet.cli.progress import OverallProgress
-from solo_diet.cli.references import save_random_init, save_raw_pixels
 from solo_diet.config import ConfigError
+from solo_diet.launch.common import compose_cfg
+from solo_diet.launch.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
+from solo_diet.launch.progress import OverallProgress
+from solo_diet.launch.references import save_random_init, save_raw_pixels
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
@@ -52,7 +52,7 @@ def _device_overrides(accelerator: str, data_format: str) -> list[str]:
 
 
 def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str, data_format: str) -> float:
-    from solo_diet.cli.linear import run_linear
+    from solo_diet.launch.linear import run_linear
 
     overrides = [
         f"data.train_path={data / 'train'}",
@@ -72,7 +72,7 @@ def run_demo(
 ) -> tuple[float, float, float]:
     """Run the demo; prints and returns the probe's top-1 in % of the pretrained backbone, the
     random-init backbone and the raw pixels."""
-    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.launch.pretrain import run_pretrain
 
     if not (DEMO_CONFIGS / f"{method}.yaml").is_file():
         available = sorted(p.stem for p in DEMO_CONFIGS.glob("*.yaml") if p.stem != "linear")

@@ -38,8 +38,8 @@ def _cmd_methods(_: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from solo_diet.cli.common import compose_cfg
-    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.launch.common import compose_cfg
+    from solo_diet.launch.pretrain import run_pretrain
 
     ckpt = run_pretrain(compose_cfg(args.config_path, args.config_name, args.overrides))
     if ckpt:  # run_pretrain returns only after a completed fit; an interrupted one raises
@@ -48,8 +48,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _cmd_linear(args: argparse.Namespace) -> int:
-    from solo_diet.cli.common import compose_cfg
-    from solo_diet.cli.linear import run_linear
+    from solo_diet.launch.common import compose_cfg
+    from solo_diet.launch.linear import run_linear
 
     cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
     metrics = run_linear(cfg)
@@ -84,8 +84,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     """Exit status 1 with one line when jobs failed: each job's log holds its own traceback."""
-    from solo_diet.cli.compare import run_compare
-    from solo_diet.cli.compare.runner import JobsFailed
+    from solo_diet.compare import run_compare
+    from solo_diet.compare.runner import JobsFailed
 
     try:
         report = run_compare(args.spec, args.overrides, report_only=args.report_only)
@@ -249,7 +249,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from solo_diet.cli.errors import run_guarded
+    from solo_diet.launch.errors import run_guarded
 
     args = build_parser().parse_args(argv)
     advice = RESUME_ADVICE.get(args.command, "")

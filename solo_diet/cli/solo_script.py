@@ -31,7 +31,7 @@ def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
 def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
     """The ``method`` of the config a Hydra script would compose from ``args``; None when it cannot
     be composed here (the script itself then reports the problem)."""
-    from solo_diet.cli.common import compose_cfg
+    from solo_diet.launch.common import compose_cfg
 
     path = _hydra_option(args, "--config-path", "-cp")
     name = _hydra_option(args, "--config-name", "-cn")

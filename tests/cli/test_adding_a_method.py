@@ -27,8 +27,8 @@ from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.methods import PLUGIN_METHODS  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.testing import tiny_cfg  # noqa: E402
-from tests.cli._compare import SHIPPED_SPEC  # noqa: E402
-from tests.cli.test_compare import tiny_overrides  # noqa: E402
+from tests.compare._compare import SHIPPED_SPEC  # noqa: E402
+from tests.compare.test_compare import tiny_overrides  # noqa: E402
 
 CONFIGS = SHIPPED_SPEC.parent / "configs"
 

@@ -144,8 +144,8 @@ def test_no_shipped_or_solo_learn_yaml_trips_the_key_typo_check():
     check (top level and solo-learn's sections), so the check refuses typos, not real keys."""
     import solo
 
-    from solo_diet.cli.common import compose_cfg
-    from solo_diet.cli.launch_checks import check_key_typos
+    from solo_diet.launch.common import compose_cfg
+    from solo_diet.launch.launch_checks import check_key_typos
 
     solo_scripts = Path(solo.__file__).resolve().parents[1] / "scripts"
     if not solo_scripts.is_dir():

@@ -156,7 +156,7 @@ class SignalAtEpoch:
 
 
 def tiny_pretrain_cfg(data: Path, out: Path, epochs: int):
-    from solo_diet.cli.common import compose_cfg
+    from solo_diet.launch.common import compose_cfg
 
     return compose_cfg(
         str(SCRIPTS / "pretrain" / "custom"), "diet", overrides(data, out, epochs=epochs, batches=1)
@@ -176,8 +176,8 @@ def sigint_as_in_a_terminal():
 def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(
     data, tmp_path, capsys, sigint_as_in_a_terminal, signum, code
 ):
-    from solo_diet.cli.errors import run_guarded
-    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.launch.errors import run_guarded
+    from solo_diet.launch.pretrain import run_pretrain
 
     cfg = tiny_pretrain_cfg(data, tmp_path, epochs=5)
     assert (
@@ -194,8 +194,8 @@ def test_a_signal_inside_fit_exits_128_plus_its_number_and_names_the_checkpoint(
 def test_lightnings_own_sigterm_stop_raises_interrupted(data, tmp_path):
     """Without our handler (library use) Lightning stops after the current batch with a SystemExit
     of status 0; run_pretrain turns it into Interrupted."""
-    from solo_diet.cli.errors import Interrupted
-    from solo_diet.cli.pretrain import run_pretrain
+    from solo_diet.launch.errors import Interrupted
+    from solo_diet.launch.pretrain import run_pretrain
 
     with pytest.raises(Interrupted) as stop:
         run_pretrain(
@@ -417,7 +417,7 @@ def test_a_gpu_accelerator_without_cuda_is_one_line_before_anything_runs(
     if command == "pretrain":
         argv = PRETRAIN + overrides(data, tmp_path) + ["accelerator=gpu"]
     else:
-        from tests.cli._compare import SHIPPED_SPEC
+        from tests.compare._compare import SHIPPED_SPEC
 
         argv = ["compare", str(SHIPPED_SPEC), f"data.root={data}", f"output_dir={tmp_path / 'c'}"]
         argv.append("trainer=[accelerator=gpu]")
@@ -441,7 +441,7 @@ def test_a_yaml_mistake_is_one_line_with_status_2(data, tmp_path, capsys):
 def test_the_resume_hint_of_a_step_without_checkpoints_says_it_starts_over():
     from omegaconf import OmegaConf
 
-    from solo_diet.cli.common import resume_hint
+    from solo_diet.launch.common import resume_hint
 
     hint = resume_hint(OmegaConf.create({"checkpoint": {"enabled": False}}), None)
     assert (

@@ -105,7 +105,7 @@ def test_pytest_counts_the_solo_tests_it_did_not_run(tmp_path):
             "-p",
             "no:cacheprovider",
             "tests/methods/test_diet.py",
-            "tests/cli/test_launchers.py",
+            "tests/launch/test_launchers.py",
         ],
         cwd=ROOT,
         env=env,

@@ -1,6 +1,8 @@
-"""The three floors: imports only go down. The core (everything outside ``solo_diet/methods`` and
-``solo_diet/cli``) imports neither solo-learn nor Lightning, nor a floor above, and the method
-adapters never import the launchers: checked on the source, lazy imports included. The core and
+"""The floors: imports only go down. From the top: ``solo_diet/cli`` (thin commands),
+``solo_diet/compare`` (the comparison runner), ``solo_diet/launch`` (settings, data paths and the
+runs that pretrain, linear and compare share), ``solo_diet/methods`` (solo-learn adapters) and the
+core (everything else), which imports neither solo-learn nor Lightning: checked on the source, lazy
+imports included. The core and
 the modules of its tests then import with solo-learn and Lightning made unimportable, so a CI
 without solo-learn collects every core test (a core test may still compare against solo-learn
 inside a test marked ``requires_solo``)."""
@@ -15,6 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "solo_diet"
 HOST_LIBRARIES = ("solo", "lightning", "pytorch_lightning", "hydra")
+FLOORS = ("cli", "compare", "launch", "methods")  # top first; the core lies below them all
 
 
 def _imported(path: Path) -> set[str]:
@@ -34,7 +37,7 @@ def _within(name: str, packages: tuple[str, ...]) -> bool:
 
 def _floor(path: Path) -> str:
     parts = path.relative_to(PACKAGE).parts
-    return parts[0] if parts[0] in ("methods", "cli") else "core"
+    return parts[0] if parts[0] in FLOORS else "core"
 
 
 def _core_modules() -> list[str]:
@@ -48,11 +51,9 @@ def _core_modules() -> list[str]:
 
 
 def test_imports_only_go_down() -> None:
-    above = {
-        "core": HOST_LIBRARIES + ("solo_diet.methods", "solo_diet.cli"),
-        "methods": ("solo_diet.cli",),
-        "cli": (),
-    }
+    packages = tuple(f"solo_diet.{floor}" for floor in FLOORS)
+    above = {floor: packages[:i] for i, floor in enumerate(FLOORS)}
+    above["core"] = HOST_LIBRARIES + packages
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "__init__.py":

@@ -514,7 +514,7 @@ def test_two_process_gloo_ddp_shares_one_host_store_and_equals_one_process(tmp_p
 def test_shipped_configs_build_the_paper_recipe(folder, tmp_path):
     from solo.args.pretrain import parse_cfg
 
-    from solo_diet.cli.common import compose_cfg, normalize_devices
+    from solo_diet.launch.common import compose_cfg, normalize_devices
 
     overrides = [f"data.train_path={tmp_path}"] if folder == "custom" else []
     cfg = compose_cfg(f"scripts/pretrain/{folder}", "sdiet.yaml", overrides)
@@ -578,9 +578,9 @@ class KeepModel(Callback):
 def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
     from pathlib import Path
 
-    from solo_diet.cli.common import compose_cfg
-    from solo_diet.cli.pretrain import run_pretrain
     from solo_diet.data.synthetic import write_image_folder
+    from solo_diet.launch.common import compose_cfg
+    from solo_diet.launch.pretrain import run_pretrain
 
     write_image_folder(tmp_path / "train", num_classes=2, per_class=8)
     overrides = [

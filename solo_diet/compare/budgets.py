@@ -1,0 +1,173 @@
+"""Each run's training budget: epochs, or forward-backward samples with the views counted.
+
+``budget.max_epochs`` gives every run the same epochs. ``budget.samples`` gives every run the same
+compute instead: a run trains ``round(samples / (samples per epoch x views per sample))`` epochs,
+where
+
+- *samples per epoch* is what solo-learn's pretraining loader yields in one epoch: whole batches
+  only (it drops the last partial batch), per device ``floor(ceil(n / devices) / batch_size)``
+  batches of ``budget.batch_size``, cut by ``budget.limit_train_batches`` as Lightning cuts them,
+  times the devices; ``n`` is the number of images in ``data.train_path``;
+- *views per sample* is the sum of ``num_crops`` over the run's augmentation pipelines
+  (``augmentations`` of its config): 1 for DIET, 2 for SimCLR, 2 + 6 for a multi-crop recipe
+  with six small crops. Every crop counts as one view whatever its size: the budget counts
+  samples through the network, not FLOPs.
+
+A run may set its own ``budget: {max_epochs: N}`` or ``budget: {samples: S}`` (a paper's budget
+for that method, or one compute-matched reading beside epoch-matched ones); ``budget.max_epochs``
+is the most any run may train. The report names each run's epochs, views and samples, and which
+budget it matched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet.compare.compute import views_per_sample
+from solo_diet.config import ConfigError
+from solo_diet.data.tensor_data import folder_samples
+
+RUN_BUDGET_KEYS = ("max_epochs", "samples")
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """A run's epochs, views per sample and loader samples per epoch; ``matched`` says which
+    budget set its epochs (``epochs`` or ``samples``) and ``source`` where it was given."""
+
+    epochs: int
+    views: int
+    samples_per_epoch: Optional[int]
+    matched: str
+    source: str
+
+    @property
+    def samples(self) -> Optional[int]:
+        """Forward-backward samples, views counted (None where the data was not counted)."""
+        if self.samples_per_epoch is None:
+            return None
+        return self.epochs * self.samples_per_epoch * self.views
+
+    def words(self, run: str) -> str:
+        samples = f", {self.samples:,} samples" if self.samples is not None else ""
+        views = f"{self.views} view{'s' * (self.views != 1)} per image"
+        return f"`{run}`: {self.epochs} epochs ({views}{samples}; {self.source})"
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_spec_budget(spec: DictConfig, spec_path: Path) -> None:
+    """``budget.samples``: null (epochs decide) or a positive sample count."""
+    samples = spec.budget.get("samples")
+    if samples is not None and not _positive_int(samples):
+        raise ConfigError(
+            f"{spec_path}: `budget.samples` must be a positive count of forward-backward samples "
+            f"(views counted), or null to match epochs; got {samples}."
+        )
+
+
+def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
+    """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
+    or ``samples``."""
+    if entry is None:
+        return
+    if (
+        not isinstance(entry, DictConfig)
+        or not set(entry) <= set(RUN_BUDGET_KEYS)
+        or len(entry) != 1
+        or not all(_positive_int(v) for v in entry.values())
+    ):
+        raise ConfigError(
+            f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "
+            f"positive integer), e.g. `budget: {{max_epochs: 1000}}`; got {entry}."
+        )
+    epochs = entry.get("max_epochs")
+    if epochs is not None and epochs > max_epochs:
+        raise ConfigError(
+            f"run {name!r}: `budget.max_epochs` {epochs} is above the spec's `budget.max_epochs` "
+            f"{max_epochs}, the most any run trains; raise the spec's."
+        )
+
+
+@lru_cache(maxsize=8)
+def count_images(folder: Path) -> int:
+    """The images of the ImageFolder ``folder`` as solo-learn's loader lists them, counted once."""
+    return len(folder_samples(folder))
+
+
+def samples_per_epoch(spec: DictConfig, cfg: DictConfig) -> int:
+    """Images the pretraining loader yields in one epoch over all devices (whole batches)."""
+    folder = Path(str(spec.data.train_path))
+    images = count_images(folder)
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    devices = len(devices) if isinstance(devices, ListConfig) else int(devices)
+    devices = max(devices, 1)
+    batches = math.ceil(images / devices) // spec.budget.batch_size
+    limit = spec.budget.limit_train_batches
+    if isinstance(limit, int):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    if batches == 0:
+        raise ConfigError(
+            f"`budget.samples`: {folder} holds {images} images, less than one batch of "
+            f"{spec.budget.batch_size} per device; the samples cannot be counted in epochs."
+        )
+    return batches * spec.budget.batch_size * devices
+
+
+def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: DictConfig):
+    """The run's :class:`RunBudget`: its own ``budget``, else the spec's ``samples``, else the
+    spec's ``max_epochs``."""
+    views = views_per_sample(cfg)
+    own = dict(entry or {})
+    samples = own.get("samples", None if "max_epochs" in own else spec.budget.get("samples"))
+    if samples is None:
+        epochs = own.get("max_epochs", spec.budget.max_epochs)
+        source = "the run's own budget" if own else "the spec's budget"
+        per_epoch = _counted_or_none(spec, cfg)
+        return RunBudget(epochs, views, per_epoch, "epochs", source)
+    per_epoch = samples_per_epoch(spec, cfg)
+    epochs = max(1, round(samples / (per_epoch * views)))
+    source = f"{samples:,} samples asked, " + ("the run's own" if own else "the spec's")
+    if epochs > spec.budget.max_epochs:
+        raise ConfigError(
+            f"run {name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "
+            f"{views} views, above `budget.max_epochs` {spec.budget.max_epochs}; raise it."
+        )
+    return RunBudget(epochs, views, per_epoch, "samples", source)
+
+
+def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> Optional[int]:
+    """Samples per epoch where the data can be counted, for the report; None otherwise."""
+    try:
+        return samples_per_epoch(spec, cfg)
+    except ConfigError:
+        return None
+
+
+def apply_run_budget(cfg: DictConfig, budget: RunBudget, intervals: tuple[int, int]) -> None:
+    """Set the composed cfg's epochs, checkpoint frequency and validation interval."""
+    cfg.max_epochs = budget.epochs
+    cfg.checkpoint.frequency, cfg.check_val_every_n_epoch = intervals
+
+
+def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:
+    """The report's line on what every run trained and which budget matched."""
+    matched = {b.matched for b in budgets.values()}
+    if matched == {"samples"} and spec.budget.get("samples") is not None:
+        head = f"compute-matched: {spec.budget.samples:,} forward-backward samples, views counted"
+    elif len({b.epochs for b in budgets.values()}) <= 1:
+        head = "epoch-matched"
+    else:
+        head = "per-run budgets (neither epochs nor samples matched for every run)"
+    runs = "; ".join(b.words(run) for run, b in budgets.items())
+    return f"Budget ({head}): {runs}."

@@ -1,0 +1,205 @@
+"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its budget.
+
+With ``curves.points: N`` (0: off) a run's pretraining saves its backbone's weights after
+``ceil(k * max_epochs / N)`` epochs, k = 1 .. N - 1, as ``<job folder>/curves/epoch_<E>.ckpt``
+(:class:`~solo_diet.compare.snapshots.BackboneSnapshots`; E counts the epochs trained). Once the
+job's final evaluation is done, each snapshot gets the same offline linear probe and kNN as the
+final checkpoint, whose evaluation is the curve's last point. Each point is a row of
+``<job folder>/curve.csv``, rewritten whole after each point, so an interrupted job keeps its
+points and a rerun evaluates only the missing ones (a row counts for the evaluation settings it
+was made with). A pretraining that resumes or starts over drops the snapshots and rows after its
+starting epoch. The report gathers the rows over seeds
+(:mod:`~solo_diet.compare.curves_report`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from solo_diet._atomic import write_text_atomic
+from solo_diet.compare._files import progress
+from solo_diet.compare.compute import samples_seen, views_per_sample
+from solo_diet.config import ConfigError
+
+if TYPE_CHECKING:
+    from solo_diet.compare.evaluate import SharedEvaluator
+    from solo_diet.compare.jobs import Job
+
+CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
+SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
+CURVE_COLUMNS = (
+    "epoch",  # epochs trained
+    "samples_seen",  # forward-backward samples up to then (compute.samples_seen)
+    "linear_acc1",
+    "knn_acc1",
+    "source",  # "snapshot", or "final": the job's final evaluation
+    "wall_s",  # the point's evaluation wall time
+    "fingerprint",  # the evaluation settings it was made with
+)
+TEXT_COLUMNS = ("source", "fingerprint")
+
+
+def check_curves(spec: DictConfig, spec_path: Path) -> None:
+    """``curves.points``: a non-negative integer (0: off)."""
+    points = spec.curves.points
+    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
+        raise ConfigError(
+            f"{spec_path}: `curves.points` must be a non-negative integer: the number of epochs "
+            "of the budget where each run's linear probe and kNN are measured (e.g. "
+            f"curves.points=10; 0: no learning curves), got {points}."
+        )
+
+
+def curve_epochs(spec: DictConfig) -> list[int]:
+    """The curve's epochs (epochs trained): ``ceil(k * max_epochs / n)`` for k = 1 .. n, n being
+    ``curves.points`` but at most ``max_epochs`` (one point per epoch); the last is
+    ``max_epochs``. None when ``curves.points`` is 0."""
+    epochs = spec.budget.max_epochs
+    points = min(spec.curves.points, epochs)
+    return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
+
+
+def snapshot_epochs(spec: DictConfig) -> list[int]:
+    """The curve's epochs whose backbone pretraining saves (all but the last: the final
+    checkpoint's evaluation is that point)."""
+    return curve_epochs(spec)[:-1]
+
+
+def snapshot_path(run_dir: Path, epoch: int) -> Path:
+    return run_dir / SNAPSHOT_DIR / f"epoch_{epoch}.ckpt"
+
+
+def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """{epoch: row} of a job's ``curve.csv`` (empty without one); numbers as floats."""
+    path = run_dir / CURVE_FILE
+    if not path.is_file():
+        return {}
+    points = {}
+    with path.open(newline="") as f:
+        for raw in csv.DictReader(f):
+            row = {
+                k: v if k in TEXT_COLUMNS else float(v) if v != "" else math.nan
+                for k, v in raw.items()
+            }
+            points[int(row["epoch"])] = row
+    return points
+
+
+def write_points(run_dir: Path, points: dict[int, dict[str, Any]]) -> None:
+    """Write ``curve.csv`` whole and atomically, so an interruption never leaves half a file (the
+    one place curve records are written)."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(points[epoch] for epoch in sorted(points))
+    write_text_atomic(run_dir / CURVE_FILE, text.getvalue())
+
+
+def drop_points_after(run_dir: Path, epoch: int) -> None:
+    """Remove the snapshots and curve rows after ``epoch`` epochs trained: a pretraining resumed
+    from there (or started over, 0) trains them again."""
+    for path in (run_dir / SNAPSHOT_DIR).glob("epoch_*.ckpt"):
+        if int(path.stem.partition("_")[2]) > epoch:
+            path.unlink()
+    points = read_points(run_dir)
+    kept = {e: row for e, row in points.items() if e <= epoch}
+    if kept != points:
+        write_points(run_dir, kept)
+
+
+def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:
+    """The snapshot epochs of a run's job to evaluate: a snapshot is there and ``curve.csv`` has no
+    row of these evaluation settings for it."""
+    if job.reference is not None:
+        return []
+    points = read_points(job.run_dir)
+    return [
+        epoch
+        for epoch in snapshot_epochs(spec)
+        if snapshot_path(job.run_dir, epoch).is_file()
+        and points.get(epoch, {}).get("fingerprint") != eval_fingerprint
+    ]
+
+
+def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
+    """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv``
+    (images per epoch: the sum of the logged epochs, or their mean times ``epoch`` where some are
+    not logged); NaN without a log."""
+    from solo_diet.compare.record import EPOCHS_FILE
+    from solo_diet.launch.callbacks import read_epoch_rows
+
+    log = run_dir / EPOCHS_FILE
+    rows = [r for r in read_epoch_rows(log) if r["epoch"] < epoch] if log.is_file() else []
+    if not rows:
+        return math.nan
+    images = sum(r["samples"] for r in rows)
+    return samples_seen(images if len(rows) == epoch else images / len(rows) * epoch, views)
+
+
+def _evaluate_snapshot(
+    spec: DictConfig, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
+) -> tuple[float, float]:
+    """(linear top-1, kNN top-1) of a snapshot's backbone, measured as the final checkpoint's."""
+    from solo_diet.compare.evaluate import compose_linear
+    from solo_diet.launch.linear import run_linear
+    from solo_diet.methods.checkpoint import PretrainedCheckpoint
+
+    probe_cfg = compose_linear(spec, snapshot, run_dir)
+    evaluator = shared_eval.get(spec, probe_cfg)
+    linear = run_linear(probe_cfg).get("val_acc1", math.nan)
+    return float(linear), evaluator.knn_top1(PretrainedCheckpoint(snapshot).backbone())
+
+
+def evaluate_curve(
+    spec: DictConfig, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
+) -> None:
+    """Record the curve's last point (the final ``result``) and evaluate the missing snapshot
+    points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
+    if spec.curves.points == 0 or job.reference is not None:
+        return
+    fingerprint, views = result["fingerprint"], views_per_sample(job.cfg)
+    points = read_points(job.run_dir)
+    last = spec.budget.max_epochs
+    points[last] = {
+        "epoch": last,
+        "samples_seen": _samples_until(job.run_dir, last, views),
+        "linear_acc1": result["linear_acc1"],
+        "knn_acc1": result["knn_acc1"],
+        "source": "final",
+        "wall_s": 0.0,
+        "fingerprint": fingerprint,
+    }
+    write_points(job.run_dir, points)
+    missing = missing_points(spec, job, fingerprint)
+    for position, epoch in enumerate(missing, 1):
+        progress(
+            f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): "
+            "linear probe, kNN"
+        )
+        started = time.time()
+        linear, knn = _evaluate_snapshot(
+            spec, snapshot_path(job.run_dir, epoch), job.run_dir, shared_eval
+        )
+        points[epoch] = {
+            "epoch": epoch,
+            "samples_seen": _samples_until(job.run_dir, epoch, views),
+            "linear_acc1": linear,
+            "knn_acc1": knn,
+            "source": "snapshot",
+            "wall_s": time.time() - started,
+            "fingerprint": fingerprint,
+        }
+        write_points(job.run_dir, points)
+    if missing:
+        shown = ", ".join(
+            f"{e}: {points[e]['linear_acc1']:.1f}/{points[e]['knn_acc1']:.1f}"
+            for e in sorted(points)
+        )
+        progress(f"{job.label}: learning curve (epoch: linear/kNN %) {shown}")

@@ -1,0 +1,185 @@
+"""The report's learning curves: the jobs' ``curve.csv`` points gathered per run over seeds, written
+to ``learning_curves.csv``, plotted to ``learning_curves.png`` and summarised in ``report.md`` (what
+each run reached, where it peaked, and whether its last interval still rose beyond the seeds'
+spread)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig
+
+from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.compare.curves import CURVE_FILE, SNAPSHOT_DIR, read_points
+from solo_diet.compare.spec import REFERENCE_ROWS
+from solo_diet.compare.tables import cell_text, table_lines
+
+CURVES_CSV = "learning_curves.csv"
+CURVES_PNG = "learning_curves.png"
+CURVE_METRICS = (("linear_acc1", "linear probe"), ("knn_acc1", "kNN"))
+CSV_COLUMNS = ("run", "epoch", "n_seeds", "samples_seen") + tuple(
+    f"{metric}{suffix}" for metric, _ in CURVE_METRICS for suffix in ("", "_std", "_min", "_max")
+)
+
+
+def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, Any]]]:
+    """{run: one row per epoch}: ``epoch``, ``n_seeds``, ``samples_seen`` (mean over the seeds)
+    and, per curve metric, its mean, ``_std`` (ddof 1), ``_min`` and ``_max`` over the seeds. A
+    seed's point counts when it was made with its result's evaluation settings."""
+    by_run: dict[str, dict[int, list[dict]]] = {}
+    for result in results:
+        if result["run"] in REFERENCE_ROWS or result.get("unfinished") or "job" not in result:
+            continue
+        for epoch, point in read_points(out / result["job"]).items():
+            if point.get("fingerprint") == result.get("fingerprint"):
+                by_run.setdefault(result["run"], {}).setdefault(epoch, []).append(point)
+    curves = {}
+    for run, by_epoch in by_run.items():
+        rows = []
+        for epoch in sorted(by_epoch):
+            seeds = [{"run": run, **p} for p in by_epoch[epoch]]
+            row = aggregate(seeds)[0] | {"epoch": epoch}
+            for metric, _ in CURVE_METRICS:
+                values = [p[metric] for p in seeds if not math.isnan(p[metric])]
+                row[f"{metric}_min"] = min(values, default=math.nan)
+                row[f"{metric}_max"] = max(values, default=math.nan)
+            rows.append(row)
+        curves[run] = rows
+    return curves
+
+
+def _write_csv(curves: dict[str, list[dict]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for rows in curves.values():
+            writer.writerows({c: row.get(c, "") for c in CSV_COLUMNS} for row in rows)
+
+
+def _mean_std(row: dict, metric: str) -> str:
+    text = cell_text(row.get(metric, math.nan))
+    std = row.get(f"{metric}_std", math.nan)
+    return text if text == "–" or math.isnan(std) else f"{text} ± {std:.2f}"
+
+
+def _last_step(rows: Sequence[dict], metric: str) -> str:
+    """The change over the curve's last interval, and whether it is beyond two pooled standard
+    deviations of the two points' seeds (rising, falling) or within them (flat)."""
+    if len(rows) < 2:
+        return "one point"
+    before, last = rows[-2], rows[-1]
+    gap = last[metric] - before[metric]
+    spread = 2 * pooled_std(
+        before.get(f"{metric}_std", math.nan),
+        before["n_seeds"],
+        last.get(f"{metric}_std", math.nan),
+        last["n_seeds"],
+    )
+    if math.isnan(spread):
+        word = "one seed: not resolved"
+    elif abs(gap) <= spread:
+        word = f"flat within 2 pooled std {spread:.2f}"
+    else:
+        word = f"{'rising' if gap > 0 else 'falling'}, beyond 2 pooled std {spread:.2f}"
+    return f"{gap:+.2f} since epoch {before['epoch']} ({word})"
+
+
+def _reading(run: str, rows: Sequence[dict]) -> str:
+    """One line per run: each metric's last value, its best point and its last interval."""
+    parts = []
+    for metric, label in CURVE_METRICS:
+        scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
+        if not scored:
+            continue
+        best = max(scored, key=lambda r: (r[metric], r["epoch"]))  # the latest of equal bests
+        peak = (
+            "its best point"
+            if best is scored[-1]
+            else f"best {best[metric]:.2f} at epoch {best['epoch']}"
+        )
+        parts.append(
+            f"{label} {scored[-1][metric]:.2f} at epoch {scored[-1]['epoch']} ({peak}), "
+            f"{_last_step(scored, metric)}"
+        )
+    seeds = max(r["n_seeds"] for r in rows)
+    return f"- `{run}` ({seeds} seed{'s' * (seeds != 1)}): " + "; ".join(parts) + "."
+
+
+def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
+    """One row per run, one column per epoch: the metric's mean ± std over seeds."""
+    epochs = sorted({row["epoch"] for rows in curves.values() for row in rows})
+    by_epoch = {run: {row["epoch"]: row for row in rows} for run, rows in curves.items()}
+
+    def cell(run: dict, column: str) -> str:
+        if column == "run":
+            return run["run"]
+        row = by_epoch[run["run"]].get(int(column))
+        return _mean_std(row, metric) if row else "–"
+
+    return table_lines([{"run": run} for run in curves], ["run", *map(str, epochs)], cell)
+
+
+def _cost_line(results: Sequence[dict], out: Path) -> str:
+    """What the curves cost: the snapshot evaluations' wall time against the pretraining's."""
+    runs = [r for r in results if "job" in r and r["run"] not in REFERENCE_ROWS]
+    evaluations = [
+        point["wall_s"]
+        for result in runs
+        for point in read_points(out / result["job"]).values()
+        if point.get("source") == "snapshot"
+        and point.get("fingerprint") == result.get("fingerprint")
+    ]
+    pretrain = sum(r["pretrain_wall_s"] for r in runs if is_number(r.get("pretrain_wall_s")))
+    share = f" ({100 * sum(evaluations) / pretrain:.0f} % of the runs' pretraining wall time)"
+    return (
+        "Each point is the offline linear probe and kNN of the backbone saved at that epoch "
+        f"(`{SNAPSHOT_DIR}/epoch_<E>.ckpt` in each job's folder), measured like the final "
+        f"checkpoint, whose evaluation is the last point. The {len(evaluations)} snapshot "
+        f"evaluations took {sum(evaluations):.0f} s" + (share if pretrain > 0 else "") + "."
+    )
+
+
+def learning_curve_lines(
+    spec: DictConfig, results: Sequence[dict], out: Path, plotted: bool
+) -> list[str]:
+    """The report's "Learning curves" section (none when ``curves.points`` is 0 and no job has
+    points); writes ``learning_curves.csv`` and, when ``plotted``, ``learning_curves.png``."""
+    from solo_diet.compare.plots import plot_learning_curves
+
+    curves = run_curves(results, out)
+    if not curves and spec.curves.points == 0:
+        return []
+    lines = ["## Learning curves", ""]
+    if not curves:
+        return lines + [
+            f"No curve points: no job's folder has a `{CURVE_FILE}` of its evaluation settings "
+            "(pretrained before `curves.points` was set, or not evaluated yet).",
+            "",
+        ]
+    _write_csv(curves, out / CURVES_CSV)
+    lines += [
+        "Linear probe and kNN top-1 (%) at evenly spaced epochs of the budget, mean ± std "
+        f"over seeds (`{CURVES_CSV}`: also min, max and samples seen). {_cost_line(results, out)} "
+        "The last interval's change is read like the † marks: beyond two pooled standard "
+        "deviations of the two points' seeds it is rising or falling, within them flat.",
+        "",
+        *(_reading(run, rows) for run, rows in curves.items()),
+        "",
+    ]
+    for metric, label in CURVE_METRICS:
+        lines += [f"{label} (`{metric}`) by epoch:", "", *_table(curves, metric), ""]
+    if plotted:
+        references = aggregate([r for r in results if r["run"] in REFERENCE_ROWS])
+        plot_learning_curves(curves, references, out / CURVES_PNG)
+        lines += [
+            f"![learning curves: linear and kNN against epochs and samples seen]({CURVES_PNG})",
+            "",
+            "Mean over seeds, band from their minimum to maximum; samples seen count every view "
+            "(a two-view method sees twice the samples of a one-view one per epoch); dashed: the "
+            "reference rows.",
+            "",
+        ]
+    return lines

@@ -1,0 +1,334 @@
+"""The evaluation of one checkpoint, identical for every run of a comparison.
+
+Offline linear probe (``run_linear``: solo-learn's LinearModel), weighted kNN
+(``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
+clustering scores of the L2-normalised val features, on the backbone; then on the extra
+representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
+SEM representation, with a second linear probe; for CPLearn the argmax codes, scored as clusters).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet.compare._files import progress
+from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
+from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.config import fill_default
+from solo_diet.launch.errors import download_failure_named
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import ExtraRepresentation, method_contract
+from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
+
+KMEANS_SCORES = {
+    "nmi": "kmeans_nmi",
+    "ami": "kmeans_ami",
+    "ari": "kmeans_ari",
+    "hungarian_acc": "kmeans_acc",
+    "chance_nmi": "kmeans_chance_nmi",
+}
+
+
+def compose_linear(
+    spec: DictConfig, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
+) -> DictConfig:
+    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``: the
+    overrides that make it probe another representation than the backbone)."""
+    forced = [
+        *probe,
+        quoted("pretrained_feature_extractor", checkpoint),
+        quoted("checkpoint.dir", run_dir / "linear"),
+        "++checkpoint.enabled=False",
+        "++auto_resume.enabled=False",
+        "++wandb.enabled=False",
+        "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
+    ]
+    overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
+    overrides += data_overrides(spec) + forced
+    return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
+
+
+class Evaluator:
+    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views,
+    through the GPU data path when the probe's ``data.format`` is ``gpu``."""
+
+    def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
+        self.settings = spec.evaluation
+        use_cuda = (
+            torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
+        )
+        self.device = torch.device("cuda" if use_cuda else "cpu")
+        if OmegaConf.select(probe_cfg, "data.format") == "gpu":
+            probe_cfg = copy.deepcopy(probe_cfg)
+            fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
+            self.train_loader, self.val_loader = self._gpu_loaders(probe_cfg)
+            self.lidar_views, self.lidar_labels = self._gpu_lidar_views(probe_cfg)
+        else:
+            self.train_loader, self.val_loader = self._loaders(probe_cfg)
+            self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the eval-transformed images the probe sees."""
+        images, _ = next(iter(self.val_loader))
+        return tuple(images.shape[1:])
+
+    @staticmethod
+    def _probe_transforms(probe_cfg: DictConfig):
+        """The linear probe's (train, val) transforms."""
+        from solo_diet.launch.common import classification_transforms
+
+        return classification_transforms(probe_cfg.data.dataset, probe_cfg.data.augmentations)
+
+    def _lidar_node(self) -> Optional[DictConfig]:
+        """The augmentation node of LiDAR's views (None: the probe's training transform)."""
+        if self.settings.lidar_augmentations is None:
+            return None
+        nodes = OmegaConf.load(self.settings.lidar_augmentations)
+        return nodes[0] if isinstance(nodes, ListConfig) else nodes
+
+    def _chosen(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The seeded choice of LiDAR's val images (the same for every run and data path) and
+        the view labels."""
+        generator = torch.Generator().manual_seed(int(self.settings.seed))
+        chosen = torch.randperm(count, generator=generator)[: int(self.settings.lidar_samples)]
+        labels = torch.arange(len(chosen)).repeat_interleave(self.settings.lidar_views)
+        return chosen, labels
+
+    def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
+        from solo.data.classification_dataloader import prepare_datasets
+
+        transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
+        data = probe_cfg.data
+        with download_failure_named(data, "train_path", "val_path"):
+            return prepare_datasets(
+                data.dataset,
+                transform,
+                transform,
+                train_data_path=data.train_path,
+                val_data_path=data.val_path,
+            )
+
+    def _loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
+        from torch.utils.data import DataLoader
+
+        workers = int(OmegaConf.select(probe_cfg, "data.num_workers", default=0))
+        return tuple(
+            DataLoader(s, batch_size=self.settings.batch_size, shuffle=False, num_workers=workers)
+            for s in self._datasets(probe_cfg, eval_transform=True)
+        )
+
+    def _lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """``lidar_views`` augmented views of ``lidar_samples`` val images (seeded: the same for
+        every run)."""
+        from solo_diet.launch.pretrain import build_pretrain_transform
+
+        seed = int(self.settings.seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        node = self._lidar_node()
+        if node is not None:
+            transform = build_pretrain_transform(probe_cfg.data.dataset, node)
+        else:
+            transform = self._probe_transforms(probe_cfg)[0]
+        _, raw_val = self._datasets(probe_cfg, eval_transform=False)
+        chosen, labels = self._chosen(len(raw_val))
+        views = [
+            transform(raw_val[i][0])
+            for i in chosen.tolist()
+            for _ in range(self.settings.lidar_views)
+        ]
+        return torch.stack(views), labels
+
+    def _gpu_loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
+        from solo_diet.launch.gpu_data import feature_loader
+
+        batch = int(self.settings.batch_size)
+        return feature_loader(probe_cfg, "train", batch), feature_loader(probe_cfg, "val", batch)
+
+    @torch.no_grad()
+    def _gpu_lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same views made on the device by the GPU data path's augmentations."""
+        from solo_diet.data.pipeline import MultiCropAugmentation
+        from solo_diet.launch.gpu_data import load_split, probe_transforms
+
+        dataset = probe_cfg.data.dataset
+        node = self._lidar_node()
+        if node is not None:
+            augment = MultiCropAugmentation.from_config([node], dataset)
+            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
+        else:
+            transform = probe_transforms(dataset, probe_cfg.data.augmentations)[0]
+        images = load_split(probe_cfg, "val").images
+        chosen, labels = self._chosen(len(images))
+        repeated = images[chosen].repeat_interleave(self.settings.lidar_views, dim=0)
+        generator = torch.Generator(self.device).manual_seed(int(self.settings.seed))
+        chunks = repeated.split(int(self.settings.batch_size))
+        views = [transform(chunk.to(self.device), generator).cpu() for chunk in chunks]
+        return torch.cat(views), labels
+
+    @torch.no_grad()
+    def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:
+        feats, targets = [], []
+        for images, labels in loader:
+            feats.append(model(images.to(self.device)).float().flatten(1).cpu())
+            targets.append(labels.cpu())
+        return torch.cat(feats), torch.cat(targets)
+
+    @torch.no_grad()
+    def _view_features(self, model: torch.nn.Module) -> torch.Tensor:
+        chunks = self.lidar_views.split(int(self.settings.batch_size))
+        return torch.cat(
+            [model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks]
+        )
+
+    def cluster_scores(self, val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, float]:
+        """k-means (k = number of classes) of the L2-normalised features, scored against labels."""
+        seed = int(self.settings.seed)
+        normalized = torch.nn.functional.normalize(val_x.double(), dim=1)
+        clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
+        report = clustering_report(val_y, clusters, seed=seed)
+        return {column: report[key] for key, column in KMEANS_SCORES.items()}
+
+    def code_scores(self, encoder: torch.nn.Module, prefix: str) -> dict[str, float]:
+        """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
+        codes, val_y = self._features(encoder.to(self.device).eval(), self.val_loader)
+        report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
+        return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_MEASURES.items()}
+
+    def _knn(
+        self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+    ) -> float:
+        """Top-1 of the weighted kNN: train-set bank, val queries."""
+        from solo.utils.knn import WeightedKNNClassifier
+
+        knn = WeightedKNNClassifier(
+            k=self.settings.knn_k,
+            T=self.settings.knn_temperature,
+            distance_fx=self.settings.knn_distance,
+        )
+        knn.update(
+            train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
+        )
+        return float(knn.compute()[0])
+
+    def knn_top1(self, model: torch.nn.Module) -> float:
+        """kNN top-1 of one representation alone (a learning-curve point)."""
+        model = model.to(self.device).eval()
+        train_x, train_y = self._features(model, self.train_loader)
+        return self._knn(train_x, train_y, *self._features(model, self.val_loader))
+
+    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
+        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
+        (+ the k-means scores when ``cluster``)."""
+        model = model.to(self.device).eval()
+        train_x, train_y = self._features(model, self.train_loader)
+        val_x, val_y = self._features(model, self.val_loader)
+        rank_x = val_x[: int(self.settings.rankme_samples)]
+        result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
+        if cluster:
+            result.update(self.cluster_scores(val_x, val_y))
+        if val_x.shape[1] > self.settings.max_rank_dim:
+            progress(
+                f"  {val_x.shape[1]}-d features > evaluation.max_rank_dim: RankMe/LiDAR skipped"
+            )
+            return {**result, "rankme": math.nan, "lidar": math.nan, "spectrum": []}
+        sigma = singular_values(rank_x)
+        result.update(
+            rankme=rankme(rank_x),
+            lidar=lidar(
+                self._view_features(model), self.lidar_labels, delta=self.settings.lidar_delta
+            ),
+            spectrum=(sigma / sigma[0]).tolist() if sigma[0] > 0 else [],
+        )
+        return result
+
+
+class SharedEvaluator:
+    """The :class:`Evaluator` of every checkpoint of a comparison, built at the first evaluation
+    and then reused."""
+
+    def __init__(self) -> None:
+        self.evaluator: Optional[Evaluator] = None
+
+    def get(self, spec: DictConfig, probe_cfg: DictConfig) -> Evaluator:
+        if self.evaluator is None:
+            progress("preparing evaluation data (eval-transformed train/val, LiDAR views)")
+            self.evaluator = Evaluator(spec, probe_cfg)
+        return self.evaluator
+
+
+def evaluate_checkpoint(
+    spec: DictConfig,
+    name: str,
+    checkpoint: Path,
+    run_dir: Path,
+    shared: SharedEvaluator,
+    extras: bool = True,
+) -> dict[str, Any]:
+    """Every metric of one checkpoint (the probe's files go under ``run_dir``; ``name`` labels the
+    progress lines); ``extras``: also the representations the method's contract adds."""
+    from solo_diet.launch.linear import run_linear
+
+    pretrained = PretrainedCheckpoint(checkpoint)
+    method = pretrained.method_name
+    probe_cfg = compose_linear(spec, checkpoint, run_dir)
+    evaluator = shared.get(spec, probe_cfg)
+    progress(f"{name}: offline linear probe")
+    probe = run_linear(probe_cfg)
+    result: dict[str, Any] = {"method": method, "checkpoint": str(checkpoint)}
+    result.update(
+        linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
+    )
+    if "fitted_batch" in probe:  # a training set smaller than one probe batch: said in the report
+        result["linear_fitted_batch"] = probe["fitted_batch"]
+    clustering = bool(spec.evaluation.clustering)
+    scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
+    progress(f"{name}: {scores} on backbone features")
+    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
+    result.update(
+        {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
+    )
+    if not extras:
+        return result
+    contract = method_contract(pretrained.method_class())
+    for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
+        result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
+    return result
+
+
+def _evaluate_extra(
+    spec: DictConfig,
+    name: str,
+    extra: ExtraRepresentation,
+    evaluator: Evaluator,
+    checkpoint: Path,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """The columns ``<extra.name>_*`` of one extra representation."""
+    from solo_diet.launch.linear import run_linear
+
+    if extra.kind == "codes":
+        if not spec.evaluation.clustering:
+            return {}
+        progress(f"{name}: clustering scores of the {extra.name}")
+        return evaluator.code_scores(extra.encoder, extra.name)
+    result: dict[str, Any] = {}
+    if extra.probe_overrides:
+        progress(f"{name}: linear probe on the {extra.name} representation")
+        probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
+        result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
+    progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
+    measured = evaluator.measure(extra.encoder)
+    result.update({f"{extra.name}_{k}": measured[k] for k in EMBEDDING_MEASURES})
+    result[f"{extra.name}_spectrum"] = measured["spectrum"]
+    return result

@@ -1,0 +1,344 @@
+"""Running a comparison's jobs side by side, each in a process of its own GPUs.
+
+A task runs in a fresh subprocess, in its own process group, with ``CUDA_VISIBLE_DEVICES`` set to
+the GPUs it was given (none for a CPU task) and ``OMP_NUM_THREADS`` to its share of the host's
+cores, unless the caller set it. Otherwise torch's CPU linear algebra (RankMe, LiDAR, k-means)
+starts one thread per core in every task and oversubscribes the host. With ``serve_argv``, a task
+that has a ``request`` runs instead in a reusable worker process of the same GPUs
+(:mod:`~solo_diet.compare.served`): it imports once and runs task after task, so the start-up
+is paid once per worker, not once per task. Either way its stdout and stderr go to the task's log
+file, and the terminal gets one line per event (started, done, failed). A failed task is reported
+with its log and the others go on. Ctrl-C or SIGTERM stops every running task and worker: SIGINT to
+its process group, SIGKILL after a grace period. No solo-learn here: the tasks are plain command
+lines and request lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable, Iterator, Optional, Sequence
+
+from solo_diet.compare.served import ServedWorker
+
+
+@dataclass(frozen=True)
+class Task:
+    """One command line; ``gpus`` is how many of the visible GPUs it needs (0: CPU only)."""
+
+    label: str
+    argv: tuple[str, ...]
+    log_path: Path
+    gpus: int = 0
+    request: Optional[str] = None  # with run_tasks' serve_argv: run by a reusable worker instead
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ended: its exit status (negative: killed by that signal) and wall seconds."""
+
+    task: Task
+    returncode: int
+    seconds: float
+    devices: tuple[str, ...] = ()
+
+
+@dataclass
+class _Running:
+    """A task in its own process (``log`` open), or in ``worker`` (``process`` is the worker's)."""
+
+    task: Task
+    process: subprocess.Popen
+    devices: tuple[str, ...]
+    log: Optional[IO[str]]
+    worker: Optional[ServedWorker] = None
+    start: float = field(default_factory=time.monotonic)
+
+    def status(self) -> Optional[int]:
+        """The task's exit status, None while it runs."""
+        return self.process.poll() if self.worker is None else self.worker.task_status()
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may hand out: ``CUDA_VISIBLE_DEVICES`` when set (up to its first
+    invalid entry, as CUDA reads it), else every device torch sees."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    ids: list[str] = []
+    for entry in (e.strip() for e in listed.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        ids.append(entry)
+    return ids
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt inside the block when nobody else handles it, so the
+    running tasks are stopped instead of orphaned."""
+    own = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
+    if own:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def cpu_threads_per_task(workers: int) -> str:
+    """``OMP_NUM_THREADS`` for each of ``workers`` tasks running at once: the caller's own value,
+    else the cores this process may use shared out evenly (at least one)."""
+    cores = len(os.sched_getaffinity(0))
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // workers))
+
+
+def _header(task: Task, devices: tuple[str, ...], where: str = "") -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    command = " ".join(task.argv)
+    return f"### {stamp} CUDA_VISIBLE_DEVICES={','.join(devices)} {command}{where}\n"
+
+
+def _env(devices: tuple[str, ...], threads: str) -> dict:
+    return dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES=",".join(devices),
+        OMP_NUM_THREADS=threads,
+        PYTHONUNBUFFERED="1",
+    )
+
+
+def _start(task: Task, devices: tuple[str, ...], threads: str) -> _Running:
+    task.log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = task.log_path.open("a")
+    log.write(_header(task, devices))
+    log.flush()
+    process = subprocess.Popen(
+        list(task.argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_env(devices, threads),
+        start_new_session=True,
+    )
+    return _Running(task, process, devices, log)
+
+
+def _hand(task: Task, worker: ServedWorker) -> _Running:
+    """``task`` to a reusable worker; its log's header names the worker and how many it ran."""
+    assert task.request is not None
+    task.log_path.parent.mkdir(parents=True, exist_ok=True)
+    where = f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})"
+    with task.log_path.open("a") as log:
+        log.write(_header(task, worker.devices, where))
+    worker.hand(task.log_path, task.request)
+    return _Running(task, worker.process, worker.devices, None, worker)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _stop(
+    running: Sequence[_Running],
+    idle: Sequence[ServedWorker],
+    grace_s: float,
+    say: Callable[[str], None],
+) -> None:
+    """SIGINT to every running task's and idle worker's process group; SIGKILL to those still
+    alive after ``grace_s`` seconds."""
+    if running:
+        say(f"stopping {len(running)} running job(s): {', '.join(r.task.label for r in running)}")
+    processes = [r.process for r in running] + [w.process for w in idle]
+    for process in processes:
+        _signal_group(process, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        if process.poll() is None:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+        _signal_group(process, signal.SIGKILL)  # what the task left behind in its group
+    for entry in running:
+        if entry.log is not None:
+            entry.log.close()
+
+
+class _Slots:
+    """Which GPUs have room: each takes ``per_gpu`` tasks at once; a task's GPUs are distinct and
+    the least busy ones, or those of an idle worker that has room."""
+
+    def __init__(self, gpus: Sequence[str], per_gpu: int) -> None:
+        self.free = {gpu: per_gpu for gpu in gpus}
+
+    def take(self, count: int) -> Optional[tuple[str, ...]]:
+        open_gpus = [gpu for gpu, room in self.free.items() if room > 0]
+        if len(open_gpus) < count:
+            return None
+        chosen = tuple(sorted(open_gpus, key=lambda gpu: -self.free[gpu])[:count])
+        for gpu in chosen:
+            self.free[gpu] -= 1
+        return chosen
+
+    def take_worker(self, count: int, idle: Sequence[ServedWorker]) -> Optional[ServedWorker]:
+        """An idle worker on ``count`` GPUs that all have room (their slots taken), or None."""
+        for worker in idle:
+            if len(worker.devices) == count and all(self.free[g] > 0 for g in worker.devices):
+                for gpu in worker.devices:
+                    self.free[gpu] -= 1
+                return worker
+        return None
+
+    def give_back(self, devices: Sequence[str]) -> None:
+        for gpu in devices:
+            self.free[gpu] += 1
+
+
+class _Workers:
+    """The reusable workers: idle ones wait for a task of their GPUs; at most ``limit`` processes
+    live at once (an idle one is retired to make room)."""
+
+    def __init__(self, serve_argv: Optional[Sequence[str]], limit: int, threads: str) -> None:
+        self.argv, self.limit, self.threads = serve_argv, limit, threads
+        self.idle: list[ServedWorker] = []
+        self.retired: list[ServedWorker] = []
+
+    def drop_dead(self) -> None:
+        for worker in [w for w in self.idle if not w.alive()]:
+            self.idle.remove(worker)
+            self.retire(worker)
+
+    def served(self, task: Task) -> bool:
+        return self.argv is not None and task.request is not None
+
+    def make_room(self, running: int) -> None:
+        while self.idle and running + len(self.idle) >= self.limit:
+            self.retire(self.idle.pop(0))
+
+    def start(self, task: Task, devices: tuple[str, ...], running: int) -> ServedWorker:
+        self.make_room(running)
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        assert self.argv is not None
+        return ServedWorker(self.argv, devices, _env(devices, self.threads), task.log_path)
+
+    def retire(self, worker: ServedWorker) -> None:
+        worker.retire()
+        self.retired.append(worker)
+
+    def close(self, grace_s: float) -> None:
+        for worker in self.idle:
+            self.retire(worker)
+        self.idle = []
+        for worker in self.retired:
+            worker.wait(grace_s)
+
+
+def _next_task(
+    pending: Sequence[Task], slots: _Slots, workers: _Workers
+) -> tuple[Optional[Task], tuple[str, ...], Optional[ServedWorker]]:
+    """The first pending task that can start now: its GPUs, and the idle worker that takes it."""
+    workers.drop_dead()
+    for task in pending:
+        if workers.served(task):
+            worker = slots.take_worker(task.gpus, workers.idle)
+            if worker is not None:
+                workers.idle.remove(worker)
+                return task, worker.devices, worker
+        devices = slots.take(task.gpus)
+        if devices is not None:
+            return task, devices, None
+    return None, (), None
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    workers: int,
+    gpus: Sequence[str],
+    say: Callable[[str], None] = print,
+    poll_s: float = 0.2,
+    grace_s: float = 20.0,
+    jobs_per_gpu: int = 1,
+    serve_argv: Optional[Sequence[str]] = None,
+) -> list[Outcome]:
+    """Run ``tasks`` with at most ``workers`` at a time, each given ``task.gpus`` distinct GPUs of
+    ``gpus``, and no GPU shared by more than ``jobs_per_gpu`` running tasks; returns the outcomes
+    in the order of ``tasks``. Tasks start in order, a later one first when an earlier one waits
+    for more GPUs than have room. With ``serve_argv`` (a reusable worker's command line, see
+    :mod:`~solo_diet.compare.served`) a task with a ``request`` goes to an idle worker of
+    free GPUs, else to a new worker; at most ``workers`` processes live at once."""
+    if workers < 1 or jobs_per_gpu < 1:
+        raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
+    too_big = [t.label for t in tasks if t.gpus > len(gpus)]
+    if too_big:
+        raise ValueError(f"{too_big} need more GPUs than the {len(gpus)} visible")
+    pending, running = list(tasks), []
+    slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
+    threads = cpu_threads_per_task(min(workers, max(1, len(tasks))))
+    pool = _Workers(serve_argv, workers, threads)
+    with _sigterm_raises():
+        try:
+            while pending or running:
+                while len(running) < workers:
+                    task, devices, worker = _next_task(pending, slots, pool)
+                    if task is None:
+                        break
+                    pending.remove(task)
+                    if pool.served(task):
+                        worker = worker or pool.start(task, devices, len(running))
+                        running.append(_hand(task, worker))
+                    else:
+                        pool.make_room(len(running))
+                        running.append(_start(task, devices, threads))
+                    where = f" on GPU {','.join(devices)}" if devices else ""
+                    say(
+                        f"({len(tasks) - len(pending)}/{len(tasks)}) {task.label}: started{where} "
+                        f"(log: {task.log_path})"
+                    )
+                time.sleep(poll_s)
+                for entry, status in [(r, r.status()) for r in running]:
+                    if status is None:
+                        continue
+                    running.remove(entry)
+                    if entry.log is not None:
+                        entry.log.close()
+                    if entry.worker is not None:
+                        pool.idle.append(entry.worker)  # the next _next_task drops a dead one
+                    slots.give_back(entry.devices)
+                    outcome = Outcome(
+                        entry.task, status, time.monotonic() - entry.start, entry.devices
+                    )
+                    outcomes[id(entry.task)] = outcome
+                    say(_ended(outcome))
+        except BaseException:
+            _stop(running, pool.idle, grace_s, say)
+            raise
+        finally:
+            pool.close(grace_s)
+    return [outcomes[id(task)] for task in tasks]
+
+
+def _ended(outcome: Outcome) -> str:
+    label, seconds = outcome.task.label, f"{outcome.seconds:.0f} s"
+    if outcome.returncode == 0:
+        return f"{label}: done in {seconds}"
+    return (
+        f"{label}: FAILED with exit status {outcome.returncode} after {seconds}; "
+        f"log: {outcome.task.log_path}"
+    )

@@ -1,0 +1,114 @@
+"""What identifies a job's work, so that finished work is kept and changed work is redone: the
+pretraining cfg, the evaluation settings, a reference row's parts, and the data's files.
+
+Fingerprints hash content, never locations: a checkout, an ``output_dir`` or the data can move
+without losing results, while a changed config, probe, LiDAR views or data file redoes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.compare.spec import SEEDED_REFERENCES
+
+if TYPE_CHECKING:
+    from solo_diet.compare.jobs import Job
+
+DATA_PATH_KEYS = ("root", "train_path", "val_path")
+# where and how a machine reads the data: not part of a run's recipe
+DATA_READING_KEYS = (*DATA_PATH_KEYS, "format", "num_workers", "gpu")
+
+
+def fingerprint(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def data_signature(path: str) -> str:
+    """What the fingerprints know of a dataset path: a hash of its files' relative names and sizes
+    (of the file itself for a file), so moving the data keeps a comparison's results and changing
+    it redoes them. Hidden files (a Finder's ``.DS_Store``, an editor's notes) do not count.
+    Cached per process; ``run_compare`` clears the cache when it starts."""
+    if os.path.isfile(path):
+        entries = [(os.path.basename(path), os.path.getsize(path))]
+    elif os.path.isdir(path):
+        prefix = len(os.path.join(path, ""))
+        entries = []
+        for folder, subfolders, files in os.walk(path):
+            subfolders.sort()
+            for name in sorted(name for name in files if not name.startswith(".")):
+                full = os.path.join(folder, name)
+                entries.append((full[prefix:], os.path.getsize(full)))
+    else:
+        return f"missing: {path}"
+    return fingerprint(entries)
+
+
+def with_data_signatures(data: dict) -> dict:
+    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
+    signature (:func:`data_signature`)."""
+    return {
+        key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
+        for key, value in data.items()
+    }
+
+
+def _training_payload(cfg: DictConfig) -> dict:
+    """The composed config but the checkpoint and validation frequency and the progress bar."""
+    payload = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
+        payload.pop(key, None)
+    return payload
+
+
+def training_fingerprint(cfg: DictConfig) -> str:
+    """Changes with anything that changes the trained weights, the data's files included; not
+    with the checkpoint or validation frequency, the progress bar, nor with where the data lies."""
+    payload = _training_payload(cfg)
+    payload["data"] = with_data_signatures(payload.get("data") or {})
+    return fingerprint(payload)
+
+
+def recipe_fingerprint(cfg: DictConfig) -> str:
+    """The run's recipe (method, budget, optimiser, augmentations, seed, ...), blind to where and
+    how a machine reads the data (``DATA_READING_KEYS``): a result copied from another machine
+    still matches its spec, one trained with another budget does not."""
+    payload = _training_payload(cfg)
+    data = payload.get("data") or {}
+    payload["data"] = {key: value for key, value in data.items() if key not in DATA_READING_KEYS}
+    return fingerprint(payload)
+
+
+def evaluation_fingerprint(spec: DictConfig) -> str:
+    """Changes with any evaluation setting, the probe's composed config (but its progress bar), the
+    content of the LiDAR views' YAML or the data (a job's result is then redone); not with where
+    any of them lie."""
+    from solo_diet.compare.evaluate import compose_linear
+
+    settings = OmegaConf.to_container(spec.evaluation)
+    views = settings.pop("lidar_augmentations")
+    settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
+    probe = compose_linear(spec, Path("checkpoint"), Path("run"))
+    probe_settings = OmegaConf.to_container(probe, resolve=True)
+    probe_settings.pop("enable_progress_bar", None)
+    probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
+    return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
+
+
+def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:
+    """Everything a reference row is made of: the evaluation, the row, the data and, for
+    ``random_init``, the first run's architecture and the job's seed (``raw_pixels`` has
+    neither)."""
+    data = with_data_signatures(OmegaConf.to_container(spec.data, resolve=True))
+    if job.reference not in SEEDED_REFERENCES:
+        return fingerprint([eval_fingerprint, job.reference, data])
+    arch = OmegaConf.to_container(job.cfg.backbone, resolve=True)
+    return fingerprint([eval_fingerprint, job.reference, arch, job.cfg_seed, data])

@@ -1,0 +1,163 @@
+"""What one job may leave behind in a process, put back before the next job of a reusable worker
+(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process.
+
+Captured once the worker has imported what the jobs use, and restored before every job: the
+environment (``PL_GLOBAL_SEED`` and the like that ``seed_everything`` sets), the working directory,
+``sys.path``, the random generators of Python, NumPy and torch (CPU, and CUDA reseeded with the
+seed a fresh process starts from), torch's global switches (cuDNN, TF32, matmul precision,
+deterministic algorithms, threads, default dtype, grad mode), the SIGINT/SIGTERM handlers, the
+levels and handlers of the loggers that existed, Hydra's global state and solo-diet's own caches.
+After every job: the warning filters as they were, garbage collected, the CUDA cache emptied and
+its peak statistics reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import random
+import signal
+import sys
+import warnings
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _torch_switches() -> dict[str, Any]:
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    return {
+        "cudnn.enabled": cudnn.enabled,
+        "cudnn.benchmark": cudnn.benchmark,
+        "cudnn.deterministic": cudnn.deterministic,
+        "cudnn.allow_tf32": cudnn.allow_tf32,
+        "matmul.allow_tf32": matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic": (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+        "num_threads": torch.get_num_threads(),
+        "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+
+
+def _set_torch_switches(switches: dict[str, Any]) -> None:
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    cudnn.enabled = switches["cudnn.enabled"]
+    cudnn.benchmark = switches["cudnn.benchmark"]
+    cudnn.deterministic = switches["cudnn.deterministic"]
+    cudnn.allow_tf32 = switches["cudnn.allow_tf32"]
+    matmul.allow_tf32 = switches["matmul.allow_tf32"]
+    torch.set_float32_matmul_precision(switches["float32_matmul_precision"])
+    mode, warn_only = switches["deterministic"]
+    torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    if torch.get_num_threads() != switches["num_threads"]:
+        torch.set_num_threads(switches["num_threads"])
+    torch.set_default_dtype(switches["default_dtype"])
+    torch.set_grad_enabled(switches["grad_enabled"])
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    named = logging.Logger.manager.loggerDict.items()
+    found = {name: lg for name, lg in named if isinstance(lg, logging.Logger)}
+    return found | {"": logging.getLogger()}
+
+
+def _own_caches() -> list[Callable]:
+    """The ``functools`` caches of solo-diet's loaded modules (``cache_clear`` empties them)."""
+    caches = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("solo_diet.") or module is None:
+            continue
+        for value in vars(module).values():
+            if getattr(value, "__module__", None) == name and hasattr(value, "cache_clear"):
+                caches.append(value.cache_clear)
+    return caches
+
+
+class FreshState:
+    """The process as the worker had it before its first job (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.sys_path = list(sys.path)
+        self.python_rng = random.getstate()
+        self.numpy_rng = np.random.get_state()
+        self.torch_rng = torch.get_rng_state()
+        self.torch_seed = torch.initial_seed()  # where a fresh process's CUDA generators start
+        self.switches = _torch_switches()
+        self.signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        self.loggers = {
+            name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+            for name, lg in _loggers().items()
+        }
+
+    def restore(self) -> None:
+        """Put back what the jobs so far may have changed."""
+        os.environ.clear()
+        os.environ.update(self.environ)
+        os.chdir(self.cwd)
+        sys.path[:] = self.sys_path
+        random.setstate(self.python_rng)
+        np.random.set_state(self.numpy_rng)
+        torch.set_rng_state(self.torch_rng)
+        if torch.cuda.is_initialized():
+            torch.cuda.manual_seed_all(self.torch_seed)
+        _set_torch_switches(self.switches)
+        for signum, handler in self.signals.items():
+            signal.signal(signum, handler)
+        loggers = _loggers()
+        for name, (level, handlers, propagate, disabled) in self.loggers.items():
+            logger = loggers[name]
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
+            logger.propagate, logger.disabled = propagate, disabled
+        _clear_hydra()
+        for cache_clear in _own_caches():
+            cache_clear()
+
+    @contextlib.contextmanager
+    def job(self) -> Iterator[None]:
+        """Restore before the job; after it, the warning filters, and memory freed."""
+        self.restore()
+        try:
+            with warnings.catch_warnings():  # also shows again the warnings shown "once"
+                yield
+        finally:
+            free_memory()
+
+
+def _clear_hydra() -> None:
+    if "hydra" in sys.modules:
+        from hydra.core.global_hydra import GlobalHydra
+
+        GlobalHydra.instance().clear()
+
+
+def free_memory() -> None:
+    """Collect what the job left unreferenced and give its CUDA cache back to the driver."""
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(device)
+
+
+def send_output_to(path: str) -> None:
+    """Point this process's stdout and stderr (the file descriptors: C code and subprocesses too)
+    at the end of ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)

@@ -1,0 +1,183 @@
+"""One job of a comparison: pretrained once (a finished job is reused, an interrupted one resumes
+from its latest checkpoint), then evaluated; its result goes to ``<job folder>/result.json``.
+Reference rows skip pretraining: their checkpoint is written here (untrained backbone or raw
+pixels). :mod:`~solo_diet.compare.runner` decides where and when each job runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from solo_diet.compare._files import progress, read_json, write_json
+from solo_diet.compare.curves import evaluate_curve, missing_points, snapshot_epochs
+from solo_diet.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
+from solo_diet.compare.fingerprints import (
+    recipe_fingerprint,
+    reference_fingerprint,
+    training_fingerprint,
+)
+from solo_diet.compare.jobs import Job, latest_checkpoint
+from solo_diet.compare.record import EPOCHS_FILE, job_place, pretrain_costs
+from solo_diet.config import ConfigError
+from solo_diet.launch.common import already_finished, checkpoint_epoch
+from solo_diet.methods.checkpoint import checkpoint_problem
+
+
+def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
+    """Per-epoch costs and curves, the backbone snapshots of the learning curves (``curves``), and
+    RankMe in validation epochs (``rankme_every_n_epochs`` rounded up to a multiple of the
+    validation interval)."""
+    from solo_diet.compare.snapshots import BackboneSnapshots
+    from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
+
+    callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
+    if spec.curves.points > 0:
+        callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec)))
+    every = spec.evaluation.rankme_every_n_epochs
+    if every > 0:
+        step = job.cfg.check_val_every_n_epoch  # the run's own (budgets.py)
+        every = step * math.ceil(every / step)
+        callbacks.append(RankMeMonitor(every, spec.evaluation.rankme_samples))
+    return callbacks
+
+
+def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
+    """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
+    one resumes from its latest checkpoint; a job folder made by another config is refused."""
+    from solo_diet.launch.pretrain import run_pretrain
+
+    cfg, run_dir = job.cfg, job.run_dir
+    state_path = run_dir / "state.json"
+    state = read_json(state_path)
+    pretrain_fingerprint = training_fingerprint(cfg)
+    if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
+        raise ConfigError(
+            f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
+            "another `output_dir` or delete that folder."
+        )
+    finished = state.get("checkpoint")
+    if finished and Path(finished).is_file():
+        problem = checkpoint_problem(finished)
+        if problem is None:
+            return Path(finished), False
+        progress(f"{job.label}: its last checkpoint {finished} does not load ({problem})")
+    resume = latest_checkpoint(run_dir / "pretrain")
+    # Started over (no checkpoint left, say a folder copied from another machine), the job drops
+    # the lost attempt's wall time (and EpochCostLogger its epochs); resumed, it keeps them.
+    state = {
+        "pretrain_fingerprint": pretrain_fingerprint,
+        "pretrain_wall_s": state.get("pretrain_wall_s", 0.0) if resume is not None else 0.0,
+    }
+    write_json(state_path, state)
+    if already_finished(resume, cfg):
+        checkpoint = resume
+    else:
+        cfg = copy.deepcopy(cfg)  # run_pretrain fills it in; the job's cfg stays as composed
+        if resume is not None:
+            progress(f"{job.label}: resuming after epoch {checkpoint_epoch(resume)} from {resume}")
+            cfg.resume_from_checkpoint = str(resume)
+        start = time.time()
+        last = run_pretrain(cfg, extra_callbacks=_pretrain_callbacks(spec, job))
+        state["pretrain_wall_s"] += time.time() - start
+        write_json(state_path, state)
+        if last is None:
+            raise RuntimeError(f"{job.label}: pretraining wrote no checkpoint.")
+        checkpoint = Path(last)
+        if not already_finished(checkpoint, cfg):  # stopped early without an interruption
+            raise KeyboardInterrupt(f"{job.label}: pretraining stopped after {checkpoint.name}")
+    state["checkpoint"] = str(checkpoint)
+    write_json(state_path, state)
+    return checkpoint, True
+
+
+def _secondary_rank() -> bool:
+    """True in the processes Lightning starts for DDP ranks other than 0 (they only train)."""
+    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
+
+
+def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluator) -> Path:
+    """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
+    from solo_diet.launch.references import save_random_init, save_raw_pixels
+
+    path = job.run_dir / "reference.ckpt"
+    if job.reference == "random_init":
+        return save_random_init(job.cfg, path)
+    evaluator = shared_eval.get(spec, compose_linear(spec, path, job.run_dir))
+    return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
+
+
+def result_standing(
+    spec: DictConfig, job: Job, eval_fingerprint: str, curves: bool = True
+) -> Optional[str]:
+    """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run: a
+    reference row evaluated with these settings, or a run pretrained with this config to its last
+    epoch and evaluated from that checkpoint with these settings. The checkpoint may be gone (run
+    folders copied without checkpoints, from another machine or session). With ``curves``, a run
+    with learning-curve points left to evaluate must run too."""
+    previous = read_json(job.run_dir / "result.json")
+    if job.reference is not None:
+        wanted = reference_fingerprint(spec, job, eval_fingerprint)
+        return "already evaluated" if previous.get("fingerprint") == wanted else None
+    state = read_json(job.run_dir / "state.json")
+    finished = state.get("checkpoint")
+    if not (
+        finished
+        and state.get("pretrain_fingerprint") == training_fingerprint(job.cfg)
+        and previous.get("checkpoint") == finished
+        and previous.get("fingerprint") == eval_fingerprint
+    ):
+        return None
+    if curves and missing_points(spec, job, eval_fingerprint):
+        return None
+    if Path(finished).is_file():
+        return "already evaluated"
+    return "already evaluated (its checkpoint is gone; the result stands)"
+
+
+def run_job(
+    spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+) -> dict[str, Any]:
+    """Pretrain (not for reference rows) and evaluate one job, then its missing learning-curve
+    points, each step skipped when already done; returns its result, also written to
+    ``result.json``."""
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    standing = result_standing(spec, job, eval_fingerprint, curves=False)
+    if standing:
+        progress(f"{job.label}: {standing}")
+        result = read_json(job.run_dir / "result.json")
+        evaluate_curve(spec, job, shared_eval, result)
+        return result
+    if job.reference is None:
+        checkpoint, trained = pretrain(spec, job)
+        if _secondary_rank():
+            return {}
+        if not trained:
+            progress(f"{job.label}: pretraining already finished ({checkpoint.name})")
+        started, wanted = time.time(), eval_fingerprint
+    else:
+        started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
+        checkpoint = _reference_checkpoint(spec, job, shared_eval)
+    result = evaluate_checkpoint(
+        spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
+    )
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
+    if job.reference is None:
+        result.update(pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
+    else:
+        result.update(method=job.reference)
+    result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
+    write_json(job.run_dir / "result.json", result)
+    progress(
+        f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
+        f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
+        + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
+    )
+    evaluate_curve(spec, job, shared_eval, result)
+    return result

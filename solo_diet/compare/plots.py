@@ -1,0 +1,152 @@
+"""The comparison's PNG plots: singular-value spectra and per-epoch pretraining curves."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Sequence
+
+from solo_diet._atomic import atomic_write
+from solo_diet.compare.record import EPOCHS_FILE, seed_curves
+
+CURVE_PANELS = (
+    ("train_loss", "train loss"),
+    ("val_acc1", "online probe val top-1 (%)"),
+    ("val_loss", "online probe val loss"),
+    ("val_rankme", "RankMe (val, backbone)"),
+)
+
+
+def plots_available() -> bool:
+    """Whether matplotlib is installed (solo-diet's ``report`` extra); the report says so if not."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style(index: int) -> dict:
+    """The ``index``-th line's colour and dash: matplotlib's ten colours, then dashed, then dotted,
+    so no two of up to 30 lines look alike."""
+    return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":")[index // 10 % 3]}
+
+
+def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
+    seen: dict[str, dict] = {}
+    for result in results:
+        seen.setdefault(result["run"], result)
+    return list(seen.values())
+
+
+def plot_spectra(results: Sequence[dict], path: Path) -> Path:
+    """Singular values of each representation (val split), divided by the largest, log scale; the
+    first seed of each run."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    spectra = [
+        (result["run"] if key == "spectrum" else f"{result['run']} ({key[: -len('_spectrum')]})", s)
+        for result in _first_seed_per_run(results)
+        for key, s in result.items()
+        if key.endswith("spectrum") and s
+    ]
+    for index, (label, spectrum) in enumerate(spectra):
+        axis.semilogy(range(1, len(spectrum) + 1), spectrum, label=label, **_style(index))
+    if spectra:  # below 1e-6 of the largest, values are numerical noise that squeezes the rest
+        axis.set_ylim(max(axis.get_ylim()[0], 1e-6), 1.5)
+    axis.set(
+        xlabel="index k", ylabel="sigma_k / sigma_1", title="singular-value spectra (val features)"
+    )
+    if axis.lines:  # no result has a spectrum (every job failed): an empty panel, no legend
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
+    plt.close(figure)
+    return path
+
+
+def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
+    """Per-epoch pretraining curves of every run (its jobs' ``epochs.csv``): loss, online probe,
+    RankMe; with several seeds the mean over seeds and a band from their minimum to maximum."""
+    folders: dict[str, list[Path]] = {}
+    for result in results:
+        if "job" in result and (out / result["job"] / EPOCHS_FILE).is_file():
+            folders.setdefault(result["run"], []).append(out / result["job"])
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(4.2 * len(CURVE_PANELS), 3.6))
+    for index, (run, run_folders) in enumerate(folders.items()):
+        label = run if len(run_folders) == 1 else f"{run} ({len(run_folders)} seeds)"
+        style = _style(index)
+        for axis, (column, _) in zip(axes, CURVE_PANELS):
+            curve = sorted(seed_curves(run_folders, column).items())
+            if not curve:
+                continue
+            epochs = [epoch for epoch, _ in curve]
+            mean = [sum(v) / len(v) for _, v in curve]
+            axis.plot(epochs, mean, marker=".", label=label, **style)
+            if len(run_folders) > 1:
+                low, high = [min(v) for _, v in curve], [max(v) for _, v in curve]
+                axis.fill_between(epochs, low, high, color=style["color"], alpha=0.2)
+    for axis, (_, title) in zip(axes, CURVE_PANELS):
+        axis.set(xlabel="epoch", title=title)
+    if folders:  # only reference rows (every run failed): empty panels, no legend
+        axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
+    plt.close(figure)
+    return path
+
+
+LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (views counted)"))
+
+
+def plot_learning_curves(
+    curves: dict[str, list[dict]], references: Sequence[dict], path: Path
+) -> Path:
+    """Linear probe and kNN top-1 of every run against epochs and against samples seen
+    (:mod:`~solo_diet.compare.curves_report` rows): the mean over seeds with a band from their
+    minimum to maximum, and the reference rows' means as dashed lines."""
+    from solo_diet.compare.curves_report import CURVE_METRICS
+
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 8))
+    for index, (run, rows) in enumerate(curves.items()):
+        seeds = max(row["n_seeds"] for row in rows)
+        label = run if seeds == 1 else f"{run} ({seeds} seeds)"
+        style = _style(index)
+        for (metric, _), metric_axes in zip(CURVE_METRICS, axes):
+            for axis, (x_key, _) in zip(metric_axes, LEARNING_AXES):
+                x = [row[x_key] for row in rows]
+                axis.plot(x, [row[metric] for row in rows], marker="o", label=label, **style)
+                if seeds > 1:
+                    low, high = ([row[f"{metric}_{end}"] for row in rows] for end in ("min", "max"))
+                    axis.fill_between(x, low, high, color=style["color"], alpha=0.2)
+    for (metric, title), metric_axes in zip(CURVE_METRICS, axes):
+        for axis, (_, x_label) in zip(metric_axes, LEARNING_AXES):
+            for reference in references:
+                if math.isnan(reference.get(metric, math.nan)):
+                    continue
+                axis.axhline(reference[metric], color="0.5", linestyle="--", linewidth=1)
+                axis.annotate(
+                    reference["run"],
+                    (0, reference[metric]),
+                    xycoords=("axes fraction", "data"),
+                    fontsize=7,
+                    color="0.4",
+                    va="bottom",
+                )
+            axis.set(xlabel=x_label, ylabel="top-1 (%)", title=f"{title}, val split")
+    if curves:
+        axes[0][0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,103 @@
+"""Where, when and at what cost a comparison ran: each job's device, end time and pretraining
+costs in its ``result.json`` (read from its ``epochs.csv``, which also gives the curves over
+seeds), each ``solo-diet compare`` command in ``<output_dir>/commands.txt``, and the report's
+section that gathers them, so a report assembled over several machines and sessions still names
+its cards, commands and dates."""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+from solo_diet._atomic import write_text_atomic
+from solo_diet.compare._files import read_json
+
+COMMANDS_FILE = "commands.txt"
+EPOCHS_FILE = "epochs.csv"  # a job's EpochCostLogger rows, in its folder
+TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+def _now() -> str:
+    return time.strftime(TIME_FORMAT, time.gmtime())
+
+
+def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
+    """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
+    from solo_diet.launch.callbacks import read_epoch_rows
+
+    path = run_dir / EPOCHS_FILE
+    return read_epoch_rows(path) if path.is_file() else []
+
+
+def pretrain_costs(run_dir: Path) -> dict[str, float]:
+    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
+    wall time of its pretraining calls."""
+    rows = _epoch_rows(run_dir)
+    train_s = sum(r["train_seconds"] for r in rows)
+    peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
+    return {
+        "epochs": len(rows),
+        "train_s": train_s,
+        "samples_per_s": sum(r["samples"] for r in rows) / train_s if train_s > 0 else math.nan,
+        "peak_gpu_mib": max(peaks) if peaks else math.nan,
+        "pretrain_wall_s": read_json(run_dir / "state.json").get("pretrain_wall_s"),
+    }
+
+
+def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]]:
+    """{epoch: the column's values over the seeds that logged it in that epoch}."""
+    by_epoch: dict[float, list[float]] = {}
+    for folder in folders:
+        for row in _epoch_rows(folder):
+            if column in row and not math.isnan(row[column]):
+                by_epoch.setdefault(row["epoch"], []).append(row[column])
+    return by_epoch
+
+
+def job_place() -> dict[str, str]:
+    """``device`` (the GPU's name, or ``CPU``) and ``finished_utc``, for a job's result."""
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    return {"device": device, "finished_utc": _now()}
+
+
+def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str]) -> None:
+    """Append this command, its time and its host to ``<out>/commands.txt`` (tab-separated)."""
+    from solo_diet.compare.fanout import visible_gpus
+
+    host = f"{len(visible_gpus())} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
+    command = shlex.join(["solo-diet", "compare", str(spec_path), *overrides])
+    path = out / COMMANDS_FILE
+    before = path.read_text() if path.is_file() else ""
+    write_text_atomic(path, f"{before}{_now()}\t{host}\t{command}\n")
+
+
+def run_record_lines(results: Sequence[dict], out: Path) -> list[str]:
+    """The report's "Where and when the jobs ran": the jobs per device with their first and last
+    end times, then the commands of ``commands.txt``."""
+    finished: dict[str, list[str]] = defaultdict(list)
+    for result in results:
+        if "finished_utc" in result:
+            finished[result.get("device", "?")].append(result["finished_utc"])
+    lines = ["## Where and when the jobs ran", ""]
+    for device, times in finished.items():
+        span = times[0] if len(set(times)) == 1 else f"{min(times)} to {max(times)}"
+        lines.append(f"- {device}: {len(times)} job(s), finished {span}.")
+    unrecorded = sum("finished_utc" not in r and not r.get("unfinished") for r in results)
+    if unrecorded:
+        lines.append(f"- {unrecorded} job(s) evaluated before results recorded their device.")
+    commands = out / COMMANDS_FILE
+    if commands.is_file():
+        lines += ["", f"Commands (`{COMMANDS_FILE}`):", ""]
+        for line in filter(None, commands.read_text().splitlines()):
+            parts = line.split("\t", 2)  # a line edited by hand is shown as it is
+            lines.append(
+                f"- {parts[0]}, {parts[1]}: `{parts[2]}`" if len(parts) == 3 else f"- {line}"
+            )
+    return [*lines, ""]

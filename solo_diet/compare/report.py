@@ -1,0 +1,282 @@
+"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``.
+
+With ``seeds`` the report shows mean ± standard deviation over the seeds, names the best run of
+each ranked metric and marks the differences to it that the seeds resolve
+(:mod:`~solo_diet.compare.aggregate`); ``results.csv`` keeps one row per seed and one
+aggregate row per run.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig
+
+from solo_diet._atomic import write_text_atomic
+from solo_diet.compare.aggregate import (
+    CODE_MEASURES,
+    EMBEDDING_MEASURES,
+    NOT_AGGREGATED,
+    aggregate,
+    is_number,
+    rank,
+    ranked_metrics,
+    verdict,
+)
+from solo_diet.compare.budgets import RunBudget, budget_line
+from solo_diet.compare.claims import claim_lines
+from solo_diet.compare.curves_report import learning_curve_lines
+from solo_diet.compare.record import run_record_lines
+from solo_diet.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
+from solo_diet.compare.tables import (
+    RESOLVED_MARK,
+    RESULT_COLUMNS,
+    cell_text,
+    grouped_tables,
+    integer_columns,
+    mean_cell,
+    result_columns,
+    shown_columns,
+    write_results_csv,
+)
+
+FEW_SEEDS = (
+    " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
+    f"read {RESOLVED_MARK} as a hint, and run 3 or more seeds before calling a gap resolved."
+)
+NO_PLOTS = (
+    "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
+    "extra, draws `spectra.png` and `curves.png`)."
+)
+# the column suffixes of a representation a method declares (ExtraRepresentation)
+REPRESENTATION_MEASURES = tuple(
+    f"_{m}" for m in ("linear_acc1", *EMBEDDING_MEASURES, *CODE_MEASURES.values())
+)
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 epoch``, ``3 epochs``."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _declared_representations(results: Sequence[dict]) -> list[str]:
+    """The names of the representations methods declared beyond those ``RESULT_COLUMNS`` knows."""
+    names: list[str] = []
+    for column in result_columns(results):
+        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
+        if column not in RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
+            names.append(column[: -len(suffix)])
+    return names
+
+
+def _fitted_batch(results: Sequence[dict]) -> str:
+    """The probe batch lowered to a training set smaller than one batch (``fit_probe_batch``)."""
+    fits = {tuple(r["linear_fitted_batch"].values()) for r in results if "linear_fitted_batch" in r}
+    return "".join(
+        f" The training set has {images} images, fewer than one probe batch of {configured} "
+        f"(incomplete batches are dropped): the probe trained at batch {batch}, its learning rate "
+        "scaled with it."
+        for images, batch, configured in sorted(fits)
+    )
+
+
+def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
+    """What each column means, with the settings that produced it."""
+    settings = spec.evaluation
+    declared = [
+        f"- `{name}_*`: the `{name}` representation its method declares (`extra_evaluations`), "
+        "measured like the backbone: kNN, RankMe, LiDAR and, with probe overrides, the linear "
+        "probe of features; NMI, AMI and codes used of codes."
+        for name in _declared_representations(results)
+    ]
+    return [
+        f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
+        f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
+        f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
+        f"{settings.knn_distance}), train bank -> val, eval transform.",
+        f"- `rankme`: RankMe of the features of the first {settings.rankme_samples} val images "
+        "(uncentred). "
+        f"`lidar`: LiDAR on {settings.lidar_samples} val images x {settings.lidar_views} augmented "
+        f"views (delta={settings.lidar_delta}). `sem_*`: the same on the SEM representation of "
+        "`_sem` runs (`sem_linear_acc1`: the same probe with `probe: sem`).",
+        "- `kmeans_*`: k-means++ / Lloyd (k = number of classes, 5 seeded starts) of the "
+        "L2-normalised val features: NMI, AMI, ARI, Hungarian accuracy and permutation-chance NMI. "
+        "`codes_*`: NMI, AMI and number of used codes of the argmax code of `cplearn*` runs on the "
+        "val split; `embedding_*`: kNN, RankMe and LiDAR of their embedding H (the projector's "
+        "output before the codes, `proj_hidden_dim` wide).",
+        "- `pretrain_wall_s`: wall time of the pretraining calls (startup included); "
+        "`evaluation_wall_s`: of the offline evaluation (a process's first job also prepares the "
+        "shared evaluation data); `train_s`, `samples_per_s`, `peak_gpu_mib`: summed / max over "
+        "epochs of the training loops (EpochCostLogger).",
+        "- Reference rows, evaluated like the runs: `random_init` is the first run's backbone "
+        "(same architecture, at each seed) never trained; `raw_pixels` is the normalised image "
+        "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
+        "its features add nothing a linear probe of the pixels does not find.",
+        *declared,
+    ]
+
+
+def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]) -> list[str]:
+    """The report's first lines: per ranked metric the best run and, with seeds, which gaps to it
+    are resolved; the reference rows' values and the runs not above them."""
+    lines = []
+    if spec.seeds is None:
+        lines.append(
+            "One seed per run (no `seeds` in the spec): no difference below is resolved against "
+            "seed noise. Add `seeds: [0, 1, 2]` to tell them apart."
+        )
+    for metric in ("linear_acc1", "knn_acc1"):
+        ranking = rank(runs, metric)
+        if ranking is not None and spec.seeds is not None:
+            lines.append(f"- {verdict(ranking)}")
+        scored = [r for r in runs if is_number(r.get(metric)) and not math.isnan(r[metric])]
+        for reference in (r for r in references if is_number(r.get(metric))):
+            below = [r["run"] for r in scored if r[metric] <= reference[metric]]
+            against = f"runs not above it: {', '.join(below) if below else 'none'}"
+            shown = mean_cell(reference, metric, set(), set())
+            lines.append(
+                f"- `{metric}` of `{reference['run']}`: {shown}; "
+                f"{against if scored else 'no run was evaluated'}."
+            )
+    return lines
+
+
+def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
+    """A line naming the jobs stopped before their evaluation, if any."""
+    stopped = [r for r in results if r.get("unfinished")]
+    if not stopped:
+        return []
+    jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
+    count, rows, their = (
+        (f"{len(stopped)} jobs", "Their rows hold", "their")
+        if len(stopped) > 1
+        else ("1 job", "Its row holds", "its")
+    )
+    return [
+        f"**Unfinished**: {count} stopped before the evaluation, after the epochs in brackets of "
+        f"{max_epochs}: {jobs}. {rows} the pretraining costs and curves only; {their} evaluation "
+        "columns are empty, and `n_seeds` counts only the evaluated seeds.",
+        "",
+    ]
+
+
+def _left_out(labels: Sequence[str]) -> list[str]:
+    """A line naming the jobs that have no result, if any."""
+    if not labels:
+        return []
+    return [
+        "**Partial**: left out of every table and verdict, as they have no result yet: "
+        f"{', '.join(labels)}.",
+        "",
+    ]
+
+
+def _plain_cell(row: dict, column: str) -> str:
+    return cell_text(row.get(column, math.nan))
+
+
+def _seeded_tables(
+    spec: DictConfig, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
+) -> list[str]:
+    """The mean ± std table with its marks and their meaning, then the per-seed table."""
+    if not summary:
+        return ["No job finished: the failed jobs' logs say why.", ""]
+    rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
+    marks = {m: r for m, r in rankings.items() if r is not None}
+    integer = integer_columns(results)
+
+    def cell(row: dict, column: str) -> str:
+        if column == "n_seeds" and row.get("unfinished"):
+            return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
+        if column in NOT_AGGREGATED:
+            return _plain_cell(row, column)
+        ranking = marks.get(column)
+        best = {ranking.best, *ranking.tied} if ranking else set()
+        resolved = set(ranking.resolved) if ranking else set()
+        return mean_cell(row, column, best, resolved, column in integer)
+
+    columns = [c for c in shown_columns(summary) if c != "seed"]
+    columns.insert(columns.index("method") + 1, "n_seeds")
+    n_seeds = len(spec.seeds)
+    lines = [f"## Mean ± standard deviation over {_counted(n_seeds, 'seed')}", ""]
+    lines += grouped_tables(summary, columns, cell)
+    lines += [
+        f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
+        "best by more than two pooled standard deviations of the seeds. Every other difference to "
+        "the best is within two pooled standard deviations: this comparison does not resolve it. "
+        "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
+        + (FEW_SEEDS if n_seeds == 2 else ""),
+        "",
+        "## Per seed",
+        "",
+    ]
+    return lines + grouped_tables(results, shown_columns(results), _plain_cell)
+
+
+def write_report(
+    spec: DictConfig,
+    results: Sequence[dict],
+    out: Path,
+    left_out: Sequence[str] = (),
+    budgets: Optional[dict[str, RunBudget]] = None,
+) -> Path:
+    """results.csv, spectra.png, curves.png, the learning curves and report.md (verdicts, tables
+    and settings); ``left_out`` names the spec's jobs without a result, which the report says it
+    leaves out; ``budgets`` each run's budget (:mod:`.budgets`), which the report names."""
+    from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
+
+    references = [r for r in results if r["run"] in REFERENCE_ROWS]
+    runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
+    seeded = spec.seeds is not None
+    aggregated = aggregate(runs) if seeded else []
+    reference_means = aggregate(references) if seeded else references
+    rows = [*runs, *aggregated, *references, *reference_means] if seeded else list(results)
+    write_results_csv(rows, out / "results.csv", seeds=seeded)
+    plotted = plots_available()
+    if plotted:
+        plot_spectra(results, out / "spectra.png")
+        plot_curves(results, out, out / "curves.png")
+    budget = spec.budget
+    limit = (
+        f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
+    )
+    seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
+    budgets = budgets or {}
+    same = all(b.epochs == budget.max_epochs for b in budgets.values())
+    whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
+    claims = claim_lines(spec, runs, out, {run: b.epochs for run, b in budgets.items()})
+    lines = [
+        f"# Comparison: {spec.name}",
+        "",
+        *(["Claims checked against the seeds:", *claims, ""] if claims else []),
+        *_unfinished(results, budget.max_epochs),
+        *_left_out(left_out),
+        f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
+        f"`data.format: {spec.data.format}`. "
+        f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
+        f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
+        f"{_counted(checkpoint_interval(budget), 'epoch')} and the last; online probe validated "
+        f"every {_counted(validation_interval(budget), 'epoch')}. "
+        f"Trainer overrides: {list(spec.trainer)}.",
+        "",
+        *([budget_line(spec, budgets), ""] if budgets else []),
+        *_verdicts(spec, aggregated if seeded else runs, reference_means),
+        "",
+    ]
+    if seeded:
+        lines += _seeded_tables(spec, aggregated, [*aggregated, *reference_means], results)
+    else:
+        columns = [c for c in shown_columns(results) if c != "seed"]
+        lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]
+    lines += learning_curve_lines(spec, results, out, plotted)
+    lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
+    if plotted:
+        lines += ["![singular-value spectra](spectra.png)", ""]
+        lines += ["![pretraining curves](curves.png)", ""]
+    else:
+        lines += [NO_PLOTS, ""]
+    report = out / "report.md"
+    write_text_atomic(report, "\n".join(lines))  # a kill keeps the previous report whole
+    return report

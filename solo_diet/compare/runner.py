@@ -1,0 +1,337 @@
+"""Running a comparison (``run_compare``, where ``solo-diet compare`` starts): every job pretrained
+and evaluated once (:mod:`~solo_diet.compare.job`), in this process or side by side.
+
+With one worker (and no multi-GPU job) the jobs run one after another in this process and share
+the evaluation data. Otherwise each job runs in its own process (``python -m
+solo_diet.compare.worker``) on its own GPUs, its output in ``<job folder>/job.log``
+(:mod:`~solo_diet.compare.fanout`). Either way a failed job is reported and the others go on,
+a job whose result stands is named and not started, an interrupted one resumes from its last
+checkpoint, and the report reads the jobs' results only after every job has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Collection, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet._atomic import write_text_atomic
+from solo_diet.compare._files import progress, read_json
+from solo_diet.compare.budgets import count_images
+from solo_diet.compare.evaluate import SharedEvaluator, compose_linear
+from solo_diet.compare.fingerprints import (
+    data_signature,
+    evaluation_fingerprint,
+    recipe_fingerprint,
+)
+from solo_diet.compare.job import result_standing, run_job
+from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
+from solo_diet.compare.lock import output_dir_lock
+from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs
+from solo_diet.compare.report import write_report
+from solo_diet.compare.spec import REFERENCE_ROWS, load_spec
+from solo_diet.config import ConfigError
+from solo_diet.launch.launch_checks import (
+    check_accelerator_present,
+    check_key_typos,
+    check_solo_learn_choices,
+    check_training_basics,
+)
+from solo_diet.launch.progress import OverallProgress
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed (the report holds the others); the message names each job and its log."""
+
+
+def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
+    """Every job in this process, one after another; returns {failed job's key: what failed}."""
+    eval_fingerprint = evaluation_fingerprint(spec)
+    shared_eval = SharedEvaluator()
+    failures = {}
+    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
+    for position, job in enumerate(jobs, 1):
+        overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
+        try:
+            run_job(spec, job, shared_eval, eval_fingerprint)
+        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+            traceback.print_exc()
+            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    return failures
+
+
+def job_weight(job: Job) -> float:
+    """A job's share of a comparison's time for the progress line: its pretraining epochs, and
+    about two epochs' worth for the probe and the evaluation that every job has."""
+    return 2.0 + (0 if job.reference else job.cfg.max_epochs)
+
+
+def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
+    """``progress``, followed by the overall line after each line that says a job ended."""
+    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
+    steps, ended = {job.label: k for k, job in enumerate(jobs, 1)}, []
+
+    def say(message: str) -> None:
+        progress(message)
+        label = message.partition(": ")[0]
+        if label in steps and steps[label] not in ended:
+            ended.append(steps[label])
+            overall.ended(ended, "jobs ended")
+
+    return say
+
+
+def _check_device_lists(jobs: Sequence[Job]) -> None:
+    """A job in its own process sees only its GPUs, numbered from 0: a device list must be
+    0..n-1."""
+    for job in jobs:
+        devices = OmegaConf.select(job.cfg, "devices")
+        if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
+            raise ConfigError(
+                f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
+                f"sees only its own GPUs: write a count (devices={len(devices)})."
+            )
+
+
+def _run_in_processes(
+    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
+) -> dict[str, str]:
+    """Every job in a process of its own GPUs, ``workers`` at a time on the visible GPUs, at most
+    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}.
+    ``reuse``: the jobs of one GPU or the CPU run one after another in reusable workers, which
+    import once; a DDP job (Lightning starts its other ranks from its command line) and every job
+    without ``reuse`` get a fresh process."""
+    from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
+
+    _check_device_lists(jobs)
+    jobs = longest_first(jobs)
+    gpus = visible_gpus()
+    worker = (sys.executable, "-m", "solo_diet.compare.worker")
+    tasks = [
+        Task(
+            label=job.label,
+            argv=(*worker, str(spec_file), job.key),
+            log_path=job.run_dir / "job.log",
+            gpus=job.gpus() if gpus else 0,
+            request=job.key if reuse and job.gpus() <= 1 else None,
+        )
+        for job in jobs
+    ]
+    too_big = [t for t in tasks if t.gpus > len(gpus)]
+    if too_big:
+        raise ConfigError(
+            f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
+        )
+    say = _counting_ended_jobs(jobs)
+    outcomes = run_tasks(
+        tasks,
+        workers,
+        gpus,
+        say=say,
+        jobs_per_gpu=jobs_per_gpu,
+        serve_argv=(*worker, "--serve", str(spec_file)) if reuse else None,
+    )
+    return {
+        job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
+        for job, o in zip(jobs, outcomes)
+        if o.returncode != 0
+    }
+
+
+def workers_for(spec: DictConfig) -> int:
+    """``parallel.workers``, or ``parallel.jobs_per_gpu`` per visible GPU (1 without GPUs)."""
+    from solo_diet.compare.fanout import visible_gpus
+
+    return spec.parallel.workers or max(1, len(visible_gpus()) * spec.parallel.jobs_per_gpu)
+
+
+def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> None:
+    """What the launchers refuse, checked for the probe and every job before the first starts, so
+    that a mistake is one line now, not a failed job after hours of pretraining."""
+    from solo.methods import METHODS
+    from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
+
+    probe = compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
+    checks = [("`linear`", probe, LinearModel)]
+    checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
+    for label, cfg, model_cls in checks:
+        try:
+            check_key_typos(cfg)
+            check_training_basics(cfg)
+            check_solo_learn_choices(cfg, model_cls)
+            check_accelerator_present(cfg)
+        except ConfigError as err:
+            raise ConfigError(f"{label}: {err}") from None
+
+
+def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs with something left to do; each job whose result stands is named and not started
+    (no process, no GPU slot)."""
+    eval_fingerprint = evaluation_fingerprint(spec)
+    left = []
+    for job in jobs:
+        standing = result_standing(spec, job, eval_fingerprint)
+        if standing:
+            progress(f"{job.label}: {standing}")
+        else:
+            left.append(job)
+    return left
+
+
+def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
+    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
+    fingerprint of its evaluation."""
+    import solo_diet
+
+    solo_diet.register()
+    spec = load_spec(spec_file)
+    jobs = {job.key: job for job in plan_jobs(spec, parse_runs(spec))}
+    return spec, jobs, evaluation_fingerprint(spec)
+
+
+def run_one_job(spec_file: str | Path, key: str) -> None:
+    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
+    if key not in jobs:
+        raise ConfigError(f"{spec_file} has no job {key!r}.")
+    run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
+
+
+def _unfinished_row(job: Job) -> dict[str, Any]:
+    """A run's job that trained some epochs but was never evaluated: its pretraining costs and
+    curves (``epochs.csv``), marked ``unfinished``."""
+    row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
+    costs = pretrain_costs(job.run_dir)
+    del costs["pretrain_wall_s"]  # its pretraining call never returned
+    return row | costs | {"unfinished": True}
+
+
+def _report_of_finished(
+    spec: DictConfig,
+    jobs: Sequence[Job],
+    out: Path,
+    report_only: bool = False,
+    failed: Collection[str] = (),
+) -> Path:
+    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
+    ``failed`` aside). It names the jobs it leaves out, a result of another recipe (another
+    budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
+    pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
+    when every finished run is stale (the spec given without the overrides it ran with)."""
+    results, left_out, stale = [], [], False
+    for job in jobs:
+        result = read_json(job.run_dir / "result.json")
+        if job.key in failed:
+            left_out.append(f"{job.label} (failed)")
+        elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
+            left_out.append(f"{job.label} (stale: trained with another config)")
+            stale = True
+        elif result:
+            results.append(result)
+        elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
+            results.append(_unfinished_row(job))
+        else:
+            left_out.append(job.label)
+    if report_only and stale:
+        fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
+        if not fresh:
+            raise ConfigError(
+                f"--report-only: every finished run in {out} was trained with another config than "
+                "this spec with these overrides (budget, trainer or data settings), so the report "
+                "was left as it was. Rebuild it from the spec the runs recorded: solo-diet compare "
+                f"{out / 'spec.yaml'} --report-only"
+            )
+    if left_out:
+        progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
+    report = write_report(spec, results, out, left_out, run_budgets(jobs))
+    progress(f"report: {report}")
+    return report
+
+
+def _process_note(spec: DictConfig) -> str:
+    if spec.parallel.reuse_workers:
+        return " in separate processes, each running job after job"
+    return " in separate processes, a fresh one per job"
+
+
+def run_compare(
+    spec_path: str | Path, overrides: Sequence[str] = (), report_only: bool = False
+) -> Path:
+    """Run (or finish) a comparison; returns the path of report.md. Raises :class:`JobsFailed`
+    after writing the report of the other jobs when some jobs failed. ``report_only``: run
+    nothing, write the report from the jobs' ``result.json`` (and the pretraining curves of the
+    jobs stopped before their evaluation)."""
+    import solo_diet
+
+    solo_diet.register()
+    data_signature.cache_clear()  # the data may have changed since this process last looked
+    count_images.cache_clear()  # and its image count (budgets.py)
+    spec = load_spec(spec_path, overrides)
+    jobs = plan_jobs(spec, parse_runs(spec))
+    out = Path(spec.output_dir)
+    if report_only:
+        if not out.is_dir():
+            raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
+        return _report_of_finished(spec, jobs, out, report_only=True)
+    chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
+    _check_before_any_job(spec, chosen, out)
+    out.mkdir(parents=True, exist_ok=True)
+    with output_dir_lock(out, say=progress):  # one comparison per output folder
+        return _run_jobs(spec, spec_path, overrides, jobs, chosen)
+
+
+def _run_jobs(
+    spec: DictConfig,
+    spec_path: str | Path,
+    overrides: Sequence[str],
+    jobs: Sequence[Job],
+    chosen: Sequence[Job],
+) -> Path:
+    """``run_compare``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
+    report."""
+    out = Path(spec.output_dir)
+    write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
+    note_command(out, spec_path, overrides)
+    workers = workers_for(spec)
+    in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
+    budget = spec.budget
+    seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
+    progress(
+        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
+        f"{list(spec.reference_rows)})"
+        + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
+        + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
+        + f" at batch {budget.batch_size}, "
+        f"{workers} worker(s){_process_note(spec) if in_processes else ''} -> {out}"
+    )
+    to_run = _without_standing_results(spec, chosen)
+    if in_processes:
+        # the workers' own copy: another compare into this output_dir may rewrite spec.yaml
+        spec_file = out / f".spec-{os.getpid()}.yaml"
+        OmegaConf.save(spec, spec_file)
+        try:
+            failures = _run_in_processes(
+                to_run,
+                workers,
+                spec.parallel.jobs_per_gpu,
+                spec_file,
+                reuse=spec.parallel.reuse_workers,
+            )
+        finally:
+            spec_file.unlink(missing_ok=True)
+    else:
+        failures = _run_here(spec, to_run)
+    report = _report_of_finished(spec, jobs, out, failed=failures)
+    if failures:
+        raise JobsFailed(
+            f"{len(failures)} of the {len(to_run)} jobs started failed: "
+            f"{'; '.join(failures.values())}. The "
+            "report holds the others; rerun the same command to retry the failed ones."
+        )
+    return report

@@ -1,0 +1,354 @@
+"""The comparison spec: defaults, loading, checks, and its translation into Hydra overrides.
+
+A spec is a YAML file (format: ``docs/compare.md``). Every section has defaults; a key that is not
+one of them is refused with the valid keys of the section where it occurs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
+
+from solo_diet.compare.budgets import check_spec_budget
+from solo_diet.compare.claims import check_claims
+from solo_diet.compare.curves import check_curves
+from solo_diet.config import ConfigError, closest_name
+
+SPEC_DEFAULTS: dict[str, Any] = {
+    "name": "comparison",
+    "output_dir": None,
+    "config_path": None,
+    "data": {
+        "root": None,
+        "dataset": "custom",
+        "train_path": None,
+        "val_path": None,
+        "format": "auto",
+    },
+    "budget": {
+        "max_epochs": None,
+        "samples": None,  # compute-matched budget (budgets.py)
+        "batch_size": None,
+        "limit_train_batches": None,
+        "checkpoint_every_n_epochs": None,
+        "val_every_n_epochs": None,
+    },
+    "seeds": None,
+    "reference_rows": ["random_init", "raw_pixels"],
+    "only": None,
+    "parallel": {"workers": None, "jobs_per_gpu": 1, "reuse_workers": True},
+    "trainer": [],
+    "pretrain_overrides": [],
+    "linear": {"config_path": None, "config_name": None, "overrides": []},
+    "evaluation": {
+        "batch_size": 256,
+        "knn_k": 20,
+        "knn_temperature": 0.07,
+        "knn_distance": "cosine",
+        "rankme_samples": 25600,
+        "lidar_samples": 1000,
+        "lidar_views": 10,
+        "lidar_augmentations": None,
+        "lidar_delta": 1e-4,
+        "max_rank_dim": 4096,
+        "sem_tau": None,
+        "rankme_every_n_epochs": 0,
+        "clustering": True,
+        "seed": 0,
+    },
+    "runs": [],
+    "claims": [],
+    # learning curves: linear probe + kNN at this many evenly spaced epochs of the budget, the
+    # last being the final evaluation (0: off; docs/compare.md, "Learning curves")
+    "curves": {"points": 0},
+}
+REFERENCE_ROWS = ("random_init", "raw_pixels")
+# reference rows that a seed changes (the untrained backbone's initialisation): one per seed
+SEEDED_REFERENCES = ("random_init",)
+PATH_KEYS = (
+    "output_dir",
+    "config_path",
+    "data.root",
+    "data.train_path",
+    "data.val_path",
+    "linear.config_path",
+    "evaluation.lidar_augmentations",
+)
+BUDGET_TARGETS = {
+    "max_epochs": "max_epochs",
+    "batch_size": "optimizer.batch_size",
+    "limit_train_batches": "limit_train_batches",
+}
+SPEC_OWNED = (
+    "data.dataset",
+    "data.format",
+    "data.train_path",
+    "data.val_path",
+    "checkpoint.dir",
+    "checkpoint.enabled",
+    "checkpoint.frequency",
+    "check_val_every_n_epoch",
+    "auto_resume.enabled",
+    "wandb.enabled",
+    "name",
+    "max_steps",
+)
+
+
+def _resolve_paths(spec: DictConfig, base: Path) -> None:
+    for key in PATH_KEYS:
+        value = OmegaConf.select(spec, key)
+        if value is not None and not Path(str(value)).expanduser().is_absolute():
+            OmegaConf.update(spec, key, str((base / str(value)).resolve()))
+    for run in spec.get("runs") or []:
+        if isinstance(run, DictConfig) and run.get("config_path") is not None:
+            run.config_path = str((base / str(run.config_path)).expanduser().resolve())
+
+
+def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationError) -> str:
+    """One line naming the unknown key, its closest valid key and the valid keys of its section
+    (OmegaConf's own "not in struct" text left out)."""
+    full_key = str(getattr(error, "full_key", "") or "")
+    section, _, key = full_key.rpartition(".")
+    node = OmegaConf.select(OmegaConf.create(SPEC_DEFAULTS), section) if section else None
+    if not full_key or (section and not isinstance(node, DictConfig)):
+        return f"{spec_path}: {error.msg.splitlines()[0]}."
+    valid = sorted(node) if isinstance(node, DictConfig) else sorted(SPEC_DEFAULTS)
+    where = f"a key of `{section}`" if section else "a spec key"
+    close = closest_name(key, valid)
+    hint = f"; did you mean `{section + '.' if section else ''}{close}`?" if close else "."
+    keys = f"`{section}` keys" if section else "Spec keys"
+    return f"{spec_path}: `{full_key}` is not {where}{hint} {keys}: {valid}."
+
+
+LIST_KEYS = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))
+_LISTS_SET_WHOLE = (
+    f"These spec keys are lists, set whole: {LIST_KEYS}, e.g. "
+    "'trainer=[accelerator=cpu,precision=32]'."
+)
+
+
+def _check_no_list_items(overrides: Sequence[str]) -> None:
+    """Refuse ``trainer.accelerator=cpu``: the dot-list would index the ``trainer`` list."""
+    for override in overrides:
+        key = override.partition("=")[0]
+        head, dot, _ = key.partition(".")
+        if dot and head in LIST_KEYS:
+            raise ConfigError(f"`{key}` sets an item of `{head}`, a list. {_LISTS_SET_WHOLE}")
+
+
+def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """Read and check a spec; paths in the file are relative to its folder, paths in ``overrides``
+    (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
+    spec_path = Path(spec_path).expanduser().absolute()  # as typed: a symlink stays one
+    if not spec_path.is_file():
+        raise ConfigError(f"comparison spec {spec_path} does not exist.")
+    _check_no_list_items(overrides)
+    schema = OmegaConf.create(SPEC_DEFAULTS)
+    OmegaConf.set_struct(schema, True)
+    try:
+        from_file = OmegaConf.load(spec_path)
+        _resolve_paths(from_file, spec_path.resolve().parent)
+        from_cli = OmegaConf.from_dotlist(list(overrides))
+        _resolve_paths(from_cli, Path.cwd())
+        spec = OmegaConf.merge(schema, from_file, from_cli)
+    except (ConfigKeyError, ValidationError) as err:
+        raise ConfigError(_unknown_key_message(spec_path, err)) from err
+    except ConfigTypeError as err:  # a dict where the spec has a list
+        raise ConfigError(f"{spec_path}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
+    OmegaConf.set_struct(spec, False)
+    _check_spec(spec, spec_path)
+    return spec
+
+
+def _check_spec(spec: DictConfig, spec_path: Path) -> None:
+    if spec.output_dir is None:
+        raise ConfigError(
+            f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
+        )
+    for key in ("max_epochs", "batch_size"):
+        value = spec.budget[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(
+                f"{spec_path}: `budget.{key}` must be a positive integer (one budget for every "
+                f"run), "
+                f"got {value}."
+            )
+    limit = spec.budget.limit_train_batches
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
+    ):
+        raise ConfigError(
+            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
+        )
+    if spec.linear.config_path is None or spec.linear.config_name is None:
+        raise ConfigError(
+            f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
+            f"YAML)."
+        )
+    if not isinstance(spec.runs, ListConfig) or len(spec.runs) == 0:
+        raise ConfigError(
+            f"{spec_path}: `runs` must be a non-empty list of {{name, config_name, overrides}}."
+        )
+    if spec.data.root is not None:
+        spec.data.train_path = spec.data.train_path or str(Path(spec.data.root) / "train")
+        spec.data.val_path = spec.data.val_path or str(Path(spec.data.root) / "val")
+    if spec.data.dataset == "custom":
+        for split in ("train_path", "val_path"):
+            folder = spec.data[split]
+            if folder is None or not Path(folder).is_dir():
+                raise ConfigError(
+                    f"dataset missing: `data.{split}` = {folder} is not a folder. Write one with "
+                    f"e.g. "
+                    "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
+                    "val/ inside)."
+                )
+    _check_seeds_and_workers(spec, spec_path)
+    _check_only(spec, spec_path)
+    check_spec_budget(spec, spec_path)
+    check_claims(spec, spec_path)
+    check_curves(spec, spec_path)
+    spec.data.format = resolve_data_format(spec.data.format, spec_path)
+    evaluation = spec.evaluation
+    if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
+        raise ConfigError(
+            "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
+        )
+    if (
+        evaluation.lidar_augmentations is not None
+        and not Path(evaluation.lidar_augmentations).is_file()
+    ):
+        raise ConfigError(
+            f"`evaluation.lidar_augmentations` {evaluation.lidar_augmentations} is not a file."
+        )
+
+
+def _positive_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def _check_only(spec: DictConfig, spec_path: Path) -> None:
+    """``only``: null, or the names of some of the spec's runs and reference rows."""
+    names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
+    only = spec.only
+    if only is None:
+        return
+    if not isinstance(only, ListConfig) or len(only) == 0 or not set(only) <= set(names):
+        unknown = [n for n in only if n not in names] if isinstance(only, ListConfig) else []
+        close = [(n, closest_name(n, names)) for n in unknown]
+        hints = ", ".join(f"`{c}` for `{n}`" for n, c in close if c)
+        raise ConfigError(
+            f"{spec_path}: `only` must be null (every job) or a list of the spec's run and "
+            f"reference-row names {names}, got {only}"
+            + (f"; did you mean {hints}?" if hints else ".")
+        )
+
+
+def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
+    """``seeds``, ``reference_rows``, ``parallel.workers``/``jobs_per_gpu`` and the budget's
+    intervals."""
+    seeds = spec.seeds
+    if seeds is not None and (
+        not isinstance(seeds, ListConfig)
+        or len(seeds) == 0
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise ConfigError(
+            f"{spec_path}: `seeds` must be a list of distinct non-negative integers (e.g. "
+            f"seeds=[0,1,2]: every run once per seed), or null for each config's own seed; "
+            f"got {seeds}."
+        )
+    rows = spec.reference_rows
+    if not isinstance(rows, ListConfig) or not set(rows) <= set(REFERENCE_ROWS):
+        raise ConfigError(
+            f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
+            f"them off), got {rows}."
+        )
+    for key in (
+        "budget.checkpoint_every_n_epochs",
+        "budget.val_every_n_epochs",
+        "parallel.workers",
+    ):
+        if not _positive_or_none(OmegaConf.select(spec, key)):
+            raise ConfigError(
+                f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
+                f"{OmegaConf.select(spec, key)}."
+            )
+    per_gpu = spec.parallel.jobs_per_gpu
+    if per_gpu is None or not _positive_or_none(per_gpu):
+        raise ConfigError(
+            f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
+            f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
+        )
+    if not isinstance(spec.parallel.reuse_workers, bool):
+        raise ConfigError(
+            f"{spec_path}: `parallel.reuse_workers` must be true (worker processes import once "
+            f"and run job after job) or false (a fresh process per job), got "
+            f"{spec.parallel.reuse_workers!r}."
+        )
+
+
+def resolve_data_format(requested: str, spec_path: Path) -> str:
+    """``data.format``: ``auto`` is the GPU data path (docs/data-path.md) when torch sees a GPU,
+    solo-learn's image-folder loader otherwise."""
+    import torch
+
+    from solo_diet.launch.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
+
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(
+            f"{spec_path}: `data.format` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
+            f"{requested!r}."
+        )
+    return choose_data_format(requested, torch.cuda.is_available())
+
+
+def checkpoint_interval(budget: DictConfig) -> int:
+    """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
+    ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""
+    return budget.checkpoint_every_n_epochs or math.ceil(budget.max_epochs / 10)
+
+
+def validation_interval(budget: DictConfig) -> int:
+    """Lightning's ``check_val_every_n_epoch`` for pretraining: the budget's
+    ``val_every_n_epochs``, or the largest divisor of ``max_epochs`` not above ``max_epochs / 50``
+    (at least 50 points on the online-probe curves, the last epoch among them)."""
+    if budget.val_every_n_epochs:
+        return budget.val_every_n_epochs
+    target = max(1, budget.max_epochs // 50)
+    return max(d for d in range(1, target + 1) if budget.max_epochs % d == 0)
+
+
+def quoted(key: str, value: Any) -> str:
+    """A forced Hydra override ``++key=value`` (strings and paths quoted)."""
+    return f"++{key}='{value}'" if isinstance(value, (str, Path)) else f"++{key}={value}"
+
+
+def data_overrides(spec: DictConfig) -> list[str]:
+    """The spec's data set, forced on every pretraining and probe config."""
+    keys = ("dataset", "train_path", "val_path", "format")
+    return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
+
+
+def shared_overrides(spec: DictConfig) -> list[str]:
+    """The ``trainer`` overrides, applied to every pretraining and probe config."""
+    return [str(o) for o in spec.trainer]
+
+
+def compose(
+    owner: str, config_path: str | Path, config_name: str, overrides: Sequence[str]
+) -> DictConfig:
+    """``compose_cfg``; missing files and bad overrides raise a ConfigError naming ``owner``."""
+    from hydra.errors import HydraException
+
+    from solo_diet.launch.common import compose_cfg
+
+    try:
+        return compose_cfg(str(config_path), config_name, overrides)
+    except (FileNotFoundError, HydraException, ConfigError) as err:
+        raise ConfigError(f"{owner}: {str(err).splitlines()[0]}") from err

@@ -1,0 +1,177 @@
+"""The tables of a comparison's outputs: the columns of ``results.csv`` and of ``report.md``, whose
+columns are grouped by what they measure (accuracy, representation, clustering, cost) so that no
+table is wider than a page."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from solo_diet._atomic import atomic_write
+from solo_diet.compare.aggregate import NOT_AGGREGATED, is_number
+
+RESULT_COLUMNS = (
+    "run",
+    "seed",
+    "method",
+    "epochs",
+    "linear_acc1",
+    "linear_loss",
+    "knn_acc1",
+    "rankme",
+    "lidar",
+    "kmeans_nmi",
+    "kmeans_ami",
+    "kmeans_ari",
+    "kmeans_acc",
+    "kmeans_chance_nmi",
+    "codes_nmi",
+    "codes_ami",
+    "codes_used",
+    "embedding_knn_acc1",
+    "embedding_rankme",
+    "embedding_lidar",
+    "sem_linear_acc1",
+    "sem_knn_acc1",
+    "sem_rankme",
+    "sem_lidar",
+    "pretrain_wall_s",
+    "evaluation_wall_s",
+    "train_s",
+    "samples_per_s",
+    "peak_gpu_mib",
+    "device",
+    "finished_utc",
+    "checkpoint",
+)
+NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
+NOT_COLUMNS = (
+    "fingerprint",
+    "recipe",
+    "job",
+    "n_seeds",
+    "unfinished",
+)  # n_seeds, <column>_std: aggregates
+RESOLVED_MARK = "†"
+COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
+# report.md's tables: each group's columns after the run (and seed); a column of none goes last
+COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    (
+        "Accuracy",
+        lambda c: c in ("method", "n_seeds", "epochs") or c.endswith(("_acc1", "_loss")),
+    ),
+    ("Representation", lambda c: c.endswith(("rankme", "lidar"))),
+    (
+        "Clustering",
+        lambda c: c.startswith("kmeans_") or c.endswith(("_nmi", "_ami", "_ari", "_used")),
+    ),
+    ("Cost", lambda c: c in COST_COLUMNS),
+)
+
+
+def result_columns(results: Sequence[dict]) -> list[str]:
+    """``RESULT_COLUMNS``, then the scalar columns of extra representations other methods declare
+    (``<name>_knn_acc1``, ...), before ``checkpoint``."""
+    extra: list[str] = []
+    for result in results:
+        for key, value in result.items():
+            scalar = isinstance(value, (int, float, str)) or value is None
+            known = key in RESULT_COLUMNS or key in NOT_COLUMNS or key.endswith("_std")
+            if scalar and not known and key not in extra:
+                extra.append(key)
+    return [*RESULT_COLUMNS[:-1], *extra, RESULT_COLUMNS[-1]]
+
+
+def cell_text(value: Any) -> str:
+    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed)."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return "–" if math.isnan(value) else f"{value:.2f}"
+    return str(value)
+
+
+def _numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
+    """The ``columns`` that hold a number in some row (they get a ``_std`` column)."""
+    return [
+        c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
+    ]
+
+
+def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
+    """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and, after every numeric
+    column, its ``_std`` (filled in the aggregate rows)."""
+    columns = result_columns(rows)
+    if seeds:
+        numeric = set(_numeric_columns(rows, columns))
+        columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
+        columns.insert(columns.index("seed") + 1, "n_seeds")
+    with atomic_write(path) as f:  # whole or not at all
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def integer_columns(rows: Sequence[dict]) -> set[str]:
+    """The columns whose every per-seed value is an integer (``epochs``)."""
+    values: dict[str, list] = {}
+    for row in rows:
+        for column, value in row.items():
+            if is_number(value):
+                values.setdefault(column, []).append(value)
+    return {c for c, v in values.items() if all(isinstance(x, int) for x in v)}
+
+
+def mean_cell(
+    row: dict, column: str, best: set[str], resolved: set[str], integer: bool = False
+) -> str:
+    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it;
+    an ``integer`` column the seeds agree on reads as that integer (``epochs`` 300)."""
+    std = row.get(f"{column}_std", math.nan)
+    mean = row.get(column, math.nan)
+    spread = is_number(std) and not math.isnan(std)
+    if integer and not (spread and std) and is_number(mean) and float(mean).is_integer():
+        return str(int(mean))
+    text = cell_text(mean)
+    if text != "–" and spread:
+        text += f" ± {std:.2f}"
+    if row["run"] in best:
+        return f"**{text}**"
+    return f"{text} {RESOLVED_MARK}" if row["run"] in resolved else text
+
+
+def table_lines(
+    rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
+) -> list[str]:
+    """A Markdown table: the header, then one line per row, each cell ``cell(row, column)``."""
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
+
+
+def shown_columns(rows: Sequence[dict]) -> list[str]:
+    """Every result column some row has a value for, but ``NOT_SHOWN``."""
+    return [
+        c
+        for c in result_columns(rows)
+        if c not in NOT_SHOWN and any(cell_text(r.get(c, math.nan)) != "–" for r in rows)
+    ]
+
+
+def grouped_tables(
+    rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
+) -> list[str]:
+    """One table per group of ``COLUMN_GROUPS`` that has some of ``columns``, under its own
+    heading, each led by ``run`` (and ``seed`` when given)."""
+    lead = [c for c in ("run", "seed") if c in columns]
+    groups: dict[str, list[str]] = {title: [] for title, _ in COLUMN_GROUPS}
+    for column in (c for c in columns if c not in lead):
+        title = next((t for t, member in COLUMN_GROUPS if member(column)), "Other")
+        groups.setdefault(title, []).append(column)
+    lines: list[str] = []
+    for title, members in groups.items():
+        if members:
+            lines += [f"### {title}", "", *table_lines(rows, [*lead, *members], cell), ""]
+    return lines

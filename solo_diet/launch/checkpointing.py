@@ -1,0 +1,220 @@
+"""Checkpoints that survive a crash, and the choice of the checkpoint a run resumes from.
+
+- :class:`AtomicCheckpointIO`: Lightning's checkpoint writer, each checkpoint written whole or not
+  at all (:mod:`solo_diet._atomic`). solo-learn's ``Checkpointer`` deletes the previous checkpoint
+  after saving the new one; with this writer the new one is complete on disk by then.
+- :class:`RunCheckpointer`: solo-learn's ``Checkpointer`` with ``args.json`` written whole, and a
+  resumed run continuing in the folder of the checkpoint it resumes from (its ``args.json``,
+  checkpoints and logs stay together).
+- :func:`newest_loading` and :func:`auto_resume_checkpoint`: the newest checkpoint that loads, by
+  epoch, never by directory order; one that does not load is named in one line and skipped.
+- :func:`resume_checkpoint`: what a launcher resumes from (``resume_from_checkpoint`` or
+  auto-resume), refused in one line when it does not load or was trained on other data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+from solo.utils.checkpointer import Checkpointer
+
+from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
+from solo_diet.config import ConfigError
+from solo_diet.launch.common import checkpoint_epoch
+from solo_diet.methods.checkpoint import (
+    CorruptCheckpoint,
+    check_checkpoint_file,
+    checkpoint_problem,
+)
+
+# args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
+# compares neither the data nor N, so it would resume a run trained on another dataset).
+SAME_RUN_KEYS = (
+    "method",
+    "data.train_path",
+    "data.val_path",
+    "data.fraction",
+    "method_kwargs.num_samples",
+)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` into a unique temporary file beside the checkpoint, fsynced, then renamed
+    over it: a kill or a full disk during a save leaves the previous file, never a cut one.
+    Remote paths (``s3://...``) and ``storage_options`` go to Lightning's own writer."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, binary=True) as f:
+            torch.save(checkpoint, f)
+
+
+class RunCheckpointer(Checkpointer):
+    """solo-learn's ``Checkpointer`` (``<logdir>/<run>/<name>-<run>-ep=<epoch>.ckpt`` beside
+    ``args.json``), with two changes: ``args.json`` is written whole, and a run resumed from a
+    checkpoint in a run folder of ``logdir`` continues in that folder, where the resumed
+    checkpoint counts as the previous one (deleted after the next save unless ``keep_prev``), as
+    if the run had never stopped. A checkpoint from elsewhere starts a new run folder."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        logdir: str | Path,
+        frequency: int = 1,
+        keep_prev: bool = False,
+        resume_from: Optional[str | Path] = None,
+    ):
+        super().__init__(cfg, logdir=logdir, frequency=frequency, keep_prev=keep_prev)
+        self.resume_from = Path(resume_from) if resume_from is not None else None
+
+    def resumed_folder(self) -> Optional[Path]:
+        """The run folder of the resumed checkpoint, when it is one of ``logdir``'s."""
+        if self.resume_from is None:
+            return None
+        folder = self.resume_from.resolve().parent
+        return self.logdir / folder.name if folder.parent == self.logdir.resolve() else None
+
+    def initial_setup(self, trainer: Any) -> None:
+        folder = self.resumed_folder()
+        if folder is None:
+            super().initial_setup(trainer)
+            return
+        if trainer.logger is not None:
+            self.wandb_run_id = str(trainer.logger.version)
+        self.path = folder
+        if trainer.is_global_zero:  # a save killed mid-write left its temporary file
+            remove_stale_temporaries(folder)
+        self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
+        own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
+        self.last_ckpt = folder / self.resume_from.name if own else None
+
+    def save_args(self, trainer: Any) -> None:
+        if trainer.is_global_zero:
+            args = OmegaConf.to_container(self.cfg)
+            args["wandb_run_id"] = getattr(self, "wandb_run_id", None)
+            text = json.dumps(args, default=lambda _: "<not serializable>")
+            write_text_atomic(self.path / "args.json", text)
+
+
+def newest_loading(
+    checkpoints: Iterable[Path], say: Callable[[str], None] = print
+) -> Optional[Path]:
+    """The newest of ``checkpoints`` that loads: the highest epoch (the ``ep=<epoch>`` of
+    solo-learn's names; one epoch, one checkpoint, so also the highest step), the newer file on a
+    tie. Each newer one that does not load is named in one line (``say``) and skipped."""
+    ranked = sorted(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
+    for path in reversed(ranked):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        say(f"skipping checkpoint {path}: it does not load ({problem}).")
+    return None
+
+
+def _matching_runs(cfg: DictConfig, logdir: Path, say: Callable[[str], None]) -> dict[Path, Any]:
+    """{run folder under ``logdir`` holding a checkpoint: its wandb run id}, for the folders whose
+    ``args.json`` matches ``cfg`` in the keys solo-learn's AutoResumer compares."""
+    from solo.utils.auto_resumer import AutoResumer
+    from solo.utils.misc import omegaconf_select
+
+    runs = {}
+    for args_path in sorted(logdir.glob("**/args.json")):
+        if not any(args_path.parent.glob("*.ckpt")):
+            continue
+        try:
+            previous = OmegaConf.create(json.loads(args_path.read_text()))
+        except (OSError, ValueError) as err:
+            say(f"auto-resume: skipping {args_path.parent}: its args.json does not read ({err}).")
+            continue
+        if all(
+            omegaconf_select(previous, key, None) == omegaconf_select(cfg, key, None)
+            for key in AutoResumer.SHOULD_MATCH
+        ):
+            runs[args_path.parent] = previous.get("wandb_run_id")
+    return runs
+
+
+def auto_resume_checkpoint(
+    cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
+) -> tuple[Optional[Path], Optional[str]]:
+    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: among the run
+    folders under ``logdir`` that solo-learn's AutoResumer would match (name, backbone, method,
+    dataset, epochs, optimizer, ...), the newest checkpoint that loads (:func:`newest_loading`)
+    of those written within ``auto_resume.max_hours``. When only older ones match, the run starts
+    over and ``say`` tells so in one line, with the value that would resume it."""
+    runs = _matching_runs(cfg, Path(logdir), say)
+    now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
+    recent, old = [], []
+    for folder in runs:
+        for path in folder.glob("*.ckpt"):
+            (recent if now - path.stat().st_mtime < max_hours * 3600 else old).append(path)
+    chosen = newest_loading(recent, say)
+    if chosen is None and old:
+        newest = max(old, key=lambda p: p.stat().st_mtime)
+        hours = (now - newest.stat().st_mtime) / 3600
+        say(
+            f"auto-resume: {newest} was written {hours:.1f} h ago, more than "
+            f"auto_resume.max_hours={cfg.auto_resume.max_hours}, so this run starts over; pass ++"
+            f"auto_resume.max_hours={math.ceil(hours) + 1} to resume from it."
+        )
+    return (chosen, runs[chosen.parent]) if chosen is not None else (None, None)
+
+
+def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
+    """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` (refused in one line when it
+    does not load) or auto-resume (the newest checkpoint that loads, ``auto_resume_checkpoint``)."""
+    if cfg.resume_from_checkpoint is not None:
+        ckpt = str(cfg.resume_from_checkpoint)
+        del cfg.resume_from_checkpoint
+        try:
+            check_checkpoint_file(Path(ckpt))
+            problem = checkpoint_problem(ckpt)
+            if problem is not None:
+                raise CorruptCheckpoint(ckpt, problem)
+        except ConfigError as err:
+            raise ConfigError(f"`resume_from_checkpoint`: {err}") from None
+        return ckpt, None
+    if cfg.auto_resume.enabled:
+        found, run_id = auto_resume_checkpoint(cfg, logdir)
+        if found is None:
+            return None, None
+        check_same_run(cfg, found)
+        print(f"Resuming from previous checkpoint that matches specifications: '{found}'")
+        return str(found), run_id
+    return None, None
+
+
+def _comparable(value: Any) -> Any:
+    if value in (None, "None"):
+        return None
+    return os.path.normpath(value) if isinstance(value, str) and os.sep in value else value
+
+
+def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
+    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or
+    method."""
+    args_path = ckpt.parent / "args.json"
+    if not args_path.is_file():
+        return
+    previous = OmegaConf.create(json.loads(args_path.read_text()))
+    for key in SAME_RUN_KEYS:
+        before, now = OmegaConf.select(previous, key), OmegaConf.select(cfg, key)
+        if _comparable(before) != _comparable(now):
+            raise ConfigError(
+                f"auto-resume found {ckpt}, trained with {key}={before!r}, but this run has "
+                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another "
+                "checkpoint.dir."
+            )

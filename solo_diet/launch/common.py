@@ -1,0 +1,315 @@
+"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume,
+transforms."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.config import ConfigError, closest_name
+from solo_diet.launch.errors import Interrupted, download_failure_named, name_unreadable_images
+
+
+def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current
+    directory."""
+    from hydra import compose, initialize_config_dir
+
+    config_dir = Path(config_path).expanduser().resolve()
+    if not config_dir.is_dir():
+        raise FileNotFoundError(
+            f"--config-path {config_path!r} is not a directory (resolved to {config_dir})."
+        )
+    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
+    if not (config_dir / f"{name}.yaml").is_file():
+        there = sorted(p.stem for p in config_dir.glob("*.yaml"))
+        close = closest_name(name, there)
+        hint = f" Did you mean {close!r}?" if close else ""
+        raise FileNotFoundError(  # the folder as typed: a link into the package stays one
+            f"--config-name {config_name!r}: no {name}.yaml in {config_path}; it holds "
+            f"{there}.{hint}"
+        )
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
+        try:
+            cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
+        except ConfigCompositionException as err:
+            unknown = re.match(r"Could not override '([^']+)'", str(err))
+            if unknown is None:
+                raise
+            raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
+    OmegaConf.set_struct(cfg, False)
+    return cfg
+
+
+def _unknown_override(base: DictConfig, key: str) -> str:
+    """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
+    own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
+    from solo_diet.launch.launch_checks import known_top_level_keys
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(base, parent) if parent else base
+    known = sorted(node) if isinstance(node, DictConfig) else []
+    if not parent:
+        top_level = known_top_level_keys()
+        if leaf in top_level:
+            return (
+                f"`{key}` is not in the YAML, though solo-learn or Lightning reads it: write "
+                f"`+{key}=...` to add it."
+            )
+        known = sorted({*known, *top_level})
+    close = closest_name(leaf, known)
+    where = f"`{parent}`" if parent else "the config"
+    hint = f"; did you mean `{parent + '.' if parent else ''}{close}`?" if close else "."
+    return (
+        f"`{key}` is not a key of {where}{hint} `+{key}=...` would add it as a new key (for a "
+        "setting solo-learn reads that the YAML leaves out)."
+    )
+
+
+def quote_equals(override: str) -> str:
+    """Quote an override value that contains ``=`` (checkpoint names hold ``ep=<epoch>``), which
+    Hydra's grammar refuses unquoted: ``k=a/b-ep=9.ckpt`` becomes ``k='a/b-ep=9.ckpt'``."""
+    key, sep, value = override.partition("=")
+    if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
+        return override
+    return f"{key}='{value}'"
+
+
+def normalize_devices(cfg: DictConfig) -> None:
+    """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
+    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes
+    ``auto``."""
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if isinstance(devices, int):
+        if devices <= 0:
+            raise ConfigError(
+                f"`devices` must be a positive count or a list of device ids, got {devices}."
+            )
+        devices = list(range(devices))
+    cfg.devices = devices
+    if OmegaConf.select(cfg, "strategy") in (None, "None"):
+        cfg.strategy = "auto"
+
+
+def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy and
+    the checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.strategies.ddp import DDPStrategy
+
+    from solo_diet.launch.checkpointing import AtomicCheckpointIO
+
+    valid = inspect.signature(Trainer.__init__).parameters
+    kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
+    if kwargs.get("accelerator") == "cpu":
+        kwargs["devices"] = len(cfg.devices)
+    plugins = kwargs.get("plugins") or []
+    kwargs.update(
+        logger=logger if logger is not None else False,
+        callbacks=callbacks,
+        plugins=[*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()],
+        enable_checkpointing=False,
+        strategy=DDPStrategy(find_unused_parameters=False)
+        if cfg.strategy == "ddp"
+        else cfg.strategy,
+    )
+    return kwargs
+
+
+def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
+    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else
+    ``default``."""
+    match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
+    return int(match.group(1)) if match else default
+
+
+def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
+    """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)
+    and loads (a cut one is no finished run)."""
+    from solo_diet.methods.checkpoint import checkpoint_problem
+
+    epoch = checkpoint_epoch(ckpt_path)
+    return (
+        epoch is not None
+        and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None)
+        and (epoch >= cfg.max_epochs - 1)
+        and checkpoint_problem(ckpt_path) is None
+    )
+
+
+def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
+    """Where an interrupted run resumes from."""
+    if checkpointer is None:
+        return (
+            "checkpointing is off for this step, so the same command runs it again from the start."
+        )
+    last = getattr(checkpointer, "last_ckpt", None)
+    if last is None:
+        return "no epoch had finished, so no checkpoint was written: run the same command again."
+    if OmegaConf.select(cfg, "auto_resume.enabled", default=False):
+        return f"run the same command again to resume from {last}."
+    return f"resume with the same command plus resume_from_checkpoint='{last}'."
+
+
+def _drop_empty_run_folder(checkpointer: Any) -> None:
+    """Remove the run folder a failed fit made before writing any checkpoint (args.json only)."""
+    folder = getattr(checkpointer, "path", None)
+    if folder is None or not Path(folder).is_dir() or any(Path(folder).glob("*.ckpt")):
+        return
+    shutil.rmtree(folder)
+    if not any(Path(folder).parent.iterdir()):
+        Path(folder).parent.rmdir()
+
+
+def fit_or_raise(
+    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, **fit_kwargs: Any
+) -> None:
+    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
+    resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
+    leaves no empty run folder behind."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        trainer.fit(model, **fit_kwargs)
+    except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
+        _drop_empty_run_folder(checkpointer)
+        raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None
+    except BaseException:
+        _drop_empty_run_folder(checkpointer)
+        raise
+    if trainer.interrupted:
+        _drop_empty_run_folder(checkpointer)
+        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        raise Interrupted(signum, resume_hint(cfg, checkpointer))
+
+
+def logger_and_callbacks(
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    logdir: str,
+    wandb_run_id: Optional[str],
+    resume_from: Optional[str] = None,
+):
+    """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
+    in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
+    optional gradient watching and lr monitor)."""
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    from solo_diet.launch.callbacks import FinalEpochCheckpoint
+    from solo_diet.launch.checkpointing import RunCheckpointer
+
+    callbacks: list = []
+    checkpointer = None
+    if cfg.checkpoint.enabled:
+        checkpointer = RunCheckpointer(
+            cfg,
+            logdir=logdir,
+            frequency=cfg.checkpoint.frequency,
+            keep_prev=cfg.checkpoint.keep_prev,
+            resume_from=resume_from,
+        )
+        callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
+    logger = None
+    if cfg.wandb.enabled:
+        from lightning.pytorch.loggers.wandb import WandbLogger
+
+        logger = WandbLogger(
+            name=cfg.name,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            offline=cfg.wandb.offline,
+            resume="allow" if wandb_run_id else None,
+            id=wandb_run_id,
+        )
+        _start_wandb_run(cfg, logger, model)
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    return logger, callbacks, checkpointer
+
+
+def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> None:
+    """Start the wandb run (config, optional gradient watching); a run wandb refuses to start
+    (no API key, say) is one ConfigError naming the three ways on."""
+    from wandb.errors import UsageError
+
+    try:
+        logger.log_hyperparams(OmegaConf.to_container(cfg))
+        if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
+            logger.watch(model, log="gradients", log_freq=100)
+    except UsageError as err:
+        raise ConfigError(
+            f"`wandb.enabled: True`, but wandb did not start a run ({str(err).strip()}): log in "
+            "with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True, or "
+            "turn wandb off with wandb.enabled=False."
+        ) from None
+
+
+def probe_settings(aug: DictConfig) -> tuple[int, float, tuple, tuple]:
+    """``(crop_size, crop_min_scale, mean, std)`` of a probe on custom data: ``aug.crop_size`` and
+    the optional ``crop_min_scale`` (default 0.08), ``mean`` and ``std`` (default ImageNet's)."""
+    from solo_diet.data.pipeline import IMAGENET_STATS
+
+    mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
+    std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
+    min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
+    return aug.crop_size, min_scale, tuple(mean), tuple(std)
+
+
+def classification_transforms(dataset: str, aug: DictConfig):
+    """Train/val transforms for probing. Custom data honours ``aug.crop_size`` and the optional
+    ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own
+    custom pipeline is fixed at 224 px and ImageNet statistics."""
+    from solo.data.classification_dataloader import prepare_transforms
+    from torchvision import transforms
+
+    if dataset != "custom":
+        return prepare_transforms(dataset)
+    crop_size, crop_min_scale, mean, std = probe_settings(aug)
+    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
+    train = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
+        + normalize
+    )
+    val = transforms.Compose(
+        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
+        + normalize
+    )
+    return train, val
+
+
+def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fraction: float = -1):
+    """solo-learn's classification datasets/loaders (train shuffled, val in order) with our
+    transforms.
+
+    ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``, ``crop_min_scale``."""
+    from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
+
+    data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
+    train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
+    with download_failure_named(cfg.data, "train_path", "val_path"):
+        train_set, val_set = prepare_datasets(
+            cfg.data.dataset,
+            train_transform,
+            val_transform,
+            train_data_path=cfg.data.train_path,
+            val_data_path=cfg.data.val_path,
+            data_format=data_format,
+            data_fraction=fraction,
+        )
+    name_unreadable_images(train_set)
+    name_unreadable_images(val_set)
+    return prepare_dataloaders(
+        train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers
+    )

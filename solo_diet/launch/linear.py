@@ -1,0 +1,176 @@
+"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
+LinearModel.
+
+Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
+backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
+for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 accuracy).
+
+Keys of our own, besides solo-learn's linear config:
+    probe (str): ``backbone`` (default) or ``sem`` (the SEM representation of a ``<name>_sem`` run).
+    sem_tau (float): temperature of the SEM probe; default the run's ``probe_tau``.
+    allow_pickle_checkpoint (bool): load a checkpoint that needs pickle, with a warning; by default
+        it is refused, since unpickling runs any code the file carries. Default False.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from solo_diet.config import ConfigError, check_bool, fill_default
+from solo_diet.launch.checkpointing import resume_checkpoint
+from solo_diet.launch.common import (
+    classification_loaders,
+    fit_or_raise,
+    logger_and_callbacks,
+    normalize_devices,
+    trainer_kwargs,
+)
+from solo_diet.launch.gpu_data import check_data_format, fit_probe_batch, linear_loaders
+from solo_diet.launch.launch_checks import (
+    check_accelerator_present,
+    check_launch_cfg,
+    check_solo_learn_choices,
+)
+from solo_diet.methods.checkpoint import (
+    ALLOW_PICKLE_KEY,
+    CorruptCheckpoint,
+    PretrainedCheckpoint,
+    build_backbone,
+    check_checkpoint_file,
+    checkpoint_problem,
+    load_backbone_weights,
+    read_pretrain_args,
+)
+
+
+def fill_from_pretrain_args(cfg: DictConfig) -> None:
+    """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
+    linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
+    if ckpt in (None, "None"):
+        raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
+    try:
+        check_checkpoint_file(Path(str(ckpt)))
+        problem = checkpoint_problem(str(ckpt))
+        if problem is not None:
+            raise CorruptCheckpoint(str(ckpt), problem)
+    except ConfigError as err:
+        raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
+    if OmegaConf.select(cfg, "backbone.name") is not None:
+        return
+    args = read_pretrain_args(str(ckpt))
+    cfg.backbone = args.backbone
+    if OmegaConf.select(cfg, "pretrain_method") in (None, "None"):
+        cfg.pretrain_method = args.method
+
+
+def probe_features(cfg: DictConfig) -> nn.Module:
+    """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
+    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
+    probe = OmegaConf.select(cfg, "probe", default="backbone")
+    ckpt = cfg.pretrained_feature_extractor
+    fill_default(cfg, ALLOW_PICKLE_KEY, False)
+    allow_pickle = check_bool(cfg, ALLOW_PICKLE_KEY)
+    if probe == "backbone":
+        backbone = build_backbone(cfg)
+        load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)
+        return backbone
+    if probe == "sem":
+        from solo_diet.methods.sem import sem_feature_extractor
+
+        tau = OmegaConf.select(cfg, "sem_tau", default=None)
+        if tau is not None and tau < 0:
+            raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
+        return sem_feature_extractor(PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle), tau=tau)
+    raise ConfigError(f"`probe` must be 'backbone' or 'sem', got {probe!r}.")
+
+
+def _loss_and_mixup(cfg: DictConfig):
+    from timm.data.mixup import Mixup
+    from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+
+    if cfg.mixup > 0 or cfg.cutmix > 0:
+        mixup = Mixup(
+            mixup_alpha=cfg.mixup,
+            cutmix_alpha=cfg.cutmix,
+            prob=1.0,
+            switch_prob=0.5,
+            mode="batch",
+            label_smoothing=cfg.label_smoothing,
+            num_classes=cfg.data.num_classes,
+        )
+        return SoftTargetCrossEntropy(), mixup
+    if cfg.label_smoothing > 0:
+        return LabelSmoothingCrossEntropy(smoothing=cfg.label_smoothing), None
+    return nn.CrossEntropyLoss(), None
+
+
+def run_linear(cfg: DictConfig) -> dict[str, Any]:
+    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
+    when the training set was smaller than one batch, ``fitted_batch`` (:func:`fit_probe_batch`)."""
+    from lightning.pytorch import Trainer, seed_everything
+    from solo.args.linear import parse_cfg
+    from solo.methods.linear import LinearModel
+    from solo.utils.misc import make_contiguous
+
+    import solo_diet
+
+    solo_diet.register()
+    OmegaConf.set_struct(cfg, False)
+    normalize_devices(cfg)
+    check_launch_cfg(cfg)
+    check_accelerator_present(cfg)
+    fill_from_pretrain_args(cfg)
+    check_solo_learn_choices(cfg, LinearModel)
+    check_data_format(cfg)
+    cfg = parse_cfg(cfg)
+    if cfg.data.num_classes < 5:
+        raise ConfigError(
+            f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel "
+            "reports top-5 accuracy and needs at least 5 classes."
+        )
+    seed_everything(cfg.seed)
+
+    loss_func, mixup = _loss_and_mixup(cfg)
+    model = LinearModel(probe_features(cfg), loss_func=loss_func, mixup_func=mixup, cfg=cfg)
+    make_contiguous(model)
+    if not cfg.performance.disable_channel_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    if cfg.data.format == "gpu":
+        train_loader, val_loader, fitted = linear_loaders(cfg)
+    else:
+        train_loader, val_loader = _folder_loaders(cfg)
+        fitted = fit_probe_batch(cfg, len(train_loader.dataset))
+        if fitted:
+            train_loader, val_loader = _folder_loaders(cfg)
+    model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
+    logdir = os.path.join(cfg.checkpoint.dir, "linear")
+    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    logger, callbacks, checkpointer = logger_and_callbacks(
+        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path
+    )
+    trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
+    fit_or_raise(
+        trainer,
+        model,
+        cfg,
+        checkpointer,
+        train_dataloaders=train_loader,
+        val_dataloaders=val_loader,
+        ckpt_path=ckpt_path,
+    )
+    metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics | ({"fitted_batch": fitted} if fitted else {})
+
+
+def _folder_loaders(cfg: DictConfig):
+    return classification_loaders(
+        cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
+    )

@@ -1,0 +1,228 @@
+"""A spec's ``claims``: each pair judged against two pooled standard deviations of the seeds, the
+claim's overall verdict, and the checks of the ``claims`` key (pure Python, no solo-learn)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from solo_diet.compare.claims import check_claims, claim_lines
+from solo_diet.config import ConfigError
+
+
+def spec_with(claims: list, max_epochs: int = 10):
+    runs = [{"name": name, "config_name": name} for name in ("diet", "simclr", "vicreg")]
+    budget = {"max_epochs": max_epochs}
+    return OmegaConf.create({"runs": runs, "budget": budget, "claims": claims})
+
+
+def results(accuracies: dict[str, list[float]]) -> list[dict]:
+    return [
+        {"run": run, "seed": seed, "method": run, "linear_acc1": value, "job": f"runs/{run}/{seed}"}
+        for run, values in accuracies.items()
+        for seed, value in enumerate(values)
+    ]
+
+
+def two_pooled_std(a: list[float], b: list[float]) -> float:
+    return 2 * math.sqrt((statistics.variance(a) + statistics.variance(b)) / 2)
+
+
+def test_each_pair_is_held_reversed_or_not_resolved_by_two_pooled_std(tmp_path):
+    accuracies = {
+        "diet": [70.0, 71.0, 72.0],
+        "simclr": [60.0, 61.0, 62.0],
+        "vicreg": [71.0, 73.0, 75.0],
+    }
+    claim = {"text": "DIET beats the others", "metric": "linear_acc1", "better": ["diet"]}
+    spec = spec_with([{**claim, "than": ["simclr", "vicreg"]}])
+    [line] = claim_lines(spec, results(accuracies), tmp_path)
+
+    spread = two_pooled_std(accuracies["diet"], accuracies["simclr"])
+    assert line.startswith("- **partly held (the rest not resolved)**: DIET beats the others")
+    assert f"diet − simclr = +10.00 (2 pooled std {spread:.2f}: held)" in line
+    spread = two_pooled_std(accuracies["diet"], accuracies["vicreg"])
+    assert f"diet − vicreg = -2.00 (2 pooled std {spread:.2f}: not resolved)" in line
+
+    reversed_ = {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0], "vicreg": [50.0] * 3}
+    [line] = claim_lines(spec, results(reversed_), tmp_path)
+    assert line.startswith("- **did not hold**:") and "diet − simclr = -10.00" in line
+    assert "diet − vicreg = +10.50 (2 pooled std 0.71: held)" in line
+
+    one_seed = {"diet": [80.0], "simclr": [60.0], "vicreg": [50.0]}
+    [line] = claim_lines(spec, results(one_seed), tmp_path)
+    assert line.startswith("- **not resolved**:") and "+20.00 (one seed: not resolved)" in line
+
+
+def test_at_least_uses_two_of_the_runs_own_std_and_missing_runs_are_named(tmp_path):
+    accuracies = {"diet": [70.0, 72.0, 74.0], "simclr": [60.0, 60.0, 60.0]}
+    spec = spec_with(
+        [
+            {"text": "reaches 60", "metric": "linear_acc1", "better": ["diet"], "at_least": 60},
+            {"text": "reaches 71", "metric": "linear_acc1", "better": ["diet"], "at_least": 71},
+            {
+                "text": "beats vicreg",
+                "metric": "linear_acc1",
+                "better": ["diet"],
+                "than": ["vicreg"],
+            },
+        ]
+    )
+    held, open_, missing = claim_lines(spec, results(accuracies), tmp_path)
+    assert (
+        held
+        == "- **held**: reaches 60 (`linear_acc1`): diet − 60 = +12.00 (2 pooled std 4.00: held)."
+    )
+    assert open_.startswith("- **not resolved**: reaches 71") and "+1.00" in open_
+    assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no value for ['vicreg']."
+
+
+def test_than_metric_reads_another_column_of_the_other_runs(tmp_path):
+    """The SEM paper's protocol: the twin's SEM-representation probe against the baseline's
+    backbone probe; the pooled std mixes the two columns' seed spreads."""
+    sem_probe, backbone_probe = [99.2, 99.3, 99.1], [98.9, 98.95, 98.85]
+    rows = results({"diet": [90.0, 90.0, 90.0], "simclr": backbone_probe})
+    for row, value in zip([r for r in rows if r["run"] == "diet"], sem_probe):
+        row["sem_linear_acc1"] = value
+    claim = {"text": "SEM helps", "metric": "sem_linear_acc1", "better": ["diet"]}
+    spec = spec_with([{**claim, "than": ["simclr"], "than_metric": "linear_acc1"}])
+    [line] = claim_lines(spec, rows, tmp_path)
+
+    spread = two_pooled_std(sem_probe, backbone_probe)
+    assert line == (
+        "- **held**: SEM helps (`sem_linear_acc1` against `linear_acc1`): diet (sem_linear_acc1) − "
+        f"simclr (linear_acc1) = +0.30 (2 pooled std {spread:.2f}: held)."
+    )
+    spec = spec_with([{**claim, "than": ["vicreg"], "than_metric": "linear_acc1"}])
+    [line] = claim_lines(spec, rows, tmp_path)
+    assert line.endswith("no value for ['vicreg'].")
+
+
+def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_path):
+    curves = {"diet": [[10.0, 50.0, 90.0], [12.0, 52.0, 92.0]], "simclr": [[11.0, 30.0, 95.0]] * 2}
+    for run, seeds in curves.items():
+        for seed, values in enumerate(seeds):
+            folder = tmp_path / "runs" / run / str(seed)
+            folder.mkdir(parents=True)
+            with (folder / "epochs.csv").open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["epoch", "val_acc1"])
+                writer.writerows([[1, values[0]], [2, ""], [4, values[1]], [9, values[2]]])
+    claim = {"text": "faster", "metric": "val_acc1", "better": ["diet"], "than": ["simclr"]}
+    accuracies = {"diet": [0.0, 0.0], "simclr": [0.0, 0.0]}
+    [early, late] = claim_lines(
+        spec_with([{**claim, "epoch": 5}, {**claim, "epoch": 10}]), results(accuracies), tmp_path
+    )
+    assert early.startswith(
+        "- **held**: faster (`val_acc1` after 5 epochs): diet − simclr = +21.00"
+    )
+    assert late.startswith("- **did not hold**: faster (`val_acc1` after 10 epochs)")
+    assert "-4.00" in late
+
+
+@pytest.mark.parametrize(
+    "claim, message",
+    [
+        ({"text": "x", "metric": "m", "better": ["diet"]}, "exactly one of `than` or `at_least`"),
+        (
+            {"text": "x", "metric": "m", "better": ["diet"], "than": ["simclr"], "at_least": 1},
+            "exactly one of `than` or `at_least`",
+        ),
+        (
+            {"text": "x", "metric": "m", "better": ["dino"], "than": ["simclr"]},
+            r"`claims\[0\]\.better` must be a non-empty list",
+        ),
+        ({"text": "x", "metric": "m", "better": ["diet"], "than": []}, r"`claims\[0\]\.than`"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": "high"}, "must be a number"),
+        ({"metric": "m", "better": ["diet"], "at_least": 1}, "needs `text`"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "epoch": 11}, r"1\.\.10"),
+        ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "runs": 1}, "keys from"),
+        (
+            {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "than_metric": "n"},
+            r"`claims\[0\]\.than_metric` is a result column read for the `than` runs",
+        ),
+    ],
+)
+def test_bad_claims_name_the_key(claim, message):
+    with pytest.raises(ConfigError, match=message):
+        check_claims(spec_with([claim]), Path("spec.yaml"))
+    check_claims(spec_with([]), Path("spec.yaml"))
+
+
+PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
+
+
+def test_below_the_papers_budget_a_claim_is_budget_limited_never_did_not_hold(tmp_path):
+    reversed_ = {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0]}
+    claim = {"text": "parity", "metric": "linear_acc1", "better": ["diet"], "than": ["simclr"]}
+    spec = spec_with([{**claim, **PAPER}], max_epochs=300)
+    spec.budget.batch_size = 256
+    [verdict] = claim_lines(spec, results(reversed_), tmp_path)
+    assert verdict.startswith("- **budget-limited (300 of 5000 epochs)**: parity")
+    assert "did not hold" not in verdict and "diet − simclr = -10.00" in verdict
+    assert verdict.endswith(
+        "(2 pooled std 1.00: reversed). Ran: diet 300, simclr 300 epochs, batch 256; the source "
+        "ran 5000 epochs (below the source's budget: at this budget the gaps were reversed (one "
+        "or more), which does not decide the claim). Checked as the source's definition: DIET "
+        "paper, Tab. 5: linear probe"
+    )
+
+    # at the paper's budget the same gaps fail the claim
+    ran = {"diet": 5000, "simclr": 5000}
+    [verdict] = claim_lines(spec, results(reversed_), tmp_path, ran)
+    assert verdict.startswith("- **did not hold**: parity")
+    assert "(at the source's budget)" in verdict
+
+    held = {"diet": [70.0, 70.5, 71.0], "simclr": [60.0, 60.5, 61.0]}
+    [verdict] = claim_lines(spec, results(held), tmp_path)
+    assert verdict.startswith("- **held (at 300 of 5000 epochs)**: parity")
+
+
+def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
+    claim = {
+        "text": "beats",
+        "metric": "linear_acc1",
+        "better": ["diet"],
+        "than": ["simclr"],
+        "paper_budget": {"epochs": 5000, "than_epochs": 1000, "batch_size": 1024},
+        "definition": "codes used >= 1000",
+        "ours": True,
+    }
+    spec = spec_with([claim], max_epochs=5000)
+    accuracies = {"diet": [60.0, 60.5, 61.0], "simclr": [60.0, 60.5, 61.0]}
+    ran = {"diet": 5000, "simclr": 300}
+    [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
+    assert verdict.startswith("- **budget-limited (300 of 1000 epochs), a reading of ours**: beats")
+    assert "the source ran 5000 epochs (diet), 1000 (the rest), batch 1024" in verdict
+    assert verdict.endswith("Checked as a reading of ours: codes used >= 1000")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"paper_budget": None}, r"`claims\[0\]\.paper_budget` must be the source's budget"),
+        ({"paper_budget": {"steps": 10}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": {"epochs": 0}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": {"epochs": 5, "than_epochs": 5}}, r"than_epochs` is the budget of"),
+        ({"definition": None}, r"`claims\[0\]\.definition` must be the source's own reading"),
+        ({"ours": "yes"}, r"`claims\[0\]\.ours` must be true"),
+    ],
+)
+def test_bad_paper_budgets_name_the_key(extra, message):
+    claim = {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, **PAPER}
+    check_claims(spec_with([claim]), Path("spec.yaml"))
+    with pytest.raises(ConfigError, match=message):
+        check_claims(spec_with([{**claim, **extra}]), Path("spec.yaml"))
+
+
+def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):
+    claim = {"text": "wide", "metric": "linear_acc1", "better": ["diet"], "at_least": 90, **PAPER}
+    spec = spec_with([{**claim, "ours": True}], max_epochs=5000)
+    [verdict] = claim_lines(spec, results({"diet": [60.0, 60.5, 61.0]}), tmp_path, {"diet": 5000})
+    assert verdict.startswith("- **not met, a reading of ours**: wide")
+    assert "did not hold" not in verdict and "Checked as a reading of ours" in verdict

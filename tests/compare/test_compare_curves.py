@@ -1,0 +1,208 @@
+"""``solo-diet compare``'s learning curves on a tiny ImageFolder: snapshots at the curve's epochs,
+``curve.csv`` per job, the report's figure and tables, and reruns that evaluate only what is
+missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.compare import load_spec, parse_runs, run_compare  # noqa: E402
+from solo_diet.compare.compute import samples_seen, views_per_sample  # noqa: E402
+from solo_diet.compare.curves import curve_epochs, read_points, write_points  # noqa: E402
+from solo_diet.compare.curves_report import run_curves  # noqa: E402
+from solo_diet.compare.jobs import plan_jobs  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
+from tests.compare._compare import (  # noqa: E402
+    SHIPPED_SPEC,
+    interrupt_after_first_epoch,
+    tiny_overrides,
+    write_tiny_images,
+)
+
+IMAGES_PER_EPOCH = 8  # budget.limit_train_batches=2 batches of budget.batch_size=4
+SIMCLR_VIEWS = 2
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    return write_tiny_images(tmp_path_factory.mktemp("images"))
+
+
+def curve_overrides(data_root: Path, output_dir: Path) -> list[str]:
+    """3 epochs, a point after each (two snapshots and the final checkpoint), SimCLR (2 views) at 2
+    seeds, no reference rows; the tiny spec keeps every pretraining checkpoint."""
+    return tiny_overrides(data_root, output_dir) + [
+        "budget.max_epochs=3",
+        "curves.points=3",
+        "seeds=[0,1]",
+        "reference_rows=[]",
+        "evaluation.clustering=false",
+        "runs=[{name: simclr, config_name: simclr}]",
+    ]
+
+
+def curve_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if ": learning curve at epoch" in line]
+
+
+def backbone_of(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    return {k: v for k, v in state.items() if k.startswith("backbone.")}
+
+
+def test_curve_epochs_are_evenly_spaced_and_end_at_the_budget():
+    def spec(epochs: int, points: int):
+        return OmegaConf.create({"budget": {"max_epochs": epochs}, "curves": {"points": points}})
+
+    assert curve_epochs(spec(300, 10)) == list(range(30, 301, 30))
+    assert curve_epochs(spec(10, 3)) == [4, 7, 10]
+    assert curve_epochs(spec(5, 5)) == [1, 2, 3, 4, 5]
+    assert curve_epochs(spec(5, 0)) == []
+    assert curve_epochs(spec(2, 10)) == [1, 2]  # at most one point per epoch
+
+
+@pytest.mark.parametrize("points", ["-1", "true", "2.5", "ten"])
+def test_bad_points_name_the_key(data_root, tmp_path, points):
+    overrides = tiny_overrides(data_root, tmp_path / "out") + [f"curves.points={points}"]
+    with pytest.raises(ConfigError, match=r"`curves.points` must be a non-negative integer"):
+        load_spec(SHIPPED_SPEC, overrides)
+
+
+def test_views_per_sample_count_every_crop_of_the_runs_pipelines(data_root, tmp_path):
+    runs = "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]"
+    spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + [runs])
+    jobs = plan_jobs(spec, parse_runs(spec))
+    assert {job.name: views_per_sample(job.cfg) for job in jobs if job.reference is None} == {
+        "diet": 1,
+        "simclr": SIMCLR_VIEWS,
+    }
+    assert samples_seen(3 * IMAGES_PER_EPOCH, SIMCLR_VIEWS) == 48
+
+
+def test_seeds_spread_is_mean_std_min_and_max_of_the_points_of_the_results_settings(tmp_path):
+    rows = {0: [50.0, 60.0], 1: [54.0, 70.0]}  # seed: linear at epochs 1 and 2
+    results = []
+    for seed, values in rows.items():
+        job = f"runs/diet/seed_{seed}"
+        (tmp_path / job).mkdir(parents=True)
+        points = {
+            e + 1: {
+                "epoch": e + 1,
+                "linear_acc1": v,
+                "knn_acc1": 2 * v,
+                "samples_seen": 8.0 * (e + 1),
+                "source": "snapshot",
+                "wall_s": 1.0,
+                "fingerprint": "now",
+            }
+            for e, v in enumerate(values)
+        }
+        points[3] = {**points[2], "epoch": 3, "linear_acc1": 99.0, "fingerprint": "before"}
+        write_points(tmp_path / job, points)
+        results.append({"run": "diet", "seed": seed, "job": job, "fingerprint": "now"})
+
+    (curve,) = run_curves(results, tmp_path).values()
+    assert [row["epoch"] for row in curve] == [1, 2]  # epoch 3's rows are of other settings
+    first, second = curve
+    assert (first["linear_acc1"], first["linear_acc1_min"], first["linear_acc1_max"]) == (
+        52,
+        50,
+        54,
+    )
+    assert first["linear_acc1_std"] == pytest.approx(math.sqrt(8))  # ddof 1
+    assert (second["knn_acc1"], second["n_seeds"], second["samples_seen"]) == (130, 2, 16)
+
+
+@pytest.mark.slow
+def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
+    data_root, tmp_path, capsys
+):
+    out = tmp_path / "cmp"
+    report = run_compare(SHIPPED_SPEC, curve_overrides(data_root, out)).read_text()
+
+    assert len(curve_lines(capsys.readouterr().out)) == 4  # 2 jobs x 2 snapshots
+    for seed in (0, 1):
+        folder = out / "runs" / "simclr" / f"seed_{seed}"
+        points = read_points(folder)
+        assert sorted(points) == [1, 2, 3]
+        assert [points[e]["source"] for e in (1, 2, 3)] == ["snapshot", "snapshot", "final"]
+        for epoch, point in points.items():
+            assert point["samples_seen"] == IMAGES_PER_EPOCH * epoch * SIMCLR_VIEWS
+            assert 0.0 <= point["linear_acc1"] <= 100.0 and 0.0 <= point["knn_acc1"] <= 100.0
+        result = json.loads((folder / "result.json").read_text())
+        assert (points[3]["linear_acc1"], points[3]["knn_acc1"]) == (
+            result["linear_acc1"],
+            result["knn_acc1"],
+        )
+        # each snapshot holds the backbone after its epoch: solo-learn's checkpoint of that
+        # epoch (kept by the tiny spec's keep_prev, named by the 0-based epoch) to the bit
+        assert sorted(p.name for p in (folder / "curves").glob("*.ckpt")) == [
+            "epoch_1.ckpt",
+            "epoch_2.ckpt",
+        ]
+        for epoch in (1, 2):
+            (solo_learn,) = folder.glob(f"pretrain/**/*-ep={epoch - 1}.ckpt")
+            snapshot, saved = (
+                backbone_of(p) for p in (folder / f"curves/epoch_{epoch}.ckpt", solo_learn)
+            )
+            assert snapshot.keys() == saved.keys()
+            assert all(torch.equal(snapshot[k], saved[k]) for k in saved)
+        assert not all(
+            torch.equal(a, b)
+            for a, b in zip(
+                backbone_of(folder / "curves/epoch_1.ckpt").values(),
+                backbone_of(Path(result["checkpoint"])).values(),
+            )
+        )
+
+    with (out / "learning_curves.csv").open() as f:
+        gathered = list(csv.DictReader(f))
+    assert [(r["run"], int(r["epoch"]), int(r["n_seeds"])) for r in gathered] == [
+        ("simclr", epoch, 2) for epoch in (1, 2, 3)
+    ]
+    for row in gathered:
+        for metric in ("linear_acc1", "knn_acc1"):
+            low, mean, high = (float(row[f"{metric}{s}"]) for s in ("_min", "", "_max"))
+            assert low <= mean <= high
+    assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Learning curves" in report and "](learning_curves.png)" in report
+    assert report.count("| run | 1 | 2 | 3 |") == 2  # the linear and the kNN table
+    assert "- `simclr` (2 seeds): linear probe " in report
+
+    # rerun: one job lost a point's row, the other was interrupted after its first epoch (its
+    # later checkpoints gone): only the lost row and the retrained epoch's point are evaluated
+    lost_row, interrupted = (out / "runs" / "simclr" / f"seed_{seed}" for seed in (0, 1))
+    points = read_points(lost_row)
+    del points[1]
+    write_points(lost_row, points)
+    interrupt_after_first_epoch(interrupted)
+    capsys.readouterr()
+
+    run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
+
+    log = capsys.readouterr().out
+    assert "run 'simclr' seed 1: resuming after epoch 0" in log
+    assert curve_lines(log) == [
+        "[compare] run 'simclr' seed 0: learning curve at epoch 1 (1/1): linear probe, kNN",
+        "[compare] run 'simclr' seed 1: learning curve at epoch 2 (1/1): linear probe, kNN",
+    ]
+    assert sorted(read_points(lost_row)) == sorted(read_points(interrupted)) == [1, 2, 3]
+    written = [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)]
+
+    run_compare(SHIPPED_SPEC, curve_overrides(data_root, out))
+
+    log = capsys.readouterr().out
+    assert curve_lines(log) == [] and log.count("already evaluated\n") == 2  # not even started
+    assert [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)] == written
