@@ -208,6 +208,28 @@ def check_fraction(fraction: float) -> bool:
     return fraction > 0
 
 
+def folder_split_samples(
+    dataset: str, root: PathLike, split: str, no_labels: bool, fraction: float
+) -> list[tuple[str, int]]:
+    """``(path, target)`` of a folder split as solo-learn reads it: ``no_labels`` for a custom
+    pretraining folder, then ``data.fraction``."""
+    if dataset not in FOLDER_DATASETS:
+        raise ConfigError(
+            f"`data.dataset: {dataset}` is not an image folder; only {list(FOLDER_DATASETS)} are "
+            "streamed from files (use `data.gpu.storage: auto`)."
+        )
+    if root is None:
+        raise ConfigError(f"the {split} set needs its path (`data.train_path` / `data.val_path`).")
+    unlabelled = no_labels and dataset == "custom" and split == "pretrain"
+    samples = folder_samples(root, unlabelled)
+    if check_fraction(fraction):
+        samples = [
+            samples[i]
+            for i in select_fraction([t for _, t in samples], fraction, stratify=not unlabelled)
+        ]
+    return samples
+
+
 def load_folder(
     dataset: str,
     root: PathLike,
@@ -218,13 +240,7 @@ def load_folder(
     threads: Optional[int],
     cache: bool,
 ) -> ImageTensors:
-    unlabelled = no_labels and dataset == "custom" and split == "pretrain"
-    samples = folder_samples(root, unlabelled)
-    if check_fraction(fraction):
-        samples = [
-            samples[i]
-            for i in select_fraction([t for _, t in samples], fraction, stratify=not unlabelled)
-        ]
+    samples = folder_split_samples(dataset, root, split, no_labels, fraction)
 
     def decode() -> Tensor:
         return decode_all(

@@ -6,7 +6,11 @@ Keys (defaults in brackets), read by :func:`gpu_settings`:
   a uint8 tensor and augments batches on the training device (docs/data-path.md).
 - ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
   page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
-  set takes at most half of the free GPU memory.
+  set takes at most half of the free GPU memory; ``stream`` keeps nothing: ``data.num_workers``
+  processes read an image folder's files as bytes and each batch is decoded on the GPU and cropped
+  from the full-resolution images (:mod:`solo_diet.data.stream`).
+- ``data.gpu.on_corrupt`` [``stop``]: with ``stream``, a file that cannot be decoded stops the run
+  naming it (``stop``), or is named and left out (``skip``: another sample of its batch fills it).
 - ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
   resized, center crop); null keeps the images' own size, which must then be one size.
 - ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
@@ -23,7 +27,7 @@ import importlib.util
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -43,11 +47,13 @@ from solo_diet.data.pipeline import (
     MultiCropAugmentation,
     ProbeTrainTransform,
 )
+from solo_diet.data.stream import DEFAULT_WORKERS, ON_CORRUPT, EncodedFiles, StreamLoader
 from solo_diet.data.tensor_data import ImageTensors, load_images
 from solo_diet.launch.common import probe_settings
 
 DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
-GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache")
+GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
+GPU_STORAGES = (*STORAGES, "stream")
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
 PROBE_PIPELINES = {
     "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
@@ -67,6 +73,7 @@ class GPUDataSettings:
     decode_threads: Optional[int]
     cuda_graphs: bool
     decode_cache: bool
+    on_corrupt: str
 
 
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
@@ -107,7 +114,9 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
         raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
     check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
     fill_default(cfg, "data.gpu.storage", "auto")
-    check_choice(cfg, "data.gpu.storage", STORAGES)
+    check_choice(cfg, "data.gpu.storage", GPU_STORAGES)
+    fill_default(cfg, "data.gpu.on_corrupt", "stop")
+    check_choice(cfg, "data.gpu.on_corrupt", ON_CORRUPT)
     for key in ("image_size", "decode_threads"):
         if fill_default(cfg, f"data.gpu.{key}", None) is not None:
             check_positive_int(cfg, f"data.gpu.{key}")
@@ -116,7 +125,12 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
         check_bool(cfg, f"data.gpu.{key}")
     gpu = cfg.data.gpu
     return GPUDataSettings(
-        gpu.storage, gpu.image_size, gpu.decode_threads, gpu.cuda_graphs, gpu.decode_cache
+        gpu.storage,
+        gpu.image_size,
+        gpu.decode_threads,
+        gpu.cuda_graphs,
+        gpu.decode_cache,
+        gpu.on_corrupt,
     )
 
 
@@ -132,16 +146,23 @@ def loader_device(cfg: DictConfig) -> str:
     raise ConfigError(f"data.format=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
 
 
-def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTensors:
+def load_split(
+    cfg: DictConfig, split: str, fraction: float = -1.0
+) -> Union[ImageTensors, EncodedFiles]:
     """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
-    set."""
+    set; with ``data.gpu.storage: stream``, list its files instead."""
     settings = gpu_settings(cfg)
     root = cfg.data.val_path if split == "val" else cfg.data.train_path
+    no_labels = bool(OmegaConf.select(cfg, "data.no_labels", default=False))
+    if settings.storage == "stream":
+        return EncodedFiles.from_folder(
+            cfg.data.dataset, root, split, no_labels=no_labels, fraction=fraction
+        )
     return load_images(
         cfg.data.dataset,
         root,
         split,
-        no_labels=bool(OmegaConf.select(cfg, "data.no_labels", default=False)),
+        no_labels=no_labels,
         fraction=fraction,
         image_size=settings.image_size,
         threads=settings.decode_threads,
@@ -149,17 +170,26 @@ def load_split(cfg: DictConfig, split: str, fraction: float = -1.0) -> ImageTens
     )
 
 
+def _loader_class(cfg: DictConfig) -> type[GPUBatchLoader]:
+    """:class:`StreamLoader` for ``data.gpu.storage: stream``, else :class:`GPUBatchLoader`."""
+    return StreamLoader if gpu_settings(cfg).storage == "stream" else GPUBatchLoader
+
+
 def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
     settings = gpu_settings(cfg)
     device = loader_device(cfg)
     if device == "cpu":
         _say_cpu_batches()
+    stream = {
+        "num_workers": int(OmegaConf.select(cfg, "data.num_workers", default=DEFAULT_WORKERS)),
+        "on_corrupt": settings.on_corrupt,
+    }
     return {
         "seed": int(cfg.seed),
         "storage": settings.storage,
         "device": device,
         "cuda_graphs": settings.cuda_graphs,
-    }
+    } | (stream if settings.storage == "stream" else {})
 
 
 @functools.lru_cache(maxsize=None)
@@ -235,7 +265,7 @@ def pretrain_loader(
     data = load_split(cfg, "pretrain", fraction=cfg.data.fraction)
     _check_one_global_batch(cfg, len(data))
     sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, data)
-    loader = GPUBatchLoader.for_pretraining(
+    loader = _loader_class(cfg).for_pretraining(
         data, cfg.optimizer.batch_size, augment, batch_sampler=sampler, **_loader_kwargs(cfg)
     )
     return loader, len(data)
@@ -248,7 +278,7 @@ def eval_loader(
     from ``aug``, as the probe's); ``split_ranks``: each DDP rank its contiguous share."""
     data = load_split(cfg, split)
     _, transform = probe_transforms(cfg.data.dataset, aug)
-    return GPUBatchLoader.for_classification(
+    return _loader_class(cfg).for_classification(
         data, batch_size, transform, shuffle=False, split_ranks=split_ranks, **_loader_kwargs(cfg)
     )
 
@@ -264,7 +294,7 @@ def linear_loaders(
     data = load_split(cfg, "train", fraction=cfg.data.fraction)
     fitted = fit_probe_batch(cfg, len(data))
     batch_size = cfg.optimizer.batch_size
-    train = GPUBatchLoader.for_classification(
+    train = _loader_class(cfg).for_classification(
         data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg)
     )
     return train, eval_loader(cfg, aug, batch_size), fitted

@@ -1,9 +1,10 @@
 """Batched per-sample image augmentations on (B, C, H, W) tensors, GPU or CPU, torch only.
 
 Every random parameter is a per-sample tensor, so one call transforms a whole batch with no Python
-loop over samples and no host synchronisation. Images are uint8 (0..255) or float (0..1); every op
-returns float32 on the 0..1 scale, except :func:`normalize` and :func:`erase`, which work on any
-float tensor. The ops follow torchvision's functional ops (parity tests in
+loop over samples and no host synchronisation. Images are uint8 (0..255) or float (0..1); the
+crops also take a list of images of different sizes (``Images``: the streaming source's decoded
+batches). Every op returns float32 on the 0..1 scale, except :func:`normalize` and :func:`erase`,
+which work on any float tensor. The ops follow torchvision's functional ops (parity tests in
 ``tests/core/test_gpu_augment_ops.py``; tolerances and deviations from solo-learn's PIL pipeline in
 ``docs/gpu-augmentations.md``). The ``sample_*`` functions draw torchvision's parameter
 distributions from a given generator on the images' device.
@@ -28,7 +29,9 @@ from solo_diet.data.augment.photometric import (
     solarize,
 )
 from solo_diet.data.augment.resample import (
+    Images,
     horizontal_flip,
+    image_sides,
     resize_center_crop,
     resized_crop,
     resized_shape,
@@ -49,6 +52,7 @@ __all__ = [
     "GRAY_WEIGHTS",
     "SOLARIZE_THRESHOLD",
     "Box",
+    "Images",
     "Tensor",
     "adjust_brightness",
     "adjust_contrast",
@@ -61,6 +65,7 @@ __all__ = [
     "gaussian_blur",
     "grayscale",
     "horizontal_flip",
+    "image_sides",
     "luma",
     "normalize",
     "resize_center_crop",

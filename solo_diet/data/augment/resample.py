@@ -1,10 +1,21 @@
-"""Resampling: crop, resize and horizontal flip in one separable, antialiased pass per batch."""
+"""Resampling: crop, resize and horizontal flip in one separable, antialiased pass per batch.
+
+:func:`resized_crop` and :func:`resize_center_crop` also take a list of (C, H, W) images of
+different sizes (the streaming source's decoded batch): images of one shape are resampled together
+and each output row lands where it would in a batch, so the crop is taken from each image at its own
+full resolution."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Union
 
 import torch
 
 from solo_diet.data.augment.tensors import Tensor, to_float
+
+Images = Union[Tensor, Sequence[Tensor]]
+"""A (B, C, H, W) batch, or B (C, H, W) images of different sizes."""
 
 
 def _bicubic(x: Tensor) -> Tensor:
@@ -78,8 +89,42 @@ def _apply_separable(images: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     return x.reshape(repeats * batch, channels, out_h, out_w).clamp_(0, 1)
 
 
+def _to_device(host: Tensor, device: torch.device) -> Tensor:
+    """A small host tensor on ``device`` without waiting for the device (pinned, asynchronous)."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def _by_shape(
+    images: Sequence[Tensor],
+    count: int,
+    size: tuple[int, int],
+    resample: Callable[[Tensor, Tensor], Tensor],
+) -> Tensor:
+    """(count, C, *size) float rows from B images of different sizes: row ``r`` reads image
+    ``r % B`` (``count`` is a multiple of B). Images of one shape are stacked and resampled
+    together by ``resample(stacked, rows)``, ``rows`` the output rows they fill (view-major)."""
+    batch = len(images)
+    if batch == 0 or count % batch:
+        raise ValueError(f"{count} output rows for a list of {batch} images")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, image in enumerate(images):
+        groups.setdefault(tuple(image.shape), []).append(i)
+    device, views = images[0].device, count // batch
+    order = [k * batch + i for members in groups.values() for k in range(views) for i in members]
+    order_on_device = _to_device(torch.tensor(order, dtype=torch.int64), device)
+    out = torch.empty((count, images[0].shape[0], *size), device=device)
+    start = 0
+    for members in groups.values():
+        rows = order_on_device[start : start + views * len(members)]
+        start += len(rows)
+        out.index_copy_(0, rows, resample(torch.stack([images[i] for i in members]), rows))
+    return out
+
+
 def resized_crop(
-    images: Tensor,
+    images: Images,
     top: Tensor,
     left: Tensor,
     height: Tensor,
@@ -91,11 +136,38 @@ def resized_crop(
     """Crop box ``(top, left, height, width)`` (R,) of each image resized to ``size`` = (h, w), then
     mirrored where ``flip`` (R,) is True, in one antialiased resampling pass (torchvision's
     ``resized_crop(..., antialias=True)`` + ``horizontal_flip``). R may be a multiple of the batch:
-    row r reads image ``r % B``, so several views of a batch come out in one call."""
+    row r reads image ``r % B``, so several views of a batch come out in one call. ``images`` may
+    be a list of images of different sizes (module docstring)."""
+    if not isinstance(images, Tensor):
+        return _by_shape(
+            images,
+            top.shape[0],
+            size,
+            lambda group, rows: resized_crop(
+                group,
+                top[rows],
+                left[rows],
+                height[rows],
+                width[rows],
+                size,
+                None if flip is None else flip[rows],
+                interpolation,
+            ),
+        )
     in_h, in_w = images.shape[-2:]
     rows = _axis_weights(in_h, top, height, size[0], 0, size[0], interpolation)
     cols = _axis_weights(in_w, left, width, size[1], 0, size[1], interpolation, flip)
     return _apply_separable(images, rows, cols)
+
+
+def image_sides(images: Images, rows: int) -> tuple[int | Tensor, int | Tensor]:
+    """Height and width of a batch's images: ints for a (B, C, H, W) batch; for a list of images of
+    different sizes, (rows,) int64 tensors on their device, row r holding image ``r % B``'s."""
+    if isinstance(images, Tensor):
+        return images.shape[-2], images.shape[-1]
+    sides = torch.tensor([tuple(image.shape[-2:]) for image in images], dtype=torch.int64)
+    sides = _to_device(sides, images[0].device).repeat(rows // len(images), 1)
+    return sides[:, 0], sides[:, 1]
 
 
 def resized_shape(height: int, width: int, shorter: int) -> tuple[int, int]:
@@ -106,15 +178,29 @@ def resized_shape(height: int, width: int, shorter: int) -> tuple[int, int]:
 
 
 def resize_center_crop(
-    images: Tensor,
+    images: Images,
     resize_size: int,
     crop_size: int | None = None,
     flip: Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> Tensor:
     """torchvision ``Resize(resize_size)`` (shorter side) then ``CenterCrop(crop_size)`` (skipped
-    when None), then a mirror where ``flip`` (B,) is True, in one resampling pass."""
+    when None), then a mirror where ``flip`` is True, in one resampling pass. ``flip`` may have a
+    multiple R of B rows (row r reads image ``r % B``). A list of images of different sizes (module
+    docstring) needs ``crop_size``."""
+    if not isinstance(images, Tensor):
+        if crop_size is None:
+            raise ValueError("images of different sizes need a crop_size to be batched")
+        return _by_shape(
+            images,
+            len(images) if flip is None else flip.shape[0],
+            (crop_size, crop_size),
+            lambda group, rows: resize_center_crop(
+                group, resize_size, crop_size, None if flip is None else flip[rows], interpolation
+            ),
+        )
     batch, _, in_h, in_w = images.shape
+    batch = batch if flip is None else flip.shape[0]
     new_h, new_w = resized_shape(in_h, in_w, resize_size)
     out_h, out_w = (new_h, new_w) if crop_size is None else (crop_size, crop_size)
     if out_h > new_h or out_w > new_w:

@@ -45,11 +45,26 @@ def _box_sides(generator, count, height, width, scale_low, scale_high, ratio, at
     return torch.round(torch.sqrt(target * aspect)), torch.round(torch.sqrt(target / aspect))
 
 
+def _fallback_sides(height: int | Tensor, width: int | Tensor, ratio: Sequence[float]):
+    """``RandomResizedCrop``'s central crop when no draw fits: the image clamped to the ratios."""
+    if not isinstance(height, Tensor):
+        if width / height < min(ratio):
+            return float(width), float(round(width / min(ratio)))
+        if width / height > max(ratio):
+            return float(round(height * max(ratio))), float(height)
+        return float(width), float(height)
+    height, width = height.double(), width.double()
+    narrow, wide = width / height < min(ratio), width / height > max(ratio)
+    fallback_w = torch.where(wide, torch.round(height * max(ratio)), width)
+    fallback_h = torch.where(narrow, torch.round(width / min(ratio)), height)
+    return fallback_w.float(), fallback_h.float()
+
+
 def sample_resized_crop_boxes(
     generator: torch.Generator | None,
     count: int,
-    height: int,
-    width: int,
+    height: int | Tensor,
+    width: int | Tensor,
     scale: tuple[float | Tensor, float | Tensor],
     device: str | torch.device,
     ratio: Sequence[float] = CROP_RATIO,
@@ -57,21 +72,20 @@ def sample_resized_crop_boxes(
 ) -> Box:
     """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples: up to ``attempts`` draws
     of area fraction ~ U(scale) and log aspect ratio ~ U(log ratio) each, the first that fits,
-    otherwise the central crop clamped to the ratio range. ``scale`` bounds may be per sample."""
+    otherwise the central crop clamped to the ratio range. ``scale`` bounds may be per sample, and
+    so may the image sides: ``height``/``width`` int64 tensors of ``count`` entries (images of
+    different sizes)."""
+    per_sample = isinstance(height, Tensor)
+    side_h, side_w = (height[:, None], width[:, None]) if per_sample else (height, width)
     crop_w, crop_h = _box_sides(
-        generator, count, height, width, scale[0], scale[1], ratio, attempts, device
+        generator, count, side_h, side_w, scale[0], scale[1], ratio, attempts, device
     )
-    fits = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
+    fits = (crop_w > 0) & (crop_w <= side_w) & (crop_h > 0) & (crop_h <= side_h)
     crop_w, found = _first_valid(crop_w, fits)
     crop_h, _ = _first_valid(crop_h, fits)
-    if width / height < min(ratio):
-        fallback_w, fallback_h = width, round(width / min(ratio))
-    elif width / height > max(ratio):
-        fallback_w, fallback_h = round(height * max(ratio)), height
-    else:
-        fallback_w, fallback_h = width, height
-    crop_w = torch.where(found, crop_w, float(fallback_w)).long()
-    crop_h = torch.where(found, crop_h, float(fallback_h)).long()
+    fallback_w, fallback_h = _fallback_sides(height, width, ratio)
+    crop_w = torch.where(found, crop_w, fallback_w).long()
+    crop_h = torch.where(found, crop_h, fallback_h).long()
     top = _place(generator, count, height - crop_h, device)
     left = _place(generator, count, width - crop_w, device)
     top = torch.where(found, top, (height - crop_h) // 2)

@@ -29,10 +29,12 @@ class EvalTransform:
         self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
-        self, images: torch.Tensor, generator: torch.Generator | None = None
+        self, images: ops.Images, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        height, width = images.shape[-2:]
-        if min(height, width) == self.resize_size == self.crop_size == max(height, width):
+        """A (B, C, H, W) batch, or a list of B images of different sizes."""
+        height, width = ops.image_sides(images, len(images))
+        same = isinstance(height, int) and min(height, width) == max(height, width)
+        if same and height == self.resize_size == self.crop_size:
             x = ops.to_float(images)
         else:
             x = ops.resize_center_crop(images, self.resize_size, self.crop_size)
@@ -50,10 +52,11 @@ class ProbeTrainTransform:
         self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
-        self, images: torch.Tensor, generator: torch.Generator | None = None
+        self, images: ops.Images, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        count, device = images.shape[0], images.device
-        height, width = images.shape[-2:]
+        """A (B, C, H, W) batch, or a list of B images of different sizes."""
+        count, device = len(images), images[0].device
+        height, width = ops.image_sides(images, count)
         box = ops.sample_resized_crop_boxes(
             generator, count, height, width, (self.min_scale, 1.0), device
         )

@@ -41,9 +41,8 @@ class _ViewGroup:
             self._tables[device] = torch.tensor(rows, dtype=torch.float32, device=device)
         return self._tables[device]
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        batch, _, height, width = images.shape
-        device = images.device
+    def __call__(self, images: ops.Images, generator: torch.Generator | None) -> torch.Tensor:
+        batch, device = len(images), images[0].device
         params = self.table(device).repeat_interleave(batch, 0)
         count = params.shape[0]
         scale = params[:, 0], params[:, 1]
@@ -58,9 +57,12 @@ class _ViewGroup:
 
         flip = chance("flip_prob")
         if self.rrc:
+            height, width = ops.image_sides(images, count)
             box = ops.sample_resized_crop_boxes(generator, count, height, width, scale, device)
             size = (self.crop_size, self.crop_size)
             x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bicubic")
+        elif not isinstance(images, torch.Tensor):  # sizes differ: a square centre crop each
+            x = ops.resize_center_crop(images, self.crop_size, self.crop_size, flip, "bicubic")
         else:
             repeated = images.repeat(len(self.nodes), 1, 1, 1)
             x = ops.resize_center_crop(repeated, self.crop_size, None, flip, "bicubic")
@@ -127,13 +129,14 @@ class MultiCropAugmentation:
         return cls(parsed)
 
     def __call__(
-        self, images: torch.Tensor, generator: torch.Generator | None = None
+        self, images: ops.Images, generator: torch.Generator | None = None
     ) -> list[torch.Tensor]:
-        """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch."""
+        """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch, or of a list
+        of B images of different sizes (each view cropped from its image at full resolution)."""
         views: list[torch.Tensor | None] = [None] * self.num_views
         for group in self._groups:
             out = group(images, generator)
-            for position, view in zip(group.positions, out.split(images.shape[0])):
+            for position, view in zip(group.positions, out.split(len(images))):
                 views[position] = view
         return views
 

@@ -1,0 +1,279 @@
+"""The streaming source (``data.gpu.storage: stream``): image files read as encoded bytes by host
+workers and decoded and augmented on the GPU, batch by batch, every epoch (torch only).
+
+For folders too large to keep decoded (ImageNet at 224 px is about 180 GiB as uint8), or whose
+images differ in size and should be cropped at full resolution:
+
+- :class:`EncodedFiles` lists an image folder in solo-learn's order (row ``i`` is the sample its
+  ``dataset_with_index`` gives index ``i``) and reads file ``i`` as its encoded bytes: no decoding,
+  no augmentation in the DataLoader workers. Paths are kept in one byte buffer, so a 1.28 M-file
+  listing costs tens of MiB and pickles fast to the workers.
+- :func:`decode_images` decodes a batch: JPEGs by nvJPEG on the GPU in one batched call
+  (``torchvision.io.decode_jpeg(list, device="cuda")``), everything else (PNG, a JPEG that nvJPEG
+  refuses, any file without CUDA) by ``torchvision.io.decode_image`` on the host, then PIL. All in
+  RGB. A file none of them decodes is reported with its problem.
+- :class:`StreamLoader` is a :class:`~solo_diet.data.loader.GPUBatchLoader` whose rows come from a
+  DataLoader over :class:`EncodedFiles` (``num_workers`` processes, pinned batches) and are decoded
+  on the device; the transform receives the list of full-resolution images, so each random resized
+  crop is drawn from its image's own size (:mod:`solo_diet.data.augment.resample`). Order, DDP
+  split, epochs and augmentation seeds are the GPU data path's; memory is bounded by the batch.
+- A file that cannot be read or decoded stops the run with :class:`CorruptImage` naming it
+  (``on_corrupt="stop"``), or (``"skip"``) is named on stderr and its slot in the batch takes
+  another sample of the same batch (its true index, image and target), so every batch keeps its
+  size on every rank.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from solo_diet.config import ConfigError
+from solo_diet.data.loader import GPUBatchLoader, derive_seed, resolve_device
+from solo_diet.data.tensor_data import PathLike, folder_split_samples
+
+ON_CORRUPT = ("stop", "skip")
+JPEG_START, JPEG_END = (0xFF, 0xD8, 0xFF), (0xFF, 0xD9)
+DEFAULT_WORKERS = 4
+# a host batch: (indices, encoded bytes end to end, their lengths, targets, read problems)
+HostBatch = tuple[Tensor, Tensor, Tensor, Tensor, tuple[str, ...]]
+
+
+class CorruptImage(ConfigError):
+    """An image file of the streaming source could not be read or decoded; names the file."""
+
+
+class EncodedFiles(torch.utils.data.Dataset):
+    """``paths`` and int64 ``targets``; item ``i`` is ``(i, uint8 bytes, target, problem)``, the
+    problem empty unless the file could not be read."""
+
+    def __init__(self, paths: Sequence[str], targets: Sequence[int], source: str) -> None:
+        if len(paths) != len(targets) or not paths:
+            raise ConfigError(f"{source}: no images to stream ({len(paths)} paths).")
+        encoded = [str(path).encode() for path in paths]
+        self._ends = np.cumsum([len(name) for name in encoded], dtype=np.int64)
+        self._names = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.targets = torch.as_tensor(list(targets), dtype=torch.int64)
+        self.source = source
+
+    @classmethod
+    def from_folder(
+        cls,
+        dataset: str,
+        root: PathLike,
+        split: str,
+        *,
+        no_labels: bool = False,
+        fraction: float = -1.0,
+    ) -> EncodedFiles:
+        """A folder split in solo-learn's order, ``data.fraction`` and ``no_labels`` as the
+        decoded path applies them (:func:`~solo_diet.data.tensor_data.folder_split_samples`)."""
+        samples = folder_split_samples(dataset, root, split, no_labels, fraction)
+        return cls([p for p, _ in samples], [t for _, t in samples], source=str(root))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def path(self, index: int) -> str:
+        start = int(self._ends[index - 1]) if index > 0 else 0
+        return self._names[start : int(self._ends[index])].tobytes().decode()
+
+    def __getitem__(self, index: int) -> tuple[int, Tensor, int, str]:
+        try:
+            data = torch.from_numpy(np.fromfile(self.path(index), dtype=np.uint8))
+            problem = "" if data.numel() else "the file is empty"
+        except OSError as err:
+            data, problem = torch.empty(0, dtype=torch.uint8), f"{type(err).__name__}: {err}"
+        return index, data, int(self.targets[index]), problem
+
+
+def collate_encoded(items: Sequence[tuple[int, Tensor, int, str]]) -> HostBatch:
+    """One host batch (in the worker): the files' bytes end to end in one tensor, so a batch
+    crosses from the worker as one shared buffer and is pinned as one."""
+    indices, datas, targets, problems = zip(*items)
+    return (
+        torch.as_tensor(indices, dtype=torch.int64),
+        torch.cat(datas),
+        torch.as_tensor([len(d) for d in datas], dtype=torch.int64),
+        torch.as_tensor(targets, dtype=torch.int64),
+        tuple(problems),
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}".strip()
+
+
+def decode_on_host(data: Tensor) -> Tensor:
+    """(3, H, W) uint8 RGB by ``torchvision.io.decode_image``, else PIL; raises ValueError with
+    the decoders' problem when neither can."""
+    from PIL import Image
+    from torchvision.io import ImageReadMode, decode_image
+
+    try:
+        return decode_image(data, mode=ImageReadMode.RGB)
+    except (RuntimeError, ValueError):
+        pass
+    try:
+        with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
+            pixels = np.array(image.convert("RGB"))
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise ValueError(_first_line(err)) from err
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+
+
+def _is_whole_jpeg(data: Tensor) -> bool:
+    """Starts as a JPEG and ends with its end-of-image marker (a truncated file goes to the host
+    decoders, which notice the truncation)."""
+    return (
+        len(data) > 4
+        and tuple(data[:3].tolist()) == JPEG_START
+        and (tuple(data[-2:].tolist()) == JPEG_END)
+    )
+
+
+def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
+    """nvJPEG in one batched call; on failure, one call per file: None where nvJPEG refuses."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    try:
+        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
+    except RuntimeError:
+        decoded: list[Optional[Tensor]] = []
+        for data in datas:
+            try:
+                decoded.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                decoded.append(None)
+        return decoded
+
+
+def decode_images(
+    datas: Sequence[Tensor], device: torch.device, problems: Sequence[str] = ()
+) -> tuple[list[Optional[Tensor]], dict[int, str]]:
+    """Each file's (3, H, W) uint8 RGB image on ``device`` (module docstring), and the problem of
+    each position that could not be read (``problems``) or decoded (None there)."""
+    images: list[Optional[Tensor]] = [None] * len(datas)
+    failed = {i: problem for i, problem in enumerate(problems) if problem}
+    if device.type == "cuda":
+        jpegs = [i for i, data in enumerate(datas) if i not in failed and _is_whole_jpeg(data)]
+        if jpegs:
+            for i, image in zip(jpegs, _decode_jpegs_on_gpu([datas[i] for i in jpegs], device)):
+                images[i] = image
+    for i, data in enumerate(datas):
+        if images[i] is None and i not in failed:
+            try:
+                image = decode_on_host(data)
+            except ValueError as err:
+                failed[i] = str(err)
+                continue
+            image = image.pin_memory() if device.type == "cuda" else image
+            images[i] = image.to(device, non_blocking=True)
+    return images, failed
+
+
+class StreamLoader(GPUBatchLoader):
+    """Batches of an :class:`EncodedFiles` set decoded and transformed on the device (module
+    docstring). ``num_workers`` host processes read the files (0: this process);
+    ``on_corrupt`` is ``"stop"`` or ``"skip"``. ``storage`` must be ``"stream"`` and
+    ``cuda_graphs`` is not used (the decoded images differ in size)."""
+
+    def __init__(
+        self,
+        data: EncodedFiles,
+        transform: Any,
+        batch_sampler: Any,
+        *,
+        pretraining: bool,
+        seed: int = 0,
+        storage: str = "stream",
+        device: Any = "cuda",
+        cuda_graphs: bool = False,
+        num_workers: int = DEFAULT_WORKERS,
+        on_corrupt: str = "stop",
+    ) -> None:
+        if storage != "stream":
+            raise ConfigError(f"a StreamLoader streams its files; storage {storage!r} given.")
+        if on_corrupt not in ON_CORRUPT:
+            raise ConfigError(
+                f"`data.gpu.on_corrupt` must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
+            )
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ConfigError(f"`data.num_workers` must be an integer >= 0, got {num_workers!r}.")
+        super().__init__(
+            data, transform, batch_sampler, pretraining=pretraining, seed=seed, device=device,
+            cuda_graphs=False,
+        )  # fmt: skip
+        self.storage, self.num_workers, self.on_corrupt = "stream", num_workers, on_corrupt
+        self.skipped: dict[str, str] = {}  # path -> problem, for on_corrupt="skip"
+        self._host_loader: Optional[torch.utils.data.DataLoader] = None
+
+    def host_batches(self, device: torch.device) -> torch.utils.data.DataLoader:
+        """The DataLoader of encoded batches, made once (its workers persist across epochs); it
+        iterates the batch sampler when each epoch starts, in this process."""
+        if self._host_loader is None:
+            workers = self.num_workers
+            self._host_loader = torch.utils.data.DataLoader(
+                self.dataset,
+                batch_sampler=self.batch_sampler,
+                num_workers=workers,
+                collate_fn=collate_encoded,
+                pin_memory=device.type == "cuda",
+                persistent_workers=workers > 0,
+                prefetch_factor=4 if workers > 0 else None,
+            )
+        return self._host_loader
+
+    def _corrupt(self, failed: dict[int, str], indices: Tensor) -> list[tuple[int, str]]:
+        named = [(self.dataset.path(int(indices[i])), problem) for i, problem in failed.items()]
+        listing = "; ".join(f"{path} ({problem})" for path, problem in named)
+        if self.on_corrupt == "stop" or len(failed) == len(indices):
+            raise CorruptImage(
+                f"cannot decode {listing}: replace or delete the file, or set "
+                "`data.gpu.on_corrupt: skip` to train without it."
+            )
+        for path, problem in named:
+            if path not in self.skipped:
+                print(
+                    f"solo-diet: skipping the corrupt image {path} ({problem}); its place in the "
+                    "batch takes another sample of the batch (data.gpu.on_corrupt: skip).",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.skipped[path] = problem
+        return named
+
+    def decoded_batch(
+        self, batch: HostBatch, device: torch.device
+    ) -> tuple[Tensor, list[Tensor], Tensor]:
+        """(indices, images on ``device``, targets) of a host batch; corrupt files stop the run or
+        give their slot to another sample of the batch."""
+        indices, flat, lengths, targets, problems = batch
+        images, failed = decode_images(list(flat.split(lengths.tolist())), device, problems)
+        if failed:
+            self._corrupt(failed, indices)
+            good = [i for i in range(len(images)) if i not in failed]
+            stand_in = torch.arange(len(images))
+            for slot, i in enumerate(sorted(failed)):
+                stand_in[i] = good[slot % len(good)]
+                images[i] = images[good[slot % len(good)]]
+            indices, targets = indices[stand_in], targets[stand_in]
+        return indices, images, targets
+
+    def __iter__(self) -> Iterator[list]:
+        device = resolve_device(self.device)
+        transform, generator = self.augmenter(device)
+        generator.manual_seed(derive_seed(self.seed, self.epoch, self.rank()))
+        for batch in self.host_batches(device):
+            indices, images, targets = self.decoded_batch(batch, device)
+            idx = indices.to(device, non_blocking=True)
+            batch_targets = targets.to(device, non_blocking=True)
+            out = transform(images, generator)
+            yield [idx, list(out), batch_targets] if self.pretraining else [out, batch_targets]
