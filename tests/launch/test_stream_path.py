@@ -1,0 +1,143 @@
+"""``data.gpu.storage: stream`` through solo-learn and Lightning: every registered method on a JPEG
+folder of several sizes, `solo-diet pretrain` then `linear`, s-DIET's batch sampler, corrupt files
+and the keys' errors."""
+
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from solo_diet.cli.main import main  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader  # noqa: E402
+from solo_diet.data.synthetic import write_jpeg_folder  # noqa: E402
+from solo_diet.launch.common import compose_cfg  # noqa: E402
+from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
+from solo_diet.samplers import SuperBatchSampler  # noqa: E402
+from tests.launch.test_gpu_path import (  # noqa: E402
+    BATCH,
+    CLASSES,
+    NUM_TRAIN,
+    PER_CLASS,
+    SCRIPTS,
+    LoaderProbe,
+    fit_through_gpu_path,
+    gpu_cfg,
+    pretrain_argv,
+    registered_methods,
+)
+
+SIZES = ((40, 56), (48, 32), (64, 64), (36, 44))
+STREAM = ["++data.gpu.storage=stream", "data.num_workers=0"]
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("jpegs")
+    write_jpeg_folder(root / "train", CLASSES, PER_CLASS, sizes=SIZES, seed=0)
+    write_jpeg_folder(root / "val", CLASSES, 2, sizes=SIZES[::-1], seed=1)
+    return root
+
+
+def stream_cfg(method: str, data: Path, **tiny):
+    cfg = gpu_cfg(method, data, **tiny)
+    cfg.data.gpu = {"storage": "stream"}
+    return cfg
+
+
+@pytest.mark.parametrize("method", registered_methods())
+def test_every_method_runs_a_fast_dev_run_through_the_stream(method, jpegs):
+    trainer, recorder, train = fit_through_gpu_path(stream_cfg(method, jpegs))
+    assert isinstance(train, StreamLoader) and isinstance(train.dataset, EncodedFiles)
+    assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
+    indexes = recorder.seen[0][1]
+    assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
+    assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
+
+
+def test_lightning_sets_the_epoch_and_batches_carry_true_indices(jpegs):
+    cfg = stream_cfg("diet", jpegs)
+    _, recorder, train = fit_through_gpu_path(
+        cfg, fast_dev_run=False, max_epochs=2, limit_val_batches=0
+    )
+    assert train.sampler.epoch == 1
+    reference = SuperBatchSampler(NUM_TRAIN, BATCH, seed=cfg.seed)
+    for epoch in (0, 1):
+        reference.set_epoch(epoch)
+        seen = [idx for e, idx, _ in recorder.seen if e == epoch]
+        assert torch.equal(torch.stack(seen), reference.global_batches())
+
+
+def test_pretrain_then_linear_end_to_end_with_the_stream(jpegs, tmp_path, capsys):
+    argv = pretrain_argv(jpegs, tmp_path / "pre", "diet") + STREAM
+    assert main(argv) == 0
+    ckpt = sorted((tmp_path / "pre" / "diet").glob("*/*.ckpt"))[-1]
+    linear = [
+        "linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet",
+        f"data.train_path={jpegs / 'train'}", f"data.val_path={jpegs / 'val'}", "data.format=gpu",
+        f"pretrained_feature_extractor='{ckpt}'", "data.augmentations.crop_size=32",
+        "optimizer.batch_size=4", f"checkpoint.dir={tmp_path / 'lin'}", "auto_resume.enabled=False",
+        "wandb.enabled=False", "max_epochs=1", "accelerator=cpu", "devices=1", "precision=32",
+        "++limit_train_batches=2", "++num_sanity_val_steps=0", "++enable_progress_bar=False",
+    ] + STREAM  # fmt: skip
+    assert main(linear) == 0
+    assert "linear probe top-1 on the backbone representation:" in capsys.readouterr().out
+
+
+def test_sdiet_runs_through_its_super_batch_sampler(jpegs, tmp_path):
+    argv = pretrain_argv(jpegs, tmp_path, "sdiet")[5:] + STREAM + ["method_kwargs.rows_per_step=2"]
+    probe = LoaderProbe()
+    run_pretrain(
+        compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "sdiet", argv), extra_callbacks=[probe]
+    )
+    assert isinstance(probe.loader, StreamLoader)
+    sampler = probe.loader.batch_sampler
+    assert isinstance(sampler, SuperBatchSampler) and sampler.rows_per_step == 2
+    assert probe.model_sampler is sampler and sampler.epoch == 1
+
+
+def test_a_corrupt_file_stops_pretrain_naming_it_or_is_skipped(jpegs, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    for path in sorted((jpegs / "train").rglob("*.jpg")):
+        target = broken / path.relative_to(jpegs / "train")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    good = {path: path.read_bytes() for path in sorted(broken.rglob("*.jpg"))}
+    for path in good:
+        path.write_bytes(b"\xff\xd8\xff" + b"\x00" * 64)  # a JPEG's start, nothing more
+    argv = pretrain_argv(jpegs, tmp_path / "out", "diet")[5:] + STREAM
+    argv = [a for a in argv if not a.startswith(("data.train_path", "max_epochs"))]
+    argv += [f"data.train_path={broken}", "max_epochs=1", "++limit_train_batches=1.0"]
+    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv)
+    with pytest.raises(CorruptImage, match=r"cannot decode .*class_000.*\.jpg"):
+        run_pretrain(cfg)
+    corrupt = list(good)[3:5]
+    for path, data in good.items():
+        path.write_bytes(b"" if path in corrupt else data)
+    skip = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), "diet", argv + ["++data.gpu.on_corrupt=skip"]
+    )
+    run_pretrain(skip)  # every file is in one of the epoch's 5 batches
+    err = capsys.readouterr().err
+    assert all(f"skipping the corrupt image {path} (the file is empty)" in err for path in corrupt)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("++data.gpu.on_corrupt=ignore", r"`data.gpu.on_corrupt` must be one of"),
+        ("++data.gpu.storage=streaming", "data.gpu.storage"),
+        ("data.dataset=cifar10", "cifar10` is not an image folder"),
+    ],
+)
+def test_config_errors_name_the_key(override, message, jpegs, tmp_path):
+    argv = pretrain_argv(jpegs, tmp_path, "diet")[5:] + STREAM + [override]
+    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv)
+    with pytest.raises(ConfigError, match=message):
+        run_pretrain(cfg)
