@@ -1,0 +1,160 @@
+"""s-DIET at ImageNet scale, end to end: N = 1.28 M indices on the streaming source, against 50 k.
+
+The JPEGs are ``streaming_decode.py``'s synthetic ImageNet-like folder (``--images`` files, made
+once, or ``--folder``). For each N the script links them into a folder of N files (hard links,
+file ``k`` is JPEG ``k mod images``, in 100 class folders as ImageNet-100 has), so ``solo-diet
+pretrain`` lists, samples and streams N distinct indices. Each case trains s-DIET
+(``scripts/pretrain/imagenet-100/sdiet.yaml``: 3-layer 2048 projector, head rows and AdamW state
+in the row store, ``method_kwargs.storage`` ``cpu`` by default) with ResNet-50 at 224 px, batch
+256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: gpu`` and
+``data.gpu.storage: stream``, for ``--warmup`` then ``--steps`` timed steps, in a fresh process
+(DDP through Lightning for 2 GPUs). Reported: samples/s (all GPUs), GPU busy %, rank 0's peak
+``torch.cuda.max_memory_allocated``, its ratio to the smallest N's case on as many GPUs (the
+target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last_step``) and rank
+0's peak resident memory (VmHWM).
+
+    python benchmarks/sdiet_imagenet_scale.py                  # 1 and 2 GPUs where visible
+    python benchmarks/sdiet_imagenet_scale.py --gpus 1 --steps 200
+    python benchmarks/sdiet_imagenet_scale.py --smoke          # CPU plumbing, tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from streaming_decode import (  # noqa: E402
+    fmt,
+    gpu_name,
+    make_folder,
+    print_case_result,
+    run_case,
+    run_training_case,
+    visible_gpus,
+    window,
+)
+
+IMAGENET_TRAIN = 1_281_167
+
+
+def linked_folder(source: Path, root: Path, count: int, classes: int = 100) -> Path:
+    """``count`` hard links to ``source``'s JPEGs in ``classes`` folders (kept when complete)."""
+    marker, classes = root / f".complete-{count}", min(classes, max(1, count // 4))
+    if marker.exists():
+        return root
+    jpegs = sorted(source.rglob("*.jpg"))
+    started = time.time()
+    for label in range(classes):
+        (root / f"class_{label:04d}").mkdir(parents=True, exist_ok=True)
+    for k in range(count):
+        target = root / f"class_{k % classes:04d}" / f"{k:07d}.jpg"
+        if not target.exists():
+            os.link(jpegs[k % len(jpegs)], target)
+    marker.touch()
+    print(f"# linked {count} files into {root} in {time.time() - started:.0f} s", flush=True)
+    return root
+
+
+def peak_resident_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def sdiet_case(case: dict) -> Optional[dict]:
+    """One case: the window's figures plus the row store's host tables and resident memory."""
+    callback = window(case)
+
+    def extra(trainer, module) -> None:
+        store = module.row_store
+        callback.result.update(
+            rows=int(store.table.shape[0]),
+            row_store_mib=(store.table.nbytes + store.last_step.nbytes) / 2**20,
+            row_store_device=str(store.table.device),
+            resident_mib=peak_resident_mib(),
+        )
+
+    callback.extra = extra
+    return run_training_case({**case, "config": "sdiet"}, callback)
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="+", type=int, default=[50_000, IMAGENET_TRAIN])
+    parser.add_argument("--gpus", nargs="+", type=int, default=None, help="default: 1 and 2")
+    parser.add_argument("--images", type=int, default=20_000, help="distinct JPEGs")
+    parser.add_argument("--folder", type=Path, default=None, help="keep the JPEGs and links here")
+    parser.add_argument("--batch-size", type=int, default=256, help="per GPU")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=0, help="per GPU; 0: cores / GPUs")
+    parser.add_argument("--storage", default="cpu", choices=["cpu", "gpu", "disk"])
+    parser.add_argument("--case-timeout", type=float, default=420.0)
+    parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.case is not None:
+        print_case_result(sdiet_case(json.loads(args.case)))
+        return
+    args.gpus = args.gpus or [g for g in (1, 2) if g <= max(1, visible_gpus())]
+    accelerator, precision, overrides = "gpu", "bf16-mixed", ["backbone.name=resnet50"]
+    if args.smoke:
+        accelerator, precision, args.gpus = "cpu", "32", [1]
+        args.images, args.sizes, args.batch_size, args.warmup, args.steps = 24, [40, 400], 4, 1, 2
+        overrides = ["backbone.name=resnet18", "augmentations.0.crop_size=32"]
+    overrides += [f"method_kwargs.storage={args.storage}"]
+    cores = len(os.sched_getaffinity(0))
+    started = time.time()
+    with tempfile.TemporaryDirectory() as scratch:
+        base = args.folder or Path(scratch)
+        jpegs = make_folder(base / "jpegs", args.images, 4 if args.smoke else 100,
+                            cuda=not args.smoke, size_scale=0.1 if args.smoke else 1.0)  # fmt: skip
+        folders = {n: linked_folder(jpegs, base / f"linked_{n}", n) for n in args.sizes}
+        print(
+            f"# sdiet_imagenet_scale, {gpu_name()}, s-DIET ResNet-50 at 224 px, batch "
+            f"{args.batch_size} per GPU, {precision}, row store `{args.storage}`, streaming source "
+            f"over {args.images} distinct JPEGs, {args.warmup} + {args.steps} timed steps"
+        )
+        print(
+            "| GPUs | N | samples/s | GPU busy % | peak GPU MiB | vs smallest N | row store host "
+            "MiB | peak resident MiB |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for gpus in args.gpus:
+            first_peak = None
+            for n in args.sizes:
+                case = {
+                    "method": "sdiet", "source": "stream", "gpus": gpus,
+                    "workers": args.workers or max(1, cores // gpus), "folder": str(folders[n]),
+                    "batch_size": args.batch_size, "precision": precision,
+                    "accelerator": accelerator, "warmup": args.warmup, "steps": args.steps,
+                    "overrides": overrides, "out": str(Path(scratch) / "out"),
+                }  # fmt: skip
+                result = run_case(__file__, case, args.case_timeout)
+                peak = result.get("peak_mib")
+                first_peak = first_peak or peak
+                ratio = f"{peak / first_peak:.3f}" if peak and first_peak else "-"
+                print(
+                    f"| {gpus} | {n} | {fmt(result, 'samples_s', '.0f')} "
+                    f"| {fmt(result, 'busy', '.0f')} | {fmt(result, 'peak_mib', '.0f')} | {ratio} "
+                    f"| {fmt(result, 'row_store_mib', '.0f')} "
+                    f"| {fmt(result, 'resident_mib', '.0f')} |",
+                    flush=True,
+                )
+    print(f"# {time.time() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()
