@@ -9,6 +9,7 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -114,9 +115,13 @@ def test_a_corrupt_file_stops_pretrain_naming_it_or_is_skipped(jpegs, tmp_path, 
     argv = pretrain_argv(jpegs, tmp_path / "out", "diet")[5:] + STREAM
     argv = [a for a in argv if not a.startswith(("data.train_path", "max_epochs"))]
     argv += [f"data.train_path={broken}", "max_epochs=1", "++limit_train_batches=1.0"]
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv)
-    with pytest.raises(CorruptImage, match=r"cannot decode .*class_000.*\.jpg"):
-        run_pretrain(cfg)
+    command = ["pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom")]
+    assert main(command + ["--config-name", "diet"] + argv) == 2  # a user error: one line
+    assert re.search(
+        r"solo-diet pretrain: cannot decode .*class_000.*\.jpg", capsys.readouterr().err
+    )
+    with pytest.raises(CorruptImage, match="data.gpu.on_corrupt: skip"):
+        run_pretrain(compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv))
     corrupt = list(good)[3:5]
     for path, data in good.items():
         path.write_bytes(b"" if path in corrupt else data)
