@@ -62,17 +62,18 @@ def test_every_method_runs_a_fast_dev_run_through_the_stream(method, jpegs):
     assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
 
 
-def test_lightning_sets_the_epoch_and_batches_carry_true_indices(jpegs):
+def test_each_epoch_streams_its_own_order_through_persistent_workers(jpegs):
     cfg = stream_cfg("diet", jpegs)
+    cfg.data.num_workers = 1
     _, recorder, train = fit_through_gpu_path(
         cfg, fast_dev_run=False, max_epochs=2, limit_val_batches=0
     )
-    assert train.sampler.epoch == 1
-    reference = SuperBatchSampler(NUM_TRAIN, BATCH, seed=cfg.seed)
-    for epoch in (0, 1):
-        reference.set_epoch(epoch)
-        seen = [idx for e, idx, _ in recorder.seen if e == epoch]
-        assert torch.equal(torch.stack(seen), reference.global_batches())
+    assert train.sampler.epoch == 1 and train.num_workers == 1
+    by_epoch = {e: torch.stack([i for s, i, _ in recorder.seen if s == e]) for e in (0, 1)}
+    for epoch, seen in by_epoch.items():
+        train.set_epoch(epoch)
+        assert seen.tolist() == list(train.batch_sampler)
+    assert not torch.equal(by_epoch[0], by_epoch[1])
 
 
 def test_pretrain_then_linear_end_to_end_with_the_stream(jpegs, tmp_path, capsys):
