@@ -24,6 +24,7 @@ from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from tests.launch.test_gpu_path import (  # noqa: E402
     BATCH,
     CLASSES,
+    DDP_SCRIPT,
     NUM_TRAIN,
     PER_CLASS,
     SCRIPTS,
@@ -132,6 +133,28 @@ def test_a_corrupt_file_stops_pretrain_naming_it_or_is_skipped(jpegs, tmp_path, 
     run_pretrain(skip)  # every file is in one of the epoch's 5 batches
     err = capsys.readouterr().err
     assert all(f"skipping the corrupt image {path} (the file is empty)" in err for path in corrupt)
+
+
+@pytest.mark.slow
+def test_ddp_ranks_stream_their_share_of_each_global_batch(jpegs, tmp_path):
+    """Two gloo processes, one worker each: rank 0's and rank 1's batches side by side are the
+    epoch's global batches."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ddp_run.py").write_text(DDP_SCRIPT)
+    argv = pretrain_argv(jpegs, tmp_path, "diet")[5:] + STREAM[:1] + ["data.num_workers=1"]
+    argv = [a for a in argv if not a.startswith(("devices", "max_epochs"))]
+    argv += ["devices=2", "strategy=ddp", "++seed=3", "max_epochs=1"]
+    config = str(SCRIPTS / "pretrain" / "custom")
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "ddp_run.py"), str(tmp_path), config, *argv],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = torch.cat([torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)], dim=1)
+    expected = SuperBatchSampler(NUM_TRAIN, 4, seed=3, num_replicas=2, rank=0).global_batches()
+    assert torch.equal(ranks, expected[: ranks.shape[0]])
 
 
 @pytest.mark.parametrize(
