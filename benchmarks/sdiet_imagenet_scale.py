@@ -40,6 +40,7 @@ from streaming_decode import (  # noqa: E402
     run_training_case,
     visible_gpus,
     window,
+    write_folder_case,
 )
 
 IMAGENET_TRAIN = 1_281_167
@@ -50,14 +51,16 @@ def linked_folder(source: Path, root: Path, count: int, classes: int = 100) -> P
     marker, classes = root / f".complete-{count}", min(classes, max(1, count // 4))
     if marker.exists():
         return root
-    jpegs = sorted(source.rglob("*.jpg"))
+    jpegs = [str(path) for path in sorted(source.rglob("*.jpg"))]
     started = time.time()
-    for label in range(classes):
-        (root / f"class_{label:04d}").mkdir(parents=True, exist_ok=True)
+    folders = [str(root / f"class_{label:04d}") for label in range(classes)]
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
     for k in range(count):
-        target = root / f"class_{k % classes:04d}" / f"{k:07d}.jpg"
-        if not target.exists():
-            os.link(jpegs[k % len(jpegs)], target)
+        try:
+            os.link(jpegs[k % len(jpegs)], os.path.join(folders[k % classes], f"{k:07d}.jpg"))
+        except FileExistsError:  # an interrupted earlier run
+            pass
     marker.touch()
     print(f"# linked {count} files into {root} in {time.time() - started:.0f} s", flush=True)
     return root
@@ -106,7 +109,8 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case is not None:
-        print_case_result(sdiet_case(json.loads(args.case)))
+        case = json.loads(args.case)
+        print_case_result(write_folder_case(case) if "make" in case else sdiet_case(case))
         return
     args.gpus = args.gpus or [g for g in (1, 2) if g <= max(1, visible_gpus())]
     accelerator, precision, overrides = "gpu", "bf16-mixed", ["backbone.name=resnet50"]

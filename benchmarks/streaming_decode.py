@@ -51,21 +51,33 @@ SIMCLR = {
 
 
 def make_folder(root: Path, images: int, classes: int, cuda: bool, size_scale: float = 1.0) -> Path:
-    """The synthetic JPEG folder (kept when it already holds ``images`` files)."""
+    """The synthetic JPEG folder (kept when it already holds ``images`` files), written by a
+    separate process so that this one keeps no CUDA context."""
+    if root.is_dir() and sum(1 for _ in root.rglob("*.jpg")) == images:
+        return root
+    started = time.time()
+    case = {"make": str(root), "images": images, "classes": classes, "cuda": cuda}
+    made = run_case(__file__, {**case, "size_scale": size_scale}, timeout=1200)
+    if "error" in made:
+        raise SystemExit(f"writing the JPEG folder failed: {made['error']}")
+    megabytes = sum(p.stat().st_size for p in root.rglob("*.jpg")) / 2**20
+    print(f"# wrote {images} JPEGs ({megabytes / images * 1024:.0f} KiB each) to {root} in "
+          f"{time.time() - started:.0f} s on {made['device']}", flush=True)  # fmt: skip
+    return root
+
+
+def write_folder_case(case: dict) -> dict:
+    """The ``make`` case: the JPEGs generated and encoded on the GPU (the CPU without one)."""
     import torch
 
     from solo_diet.data.synthetic import IMAGENET_LIKE_SIZES, write_jpeg_folder
 
-    if root.is_dir() and sum(1 for _ in root.rglob("*.jpg")) == images:
-        return root
-    sizes = [(round(h * size_scale), round(w * size_scale)) for h, w in IMAGENET_LIKE_SIZES]
-    started = time.time()
-    device = "cuda" if cuda and torch.cuda.is_available() else "cpu"
-    write_jpeg_folder(root, classes, images // classes, sizes=sizes, device=device, chunk=128)
-    megabytes = sum(p.stat().st_size for p in root.rglob("*.jpg")) / 2**20
-    print(f"# wrote {images} JPEGs ({megabytes / images * 1024:.0f} KiB each) to {root} in "
-          f"{time.time() - started:.0f} s", flush=True)  # fmt: skip
-    return root
+    scale = case["size_scale"]
+    sizes = [(round(h * scale), round(w * scale)) for h, w in IMAGENET_LIKE_SIZES]
+    device = "cuda" if case["cuda"] and torch.cuda.is_available() else "cpu"
+    per_class = case["images"] // case["classes"]
+    write_jpeg_folder(Path(case["make"]), case["classes"], per_class, sizes=sizes, device=device)
+    return {"device": device}
 
 
 class GPUBusy:
@@ -104,7 +116,7 @@ def window(case: dict):
             self.busy = GPUBusy(case["gpus"]) if cuda else None
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            if self.start is None and trainer.global_step == case["warmup"]:
+            if self.start is None and trainer.global_step >= case["warmup"]:
                 if cuda:
                     torch.cuda.synchronize()
                     if trainer.global_rank == 0:
@@ -254,7 +266,8 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case is not None:
-        print_case_result(run_training_case(json.loads(args.case)))
+        case = json.loads(args.case)
+        print_case_result(write_folder_case(case) if "make" in case else run_training_case(case))
         return
     args.gpus = args.gpus or [g for g in (1, 2) if g <= max(1, visible_gpus())]
     common = settings(args)

@@ -64,7 +64,11 @@ def write_jpeg_folder(
             for k in range(first, first + count):
                 by_size.setdefault(tuple(sizes[k % len(sizes)]), []).append(k)
             for (height, width), files in by_size.items():
-                images = photo_like(len(files), height, width, generator)
-                for k, data in zip(files, encode_jpeg(list(images), quality=quality)):
+                images = list(photo_like(len(files), height, width, generator))
+                try:
+                    encoded = encode_jpeg(images, quality=quality)
+                except RuntimeError:  # a torchvision without nvJPEG: the host encodes
+                    encoded = encode_jpeg([image.cpu() for image in images], quality=quality)
+                for k, data in zip(files, encoded):
                     (folder / f"{k:06d}.jpg").write_bytes(data.cpu().numpy().tobytes())
     return Path(root)
