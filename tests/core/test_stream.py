@@ -232,3 +232,15 @@ def test_cuda_batches_match_the_cpu_ones_and_name_corrupt_files(folder, broken):
     assert sum(len(batch[0]) for batch in skipping) == len(skipping) * BATCH
     bad, _ = corrupt_in_epoch(corrupt, broken)
     assert set(skipping.skipped) == {corrupt.path(i) for i in bad}
+
+
+def test_views_without_random_crop_centre_crop_each_image():
+    images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in SIZES]
+    augment = MultiCropAugmentation.from_config(
+        [node(rrc={"enabled": False}, num_crops=2)], "custom"
+    )
+    first, second = augment(images, torch.Generator().manual_seed(0))
+    for i, image in enumerate(images):
+        alone = ops.resize_center_crop(image[None], 24, 24, None, "bicubic")[0]
+        torch.testing.assert_close(first[i], alone, atol=1e-6, rtol=0)
+        torch.testing.assert_close(second[i], alone, atol=1e-6, rtol=0)

@@ -62,7 +62,8 @@ class _ViewGroup:
             size = (self.crop_size, self.crop_size)
             x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bicubic")
         elif not isinstance(images, torch.Tensor):  # sizes differ: a square centre crop each
-            x = ops.resize_center_crop(images, self.crop_size, self.crop_size, flip, "bicubic")
+            rows = torch.zeros(count, dtype=torch.bool, device=device) if flip is None else flip
+            x = ops.resize_center_crop(images, self.crop_size, self.crop_size, rows, "bicubic")
         else:
             repeated = images.repeat(len(self.nodes), 1, 1, 1)
             x = ops.resize_center_crop(repeated, self.crop_size, None, flip, "bicubic")
