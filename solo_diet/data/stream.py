@@ -25,6 +25,7 @@ images differ in size and should be cropped at full resolution:
 
 from __future__ import annotations
 
+import functools
 import io
 import sys
 from collections.abc import Iterator, Sequence
@@ -145,14 +146,26 @@ def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Opti
 
     try:
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
-    except RuntimeError:
+    except RuntimeError as err:
         decoded: list[Optional[Tensor]] = []
         for data in datas:
             try:
                 decoded.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
             except RuntimeError:
                 decoded.append(None)
+        if len(datas) > 1 and all(image is None for image in decoded):
+            _say_host_decoding(_first_line(err))
         return decoded
+
+
+@functools.lru_cache(maxsize=None)
+def _say_host_decoding(problem: str) -> None:
+    """Once per problem: nvJPEG refused a whole batch, so the host decodes (slowly)."""
+    print(
+        f"solo-diet: nvJPEG decoded none of a batch's JPEGs ({problem}); the host decodes them.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def decode_images(
