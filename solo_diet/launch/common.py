@@ -202,13 +202,16 @@ def logger_and_callbacks(
 ):
     """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
     in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
-    optional gradient watching and lr monitor)."""
+    optional gradient watching and lr monitor); the progress bar, unless turned off, redrawn by the
+    clock (``TimedProgressBar``), not after every step."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from solo_diet.launch.callbacks import FinalEpochCheckpoint
+    from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
     from solo_diet.launch.checkpointing import RunCheckpointer
 
     callbacks: list = []
+    if OmegaConf.select(cfg, "enable_progress_bar", default=True) is not False:
+        callbacks.append(TimedProgressBar())
     checkpointer = None
     if cfg.checkpoint.enabled:
         checkpointer = RunCheckpointer(
