@@ -11,8 +11,9 @@ dominates:
 - ``bare``: the same model, optimizer, batches and schedule, the steps outside Lightning's loop
   (``data_path.bare_step``: no logging, no callbacks, no progress bar).
 
-After ``--warmup`` steps, ``--steps`` steps are timed (median ms per step, from one batch start to
-the next); ``lightning - bare`` is what Lightning, solo-learn's bookkeeping and our launcher add
+After ``--warmup`` steps, ``--steps`` steps are timed: the median CPU time of this process
+(``time.process_time``, so other processes on a shared machine move it little) from one batch start
+to the next; ``lightning - bare`` is what Lightning, solo-learn's bookkeeping and our launcher add
 per step. ``--profile DIR`` writes, per method, the 50 costliest calls of the timed Lightning steps
 (cProfile, by own time) to ``DIR/<method>.txt`` and the raw statistics to ``DIR/<method>.prof``. Run with one thread for stable numbers:
 
@@ -74,11 +75,11 @@ def step_clock(case: dict):
             if case["source"] == "bare":
                 step = bare_step(trainer, module)
                 for offset in range(case["steps"] + 1):
-                    self.marks.append(time.perf_counter())
+                    self.marks.append(time.process_time())
                     step(trainer.global_step + offset)
                 trainer.should_stop = True
                 return
-            self.marks.append(time.perf_counter())
+            self.marks.append(time.process_time())
             if len(self.marks) == 1 and case["profile"]:
                 import cProfile
 
@@ -146,7 +147,7 @@ def main(argv: Optional[list] = None) -> None:
     if run_here_if_case(args, run_host_case):
         return
     print(
-        f"# host ms per step on this CPU, {os.cpu_count()} cores, OMP_NUM_THREADS="
+        f"# host CPU ms per step on this CPU, {os.cpu_count()} cores, OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, cp_resnet8 width 8, batch {BATCH}, "
         f"float32, data.format=gpu (CPU fallback), median of {args.steps} steps after "
         f"{args.warmup}" + (f", overrides {args.override}" if args.override else "")

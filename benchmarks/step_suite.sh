@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 32's GPU checks on one H100 with 16 cores. The default parts (sync, ratio, wall) are sized
-# for about 8 minutes (each Python process there spends 14-18 s importing, and data_path.py starts
-# one per case); "loader graph" adds about 2 minutes, so run them in a second call.
+# The GPU checks of "a training step that never waits on the host", on one H100 with 16 cores.
+# The default parts (sync, ratio, wall) are sized for about 8 minutes (each Python process there
+# spends 14-18 s importing, and data_path.py starts one per case); "loader graph" adds about 2
+# minutes, so run them in a second call.
 #
 #   1. sync:     the CUDA read-back test (tests/launch/test_no_host_sync.py, its CUDA cases: every
 #                listed method, three guarded steps each; the CPU stand-in runs in CPU CI)
