@@ -1,5 +1,5 @@
-"""Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor and a
-last-epoch checkpoint.
+"""Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor, a
+last-epoch checkpoint and a progress bar redrawn by the clock.
 
 Launcher floor (imports Lightning, not solo-learn). The launchers and ``solo-diet compare`` add
 them; any Lightning ``Trainer`` can take them.
@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import TQDMProgressBar
 
 from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.metrics import rankme
@@ -269,3 +270,28 @@ class FinalEpochCheckpoint(Callback):
         last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
         if last and epoch % self.checkpointer.frequency != 0:
             self.checkpointer.save(trainer)
+
+
+class TimedProgressBar(TQDMProgressBar):
+    """Lightning's tqdm progress bar, redrawn (count and logged metrics) at most once every
+    ``interval`` seconds and at each loop's last batch, instead of after every batch.
+
+    Lightning's bar redraws after each batch (two terminal writes, the metrics formatted), a host
+    cost paid by every step; a person reads the bar a few times a second at most. The drawn lines
+    are Lightning's own."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__()
+        if not interval > 0:
+            raise ValueError(f"the progress bar's interval must be positive, got {interval}")
+        self.interval = interval
+        self._last_drawn = -math.inf
+
+    def _should_update(self, current: int, total: Any) -> bool:
+        if not self.is_enabled:
+            return False
+        now = time.monotonic()
+        if current == total or now - self._last_drawn >= self.interval:
+            self._last_drawn = now
+            return True
+        return False

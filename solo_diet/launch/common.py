@@ -102,12 +102,13 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy and
-    the checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy
+    (``ddp``: ``OneProcessAwareDDP``, no per-step barrier of logged values on one process) and the
+    checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
     from lightning.pytorch import Trainer
-    from lightning.pytorch.strategies.ddp import DDPStrategy
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO
+    from solo_diet.launch.strategies import OneProcessAwareDDP
 
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
@@ -119,7 +120,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
         callbacks=callbacks,
         plugins=[*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()],
         enable_checkpointing=False,
-        strategy=DDPStrategy(find_unused_parameters=False)
+        strategy=OneProcessAwareDDP(find_unused_parameters=False)
         if cfg.strategy == "ddp"
         else cfg.strategy,
     )
@@ -202,13 +203,16 @@ def logger_and_callbacks(
 ):
     """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
     in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
-    optional gradient watching and lr monitor)."""
+    optional gradient watching and lr monitor); the progress bar, unless turned off, redrawn by the
+    clock (``TimedProgressBar``), not after every step."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from solo_diet.launch.callbacks import FinalEpochCheckpoint
+    from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
     from solo_diet.launch.checkpointing import RunCheckpointer
 
     callbacks: list = []
+    if OmegaConf.select(cfg, "enable_progress_bar", default=True) is not False:
+        callbacks.append(TimedProgressBar())
     checkpointer = None
     if cfg.checkpoint.enabled:
         checkpointer = RunCheckpointer(

@@ -1,7 +1,9 @@
 """Same-math substitutes, per model instance, for the read-backs inside solo-learn's own steps.
 
 - W-MSE: the model's ``whitening`` (solo-learn's ``Whitening2d``, whose Cholesky reads its status
-  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`.
+  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`; its step's slice permutation
+  (``torch.randperm`` on the host, then GPU features indexed by it: a blocking copy per slice)
+  comes from :class:`DeviceRandpermTorch`, the same permutation sent to the device without a wait.
 - The queue methods (MoCo V2+, NNBYOL, NNCLR, NNSiam, ReSSL, All4One) read their queue pointer as
   a Python number; the instance gets a bound ``dequeue_and_enqueue`` (``_dequeue_and_enqueue`` for
   MoCo) writing through :func:`solo_diet.queue.enqueue_`, pointer on the device, same contents.
@@ -9,7 +11,8 @@
   looks these functions up as module globals at call time (``solo.losses.vicreg.covariance_loss``
   from ``vicreg_loss_func``; ``solo.methods.barlow_twins.barlow_loss_func`` from the method), so
   each global is replaced, once per process, by a :class:`LossDispatch` that calls ours while a
-  substituted model's training step runs and solo-learn's original otherwise. The model's
+  substituted model's training step runs and solo-learn's original otherwise (W-MSE's ``torch``
+  global likewise, by a :class:`DeviceRandpermTorch`). The model's
   instance gets a ``training_step`` that sets a context variable around the class's own step: no
   other model, no other job of the same process (compare's workers) and no code outside a
   substituted step sees our version, and a model built with the key off runs solo-learn's.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from solo.methods.all4one import All4One
@@ -44,9 +47,10 @@ from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_
 from solo_diet.nn.whitening import CholeskyWhitening
 from solo_diet.queue import enqueue_
 
-_IN_SUBSTITUTED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "solo_diet_in_substituted_step", default=False
+_SUBSTITUTED_STEP_DEVICE: contextvars.ContextVar[Optional[torch.device]] = contextvars.ContextVar(
+    "solo_diet_substituted_step_device", default=None
 )
+"""The device of the substituted model whose training step runs now; None outside such a step."""
 
 LOSS_SUBSTITUTES: dict[type, tuple[str, str, Callable]] = {
     VICReg: ("solo.losses.vicreg", "covariance_loss", vicreg_covariance_loss),
@@ -67,7 +71,7 @@ class LossDispatch:
         self.original, self.ours = original, ours
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        chosen = self.ours if _IN_SUBSTITUTED_STEP.get() else self.original
+        chosen = self.ours if _SUBSTITUTED_STEP_DEVICE.get() is not None else self.original
         return chosen(*args, **kwargs)
 
 
@@ -79,6 +83,37 @@ def install_loss_dispatch(module_name: str, name: str, ours: Callable) -> LossDi
         current = LossDispatch(current, ours)
         setattr(module, name, current)
     return current
+
+
+def device_randperm(n: int, device: torch.device) -> torch.Tensor:
+    """``torch.randperm(n)`` drawn from the host generator (the same numbers as solo-learn's call),
+    on ``device``: for CUDA through pinned memory and an asynchronous copy, so nothing waits."""
+    permutation = torch.randperm(n)
+    if device.type != "cuda":
+        return permutation.to(device)
+    return permutation.pin_memory().to(device, non_blocking=True)
+
+
+class DeviceRandpermTorch:
+    """Stands in for the ``torch`` module in one solo-learn module: ``randperm(n)`` inside a
+    substituted training step is :func:`device_randperm` on the step's device; every other name,
+    and ``randperm`` anywhere else, is torch's own."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def randperm(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        device = _SUBSTITUTED_STEP_DEVICE.get()
+        if device is None or len(args) != 1 or kwargs:
+            return torch.randperm(*args, **kwargs)
+        return device_randperm(args[0], device)
+
+
+def install_randperm_dispatch(module_name: str) -> None:
+    """Replace ``module_name.torch`` by a :class:`DeviceRandpermTorch` (once)."""
+    module = importlib.import_module(module_name)
+    if not isinstance(module.torch, DeviceRandpermTorch):
+        module.torch = DeviceRandpermTorch()
 
 
 class InstanceSubstitute:
@@ -112,11 +147,11 @@ class SubstitutedTrainingStep(InstanceSubstitute):
         return type(self.owner).training_step
 
     def __call__(self, batch: Any, batch_idx: int) -> Any:
-        token = _IN_SUBSTITUTED_STEP.set(True)
+        token = _SUBSTITUTED_STEP_DEVICE.set(self.owner.device)
         try:
             return self.function(self.owner, batch, batch_idx)
         finally:
-            _IN_SUBSTITUTED_STEP.reset(token)
+            _SUBSTITUTED_STEP_DEVICE.reset(token)
 
 
 @torch.no_grad()
@@ -149,6 +184,12 @@ def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
     return isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]
 
 
+def _substitute_training_step(model: nn.Module) -> None:
+    """Run ``model``'s training steps as :class:`SubstitutedTrainingStep` (once)."""
+    if "training_step" not in vars(model):
+        model.training_step = SubstitutedTrainingStep(model)
+
+
 def _qualified(obj: Union[Callable, type]) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -160,8 +201,7 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
     for cls, (module_name, name, ours) in LOSS_SUBSTITUTES.items():
         if isinstance(model, cls):
             install_loss_dispatch(module_name, name, ours)
-            if "training_step" not in vars(model):
-                model.training_step = SubstitutedTrainingStep(model)
+            _substitute_training_step(model)
             made.append(f"loss `{module_name}.{name}` -> {_qualified(ours)}")
     for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, name):
@@ -171,4 +211,8 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
     if isinstance(model, WMSE) and type(whitening) is Whitening2d:
         model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps)
         made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
+    if isinstance(model, WMSE):
+        install_randperm_dispatch(WMSE.__module__)
+        _substitute_training_step(model)
+        made.append(f"`{WMSE.__module__}.torch.randperm` -> {_qualified(device_randperm)}")
     return made

@@ -11,10 +11,10 @@ blocking copy) raises inside the step and fails the test with its traceback.
 
 A CPU stand-in runs the same window on any machine: it records the operations that read back
 from a GPU (a tensor read as a Python number, ``nonzero``, ``masked_select``, boolean-mask
-indexing, ``unique``, a tensor made from host data) and fails on any, for every method but those
-whose read-backs are in solo-learn's own code (``SOLO_LEARN_READ_BACKS``) or whose host reads
-touch host tensors only (s-DIET's row store). It cannot see a blocking copy or a linear-algebra
-status check; the CUDA test can.
+indexing, ``unique``, a tensor made from host data, but not a Python number written into a slice,
+a fill on a GPU) and fails on any, for every method but those whose host reads touch host tensors
+only (s-DIET's row store). It cannot see a blocking copy (W-MSE's host permutation indexing GPU
+features, before our substitute) or a linear-algebra status check; the CUDA test can.
 
 Run on a GPU machine: ``python -m pytest tests/launch/test_no_host_sync.py -q -p no:cacheprovider``.
 """
@@ -57,14 +57,6 @@ def data(tmp_path_factory):
     return root
 
 
-# read-backs in solo-learn's own code (its files, not ours) that no substitute of ours replaces,
-# seen by the CPU stand-in (VICReg's, Barlow Twins' and the queue methods' have substitutes:
-# solo_diet.methods.step_substitutes)
-SOLO_LEARN_READ_BACKS = {
-    "mae": "a tensor made from host data in the ViT-MAE backbone's forward",
-}
-# read-backs that only CUDA's sync check sees, in solo-learn's own step (measured on one H100)
-CUDA_READ_BACKS = {"wmse": "solo-learn's wmse.py:145 indexes the GPU features with a host randperm"}
 HOST_SIDE = {"sdiet": "its row store reads the sampler's host indices, host tensors on a GPU too"}
 _ATEN = torch.ops.aten
 _READ_BACK_OPS = {
@@ -80,22 +72,43 @@ _INDEXING = (_ATEN.index.Tensor, _ATEN.index_put.default, _ATEN.index_put_.defau
 
 
 class ReadBackRecorder(TorchDispatchMode):
-    """Records each operation that would read back from a GPU, with the line that called it."""
+    """Records each operation that would read back from a GPU, with the line that called it.
+
+    A Python number written into a slice (``mask[:, :k] = 0``) lifts a 0-dim host tensor that
+    ``fill_`` takes as its value: a fill kernel on a GPU, no copy. Such a lifted tensor is held
+    back until its first use, and recorded only if that use is not as ``fill_``'s value."""
 
     def __init__(self):
         super().__init__()
         self.seen: list[str] = []
+        self.lifted_scalar: tuple[torch.Tensor, str] | None = None
+
+    def _check_lifted_scalar(self, func, args) -> None:
+        if self.lifted_scalar is None:
+            return
+        scalar, where = self.lifted_scalar
+        uses = [i for i, a in enumerate(args) if a is scalar]
+        if uses:
+            self.lifted_scalar = None
+            if not (func is _ATEN.fill_.Tensor and uses == [1]):
+                self.seen.append(where)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._check_lifted_scalar(func, args)
         what = _READ_BACK_OPS.get(func)
         if func in _INDEXING and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]
         ):
             what = "boolean-mask indexing"
+        result = func(*args, **(kwargs or {}))
         if what is not None:
             frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename]
-            self.seen.append(f"{what} at {frames[-1].filename}:{frames[-1].lineno}")
-        return func(*args, **(kwargs or {}))
+            where = f"{what} at {frames[-1].filename}:{frames[-1].lineno}"
+            if func is _ATEN.lift_fresh.default and result.dim() == 0:
+                self.lifted_scalar = (result, where)
+            else:
+                self.seen.append(where)
+        return result
 
 
 class ReadBackGuard(Callback):
@@ -189,18 +202,8 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     return guard
 
 
-def cuda_cases() -> list:
-    """``cases()``, those with a read-back in solo-learn's own step marked as strict failures."""
-    marked = []
-    for method, optimizer in cases():
-        known = CUDA_READ_BACKS.get(method.removesuffix("_sem"))
-        marks = [pytest.mark.xfail(strict=True, reason=known)] if known else []
-        marked.append(pytest.param(method, optimizer, marks=marks))
-    return marked
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs exist only on CUDA")
-@pytest.mark.parametrize("method, optimizer", cuda_cases())
+@pytest.mark.parametrize("method, optimizer", cases())
 def test_steps_past_the_first_never_read_back(method, optimizer, data, tmp_path):
     fit_guarded(method, optimizer, data, tmp_path, cuda=True)
 
@@ -208,8 +211,21 @@ def test_steps_past_the_first_never_read_back(method, optimizer, data, tmp_path)
 @pytest.mark.parametrize("method, optimizer", cases())
 def test_cpu_stand_in_sees_no_read_back(method, optimizer, data, tmp_path):
     base = method.removesuffix("_sem")
-    known = SOLO_LEARN_READ_BACKS.get(base) or HOST_SIDE.get(base)
+    known = HOST_SIDE.get(base)
     if known is not None or optimizer != "lars":  # AdamW's step counts are host tensors
         pytest.skip(known or "torch's AdamW reads its host-side step counts")
     guard = fit_guarded(method, optimizer, data, tmp_path, cuda=False)
     assert guard.recorder.seen == []
+
+
+def test_the_stand_in_lets_a_number_written_into_a_slice_pass_and_records_the_rest():
+    x = torch.ones(3, 4)
+    with ReadBackRecorder() as recorder:
+        x[:, :2] = 0  # a fill on a GPU (MAE's random masking)
+    assert recorder.seen == []
+    with ReadBackRecorder() as recorder:
+        x * torch.tensor(3.0)  # a host scalar used as an operand: a copy on a GPU
+        torch.tensor([1, 2])
+        x[0, 0] = torch.tensor(2.0)  # a tensor (not a number) written: a copy on a GPU
+    assert len(recorder.seen) == 3
+    assert all("host data" in seen and __file__ in seen for seen in recorder.seen)

@@ -31,10 +31,13 @@ from solo_diet.losses.decorrelation import (  # noqa: E402
     off_diagonal,
     vicreg_covariance_loss,
 )
+from solo_diet.methods import step_substitutes  # noqa: E402
 from solo_diet.methods.step_substitutes import (  # noqa: E402
     QUEUE_BUFFERS,
+    DeviceRandpermTorch,
     InstanceSubstitute,
     LossDispatch,
+    device_randperm,
 )
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line  # noqa: E402
 from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
@@ -205,7 +208,7 @@ def test_a_pickled_or_copied_model_keeps_its_substitutes_bound_to_itself(method)
     substitute_step_parts(cfg, model)
     for copied in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
         substitutes = {k: v for k, v in vars(model).items() if isinstance(v, InstanceSubstitute)}
-        assert len(substitutes) == (method != "wmse")
+        assert len(substitutes) == 1  # W-MSE's: its training step, for the permutation
         for name, value in substitutes.items():
             assert type(vars(copied)[name]) is type(value) and vars(copied)[name].owner is copied
         if method == "wmse":
@@ -243,3 +246,52 @@ def test_training_ends_on_the_same_weights_with_and_without_substitutes(method):
             assert torch.equal(ours[name], value), name
         else:
             assert_close(ours[name], value, TRAINED_RTOL.get(method, 1e-6))
+
+
+def test_device_randperm_draws_the_host_generators_permutation():
+    for n in (1, 8, 256):
+        torch.manual_seed(n)
+        theirs = torch.randperm(n)
+        torch.manual_seed(n)
+        ours = device_randperm(n, torch.device("cpu"))
+        assert torch.equal(ours, theirs) and ours.dtype == theirs.dtype
+
+
+def wmse_step_loss(model, batch, seed: int) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return model.training_step(batch, 0).detach()
+
+
+@pytest.mark.parametrize("method", ["wmse", "wmse_sem"])
+def test_wmse_step_equals_solo_learns_and_draws_through_ours(method, monkeypatch):
+    """One W-MSE step with the randperm substitute against solo-learn's own ``training_step`` (both
+    whitened by ``CholeskyWhitening``, so the permutation's path is the only difference): the same
+    loss bitwise, the permutations drawn by ``device_randperm`` inside the step only."""
+    import solo.methods.wmse as solo_wmse
+
+    solo_diet.register()
+    kwargs = {**KWARGS["wmse"], "sem": {"num_simplices": 4, "simplex_dim": 3}}
+    if method == "wmse":
+        kwargs.pop("sem")
+    cfg = tiny_cfg(method, kwargs, batch_size=8)
+    cfg.method_kwargs.whitening_iters = 2
+    cfg.method_kwargs.whitening_size = 4
+    theirs = METHODS[method](cfg)
+    ours = copy.deepcopy(theirs)
+    assert any("randperm" in m for m in substitute_step_parts(cfg, ours))
+    theirs.whitening = CholeskyWhitening(theirs.whitening.output_dim, theirs.whitening.eps)
+    drawn = []
+    monkeypatch.setattr(
+        step_substitutes,
+        "device_randperm",
+        lambda n, device: drawn.append(n) or device_randperm(n, device),
+    )
+    batch = next(iter(fake_pretrain_loader(cfg, num_samples=8, shuffle=False)))
+    their_loss = wmse_step_loss(theirs, batch, 0)
+    assert drawn == []  # solo-learn's own step, after ours was installed: torch's randperm
+    our_loss = wmse_step_loss(ours, batch, 0)
+    assert drawn == [8, 8]  # one permutation of the batch per whitening iteration
+    assert torch.equal(our_loss, their_loss)
+    assert not torch.equal(wmse_step_loss(ours, batch, 1), our_loss)  # the permutation matters
+    assert isinstance(solo_wmse.torch, DeviceRandpermTorch)
+    assert solo_wmse.torch.randperm(5).tolist() != [] and len(drawn) == 4  # outside: torch's
