@@ -7,8 +7,8 @@ The data format is read here and nowhere else but the data-path factory
 
 Keys (defaults in brackets):
 
-- ``data.format`` [``image_folder``]: one of :data:`DATA_FORMATS`: a data path of
-  :mod:`solo_diet.launch.datapaths` (``gpu`` decodes the set once into a uint8 tensor and
+- ``data.format`` [``image_folder``]: a format of a data path of :mod:`solo_diet.launch.datapaths`
+  (``image_folder``, ``h5``, ``dali``, ``gpu``; ``gpu`` decodes the set once into a uint8 tensor and
   augments batches on the training device, docs/data-path.md).
 - ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
   page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import (
@@ -44,10 +43,8 @@ from solo_diet.config import (
     check_positive_int,
     fill_default,
 )
-from solo_diet.data.loader import STORAGES
 
 FORMAT_KEY = "data.format"
-DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache")
 # the GPU loader's arguments and the keys that set them (for errors raised by the core)
@@ -79,8 +76,10 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
     """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
     and trains from the image folder) and, for the GPU data path, the ``data.gpu.*`` keys and the
     loader's device; refuse ``dali`` options with the GPU data path."""
+    from solo_diet.launch.datapaths import data_formats
+
     data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
-    check_choice(cfg, FORMAT_KEY, DATA_FORMATS)
+    check_choice(cfg, FORMAT_KEY, data_formats())
     if data_format != "gpu":
         return DataSettings(data_format)
     if OmegaConf.select(cfg, "dali") is not None:
@@ -96,6 +95,8 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
     if not isinstance(given, Mapping):
         raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
+    from solo_diet.data.loader import STORAGES
+
     check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
     fill_default(cfg, "data.gpu.storage", "auto")
     check_choice(cfg, "data.gpu.storage", STORAGES)
@@ -119,6 +120,8 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
 def loader_device(cfg: DictConfig) -> str:
     """Where the GPU data path makes batches, from ``accelerator``: ``cuda`` (each process's GPU)
     or ``cpu``."""
+    import torch
+
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
     if accelerator in ("gpu", "cuda"):
         return "cuda"
@@ -164,6 +167,8 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
 def resolve_spec_format(spec: DictConfig, spec_path: Path) -> str:
     """A compare spec's data format: ``auto`` is the GPU data path (docs/data-path.md) when torch
     sees a GPU, solo-learn's image-folder loader otherwise; written back into the spec."""
+    import torch
+
     requested = OmegaConf.select(spec, FORMAT_KEY)
     if requested not in LAUNCH_DATA_FORMATS:
         raise ConfigError(

@@ -1,0 +1,64 @@
+"""The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
+training device (:mod:`solo_diet.launch.gpu_data`, docs/data-path.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig
+
+from solo_diet.data.pipeline import MultiCropAugmentation
+from solo_diet.launch import gpu_data
+from solo_diet.launch.datapaths.base import Chooser, DataPath, PretrainData
+from solo_diet.launch.settings import GPUDataSettings
+
+
+class GPUPath(DataPath):
+    """Loaders of :mod:`solo_diet.launch.gpu_data` with the run's checked ``data.gpu`` settings."""
+
+    formats = ("gpu",)
+
+    @property
+    def gpu(self) -> GPUDataSettings:
+        assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
+        return self.settings.gpu
+
+    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
+        loader, num_samples = gpu_data.pretrain_loader(cfg, contract.train_batch_sampler, self.gpu)
+        return PretrainData(loader, num_samples)
+
+    def classification_val_loader(self, cfg: DictConfig, aug: DictConfig, batch_size: int) -> Any:
+        return gpu_data.eval_loader(cfg, aug, batch_size, gpu=self.gpu)
+
+    def linear_loaders(self, cfg: DictConfig) -> tuple[Any, Any, Optional[dict[str, int]]]:
+        return gpu_data.linear_loaders(cfg, self.gpu)
+
+    def feature_loaders(self, cfg: DictConfig, batch_size: int) -> tuple[Any, Any]:
+        return tuple(
+            gpu_data.feature_loader(cfg, split, batch_size, self.gpu) for split in ("train", "val")
+        )
+
+    @torch.no_grad()
+    def lidar_views(
+        self,
+        cfg: DictConfig,
+        node: Optional[DictConfig],
+        choose: Chooser,
+        views: int,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+    ) -> torch.Tensor:
+        """The views made on ``device`` by the GPU data path's augmentations."""
+        dataset = cfg.data.dataset
+        if node is not None:
+            augment = MultiCropAugmentation.from_config([node], dataset)
+            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
+        else:
+            transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
+        images = gpu_data.load_split(cfg, "val", gpu=self.gpu).images
+        repeated = images[choose(len(images))].repeat_interleave(views, dim=0)
+        generator = torch.Generator(device).manual_seed(seed)
+        chunks = repeated.split(batch_size)
+        return torch.cat([transform(chunk.to(device), generator).cpu() for chunk in chunks])
