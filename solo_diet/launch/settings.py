@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import (
     ConfigError,
+    KeyReader,
     check_bool,
     check_choice,
     check_known_keys,
@@ -83,9 +84,9 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
     if data_format != "gpu":
         return DataSettings(data_format)
     if OmegaConf.select(cfg, "dali") is not None:
-        raise ConfigError(
-            f"the `dali` options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the "
-            "`dali` section."
+        raise KeyReader(cfg).fail(
+            "dali",
+            f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` section.",
         )
     return DataSettings(data_format, gpu_settings(cfg))
 
@@ -94,7 +95,9 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
     given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
     if not isinstance(given, Mapping):
-        raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
+        raise KeyReader(cfg).fail(
+            "data.gpu", f"must be a mapping of {list(GPU_KEYS)}, got {given!r}."
+        )
     from solo_diet.data.loader import STORAGES
 
     check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
