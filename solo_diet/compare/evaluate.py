@@ -22,6 +22,7 @@ from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
 from solo_diet.config import fill_default
 from solo_diet.launch.datapaths import data_path_for
+from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
@@ -71,9 +72,10 @@ class Evaluator:
         batch = int(self.settings.batch_size)
         self.train_loader, self.val_loader = data_path.feature_loaders(probe_cfg, batch)
         views = int(self.settings.lidar_views)
-        self.lidar_views = data_path.lidar_views(
-            probe_cfg, self._lidar_node(), self._chosen, views, batch, self.seed, self.device
+        request = ViewRequest(
+            self._lidar_node(), self._chosen, views, batch, self.seed, self.device
         )
+        self.lidar_views = data_path.lidar_views(probe_cfg, request)
         self.lidar_labels = torch.arange(len(self.lidar_views) // views).repeat_interleave(views)
 
     @property

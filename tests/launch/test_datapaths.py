@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from solo_diet.launch import datapaths
 from solo_diet.launch.datapaths import DataPath, data_formats, data_path_for, make_data_path
-from solo_diet.launch.datapaths.base import REGISTRY, PretrainData
+from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
 from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
@@ -137,9 +137,8 @@ def test_image_folder_and_gpu_paths_give_the_evaluation_the_same_images(tmp_path
         path = data_path_for(cfg)
         train, val = path.feature_loaders(cfg, batch_size=4)
         targets = [torch.cat([y for _, y in loader]) for loader in (train, val)]
-        views = path.lidar_views(
-            cfg, None, lambda n: torch.arange(n)[:3], 2, 4, 0, torch.device("cpu")
-        )
+        request = ViewRequest(None, lambda n: torch.arange(n)[:3], 2, 4, 0, torch.device("cpu"))
+        views = path.lidar_views(cfg, request)
         shape = next(iter(val))[0].shape[1:]
         seen[fmt] = ([t.tolist() for t in targets], tuple(views.shape), tuple(shape))
     assert seen["image_folder"] == seen["gpu"]

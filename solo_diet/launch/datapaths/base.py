@@ -18,8 +18,20 @@ from solo_diet.launch.settings import DataSettings
 
 # the data path class serving each format, in the order the modules define them
 REGISTRY: dict[str, type["DataPath"]] = {}
-# ``lidar_views``' choice of val images: the number of images -> the chosen indices
-Chooser = Callable[[int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """LiDAR's views: ``views`` augmented views (augmentation ``node``, or the probe's training
+    transform when None) of each val image ``choose(number of images)`` picks, made
+    ``batch_size`` at a time on ``device`` where the path augments there, seeded by ``seed``."""
+
+    node: Optional[DictConfig]
+    choose: Callable[[int], torch.Tensor]
+    views: int
+    batch_size: int
+    seed: int
+    device: torch.device
 
 
 @dataclass
@@ -77,18 +89,8 @@ class DataPath:
         eval-transformed: features for kNN, RankMe, k-means. Not split over ranks."""
         raise NotImplementedError
 
-    def lidar_views(
-        self,
-        cfg: DictConfig,
-        node: Optional[DictConfig],
-        choose: Chooser,
-        views: int,
-        batch_size: int,
-        seed: int,
-        device: torch.device,
-    ) -> torch.Tensor:
-        """``views`` augmented views (augmentation ``node``, or the probe's training transform
-        when None) of each val image ``choose`` picks, seeded by ``seed``, on the CPU."""
+    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+        """The views ``request`` asks for, on the CPU, in the order of the chosen images."""
         raise NotImplementedError
 
     def fit_kwargs(self, train: PretrainData, val_loader: Optional[Any]) -> dict[str, Any]:

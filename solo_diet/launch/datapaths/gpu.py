@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.launch import gpu_data
-from solo_diet.launch.datapaths.base import Chooser, DataPath, PretrainData
+from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
 from solo_diet.launch.settings import GPUDataSettings
 
 
@@ -40,25 +40,17 @@ class GPUPath(DataPath):
         )
 
     @torch.no_grad()
-    def lidar_views(
-        self,
-        cfg: DictConfig,
-        node: Optional[DictConfig],
-        choose: Chooser,
-        views: int,
-        batch_size: int,
-        seed: int,
-        device: torch.device,
-    ) -> torch.Tensor:
+    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
         """The views made on ``device`` by the GPU data path's augmentations."""
         dataset = cfg.data.dataset
-        if node is not None:
-            augment = MultiCropAugmentation.from_config([node], dataset)
+        if request.node is not None:
+            augment = MultiCropAugmentation.from_config([request.node], dataset)
             transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
         else:
             transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
         images = gpu_data.load_split(cfg, "val", gpu=self.gpu).images
-        repeated = images[choose(len(images))].repeat_interleave(views, dim=0)
-        generator = torch.Generator(device).manual_seed(seed)
-        chunks = repeated.split(batch_size)
+        repeated = images[request.choose(len(images))].repeat_interleave(request.views, dim=0)
+        device = request.device
+        generator = torch.Generator(device).manual_seed(request.seed)
+        chunks = repeated.split(request.batch_size)
         return torch.cat([transform(chunk.to(device), generator).cpu() for chunk in chunks])

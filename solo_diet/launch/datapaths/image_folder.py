@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError
 from solo_diet.launch.common import classification_transforms
-from solo_diet.launch.datapaths.base import Chooser, DataPath, PretrainData
+from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
 from solo_diet.launch.gpu_data import fit_probe_batch
 
@@ -156,25 +156,14 @@ class ImageFolderPath(DataPath):
             for s in (train, val)
         )
 
-    def lidar_views(
-        self,
-        cfg: DictConfig,
-        node: Optional[DictConfig],
-        choose: Chooser,
-        views: int,
-        batch_size: int,
-        seed: int,
-        device: torch.device,
-    ) -> torch.Tensor:
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        if node is not None:
-            transform = build_pretrain_transform(cfg.data.dataset, node)
+    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+        random.seed(request.seed)
+        np.random.seed(request.seed)
+        torch.manual_seed(request.seed)
+        if request.node is not None:
+            transform = build_pretrain_transform(cfg.data.dataset, request.node)
         else:
             transform = classification_transforms(cfg.data.dataset, cfg.data.augmentations)[0]
         _, raw_val = self._datasets(cfg, eval_transform=False)
-        chosen = choose(len(raw_val))
-        return torch.stack(
-            [transform(raw_val[i][0]) for i in chosen.tolist() for _ in range(views)]
-        )
+        chosen = request.choose(len(raw_val)).tolist()
+        return torch.stack([transform(raw_val[i][0]) for i in chosen for _ in range(request.views)])
