@@ -75,20 +75,13 @@ class DataSettings:
 
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
     """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
-    and trains from the image folder) and, for the GPU data path, the ``data.gpu.*`` keys and the
-    loader's device; refuse ``dali`` options with the GPU data path."""
-    from solo_diet.launch.datapaths import data_formats
+    and trains from the image folder), then the keys of its data path (for the GPU data path the
+    ``data.gpu.*`` keys and the loader's device)."""
+    from solo_diet.launch.datapaths import REGISTRY
 
     data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
-    check_choice(cfg, FORMAT_KEY, data_formats())
-    if data_format != "gpu":
-        return DataSettings(data_format)
-    if OmegaConf.select(cfg, "dali") is not None:
-        raise KeyReader(cfg).fail(
-            "dali",
-            f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` section.",
-        )
-    return DataSettings(data_format, gpu_settings(cfg))
+    check_choice(cfg, FORMAT_KEY, tuple(REGISTRY))
+    return REGISTRY[data_format].read_settings(cfg, data_format)
 
 
 def gpu_settings(cfg: DictConfig) -> GPUDataSettings:

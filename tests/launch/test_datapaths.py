@@ -80,6 +80,9 @@ def test_a_subclass_with_formats_registers_itself():
     try:
         assert type(make_data_path(DataSettings("streaming_test"))) is Streaming
         assert data_formats()[-1] == "streaming_test"
+        cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "streaming_test"}})
+        chosen = data_path_for(cfg)  # the settings accept it and read its keys through its class
+        assert type(chosen) is Streaming and chosen.gpu.device == "cpu"
     finally:
         del REGISTRY["streaming_test"]
 

@@ -80,12 +80,14 @@ def test_each_bad_key_is_one_line_naming_it(data, top, message):
 def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     """The settings parser reads ``data.gpu`` once; the data path's loaders reuse the result."""
     from solo_diet.launch import gpu_data
+    from solo_diet.launch.datapaths import gpu as gpu_path
     from solo_diet.launch.datapaths import make_data_path
 
     calls = []
     parse = settings.gpu_settings
     monkeypatch.setattr(settings, "gpu_settings", lambda cfg: calls.append(1) or parse(cfg))
     monkeypatch.setattr(gpu_data, "gpu_settings", settings.gpu_settings)
+    monkeypatch.setattr(gpu_path, "gpu_settings", settings.gpu_settings)
     monkeypatch.setattr(
         gpu_data, "load_images", lambda *a, **k: _tiny_images(), raising=True
     )  # no files: what is counted is the settings, not the decoding

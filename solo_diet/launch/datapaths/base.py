@@ -58,6 +58,11 @@ class DataPath:
     def __init__(self, settings: DataSettings):
         self.settings = settings
 
+    @classmethod
+    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
+        """The settings of this path's keys, filled and checked (by default it has none)."""
+        return DataSettings(data_format)
+
     def check(self, cfg: DictConfig, contract: Any) -> None:
         """Refuse, before any data is read, what this path cannot give the method (its
         :class:`~solo_diet.methods.contract.Contract`)."""

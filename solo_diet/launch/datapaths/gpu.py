@@ -6,18 +6,31 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.config import KeyReader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
-from solo_diet.launch.settings import GPUDataSettings
+from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
 
 
 class GPUPath(DataPath):
     """Loaders of :mod:`solo_diet.launch.gpu_data` with the run's checked ``data.gpu`` settings."""
 
     formats = ("gpu",)
+
+    @classmethod
+    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
+        """The ``data.gpu`` keys (:func:`~solo_diet.launch.settings.gpu_settings`); a ``dali``
+        section is refused."""
+        if OmegaConf.select(cfg, "dali") is not None:
+            raise KeyReader(cfg).fail(
+                "dali",
+                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
+                "section.",
+            )
+        return DataSettings(data_format, gpu_settings(cfg))
 
     @property
     def gpu(self) -> GPUDataSettings:
