@@ -86,13 +86,13 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
 
 def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
+    from solo_diet.data.loader import STORAGES  # torch: imported when a GPU path is parsed
+
     given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
     if not isinstance(given, Mapping):
         raise KeyReader(cfg).fail(
             "data.gpu", f"must be a mapping of {list(GPU_KEYS)}, got {given!r}."
         )
-    from solo_diet.data.loader import STORAGES
-
     check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
     fill_default(cfg, "data.gpu.storage", "auto")
     check_choice(cfg, "data.gpu.storage", STORAGES)
