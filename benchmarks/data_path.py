@@ -77,7 +77,7 @@ def compose_method(method: str, case: dict, extra: list):
     from solo.args.pretrain import parse_cfg
 
     from solo_diet.launch.common import compose_cfg, normalize_devices
-    from solo_diet.launch.gpu_data import check_data_format
+    from solo_diet.launch.settings import parse_data_settings
 
     plain = method in ("simclr", "byol", "vicreg")
     overrides = (
@@ -99,7 +99,7 @@ def compose_method(method: str, case: dict, extra: list):
         cfg.method = method
         del cfg.method_kwargs["sem"]
     normalize_devices(cfg)
-    check_data_format(cfg)
+    parse_data_settings(cfg)
     return parse_cfg(cfg)
 
 
@@ -252,7 +252,7 @@ def solo_learn_loader(cfg, train_batch_sampler):
     )
     from torch.utils.data import DataLoader
 
-    from solo_diet.launch.pretrain import build_pretrain_transform
+    from solo_diet.launch.datapaths.image_folder import build_pretrain_transform
 
     views = [
         NCropAugmentation(build_pretrain_transform("custom", aug), aug.num_crops)

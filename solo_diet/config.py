@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+from collections.abc import Mapping
 from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
@@ -60,15 +61,7 @@ def check_known_keys(
 ) -> None:
     """Refuse a key of ``cfg.<section>`` outside ``known`` (a typo would otherwise be ignored),
     naming the closest known key."""
-    given = omegaconf.OmegaConf.select(cfg, section) or {}
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        close = closest_name(unknown[0], known)
-        hint = f" Did you mean `{section}.{close}`?" if close else ""
-        raise ConfigError(
-            f"`{section}.{unknown[0]}` is not a setting of {owner}.{hint} Its settings: "
-            f"{', '.join(sorted(known))}."
-        )
+    KeyReader(cfg).known(section, known, owner)
 
 
 def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
@@ -85,13 +78,7 @@ def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
 
 def check_int(cfg: omegaconf.DictConfig, key: str, minimum: int, hint: str = "") -> int:
     """``cfg.<key>``, an integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
-            minimum, f"an integer >= {minimum}"
-        )
-        raise ConfigError(f"`{key}` must be {wanted}, got {value!r}. {hint}".rstrip())
-    return value
+    return KeyReader(cfg).int(key, minimum, hint=hint)
 
 
 def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
@@ -101,30 +88,111 @@ def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> i
 
 def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) -> str:
     """``cfg.<key>``, one of ``choices``."""
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if value not in choices:
-        close = closest_name(value, choices)
-        hint = f"; did you mean {close!r}?" if close else "."
-        raise ConfigError(f"`{key}` must be one of {list(choices)}, got {value!r}{hint}")
-    return value
+    return KeyReader(cfg).choice(key, choices)
 
 
 def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
     """``cfg.<key>``, True or False (not 0/1 or a string)."""
-    value = omegaconf.OmegaConf.select(cfg, key)
-    if not isinstance(value, bool):
-        raise ConfigError(f"`{key}` must be True or False, got {value!r}.")
-    return value
+    return KeyReader(cfg).bool(key)
 
 
 def check_range(
     cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False
 ) -> float:
     """``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-    value = omegaconf.OmegaConf.select(cfg, key)
-    inside = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value
-    inside = inside and (value <= high if high_inclusive else value < high)
-    if not inside:
-        bound = "]" if high_inclusive else ")"
-        raise ConfigError(f"`{key}` must be in [{low}, {high}{bound}, got {value!r}.")
-    return float(value)
+    return KeyReader(cfg).range(key, low, high, high_inclusive=high_inclusive)
+
+
+_ABSENT = object()
+
+
+def is_number(value: Any) -> bool:
+    """An int or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class KeyReader:
+    """Reads and checks the values of one config node: the one style of every config check
+    (launchers' settings, augmentation nodes, methods' keys). Each error is one ConfigError line
+    naming the full key (``<prefix>.<key>``) and the fix.
+
+    A value is read as it stands, or with ``default`` when given: then an absent key, None and the
+    string "None" (as solo-learn's ``omegaconf_select`` reads it) give the default."""
+
+    def __init__(self, node: Any, prefix: str = ""):
+        self.node, self.prefix = node, prefix
+
+    def name(self, key: str) -> str:
+        """The full key of ``key``, as the user writes it."""
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        """One line: the full key in backticks, then ``problem`` (what is wanted, and the fix)."""
+        space = "" if problem[:1] in (":", ",") else " "
+        return ConfigError(f"`{self.name(key)}`{space}{problem}")
+
+    def value(self, key: str, default: Any = _ABSENT) -> Any:
+        """The value at the dotted ``key`` (class docstring for ``default``)."""
+        if isinstance(self.node, omegaconf.DictConfig):
+            value = omegaconf.OmegaConf.select(self.node, key)
+        else:
+            value = self.node
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, Mapping) else None
+        if default is not _ABSENT and (value is None or value == "None"):
+            return default
+        return value
+
+    def int(self, key: str, minimum: int = 1, *, default: Any = _ABSENT, hint: str = "") -> int:
+        """An integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
+        value = self.value(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
+                minimum, f"an integer >= {minimum}"
+            )
+            raise self.fail(key, f"must be {wanted}, got {value!r}. {hint}".rstrip())
+        return value
+
+    def choice(self, key: str, choices: Sequence[str]) -> str:
+        """One of ``choices``; the error names the closest."""
+        value = self.value(key)
+        if value not in choices:
+            close = closest_name(value, choices)
+            hint = f"; did you mean {close!r}?" if close else "."
+            raise self.fail(key, f"must be one of {list(choices)}, got {value!r}{hint}")
+        return value
+
+    def bool(self, key: str, *, default: Any = _ABSENT) -> bool:
+        """True or False (not 0/1 or a string)."""
+        value = self.value(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be True or False, got {value!r}.")
+        return value
+
+    def range(self, key: str, low: float, high: float, *, high_inclusive: bool = False) -> float:
+        """A number with ``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
+        value = self.value(key)
+        inside = is_number(value) and low <= value
+        inside = inside and (value <= high if high_inclusive else value < high)
+        if not inside:
+            bound = "]" if high_inclusive else ")"
+            raise self.fail(key, f"must be in [{low}, {high}{bound}, got {value!r}.")
+        return float(value)
+
+    def probability(self, key: str, default: float) -> float:
+        """A probability in [0, 1]."""
+        value = self.value(key, default)
+        if not is_number(value) or not 0 <= value <= 1:
+            raise self.fail(key, f"must be a probability in [0, 1], got {value!r}.")
+        return float(value)
+
+    def known(self, section: str, known: Collection[str], owner: str) -> None:
+        """Refuse a key of ``<section>`` outside ``known``, naming the closest known key."""
+        unknown = sorted(set(self.value(section) or {}) - set(known))
+        if unknown:
+            close = closest_name(unknown[0], known)
+            hint = f" Did you mean `{self.name(section)}.{close}`?" if close else ""
+            raise self.fail(
+                f"{section}.{unknown[0]}",
+                f"is not a setting of {owner}.{hint} Its settings: {', '.join(sorted(known))}.",
+            )

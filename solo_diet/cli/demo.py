@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from solo_diet.cli.data import write_dataset
 from solo_diet.config import ConfigError
 from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
 from solo_diet.launch.progress import OverallProgress
 from solo_diet.launch.references import save_random_init, save_raw_pixels
+from solo_diet.launch.settings import format_override, resolve_launch_format
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
@@ -34,9 +34,7 @@ def _accelerator(requested: str) -> str:
 def _data_format(requested: str, accelerator: str) -> str:
     """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on
     CPU."""
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ValueError(f"--data-format must be one of {LAUNCH_DATA_FORMATS}, got {requested!r}.")
-    return choose_data_format(requested, accelerator == "gpu")
+    return resolve_launch_format(requested, accelerator == "gpu", "--data-format")
 
 
 def _device_overrides(accelerator: str, data_format: str) -> list[str]:
@@ -47,7 +45,7 @@ def _device_overrides(accelerator: str, data_format: str) -> list[str]:
         "devices=1",
         f"precision={precision}",
         f"data.num_workers={workers}",
-        f"data.format={data_format}",
+        format_override(data_format),
     ]
 
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -23,7 +21,8 @@ from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
 from solo_diet.config import fill_default
-from solo_diet.launch.errors import download_failure_named
+from solo_diet.launch.datapaths import data_path_for
+from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
@@ -58,7 +57,7 @@ def compose_linear(
 
 class Evaluator:
     """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views,
-    through the GPU data path when the probe's ``data.format`` is ``gpu``."""
+    through the probe's data path (:mod:`solo_diet.launch.datapaths`)."""
 
     def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
         self.settings = spec.evaluation
@@ -66,27 +65,28 @@ class Evaluator:
             torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
         )
         self.device = torch.device("cuda" if use_cuda else "cpu")
-        if OmegaConf.select(probe_cfg, "data.format") == "gpu":
-            probe_cfg = copy.deepcopy(probe_cfg)
-            fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
-            self.train_loader, self.val_loader = self._gpu_loaders(probe_cfg)
-            self.lidar_views, self.lidar_labels = self._gpu_lidar_views(probe_cfg)
-        else:
-            self.train_loader, self.val_loader = self._loaders(probe_cfg)
-            self.lidar_views, self.lidar_labels = self._lidar_views(probe_cfg)
+        probe_cfg = copy.deepcopy(probe_cfg)
+        OmegaConf.set_struct(probe_cfg, False)
+        fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
+        data_path = data_path_for(probe_cfg)
+        batch = int(self.settings.batch_size)
+        self.train_loader, self.val_loader = data_path.feature_loaders(probe_cfg, batch)
+        views = int(self.settings.lidar_views)
+        request = ViewRequest(
+            self._lidar_node(), self._chosen, views, batch, self.seed, self.device
+        )
+        self.lidar_views = data_path.lidar_views(probe_cfg, request)
+        self.lidar_labels = torch.arange(len(self.lidar_views) // views).repeat_interleave(views)
+
+    @property
+    def seed(self) -> int:
+        return int(self.settings.seed)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(channels, height, width) of the eval-transformed images the probe sees."""
         images, _ = next(iter(self.val_loader))
         return tuple(images.shape[1:])
-
-    @staticmethod
-    def _probe_transforms(probe_cfg: DictConfig):
-        """The linear probe's (train, val) transforms."""
-        from solo_diet.launch.common import classification_transforms
-
-        return classification_transforms(probe_cfg.data.dataset, probe_cfg.data.augmentations)
 
     def _lidar_node(self) -> Optional[DictConfig]:
         """The augmentation node of LiDAR's views (None: the probe's training transform)."""
@@ -95,86 +95,10 @@ class Evaluator:
         nodes = OmegaConf.load(self.settings.lidar_augmentations)
         return nodes[0] if isinstance(nodes, ListConfig) else nodes
 
-    def _chosen(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The seeded choice of LiDAR's val images (the same for every run and data path) and
-        the view labels."""
-        generator = torch.Generator().manual_seed(int(self.settings.seed))
-        chosen = torch.randperm(count, generator=generator)[: int(self.settings.lidar_samples)]
-        labels = torch.arange(len(chosen)).repeat_interleave(self.settings.lidar_views)
-        return chosen, labels
-
-    def _datasets(self, probe_cfg: DictConfig, eval_transform: bool):
-        from solo.data.classification_dataloader import prepare_datasets
-
-        transform = self._probe_transforms(probe_cfg)[1] if eval_transform else None
-        data = probe_cfg.data
-        with download_failure_named(data, "train_path", "val_path"):
-            return prepare_datasets(
-                data.dataset,
-                transform,
-                transform,
-                train_data_path=data.train_path,
-                val_data_path=data.val_path,
-            )
-
-    def _loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
-        from torch.utils.data import DataLoader
-
-        workers = int(OmegaConf.select(probe_cfg, "data.num_workers", default=0))
-        return tuple(
-            DataLoader(s, batch_size=self.settings.batch_size, shuffle=False, num_workers=workers)
-            for s in self._datasets(probe_cfg, eval_transform=True)
-        )
-
-    def _lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        """``lidar_views`` augmented views of ``lidar_samples`` val images (seeded: the same for
-        every run)."""
-        from solo_diet.launch.pretrain import build_pretrain_transform
-
-        seed = int(self.settings.seed)
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        node = self._lidar_node()
-        if node is not None:
-            transform = build_pretrain_transform(probe_cfg.data.dataset, node)
-        else:
-            transform = self._probe_transforms(probe_cfg)[0]
-        _, raw_val = self._datasets(probe_cfg, eval_transform=False)
-        chosen, labels = self._chosen(len(raw_val))
-        views = [
-            transform(raw_val[i][0])
-            for i in chosen.tolist()
-            for _ in range(self.settings.lidar_views)
-        ]
-        return torch.stack(views), labels
-
-    def _gpu_loaders(self, probe_cfg: DictConfig) -> tuple[Any, Any]:
-        from solo_diet.launch.gpu_data import feature_loader
-
-        batch = int(self.settings.batch_size)
-        return feature_loader(probe_cfg, "train", batch), feature_loader(probe_cfg, "val", batch)
-
-    @torch.no_grad()
-    def _gpu_lidar_views(self, probe_cfg: DictConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same views made on the device by the GPU data path's augmentations."""
-        from solo_diet.data.pipeline import MultiCropAugmentation
-        from solo_diet.launch.gpu_data import load_split, probe_transforms
-
-        dataset = probe_cfg.data.dataset
-        node = self._lidar_node()
-        if node is not None:
-            augment = MultiCropAugmentation.from_config([node], dataset)
-            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
-        else:
-            transform = probe_transforms(dataset, probe_cfg.data.augmentations)[0]
-        images = load_split(probe_cfg, "val").images
-        chosen, labels = self._chosen(len(images))
-        repeated = images[chosen].repeat_interleave(self.settings.lidar_views, dim=0)
-        generator = torch.Generator(self.device).manual_seed(int(self.settings.seed))
-        chunks = repeated.split(int(self.settings.batch_size))
-        views = [transform(chunk.to(self.device), generator).cpu() for chunk in chunks]
-        return torch.cat(views), labels
+    def _chosen(self, count: int) -> torch.Tensor:
+        """The seeded choice of LiDAR's val images (the same for every run and data path)."""
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randperm(count, generator=generator)[: int(self.settings.lidar_samples)]
 
     @torch.no_grad()
     def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:

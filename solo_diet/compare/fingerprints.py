@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.compare.spec import SEEDED_REFERENCES
+from solo_diet.launch.settings import format_of
 
 if TYPE_CHECKING:
     from solo_diet.compare.jobs import Job
@@ -100,7 +101,7 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
     probe_settings = OmegaConf.to_container(probe, resolve=True)
     probe_settings.pop("enable_progress_bar", None)
     probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
-    return fingerprint(settings | {"linear": probe_settings, "data_format": spec.data.format})
+    return fingerprint(settings | {"linear": probe_settings, "data_format": format_of(spec)})
 
 
 def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:

@@ -41,6 +41,7 @@ from solo_diet.compare.tables import (
     shown_columns,
     write_results_csv,
 )
+from solo_diet.launch.settings import FORMAT_KEY, format_of
 
 FEW_SEEDS = (
     " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
@@ -254,7 +255,7 @@ def write_report(
         *_unfinished(results, budget.max_epochs),
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
-        f"`data.format: {spec.data.format}`. "
+        f"`{FORMAT_KEY}: {format_of(spec)}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
         f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
         f"{_counted(checkpoint_interval(budget), 'epoch')} and the last; online probe validated "

@@ -17,6 +17,7 @@ from solo_diet.compare.budgets import check_spec_budget
 from solo_diet.compare.claims import check_claims
 from solo_diet.compare.curves import check_curves
 from solo_diet.config import ConfigError, closest_name
+from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -85,7 +86,7 @@ BUDGET_TARGETS = {
 }
 SPEC_OWNED = (
     "data.dataset",
-    "data.format",
+    FORMAT_KEY,
     "data.train_path",
     "data.val_path",
     "checkpoint.dir",
@@ -212,7 +213,7 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
     check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
     check_curves(spec, spec_path)
-    spec.data.format = resolve_data_format(spec.data.format, spec_path)
+    resolve_spec_format(spec, spec_path)
     evaluation = spec.evaluation
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
         raise ConfigError(
@@ -291,21 +292,6 @@ def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
             f"and run job after job) or false (a fresh process per job), got "
             f"{spec.parallel.reuse_workers!r}."
         )
-
-
-def resolve_data_format(requested: str, spec_path: Path) -> str:
-    """``data.format``: ``auto`` is the GPU data path (docs/data-path.md) when torch sees a GPU,
-    solo-learn's image-folder loader otherwise."""
-    import torch
-
-    from solo_diet.launch.gpu_data import LAUNCH_DATA_FORMATS, choose_data_format
-
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ConfigError(
-            f"{spec_path}: `data.format` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
-            f"{requested!r}."
-        )
-    return choose_data_format(requested, torch.cuda.is_available())
 
 
 def checkpoint_interval(budget: DictConfig) -> int:

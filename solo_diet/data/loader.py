@@ -146,7 +146,8 @@ class GPUBatchLoader:
 
     ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
     float tensor. ``batch_sampler`` yields this process's index lists; ``len(loader)`` is its
-    length. ``cuda_graphs``: replay the transform as CUDA graphs on CUDA (``data.gpu.cuda_graphs``).
+    length. ``cuda_graphs``: replay the transform as CUDA graphs on CUDA. Invalid arguments raise
+    ``ValueError`` naming the argument (the launchers' settings name the config key).
     """
 
     def __init__(
@@ -162,11 +163,11 @@ class GPUBatchLoader:
         cuda_graphs: bool = True,
     ):
         if storage not in STORAGES:
-            raise ConfigError(
-                f"`data.gpu.storage` must be one of {list(STORAGES)}, got {storage!r}."
+            raise ValueError(
+                f"argument `storage` must be one of {list(STORAGES)}, got {storage!r}."
             )
         if not isinstance(cuda_graphs, bool):
-            raise ConfigError(f"`data.gpu.cuda_graphs` must be True or False, got {cuda_graphs!r}.")
+            raise ValueError(f"argument `cuda_graphs` must be True or False, got {cuda_graphs!r}.")
         self.dataset = data
         self.transform = transform
         self.batch_sampler = batch_sampler

@@ -1,6 +1,6 @@
 """Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets.
 
-The GPU data path (``data.format: gpu``) decodes a training or validation set here, once, and then
+The GPU data path (docs/data-path.md) decodes a training or validation set here, once, and then
 only indexes it. Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index
 ``i`` for the same configuration, so index-based methods (DIET, s-DIET) see the same labels:
 
@@ -142,7 +142,7 @@ def decode_all(
     check_host_memory(
         count * 3 * height * width,
         f"decoding {count} images of 3x{height}x{width} px",
-        "Set a smaller `data.gpu.image_size` or use `data.format: image_folder`.",
+        "Set a smaller `data.gpu.image_size` or use solo-learn's image-folder data path.",
     )
     out = torch.empty((count, 3, height, width), dtype=torch.uint8)
 
@@ -268,7 +268,7 @@ def torchvision_arrays(dataset: str, root: PathLike, split: str) -> tuple[np.nda
     except RuntimeError as err:
         raise ConfigError(
             f"no {dataset} files under {root} ({err}). The GPU data path never downloads: "
-            "run solo-learn once with data.format=image_folder, or put torchvision's files there."
+            "run solo-learn's own loader once (it downloads), or put torchvision's files there."
         ) from err
     return found.data.transpose(0, 3, 1, 2), np.asarray(found.targets)
 

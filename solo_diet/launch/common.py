@@ -15,7 +15,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
-from solo_diet.launch.errors import Interrupted, download_failure_named, name_unreadable_images
+from solo_diet.launch.errors import Interrupted
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -291,29 +291,3 @@ def classification_transforms(dataset: str, aug: DictConfig):
         + normalize
     )
     return train, val
-
-
-def classification_loaders(cfg: DictConfig, aug: DictConfig, batch_size: int, fraction: float = -1):
-    """solo-learn's classification datasets/loaders (train shuffled, val in order) with our
-    transforms.
-
-    ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``, ``crop_min_scale``."""
-    from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
-
-    data_format = "image_folder" if cfg.data.format == "dali" else cfg.data.format
-    train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
-    with download_failure_named(cfg.data, "train_path", "val_path"):
-        train_set, val_set = prepare_datasets(
-            cfg.data.dataset,
-            train_transform,
-            val_transform,
-            train_data_path=cfg.data.train_path,
-            val_data_path=cfg.data.val_path,
-            data_format=data_format,
-            data_fraction=fraction,
-        )
-    name_unreadable_images(train_set)
-    name_unreadable_images(val_set)
-    return prepare_dataloaders(
-        train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers
-    )

@@ -1,59 +1,37 @@
-"""``data.format: gpu`` for our launchers: keys, checks and the loaders they hand to Lightning.
+"""The GPU data path's loaders (:class:`solo_diet.launch.datapaths.gpu.GPUPath`): the set
+decoded once into a uint8 tensor, batches augmented on the training device (docs/data-path.md).
 
-Keys (defaults in brackets), read by :func:`gpu_settings`:
-
-- ``data.format`` [``image_folder``]: one of :data:`DATA_FORMATS`; ``gpu`` decodes the set once into
-  a uint8 tensor and augments batches on the training device (docs/data-path.md).
-- ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
-  page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
-  set takes at most half of the free GPU memory; ``stream`` keeps nothing: ``data.num_workers``
-  processes read an image folder's files as bytes and each batch is decoded on the GPU and cropped
-  from the full-resolution images (:mod:`solo_diet.data.stream`).
-- ``data.gpu.on_corrupt`` [``stop``]: with ``stream``, a file that cannot be decoded stops the run
-  naming it (``stop``), or is named and left out (``skip``: another sample of its batch fills it).
-- ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
-  resized, center crop); null keeps the images' own size, which must then be one size.
-- ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
-- ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
-  shape; ~3x faster at 32 px); false runs them eagerly.
-- ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
-  (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
+Each function takes the run's checked :class:`~solo_diet.launch.settings.GPUDataSettings`
+(``gpu``); without them (a direct call) it parses them from ``cfg``. The keys are documented in
+:mod:`solo_diet.launch.settings`.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    check_bool,
-    check_choice,
-    check_known_keys,
-    check_positive_int,
-    fill_default,
-)
-from solo_diet.data.loader import STORAGES, GPUBatchLoader
+from solo_diet.config import ConfigError
+from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import (
     IMAGENET_STATS,
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
 )
-from solo_diet.data.stream import DEFAULT_WORKERS, ON_CORRUPT, EncodedFiles, StreamLoader
+from solo_diet.data.stream import DEFAULT_WORKERS, EncodedFiles, StreamLoader
 from solo_diet.data.tensor_data import ImageTensors, load_images
 from solo_diet.launch.common import probe_settings
+from solo_diet.launch.settings import (
+    GPU_ARGUMENT_KEYS,
+    GPUDataSettings,
+    core_errors_named,
+    gpu_settings,
+)
 
-DATA_FORMATS = ("image_folder", "h5", "dali", "gpu")
-GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
-GPU_STORAGES = (*STORAGES, "stream")
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
 PROBE_PIPELINES = {
     "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
@@ -64,94 +42,17 @@ PROBE_PIPELINES = {
 }
 
 
-@dataclass(frozen=True)
-class GPUDataSettings:
-    """The checked ``data.gpu.*`` values."""
-
-    storage: str
-    image_size: Optional[int]
-    decode_threads: Optional[int]
-    cuda_graphs: bool
-    decode_cache: bool
-    on_corrupt: str
-
-
-LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
-
-
-def choose_data_format(requested: str, on_gpu: bool) -> str:
-    """``auto`` is the GPU data path on a GPU and solo-learn's image-folder loader otherwise."""
-    if requested == "auto":
-        return "gpu" if on_gpu else "image_folder"
-    return requested
-
-
-def dali_installed() -> bool:
-    """Whether NVIDIA DALI (solo-learn's `data.format: dali`) is importable."""
-    try:
-        return importlib.util.find_spec("nvidia.dali") is not None
-    except ModuleNotFoundError:  # no `nvidia` package at all
-        return False
-
-
-def check_data_format(cfg: DictConfig) -> str:
-    """Validate ``data.format`` before solo-learn's ``parse_cfg`` (which accepts any value and
-    trains from the image folder); refuse ``dali`` options with ``gpu``."""
-    data_format = fill_default(cfg, "data.format", "image_folder")
-    check_choice(cfg, "data.format", DATA_FORMATS)
-    if data_format == "gpu" and OmegaConf.select(cfg, "dali") is not None:
-        raise ConfigError(
-            "the `dali` options apply to data.format=dali; with data.format=gpu remove the "
-            "`dali` section."
-        )
-    return data_format
-
-
-def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
-    """Fill and check the ``data.gpu.*`` keys (module docstring)."""
-    given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"`data.gpu` must be a mapping of {list(GPU_KEYS)}, got {given!r}.")
-    check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
-    fill_default(cfg, "data.gpu.storage", "auto")
-    check_choice(cfg, "data.gpu.storage", GPU_STORAGES)
-    fill_default(cfg, "data.gpu.on_corrupt", "stop")
-    check_choice(cfg, "data.gpu.on_corrupt", ON_CORRUPT)
-    for key in ("image_size", "decode_threads"):
-        if fill_default(cfg, f"data.gpu.{key}", None) is not None:
-            check_positive_int(cfg, f"data.gpu.{key}")
-    for key in ("cuda_graphs", "decode_cache"):
-        fill_default(cfg, f"data.gpu.{key}", True)
-        check_bool(cfg, f"data.gpu.{key}")
-    gpu = cfg.data.gpu
-    return GPUDataSettings(
-        gpu.storage,
-        gpu.image_size,
-        gpu.decode_threads,
-        gpu.cuda_graphs,
-        gpu.decode_cache,
-        gpu.on_corrupt,
-    )
-
-
-def loader_device(cfg: DictConfig) -> str:
-    """Where batches are made, from ``accelerator``: ``cuda`` (each process's GPU) or ``cpu``."""
-    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
-    if accelerator in ("gpu", "cuda"):
-        return "cuda"
-    if accelerator == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if accelerator == "cpu":
-        return "cpu"
-    raise ConfigError(f"data.format=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
+def _checked(cfg: DictConfig, gpu: Optional[GPUDataSettings]) -> GPUDataSettings:
+    """The run's settings, or (a direct call without them) those of ``cfg``."""
+    return gpu if gpu is not None else gpu_settings(cfg)
 
 
 def load_split(
-    cfg: DictConfig, split: str, fraction: float = -1.0
+    cfg: DictConfig, split: str, fraction: float = -1.0, gpu: Optional[GPUDataSettings] = None
 ) -> Union[ImageTensors, EncodedFiles]:
     """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
     set; with ``data.gpu.storage: stream``, list its files instead."""
-    settings = gpu_settings(cfg)
+    settings = _checked(cfg, gpu)
     root = cfg.data.val_path if split == "val" else cfg.data.train_path
     no_labels = bool(OmegaConf.select(cfg, "data.no_labels", default=False))
     if settings.storage == "stream":
@@ -170,15 +71,13 @@ def load_split(
     )
 
 
-def _loader_class(cfg: DictConfig) -> type[GPUBatchLoader]:
+def _loader_class(settings: GPUDataSettings) -> type[GPUBatchLoader]:
     """:class:`StreamLoader` for ``data.gpu.storage: stream``, else :class:`GPUBatchLoader`."""
-    return StreamLoader if gpu_settings(cfg).storage == "stream" else GPUBatchLoader
+    return StreamLoader if settings.storage == "stream" else GPUBatchLoader
 
 
-def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
-    settings = gpu_settings(cfg)
-    device = loader_device(cfg)
-    if device == "cpu":
+def _loader_kwargs(cfg: DictConfig, settings: GPUDataSettings) -> dict[str, Any]:
+    if settings.device == "cpu":
         _say_cpu_batches()
     stream = {
         "num_workers": int(OmegaConf.select(cfg, "data.num_workers", default=DEFAULT_WORKERS)),
@@ -187,7 +86,7 @@ def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
     return {
         "seed": int(cfg.seed),
         "storage": settings.storage,
-        "device": device,
+        "device": settings.device,
         "cuda_graphs": settings.cuda_graphs,
     } | (stream if settings.storage == "stream" else {})
 
@@ -196,8 +95,8 @@ def _loader_kwargs(cfg: DictConfig) -> dict[str, Any]:
 def _say_cpu_batches() -> None:
     """Once per process: the GPU data path on a CPU works, slowly."""
     print(
-        "solo-diet: data.format=gpu on the CPU: the same batched augmentations run eagerly in "
-        "this process, slower than data.format=image_folder with loader workers on a CPU.",
+        "solo-diet: the GPU data path on the CPU: the same batched augmentations run eagerly in "
+        "this process, slower than solo-learn's image-folder loader with loader workers on a CPU.",
         file=sys.stderr,
         flush=True,
     )
@@ -257,54 +156,77 @@ def fit_probe_batch(cfg: DictConfig, num_samples: int) -> Optional[dict[str, int
 
 
 def pretrain_loader(
-    cfg: DictConfig, train_batch_sampler: Optional[Callable] = None
+    cfg: DictConfig,
+    train_batch_sampler: Optional[Callable] = None,
+    gpu: Optional[GPUDataSettings] = None,
 ) -> tuple[GPUBatchLoader, int]:
     """The pretraining loader ``[indexes, [views], targets]`` and N. ``train_batch_sampler(cfg,
     dataset)``, the method's hook (s-DIET), may return its own batch sampler; None: shuffled."""
+    settings = _checked(cfg, gpu)
     augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
-    data = load_split(cfg, "pretrain", fraction=cfg.data.fraction)
+    data = load_split(cfg, "pretrain", fraction=cfg.data.fraction, gpu=settings)
     _check_one_global_batch(cfg, len(data))
     sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, data)
-    loader = _loader_class(cfg).for_pretraining(
-        data, cfg.optimizer.batch_size, augment, batch_sampler=sampler, **_loader_kwargs(cfg)
-    )
+    with core_errors_named(GPU_ARGUMENT_KEYS):
+        loader = _loader_class(settings).for_pretraining(
+            data,
+            cfg.optimizer.batch_size,
+            augment,
+            batch_sampler=sampler,
+            **_loader_kwargs(cfg, settings),
+        )
     return loader, len(data)
 
 
 def eval_loader(
-    cfg: DictConfig, aug: DictConfig, batch_size: int, split: str = "val", split_ranks: bool = True
+    cfg: DictConfig,
+    aug: DictConfig,
+    batch_size: int,
+    split: str = "val",
+    split_ranks: bool = True,
+    gpu: Optional[GPUDataSettings] = None,
 ) -> GPUBatchLoader:
     """``[images, targets]`` of a split in dataset order, eval-transformed (crop and statistics
     from ``aug``, as the probe's); ``split_ranks``: each DDP rank its contiguous share."""
-    data = load_split(cfg, split)
+    settings = _checked(cfg, gpu)
+    data = load_split(cfg, split, gpu=settings)
     _, transform = probe_transforms(cfg.data.dataset, aug)
-    return _loader_class(cfg).for_classification(
-        data, batch_size, transform, shuffle=False, split_ranks=split_ranks, **_loader_kwargs(cfg)
-    )
+    with core_errors_named(GPU_ARGUMENT_KEYS):
+        return _loader_class(settings).for_classification(
+            data,
+            batch_size,
+            transform,
+            shuffle=False,
+            split_ranks=split_ranks,
+            **_loader_kwargs(cfg, settings),
+        )
 
 
 def linear_loaders(
-    cfg: DictConfig,
+    cfg: DictConfig, gpu: Optional[GPUDataSettings] = None
 ) -> tuple[GPUBatchLoader, GPUBatchLoader, Optional[dict[str, int]]]:
     """``solo-diet linear``: probe training (random resized crop + flip, shuffled, incomplete batch
     dropped, ``data.fraction`` as solo-learn) and validation loaders, and the batch fitted to a
     small training set (:func:`fit_probe_batch`)."""
+    settings = _checked(cfg, gpu)
     aug = cfg.data.augmentations
     train_transform, _ = probe_transforms(cfg.data.dataset, aug)
-    data = load_split(cfg, "train", fraction=cfg.data.fraction)
+    data = load_split(cfg, "train", fraction=cfg.data.fraction, gpu=settings)
     fitted = fit_probe_batch(cfg, len(data))
     batch_size = cfg.optimizer.batch_size
-    train = _loader_class(cfg).for_classification(
-        data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg)
-    )
-    return train, eval_loader(cfg, aug, batch_size), fitted
+    with core_errors_named(GPU_ARGUMENT_KEYS):
+        train = _loader_class(settings).for_classification(
+            data, batch_size, train_transform, shuffle=True, **_loader_kwargs(cfg, settings)
+        )
+    return train, eval_loader(cfg, aug, batch_size, gpu=settings), fitted
 
 
-def feature_loader(probe_cfg: DictConfig, split: str, batch_size: int) -> GPUBatchLoader:
+def feature_loader(
+    probe_cfg: DictConfig, split: str, batch_size: int, gpu: Optional[GPUDataSettings] = None
+) -> GPUBatchLoader:
     """Every image of the probe's ``train`` or ``val`` set once, in dataset order, transformed as
     ``solo-diet linear`` validates (``probe_cfg`` is a linear cfg): feature extraction for kNN,
     RankMe, k-means. Not split over ranks."""
     OmegaConf.set_struct(probe_cfg, False)
-    return eval_loader(
-        probe_cfg, probe_cfg.data.augmentations, batch_size, split=split, split_ranks=False
-    )
+    aug = probe_cfg.data.augmentations
+    return eval_loader(probe_cfg, aug, batch_size, split=split, split_ranks=False, gpu=gpu)

@@ -17,10 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import (
     ConfigError,
+    KeyReader,
     check_choice,
     check_known_keys,
     check_positive_int,
     closest_name,
+    is_number,
 )
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
@@ -96,9 +98,9 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
             parameters = inspect.signature(callee).parameters.values()
             known = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
             check_known_keys(cfg, "backbone.kwargs", known, owner)
-        raise ConfigError(
-            f"`backbone.kwargs.{match[2]}` is not a setting of {owner} ({error}): remove it or "
-            "correct its name."
+        raise KeyReader(cfg).fail(
+            f"backbone.kwargs.{match[2]}",
+            f"is not a setting of {owner} ({error}): remove it or correct its name.",
         ) from None
     except ConfigError:
         raise
@@ -145,9 +147,10 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
     given = OmegaConf.select(cfg, "optimizer.kwargs") or {}
     for key in SOLO_LEARN_OPTIMIZER_ARGUMENTS:
         if key in given:
-            raise ConfigError(
-                f"`optimizer.kwargs.{key}`: solo-learn passes the optimizer `optimizer.{key}` "
-                f"itself; set `optimizer.{key}` instead."
+            raise KeyReader(cfg).fail(
+                f"optimizer.kwargs.{key}",
+                f": solo-learn passes the optimizer `optimizer.{key}` itself; set "
+                f"`optimizer.{key}` instead.",
             )
     parameters = inspect.signature(optimizer).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -163,8 +166,8 @@ def check_training_basics(cfg: DictConfig) -> None:
         if OmegaConf.select(cfg, key) is not None:
             check_positive_int(cfg, key)
     lr = OmegaConf.select(cfg, "optimizer.lr")
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
-        raise ConfigError(f"`optimizer.lr` must be a positive number, got {lr!r}.")
+    if lr is not None and not (is_number(lr) and lr > 0):
+        raise KeyReader(cfg).fail("optimizer.lr", f"must be a positive number, got {lr!r}.")
 
 
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the
@@ -225,9 +228,10 @@ def check_key_typos(cfg: DictConfig) -> None:
         for key in section if isinstance(section, DictConfig) else ():
             close = None if key in known else closest_name(key, known, cutoff=0.85)
             if close:
-                raise ConfigError(
-                    f"`{prefix}{key}` is not a key solo-learn or Lightning reads, so it would be "
-                    f"ignored; did you mean `{prefix}{close}`?"
+                raise KeyReader(cfg).fail(
+                    f"{prefix}{key}",
+                    "is not a key solo-learn or Lightning reads, so it would be ignored; did you "
+                    f"mean `{prefix}{close}`?",
                 )
 
 
@@ -250,7 +254,7 @@ def check_data_paths(cfg: DictConfig) -> None:
     for key in ("data.train_path", "data.val_path"):
         path = OmegaConf.select(cfg, key)
         if path not in (None, "None") and not Path(str(path)).exists():
-            raise ConfigError(
-                f"`{key}` {path} does not exist: point it at an image folder with one subfolder "
-                "per class."
+            raise KeyReader(cfg).fail(
+                key,
+                f"{path} does not exist: point it at an image folder with one subfolder per class.",
             )

@@ -25,18 +25,18 @@ from torch import nn
 from solo_diet.config import ConfigError, check_bool, fill_default
 from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
-    classification_loaders,
     fit_or_raise,
     logger_and_callbacks,
     normalize_devices,
     trainer_kwargs,
 )
-from solo_diet.launch.gpu_data import check_data_format, fit_probe_batch, linear_loaders
+from solo_diet.launch.datapaths import make_data_path
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_launch_cfg,
     check_solo_learn_choices,
 )
+from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
     CorruptCheckpoint,
@@ -113,7 +113,8 @@ def _loss_and_mixup(cfg: DictConfig):
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
     """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
-    when the training set was smaller than one batch, ``fitted_batch`` (:func:`fit_probe_batch`)."""
+    when the training set was smaller than one batch, ``fitted_batch``
+    (:func:`~solo_diet.launch.gpu_data.fit_probe_batch`)."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
@@ -128,7 +129,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_accelerator_present(cfg)
     fill_from_pretrain_args(cfg)
     check_solo_learn_choices(cfg, LinearModel)
-    check_data_format(cfg)
+    data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
     if cfg.data.num_classes < 5:
         raise ConfigError(
@@ -143,13 +144,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.performance.disable_channel_last:
         model = model.to(memory_format=torch.channels_last)
 
-    if cfg.data.format == "gpu":
-        train_loader, val_loader, fitted = linear_loaders(cfg)
-    else:
-        train_loader, val_loader = _folder_loaders(cfg)
-        fitted = fit_probe_batch(cfg, len(train_loader.dataset))
-        if fitted:
-            train_loader, val_loader = _folder_loaders(cfg)
+    train_loader, val_loader, fitted = data_path.linear_loaders(cfg)
     model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
@@ -168,9 +163,3 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     )
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
     return metrics | ({"fitted_batch": fitted} if fitted else {})
-
-
-def _folder_loaders(cfg: DictConfig):
-    return classification_loaders(
-        cfg, cfg.data.augmentations, cfg.optimizer.batch_size, cfg.data.fraction
-    )

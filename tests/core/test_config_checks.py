@@ -1,5 +1,6 @@
 """The config checks every method uses: the value comes back when valid, and otherwise one
-ConfigError names the key, what it must be and the value given."""
+ConfigError names the key, what it must be and the value given. They and the augmentation nodes'
+checks are one style: :class:`~solo_diet.config.KeyReader`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from omegaconf import OmegaConf
 
 from solo_diet.config import (
     ConfigError,
+    KeyReader,
     check_bool,
     check_choice,
     check_int,
@@ -64,3 +66,19 @@ def test_check_bool_choice_and_range():
     assert check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
     with pytest.raises(ConfigError, match=r"in \[0.0, 1.0\), got 1"):
         check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0)
+
+
+def test_key_reader_names_the_full_key_of_a_node_and_reads_defaults():
+    node = {"rrc": {"enabled": "None"}, "num_crops": 0, "grayscale": {"prob": 2}}
+    read = KeyReader(node, "augmentations[1]")
+    assert read.value("rrc.enabled", True) is True and read.value("no.such", 3) == 3
+    assert read.value("rrc.enabled") == "None"  # without a default: the value as it stands
+    with pytest.raises(ConfigError) as raised:
+        read.int("num_crops", default=2)
+    assert str(raised.value) == "`augmentations[1].num_crops` must be a positive integer, got 0."
+    with pytest.raises(ConfigError, match=r"^`augmentations\[1\].grayscale.prob` must be a prob"):
+        read.probability("grayscale.prob", 0.2)
+    assert str(read.fail("crop_size", ": set it")) == "`augmentations[1].crop_size`: set it"
+    cfg = OmegaConf.create({"data": {"gpu": {"storag": "auto"}}})
+    with pytest.raises(ConfigError, match=r"^`data.gpu.storag` is not a setting of the GPU path\."):
+        KeyReader(cfg).known("data.gpu", ["storage"], "the GPU path")

@@ -7,7 +7,6 @@ a GPU) check that graph replays draw what the eager pipeline draws."""
 import pytest
 import torch
 
-from solo_diet.config import ConfigError
 from solo_diet.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
 from solo_diet.data.pipeline import CapturedAugmentation, MultiCropAugmentation, ProbeTrainTransform
 from solo_diet.data.tensor_data import ImageTensors
@@ -107,7 +106,7 @@ def test_one_generator_per_loader_reseeded_from_seed_epoch_and_rank_each_epoch()
 
 def test_cuda_graphs_must_be_true_or_false():
     for value in ("yes", 1, None):
-        with pytest.raises(ConfigError, match="data.gpu.cuda_graphs"):
+        with pytest.raises(ValueError, match="argument `cuda_graphs` must be True or False"):
             GPUBatchLoader.for_pretraining(
                 synthetic(8, 4), 4, GeneratorRecorder(), cuda_graphs=value, device="cpu"
             )

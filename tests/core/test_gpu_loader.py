@@ -295,7 +295,7 @@ def test_shuffled_classification_drops_the_incomplete_batch():
 
 
 def test_loader_errors():
-    with pytest.raises(ConfigError, match="data.gpu.storage"):
+    with pytest.raises(ValueError, match="argument `storage` must be one of"):
         GPUBatchLoader.for_pretraining(synthetic(), 4, noisy_views, storage="gpu", device="cpu")
     with pytest.raises(ValueError, match="smaller than one global batch"):
         GPUBatchLoader.for_pretraining(synthetic(num=3), 4, noisy_views, device="cpu")

@@ -19,9 +19,9 @@ from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.launch.common import compose_cfg  # noqa: E402
-from solo_diet.launch.gpu_data import dali_installed  # noqa: E402
 from solo_diet.launch.linear import build_backbone, load_backbone_weights  # noqa: E402
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
+from solo_diet.launch.settings import dali_installed  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 NUM_TRAIN = 5 * 6

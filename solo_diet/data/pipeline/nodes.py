@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, KeyReader, is_number
 
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DATASET_STATS = {
@@ -33,48 +32,18 @@ _SECTIONS = {
 _TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _get(node: Mapping, key: str, default: Any) -> Any:
-    """``node[a][b]`` for ``key = "a.b"``, or ``default`` when absent (the string "None" too)."""
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None or node == "None" else node
-
-
-class _Reader:
-    """Reads and checks one node's values; every error names ``<prefix>.<key>``."""
-
-    def __init__(self, node: Mapping, prefix: str) -> None:
-        self.node, self.prefix = node, prefix
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"`{self.prefix}.{key}` {problem}")
-
-    def probability(self, section: str, default: float) -> float:
-        value = _get(self.node, f"{section}.prob", default)
-        if not _number(value) or not 0 <= value <= 1:
-            raise self.fail(f"{section}.prob", f"must be a probability in [0, 1], got {value!r}.")
-        return float(value)
-
-    def positive_int(self, key: str, default: int, minimum: int = 1) -> int:
-        value = _get(self.node, key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}.")
-        return value
+class _Reader(KeyReader):
+    """:class:`~solo_diet.config.KeyReader` with an augmentation node's own value kinds; every
+    error names ``<prefix>.<key>``."""
 
     def jitter_range(self, key: str, centre: float, low: float, high: float) -> tuple[float, float]:
         """torchvision ColorJitter's range: strength s -> [max(low, centre - s), centre + s], or an
         explicit ``[min, max]`` inside ``[low, high]``."""
-        value = _get(self.node, f"color_jitter.{key}", 0.0)
-        if _number(value) and value >= 0 and centre + value <= high:
+        value = self.value(f"color_jitter.{key}", 0.0)
+        if is_number(value) and value >= 0 and centre + value <= high:
             return max(low, centre - value), centre + value
         pair = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
-        if len(pair) == 2 and all(map(_number, pair)) and low <= pair[0] <= pair[1] <= high:
+        if len(pair) == 2 and all(map(is_number, pair)) and low <= pair[0] <= pair[1] <= high:
             return float(pair[0]), float(pair[1])
         raise self.fail(
             f"color_jitter.{key}",
@@ -86,13 +55,13 @@ class _Reader:
         """Normalisation: the dataset's own (solo-learn), or the node's / ImageNet's for custom."""
         result = []
         for key, own in zip(("mean", "std"), DATASET_STATS.get(dataset, IMAGENET_STATS)):
-            value = _get(self.node, key, own)
+            value = self.value(key, own)
             values = (
                 list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
             )
             if (
                 len(values) != 3
-                or not all(map(_number, values))
+                or not all(map(is_number, values))
                 or (key == "std" and min(values) <= 0)
             ):
                 raise self.fail(
@@ -144,36 +113,34 @@ class AugmentationNode:
             raise ConfigError(f"`{key}` must be a mapping of augmentation keys, got {node!r}.")
         check_augmentation_keys(node, key)
         read = _Reader(node, key)
-        enabled = _get(node, "rrc.enabled", True)
-        if not isinstance(enabled, bool):
-            raise read.fail("rrc.enabled", f"must be True or False, got {enabled!r}.")
+        enabled = read.bool("rrc.enabled", default=True)
         scale = tuple(
-            _get(node, f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0))
+            read.value(f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0))
         )
-        if not (all(map(_number, scale)) and 0 < scale[0] <= scale[1] <= 1):
+        if not (all(map(is_number, scale)) and 0 < scale[0] <= scale[1] <= 1):
             raise read.fail(
                 "rrc.crop_min_scale", f"and crop_max_scale need 0 < min <= max <= 1, got {scale}."
             )
         mean, std = read.stats(dataset)
         return cls(
-            crop_size=read.positive_int("crop_size", 224, minimum=2),
-            num_crops=read.positive_int("num_crops", 2),
+            crop_size=read.int("crop_size", 2, default=224),
+            num_crops=read.int("num_crops", 1, default=2),
             mean=mean,
             std=std,
             rrc=enabled,
             crop_min_scale=float(scale[0]),
             crop_max_scale=float(scale[1]),
-            jitter_prob=read.probability("color_jitter", 0.8),
+            jitter_prob=read.probability("color_jitter.prob", 0.8),
             brightness=read.jitter_range("brightness", 1.0, 0.0, math.inf),
             contrast=read.jitter_range("contrast", 1.0, 0.0, math.inf),
             saturation=read.jitter_range("saturation", 1.0, 0.0, math.inf),
             hue=read.jitter_range("hue", 0.0, -0.5, 0.5),
-            grayscale_prob=read.probability("grayscale", 0.2),
-            blur_prob=read.probability("gaussian_blur", 0.5),
-            solarization_prob=read.probability("solarization", 0.0),
-            equalization_prob=read.probability("equalization", 0.0),
-            flip_prob=read.probability("horizontal_flip", 0.5),
-            erasing_prob=read.probability("random_erasing", 0.0),
+            grayscale_prob=read.probability("grayscale.prob", 0.2),
+            blur_prob=read.probability("gaussian_blur.prob", 0.5),
+            solarization_prob=read.probability("solarization.prob", 0.0),
+            equalization_prob=read.probability("equalization.prob", 0.0),
+            flip_prob=read.probability("horizontal_flip.prob", 0.5),
+            erasing_prob=read.probability("random_erasing.prob", 0.0),
         )
 
     @property

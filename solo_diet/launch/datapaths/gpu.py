@@ -1,0 +1,69 @@
+"""The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
+training device (:mod:`solo_diet.launch.gpu_data`, docs/data-path.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.config import KeyReader
+from solo_diet.data.pipeline import MultiCropAugmentation
+from solo_diet.launch import gpu_data
+from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
+from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
+
+
+class GPUPath(DataPath):
+    """Loaders of :mod:`solo_diet.launch.gpu_data` with the run's checked ``data.gpu`` settings."""
+
+    formats = ("gpu",)
+
+    @classmethod
+    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
+        """The ``data.gpu`` keys (:func:`~solo_diet.launch.settings.gpu_settings`); a ``dali``
+        section is refused."""
+        if OmegaConf.select(cfg, "dali") is not None:
+            raise KeyReader(cfg).fail(
+                "dali",
+                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
+                "section.",
+            )
+        return DataSettings(data_format, gpu_settings(cfg))
+
+    @property
+    def gpu(self) -> GPUDataSettings:
+        assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
+        return self.settings.gpu
+
+    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
+        loader, num_samples = gpu_data.pretrain_loader(cfg, contract.train_batch_sampler, self.gpu)
+        return PretrainData(loader, num_samples)
+
+    def classification_val_loader(self, cfg: DictConfig, aug: DictConfig, batch_size: int) -> Any:
+        return gpu_data.eval_loader(cfg, aug, batch_size, gpu=self.gpu)
+
+    def linear_loaders(self, cfg: DictConfig) -> tuple[Any, Any, Optional[dict[str, int]]]:
+        return gpu_data.linear_loaders(cfg, self.gpu)
+
+    def feature_loaders(self, cfg: DictConfig, batch_size: int) -> tuple[Any, Any]:
+        return tuple(
+            gpu_data.feature_loader(cfg, split, batch_size, self.gpu) for split in ("train", "val")
+        )
+
+    @torch.no_grad()
+    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+        """The views made on ``device`` by the GPU data path's augmentations."""
+        dataset = cfg.data.dataset
+        if request.node is not None:
+            augment = MultiCropAugmentation.from_config([request.node], dataset)
+            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
+        else:
+            transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
+        images = gpu_data.load_split(cfg, "val", gpu=self.gpu).images
+        repeated = images[request.choose(len(images))].repeat_interleave(request.views, dim=0)
+        device = request.device
+        generator = torch.Generator(device).manual_seed(request.seed)
+        chunks = repeated.split(request.batch_size)
+        return torch.cat([transform(chunk.to(device), generator).cpu() for chunk in chunks])

@@ -1,0 +1,204 @@
+"""The data settings of a launch: the Hydra config read, filled and checked once, at the
+launcher's boundary, into frozen dataclasses; every error is one line naming the key and the fix.
+
+The data format is read here and nowhere else but the data-path factory
+(:mod:`solo_diet.launch.datapaths`); everything below asks :class:`DataSettings` or the
+:class:`~solo_diet.launch.datapaths.DataPath` it chose.
+
+Keys (defaults in brackets):
+
+- ``data.format`` [``image_folder``]: a format of a data path of :mod:`solo_diet.launch.datapaths`
+  (``image_folder``, ``h5``, ``dali``, ``gpu``; ``gpu`` decodes the set once into a uint8 tensor and
+  augments batches on the training device, docs/data-path.md).
+- ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
+  page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
+  set takes at most half of the free GPU memory; ``stream`` keeps nothing: ``data.num_workers``
+  processes read an image folder's files as bytes and each batch is decoded on the GPU and cropped
+  from the full-resolution images (:mod:`solo_diet.data.stream`).
+- ``data.gpu.on_corrupt`` [``stop``]: with ``stream``, a file that cannot be decoded stops the run
+  naming it (``stop``), or is named and left out (``skip``: another sample of its batch fills it).
+- ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
+  resized, center crop); null keeps the images' own size, which must then be one size.
+- ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
+- ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
+  shape; ~3x faster at 32 px); false runs them eagerly.
+- ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
+  (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
+
+The ``data.gpu`` keys are read only with the GPU data format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.config import (
+    ConfigError,
+    KeyReader,
+    check_bool,
+    check_choice,
+    check_known_keys,
+    check_positive_int,
+    fill_default,
+)
+
+FORMAT_KEY = "data.format"
+LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
+GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
+# the GPU loader's arguments and the keys that set them (for errors raised by the core)
+GPU_ARGUMENT_KEYS = {"storage": "data.gpu.storage", "cuda_graphs": "data.gpu.cuda_graphs"}
+
+
+@dataclass(frozen=True)
+class GPUDataSettings:
+    """The checked ``data.gpu.*`` values and where batches are made (``cuda`` or ``cpu``)."""
+
+    storage: str = "auto"
+    image_size: Optional[int] = None
+    decode_threads: Optional[int] = None
+    cuda_graphs: bool = True
+    decode_cache: bool = True
+    device: str = "cuda"
+    on_corrupt: str = "stop"
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """How a run reads its data: the checked data format and, for the GPU data path, its
+    settings. Built once per run by :func:`parse_data_settings`."""
+
+    format: str = "image_folder"
+    gpu: Optional[GPUDataSettings] = None
+
+
+def parse_data_settings(cfg: DictConfig) -> DataSettings:
+    """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
+    and trains from the image folder), then the keys of its data path (for the GPU data path the
+    ``data.gpu.*`` keys and the loader's device)."""
+    from solo_diet.launch.datapaths import REGISTRY
+
+    data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
+    check_choice(cfg, FORMAT_KEY, tuple(REGISTRY))
+    return REGISTRY[data_format].read_settings(cfg, data_format)
+
+
+def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
+    """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
+    from solo_diet.data.loader import STORAGES  # torch: imported when a GPU path is parsed
+    from solo_diet.data.stream import ON_CORRUPT
+
+    given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
+    if not isinstance(given, Mapping):
+        raise KeyReader(cfg).fail(
+            "data.gpu", f"must be a mapping of {list(GPU_KEYS)}, got {given!r}."
+        )
+    check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
+    fill_default(cfg, "data.gpu.storage", "auto")
+    check_choice(cfg, "data.gpu.storage", (*STORAGES, "stream"))
+    fill_default(cfg, "data.gpu.on_corrupt", "stop")
+    check_choice(cfg, "data.gpu.on_corrupt", ON_CORRUPT)
+    for key in ("image_size", "decode_threads"):
+        if fill_default(cfg, f"data.gpu.{key}", None) is not None:
+            check_positive_int(cfg, f"data.gpu.{key}")
+    for key in ("cuda_graphs", "decode_cache"):
+        fill_default(cfg, f"data.gpu.{key}", True)
+        check_bool(cfg, f"data.gpu.{key}")
+    gpu = cfg.data.gpu
+    return GPUDataSettings(
+        gpu.storage,
+        gpu.image_size,
+        gpu.decode_threads,
+        gpu.cuda_graphs,
+        gpu.decode_cache,
+        loader_device(cfg),
+        gpu.on_corrupt,
+    )
+
+
+def loader_device(cfg: DictConfig) -> str:
+    """Where the GPU data path makes batches, from ``accelerator``: ``cuda`` (each process's GPU)
+    or ``cpu``."""
+    import torch
+
+    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
+    if accelerator in ("gpu", "cuda"):
+        return "cuda"
+    if accelerator == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if accelerator == "cpu":
+        return "cpu"
+    raise ConfigError(f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
+
+
+@contextlib.contextmanager
+def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
+    """Turn a ``ValueError`` the torch-only core raises about one of its arguments (a message
+    starting with ``argument `<name>```) into a ConfigError naming the config key ``keys[name]``."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except ValueError as error:
+        message = str(error)
+        for argument, key in keys.items():
+            prefix = f"argument `{argument}`"
+            if message.startswith(prefix):
+                raise ConfigError(f"`{key}`{message[len(prefix) :]}") from None
+        raise
+
+
+def choose_data_format(requested: str, on_gpu: bool) -> str:
+    """``auto`` is the GPU data path on a GPU and solo-learn's image-folder loader otherwise."""
+    if requested == "auto":
+        return "gpu" if on_gpu else "image_folder"
+    return requested
+
+
+def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
+    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
+    error), ``auto`` resolved by :func:`choose_data_format`."""
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ValueError(f"{key} must be one of {LAUNCH_DATA_FORMATS}, got {requested!r}.")
+    return choose_data_format(requested, on_gpu)
+
+
+def resolve_spec_format(spec: DictConfig, spec_path: Path) -> str:
+    """A compare spec's data format: ``auto`` is the GPU data path (docs/data-path.md) when torch
+    sees a GPU, solo-learn's image-folder loader otherwise; written back into the spec."""
+    import torch
+
+    requested = OmegaConf.select(spec, FORMAT_KEY)
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(
+            f"{spec_path}: `{FORMAT_KEY}` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
+            f"{requested!r}."
+        )
+    resolved = choose_data_format(requested, torch.cuda.is_available())
+    OmegaConf.update(spec, FORMAT_KEY, resolved)
+    return resolved
+
+
+def format_of(cfg: DictConfig) -> str:
+    """The data format a composed config or a parsed compare spec holds (for reports and
+    fingerprints; launchers use :func:`parse_data_settings`)."""
+    return str(OmegaConf.select(cfg, FORMAT_KEY, default="image_folder"))
+
+
+def format_override(data_format: str) -> str:
+    """The Hydra override that sets the data format."""
+    return f"{FORMAT_KEY}={data_format}"
+
+
+def dali_installed() -> bool:
+    """Whether NVIDIA DALI (solo-learn's ``dali`` data format) is importable."""
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no `nvidia` package at all
+        return False
