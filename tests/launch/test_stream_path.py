@@ -170,3 +170,23 @@ def test_config_errors_name_the_key(override, message, jpegs, tmp_path):
     cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet", argv)
     with pytest.raises(ConfigError, match=message):
         run_pretrain(cfg)
+
+
+def test_compare_evaluation_reads_the_stream(jpegs):
+    """compare's feature loaders and LiDAR's views through the stream: every val image once, with
+    its target, and the views of the chosen images (of different sizes) at the crop size."""
+    from omegaconf import OmegaConf
+
+    from solo_diet.launch.datapaths import data_path_for
+    from solo_diet.launch.datapaths.base import ViewRequest
+
+    data = {"dataset": "custom", "train_path": str(jpegs / "train"), "val_path": str(jpegs / "val")}
+    data.update(num_workers=0, augmentations={"crop_size": 32}, format="gpu")
+    cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": data})
+    cfg.data.gpu = {"storage": "stream"}
+    path = data_path_for(cfg)
+    _, val = path.feature_loaders(cfg, batch_size=4)
+    targets = torch.cat([y for _, y in val])
+    assert sorted(targets.tolist()) == sorted(list(range(CLASSES)) * 2)
+    request = ViewRequest(None, lambda n: torch.arange(n)[:3], 2, 4, 0, torch.device("cpu"))
+    assert tuple(path.lidar_views(cfg, request).shape) == (6, 3, 32, 32)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import KeyReader
 from solo_diet.data.pipeline import MultiCropAugmentation
+from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
 from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
 from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
@@ -61,9 +62,27 @@ class GPUPath(DataPath):
             transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
         else:
             transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
-        images = gpu_data.load_split(cfg, "val", gpu=self.gpu).images
-        repeated = images[request.choose(len(images))].repeat_interleave(request.views, dim=0)
+        data = gpu_data.load_split(cfg, "val", gpu=self.gpu)
+        chosen = request.choose(len(data))
         device = request.device
         generator = torch.Generator(device).manual_seed(request.seed)
+        if isinstance(data, EncodedFiles):  # images of their own sizes: lists, as the stream's
+            images = _decoded(data, chosen.tolist(), device)
+            repeated = [image for image in images for _ in range(request.views)]
+            size = request.batch_size
+            chunks = [repeated[start : start + size] for start in range(0, len(repeated), size)]
+            return torch.cat([transform(chunk, generator).cpu() for chunk in chunks])
+        repeated = data.images[chosen].repeat_interleave(request.views, dim=0)
         chunks = repeated.split(request.batch_size)
         return torch.cat([transform(chunk.to(device), generator).cpu() for chunk in chunks])
+
+
+def _decoded(files: EncodedFiles, indices: list[int], device: torch.device) -> list[torch.Tensor]:
+    """The files at ``indices`` decoded on ``device``; a file that cannot be is named."""
+    read = [files[index] for index in indices]
+    images, failed = decode_images([data for _, data, _, _ in read], device, [p for *_, p in read])
+    if failed:
+        position, problem = next(iter(failed.items()))
+        path = files.path(indices[position])
+        raise CorruptImage(f"cannot decode {path} ({problem}): replace or delete the file.")
+    return images
