@@ -362,8 +362,10 @@ def test_an_sdiet_yaml_with_an_old_head_row_key_is_one_line_naming_the_new_key(
     data, tmp_path, capsys
 ):
     """``method_kwargs.storage`` became ``row_placement`` (``storage`` is the GPU data path's)."""
-    argv = [*PRETRAIN[:-1], "sdiet"]
-    code, _, err = cli(argv + overrides(data, tmp_path) + ["++method_kwargs.storage=gpu"], capsys)
+    argv = [*PRETRAIN[:-1], "sdiet"] + [  # the s-DIET YAML has no wandb section
+        f"+{o}" if o.startswith("wandb.") else o for o in overrides(data, tmp_path)
+    ]
+    code, _, err = cli(argv + ["++method_kwargs.storage=gpu"], capsys)
     assert code == 2 and "Traceback" not in err
     assert last_line(err) == (
         "solo-diet pretrain: `method_kwargs.storage` was renamed `method_kwargs.row_placement`: "
