@@ -13,7 +13,7 @@ by torch's AdamW on DDP's all-reduced gradients). Prints one table.
     # same, everything in float64:
     python benchmarks/sdiet_ddp_equivalence.py --accelerator cpu --float64
 
-`--float64` trains with `precision="64-true"` and `storage_dtype: float64`: differences that vanish
+`--float64` trains with `precision="64-true"` and `row_dtype: float64`: differences that vanish
 there are float32 summation-order effects, not differences in what the two runs compute.
 """
 
@@ -59,8 +59,8 @@ def run_case(args: argparse.Namespace) -> None:
             "proj_hidden_dim": 256,
             "proj_output_dim": 128,
             "proj_use_bn": args.accelerator == "gpu",  # SyncBatchNorm needs GPUs
-            "storage": "cpu",
-            "storage_dtype": "float64" if args.float64 else "float32",
+            "row_placement": "cpu",
+            "row_dtype": "float64" if args.float64 else "float32",
         },
         num_large_crops=1,
         num_classes=10,

@@ -58,7 +58,7 @@ from solo_diet.methods.testing import tiny_cfg
 from solo_diet.samplers import SuperBatchSampler
 
 NUM_CLASSES = 256
-SDIET_STORAGES = ("cpu", "gpu", "disk")
+SDIET_PLACEMENTS = ("cpu", "gpu", "disk")
 PER_SAMPLE = ("sdiet", "diet")
 METHOD_NAMES = ("sdiet", "diet", "simclr", "byol", "barlow_twins", "supervised")
 # backbone -> (image size, dataset that selects the stem)
@@ -86,7 +86,7 @@ class Supervised(BaseMethod):
 
 
 def method_kwargs(
-    method: str, num_samples: int, proj_dim: Optional[int], disk_dir: str, storage: str
+    method: str, num_samples: int, proj_dim: Optional[int], disk_dir: str, placement: str
 ) -> dict:
     """solo-learn's CIFAR widths for the baselines, the paper's for s-DIET; ``proj_dim`` shrinks
     all."""
@@ -95,8 +95,8 @@ def method_kwargs(
             "num_samples": num_samples,
             "proj_hidden_dim": 2048,
             "proj_output_dim": 2048,
-            "storage": storage,
-            "storage_dir": disk_dir,
+            "row_placement": placement,
+            "row_dir": disk_dir,
         },
         "diet": {"num_samples": num_samples},
         "simclr": {"proj_hidden_dim": 2048, "proj_output_dim": 256, "temperature": 0.2},
@@ -163,28 +163,28 @@ class Timer(Callback):
         self.seconds = time.perf_counter() - self.start
 
 
-def check_row_store(model: BaseMethod, storage: str, args) -> None:
-    """s-DIET's tables are where ``storage`` says, and every step after the first used prefetched
+def check_row_store(model: BaseMethod, placement: str, args) -> None:
+    """s-DIET's tables are where ``placement`` says, and every step after the first used prefetched
     rows."""
     store = model.row_store
-    expected = torch.device(args.device) if storage == "gpu" else torch.device("cpu")
+    expected = torch.device(args.device) if placement == "gpu" else torch.device("cpu")
     for name, table in {"table": store.table, "last_step": store.last_step}.items():
         if table.device.type != expected.type:
             raise RuntimeError(
-                f"storage={storage}: {name} is on {table.device}, expected {expected}"
+                f"placement={placement}: {name} is on {table.device}, expected {expected}"
             )
-        if storage == "disk" and not os.path.isfile(os.path.join(args.disk_dir, f"{name}.bin")):
-            raise RuntimeError(f"storage=disk: {name} has no file in {args.disk_dir}")
+        if placement == "disk" and not os.path.isfile(os.path.join(args.disk_dir, f"{name}.bin")):
+            raise RuntimeError(f"placement=disk: {name} has no file in {args.disk_dir}")
     if store.prefetch_hits != args.warmup + args.steps - 1:
         raise RuntimeError(
-            f"storage={storage}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads "
+            f"placement={placement}: {store.prefetch_hits} of {args.warmup + args.steps - 1} loads "
             "used prefetched rows"
         )
 
 
 def measure(
     method: str,
-    storage: str,
+    placement: str,
     backbone: str,
     num_samples: int,
     args,
@@ -196,7 +196,7 @@ def measure(
     views = 2 if method in ("simclr", "byol", "barlow_twins") else 1
     cfg = tiny_cfg(
         method,
-        method_kwargs(method, num_samples, args.proj_dim, args.disk_dir, storage),
+        method_kwargs(method, num_samples, args.proj_dim, args.disk_dir, placement),
         num_large_crops=views,
         num_classes=NUM_CLASSES,
         batch_size=args.batch_size,
@@ -245,7 +245,7 @@ def measure(
                 raise RuntimeError(
                     "s-DIET did not find the SuperBatchSampler: nothing was prefetched"
                 )
-            check_row_store(model, storage, args)
+            check_row_store(model, placement, args)
         peak = f"{torch.cuda.max_memory_allocated() / 2**20:.0f}" if cuda else "-"
         return peak, f"{args.batch_size * args.steps / timer.seconds:.0f}"
     except torch.cuda.OutOfMemoryError:
@@ -256,12 +256,12 @@ CASE_SETTINGS = ("device", "batch_size", "precision", "warmup", "steps", "proj_d
 
 
 def run_case(
-    method: str, storage: str, backbone: str, num_samples: Optional[int], args
+    method: str, placement: str, backbone: str, num_samples: Optional[int], args
 ) -> tuple[str, str]:
     """One case in a fresh Python process (``--case``); its disk files are deleted afterwards."""
-    disk_dir = os.path.join(args.disk_dir, f"{method}-{storage}-{backbone}-{num_samples}")
+    disk_dir = os.path.join(args.disk_dir, f"{method}-{placement}-{backbone}-{num_samples}")
     case = {
-        "case": [method, storage, backbone, num_samples or 50_000],
+        "case": [method, placement, backbone, num_samples or 50_000],
         "disk_dir": disk_dir,
         **{key: getattr(args, key) for key in CASE_SETTINGS},
     }
@@ -279,7 +279,7 @@ def run_case(
 
 
 def cases(args):
-    """``(method, storage, backbone, N)`` in table order; N-independent methods once per
+    """``(method, placement, backbone, N)`` in table order; N-independent methods once per
     backbone."""
     for backbone in args.backbones:
         for method in args.methods:
@@ -287,8 +287,8 @@ def cases(args):
                 yield method, "-", backbone, None
                 continue
             for num_samples in args.num_samples:
-                for storage in SDIET_STORAGES if method == "sdiet" else ("device",):
-                    yield method, storage, backbone, num_samples
+                for placement in SDIET_PLACEMENTS if method == "sdiet" else ("device",):
+                    yield method, placement, backbone, num_samples
 
 
 def main() -> None:
@@ -309,7 +309,7 @@ def main() -> None:
         "--proj-dim", type=int, default=None, help="shrink every projector width (CPU check)"
     )
     parser.add_argument(
-        "--disk-dir", default=None, help="folder of the disk storage (default: a temp dir)"
+        "--disk-dir", default=None, help="folder of the disk placement (default: a temp dir)"
     )
     parser.add_argument(
         "--quick", action="store_true", help="2 warm-up + 3 timed steps; on --device cpu, tiny"
@@ -333,14 +333,14 @@ def main() -> None:
         f"{args.steps} timed steps after {args.warmup}; ResNet-18 at 32 px (CIFAR stem), ResNet-50 "
         "at 224 px"
     )
-    print("| method | storage | backbone | N | peak MiB | samples/s |")
+    print("| method | placement | backbone | N | peak MiB | samples/s |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:
         args.disk_dir = args.disk_dir or scratch
-        for method, storage, backbone, num_samples in cases(args):
-            peak, speed = run_case(method, storage, backbone, num_samples, args)
+        for method, placement, backbone, num_samples in cases(args):
+            peak, speed = run_case(method, placement, backbone, num_samples, args)
             n = "-" if num_samples is None else str(num_samples)
-            print(f"| {method} | {storage} | {backbone} | {n} | {peak} | {speed} |", flush=True)
+            print(f"| {method} | {placement} | {backbone} | {n} | {peak} | {speed} |", flush=True)
 
 
 def run_one_case(case: dict) -> None:
@@ -348,8 +348,8 @@ def run_one_case(case: dict) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     logging.getLogger().setLevel(logging.ERROR)  # solo-learn's per-run scheduler_interval warning
     solo_diet.register()
-    method, storage, backbone, num_samples = case.pop("case")
-    print(json.dumps(measure(method, storage, backbone, num_samples, argparse.Namespace(**case))))
+    method, placement, backbone, num_samples = case.pop("case")
+    print(json.dumps(measure(method, placement, backbone, num_samples, argparse.Namespace(**case))))
 
 
 if __name__ == "__main__":

@@ -84,15 +84,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     """Exit status 1 with one line when jobs failed: each job's log holds its own traceback."""
-    from solo_diet.compare import run_compare
-    from solo_diet.compare.runner import JobsFailed
+    from solo_diet.compare import run_spec
 
-    try:
-        report = run_compare(args.spec, args.overrides, report_only=args.report_only)
-    except JobsFailed as failed:
-        print(f"solo-diet compare: {failed}", file=sys.stderr)
+    results = run_spec(args.spec, args.overrides, report_only=args.report_only)
+    if not results.ok:
+        print(f"solo-diet compare: {results.failure_message()}", file=sys.stderr)
         return 1
-    print(f"report: {report}")
+    print(f"report: {results.report}")
     return 0
 
 

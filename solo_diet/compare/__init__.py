@@ -1,9 +1,12 @@
 """``solo-diet compare``: several methods, one data set, one budget, one evaluation, one report.
 
-Start at :func:`~solo_diet.compare.runner.run_compare` (``solo-diet compare`` calls it); the
-spec format is in ``docs/compare.md``. The modules, in the order a comparison uses them:
+Start at :func:`~solo_diet.compare.runner.run_spec` (``solo-diet compare`` is a few lines over it):
+``run_spec(spec, overrides) -> CompareResults`` (:mod:`~solo_diet.compare.results`: the records
+of every run and seed, the report's path, the failed jobs). The spec format is in
+``docs/compare.md``. The modules, in the order a comparison uses them:
 
-- :mod:`~solo_diet.compare.spec`: the spec's defaults, loading and checks;
+- :mod:`~solo_diet.compare.spec`: the spec's defaults, loading and checks
+  (:mod:`~solo_diet.compare.spec_checks`);
 - :mod:`~solo_diet.compare.jobs`: the runs, and the jobs (one per run and seed, one per
   reference row), each in its own folder;
 - :mod:`~solo_diet.compare.fingerprints`: what identifies a job's pretraining, evaluation and
@@ -29,7 +32,8 @@ spec format is in ``docs/compare.md``. The modules, in the order a comparison us
 """
 
 from solo_diet.compare.jobs import parse_runs
-from solo_diet.compare.runner import run_compare
+from solo_diet.compare.results import CompareResults, JobsFailed
+from solo_diet.compare.runner import run_compare, run_spec
 from solo_diet.compare.spec import load_spec
 
-__all__ = ["load_spec", "parse_runs", "run_compare"]
+__all__ = ["CompareResults", "JobsFailed", "load_spec", "parse_runs", "run_compare", "run_spec"]

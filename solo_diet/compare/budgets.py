@@ -64,7 +64,7 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_spec_budget(spec: DictConfig, spec_path: Path) -> None:
+def check_spec_budget(spec: DictConfig, spec_path: str | Path) -> None:
     """``budget.samples``: null (epochs decide) or a positive sample count."""
     samples = spec.budget.get("samples")
     if samples is not None and not _positive_int(samples):

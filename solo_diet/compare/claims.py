@@ -63,7 +63,7 @@ class Comparison:
         return f"{self.better} − {self.other} = {self.gap:+.2f} ({spread}: {self.outcome})"
 
 
-def check_claims(spec: DictConfig, spec_path: Path) -> None:
+def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
     """Each claim has a text, a metric, ``better`` runs of the spec and exactly one of ``than``
     (runs of the spec, optionally read on ``than_metric``) or ``at_least`` (a number); ``epoch`` is
     within the budget. A column no result has (a misspelt metric) shows in the report as ``not

@@ -46,7 +46,7 @@ CURVE_COLUMNS = (
 TEXT_COLUMNS = ("source", "fingerprint")
 
 
-def check_curves(spec: DictConfig, spec_path: Path) -> None:
+def check_curves(spec: DictConfig, spec_path: str | Path) -> None:
     """``curves.points``: a non-negative integer (0: off)."""
     points = spec.curves.points
     if isinstance(points, bool) or not isinstance(points, int) or points < 0:

@@ -32,6 +32,15 @@ def _pyplot():
     return plt
 
 
+def _saved(figure, path: Path) -> Path:
+    """``figure`` laid out and written to ``path`` as a PNG, whole or not at all, then closed."""
+    figure.tight_layout()
+    with atomic_write(path, binary=True) as png:
+        figure.savefig(png, dpi=120, format="png")
+    _pyplot().close(figure)
+    return path
+
+
 def _style(index: int) -> dict:
     """The ``index``-th line's colour and dash: matplotlib's ten colours, then dashed, then dotted,
     so no two of up to 30 lines look alike."""
@@ -65,11 +74,7 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     )
     if axis.lines:  # no result has a spectrum (every job failed): an empty panel, no legend
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    with atomic_write(path, binary=True) as png:
-        figure.savefig(png, dpi=120, format="png")
-    plt.close(figure)
-    return path
+    return _saved(figure, path)
 
 
 def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
@@ -98,11 +103,7 @@ def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
         axis.set(xlabel="epoch", title=title)
     if folders:  # only reference rows (every run failed): empty panels, no legend
         axes[0].legend(fontsize=7)
-    figure.tight_layout()
-    with atomic_write(path, binary=True) as png:
-        figure.savefig(png, dpi=120, format="png")
-    plt.close(figure)
-    return path
+    return _saved(figure, path)
 
 
 LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (views counted)"))
@@ -146,7 +147,4 @@ def plot_learning_curves(
             axis.set(xlabel=x_label, ylabel="top-1 (%)", title=f"{title}, val split")
     if curves:
         axes[0][0].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _saved(figure, path)

@@ -1,4 +1,4 @@
-"""Running a comparison (``run_compare``, where ``solo-diet compare`` starts): every job pretrained
+"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
 and evaluated once (:mod:`~solo_diet.compare.job`), in this process or side by side.
 
 With one worker (and no multi-GPU job) the jobs run one after another in this process and share
@@ -33,7 +33,8 @@ from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, ru
 from solo_diet.compare.lock import output_dir_lock
 from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.compare.report import write_report
-from solo_diet.compare.spec import REFERENCE_ROWS, load_spec
+from solo_diet.compare.results import CompareResults, JobsFailed  # noqa: F401 - where it was
+from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
@@ -42,10 +43,6 @@ from solo_diet.launch.launch_checks import (
     check_training_basics,
 )
 from solo_diet.launch.progress import OverallProgress
-
-
-class JobsFailed(RuntimeError):
-    """Some jobs failed (the report holds the others); the message names each job and its log."""
 
 
 def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
@@ -184,25 +181,6 @@ def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job
     return left
 
 
-def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
-    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
-    fingerprint of its evaluation."""
-    import solo_diet
-
-    solo_diet.register()
-    spec = load_spec(spec_file)
-    jobs = {job.key: job for job in plan_jobs(spec, parse_runs(spec))}
-    return spec, jobs, evaluation_fingerprint(spec)
-
-
-def run_one_job(spec_file: str | Path, key: str) -> None:
-    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
-    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
-    if key not in jobs:
-        raise ConfigError(f"{spec_file} has no job {key!r}.")
-    run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
-
-
 def _unfinished_row(job: Job) -> dict[str, Any]:
     """A run's job that trained some epochs but was never evaluated: its pretraining costs and
     curves (``epochs.csv``), marked ``unfinished``."""
@@ -218,12 +196,13 @@ def _report_of_finished(
     out: Path,
     report_only: bool = False,
     failed: Collection[str] = (),
-) -> Path:
+) -> tuple[Path, list[dict], list[str]]:
     """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
     ``failed`` aside). It names the jobs it leaves out, a result of another recipe (another
     budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
     pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
-    when every finished run is stale (the spec given without the overrides it ran with)."""
+    when every finished run is stale (the spec given without the overrides it ran with). Returns
+    the report's path, the results it holds and the labels of the jobs it leaves out."""
     results, left_out, stale = [], [], False
     for job in jobs:
         result = read_json(job.run_dir / "result.json")
@@ -251,7 +230,7 @@ def _report_of_finished(
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
     report = write_report(spec, results, out, left_out, run_budgets(jobs))
     progress(f"report: {report}")
-    return report
+    return report, results, left_out
 
 
 def _process_note(spec: DictConfig) -> str:
@@ -260,30 +239,52 @@ def _process_note(spec: DictConfig) -> str:
     return " in separate processes, a fresh one per job"
 
 
-def run_compare(
-    spec_path: str | Path, overrides: Sequence[str] = (), report_only: bool = False
-) -> Path:
-    """Run (or finish) a comparison; returns the path of report.md. Raises :class:`JobsFailed`
-    after writing the report of the other jobs when some jobs failed. ``report_only``: run
-    nothing, write the report from the jobs' ``result.json`` (and the pretraining curves of the
-    jobs stopped before their evaluation)."""
+def run_spec(
+    spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
+) -> CompareResults:
+    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report.
+
+    ``spec`` is a spec file (its paths relative to its folder) or the spec itself as a mapping
+    (its paths relative to the current directory); ``overrides`` are OmegaConf dot-list overrides
+    of spec keys, as on the command line (``budget.max_epochs=2``). A failed job does not stop the
+    others: it is in the returned :attr:`~CompareResults.failures` and the report holds the
+    others. ``report_only``: run nothing, write the report from the jobs' ``result.json`` (and the
+    pretraining curves of the jobs stopped before their evaluation). A bad spec raises
+    :class:`~solo_diet.config.ConfigError` before any job starts."""
     import solo_diet
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count (budgets.py)
-    spec = load_spec(spec_path, overrides)
-    jobs = plan_jobs(spec, parse_runs(spec))
-    out = Path(spec.output_dir)
+    spec_cfg = load_spec(spec, overrides)
+    jobs = plan_jobs(spec_cfg, parse_runs(spec_cfg))
+    out = Path(spec_cfg.output_dir)
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(spec, jobs, out, report_only=True)
-    chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
-    _check_before_any_job(spec, chosen, out)
+        report, records, left_out = _report_of_finished(spec_cfg, jobs, out, report_only=True)
+        return CompareResults(spec_cfg, report, tuple(records), tuple(left_out))
+    chosen = [job for job in jobs if spec_cfg.only is None or job.name in spec_cfg.only]
+    _check_before_any_job(spec_cfg, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
     with output_dir_lock(out, say=progress):  # one comparison per output folder
-        return _run_jobs(spec, spec_path, overrides, jobs, chosen)
+        return _run_jobs(spec_cfg, _command_spec(spec, out), overrides, jobs, chosen)
+
+
+def run_compare(
+    spec_path: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
+) -> Path:
+    """:func:`run_spec`, returning the path of report.md; raises :class:`JobsFailed` after writing
+    the report of the other jobs when some jobs failed."""
+    results = run_spec(spec_path, overrides, report_only)
+    results.raise_for_failures()
+    return results.report
+
+
+def _command_spec(spec: SpecSource, out: Path) -> str | Path:
+    """The spec as ``commands.txt`` names it: its file, or the resolved copy in ``out`` that
+    :func:`_run_jobs` writes for a spec given as a mapping."""
+    return spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
 
 
 def _run_jobs(
@@ -292,8 +293,8 @@ def _run_jobs(
     overrides: Sequence[str],
     jobs: Sequence[Job],
     chosen: Sequence[Job],
-) -> Path:
-    """``run_compare``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
+) -> CompareResults:
+    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
     report."""
     out = Path(spec.output_dir)
     write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
@@ -327,11 +328,5 @@ def _run_jobs(
             spec_file.unlink(missing_ok=True)
     else:
         failures = _run_here(spec, to_run)
-    report = _report_of_finished(spec, jobs, out, failed=failures)
-    if failures:
-        raise JobsFailed(
-            f"{len(failures)} of the {len(to_run)} jobs started failed: "
-            f"{'; '.join(failures.values())}. The "
-            "report holds the others; rerun the same command to retry the failed ones."
-        )
-    return report
+    report, records, left_out = _report_of_finished(spec, jobs, out, failed=failures)
+    return CompareResults(spec, report, tuple(records), tuple(left_out), failures, len(to_run))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
@@ -16,8 +16,16 @@ from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 from solo_diet.compare.budgets import check_spec_budget
 from solo_diet.compare.claims import check_claims
 from solo_diet.compare.curves import check_curves
+from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
+    REFERENCE_ROWS,
+    check_only,
+    check_seeds_and_workers,
+)
 from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
+
+# a spec: its YAML file, or the spec itself (a dict or DictConfig)
+SpecSource = Union[str, Path, Mapping[str, Any]]
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -67,7 +75,6 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # last being the final evaluation (0: off; docs/compare.md, "Learning curves")
     "curves": {"points": 0},
 }
-REFERENCE_ROWS = ("random_init", "raw_pixels")
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
@@ -110,7 +117,7 @@ def _resolve_paths(spec: DictConfig, base: Path) -> None:
             run.config_path = str((base / str(run.config_path)).expanduser().resolve())
 
 
-def _unknown_key_message(spec_path: Path, error: ConfigKeyError | ValidationError) -> str:
+def _unknown_key_message(spec_path: str | Path, error: ConfigKeyError | ValidationError) -> str:
     """One line naming the unknown key, its closest valid key and the valid keys of its section
     (OmegaConf's own "not in struct" text left out)."""
     full_key = str(getattr(error, "full_key", "") or "")
@@ -142,31 +149,51 @@ def _check_no_list_items(overrides: Sequence[str]) -> None:
             raise ConfigError(f"`{key}` sets an item of `{head}`, a list. {_LISTS_SET_WHOLE}")
 
 
-def load_spec(spec_path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
-    """Read and check a spec; paths in the file are relative to its folder, paths in ``overrides``
+def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> DictConfig:
+    """Read and check a spec, a YAML file or the spec itself (a dict or DictConfig, left as it
+    was); paths in a file are relative to its folder, paths in a mapping and in ``overrides``
     (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
-    spec_path = Path(spec_path).expanduser().absolute()  # as typed: a symlink stays one
-    if not spec_path.is_file():
-        raise ConfigError(f"comparison spec {spec_path} does not exist.")
+    where, base = _spec_origin(spec)
     _check_no_list_items(overrides)
     schema = OmegaConf.create(SPEC_DEFAULTS)
     OmegaConf.set_struct(schema, True)
     try:
-        from_file = OmegaConf.load(spec_path)
-        _resolve_paths(from_file, spec_path.resolve().parent)
+        given = OmegaConf.load(where) if isinstance(where, Path) else _copied(spec)
+        _resolve_paths(given, base)
         from_cli = OmegaConf.from_dotlist(list(overrides))
         _resolve_paths(from_cli, Path.cwd())
-        spec = OmegaConf.merge(schema, from_file, from_cli)
+        merged = OmegaConf.merge(schema, given, from_cli)
     except (ConfigKeyError, ValidationError) as err:
-        raise ConfigError(_unknown_key_message(spec_path, err)) from err
+        raise ConfigError(_unknown_key_message(where, err)) from err
     except ConfigTypeError as err:  # a dict where the spec has a list
-        raise ConfigError(f"{spec_path}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
-    OmegaConf.set_struct(spec, False)
-    _check_spec(spec, spec_path)
-    return spec
+        raise ConfigError(f"{where}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
+    OmegaConf.set_struct(merged, False)
+    _check_spec(merged, where)
+    return merged
 
 
-def _check_spec(spec: DictConfig, spec_path: Path) -> None:
+def _spec_origin(spec: SpecSource) -> tuple[str | Path, Path]:
+    """What error messages call the spec (its file, as typed: a symlink stays one), and the folder
+    its relative paths start from."""
+    if isinstance(spec, (str, Path)):
+        spec_path = Path(spec).expanduser().absolute()
+        if not spec_path.is_file():
+            raise ConfigError(f"comparison spec {spec_path} does not exist.")
+        return spec_path, spec_path.resolve().parent
+    if not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"a comparison spec is a YAML file's path or a mapping, got {type(spec).__name__}."
+        )
+    return "the spec", Path.cwd()
+
+
+def _copied(spec: Mapping[str, Any]) -> DictConfig:
+    """A spec given as a mapping, copied (the caller's is not changed)."""
+    plain = OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec)
+    return OmegaConf.create(plain)
+
+
+def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     if spec.output_dir is None:
         raise ConfigError(
             f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
@@ -208,8 +235,8 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
                     "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
                     "val/ inside)."
                 )
-    _check_seeds_and_workers(spec, spec_path)
-    _check_only(spec, spec_path)
+    check_seeds_and_workers(spec, spec_path)
+    check_only(spec, spec_path)
     check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
     check_curves(spec, spec_path)
@@ -228,70 +255,6 @@ def _check_spec(spec: DictConfig, spec_path: Path) -> None:
         )
 
 
-def _positive_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
-
-
-def _check_only(spec: DictConfig, spec_path: Path) -> None:
-    """``only``: null, or the names of some of the spec's runs and reference rows."""
-    names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
-    only = spec.only
-    if only is None:
-        return
-    if not isinstance(only, ListConfig) or len(only) == 0 or not set(only) <= set(names):
-        unknown = [n for n in only if n not in names] if isinstance(only, ListConfig) else []
-        close = [(n, closest_name(n, names)) for n in unknown]
-        hints = ", ".join(f"`{c}` for `{n}`" for n, c in close if c)
-        raise ConfigError(
-            f"{spec_path}: `only` must be null (every job) or a list of the spec's run and "
-            f"reference-row names {names}, got {only}"
-            + (f"; did you mean {hints}?" if hints else ".")
-        )
-
-
-def _check_seeds_and_workers(spec: DictConfig, spec_path: Path) -> None:
-    """``seeds``, ``reference_rows``, ``parallel.workers``/``jobs_per_gpu`` and the budget's
-    intervals."""
-    seeds = spec.seeds
-    if seeds is not None and (
-        not isinstance(seeds, ListConfig)
-        or len(seeds) == 0
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-        or len(set(seeds)) != len(seeds)
-    ):
-        raise ConfigError(
-            f"{spec_path}: `seeds` must be a list of distinct non-negative integers (e.g. "
-            f"seeds=[0,1,2]: every run once per seed), or null for each config's own seed; "
-            f"got {seeds}."
-        )
-    rows = spec.reference_rows
-    if not isinstance(rows, ListConfig) or not set(rows) <= set(REFERENCE_ROWS):
-        raise ConfigError(
-            f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
-            f"them off), got {rows}."
-        )
-    for key in (
-        "budget.checkpoint_every_n_epochs",
-        "budget.val_every_n_epochs",
-        "parallel.workers",
-    ):
-        if not _positive_or_none(OmegaConf.select(spec, key)):
-            raise ConfigError(
-                f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
-                f"{OmegaConf.select(spec, key)}."
-            )
-    per_gpu = spec.parallel.jobs_per_gpu
-    if per_gpu is None or not _positive_or_none(per_gpu):
-        raise ConfigError(
-            f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
-            f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
-        )
-    if not isinstance(spec.parallel.reuse_workers, bool):
-        raise ConfigError(
-            f"{spec_path}: `parallel.reuse_workers` must be true (worker processes import once "
-            f"and run job after job) or false (a fresh process per job), got "
-            f"{spec.parallel.reuse_workers!r}."
-        )
 
 
 def checkpoint_interval(budget: DictConfig) -> int:

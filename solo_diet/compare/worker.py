@@ -21,7 +21,39 @@ import json
 import os
 import sys
 import traceback
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from solo_diet.compare.jobs import Job
+
+
+def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
+    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
+    fingerprint of its evaluation."""
+    import solo_diet
+    from solo_diet.compare.fingerprints import evaluation_fingerprint
+    from solo_diet.compare.jobs import parse_runs, plan_jobs
+    from solo_diet.compare.spec import load_spec
+
+    solo_diet.register()
+    spec = load_spec(spec_file)
+    jobs = {job.key: job for job in plan_jobs(spec, parse_runs(spec))}
+    return spec, jobs, evaluation_fingerprint(spec)
+
+
+def run_one_job(spec_file: str | Path, key: str) -> None:
+    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+    from solo_diet.compare.evaluate import SharedEvaluator
+    from solo_diet.compare.job import run_job
+    from solo_diet.config import ConfigError
+
+    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
+    if key not in jobs:
+        raise ConfigError(f"{spec_file} has no job {key!r}.")
+    run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
 
 
 def serve(spec_file: str, reply_fd: int) -> int:
@@ -31,7 +63,6 @@ def serve(spec_file: str, reply_fd: int) -> int:
     from solo_diet.compare.evaluate import SharedEvaluator
     from solo_diet.compare.fresh import FreshState, send_output_to
     from solo_diet.compare.job import run_job
-    from solo_diet.compare.runner import worker_jobs
 
     spec, jobs, eval_fingerprint = worker_jobs(spec_file)
     fresh = FreshState()
@@ -63,8 +94,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    from solo_diet.compare.runner import run_one_job
-
     try:
         run_one_job(args[0], args[1])
     except KeyboardInterrupt as err:

@@ -169,7 +169,7 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
     return choose_data_format(requested, on_gpu)
 
 
-def resolve_spec_format(spec: DictConfig, spec_path: Path) -> str:
+def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
     """A compare spec's data format: ``auto`` is the GPU data path (docs/data-path.md) when torch
     sees a GPU, solo-learn's image-folder loader otherwise; written back into the spec."""
     import torch

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from solo_diet.config import ConfigError
+from solo_diet.methods.renamed import with_current_kwargs
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
@@ -76,12 +77,18 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
             "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
         )
     try:
-        return omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+        return _saved_args(args_path)
     except ValueError as err:
         raise ConfigError(
             f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
             "it (a rerun of the pretraining rewrites it), or pass the config explicitly."
         ) from None
+
+
+def _saved_args(args_path: Path) -> omegaconf.DictConfig:
+    """An ``args.json``, the ``method_kwargs`` keys its method renamed since under their new names
+    (:mod:`~solo_diet.methods.renamed`)."""
+    return with_current_kwargs(omegaconf.OmegaConf.create(json.loads(args_path.read_text())))
 
 
 def checkpoint_safe_globals() -> list:
@@ -272,7 +279,7 @@ class PretrainedCheckpoint:
         if args is None:
             args = read_pretrain_args(self.path)
         elif not isinstance(args, omegaconf.DictConfig):
-            args = omegaconf.OmegaConf.create(json.loads(Path(args).read_text()))
+            args = _saved_args(Path(args))
         self.args: omegaconf.DictConfig = args
         self.allow_pickle = allow_pickle
         self._method: Optional[nn.Module] = None

@@ -23,7 +23,7 @@ step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, ClassVar, Dict, Optional, Sequence
 
 import omegaconf
 import torch
@@ -40,9 +40,10 @@ from solo_diet.config import (
 )
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
+from solo_diet.methods.renamed import refuse_renamed_kwargs
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowhead import RowHead
-from solo_diet.rowstore import MODES, STORAGES, RowStore, host_sharing
+from solo_diet.rowstore import MODES, PLACEMENTS, RowStore, host_sharing
 from solo_diet.samplers import SuperBatch, SuperBatchOrder, SuperBatchSampler, check_sampler
 
 CHECKPOINT_KEY = "sdiet_row_store"
@@ -68,10 +69,11 @@ class SDIET(IndexMethod):
         zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only
             with ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied
             when it is loaded). Default eager for ``labels=index``, else lazy.
-        storage (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Default
-            cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a host (one copy).
-        storage_dir (str): folder of the ``disk`` storage's memory-mapped files. Default None.
-        storage_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
+        row_placement (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``.
+            Default cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a host
+            (one copy).
+        row_dir (str): folder of the ``disk`` placement's memory-mapped files. Default None.
+        row_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
             ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``).
             Default float32.
         rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of
@@ -80,6 +82,13 @@ class SDIET(IndexMethod):
         prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device
             while the current one trains. Default True.
     """
+
+    # the head rows' keys before: "storage" now names where the GPU data path keeps its images
+    renamed_method_kwargs: ClassVar[dict[str, str]] = {
+        "storage": "row_placement",
+        "storage_dir": "row_dir",
+        "storage_dtype": "row_dtype",
+    }
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -92,9 +101,9 @@ class SDIET(IndexMethod):
         )
         self._store_kwargs = dict(
             mode=kwargs.zero_grad_steps,
-            storage=kwargs.storage,
-            directory=kwargs.storage_dir,
-            dtype=getattr(torch, kwargs.storage_dtype),
+            placement=kwargs.row_placement,
+            directory=kwargs.row_dir,
+            dtype=getattr(torch, kwargs.row_dtype),
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
         self.row_head = RowHead(
@@ -121,6 +130,7 @@ class SDIET(IndexMethod):
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills s-DIET's ``method_kwargs`` defaults and checks every value."""
+        refuse_renamed_kwargs(cfg, SDIET.renamed_method_kwargs)
         cfg = super(SDIET, SDIET).add_and_assert_specific_cfg(cfg)
         optimizer_kwargs = omegaconf_select(cfg, "optimizer.kwargs", {}) or {}
         by_index = cfg.method_kwargs.labels == "index"
@@ -138,9 +148,9 @@ class SDIET(IndexMethod):
         fill_default(cfg, "method_kwargs.head_eps", optimizer_kwargs.get("eps", 1e-8))
         fill_default(cfg, "method_kwargs.head_momentum", optimizer_kwargs.get("momentum", 0.9))
         fill_default(cfg, "method_kwargs.zero_grad_steps", "eager" if by_index else "lazy")
-        fill_default(cfg, "method_kwargs.storage", "cpu")
-        fill_default(cfg, "method_kwargs.storage_dir", None)
-        fill_default(cfg, "method_kwargs.storage_dtype", "float32")
+        fill_default(cfg, "method_kwargs.row_placement", "cpu")
+        fill_default(cfg, "method_kwargs.row_dir", None)
+        fill_default(cfg, "method_kwargs.row_dtype", "float32")
         fill_default(cfg, "method_kwargs.rows_per_step", 1)
         fill_default(cfg, "method_kwargs.prefetch", True)
 
@@ -156,8 +166,8 @@ class SDIET(IndexMethod):
         check_range(cfg, "method_kwargs.head_eps", 0.0, float("inf"))
         check_range(cfg, "method_kwargs.head_momentum", 0.0, 1.0)
         check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
-        check_choice(cfg, "method_kwargs.storage", STORAGES)
-        check_choice(cfg, "method_kwargs.storage_dtype", ["float32", "float64"])
+        check_choice(cfg, "method_kwargs.row_placement", PLACEMENTS)
+        check_choice(cfg, "method_kwargs.row_dtype", ["float32", "float64"])
         check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
         check_bool(cfg, "method_kwargs.prefetch")
         _check_combinations(cfg, by_index)
@@ -171,13 +181,13 @@ class SDIET(IndexMethod):
         memory, written by one of them); creating it is then collective, as is every first use.
         """
         if self._row_store is None:
-            storage = self._store_kwargs["storage"]
-            sharing = host_sharing() if storage in ("cpu", "disk") else None
+            placement = self._store_kwargs["placement"]
+            sharing = host_sharing() if placement in ("cpu", "disk") else None
             if sharing is not None and self.label_source.source != "index":
                 raise ConfigError(
                     f"`method_kwargs.labels={self.label_source.source}` with several processes "
-                    "needs `method_kwargs.storage=gpu`: a host-shared store writes one step late, "
-                    "and class rows recur in consecutive batches."
+                    "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
+                    "late, and class rows recur in consecutive batches."
                 )
             self._row_store = RowStore(
                 self.label_source.num_rows,
@@ -295,11 +305,11 @@ class SDIET(IndexMethod):
 
 
 def _check_combinations(cfg: omegaconf.DictConfig, by_index: bool) -> None:
-    """The settings s-DIET refuses together: disk storage without a folder; eager steps or
+    """The settings s-DIET refuses together: rows on disk without a folder; eager steps or
     super-batches with labels other than ``index``; more than one view per sample."""
-    if cfg.method_kwargs.storage == "disk" and not cfg.method_kwargs.storage_dir:
+    if cfg.method_kwargs.row_placement == "disk" and not cfg.method_kwargs.row_dir:
         raise ConfigError(
-            "`method_kwargs.storage=disk` needs `method_kwargs.storage_dir` (a folder for the "
+            "`method_kwargs.row_placement=disk` needs `method_kwargs.row_dir` (a folder for the "
             "row files)."
         )
     if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":

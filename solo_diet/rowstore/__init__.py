@@ -1,7 +1,7 @@
 """s-DIET head rows and their optimiser state, kept outside ``nn.Parameter`` s (s-DIET paper, §5.1,
 Listing 1).
 
-- :mod:`~solo_diet.rowstore.tables`: the storage back-ends (``cpu``, ``gpu``, ``disk``, shared);
+- :mod:`~solo_diet.rowstore.tables`: the table, placed on ``cpu``, ``gpu`` or ``disk`` (shared);
 - :mod:`~solo_diet.rowstore.transfers`: the worker thread and side stream that copy rows;
 - :mod:`~solo_diet.rowstore.sharing`: one store per host for its DDP processes;
 - :mod:`~solo_diet.rowstore.store`: :class:`RowStore`, loading, stepping and storing rows.
@@ -9,12 +9,12 @@ Listing 1).
 
 from solo_diet.rowstore.sharing import HostSharing, host_sharing
 from solo_diet.rowstore.store import MODES, RowStore
-from solo_diet.rowstore.tables import STORAGES, RowTables
+from solo_diet.rowstore.tables import PLACEMENTS, RowTables
 from solo_diet.rowstore.transfers import TransferQueue
 
 __all__ = [
     "MODES",
-    "STORAGES",
+    "PLACEMENTS",
     "HostSharing",
     "RowStore",
     "RowTables",

@@ -1,7 +1,7 @@
 """The row store: s-DIET's head rows and their optimiser state, outside ``nn.Parameter`` s.
 
 Rows are loaded for a batch, stepped by a row-wise optimiser and written back; only the rows of a
-batch travel to the device (storage: :mod:`~solo_diet.rowstore.tables`; copies off the training
+batch travel to the device (placement: :mod:`~solo_diet.rowstore.tables`; copies off the training
 thread: :mod:`~solo_diet.rowstore.transfers`). A load that was not prefetched first waits for every
 pending write.
 
@@ -41,7 +41,7 @@ class RowStore(RowTables):
         optimizer: row-wise optimiser (:class:`solo_diet.optim.RowAdamW` or ``RowSGDW``).
         mode: ``"eager"`` or ``"lazy"`` zero-gradient steps (module docstring).
         eager_steps: zero-gradient steps applied after each write-back in eager mode (``N/B - m``).
-        table_options: where and how the table lives: ``storage``, ``device``, ``directory``,
+        table_options: where and how the table lives: ``placement``, ``device``, ``directory``,
             ``seed``, ``dtype``, ``sharing`` (:class:`~solo_diet.rowstore.tables.RowTables`).
     """
 
@@ -65,7 +65,7 @@ class RowStore(RowTables):
         self.eager_steps = float(eager_steps)
         self.global_step = 0
         self.transfers = TransferQueue(
-            self.storage != "gpu", self.cuda and self.device.type == "cpu"
+            self.placement != "gpu", self.cuda and self.device.type == "cpu"
         )
         self._prefetched: Optional[tuple[Tensor, Future]] = None
         # loads served by a prefetch (benchmarks check that the overlap happens)

@@ -1,4 +1,5 @@
-"""The row store's storage back-ends: one ``N x K x D`` table and per-row last-step counters.
+"""The row store's table where its placement says (``cpu``, ``gpu`` or ``disk``): one ``N x K x D``
+table and per-row last-step counters.
 
 A head row and its ``K - 1`` optimiser states sit side by side in one ``N x K x D`` table, so a
 batch travels in one gather, one copy and one scatter. The table lives in host RAM (``"cpu"``,
@@ -20,7 +21,7 @@ from torch import Tensor
 
 from solo_diet.rowstore.sharing import HostSharing
 
-STORAGES = ("cpu", "gpu", "disk")
+PLACEMENTS = ("cpu", "gpu", "disk")
 INIT_CHUNK_ELEMENTS = 1 << 24
 
 Device = Union[str, torch.device]
@@ -33,10 +34,10 @@ class RowTables:
         num_rows: N, one row per training sample (or label id).
         dim: D, width of a row.
         names: the K slots of a row: ``"rows"``, then the optimiser's state names.
-        storage: ``"cpu"`` (default), ``"gpu"`` (the ``device`` argument) or ``"disk"``
+        placement: ``"cpu"`` (default), ``"gpu"`` (the ``device`` argument) or ``"disk"``
             (``directory``).
-        device: device of the ``"gpu"`` storage (defaults to ``cuda`` when available, else ``cpu``).
-        directory: folder of the ``"disk"`` storage's memory-mapped files (created, files
+        device: device of the ``"gpu"`` placement (default ``cuda`` when available, else ``cpu``).
+        directory: folder of the ``"disk"`` placement's memory-mapped files (created, files
             overwritten).
         seed: seed of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET
             paper is silent; state starts at 0).
@@ -50,27 +51,27 @@ class RowTables:
         dim: int,
         names: Sequence[str],
         *,
-        storage: str = "cpu",
+        placement: str = "cpu",
         device: Optional[Device] = None,
         directory: Optional[str] = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         sharing: Optional[HostSharing] = None,
     ):
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}")
-        if storage == "disk" and not directory:
-            raise ValueError("storage='disk' needs a directory for its memory-mapped files")
-        if sharing is not None and storage == "gpu":
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if placement == "disk" and not directory:
+            raise ValueError("placement='disk' needs a directory for its memory-mapped files")
+        if sharing is not None and placement == "gpu":
             raise ValueError(
-                "storage='gpu' cannot be shared between processes: each GPU holds its own table"
+                "placement='gpu' cannot be shared between processes: each GPU holds its own table"
             )
         self.num_rows, self.dim = num_rows, dim
         self.names = tuple(names)
-        self.storage = storage
+        self.placement = placement
         self.dtype = dtype
         self.cuda = torch.cuda.is_available()
-        on_gpu = storage == "gpu"
+        on_gpu = placement == "gpu"
         self.device = (
             torch.device(device or ("cuda" if self.cuda else "cpu"))
             if on_gpu
@@ -79,7 +80,7 @@ class RowTables:
         self.sharing = sharing
         self.writer = sharing is None or sharing.writer
         self.shared_files: list[str] = []
-        if sharing is not None and storage == "cpu":
+        if sharing is not None and placement == "cpu":
             # nothing is allocated yet: every process of the host sees the same free space
             sharing.barrier()
             self._check_shared_memory(sharing.directory)
@@ -95,7 +96,7 @@ class RowTables:
             if not self.writer:
                 self._allocate_all(directory)
             sharing.barrier()  # every process has mapped them
-            if self.writer and storage == "cpu":
+            if self.writer and placement == "cpu":
                 for path in (
                     self.shared_files
                 ):  # memory stays mapped; nothing is left in /dev/shm after a crash
@@ -123,7 +124,8 @@ class RowTables:
         if free < needed:
             raise RuntimeError(
                 f"the shared row store needs {needed / 2**30:.2f} GiB in {directory}, which has "
-                f"{free / 2**30:.2f} GiB free: enlarge it (docker: --shm-size) or use storage=disk."
+                f"{free / 2**30:.2f} GiB free: enlarge it (docker: --shm-size) or use "
+                "placement='disk'."
             )
 
     def _allocate_all(self, directory: Optional[str]) -> None:
@@ -138,7 +140,7 @@ class RowTables:
     def _allocate(
         self, name: str, shape: tuple, dtype: torch.dtype, directory: Optional[str]
     ) -> Tensor:
-        if self.storage == "disk":
+        if self.placement == "disk":
             return self._map_file(os.path.join(directory, f"{name}.bin"), shape, dtype)
         if self.sharing is not None:
             path = os.path.join(self.sharing.directory, f"{self.sharing.name}.{name}.bin")
@@ -146,7 +148,7 @@ class RowTables:
             return torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype).view(
                 shape
             )
-        if self.storage == "gpu":
+        if self.placement == "gpu":
             return torch.empty(shape, dtype=dtype, device=self.device)
         return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
 

@@ -358,6 +358,23 @@ def test_user_errors_are_one_line_with_status_2(data, tmp_path, capsys, command,
     assert "Traceback" not in err and not list(tmp_path.glob("diet/*"))
 
 
+def test_an_sdiet_yaml_with_an_old_head_row_key_is_one_line_naming_the_new_key(
+    data, tmp_path, capsys
+):
+    """``method_kwargs.storage`` became ``row_placement`` (``storage`` is the GPU data path's)."""
+    argv = [*PRETRAIN[:-1], "sdiet"] + [  # the s-DIET YAML has no wandb section
+        f"+{o}" if o.startswith("wandb.") else o for o in overrides(data, tmp_path)
+    ]
+    code, _, err = cli(argv + ["++method_kwargs.storage=gpu"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert last_line(err) == (
+        "solo-diet pretrain: `method_kwargs.storage` was renamed `method_kwargs.row_placement`: "
+        "write `method_kwargs.row_placement: gpu` instead (a checkpoint saved with the old key "
+        "still loads)."
+    )
+    assert not list(tmp_path.glob("sdiet/*"))
+
+
 def test_wandb_without_an_api_key_is_one_line(data, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)

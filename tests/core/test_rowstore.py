@@ -1,5 +1,5 @@
-"""RowStore: storages agree, lazy = full-table optimiser with zero grads, eager = the s-DIET paper's
-Listing 1, exact snapshots."""
+"""RowStore: the placements agree, lazy = full-table optimiser with zero grads, eager = the s-DIET
+paper's Listing 1, exact snapshots."""
 
 import math
 import threading
@@ -140,11 +140,11 @@ def test_eager_and_lazy_differ_but_both_move_rows():
     assert (full_table(eager)[0] - full_table(lazy)[0]).abs().max() > 1e-6
 
 
-def test_gpu_storage_and_disk_storage_equal_cpu(tmp_path):
+def test_gpu_and_disk_placements_equal_cpu(tmp_path):
     stores = [
         make("lazy"),
-        make("lazy", storage="gpu", device="cpu"),
-        make("lazy", storage="disk", directory=str(tmp_path)),
+        make("lazy", placement="gpu", device="cpu"),
+        make("lazy", placement="disk", directory=str(tmp_path)),
     ]
     for store in stores:
         run(store)
@@ -227,21 +227,21 @@ def test_state_dict_from_another_optimizer_is_refused():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="storage"):
-        make(storage="tape")
+    with pytest.raises(ValueError, match="placement"):
+        make(placement="tape")
     with pytest.raises(ValueError, match="directory"):
-        make(storage="disk")
+        make(placement="disk")
     with pytest.raises(ValueError, match="mode"):
         make("sometimes")
 
 
-@pytest.mark.parametrize("storage", ["cpu", "gpu"])
-def test_prefetch_gives_identical_results(storage):
+@pytest.mark.parametrize("placement", ["cpu", "gpu"])
+def test_prefetch_gives_identical_results(placement):
     """Prefetching each next batch (on CPU: a copy made early, the code path of the CUDA side
-    stream) changes nothing, also in eager mode and for the gpu storage on the CPU device."""
+    stream) changes nothing, also in eager mode and for the gpu placement on the CPU device."""
     for mode in ("eager", "lazy"):
         plain, early = (
-            make(mode, storage=storage, device="cpu", eager_steps=2.0) for _ in range(2)
+            make(mode, placement=placement, device="cpu", eager_steps=2.0) for _ in range(2)
         )
         run(plain)
         for step, batch in enumerate(BATCHES):
@@ -303,7 +303,7 @@ def test_host_shared_store_has_one_writer_and_deferred_writes(tmp_path):
     writer.commit()
     assert torch.equal(reader.tables["rows"][idx], rows + 2.0)
     with pytest.raises(ValueError, match="gpu"):
-        make(storage="gpu", sharing=HostSharing("x", True, barrier.wait, directory=str(tmp_path)))
+        make(placement="gpu", sharing=HostSharing("x", True, barrier.wait, directory=str(tmp_path)))
 
 
 def test_host_shared_store_refuses_a_too_small_shared_memory(tmp_path):

@@ -5,19 +5,22 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch import Callback  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 from solo.methods.base import BaseMethod  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.sdiet import CHECKPOINT_KEY  # noqa: E402
+from solo_diet.methods.checkpoint import PretrainedCheckpoint  # noqa: E402
+from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET  # noqa: E402
 from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
@@ -96,7 +99,7 @@ def test_defaults_follow_the_optimizer_config():
     assert (
         kwargs.label_smoothing == 0.8
         and kwargs.zero_grad_steps == "eager"
-        and kwargs.storage == "cpu"
+        and kwargs.row_placement == "cpu"
     )
     assert kwargs.proj_layers == 3 and kwargs.rows_per_step == 1 and kwargs.temperature == 1.0
 
@@ -195,14 +198,16 @@ def test_rows_per_step_1_through_the_sampler_equals_batch_ce_in_the_same_order()
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("mode,storage", [("lazy", "cpu"), ("eager", "gpu")])
-def test_multi_batch_through_lightning_and_prefetch_changes_nothing(mode, storage):
+@pytest.mark.parametrize("mode,placement", [("lazy", "cpu"), ("eager", "gpu")])
+def test_multi_batch_through_lightning_and_prefetch_changes_nothing(mode, placement):
     """m = 2, 2 epochs of 3 steps (a full super-batch, then one cut short by the epoch end): rows
     stay resident for their super-batch, and training with and without prefetching the next
     super-batch (which also crosses an epoch boundary) gives identical tables and weights."""
     runs = {}
     for prefetch in (True, False):
-        cfg = sdiet_cfg(rows_per_step=2, zero_grad_steps=mode, storage=storage, prefetch=prefetch)
+        cfg = sdiet_cfg(
+            rows_per_step=2, zero_grad_steps=mode, row_placement=placement, prefetch=prefetch
+        )
         runs[prefetch] = fit_in_sampler_order(cfg, 2, 3)
     model = runs[True]
     assert model.row_store.global_step == 6 and model.row_store.eager_steps == N / 4 - 2
@@ -248,9 +253,9 @@ def test_duplicate_indices_are_refused():
         model.training_step([indexes, views, targets], 0)
 
 
-@pytest.mark.parametrize("mode,storage", [("eager", "cpu"), ("lazy", "gpu")])
-def test_fast_dev_run_through_solo_pipeline(mode, storage):
-    cfg = sdiet_cfg(zero_grad_steps=mode, storage=storage)
+@pytest.mark.parametrize("mode,placement", [("eager", "cpu"), ("lazy", "gpu")])
+def test_fast_dev_run_through_solo_pipeline(mode, placement):
+    cfg = sdiet_cfg(zero_grad_steps=mode, row_placement=placement)
     model = METHODS["sdiet"](cfg)
     trainer = tiny_trainer(cfg)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=N), fake_val_loader(cfg))
@@ -409,8 +414,8 @@ def test_stop_and_resume_equals_uninterrupted_run(tmp_path, mode):
         ({"head_optimizer": "lamb"}, "head_optimizer"),
         ({"head_betas": [0.9]}, "head_betas"),
         ({"zero_grad_steps": "never"}, "zero_grad_steps"),
-        ({"storage": "tape"}, "method_kwargs.storage"),
-        ({"storage": "disk"}, "storage_dir"),
+        ({"row_placement": "tape"}, "method_kwargs.row_placement"),
+        ({"row_placement": "disk"}, "row_dir"),
         ({"rows_per_step": 0}, "rows_per_step"),
         ({"prefetch": "yes"}, "prefetch"),
         ({"temperature": 0.0}, "temperature"),
@@ -479,7 +484,7 @@ def _ddp_worker(rank, world_size, init_file, out_dir):
 
 @pytest.mark.slow
 def test_two_process_gloo_ddp_shares_one_host_store_and_equals_one_process(tmp_path):
-    """2 gloo processes, storage cpu, m = 1 and m = 2: one store file set in /dev/shm mapped by both
+    """2 gloo processes, rows on cpu, m = 1 and m = 2: one store file set in /dev/shm mapped by both
     (written only by rank 0, unlinked once mapped), and rank 1, which never writes, sees the same
     head table as one process trained on the global batches."""
     import torch.multiprocessing as mp
@@ -644,3 +649,46 @@ def test_lightning_ddp_two_processes_equal_one_process_in_float64(tmp_path):
         done.stdout
     )  # loss, rows after step 1, rows, 2 AdamW states, backbone, projector
     assert all(gap <= 1e-10 for gap in gaps.values()), gaps
+
+
+OLD_KEY_VALUES = {"storage": "cpu", "storage_dir": "/tmp/rows", "storage_dtype": "float32"}
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [("storage", "row_placement"), ("storage_dir", "row_dir"), ("storage_dtype", "row_dtype")],
+)
+def test_an_old_head_row_key_is_refused_naming_its_new_key(old, new):
+    """``storage`` names the GPU data path's images (``data.gpu.storage``); the head rows' keys are
+    ``row_placement``, ``row_dir`` and ``row_dtype``."""
+    assert SDIET.renamed_method_kwargs[old] == new
+    with pytest.raises(
+        ConfigError, match=rf"`method_kwargs.{old}` was renamed `method_kwargs.{new}`"
+    ):
+        METHODS["sdiet"](sdiet_cfg(**{old: OLD_KEY_VALUES[old]}))
+
+
+def test_a_checkpoint_saved_with_the_old_head_row_keys_loads(tmp_path):
+    cfg = sdiet_cfg(row_placement="disk", row_dir=str(tmp_path / "rows"), row_dtype="float64")
+    model = METHODS["sdiet"](cfg)
+    args = OmegaConf.to_container(model.cfg)
+    for old, new in SDIET.renamed_method_kwargs.items():  # args.json as it was written before
+        args["method_kwargs"][old] = args["method_kwargs"].pop(new)
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    checkpoint = tmp_path / "sdiet-ep=0.ckpt"
+    torch.save({"epoch": 0, "state_dict": model.state_dict()}, checkpoint)
+
+    for pretrained in (
+        PretrainedCheckpoint(checkpoint),  # args.json next to it
+        PretrainedCheckpoint(checkpoint, tmp_path / "args.json"),
+    ):
+        kwargs = pretrained.args.method_kwargs
+        assert not set(kwargs) & set(SDIET.renamed_method_kwargs)
+        assert (kwargs.row_placement, kwargs.row_dir, kwargs.row_dtype) == (
+            "disk",
+            str(tmp_path / "rows"),
+            "float64",
+        )
+    loaded = pretrained.method()
+    assert loaded._store_kwargs == model._store_kwargs
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())

@@ -1,14 +1,15 @@
-"""s-DIET head storage: speed, peak GPU memory vs N, and equality of the storages.
+"""s-DIET head placement: speed, peak GPU memory vs N, and equality of the placements.
 
-One table: for each storage (gpu / cpu / cpu + prefetch / disk) and each N, a ResNet-18 + 3-layer
+One table: for each placement (gpu / cpu / cpu + prefetch / disk) and each N, a ResNet-18 + 3-layer
 projector trains with batch CE on synthetic 32x32 images (same seed, same batches); columns are the
 mean ms per step, peak GPU memory, and the largest difference of the final head rows from the
-``gpu`` storage (expected 0, or <= 1e-6 with non-deterministic kernels). A full-head DIET row
+``gpu`` placement (expected 0, or <= 1e-6 with non-deterministic kernels). A full-head DIET row
 (``nn.Linear(512, N)`` trained by torch AdamW) shows the memory that grows with N; s-DIET's should
 not (the s-DIET paper's claim, Tab. 15 and Fig. 3).
 
-    python benchmarks/sdiet_storage.py                       # on a CUDA machine
-    python benchmarks/sdiet_storage.py --device cpu --steps 2 --warmup 1 --num-samples 512 --dim 64
+    python benchmarks/sdiet_placement.py                    # on a CUDA machine
+    python benchmarks/sdiet_placement.py --device cpu --steps 2 --warmup 1 --num-samples 512 \
+        --dim 64
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def timed(plan: list[torch.Tensor], train_step, args, device: torch.device) -> t
     return ms, torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan")
 
 
-def run_sdiet(storage: str, prefetch: bool, args, num_samples: int, device: torch.device):
+def run_sdiet(placement: str, prefetch: bool, args, num_samples: int, device: torch.device):
     torch.manual_seed(0)
     model = torch.nn.Sequential(backbone(), mlp_projector(512, 2048, args.dim)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
@@ -84,7 +85,7 @@ def run_sdiet(storage: str, prefetch: bool, args, num_samples: int, device: torc
             args.dim,
             RowAdamW(WD),
             eager_steps=num_samples / args.batch_size - 1,
-            storage=storage,
+            placement=placement,
             device=device,
             directory=directory,
         )
@@ -140,15 +141,15 @@ def main() -> None:
         f"device: {name}; ResNet-18 (CIFAR stem) + projector 2048-2048-{args.dim}, batch "
         f"{args.batch_size}, {args.steps} timed steps after {args.warmup}"
     )
-    print("| method | storage | N | ms/step | peak GPU MiB | max abs diff of rows vs gpu storage |")
+    print("| method | placement | N | ms/step | peak GPU MiB | max abs diff of rows vs gpu |")
     print("| --- | --- | --- | --- | --- | --- |")
     for num_samples in args.num_samples:
         reference = None
-        for storage, prefetch in (("gpu", False), ("cpu", False), ("cpu", True), ("disk", False)):
-            ms, peak, rows = run_sdiet(storage, prefetch, args, num_samples, device)
+        for placement, prefetch in (("gpu", False), ("cpu", False), ("cpu", True), ("disk", False)):
+            ms, peak, rows = run_sdiet(placement, prefetch, args, num_samples, device)
             reference = rows if reference is None else reference
             diff = float((rows - reference).abs().max())
-            label = storage + (" + prefetch" if prefetch else "")
+            label = placement + (" + prefetch" if prefetch else "")
             print(
                 f"| s-DIET | {label} | {num_samples} | {ms:.1f} | {peak:.0f} | {diff:.2e} |",
                 flush=True,

@@ -1,20 +1,20 @@
-"""Is an s-DIET step with ``cpu`` storage as fast as with ``gpu`` storage? (issue: s-DIET)
+"""Is an s-DIET step with ``cpu`` placement as fast as with ``gpu`` placement? (issue: s-DIET)
 
 Runs the ``sdiet`` case of ``sdiet_memory.py`` (same model, synthetic data on the device, Trainer,
 batch 256, bf16-mixed; ResNet-18 at 32 px by default, the short step where host work shows) for each
-storage, alternating ``gpu`` / ``cpu`` / ... ``--repeats`` times, every run in a fresh process, and
-prints samples/s of every run, the median per storage and the median's gap to ``gpu`` storage.
+placement, alternating ``gpu`` / ``cpu`` / ... ``--repeats`` times, every run in a fresh process,
+and prints samples/s of every run, the median per placement and the median's gap to ``gpu``.
 Single runs of one process vary by more than the gap itself (host-bound steps; CPU placement), hence
 the repeats.
 
-With ``--profile`` each storage runs once more under ``torch.profiler`` and the script prints the
+With ``--profile`` each placement runs once more under ``torch.profiler`` and the script prints the
 operators with the largest host time and the host calls that block or copy rows (event and stream
 synchronisation, pinned allocations, memcpy, index_select/index_copy), by name.
 
-    python benchmarks/sdiet_storage_speed.py    # one CUDA GPU, ~4 minutes
-    python benchmarks/sdiet_storage_speed.py --backbone resnet50 --num-samples 1280000 --repeats 2
+    python benchmarks/sdiet_placement_speed.py    # one CUDA GPU, ~4 minutes
+    python benchmarks/sdiet_placement_speed.py --backbone resnet50 --num-samples 1280000 --repeats 2
     # plumbing check on a CPU (numbers meaningless):
-    python benchmarks/sdiet_storage_speed.py --device cpu --backbone cp_resnet8 --batch-size 8 \
+    python benchmarks/sdiet_placement_speed.py --device cpu --backbone cp_resnet8 --batch-size 8 \
         --num-samples 256 --repeats 1 --warmup 2 --steps 3 --profile
 """
 
@@ -74,7 +74,7 @@ class ProfileTimedSteps(Callback):
 
 
 def run_one(args: argparse.Namespace) -> None:
-    """The ``--run STORAGE`` process: one measurement (profiled with ``--profile``); last line
+    """The ``--run PLACEMENT`` process: one measurement (profiled with ``--profile``); last line
     JSON."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     solo_diet.register()
@@ -86,7 +86,7 @@ def run_one(args: argparse.Namespace) -> None:
         warmup=args.warmup,
         steps=args.steps,
         proj_dim=None if cuda else 32,
-        disk_dir=f"/tmp/sdiet_storage_speed_{args.run}",
+        disk_dir=f"/tmp/sdiet_placement_speed_{args.run}",
     )
     callbacks = (ProfileTimedSteps(args.warmup),) if args.profile else ()
     peak, speed = sdiet_memory.measure(
@@ -94,7 +94,7 @@ def run_one(args: argparse.Namespace) -> None:
     )
     if args.profile:
         averages = callbacks[0].profiler.key_averages()
-        print(f"\n## storage={args.run} (profiled: {speed} samples/s)")
+        print(f"\n## placement={args.run} (profiled: {speed} samples/s)")
         print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows))
         print("| host call (blocking or row copies) | calls | host ms total |\n|---|---|---|")
         for event in averages:
@@ -103,12 +103,14 @@ def run_one(args: argparse.Namespace) -> None:
     print(json.dumps({"peak": peak, "speed": speed}))
 
 
-def measure_in_process(storage: str, args: argparse.Namespace, profile_run: bool = False) -> float:
+def measure_in_process(
+    placement: str, args: argparse.Namespace, profile_run: bool = False
+) -> float:
     command = [
         sys.executable,
         os.path.abspath(__file__),
         "--run",
-        storage,
+        placement,
         "--backbone",
         args.backbone,
         f"--num-samples={args.num_samples}",
@@ -131,14 +133,16 @@ def main() -> None:
     parser.add_argument("--backbone", default="resnet18", choices=sorted(sdiet_memory.BACKBONES))
     parser.add_argument("--num-samples", type=int, default=128_000)
     parser.add_argument(
-        "--storages", nargs="+", default=["gpu", "cpu"], choices=sdiet_memory.SDIET_STORAGES
+        "--placements", nargs="+", default=["gpu", "cpu"], choices=sdiet_memory.SDIET_PLACEMENTS
     )
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--profile", action="store_true", help="one more profiled run per storage")
     parser.add_argument(
-        "--rows", type=int, default=20, help="operators listed per profiled storage"
+        "--profile", action="store_true", help="one more profiled run per placement"
+    )
+    parser.add_argument(
+        "--rows", type=int, default=20, help="operators listed per profiled placement"
     )
     parser.add_argument(
         "--device", default="cuda", choices=["cuda", "cpu"], help="cpu: plumbing check only"
@@ -149,29 +153,27 @@ def main() -> None:
     if args.run is not None:
         run_one(args)
         return
-    speeds: dict[str, list[float]] = {storage: [] for storage in args.storages}
+    speeds: dict[str, list[float]] = {placement: [] for placement in args.placements}
     for repeat in range(args.repeats):
-        for storage in args.storages:
-            speeds[storage].append(measure_in_process(storage, args))
-            print(
-                f"run {repeat + 1}/{args.repeats} {storage}: {speeds[storage][-1]:.0f} samples/s",
-                flush=True,
-            )
+        for placement in args.placements:
+            speeds[placement].append(measure_in_process(placement, args))
+            speed = speeds[placement][-1]
+            print(f"run {repeat + 1}/{args.repeats} {placement}: {speed:.0f} samples/s", flush=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(
-        f"# s-DIET step speed by storage, {device}, {args.backbone}, N={args.num_samples}, "
+        f"# s-DIET step speed by placement, {device}, {args.backbone}, N={args.num_samples}, "
         f"batch {args.batch_size}, {args.steps} timed steps after {args.warmup}, {args.repeats} "
         "alternating runs each"
     )
-    print("| storage | samples/s per run | median | median vs gpu |\n|---|---|---|---|")
+    print("| placement | samples/s per run | median | median vs gpu |\n|---|---|---|---|")
     reference = statistics.median(speeds["gpu"]) if "gpu" in speeds else None
-    for storage, values in speeds.items():
+    for placement, values in speeds.items():
         median = statistics.median(values)
         gap = f"{100 * (median / reference - 1):+.1f} %" if reference else "-"
-        print(f"| {storage} | {' / '.join(f'{v:.0f}' for v in values)} | {median:.0f} | {gap} |")
+        print(f"| {placement} | {' / '.join(f'{v:.0f}' for v in values)} | {median:.0f} | {gap} |")
     if args.profile:
-        for storage in args.storages:
-            measure_in_process(storage, args, profile_run=True)
+        for placement in args.placements:
+            measure_in_process(placement, args, profile_run=True)
 
 
 if __name__ == "__main__":
