@@ -5,7 +5,7 @@ once, or ``--folder``). For each N the script links them into a folder of N file
 file ``k`` is JPEG ``k mod images``, in 100 class folders as ImageNet-100 has), so ``solo-diet
 pretrain`` lists, samples and streams N distinct indices. Each case trains s-DIET
 (``scripts/pretrain/imagenet-100/sdiet.yaml``: 3-layer 2048 projector, head rows and AdamW state
-in the row store, ``method_kwargs.storage`` ``cpu`` by default) with ResNet-50 at 224 px, batch
+in the row store, ``method_kwargs.row_placement`` ``cpu`` by default) with ResNet-50 at 224 px, batch
 256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: gpu`` and
 ``data.gpu.storage: stream``, for ``--warmup`` then ``--steps`` timed steps, in a fresh process
 (DDP through Lightning for 2 GPUs). Reported: samples/s (all GPUs), GPU busy %, rank 0's peak
@@ -103,7 +103,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, default=0, help="per GPU; 0: cores / GPUs")
-    parser.add_argument("--storage", default="cpu", choices=["cpu", "gpu", "disk"])
+    parser.add_argument("--row-placement", default="cpu", choices=["cpu", "gpu", "disk"])
     parser.add_argument("--case-timeout", type=float, default=420.0)
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -118,7 +118,7 @@ def main(argv: Optional[list] = None) -> None:
         accelerator, precision, args.gpus = "cpu", "32", [1]
         args.images, args.sizes, args.batch_size, args.warmup, args.steps = 24, [40, 400], 4, 1, 2
         overrides = ["backbone.name=resnet18", "augmentations.0.crop_size=32"]
-    overrides += [f"method_kwargs.storage={args.storage}"]
+    overrides += [f"method_kwargs.row_placement={args.row_placement}"]
     cores = len(os.sched_getaffinity(0))
     started = time.time()
     with tempfile.TemporaryDirectory() as scratch:
