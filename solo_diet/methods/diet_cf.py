@@ -28,6 +28,8 @@ class DIETCF(LabelledProjectionMethod):
         lam (float): ridge lambda > 0 of the head, the loss's one knob. Default 0.1.
     """
 
+    contract = LabelledProjectionMethod.contract
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         self.lam: float = cfg.method_kwargs.lam

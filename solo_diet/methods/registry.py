@@ -6,6 +6,7 @@ import importlib
 
 from solo_diet._host import require_solo
 from solo_diet.methods import PLUGIN_FACTORIES, PLUGIN_METHODS
+from solo_diet.methods.contract import registered_class
 
 
 def _resolve(target: str):
@@ -26,7 +27,7 @@ def _add(methods_module, name: str, cls: type) -> None:
                 f"solo-diet cannot register method '{name}': solo-learn already has "
                 f"{present.__module__}.{present.__qualname__} under that name."
             )
-    registry[name] = cls
+    registry[name] = registered_class(cls, plugin=True)
     setattr(methods_module, cls.__name__, cls)
 
 
@@ -36,6 +37,10 @@ def register() -> list[str]:
     Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
     ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to the optimizers of ``BaseMethod`` and
     of the linear probe's ``LinearModel``.
+
+    Each class's method contract is checked as it is added
+    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body, and with
+    ``strict_method_kwargs`` its unread ``method_kwargs`` keys refused when it is built.
 
     Idempotent: a second call re-adds the same classes. Returns the registered names.
     """

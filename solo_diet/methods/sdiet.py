@@ -23,6 +23,7 @@ step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Dict, Optional, Sequence
 
 import omegaconf
@@ -117,6 +118,8 @@ class SDIET(IndexMethod):
             omegaconf_select(cfg, "method_kwargs.rows_per_step", 1),
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
+
+    contract = replace(IndexMethod.contract, train_batch_sampler=train_batch_sampler)
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

@@ -19,6 +19,7 @@ from solo.methods.base import BaseMomentumMethod  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.methods.contract import Contract  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
 from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
@@ -298,7 +299,7 @@ def test_refused_methods_say_why():
         make_sem_twin("linear", LinearModel)
 
     class Opted(BaseMethod):
-        sem_unsupported = "its head reads the backbone tokens"
+        contract = Contract(sem_unsupported="its head reads the backbone tokens")
 
     with pytest.raises(SEMUnsupported, match="backbone tokens"):
         make_sem_twin("opted", Opted)
