@@ -84,6 +84,7 @@ class CPLearn(BaseMethod):
         codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
     """
 
+    registered_as = "cplearn"
     contract = Contract(
         strict_method_kwargs=True,
         extra_evaluations=cplearn_representations,

@@ -82,6 +82,8 @@ class SDIET(IndexMethod):
             while the current one trains. Default True.
     """
 
+    registered_as = "sdiet"
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs

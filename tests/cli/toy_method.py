@@ -43,8 +43,14 @@ class ToyIndexMethod(IndexMethod):
         temperature (float): the logits are divided by it, > 0. Default 1.0.
     """
 
-    # IndexMethod's contract (sample indexes, strict method_kwargs, one view), measuring z too
-    contract = replace(IndexMethod.contract, extra_evaluations=projected_features)
+    registered_as = "toy_index"  # the name configs use: `method: toy_index`
+    # IndexMethod's contract (sample indexes, strict method_kwargs, one view); compare measures z
+    # too, and the suite's smoke runs build the toy with a 16-wide z at temperature 0.5
+    contract = replace(
+        IndexMethod.contract,
+        extra_evaluations=projected_features,
+        smoke_kwargs={"proj_output_dim": 16, "temperature": 0.5},
+    )
     projector_layers = (1, 0)  # (default, minimum) of method_kwargs.proj_layers
 
     def __init__(self, cfg: omegaconf.DictConfig):

@@ -9,6 +9,7 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import sys  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
 import omegaconf  # noqa: E402
@@ -17,8 +18,8 @@ from solo.methods import METHODS, BaseMethod  # noqa: E402
 from solo.utils.misc import omegaconf_select  # noqa: E402
 
 import solo_diet  # noqa: E402
+import solo_diet.methods  # noqa: E402
 from solo_diet.config import ConfigError, fill_default  # noqa: E402
-from solo_diet.methods import PLUGIN_METHODS  # noqa: E402
 from solo_diet.methods.contract import (  # noqa: E402
     DEFAULT_CONTRACT,
     Contract,
@@ -27,6 +28,7 @@ from solo_diet.methods.contract import (  # noqa: E402
     registered_class,
 )
 from solo_diet.methods.recording import recorded_reads  # noqa: E402
+from solo_diet.methods.registry import plugin_methods  # noqa: E402
 from solo_diet.methods.testing import tiny_cfg  # noqa: E402
 
 STRICT = Contract(strict_method_kwargs=True, uses_sample_indexes=True)
@@ -125,17 +127,36 @@ def test_solo_learns_methods_get_the_default_and_malformed_declarations_are_refu
         method_contract(NotAContract)
 
 
-class Undeclared(BaseMethod):
-    """A plugin class without a ``contract``."""
+def test_registering_a_plugin_class_without_its_own_contract_is_refused():
+    class Undeclared(ContractFirst):
+        registered_as = "undeclared"
+
+    with pytest.raises(ContractError, match="declares no method contract: add the class"):
+        registered_class(Undeclared, plugin=True)
 
 
-def test_registering_a_plugin_class_without_its_own_contract_is_refused(monkeypatch):
-    monkeypatch.setitem(PLUGIN_METHODS, "undeclared", f"{__name__}:Undeclared")
+def test_a_method_file_in_the_package_is_registered_by_its_name(tmp_path, monkeypatch):
+    """The only registration step: a module of solo_diet/methods (here a temporary folder on its
+    path) whose class says ``registered_as``; two classes under one name are refused."""
+    source = (
+        "from solo.methods.base import BaseMethod\n"
+        "from solo_diet.methods.contract import Contract\n\n\n"
+        "class Probe(BaseMethod):\n"
+        "    registered_as = 'probe_method'\n"
+        "    contract = Contract(views=1)\n"
+    )
+    (tmp_path / "probe_method.py").write_text(source)
+    monkeypatch.setattr(solo_diet.methods, "__path__", [*solo_diet.methods.__path__, str(tmp_path)])
     try:
-        with pytest.raises(ContractError, match="declares no method contract: add the class"):
-            solo_diet.register()
+        found = plugin_methods()
+        assert found["probe_method"].__module__ == "solo_diet.methods.probe_method"
+        assert method_contract(found["probe_method"]).views == 1
+        (tmp_path / "probe_twice.py").write_text(source.replace("Probe(", "Again("))
+        with pytest.raises(ContractError, match="two plugin methods are registered as"):
+            plugin_methods()
     finally:
-        METHODS.pop("undeclared", None)
+        for module in ("probe_method", "probe_twice"):
+            sys.modules.pop(f"solo_diet.methods.{module}", None)
 
 
 def test_every_plugin_method_and_twin_declares_its_contract_in_its_body():
