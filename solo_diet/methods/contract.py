@@ -86,6 +86,10 @@ def no_extra_evaluations(
     return []
 
 
+class ContractError(TypeError):
+    """A method class declares no contract, a malformed one, or inherits two different ones."""
+
+
 @dataclass(frozen=True)
 class Contract:
     """A method class's answers to the launchers, compare and the tests (module docstring)."""
@@ -105,28 +109,28 @@ class Contract:
     def __post_init__(self) -> None:
         for name in ("uses_sample_indexes", "strict_method_kwargs"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(
+                raise ContractError(
                     f"Contract.{name} must be True or False, got {getattr(self, name)!r}"
                 )
         if self.sem_unsupported is not None and not isinstance(self.sem_unsupported, str):
-            raise TypeError(
+            raise ContractError(
                 f"Contract.sem_unsupported must be a reason or None, got {self.sem_unsupported!r}"
             )
         for name in ("train_batch_sampler", "extra_evaluations"):
             if not callable(getattr(self, name)):
-                raise TypeError(f"Contract.{name} must be callable, got {getattr(self, name)!r}")
+                raise ContractError(
+                    f"Contract.{name} must be callable, got {getattr(self, name)!r}"
+                )
         if isinstance(self.views, bool) or not isinstance(self.views, int) or self.views < 1:
-            raise TypeError(f"Contract.views must be a positive integer, got {self.views!r}")
+            raise ContractError(f"Contract.views must be a positive integer, got {self.views!r}")
         if not isinstance(self.smoke_kwargs, Mapping):
-            raise TypeError(f"Contract.smoke_kwargs must be a mapping, got {self.smoke_kwargs!r}")
+            raise ContractError(
+                f"Contract.smoke_kwargs must be a mapping, got {self.smoke_kwargs!r}"
+            )
 
 
 DEFAULT_CONTRACT = Contract()
 """The contract of a class that declares none (solo-learn's own methods)."""
-
-
-class ContractError(TypeError):
-    """A method class declares no contract, a malformed one, or inherits two different ones."""
 
 
 def method_contract(method_cls: type) -> Contract:

@@ -115,9 +115,9 @@ def test_two_different_inherited_contracts_are_refused_until_the_class_declares_
 
 def test_solo_learns_methods_get_the_default_and_malformed_declarations_are_refused():
     assert method_contract(METHODS["simclr"]) is DEFAULT_CONTRACT
-    with pytest.raises(TypeError, match="Contract.views must be a positive integer"):
+    with pytest.raises(ContractError, match="Contract.views must be a positive integer"):
         Contract(views=0)
-    with pytest.raises(TypeError, match="Contract.uses_sample_indexes must be True or False"):
+    with pytest.raises(ContractError, match="Contract.uses_sample_indexes must be True or False"):
         Contract(uses_sample_indexes=1)
 
     class NotAContract(BaseMethod):
