@@ -1,8 +1,9 @@
 """docs/adding-a-method.md end to end: a toy index-based method, defined in one file with only the
 method contract, put where the guide says (``solo_diet/methods/<name>.py``, here a temporary folder
 on that package's path) and nothing else edited: registered, run through the code of every
-contract-chosen test of the suite (the GPU data path, the SEM twin, the typo check), pretrained
-with `solo-diet pretrain` and compared with `solo-diet compare` on a tiny CPU budget."""
+contract-chosen test of the suite (the GPU data path, the read-back guard's CPU stand-in, the SEM
+twin, the typo check), pretrained with `solo-diet pretrain` and compared with `solo-diet compare`
+on a tiny CPU budget."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from solo_diet.methods.registry import plugin_methods  # noqa: E402
 from solo_diet.methods.testing import tiny_cfg  # noqa: E402
 from tests.compare._compare import SHIPPED_SPEC  # noqa: E402
 from tests.compare.test_compare import tiny_overrides  # noqa: E402
-from tests.launch import test_gpu_path  # noqa: E402
+from tests.launch import test_gpu_path, test_no_host_sync  # noqa: E402
 from tests.methods import test_sem  # noqa: E402
 
 CONFIGS = SHIPPED_SPEC.parent / "configs"
@@ -172,6 +173,10 @@ def test_the_contract_chosen_tests_run_the_toy_as_they_run_every_method(toy_regi
         # the contract's smoke settings and views reached the model, not defaults or a name list
         assert model.z_dim == 16 and model.temperature == 0.5 and model.num_crops == 1
         assert model.num_samples == test_gpu_path.NUM_TRAIN
+    guarded = tmp_path / "guarded_images"
+    classes, per_class = test_no_host_sync.CLASSES, test_no_host_sync.PER_CLASS
+    write_image_folder(guarded / "train", num_classes=classes, per_class=per_class, seed=0)
+    test_no_host_sync.check_cpu_stand_in_sees_no_read_back("toy_index", "lars", guarded, tmp_path)
     test_sem.check_twin_builds_and_fits("toy_index")
     test_sem.check_a_misspelt_method_kwarg_is_refused("toy_index")
     assert "toy_index" in test_sem.declared_methods()
