@@ -5,8 +5,8 @@ once, or ``--folder``). For each N the script links them into a folder of N file
 file ``k`` is JPEG ``k mod images``, in 100 class folders as ImageNet-100 has), so ``solo-diet
 pretrain`` lists, samples and streams N distinct indices. Each case trains s-DIET
 (``scripts/pretrain/imagenet-100/sdiet.yaml``: 3-layer 2048 projector, head rows and AdamW state
-in the row store, ``method_kwargs.row_placement`` ``cpu`` by default) with ResNet-50 at 224 px, batch
-256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: gpu`` and
+in the row store, ``method_kwargs.row_placement`` ``cpu`` by default) with ResNet-50 at 224 px,
+batch 256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: gpu`` and
 ``data.gpu.storage: stream``, for ``--warmup`` then ``--steps`` timed steps, in a fresh process
 (DDP through Lightning for 2 GPUs). Reported: samples/s (all GPUs), GPU busy %, rank 0's peak
 ``torch.cuda.max_memory_allocated``, its ratio to the smallest N's case on as many GPUs (the
@@ -128,7 +128,8 @@ def main(argv: Optional[list] = None) -> None:
         folders = {n: linked_folder(jpegs, base / f"linked_{n}", n) for n in args.sizes}
         print(
             f"# sdiet_imagenet_scale, {gpu_name()}, s-DIET ResNet-50 at 224 px, batch "
-            f"{args.batch_size} per GPU, {precision}, row store `{args.storage}`, streaming source "
+            f"{args.batch_size} per GPU, {precision}, row store `{args.row_placement}`, streaming "
+            "source "
             f"over {args.images} distinct JPEGs, {args.warmup} + {args.steps} timed steps"
         )
         print(

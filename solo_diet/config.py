@@ -6,20 +6,15 @@ fix.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import difflib
 from collections.abc import Mapping
-from typing import Any, Collection, Iterator, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 import omegaconf
 
 
 class ConfigError(ValueError):
     """A config key has an invalid value; the message names the key and the fix."""
-
-
-_FILLED: contextvars.ContextVar[Optional[set[str]]] = contextvars.ContextVar("filled", default=None)
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:
@@ -44,18 +39,6 @@ def unknown_method_hint(name: object, registered: Collection[str]) -> str:
     return f"registered: {', '.join(bases)} (most also as `<name>_sem`). {listing}"
 
 
-@contextlib.contextmanager
-def filled_keys() -> Iterator[set[str]]:
-    """The keys :func:`fill_default` is given inside the block: every key a method's
-    ``add_and_assert_specific_cfg`` knows, as each has a default."""
-    keys: set[str] = set()
-    token = _FILLED.set(keys)
-    try:
-        yield keys
-    finally:
-        _FILLED.reset(token)
-
-
 def check_known_keys(
     cfg: omegaconf.DictConfig, section: str, known: Collection[str], owner: str
 ) -> None:
@@ -66,10 +49,7 @@ def check_known_keys(
 
 def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
     """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as
-    None, as in solo-learn's ``omegaconf_select``); :func:`filled_keys` records the key."""
-    recording = _FILLED.get()
-    if recording is not None:
-        recording.add(key)
+    None, as in solo-learn's ``omegaconf_select``)."""
     value = omegaconf.OmegaConf.select(cfg, key, default=default)
     value = None if value == "None" else value
     omegaconf.OmegaConf.update(cfg, key, value, force_add=True)

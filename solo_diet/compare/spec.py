@@ -255,8 +255,6 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
         )
 
 
-
-
 def checkpoint_interval(budget: DictConfig) -> int:
     """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
     ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""

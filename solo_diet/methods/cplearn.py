@@ -24,7 +24,7 @@ from solo_diet.config import (
 )
 from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
-from solo_diet.methods.contract import ExtraRepresentation, MethodContract
+from solo_diet.methods.contract import Contract, ExtraRepresentation
 from solo_diet.metrics import clustering_report
 from solo_diet.nn import CPLearnProjector
 
@@ -54,7 +54,20 @@ class Embedding(_ForwardOf):
         return self.method_model(images)["h"]
 
 
-class CPLearn(MethodContract, BaseMethod):
+def cplearn_representations(
+    checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
+) -> list[ExtraRepresentation]:
+    """Contract hook ``extra_evaluations``: compare scores the argmax codes as a clustering
+    (``codes_*``) and measures the embedding H like features (``embedding_*``: its RankMe reads the
+    dimensional collapse the CPLearn paper, §3.2, rules out for H)."""
+    model = checkpoint.method()
+    return [
+        ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
+        ExtraRepresentation("embedding", Embedding(model)),
+    ]
+
+
+class CPLearn(BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
     Extra cfg settings (``method_kwargs``):
@@ -71,7 +84,13 @@ class CPLearn(MethodContract, BaseMethod):
         codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
     """
 
-    strict_method_kwargs = True
+    registered_as = "cplearn"
+    contract = Contract(
+        strict_method_kwargs=True,
+        extra_evaluations=cplearn_representations,
+        views=2,
+        smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 32},
+    )
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -142,19 +161,6 @@ class CPLearn(MethodContract, BaseMethod):
                 f"pipelines with num_crops: 1 (or one with num_crops: 2) and no small crops."
             )
         return cfg
-
-    @classmethod
-    def extra_evaluations(
-        cls, checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
-    ) -> list[ExtraRepresentation]:
-        """Contract hook: compare scores the argmax codes as a clustering (``codes_*``) and
-        measures the embedding H like features (``embedding_*``: its RankMe reads the dimensional
-        collapse the CPLearn paper, §3.2, rules out for H)."""
-        model = checkpoint.method()
-        return [
-            ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
-            ExtraRepresentation("embedding", Embedding(model)),
-        ]
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

@@ -31,6 +31,8 @@ class DIET(IndexMethod):
         normalize (bool): L2-normalise what the head sees. Default False (paper's DIET).
     """
 
+    registered_as = "diet"
+    contract = IndexMethod.contract
     projector_layers = (0, 0)
 
     def __init__(self, cfg: omegaconf.DictConfig):

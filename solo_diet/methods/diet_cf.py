@@ -28,6 +28,9 @@ class DIETCF(LabelledProjectionMethod):
         lam (float): ridge lambda > 0 of the head, the loss's one knob. Default 0.1.
     """
 
+    registered_as = "diet_cf"
+    contract = LabelledProjectionMethod.contract
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         self.lam: float = cfg.method_kwargs.lam

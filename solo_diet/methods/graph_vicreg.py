@@ -33,6 +33,9 @@ class GraphVICReg(LabelledProjectionMethod):
             on the index graph (all groups have the same size). Default 1.0.
     """
 
+    registered_as = "graph_vicreg"
+    contract = LabelledProjectionMethod.contract
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs

@@ -3,12 +3,14 @@
 An index-based method maps each sample to a label id through a label source (``solo_diet.labels``:
 by default its dataset index) and reads ``z``, the output of an optional ReLU MLP projector over the
 backbone features. :class:`IndexMethod` fills and checks their shared ``method_kwargs``, builds the
-projector and the label source, and declares ``uses_sample_indexes`` (``solo-diet pretrain`` then
-sets ``num_samples``). The method contract is in :mod:`solo_diet.methods.contract`.
+projector and the label source, and declares the contract index-based methods share
+(:mod:`solo_diet.methods.contract`): ``uses_sample_indexes`` (``solo-diet pretrain`` then sets
+``num_samples``) and ``strict_method_kwargs``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar, Dict, List, Sequence
 
 import omegaconf
@@ -25,7 +27,7 @@ from solo_diet.config import (
     fill_default,
 )
 from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
-from solo_diet.methods.contract import MethodContract
+from solo_diet.methods.contract import Contract
 from solo_diet.nn import mlp_projector
 
 
@@ -122,7 +124,7 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
         raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
 
 
-class IndexMethod(MethodContract, BaseMethod):
+class IndexMethod(BaseMethod):
     """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
     its label id.
 
@@ -145,9 +147,12 @@ class IndexMethod(MethodContract, BaseMethod):
         proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
     """
 
-    strict_method_kwargs = True
-
-    uses_sample_indexes = True
+    contract = Contract(
+        uses_sample_indexes=True,
+        strict_method_kwargs=True,
+        views=1,
+        smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 8},
+    )
     projector_layers: ClassVar[tuple[int, int]] = (3, 1)
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -192,6 +197,10 @@ class IndexMethod(MethodContract, BaseMethod):
 class LabelledProjectionMethod(IndexMethod):
     """An index-based method whose loss compares the views of the global batch by label id
     (``diet_cf``, ``graph_vicreg``): the label source ``index`` needs >= 2 views per datum."""
+
+    contract = replace(
+        IndexMethod.contract, views=2, smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 12}
+    )
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

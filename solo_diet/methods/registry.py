@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
+import solo_diet.methods as package
 from solo_diet._host import require_solo
-from solo_diet.methods import PLUGIN_FACTORIES, PLUGIN_METHODS
+from solo_diet.methods import PLUGIN_FACTORIES
+from solo_diet.methods.contract import ContractError, registered_class
 
 
 def _resolve(target: str):
     module_name, attr = target.split(":")
     return getattr(importlib.import_module(module_name), attr)
+
+
+def plugin_methods() -> dict[str, type]:
+    """Every class that a module of this package (``solo_diet/methods/<module>.py``, not
+    ``_private``) defines with ``registered_as = "<name>"`` in its body, by name."""
+    found: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == module.__name__):
+                continue
+            name = cls.__dict__.get("registered_as")
+            if name is None:
+                continue
+            if name in found and found[name] is not cls:
+                raise ContractError(
+                    f"two plugin methods are registered as '{name}': "
+                    f"{found[name].__module__}.{found[name].__qualname__} and "
+                    f"{cls.__module__}.{cls.__qualname__}; rename one's `registered_as`."
+                )
+            found[name] = cls
+    return found
 
 
 def is_plugin_method(cls: type) -> bool:
@@ -26,7 +53,7 @@ def _add(methods_module, name: str, cls: type) -> None:
                 f"solo-diet cannot register method '{name}': solo-learn already has "
                 f"{present.__module__}.{present.__qualname__} under that name."
             )
-    registry[name] = cls
+    registry[name] = registered_class(cls, plugin=True)
     setattr(methods_module, cls.__name__, cls)
 
 
@@ -36,6 +63,10 @@ def register() -> list[str]:
     Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
     ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to the optimizers of ``BaseMethod`` and
     of the linear probe's ``LinearModel``.
+
+    Each class's method contract is checked as it is added
+    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body, and with
+    ``strict_method_kwargs`` its unread ``method_kwargs`` keys refused when it is built.
 
     Idempotent: a second call re-adds the same classes. Returns the registered names.
     """
@@ -53,8 +84,8 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = []
-    for name, target in PLUGIN_METHODS.items():
-        _add(methods_module, name, _resolve(target))
+    for name, cls in plugin_methods().items():
+        _add(methods_module, name, cls)
         names.append(name)
     for target in PLUGIN_FACTORIES:
         generated = _resolve(target)(dict(methods_module.METHODS))

@@ -23,6 +23,7 @@ step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, ClassVar, Dict, Optional, Sequence
 
 import omegaconf
@@ -83,6 +84,7 @@ class SDIET(IndexMethod):
             while the current one trains. Default True.
     """
 
+    registered_as = "sdiet"
     # the head rows' keys before: "storage" now names where the GPU data path keeps its images
     renamed_method_kwargs: ClassVar[dict[str, str]] = {
         "storage": "row_placement",
@@ -126,6 +128,8 @@ class SDIET(IndexMethod):
             omegaconf_select(cfg, "method_kwargs.rows_per_step", 1),
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
+
+    contract = replace(IndexMethod.contract, train_batch_sampler=train_batch_sampler)
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

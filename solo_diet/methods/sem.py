@@ -21,6 +21,7 @@ How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,7 +33,7 @@ from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import ExtraRepresentation, MethodContract, method_contract
+from solo_diet.methods.contract import Contract, ExtraRepresentation, method_contract
 from solo_diet.methods.sem_config import add_and_assert_sem_cfg
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
@@ -59,7 +60,7 @@ class SEMUnsupported(ValueError):
 def sem_refusal(name: str, method_cls: type) -> str | None:
     """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it does.
 
-    Methods opt out through their contract: ``sem_unsupported = "reason"``.
+    Methods opt out through their contract: ``Contract(sem_unsupported="reason")``.
     """
     if name in REFUSED:
         return REFUSED[name]
@@ -135,7 +136,7 @@ def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
             return online + suffix, (momentum + suffix if has_momentum else None)
     raise SEMUnsupported(
         f"{type(model).__name__} has no `projector` or `head` module for SEM to feed; set the "
-        "class attribute `sem_unsupported = '<reason>'` to keep it out of the SEM twins."
+        "contract `Contract(sem_unsupported='<reason>')` to keep it out of the SEM twins."
     )
 
 
@@ -152,9 +153,32 @@ def _parameter_ids(groups: Sequence[dict[str, Any]]) -> set[int]:
     return {id(p) for group in groups for p in group["params"]}
 
 
-class _SEMTwin(MethodContract):
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO). The rest of the
-    method contract is the base method's."""
+def _with_sem_representation(
+    base_evaluations: Callable[..., list[ExtraRepresentation]],
+    checkpoint: PretrainedCheckpoint,
+    settings: Mapping[str, Any],
+) -> list[ExtraRepresentation]:
+    """A twin's ``extra_evaluations``: the base method's extra representations, then the SEM
+    representation at ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe
+    (``probe: sem``)."""
+    tau = settings.get("sem_tau")
+    probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
+    sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
+    return base_evaluations(checkpoint, settings) + [sem]
+
+
+def twin_contract(base: Contract) -> Contract:
+    """A twin's contract: the base method's, with the SEM representation measured too."""
+    return replace(
+        base,
+        sem_unsupported="it is already a SEM twin.",
+        extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
+    )
+
+
+class _SEMTwin:
+    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is
+    :func:`twin_contract` of the base method's."""
 
     sem_base_method: str
     _sem_online: str
@@ -195,20 +219,6 @@ class _SEMTwin(MethodContract):
                 f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
             )
         self._sem_large_crops: list[torch.Tensor] = []
-
-    @classmethod
-    def extra_evaluations(
-        cls, checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
-    ) -> list[ExtraRepresentation]:
-        """Contract hook: the base method's extra representations, then the SEM representation at
-        ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe
-        (``probe: sem``)."""
-        tau = settings.get("sem_tau")
-        probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
-        sem = ExtraRepresentation(
-            "sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe
-        )
-        return super().extra_evaluations(checkpoint, settings) + [sem]
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
         parent_path, _, name = path.rpartition(".")
@@ -284,6 +294,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
             f"({name}_sem)."
         ),
         "sem_base_method": name,
+        "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
         "add_and_assert_specific_cfg": staticmethod(add_and_assert_specific_cfg),
     }

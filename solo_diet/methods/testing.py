@@ -17,9 +17,12 @@ from solo.data.pretrain_dataloader import (
     build_transform_pipeline,
     dataset_with_index,
 )
+from solo.methods import METHODS
 from torch.utils.data import DataLoader
 from torchvision import transforms
 from torchvision.datasets import FakeData
+
+from solo_diet.methods.contract import method_contract
 
 
 def augmentation_cfg(crop_size: int = 32, num_crops: int = 2) -> dict:
@@ -104,6 +107,25 @@ def tiny_cfg(
     cfg = OmegaConf.create(cfg)
     OmegaConf.set_struct(cfg, False)
     return cfg
+
+
+def smoke_cfg(
+    method: str,
+    method_kwargs: Optional[dict] = None,
+    *,
+    num_samples: int = 32,
+    **tiny: Any,
+) -> DictConfig:
+    """:func:`tiny_cfg` for the registered ``method`` as its contract asks
+    (:mod:`solo_diet.methods.contract`): its ``smoke_kwargs`` under ``method_kwargs``,
+    ``num_samples`` when it uses sample indexes, and its ``views`` as large crops unless ``tiny``
+    sets ``num_large_crops``. Chooses nothing by the method's name."""
+    contract = method_contract(METHODS[method])
+    kwargs = {**contract.smoke_kwargs, **(method_kwargs or {})}
+    if contract.uses_sample_indexes:
+        kwargs.setdefault("num_samples", num_samples)
+    tiny.setdefault("num_large_crops", contract.views)
+    return tiny_cfg(method, kwargs, **tiny)
 
 
 def fake_pretrain_loader(

@@ -1,13 +1,18 @@
 """docs/adding-a-method.md end to end: a toy index-based method, defined in one file with only the
-method contract, registered, pretrained with `solo-diet pretrain` and compared with `solo-diet
-compare` on a tiny CPU budget."""
+method contract, put where the guide says (``solo_diet/methods/<name>.py``, here a temporary folder
+on that package's path) and nothing else edited: registered, run through the code of every
+contract-chosen test of the suite (the GPU data path, the read-back guard's CPU stand-in, the SEM
+twin, the typo check), pretrained with `solo-diet pretrain` and compared with `solo-diet compare`
+on a tiny CPU budget."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,18 +22,22 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import solo.methods  # noqa: E402
 import torch  # noqa: E402
 from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
+import solo_diet.methods  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
-from solo_diet.methods import PLUGIN_METHODS  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
+from solo_diet.methods.registry import plugin_methods  # noqa: E402
 from solo_diet.methods.testing import tiny_cfg  # noqa: E402
 from tests.compare._compare import SHIPPED_SPEC  # noqa: E402
 from tests.compare.test_compare import tiny_overrides  # noqa: E402
+from tests.launch import test_gpu_path, test_no_host_sync  # noqa: E402
+from tests.methods import test_sem  # noqa: E402
 
 CONFIGS = SHIPPED_SPEC.parent / "configs"
 
@@ -44,14 +53,32 @@ def guide_block(language: str, containing: str) -> str:
     return next(block for block in blocks if containing in block)
 
 
+TOY_MODULE = "solo_diet.methods.toy_index"
+# the tests whose methods come from the registry and their contract, never from a list of names
+CONTRACT_CHOSEN = [
+    ROOT / "tests" / "launch" / "test_gpu_path.py",
+    ROOT / "tests" / "launch" / "test_no_host_sync.py",
+    ROOT / "tests" / "methods" / "test_sem.py",
+]
+
+
 @pytest.fixture
-def toy_registered(monkeypatch):
-    """The guide's registration step: one PLUGIN_METHODS line, then solo_diet.register()."""
-    monkeypatch.setitem(PLUGIN_METHODS, "toy_index", "tests.cli.toy_method:ToyIndexMethod")
-    solo_diet.register()
+def toy_registered(tmp_path, monkeypatch):
+    """The guide's steps 2 and 3: the toy's file as ``solo_diet/methods/toy_index.py`` (a copy in
+    a temporary folder added to the package's path, so no file of the repository changes), then
+    ``solo_diet.register()`` finds it."""
+    package = tmp_path / "package"
+    package.mkdir()
+    shutil.copy(TOY_FILE, package / "toy_index.py")
+    monkeypatch.setattr(solo_diet.methods, "__path__", [*solo_diet.methods.__path__, str(package)])
+    registered = solo_diet.register()
+    assert {"toy_index", "toy_index_sem"} <= set(registered)
     yield METHODS["toy_index"]
     for name in ("toy_index", "toy_index_sem"):
-        METHODS.pop(name, None)
+        cls = METHODS.pop(name, None)
+        if cls is not None and getattr(solo.methods, cls.__name__, None) is cls:
+            delattr(solo.methods, cls.__name__)
+    sys.modules.pop(TOY_MODULE, None)
 
 
 @pytest.fixture
@@ -76,6 +103,7 @@ def test_the_guide_shows_the_toy_file_as_it_is():
 
 
 def test_registration_gives_the_contract_and_a_sem_twin(toy_registered):
+    assert toy_registered.__module__ == TOY_MODULE
     contract = method_contract(toy_registered)
     assert contract.uses_sample_indexes and contract.sem_unsupported is None
     assert contract.train_batch_sampler(tiny_cfg("toy_index"), range(8)) is None
@@ -129,3 +157,42 @@ def test_pretrain_then_compare_the_toy_method(toy_registered, configs, data, tmp
     report = (out / "report.md").read_text()
     assert "z_knn_acc1" in report
     assert "- `z_*`: the `z` representation its method declares (`extra_evaluations`)" in report
+
+
+def test_the_contract_chosen_tests_run_the_toy_as_they_run_every_method(toy_registered, tmp_path):
+    """The code of the suite's tests that take every registered method, run for the toy. Each
+    configures it from its contract alone: a list of method names coming back (for num_samples,
+    views or tiny settings) fails here, as the toy is in none."""
+    data = tmp_path / "gpu_images"
+    for split, per_class, seed in (("train", test_gpu_path.PER_CLASS, 0), ("val", 2, 1)):
+        write_image_folder(
+            data / split, num_classes=test_gpu_path.CLASSES, per_class=per_class, seed=seed
+        )
+    for method in ("toy_index", "toy_index_sem"):
+        model = test_gpu_path.check_fast_dev_run_through_the_gpu_path(method, data)
+        # the contract's smoke settings and views reached the model, not defaults or a name list
+        assert model.z_dim == 16 and model.temperature == 0.5 and model.num_crops == 1
+        assert model.num_samples == test_gpu_path.NUM_TRAIN
+    guarded = tmp_path / "guarded_images"
+    classes, per_class = test_no_host_sync.CLASSES, test_no_host_sync.PER_CLASS
+    write_image_folder(guarded / "train", num_classes=classes, per_class=per_class, seed=0)
+    test_no_host_sync.check_cpu_stand_in_sees_no_read_back("toy_index", "lars", guarded, tmp_path)
+    test_sem.check_twin_builds_and_fits("toy_index")
+    test_sem.check_a_misspelt_method_kwarg_is_refused("toy_index")
+    assert "toy_index" in test_sem.declared_methods()
+    assert "toy_index" in test_gpu_path.registered_methods()
+
+
+def test_the_contract_chosen_tests_list_no_method_by_name():
+    """No tuple, list or set of method names in the contract-chosen tests holds one of our
+    methods (``("diet", "sdiet")`` would choose by name; a command line naming one config, or a
+    dict of documented per-method facts, does not)."""
+    solo_diet.register()
+    ours = set(plugin_methods())
+    assert {"diet", "sdiet", "cplearn"} <= ours
+    for path in CONTRACT_CHOSEN:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                listed = names & ours if names and names <= set(METHODS) else set()
+                assert not listed, f"{path.name}:{node.lineno} lists {sorted(listed)} by name"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Sequence
 
 import omegaconf
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from solo_diet.config import ConfigError, check_range, fill_default
+from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation
 from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
@@ -26,6 +28,13 @@ class ProjectedFeatures(nn.Module):
         return self.model(images)["z"]
 
 
+def projected_features(
+    checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
+) -> list[ExtraRepresentation]:
+    """Contract hook ``extra_evaluations``: compare also measures ``z``, the projector output."""
+    return [ExtraRepresentation("z", ProjectedFeatures(checkpoint.method()))]
+
+
 class ToyIndexMethod(IndexMethod):
     """Bias-free ``Linear(z_dim, N)`` head over ``z``; the target of an image is its dataset index.
 
@@ -34,6 +43,14 @@ class ToyIndexMethod(IndexMethod):
         temperature (float): the logits are divided by it, > 0. Default 1.0.
     """
 
+    registered_as = "toy_index"  # the name configs use: `method: toy_index`
+    # IndexMethod's contract (sample indexes, strict method_kwargs, one view); compare measures z
+    # too, and the suite's smoke runs build the toy with a 16-wide z at temperature 0.5
+    contract = replace(
+        IndexMethod.contract,
+        extra_evaluations=projected_features,
+        smoke_kwargs={"proj_output_dim": 16, "temperature": 0.5},
+    )
     projector_layers = (1, 0)  # (default, minimum) of method_kwargs.proj_layers
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -68,11 +85,5 @@ class ToyIndexMethod(IndexMethod):
         logits = self.head(torch.cat(out["z"])) / self.temperature
         loss = F.cross_entropy(logits, ids)
         self.log("train_toy_loss", loss, on_epoch=True, sync_dist=True)
-        return loss + out["loss"]
-
-    @classmethod
-    def extra_evaluations(
-        cls, checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
-    ) -> list[ExtraRepresentation]:
-        """Contract hook: compare also measures ``z``, the projector output."""
-        return [ExtraRepresentation("z", ProjectedFeatures(checkpoint.method()))]
+        # solo-learn's online-probe loss, 0 on a batch without labelled samples (NaN otherwise)
+        return loss + online_probe_loss(targets, out["loss"])

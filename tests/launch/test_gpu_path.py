@@ -1,5 +1,9 @@
 """``data.format: gpu`` through solo-learn and Lightning: every registered method, the launchers,
-s-DIET's batch sampler, epochs set by Lightning's fit loop, resume and the config errors."""
+s-DIET's batch sampler, epochs set by Lightning's fit loop, resume and the config errors.
+
+Every registered method is chosen and configured by its contract (``smoke_cfg``), never by name:
+a method added by docs/adding-a-method.md runs here untouched (tests/cli/test_adding_a_method.py
+runs :func:`check_fast_dev_run_through_the_gpu_path` for the guide's toy)."""
 
 import pytest
 
@@ -27,21 +31,19 @@ from solo_diet.launch.gpu_data import (  # noqa: E402
     pretrain_loader,
 )
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg, tiny_trainer  # noqa: E402
+from solo_diet.methods.contract import method_contract  # noqa: E402
+from solo_diet.methods.testing import smoke_cfg, tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from tests.methods.test_sem import KWARGS  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 CLASSES, PER_CLASS, BATCH = 5, 4, 8
 NUM_TRAIN = CLASSES * PER_CLASS
-EXTRA_KWARGS = {
-    "diet_cf": {"proj_hidden_dim": 16, "proj_output_dim": 12},
-    "graph_vicreg": {"proj_hidden_dim": 16, "proj_output_dim": 12},
+# solo-learn's own methods declare no contract: their tiny settings (ours come from their contract)
+SOLO_LEARN_EXTRA_KWARGS = {
     "mae": {"decoder_embed_dim": 16, "decoder_depth": 1, "decoder_num_heads": 2},
-    "base": {},
 }
 SEM = {"num_simplices": 4, "simplex_dim": 3}
-SINGLE_VIEW = ("diet", "sdiet")
 NOT_PRETRAINING = ("linear",)  # LinearModel wraps a backbone: `solo-diet linear` below
 
 
@@ -67,25 +69,30 @@ class BatchRecorder(Callback):
         self.seen.append((trainer.current_epoch, indexes.clone(), views[0].clone()))
 
 
-def gpu_cfg(method: str, data: Path, **tiny):
-    """A tiny parsed cfg whose data comes through the GPU path from the ImageFolder ``data``."""
-    base = method[: -len("_sem")] if method.endswith("_sem") else method
-    kwargs = {**KWARGS.get(base, {}), **EXTRA_KWARGS.get(base, {})}
-    if base in ("diet", "sdiet", "diet_cf", "graph_vicreg"):
-        kwargs["num_samples"] = NUM_TRAIN
+def solo_learn_kwargs(method: str, tiny: dict) -> dict:
+    """The ``method_kwargs`` of a solo-learn method (none for ours: their contract has them), a
+    ``sem`` section for a twin; sets the ViT backbone MAE needs in ``tiny``."""
+    base = method.removesuffix("_sem")
+    kwargs = {**KWARGS.get(base, {}), **SOLO_LEARN_EXTRA_KWARGS.get(base, {})}
     if method.endswith("_sem"):
         kwargs["sem"] = dict(SEM)
     if base == "mae":
         tiny.update(backbone="vit_tiny", backbone_kwargs={"img_size": 32, "patch_size": 16})
-    tiny.setdefault("num_large_crops", 1 if base in SINGLE_VIEW else 2)
-    cfg = tiny_cfg(method, kwargs, momentum=True, batch_size=BATCH, **tiny)
+    return kwargs
+
+
+def gpu_cfg(method: str, data: Path, **tiny):
+    """A tiny parsed cfg whose data comes through the GPU path from the ImageFolder ``data``; the
+    method's contract sets its smoke settings, views and ``num_samples``."""
+    kwargs = solo_learn_kwargs(method, tiny)
+    cfg = smoke_cfg(method, kwargs, num_samples=NUM_TRAIN, momentum=True, batch_size=BATCH, **tiny)
     cfg.data.update(format="gpu", train_path=str(data / "train"), val_path=str(data / "val"))
     return cfg
 
 
 def fit_through_gpu_path(cfg, **trainer_overrides):
     method_cls = METHODS[cfg.method]
-    train, num_samples = pretrain_loader(cfg, getattr(method_cls, "train_batch_sampler", None))
+    train, num_samples = pretrain_loader(cfg, method_contract(method_cls).train_batch_sampler)
     assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
@@ -101,13 +108,22 @@ def registered_methods() -> list:
     return sorted(name for name in METHODS if name not in NOT_PRETRAINING)
 
 
-@pytest.mark.parametrize("method", registered_methods())
-def test_every_method_runs_a_fast_dev_run_through_the_gpu_path(method, data):
-    trainer, recorder, train = fit_through_gpu_path(gpu_cfg(method, data))
+def check_fast_dev_run_through_the_gpu_path(method: str, data: Path):
+    """One training and one val batch of ``method`` through the GPU path (on the CPU here), with
+    the views and batch order its contract declares; returns the trained model."""
+    cfg = gpu_cfg(method, data)
+    trainer, recorder, train = fit_through_gpu_path(cfg)
     assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
+    assert recorder.num_views == method_contract(METHODS[method]).views
     indexes = recorder.seen[0][1]
     assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
     assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
+    return trainer.lightning_module
+
+
+@pytest.mark.parametrize("method", registered_methods())
+def test_every_method_runs_a_fast_dev_run_through_the_gpu_path(method, data):
+    check_fast_dev_run_through_the_gpu_path(method, data)
 
 
 def test_multi_crop_views_and_their_sizes(data):

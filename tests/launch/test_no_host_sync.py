@@ -39,13 +39,11 @@ from solo_diet.launch.common import trainer_kwargs  # noqa: E402
 from solo_diet.launch.gpu_data import pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import build_model  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
-from tests.launch.test_gpu_path import EXTRA_KWARGS, SEM, SINGLE_VIEW, registered_methods  # noqa: E402
-from tests.methods.test_sem import KWARGS  # noqa: E402
+from solo_diet.methods.testing import smoke_cfg  # noqa: E402
+from tests.launch.test_gpu_path import registered_methods, solo_learn_kwargs  # noqa: E402
 
 CLASSES, PER_CLASS, BATCH = 4, 16, 8  # 8 batches in the one epoch: no epoch end in the window
 FIRST_GUARDED, LAST_GUARDED = 1, 3
-INDEX_METHODS = ("diet", "sdiet", "diet_cf", "graph_vicreg")
 # the optimizer of each method's recipe where it is not LARS (DIET paper: AdamW)
 RECIPE_OPTIMIZERS = {"diet": "adamw", "sdiet": "adamw"}
 
@@ -150,17 +148,19 @@ class ReadBackGuard(Callback):
 
 
 def cuda_cfg(method: str, data, optimizer: str):
-    """A tiny parsed cfg: the GPU path over ``data``, bf16-mixed on one GPU, ``optimizer``."""
-    base = method.removesuffix("_sem")
-    kwargs = {**KWARGS.get(base, {}), **EXTRA_KWARGS.get(base, {})}
-    if base in INDEX_METHODS:
-        kwargs["num_samples"] = CLASSES * PER_CLASS
-    if method.endswith("_sem"):
-        kwargs["sem"] = dict(SEM)
-    tiny = {"num_large_crops": 1 if base in SINGLE_VIEW else 2}
-    if base == "mae":
-        tiny.update(backbone="vit_tiny", backbone_kwargs={"img_size": 32, "patch_size": 16})
-    cfg = tiny_cfg(method, kwargs, momentum=True, batch_size=BATCH, optimizer=optimizer, **tiny)
+    """A tiny parsed cfg: the GPU path over ``data``, bf16-mixed on one GPU, ``optimizer``; the
+    method's contract sets its smoke settings, views and ``num_samples``."""
+    tiny: dict = {}
+    kwargs = solo_learn_kwargs(method, tiny)
+    cfg = smoke_cfg(
+        method,
+        kwargs,
+        num_samples=CLASSES * PER_CLASS,
+        momentum=True,
+        batch_size=BATCH,
+        optimizer=optimizer,
+        **tiny,
+    )
     if optimizer == "lars":
         cfg.optimizer.kwargs = {"momentum": 0.9, "eta": 0.02, "clip_lr": True}
     cfg.data.update(format="gpu", train_path=str(data / "train"), val_path=None)
@@ -210,6 +210,11 @@ def test_steps_past_the_first_never_read_back(method, optimizer, data, tmp_path)
 
 @pytest.mark.parametrize("method, optimizer", cases())
 def test_cpu_stand_in_sees_no_read_back(method, optimizer, data, tmp_path):
+    check_cpu_stand_in_sees_no_read_back(method, optimizer, data, tmp_path)
+
+
+def check_cpu_stand_in_sees_no_read_back(method: str, optimizer: str, data, tmp_path):
+    """The guarded window of ``method`` on the CPU records no read-back (skips the known ones)."""
     base = method.removesuffix("_sem")
     known = HOST_SIDE.get(base)
     if known is not None or optimizer != "lars":  # AdamW's step counts are host tensors

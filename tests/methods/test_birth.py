@@ -15,6 +15,7 @@ from solo.methods import METHODS  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
+from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
@@ -37,7 +38,7 @@ def birth_cfg(method, num_large_crops=2, **method_kwargs):
 def test_registered():
     names = solo_diet.register()
     assert {"diet_cf", "graph_vicreg"} <= set(names)
-    assert METHODS["diet_cf"].uses_sample_indexes and METHODS["graph_vicreg"].uses_sample_indexes
+    assert all(method_contract(METHODS[m]).uses_sample_indexes for m in ("diet_cf", "graph_vicreg"))
 
 
 @pytest.mark.parametrize("method", ["diet_cf", "graph_vicreg"])

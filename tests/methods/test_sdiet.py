@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.checkpoint import PretrainedCheckpoint  # noqa: E402
+from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET  # noqa: E402
 from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
@@ -60,7 +61,8 @@ def test_registered():
     assert "sdiet" in solo_diet.register()
     import solo.methods
 
-    assert METHODS["sdiet"] is solo.methods.SDIET and METHODS["sdiet"].uses_sample_indexes
+    assert METHODS["sdiet"] is solo.methods.SDIET
+    assert method_contract(METHODS["sdiet"]).uses_sample_indexes
 
 
 def test_forward_keys_shapes_and_head_outside_the_module():

@@ -19,11 +19,13 @@ from solo.methods.base import BaseMomentumMethod  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.methods.contract import Contract, method_contract  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
 from solo_diet.methods.testing import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
+    smoke_cfg,
     tiny_cfg,
     tiny_trainer,
 )
@@ -73,22 +75,26 @@ KWARGS = {
         "warmup_teacher_temperature_epochs": 1,
         "use_bn_in_head": False,
     },
-    "diet": {"num_samples": 32},
-    "sdiet": {"num_samples": 32, "proj_hidden_dim": 16, "proj_output_dim": 8},
-    "cplearn": {"proj_hidden_dim": 16, "proj_output_dim": 32},
-}
-PLUGIN = ("diet", "sdiet", "cplearn")
-SOLO_METHODS = [name for name in KWARGS if name not in PLUGIN]
+}  # solo-learn's own methods: ours declare their tiny settings in their contract (smoke_kwargs)
+SOLO_METHODS = list(KWARGS)
+
+
+def declared_methods() -> list:
+    """The registered methods that declare their contract (ours and any method added by the
+    guide), without the twins: the contract tells how to build them."""
+    solo_diet.register()
+    return sorted(
+        name
+        for name, cls in METHODS.items()
+        if "contract" in cls.__dict__ and not name.endswith("_sem")
+    )
 
 
 def sem_cfg(method: str, **sem):
-    kwargs = {**KWARGS[method], "sem": {"num_simplices": L, "simplex_dim": V, **sem}}
-    return tiny_cfg(
-        f"{method}_sem",
-        kwargs,
-        momentum=True,
-        num_large_crops=1 if method in ("diet", "sdiet") else 2,
-    )
+    """A tiny cfg of ``<method>_sem``: solo-learn's methods from KWARGS, ours from their contract
+    (``smoke_cfg``)."""
+    kwargs = {**KWARGS.get(method, {}), "sem": {"num_simplices": L, "simplex_dim": V, **sem}}
+    return smoke_cfg(f"{method}_sem", kwargs, momentum=True)
 
 
 def slot_embedders(model):
@@ -99,16 +105,20 @@ def slot_embedders(model):
 
 def test_every_supported_method_has_a_twin_and_refused_ones_none():
     registered = solo_diet.register()
-    for name in SOLO_METHODS + [m for m in PLUGIN if m in METHODS]:
+    for name in SOLO_METHODS + declared_methods():
         assert f"{name}_sem" in registered and f"{name}_sem" in METHODS
     assert not {"mae_sem", "linear_sem", "base_sem"} & set(METHODS)
     assert not any(name.endswith("_sem_sem") for name in METHODS)
 
 
-@pytest.mark.parametrize("method", list(KWARGS))
+@pytest.mark.parametrize("method", SOLO_METHODS + declared_methods())
 def test_builds_and_fits_fast_dev_run(method):
-    if method not in METHODS:
-        pytest.skip(f"plugin method {method} is not registered yet")
+    check_twin_builds_and_fits(method)
+
+
+def check_twin_builds_and_fits(method: str):
+    """``<method>_sem`` builds with SEM before its projector/head, fits a fast_dev_run through
+    solo-learn's pipeline and trains its embedder."""
     cfg = sem_cfg(method, tau_online=0.5, tau_target=2.0)
     model = METHODS[f"{method}_sem"](cfg)
     assert model.features_dim == D and model.classifier.in_features == D
@@ -298,7 +308,7 @@ def test_refused_methods_say_why():
         make_sem_twin("linear", LinearModel)
 
     class Opted(BaseMethod):
-        sem_unsupported = "its head reads the backbone tokens"
+        contract = Contract(sem_unsupported="its head reads the backbone tokens")
 
     with pytest.raises(SEMUnsupported, match="backbone tokens"):
         make_sem_twin("opted", Opted)
@@ -386,17 +396,35 @@ def test_twins_refuse_methods_that_would_leave_sem_untrained_or_unfed(method_cls
         twin(sem_cfg(base))
 
 
-@pytest.mark.parametrize("method", ["diet", "sdiet", "cplearn"])
+TYPOS = {  # (misspelt, right) examples; other methods misspell their longest key
+    "diet": ("label_smooting", "label_smoothing"),
+    "sdiet": ("rows_per_stp", "rows_per_step"),
+    "cplearn": ("betta", "beta"),
+}
+
+
+def typo_of(method: str) -> tuple[str, str]:
+    """(a misspelt key, the key it misspells) of ``method``: its example in TYPOS, else its longest
+    ``method_kwargs`` key without its third letter from the end."""
+    if method in TYPOS:
+        return TYPOS[method]
+    right = max(METHODS[method](smoke_cfg(method)).cfg.method_kwargs, key=lambda k: (len(k), k))
+    return right[:-3] + right[-2:], right
+
+
+@pytest.mark.parametrize(
+    "method",
+    [m for m in declared_methods() if method_contract(METHODS[m]).strict_method_kwargs],
+)
 def test_a_misspelt_method_kwarg_of_our_methods_and_their_twins_is_refused(method):
+    check_a_misspelt_method_kwarg_is_refused(method)
+
+
+def check_a_misspelt_method_kwarg_is_refused(method: str):
     """Every key of our methods has a default, so one without is a typo; a solo-learn method's
     twin keeps solo-learn's handling of its own keys (below)."""
-    typo = {"diet": "label_smooting", "sdiet": "rows_per_stp", "cplearn": "betta"}[method]
-    right = {"diet": "label_smoothing", "sdiet": "rows_per_step", "cplearn": "beta"}[method]
-    crops = 1 if method in ("diet", "sdiet") else 2
-    for name, cfg in (
-        (method, tiny_cfg(method, dict(KWARGS[method]), num_large_crops=crops)),
-        (f"{method}_sem", sem_cfg(method)),
-    ):
+    typo, right = typo_of(method)
+    for name, cfg in ((method, smoke_cfg(method)), (f"{method}_sem", sem_cfg(method))):
         cfg.method_kwargs[typo] = 0.5
         message = rf"`method_kwargs.{typo}` is not a setting of method `{name}`\. Did you mean "
         with pytest.raises(ConfigError, match=message + rf"`method_kwargs.{right}`\?"):
