@@ -196,3 +196,15 @@ def _check_torchrun(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> 
             f"`num_nodes={nodes}` x {per_node} devices is {nodes * per_node} processes, but "
             f"torchrun's world has {world} (--nnodes): make them agree."
         )
+
+
+def check_one_node(cfg: DictConfig) -> None:
+    """``solo-diet compare`` schedules every job on the GPUs of the machine it runs on (one job per
+    GPU slot, a lock in its output folder): ``num_nodes > 1`` is refused, naming what to run."""
+    nodes = num_nodes(cfg)
+    if nodes > 1:
+        raise ConfigError(
+            f"`num_nodes={nodes}`: solo-diet compare runs its jobs on the GPUs of this machine and "
+            "does not span machines. Train over several nodes with `solo-diet pretrain` started on "
+            f"each ({DOCS}), then probe the checkpoint with `solo-diet linear`."
+        )
