@@ -70,10 +70,10 @@ def scheduler(environ: Mapping[str, str]) -> str:
 def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) -> None:
     """Refuse, in one line naming the key or variable and the fix, what would hang a run over
     several nodes or split it into lone runs: ``num_nodes`` not a positive integer; a ``trainer``
-    section holding it (solo-learn reads it at the top level); ``NODE_RANK`` outside ``num_nodes``;
-    with ``num_nodes > 1``: a one-process strategy, ``devices: auto``, more GPUs per node than the
-    machine has, a plain cluster's missing variables, or a scheduler's counts that differ from
-    ``num_nodes`` and ``devices``."""
+    section holding it (solo-learn reads it at the top level); without a scheduler, ``NODE_RANK``
+    outside ``num_nodes``; with ``num_nodes > 1``: a one-process strategy, ``devices: auto``, more
+    GPUs per node than the machine has, a plain cluster's missing variables, or a scheduler's counts
+    that differ from ``num_nodes`` and ``devices``."""
     environ = os.environ if environ is None else environ
     nested = OmegaConf.select(cfg, "trainer.num_nodes", default=None)
     if nested is not None:
@@ -82,7 +82,8 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
             f"of its config; write ++num_nodes={nested}."
         )
     nodes = num_nodes(cfg)
-    node_rank = _node_rank(environ)
+    where = scheduler(environ)
+    node_rank = _node_rank(environ) if where == "plain" else None
     if node_rank is not None and node_rank >= nodes:
         raise ConfigError(
             f"NODE_RANK={node_rank} but `num_nodes={nodes}`: set ++num_nodes=<number of machines> "
@@ -91,7 +92,6 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
     if nodes == 1:
         return
     _check_strategy_and_devices(cfg, nodes)
-    where = scheduler(environ)
     if where == "plain":
         _check_plain_cluster(nodes, environ)
     elif where == "slurm":
@@ -162,7 +162,7 @@ def _check_slurm(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> Non
     """``srun``: its node count and tasks per node must be ``num_nodes`` and ``devices``."""
     per_node = devices_per_node(cfg)
     slurm_nodes = environ.get("SLURM_NNODES")
-    if slurm_nodes is not None and int(slurm_nodes) != nodes:
+    if slurm_nodes is not None and slurm_nodes.isdigit() and int(slurm_nodes) != nodes:
         raise ConfigError(
             f"`num_nodes={nodes}`, but SLURM gave this job {slurm_nodes} nodes (--nodes): set "
             f"++num_nodes={slurm_nodes} or #SBATCH --nodes={nodes}."

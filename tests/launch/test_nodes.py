@@ -93,6 +93,8 @@ def test_more_gpus_per_node_than_the_machine_has_is_refused():
     "environ, match",
     [
         ({**SLURM, "SLURM_NTASKS_PER_NODE": "4"}, None),
+        # Lightning reads SLURM's node id, not NODE_RANK: a stale one does not count
+        ({**SLURM, "SLURM_NTASKS_PER_NODE": "4", "NODE_RANK": "5"}, None),
         ({**SLURM, "SLURM_NNODES": "4", "SLURM_NTASKS_PER_NODE": "4"}, r"gave this job 4 nodes"),
         (SLURM, r"needs one task per device: #SBATCH --ntasks-per-node=4"),
         ({**SLURM, "SLURM_NTASKS_PER_NODE": "2"}, r"SLURM starts 2 tasks per node"),
