@@ -109,7 +109,9 @@ def run_one_node(args: argparse.Namespace, method: str, data: Path, out: Path) -
     if args.accelerator == "gpu":
         env["CUDA_VISIBLE_DEVICES"] = "0,1"
     argv = command(method, overrides(args, method, data, out) + ["devices=2"])
-    done = subprocess.run(argv, env=env, cwd=out.parent, capture_output=True, text=True)
+    done = subprocess.run(
+        argv, env=env, cwd=out.parent, capture_output=True, text=True, timeout=args.timeout
+    )
     if done.returncode != 0:
         sys.exit(f"one node of 2 devices failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
 
@@ -138,19 +140,21 @@ def run_two_nodes(
                 log,
             )
         )
+    deadline = time.monotonic() + args.timeout
+    # a node that fails leaves the other waiting for it: stop both at the first failure
+    while any(p.poll() is None for p, _ in nodes) and time.monotonic() < deadline:
+        if any(p.poll() not in (None, 0) for p, _ in nodes):
+            break
+        time.sleep(0.5)
     failed = []
     for node, (process, log) in enumerate(nodes):
-        try:
-            code = process.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
-            code = "timeout"
+        code = process.wait()
         log.close()
         if code != 0:
             failed.append(f"node {node} ({code}):\n{Path(log.name).read_text()[-4000:]}")
     if failed:
-        for process, _ in nodes:
-            process.kill()
         sys.exit("two nodes failed: " + "\n".join(failed))
 
 
