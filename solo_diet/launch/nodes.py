@@ -82,6 +82,8 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
             f"of its config; write ++num_nodes={nested}."
         )
     nodes = num_nodes(cfg)
+    if "num_nodes" in cfg:
+        cfg.num_nodes = nodes  # a digit string as the number solo-learn multiplies the lr by
     where = scheduler(environ)
     node_rank = _node_rank(environ) if where == "plain" else None
     if node_rank is not None and node_rank >= nodes:

@@ -39,6 +39,12 @@ def test_num_nodes_must_be_a_positive_integer(value):
         check_nodes(cfg(num_nodes=value), {})
 
 
+def test_a_digit_string_becomes_the_number():
+    config = cfg(num_nodes="2")
+    check_nodes(config, PLAIN)
+    assert config.num_nodes == 2
+
+
 def test_one_node_needs_nothing_and_a_trainer_section_is_named():
     check_nodes(cfg(), {})
     check_nodes(cfg(num_nodes=1), {"NODE_RANK": "0"})
