@@ -42,6 +42,7 @@ from solo_diet.launch.launch_checks import (
     check_solo_learn_choices,
     check_training_basics,
 )
+from solo_diet.launch.nodes import check_one_node
 from solo_diet.launch.progress import OverallProgress
 
 
@@ -163,6 +164,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
             check_training_basics(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
+            check_one_node(cfg)
         except ConfigError as err:
             raise ConfigError(f"{label}: {err}") from None
 

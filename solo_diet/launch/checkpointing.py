@@ -3,9 +3,9 @@
 - :class:`AtomicCheckpointIO`: Lightning's checkpoint writer, each checkpoint written whole or not
   at all (:mod:`solo_diet._atomic`). solo-learn's ``Checkpointer`` deletes the previous checkpoint
   after saving the new one; with this writer the new one is complete on disk by then.
-- :class:`RunCheckpointer`: solo-learn's ``Checkpointer`` with ``args.json`` written whole, and a
-  resumed run continuing in the folder of the checkpoint it resumes from (its ``args.json``,
-  checkpoints and logs stay together).
+- :class:`RunCheckpointer`: solo-learn's ``Checkpointer`` with ``args.json`` written whole, one run
+  folder for every process (rank 0's), and a resumed run continuing in the folder of the checkpoint
+  it resumes from (its ``args.json``, checkpoints and logs stay together).
 - :func:`newest_loading` and :func:`auto_resume_checkpoint`: the newest checkpoint that loads, by
   epoch, never by directory order; one that does not load is named in one line and skipped.
 - :func:`resume_checkpoint`: what a launcher resumes from (``resume_from_checkpoint`` or
@@ -64,10 +64,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 class RunCheckpointer(Checkpointer):
     """solo-learn's ``Checkpointer`` (``<logdir>/<run>/<name>-<run>-ep=<epoch>.ckpt`` beside
-    ``args.json``), with two changes: ``args.json`` is written whole, and a run resumed from a
-    checkpoint in a run folder of ``logdir`` continues in that folder, where the resumed
-    checkpoint counts as the previous one (deleted after the next save unless ``keep_prev``), as
-    if the run had never stopped. A checkpoint from elsewhere starts a new run folder."""
+    ``args.json``), with three changes: ``args.json`` is written whole; every process (of every
+    node) names global rank 0's run folder; and a run resumed from a checkpoint in a run folder of
+    ``logdir`` continues in that folder, where the resumed checkpoint counts as the previous one
+    (deleted after the next save unless ``keep_prev``), as if the run had never stopped. A
+    checkpoint from elsewhere starts a new run folder."""
 
     def __init__(
         self,
@@ -91,6 +92,11 @@ class RunCheckpointer(Checkpointer):
         folder = self.resumed_folder()
         if folder is None:
             super().initial_setup(trainer)
+            # each process drew its own random run name: all take global rank 0's, so every node
+            # names the folder its checkpoints are in (a collective: every process calls it)
+            self.path, self.ckpt_placeholder = trainer.strategy.broadcast(
+                (self.path, self.ckpt_placeholder)
+            )
             return
         if trainer.logger is not None:
             self.wandb_run_id = str(trainer.logger.version)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.errors import Interrupted
+from solo_diet.launch.nodes import check_nodes
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -86,7 +87,7 @@ def quote_equals(override: str) -> str:
 def normalize_devices(cfg: DictConfig) -> None:
     """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
     so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes
-    ``auto``."""
+    ``auto``. ``num_nodes`` and the cluster it needs are checked (``solo_diet.launch.nodes``)."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -99,6 +100,7 @@ def normalize_devices(cfg: DictConfig) -> None:
     cfg.devices = devices
     if OmegaConf.select(cfg, "strategy") in (None, "None"):
         cfg.strategy = "auto"
+    check_nodes(cfg)
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:

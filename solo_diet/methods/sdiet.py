@@ -23,6 +23,7 @@ step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import Any, ClassVar, Dict, Optional, Sequence
 
@@ -71,9 +72,10 @@ class SDIET(IndexMethod):
             with ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied
             when it is loaded). Default eager for ``labels=index``, else lazy.
         row_placement (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``.
-            Default cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a host
-            (one copy).
-        row_dir (str): folder of the ``disk`` placement's memory-mapped files. Default None.
+            Default cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a node
+            (one copy per node).
+        row_dir (str): folder of the ``disk`` placement's memory-mapped files (over several nodes,
+            each node's in its subfolder ``node<k>``). Default None.
         row_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
             ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``).
             Default float32.
@@ -181,12 +183,14 @@ class SDIET(IndexMethod):
     def row_store(self) -> RowStore:
         """The head rows and their optimiser state, created on first use on the module's device.
 
-        Under DDP a ``cpu`` or ``disk`` store is shared by the processes of a host (one copy in host
-        memory, written by one of them); creating it is then collective, as is every first use.
+        Under DDP a ``cpu`` or ``disk`` store is shared by the processes of a node (one copy in host
+        memory, written by one of them; one per node over several nodes); creating it is then
+        collective, as is every first use.
         """
         if self._row_store is None:
             placement = self._store_kwargs["placement"]
-            sharing = host_sharing() if placement in ("cpu", "disk") else None
+            node = self.trainer.node_rank if self._trainer is not None else 0
+            sharing = host_sharing(node=node) if placement in ("cpu", "disk") else None
             if sharing is not None and self.label_source.source != "index":
                 raise ConfigError(
                     f"`method_kwargs.labels={self.label_source.source}` with several processes "
@@ -199,12 +203,19 @@ class SDIET(IndexMethod):
                 self.head_optimizer,
                 device=self.device,
                 sharing=sharing,
-                **self._store_kwargs,
+                **{**self._store_kwargs, "directory": self._node_directory(node)},
             )
             if self._pending_snapshot is not None:
                 self._row_store.load_state_dict(self._pending_snapshot)
                 self._pending_snapshot = None
         return self._row_store
+
+    def _node_directory(self, node: int) -> Optional[str]:
+        """``row_dir``; over several nodes its subfolder ``node<k>``: a folder on a file system
+        that the nodes share holds each node's row files apart."""
+        directory = self._store_kwargs["directory"]
+        several = self._trainer is not None and self.trainer.num_nodes > 1
+        return os.path.join(directory, f"node{node}") if directory and several else directory
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
         """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:

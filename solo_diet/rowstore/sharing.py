@@ -7,6 +7,9 @@ step late: a row written at step ``t`` is written during step ``t + 1``, after a
 every process passes only once it has loaded step ``t``'s rows; the rows of step ``t + 1`` are
 disjoint from those of step ``t`` within an epoch (our design), and the caller synchronises at epoch
 boundaries (:meth:`~solo_diet.rowstore.RowStore.synchronize`).
+
+A run over several nodes keeps one store per node, each written by its own writer (every process
+computes the same update, so the nodes' stores stay equal).
 """
 
 from __future__ import annotations
@@ -37,18 +40,19 @@ class HostSharing:
 
 
 def host_sharing(
-    prefix: str = "solo_diet_rows", directory: str = "/dev/shm"
+    prefix: str = "solo_diet_rows", directory: str = "/dev/shm", node: int = 0
 ) -> Optional[HostSharing]:
     """:class:`HostSharing` for the initialised ``torch.distributed`` group; None without one or for
-    one process. The lowest rank of each host writes; the file prefix carries rank 0's random token.
-    Collective: every process must call it."""
+    one process. The processes of one node (same host name and ``node``, the node rank of a run
+    over several machines) share a store; the lowest global rank of each writes. The file prefix
+    carries rank 0's random token and the node, so two nodes on one host keep apart. Collective:
+    every process must call it."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
-    hosts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, socket.gethostname())
+    places: list = [None] * dist.get_world_size()
+    dist.all_gather_object(places, (socket.gethostname(), node))
     token = [uuid.uuid4().hex]
     dist.broadcast_object_list(token, src=0)
     rank = dist.get_rank()
-    return HostSharing(
-        f"{prefix}_{token[0]}", hosts.index(hosts[rank]) == rank, dist.barrier, directory
-    )
+    writer = places.index(places[rank]) == rank
+    return HostSharing(f"{prefix}_{token[0]}_node{node}", writer, dist.barrier, directory)

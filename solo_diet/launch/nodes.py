@@ -1,0 +1,212 @@
+"""Runs over several machines: the checks behind ``num_nodes`` (docs/multi-node.md).
+
+solo-learn reads ``num_nodes`` at the top level of its config (default 1), scales the lr by
+``batch_size * devices * num_nodes / 256`` and hands it to Lightning's ``Trainer``, which runs one
+process per device on every node. Lightning learns each process's place from the scheduler that
+started it (torchrun, SLURM's ``srun``, LSF, MPI) or, on plain machines, from ``MASTER_ADDR``,
+``MASTER_PORT`` and ``NODE_RANK``. A mistake there does not fail: the nodes wait for each other
+forever, or each trains alone. :func:`check_nodes` refuses those set-ups in one line before any data
+is read.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from solo_diet.config import ConfigError
+
+# what a plain cluster (no scheduler) sets on every node, for Lightning's LightningEnvironment
+PLAIN_CLUSTER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+# strategies that span processes, so also nodes ("auto" becomes "ddp" with num_nodes > 1)
+MULTI_PROCESS_STRATEGIES = ("ddp", "fsdp", "deepspeed")
+DOCS = "docs/multi-node.md"
+
+
+def num_nodes(cfg: DictConfig) -> int:
+    """``cfg.num_nodes`` (default 1), checked: a positive whole number."""
+    value = OmegaConf.select(cfg, "num_nodes", default=1)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"`num_nodes` must be a positive whole number of machines, got {value!r}: "
+            "++num_nodes=2 trains on two."
+        )
+    return value
+
+
+def devices_per_node(cfg: DictConfig) -> Optional[int]:
+    """The processes each node runs: the length of ``devices`` or its count; None for ``auto`` or
+    ``-1`` (every device the node has)."""
+    devices = OmegaConf.select(cfg, "devices", default=1)
+    if isinstance(devices, (list, ListConfig)):
+        return len(devices)
+    if isinstance(devices, str) and devices.isdigit():
+        return int(devices)
+    return devices if isinstance(devices, int) and devices > 0 else None
+
+
+def scheduler(environ: Mapping[str, str]) -> str:
+    """The cluster environment Lightning will read ranks from, in its own order: ``torchrun``,
+    ``slurm`` (``srun``, not an interactive job), ``lsf``, ``mpi``, else ``plain``
+    (LightningEnvironment: the variables above, or one machine)."""
+    if all(k in environ for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        return "torchrun"
+    if "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return "slurm"
+    if environ is os.environ:  # LSF's and MPI's detection read the process's own environment
+        from lightning.fabric.plugins.environments import LSFEnvironment, MPIEnvironment
+
+        if LSFEnvironment.detect():
+            return "lsf"
+        if MPIEnvironment.detect():
+            return "mpi"
+    return "plain"
+
+
+def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) -> None:
+    """Refuse, in one line naming the key or variable and the fix, what would hang a run over
+    several nodes or split it into lone runs: ``num_nodes`` not a positive integer; a ``trainer``
+    section holding it (solo-learn reads it at the top level); without a scheduler, ``NODE_RANK``
+    outside ``num_nodes``; with ``num_nodes > 1``: a one-process strategy, ``devices: auto``, more
+    GPUs per node than the machine has, a plain cluster's missing variables, or a scheduler's counts
+    that differ from ``num_nodes`` and ``devices``."""
+    environ = os.environ if environ is None else environ
+    nested = OmegaConf.select(cfg, "trainer.num_nodes", default=None)
+    if nested is not None:
+        raise ConfigError(
+            f"`trainer.num_nodes={nested}`: solo-learn reads Trainer arguments at the top level "
+            f"of its config; write ++num_nodes={nested}."
+        )
+    nodes = num_nodes(cfg)
+    if "num_nodes" in cfg:
+        cfg.num_nodes = nodes  # a digit string as the number solo-learn multiplies the lr by
+    where = scheduler(environ)
+    node_rank = _node_rank(environ) if where == "plain" else None
+    if node_rank is not None and node_rank >= nodes:
+        raise ConfigError(
+            f"NODE_RANK={node_rank} but `num_nodes={nodes}`: set ++num_nodes=<number of machines> "
+            f"on every node, and NODE_RANK from 0 to num_nodes - 1 ({DOCS})."
+        )
+    if nodes == 1:
+        return
+    _check_strategy_and_devices(cfg, nodes)
+    if where == "plain":
+        _check_plain_cluster(nodes, environ)
+    elif where == "slurm":
+        _check_slurm(cfg, nodes, environ)
+    elif where == "torchrun":
+        _check_torchrun(cfg, nodes, environ)
+
+
+def _node_rank(environ: Mapping[str, str]) -> Optional[int]:
+    """``NODE_RANK`` (else ``GROUP_RANK``, as Lightning reads it) when set; refused when it is not a
+    non-negative integer."""
+    name = "NODE_RANK" if "NODE_RANK" in environ else "GROUP_RANK"
+    value = environ.get(name)
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise ConfigError(
+            f"{name}={value!r} must be this machine's number, 0 to num_nodes - 1 ({DOCS})."
+        )
+    return int(value)
+
+
+def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> None:
+    strategy = str(OmegaConf.select(cfg, "strategy", default="auto"))
+    if strategy not in ("auto", "None") and not strategy.startswith(MULTI_PROCESS_STRATEGIES):
+        raise ConfigError(
+            f"`num_nodes={nodes}` needs a strategy that spans processes, got "
+            f"`strategy={strategy}` (each node would train alone): use strategy=ddp."
+        )
+    per_node = devices_per_node(cfg)
+    if per_node is None:
+        raise ConfigError(
+            f"`num_nodes={nodes}` with `devices={OmegaConf.select(cfg, 'devices')}`: write the "
+            "devices each node trains on as a count (devices=8), the same on every node."
+        )
+    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        have = torch.cuda.device_count()
+        if 0 < have < per_node:
+            raise ConfigError(
+                f"`devices` asks for {per_node} GPUs on each of the {nodes} nodes, but this "
+                f"machine has {have}: set devices={have} (the GPUs of one node)."
+            )
+
+
+def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
+    """Machines without a scheduler: every node needs the main node's address and port and its own
+    number (without them each node would wait on a port of its own choosing, forever)."""
+    missing = [
+        name
+        for name in PLAIN_CLUSTER_VARIABLES
+        if name not in environ and not (name == "NODE_RANK" and "GROUP_RANK" in environ)
+    ]
+    if missing:
+        raise ConfigError(
+            f"`num_nodes={nodes}` without a scheduler needs {', '.join(missing)} on every node: "
+            "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port> NODE_RANK=<0..num_nodes-1> "
+            f"solo-diet pretrain ... (under SLURM, start it with srun; {DOCS})."
+        )
+    port = environ["MASTER_PORT"]
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"MASTER_PORT={port!r} must be a port number (1-65535) free on node 0.")
+
+
+def _check_slurm(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> None:
+    """``srun``: its node count and tasks per node must be ``num_nodes`` and ``devices``."""
+    per_node = devices_per_node(cfg)
+    slurm_nodes = environ.get("SLURM_NNODES")
+    if slurm_nodes is not None and slurm_nodes.isdigit() and int(slurm_nodes) != nodes:
+        raise ConfigError(
+            f"`num_nodes={nodes}`, but SLURM gave this job {slurm_nodes} nodes (--nodes): set "
+            f"++num_nodes={slurm_nodes} or #SBATCH --nodes={nodes}."
+        )
+    tasks = environ.get("SLURM_NTASKS_PER_NODE")
+    if tasks is None:
+        raise ConfigError(
+            f"`num_nodes={nodes}` under SLURM needs one task per device: #SBATCH "
+            f"--ntasks-per-node={per_node} (not --ntasks), and srun to start them ({DOCS})."
+        )
+    if tasks.isdigit() and int(tasks) != per_node:
+        raise ConfigError(
+            f"`devices` gives {per_node} processes per node, but SLURM starts {tasks} tasks "
+            f"per node (--ntasks-per-node): set devices={tasks} or #SBATCH "
+            f"--ntasks-per-node={per_node}."
+        )
+
+
+def _check_torchrun(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> None:
+    """``torchrun``: its processes per node and world size must be ``devices`` and
+    ``num_nodes * devices``."""
+    per_node = devices_per_node(cfg)
+    local, world = environ.get("LOCAL_WORLD_SIZE"), environ.get("WORLD_SIZE")
+    if local is not None and local.isdigit() and int(local) != per_node:
+        raise ConfigError(
+            f"`devices` gives {per_node} processes per node, but torchrun starts {local} per node "
+            f"(--nproc-per-node): set devices={local}."
+        )
+    if world is not None and world.isdigit() and int(world) != nodes * per_node:
+        raise ConfigError(
+            f"`num_nodes={nodes}` x {per_node} devices is {nodes * per_node} processes, but "
+            f"torchrun's world has {world} (--nnodes): make them agree."
+        )
+
+
+def check_one_node(cfg: DictConfig) -> None:
+    """``solo-diet compare`` schedules every job on the GPUs of the machine it runs on (one job per
+    GPU slot, a lock in its output folder): ``num_nodes > 1`` is refused, naming what to run."""
+    nodes = num_nodes(cfg)
+    if nodes > 1:
+        raise ConfigError(
+            f"`num_nodes={nodes}`: solo-diet compare runs its jobs on the GPUs of this machine and "
+            "does not span machines. Train over several nodes with `solo-diet pretrain` started on "
+            f"each ({DOCS}), then probe the checkpoint with `solo-diet linear`."
+        )

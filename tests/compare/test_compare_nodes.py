@@ -1,0 +1,32 @@
+"""``solo-diet compare`` refuses ``num_nodes > 1`` in one line before any job starts: its jobs run
+on the GPUs of one machine (docs/multi-node.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+from solo_diet.compare import run_compare  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
+from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "extra, owner",
+    [
+        (["trainer=[accelerator=cpu,precision=32,data.num_workers=0,++num_nodes=2]"], "`linear`"),
+        (["runs=[{name: diet, config_name: diet, overrides: [++num_nodes=2]}]"], "run 'diet'"),
+    ],
+)
+def test_several_nodes_are_refused_before_any_job(tmp_path, extra, owner):
+    data_root = write_tiny_images(tmp_path / "images")
+    message = (
+        rf"{owner}: `num_nodes=2`: solo-diet compare runs its jobs on the GPUs of this machine"
+    )
+    with pytest.raises(ConfigError, match=message):
+        run_compare(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path / "out") + extra)
+    assert not (tmp_path / "out" / "runs").exists()
