@@ -57,7 +57,7 @@ CLASSES, PER_CLASS, BATCH, STEPS = 4, 6, 4, 2
 def overrides(args: argparse.Namespace, method: str, data: Path, out: Path) -> list[str]:
     """A tiny run of ``method``: CP-ResNet-8 of width 8 at 32 px, ``STEPS`` steps of two epochs."""
     precision = "64-true" if args.float64 else "32"
-    extra = ["++method_kwargs.storage_dtype=float64"] if args.float64 and method == "sdiet" else []
+    extra = ["++method_kwargs.row_dtype=float64"] if args.float64 and method == "sdiet" else []
     return [
         f"data.train_path={data}",
         "data.val_path=null",
