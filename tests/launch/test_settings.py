@@ -51,6 +51,7 @@ def test_gpu_settings_are_filled_checked_and_carry_the_loader_device():
         "decode_threads": None,
         "cuda_graphs": True,
         "decode_cache": True,
+        "on_corrupt": "stop",
     }
 
 
