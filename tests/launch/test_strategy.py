@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -68,11 +70,16 @@ def fit(strategy: DDPStrategy, monkeypatch) -> tuple[dict, int]:
         enable_model_summary=False,
         enable_progress_bar=False,
     )
+    environ = dict(os.environ)
     try:
         trainer.fit(LogsSyncedValues(), solo_batches(batches=3, size=2))
     finally:
         if dist.is_initialized():  # Lightning leaves the process group up
             dist.destroy_process_group()
+        # and its rendezvous variables (MASTER_ADDR, MASTER_PORT, ...) in os.environ, which a later
+        # test's DDP subprocesses would inherit and hang on
+        os.environ.clear()
+        os.environ.update(environ)
     monkeypatch.undo()
     return {k: v.clone() for k, v in trainer.callback_metrics.items()}, counter.calls
 
