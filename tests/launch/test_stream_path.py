@@ -63,6 +63,20 @@ def test_every_method_runs_a_fast_dev_run_through_the_stream(method, jpegs):
     assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("method", registered_methods())
+def test_every_method_trains_through_the_stream_on_a_gpu(method, jpegs):
+    """The same fast_dev_run on one GPU in bf16-mixed: nvJPEG decodes each batch there."""
+    cfg = stream_cfg(method, jpegs)
+    cfg.update(accelerator="gpu", devices=[0], precision="bf16-mixed")
+    trainer, recorder, train = fit_through_gpu_path(cfg)
+    assert isinstance(train, StreamLoader) and recorder.seen[0][2].device.type == "cuda"
+    assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
+    indexes = recorder.seen[0][1].cpu()
+    assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
+    assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
+
+
 def test_each_epoch_streams_its_own_order_through_persistent_workers(jpegs):
     cfg = stream_cfg("diet", jpegs)
     cfg.data.num_workers = 1
