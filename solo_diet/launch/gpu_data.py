@@ -1,10 +1,10 @@
 """The GPU data path's loaders (:class:`solo_diet.launch.datapaths.gpu.GPUPath`): the set
 decoded once into a uint8 tensor, batches augmented on the training device (docs/data-path.md).
 
-Each function takes the run's checked settings: :class:`~solo_diet.launch.loader_settings.
-LoaderSettings` (``run``) and :class:`~solo_diet.launch.settings.GPUDataSettings` (``gpu``), never
-its config. The keys are documented in :mod:`solo_diet.launch.settings` and
-:mod:`solo_diet.launch.loader_settings`.
+Each function takes the run's checked settings, never its config: ``run``, its
+:class:`~solo_diet.launch.loader_settings.LoaderSettings`, and ``gpu``, its
+:class:`~solo_diet.launch.settings.GPUDataSettings`. The keys are documented in
+:mod:`solo_diet.launch.settings` and :mod:`solo_diet.launch.loader_settings`.
 """
 
 from __future__ import annotations

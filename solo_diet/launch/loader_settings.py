@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import KeyReader, is_number
-from solo_diet.data.pipeline import IMAGENET_STATS
+from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.launch.settings import DataSettings
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
@@ -72,7 +72,7 @@ class LoaderSettings:
     seed: int = SOLO_LEARN_SEED
     world_size: int = 1
     augmentations: tuple[DictConfig, ...] = ()
-    views: Any = None  # the GPU data path's MultiCropAugmentation of ``augmentations``
+    views: Optional[MultiCropAugmentation] = None  # the GPU data path's, of ``augmentations``
     probe: Optional[ProbeAugmentation] = None
     num_large_crops: int = 0
     num_small_crops: int = 0
@@ -160,9 +160,7 @@ def parse_loader_settings(
     lr = read.value("optimizer.lr", None)
     nodes = tuple(read.value("augmentations", ()))
     views = None
-    if data.gpu is not None and nodes:
-        from solo_diet.data.pipeline import MultiCropAugmentation  # torch: the GPU path's
-
+    if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         views = MultiCropAugmentation.from_config(list(nodes), dataset)
     paths = [read.value(f"data.{key}", None) for key in ("train_path", "val_path")]
     return LoaderSettings(

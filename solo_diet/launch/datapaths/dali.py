@@ -60,8 +60,8 @@ class DaliPath(ImageFolderPath):
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """solo-learn's DALI datamodule; its order is DALI's own (``batch_sampler`` unused: the
-        methods that order their batches use the GPU data path)."""
+        """solo-learn's DALI datamodule, which orders the batches itself (``batch_sampler`` is
+        not used)."""
         if not dali_installed():
             raise ConfigError(
                 f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "
