@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import signal
@@ -275,6 +276,8 @@ def data_loader(cfg, method_cls, source: str):
 
     from solo_diet.data.loader import resolve_device
     from solo_diet.launch.gpu_data import pretrain_loader
+    from solo_diet.launch.loader_settings import parse_loader_settings
+    from solo_diet.launch.settings import DataSettings, gpu_settings
     from solo_diet.methods.contract import method_contract
 
     hook = method_contract(method_cls).train_batch_sampler  # s-DIET orders its own batches
@@ -283,7 +286,9 @@ def data_loader(cfg, method_cls, source: str):
     cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
     # the ceiling's pre-made views are handed out by Python: no graph of them
     OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
-    loader, num_samples = pretrain_loader(cfg, hook)
+    gpu = gpu_settings(cfg)
+    run = parse_loader_settings(cfg, DataSettings("gpu", gpu))
+    loader, num_samples = pretrain_loader(run, gpu, functools.partial(hook, cfg))
     if source in ("ceiling", "bare"):
         device = resolve_device(loader.device)
         generator = torch.Generator(device=device)

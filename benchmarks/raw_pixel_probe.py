@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 from torch import Tensor
 from torchvision.datasets import ImageFolder
 
-from solo_diet.launch.common import classification_transforms, probe_settings
+from solo_diet.launch.common import classification_transforms
+from solo_diet.launch.loader_settings import probe_augmentation
 
 PROBE_YAML = Path(__file__).resolve().parent / "compare" / "resnet18" / "linear.yaml"
 AUGMENTATIONS = ("none", "flip", "crop+flip")
@@ -38,8 +39,9 @@ def transforms(probe_yaml: Path) -> tuple[T.Compose, dict[str, T.Compose], int]:
     """The probe's own training transform, its evaluation view and a plain resize to its crop size
     (same normalisation), and the crop size: what ``solo-diet linear`` applies to custom data."""
     augmentations = OmegaConf.load(probe_yaml).data.augmentations
-    train, val = classification_transforms("custom", augmentations)
-    size, _, mean, std = probe_settings(augmentations)
+    probe = probe_augmentation(augmentations, "data.augmentations")
+    train, val = classification_transforms("custom", probe)
+    size, _, mean, std = probe
     resized = T.Compose([T.Resize((size, size)), T.ToTensor(), T.Normalize(mean, std)])
     return train, {"resized": resized, "probe's": val}, size
 

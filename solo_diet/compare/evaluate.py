@@ -21,8 +21,10 @@ from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
 from solo_diet.config import fill_default
-from solo_diet.launch.datapaths import data_path_for
+from solo_diet.launch.datapaths import make_data_path
 from solo_diet.launch.datapaths.base import ViewRequest
+from solo_diet.launch.loader_settings import parse_loader_settings
+from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
@@ -68,14 +70,15 @@ class Evaluator:
         probe_cfg = copy.deepcopy(probe_cfg)
         OmegaConf.set_struct(probe_cfg, False)
         fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
-        data_path = data_path_for(probe_cfg)
+        data = parse_data_settings(probe_cfg)  # the probe's settings, parsed once here
+        data_path, probe_data = make_data_path(data), parse_loader_settings(probe_cfg, data)
         batch = int(self.settings.batch_size)
-        self.train_loader, self.val_loader = data_path.feature_loaders(probe_cfg, batch)
+        self.train_loader, self.val_loader = data_path.feature_loaders(probe_data, batch)
         views = int(self.settings.lidar_views)
         request = ViewRequest(
             self._lidar_node(), self._chosen, views, batch, self.seed, self.device
         )
-        self.lidar_views = data_path.lidar_views(probe_cfg, request)
+        self.lidar_views = data_path.lidar_views(probe_data, request)
         self.lidar_labels = torch.arange(len(self.lidar_views) // views).repeat_interleave(views)
 
     @property

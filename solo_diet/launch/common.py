@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.errors import Interrupted
+from solo_diet.launch.loader_settings import ProbeAugmentation
 from solo_diet.launch.nodes import check_nodes
 
 
@@ -259,27 +260,18 @@ def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> No
         ) from None
 
 
-def probe_settings(aug: DictConfig) -> tuple[int, float, tuple, tuple]:
-    """``(crop_size, crop_min_scale, mean, std)`` of a probe on custom data: ``aug.crop_size`` and
-    the optional ``crop_min_scale`` (default 0.08), ``mean`` and ``std`` (default ImageNet's)."""
-    from solo_diet.data.pipeline import IMAGENET_STATS
-
-    mean = OmegaConf.select(aug, "mean", default=IMAGENET_STATS[0])
-    std = OmegaConf.select(aug, "std", default=IMAGENET_STATS[1])
-    min_scale = OmegaConf.select(aug, "crop_min_scale", default=0.08)
-    return aug.crop_size, min_scale, tuple(mean), tuple(std)
-
-
-def classification_transforms(dataset: str, aug: DictConfig):
-    """Train/val transforms for probing. Custom data honours ``aug.crop_size`` and the optional
-    ``mean``/``std`` (default ImageNet's) and ``crop_min_scale`` (default 0.08); solo-learn's own
-    custom pipeline is fixed at 224 px and ImageNet statistics."""
+def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
+    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
+    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
+    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
+    is fixed at 224 px and ImageNet statistics."""
     from solo.data.classification_dataloader import prepare_transforms
     from torchvision import transforms
 
     if dataset != "custom":
         return prepare_transforms(dataset)
-    crop_size, crop_min_scale, mean, std = probe_settings(aug)
+    assert probe is not None, "parse_loader_settings requires it for custom data"
+    crop_size, crop_min_scale, mean, std = probe
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
     train = transforms.Compose(
         [

@@ -69,14 +69,15 @@ def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
     """Within the block, a torchvision dataset (cifar10, cifar100, stl10) that solo-learn downloads
     because its files are not under the config's ``data.<path_keys>`` (``train_path``,
     ``val_path``), and whose download fails (offline, say), is one ``DataError`` naming the keys and
-    the fix, not a traceback. ``data`` is the config's ``data`` node."""
+    the fix, not a traceback. ``data`` holds ``dataset`` and the paths as attributes (the run's
+    :class:`~solo_diet.launch.loader_settings.LoaderSettings`)."""
     from urllib.error import URLError
 
     try:
         yield
     except (URLError, ConnectionError, TimeoutError) as err:
         dataset = data.dataset
-        where = " / ".join(f"`data.{key}` {data[key]}" for key in path_keys)
+        where = " / ".join(f"`data.{key}` {getattr(data, key)}" for key in path_keys)
         raise DataError(
             f"`data.dataset: {dataset}`: its files are not under {where}, and downloading them "
             f"failed ({getattr(err, 'reason', None) or err}). Copy torchvision's {dataset} files "

@@ -36,6 +36,7 @@ from solo_diet.launch.launch_checks import (
     check_launch_cfg,
     check_solo_learn_choices,
 )
+from solo_diet.launch.loader_settings import parse_loader_settings
 from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
@@ -136,6 +137,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
             f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel "
             "reports top-5 accuracy and needs at least 5 classes."
         )
+    loader_settings = parse_loader_settings(cfg, data_path.settings)
     seed_everything(cfg.seed)
 
     loss_func, mixup = _loss_and_mixup(cfg)
@@ -144,7 +146,9 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     if not cfg.performance.disable_channel_last:
         model = model.to(memory_format=torch.channels_last)
 
-    train_loader, val_loader, fitted = data_path.linear_loaders(cfg)
+    train_loader, val_loader, fitted = data_path.linear_loaders(loader_settings)
+    if fitted:  # a training set smaller than one batch: the probe trains at the fitted batch
+        cfg.optimizer.batch_size, cfg.optimizer.lr = fitted.batch_size, fitted.lr
     model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
@@ -162,4 +166,4 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         ckpt_path=ckpt_path,
     )
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    return metrics | ({"fitted_batch": fitted} if fitted else {})
+    return metrics | ({"fitted_batch": fitted.report()} if fitted else {})

@@ -10,6 +10,7 @@ solo-learn's ``LARS`` and ``MomentumUpdater`` run as their same-math foreach ver
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional, Sequence
 
@@ -32,6 +33,11 @@ from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_launch_cfg,
     check_solo_learn_choices,
+)
+from solo_diet.launch.loader_settings import (
+    PRETRAIN_PROBE_NODE,
+    LoaderSettings,
+    parse_loader_settings,
 )
 from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.contract import Contract, method_contract
@@ -69,12 +75,13 @@ def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
     """What ``run_pretrain`` does to a composed cfg before reading any data: devices, data
     settings, solo-learn's ``parse_cfg``; returns it with the registered method class and its
     contract."""
-    cfg, method_cls, contract, _ = prepare_run(cfg)
+    cfg, method_cls, contract, *_ = prepare_run(cfg)
     return cfg, method_cls, contract
 
 
-def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath]:
-    """:func:`prepare_cfg`, and the run's data path, chosen once from its checked settings."""
+def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:
+    """:func:`prepare_cfg`, the run's data path, chosen once from its checked settings, and the
+    settings its loaders read, parsed once from the parsed cfg."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
@@ -90,9 +97,10 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath]:
     method_cls = METHODS[cfg.method]
     check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)
-    data_path.check(cfg, contract)
+    data_path.check(cfg.method, contract)
     fill_and_check_substitutes(cfg)
-    return cfg, method_cls, contract, data_path
+    loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
+    return cfg, method_cls, contract, data_path, loader_settings
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
@@ -123,13 +131,15 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
 
     solo_diet.register()
     check_accelerator_present(cfg)
-    cfg, method_cls, contract, data_path = prepare_run(cfg)
+    cfg, method_cls, contract, data_path, loader_settings = prepare_run(cfg)
     seed_everything(cfg.seed)
 
-    train_data = data_path.pretrain_data(cfg, contract)
+    # the method's batch order reads its own keys: its hook gets the config solo-learn's model gets
+    batch_sampler = functools.partial(contract.train_batch_sampler, cfg)
+    train_data = data_path.pretrain_data(loader_settings, batch_sampler)
     name_unreadable_images(getattr(train_data.source, "dataset", None))
     set_num_samples(cfg, contract, train_data.num_samples)
-    val_loader = data_path.val_loader(cfg)
+    val_loader = data_path.val_loader(loader_settings)
 
     model = build_model(cfg, method_cls)
 

@@ -25,7 +25,13 @@ Keys (defaults in brackets):
 - ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
   (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
 
-The ``data.gpu`` keys are read only with the GPU data format.
+- ``dali.device`` [``gpu``]: where solo-learn's DALI pipeline augments (``gpu`` or ``cpu``).
+- ``dali.encode_indexes_into_labels`` [false]: DALI batches carry the true dataset indices (index
+  methods need them).
+
+The ``data.gpu`` keys are read only with the GPU data format, the ``dali`` keys with ``dali``. What
+the data paths read besides (dataset, paths, batch, seed, augmentations) is parsed by
+:mod:`solo_diet.launch.loader_settings`.
 """
 
 from __future__ import annotations
@@ -70,12 +76,21 @@ class GPUDataSettings:
 
 
 @dataclass(frozen=True)
+class DaliSettings:
+    """The checked ``dali.*`` values of solo-learn's DALI datamodule."""
+
+    device: str = "gpu"
+    encode_indexes_into_labels: bool = False
+
+
+@dataclass(frozen=True)
 class DataSettings:
-    """How a run reads its data: the checked data format and, for the GPU data path, its
-    settings. Built once per run by :func:`parse_data_settings`."""
+    """How a run reads its data: the checked data format and, for the GPU and DALI data paths,
+    their settings. Built once per run by :func:`parse_data_settings`."""
 
     format: str = "image_folder"
     gpu: Optional[GPUDataSettings] = None
+    dali: Optional[DaliSettings] = None
 
 
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
@@ -120,6 +135,15 @@ def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
         loader_device(cfg),
         gpu.on_corrupt,
     )
+
+
+def dali_settings(cfg: DictConfig) -> DaliSettings:
+    """The ``dali.*`` keys (module docstring), with solo-learn's defaults."""
+    read = KeyReader(cfg)
+    device = read.value("dali.device", "gpu")
+    if device not in ("gpu", "cpu"):
+        raise read.fail("dali.device", f"must be one of ['gpu', 'cpu'], got {device!r}.")
+    return DaliSettings(device, read.bool("dali.encode_indexes_into_labels", default=False))
 
 
 def loader_device(cfg: DictConfig) -> str:

@@ -20,6 +20,7 @@ from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
 from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
+from solo_diet.launch.loader_settings import parse_loader_settings
 from solo_diet.launch.settings import DataSettings, GPUDataSettings
 from tests._solo import requires_solo
 
@@ -138,10 +139,11 @@ def test_image_folder_and_gpu_paths_give_the_evaluation_the_same_images(tmp_path
     for fmt in ("image_folder", "gpu"):
         cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": {**data, "format": fmt}})
         path = data_path_for(cfg)
-        train, val = path.feature_loaders(cfg, batch_size=4)
+        run = parse_loader_settings(cfg, path.settings)
+        train, val = path.feature_loaders(run, batch_size=4)
         targets = [torch.cat([y for _, y in loader]) for loader in (train, val)]
         request = ViewRequest(None, lambda n: torch.arange(n)[:3], 2, 4, 0, torch.device("cpu"))
-        views = path.lidar_views(cfg, request)
+        views = path.lidar_views(run, request)
         shape = next(iter(val))[0].shape[1:]
         seen[fmt] = ([t.tolist() for t in targets], tuple(views.shape), tuple(shape))
     assert seen["image_folder"] == seen["gpu"]

@@ -12,6 +12,7 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import functools  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,7 +31,13 @@ from solo_diet.launch.gpu_data import (  # noqa: E402
     load_split,
     pretrain_loader,
 )
+from solo_diet.launch.loader_settings import (  # noqa: E402
+    LINEAR_PROBE_NODE,
+    PRETRAIN_PROBE_NODE,
+    parse_loader_settings,
+)
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
+from solo_diet.launch.settings import parse_data_settings  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.testing import smoke_cfg, tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
@@ -90,14 +97,22 @@ def gpu_cfg(method: str, data: Path, **tiny):
     return cfg
 
 
+def settings_of(cfg, probe_node: str = PRETRAIN_PROBE_NODE):
+    """The loader and GPU settings of a parsed cfg, as the launcher parses them once."""
+    data = parse_data_settings(cfg)
+    return parse_loader_settings(cfg, data, probe_node), data.gpu
+
+
 def fit_through_gpu_path(cfg, **trainer_overrides):
     method_cls = METHODS[cfg.method]
-    train, num_samples = pretrain_loader(cfg, method_contract(method_cls).train_batch_sampler)
+    run, gpu = settings_of(cfg)
+    hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
+    train, num_samples = pretrain_loader(run, gpu, hook)
     assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    trainer.fit(model, train, eval_loader(cfg, cfg.augmentations[0], BATCH))
+    trainer.fit(model, train, eval_loader(run, gpu, run.probe, BATCH))
     return trainer, recorder, train
 
 
@@ -156,7 +171,7 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
     trainer, _, _ = fit_through_gpu_path(cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0)
     trainer.save_checkpoint(tmp_path / "epoch0.ckpt")
     method_cls = METHODS[cfg.method]
-    train, _ = pretrain_loader(cfg)
+    train, _ = pretrain_loader(*settings_of(cfg))
     recorder = BatchRecorder(2)
     resumed = tiny_trainer(
         cfg, callbacks=[recorder], fast_dev_run=False, max_epochs=2, limit_val_batches=0
@@ -170,12 +185,12 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
 
 def test_fraction_selects_solo_learns_samples(data):
     cfg = gpu_cfg("simclr", data)
-    ours = load_split(cfg, "pretrain", fraction=0.5)
+    ours = load_split(*settings_of(cfg), "pretrain", fraction=0.5)
     theirs = prepare_datasets(
         "custom", None, train_data_path=cfg.data.train_path, data_fraction=0.5
     )
     assert ours.targets.tolist() == [t for _, t in theirs.samples]
-    reference = load_split(cfg, "pretrain")
+    reference = load_split(*settings_of(cfg), "pretrain")
     files = [
         p for p, _ in prepare_datasets("custom", None, train_data_path=cfg.data.train_path).samples
     ]
@@ -186,7 +201,7 @@ def test_fraction_selects_solo_learns_samples(data):
 def test_feature_loader_is_ordered_and_complete(data):
     cfg = gpu_cfg("simclr", data)
     cfg.data.augmentations = {"crop_size": 32}
-    loader = feature_loader(cfg, "val", batch_size=4)
+    loader = feature_loader(*settings_of(cfg, LINEAR_PROBE_NODE), "val", batch_size=4)
     batches = list(loader)
     assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
     assert torch.cat([t for _, t in batches]).tolist() == [

@@ -19,6 +19,7 @@ features, before our substitute) or a linear-algebra status check; the CUDA test
 Run on a GPU machine: ``python -m pytest tests/launch/test_no_host_sync.py -q -p no:cacheprovider``.
 """
 
+import functools
 import traceback
 
 import pytest
@@ -40,7 +41,11 @@ from solo_diet.launch.gpu_data import pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import build_model  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.testing import smoke_cfg  # noqa: E402
-from tests.launch.test_gpu_path import registered_methods, solo_learn_kwargs  # noqa: E402
+from tests.launch.test_gpu_path import (  # noqa: E402
+    registered_methods,
+    settings_of,
+    solo_learn_kwargs,
+)
 
 CLASSES, PER_CLASS, BATCH = 4, 16, 8  # 8 batches in the one epoch: no epoch end in the window
 FIRST_GUARDED, LAST_GUARDED = 1, 3
@@ -187,7 +192,9 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     if not cuda:
         cfg.update(accelerator="cpu", precision="bf16-mixed")
     method_cls = METHODS[method]
-    train, _ = pretrain_loader(cfg, method_contract(method_cls).train_batch_sampler)
+    run, gpu = settings_of(cfg)
+    hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
+    train, _ = pretrain_loader(run, gpu, hook)
     model = build_model(cfg, method_cls)
     guard = ReadBackGuard(cuda)
     costs = EpochCostLogger(tmp_path / "epochs.csv")

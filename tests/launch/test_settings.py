@@ -83,11 +83,11 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     from solo_diet.launch import gpu_data
     from solo_diet.launch.datapaths import gpu as gpu_path
     from solo_diet.launch.datapaths import make_data_path
+    from solo_diet.launch.loader_settings import parse_loader_settings
 
     calls = []
     parse = settings.gpu_settings
     monkeypatch.setattr(settings, "gpu_settings", lambda cfg: calls.append(1) or parse(cfg))
-    monkeypatch.setattr(gpu_data, "gpu_settings", settings.gpu_settings)
     monkeypatch.setattr(gpu_path, "gpu_settings", settings.gpu_settings)
     monkeypatch.setattr(
         gpu_data, "load_images", lambda *a, **k: _tiny_images(), raising=True
@@ -95,10 +95,11 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     cfg = cfg_of(format="gpu", train_path=".", val_path=".", fraction=-1, augmentations={})
     cfg.update(seed=0, devices=[0], optimizer={"batch_size": 2, "lr": 0.1})
     cfg.data.augmentations.crop_size = 8
-    path = make_data_path(parse_data_settings(cfg))
-    path.classification_val_loader(cfg, cfg.data.augmentations, 2)
-    path.linear_loaders(cfg)
-    path.feature_loaders(cfg, 2)
+    data = parse_data_settings(cfg)
+    path, run = make_data_path(data), parse_loader_settings(cfg, data)
+    path.classification_val_loader(run, run.probe, 2)
+    path.linear_loaders(run)
+    path.feature_loaders(run, 2)
     assert len(calls) == 1
 
 

@@ -193,14 +193,16 @@ def test_compare_evaluation_reads_the_stream(jpegs):
 
     from solo_diet.launch.datapaths import data_path_for
     from solo_diet.launch.datapaths.base import ViewRequest
+    from solo_diet.launch.loader_settings import parse_loader_settings
 
     data = {"dataset": "custom", "train_path": str(jpegs / "train"), "val_path": str(jpegs / "val")}
     data.update(num_workers=0, augmentations={"crop_size": 32}, format="gpu")
     cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": data})
     cfg.data.gpu = {"storage": "stream"}
     path = data_path_for(cfg)
-    _, val = path.feature_loaders(cfg, batch_size=4)
+    run = parse_loader_settings(cfg, path.settings)
+    _, val = path.feature_loaders(run, batch_size=4)
     targets = torch.cat([y for _, y in val])
     assert sorted(targets.tolist()) == sorted(list(range(CLASSES)) * 2)
     request = ViewRequest(None, lambda n: torch.arange(n)[:3], 2, 4, 0, torch.device("cpu"))
-    assert tuple(path.lidar_views(cfg, request).shape) == (6, 3, 32, 32)
+    assert tuple(path.lidar_views(run, request).shape) == (6, 3, 32, 32)

@@ -1,5 +1,6 @@
 """The interface every data path gives the launchers and compare's evaluation: pretraining data,
-the online probe's val loader, the linear probe's loaders, the feature loaders and LiDAR's views.
+the online probe's val loader, the linear probe's loaders, the feature loaders and LiDAR's views,
+each from the run's checked settings (:mod:`solo_diet.launch.loader_settings`), never its config.
 
 A subclass names the data formats it serves in ``formats``; defining it registers it with the
 factory (:func:`solo_diet.launch.datapaths.make_data_path`), so a new format is one new module in
@@ -8,14 +9,17 @@ this package."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig
 
 from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import DataSettings
 
+# a method's batch order for a training set (None: shuffled), bound to its config by the launcher
+BatchSamplerHook = Callable[[Sequence[Any]], Optional[Any]]
 # the data path class serving each format, in the order the modules define them
 REGISTRY: dict[str, type["DataPath"]] = {}
 
@@ -45,8 +49,8 @@ class PretrainData:
 
 
 class DataPath:
-    """One data format's loaders, built from the run's checked :class:`DataSettings` and its
-    (parsed) cfg."""
+    """One data format's loaders, built from the run's checked :class:`DataSettings`; each
+    method takes the run's checked :class:`LoaderSettings`, never its config."""
 
     formats: ClassVar[tuple[str, ...]] = ()
 
@@ -60,41 +64,48 @@ class DataPath:
 
     @classmethod
     def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
-        """The settings of this path's keys, filled and checked (by default it has none)."""
+        """The settings of this path's keys, filled and checked (by default it has none): the
+        parser's hook, the one method that reads the config."""
         return DataSettings(data_format)
 
-    def check(self, cfg: DictConfig, contract: Any) -> None:
-        """Refuse, before any data is read, what this path cannot give the method (its
+    def check(self, method: str, contract: Any) -> None:
+        """Refuse, before any data is read, what this path cannot give ``method`` (its
         :class:`~solo_diet.methods.contract.Contract`)."""
 
-    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
-        """The pretraining batches ``[indexes, [views...], targets]``; a contract's
-        ``train_batch_sampler`` (s-DIET) orders them where the path allows."""
+    def pretrain_data(
+        self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
+    ) -> PretrainData:
+        """The pretraining batches ``[indexes, [views...], targets]``; ``batch_sampler(dataset)``
+        (the method's contract's ``train_batch_sampler`` bound to its config by the launcher:
+        s-DIET's) may order them where the path allows; None or a None sampler: shuffled."""
         raise NotImplementedError
 
-    def val_loader(self, cfg: DictConfig) -> Optional[Any]:
+    def val_loader(self, run: LoaderSettings) -> Optional[Any]:
         """The online probe's validation loader, or None without a labelled val set."""
-        no_val = cfg.data.val_path is None and cfg.data.dataset in FOLDER_DATASETS
-        if no_val or (cfg.data.dataset == "custom" and cfg.data.no_labels):
+        no_val = run.val_path is None and run.dataset in FOLDER_DATASETS
+        if no_val or (run.dataset == "custom" and run.no_labels):
             return None
-        return self.classification_val_loader(cfg, cfg.augmentations[0], cfg.optimizer.batch_size)
+        return self.classification_val_loader(run, run.probe, run.batch_size)
 
-    def classification_val_loader(self, cfg: DictConfig, aug: DictConfig, batch_size: int) -> Any:
+    def classification_val_loader(
+        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
+    ) -> Any:
         """``[images, targets]`` of the val set in order, eval-transformed (crop and statistics
-        from ``aug``), each DDP rank its share."""
+        from ``probe``), each DDP rank its share."""
         raise NotImplementedError
 
-    def linear_loaders(self, cfg: DictConfig) -> tuple[Any, Any, Optional[dict[str, int]]]:
+    def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
         """``solo-diet linear``'s training and validation loaders, and the batch fitted to a
-        training set smaller than one batch (``fit_probe_batch``), or None."""
+        training set smaller than one batch (``fit_probe_batch``; the launcher writes it into the
+        probe's config), or None."""
         raise NotImplementedError
 
-    def feature_loaders(self, cfg: DictConfig, batch_size: int) -> tuple[Any, Any]:
-        """Every image of the probe's (``cfg``, a linear cfg) train and val sets once, in order,
-        eval-transformed: features for kNN, RankMe, k-means. Not split over ranks."""
+    def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
+        """Every image of the probe's (``run``: a linear probe's settings) train and val sets once,
+        in order, eval-transformed: features for kNN, RankMe, k-means. Not split over ranks."""
         raise NotImplementedError
 
-    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+    def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
         """The views ``request`` asks for, on the CPU, in the order of the chosen images."""
         raise NotImplementedError
 

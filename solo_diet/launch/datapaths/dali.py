@@ -8,15 +8,22 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError
-from solo_diet.launch.datapaths.base import PretrainData
+from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
-from solo_diet.launch.settings import FORMAT_KEY, dali_installed
+from solo_diet.launch.loader_settings import LoaderSettings
+from solo_diet.launch.settings import (
+    FORMAT_KEY,
+    DaliSettings,
+    DataSettings,
+    dali_installed,
+    dali_settings,
+)
 
 
-def _uses_erasing(cfg: DictConfig) -> bool:
+def _uses_erasing(run: LoaderSettings) -> bool:
     return any(
         float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0
-        for a in cfg.augmentations
+        for a in run.augmentations
     )
 
 
@@ -25,22 +32,36 @@ class DaliPath(ImageFolderPath):
 
     formats = ("dali",)
 
+    @classmethod
+    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
+        """The ``dali.*`` keys (:func:`~solo_diet.launch.settings.dali_settings`)."""
+        return DataSettings(data_format, dali=dali_settings(cfg))
+
     @property
     def solo_format(self) -> str:
         return "image_folder"  # solo-learn's classification loaders read the same folder
 
-    def check(self, cfg: DictConfig, contract: Any) -> None:
+    @property
+    def dali(self) -> DaliSettings:
+        """The run's ``dali`` settings (solo-learn's defaults for settings built by hand)."""
+        return self.settings.dali or DaliSettings()
+
+    def check(self, method: str, contract: Any) -> None:
         """Refuse set-ups that would hand an index-based method wrong dataset indices."""
         if not contract.uses_sample_indexes:
             return
-        if not OmegaConf.select(cfg, "dali.encode_indexes_into_labels", default=False):
+        if not self.dali.encode_indexes_into_labels:
             raise ConfigError(
-                f"method '{cfg.method}' uses dataset indices as labels, but with {FORMAT_KEY}=dali "
+                f"method '{method}' uses dataset indices as labels, but with {FORMAT_KEY}=dali "
                 "solo-learn returns dummy indices (arange(B)) unless "
                 "`dali.encode_indexes_into_labels: True`. Set it."
             )
 
-    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
+    def pretrain_data(
+        self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
+    ) -> PretrainData:
+        """solo-learn's DALI datamodule, which orders the batches itself (``batch_sampler`` is
+        not used)."""
         if not dali_installed():
             raise ConfigError(
                 f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "
@@ -54,41 +75,39 @@ class DaliPath(ImageFolderPath):
         from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation
         from solo.utils.misc import compute_dataset_size
 
-        if _uses_erasing(cfg):
+        if _uses_erasing(run):
             raise ConfigError(
                 f"`augmentations[].random_erasing` is not available with {FORMAT_KEY}=dali."
             )
         transform = FullTransformPipeline(
             [
                 NCropAugmentation(
-                    build_transform_pipeline_dali(
-                        cfg.data.dataset, aug, dali_device=cfg.dali.device
-                    ),
+                    build_transform_pipeline_dali(run.dataset, aug, dali_device=self.dali.device),
                     aug.num_crops,
                 )
-                for aug in cfg.augmentations
+                for aug in run.augmentations
             ]
         )
         datamodule = PretrainDALIDataModule(
-            dataset=cfg.data.dataset,
-            train_data_path=cfg.data.train_path,
+            dataset=run.dataset,
+            train_data_path=run.train_path,
             transforms=transform,
-            num_large_crops=cfg.data.num_large_crops,
-            num_small_crops=cfg.data.num_small_crops,
-            num_workers=cfg.data.num_workers,
-            batch_size=cfg.optimizer.batch_size,
-            no_labels=cfg.data.no_labels,
-            data_fraction=cfg.data.fraction,
-            dali_device=cfg.dali.device,
-            encode_indexes_into_labels=cfg.dali.encode_indexes_into_labels,
+            num_large_crops=run.num_large_crops,
+            num_small_crops=run.num_small_crops,
+            num_workers=run.num_workers,
+            batch_size=run.batch_size,
+            no_labels=run.no_labels,
+            data_fraction=run.fraction,
+            dali_device=self.dali.device,
+            encode_indexes_into_labels=self.dali.encode_indexes_into_labels,
         )
         num_samples = compute_dataset_size(
-            dataset=cfg.data.dataset,
+            dataset=run.dataset,
             train=True,
-            data_path=cfg.data.train_path,
+            data_path=run.train_path,
             data_format="dali",
-            no_labels=cfg.data.no_labels,
-            data_fraction=cfg.data.fraction,
+            no_labels=run.no_labels,
+            data_fraction=run.fraction,
         )
         return PretrainData(datamodule, num_samples)
 

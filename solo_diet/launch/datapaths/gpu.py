@@ -12,7 +12,8 @@ from solo_diet.config import KeyReader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
 from solo_diet.launch import gpu_data
-from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
+from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
+from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
 
 
@@ -38,31 +39,34 @@ class GPUPath(DataPath):
         assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
         return self.settings.gpu
 
-    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
-        loader, num_samples = gpu_data.pretrain_loader(cfg, contract.train_batch_sampler, self.gpu)
+    def pretrain_data(
+        self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
+    ) -> PretrainData:
+        loader, num_samples = gpu_data.pretrain_loader(run, self.gpu, batch_sampler)
         return PretrainData(loader, num_samples)
 
-    def classification_val_loader(self, cfg: DictConfig, aug: DictConfig, batch_size: int) -> Any:
-        return gpu_data.eval_loader(cfg, aug, batch_size, gpu=self.gpu)
+    def classification_val_loader(
+        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
+    ) -> Any:
+        return gpu_data.eval_loader(run, self.gpu, probe, batch_size)
 
-    def linear_loaders(self, cfg: DictConfig) -> tuple[Any, Any, Optional[dict[str, int]]]:
-        return gpu_data.linear_loaders(cfg, self.gpu)
+    def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
+        return gpu_data.linear_loaders(run, self.gpu)
 
-    def feature_loaders(self, cfg: DictConfig, batch_size: int) -> tuple[Any, Any]:
+    def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         return tuple(
-            gpu_data.feature_loader(cfg, split, batch_size, self.gpu) for split in ("train", "val")
+            gpu_data.feature_loader(run, self.gpu, split, batch_size) for split in ("train", "val")
         )
 
     @torch.no_grad()
-    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+    def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
         """The views made on ``device`` by the GPU data path's augmentations."""
-        dataset = cfg.data.dataset
         if request.node is not None:
-            augment = MultiCropAugmentation.from_config([request.node], dataset)
+            augment = MultiCropAugmentation.from_config([request.node], run.dataset)
             transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
         else:
-            transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
-        data = gpu_data.load_split(cfg, "val", gpu=self.gpu)
+            transform = gpu_data.probe_transforms(run.dataset, run.probe)[0]
+        data = gpu_data.load_split(run, self.gpu, "val")
         chosen = request.choose(len(data))
         device = request.device
         generator = torch.Generator(device).manual_seed(request.seed)

@@ -12,9 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError
 from solo_diet.launch.common import classification_transforms
-from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
+from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
 from solo_diet.launch.gpu_data import fit_probe_batch
+from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
@@ -44,7 +45,9 @@ class ImageFolderPath(DataPath):
         """The format handed to solo-learn's dataset builders."""
         return self.settings.format
 
-    def pretrain_data(self, cfg: DictConfig, contract: Any) -> PretrainData:
+    def pretrain_data(
+        self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
+    ) -> PretrainData:
         from solo.data.pretrain_dataloader import (
             FullTransformPipeline,
             NCropAugmentation,
@@ -54,116 +57,110 @@ class ImageFolderPath(DataPath):
 
         transform = FullTransformPipeline(
             [
-                NCropAugmentation(build_pretrain_transform(cfg.data.dataset, aug), aug.num_crops)
-                for aug in cfg.augmentations
+                NCropAugmentation(build_pretrain_transform(run.dataset, aug), aug.num_crops)
+                for aug in run.augmentations
             ]
         )
-        if cfg.debug_augmentations:
+        if run.debug_augmentations:
             print("Transforms:", transform)
-        with download_failure_named(cfg.data, "train_path"):
+        with download_failure_named(run, "train_path"):
             train_dataset = prepare_datasets(
-                cfg.data.dataset,
+                run.dataset,
                 transform,
-                train_data_path=cfg.data.train_path,
+                train_data_path=run.train_path,
                 data_format=self.solo_format,
-                no_labels=cfg.data.no_labels,
-                data_fraction=cfg.data.fraction,
+                no_labels=run.no_labels,
+                data_fraction=run.fraction,
             )
-        batch_sampler = contract.train_batch_sampler(cfg, train_dataset)
-        if batch_sampler is not None:
+        sampler = None if batch_sampler is None else batch_sampler(train_dataset)
+        if sampler is not None:
             from torch.utils.data import DataLoader
 
             loader = DataLoader(
                 train_dataset,
-                batch_sampler=batch_sampler,
-                num_workers=cfg.data.num_workers,
+                batch_sampler=sampler,
+                num_workers=run.num_workers,
                 pin_memory=True,
             )
         else:
             loader = prepare_dataloader(
-                train_dataset,
-                batch_size=cfg.optimizer.batch_size,
-                num_workers=cfg.data.num_workers,
+                train_dataset, batch_size=run.batch_size, num_workers=run.num_workers
             )
-        return PretrainData(loader, len(train_dataset), batch_sampler is not None)
+        return PretrainData(loader, len(train_dataset), sampler is not None)
 
     def classification_loaders(
-        self, cfg: DictConfig, aug: DictConfig, batch_size: int, fraction: float = -1
+        self,
+        run: LoaderSettings,
+        probe: Optional[ProbeAugmentation],
+        batch_size: int,
+        fraction: float = -1,
     ):
         """solo-learn's classification datasets/loaders (train shuffled, val in order) with our
-        transforms; ``aug`` holds ``crop_size`` and optionally ``mean``, ``std``,
-        ``crop_min_scale``."""
+        transforms (``probe``: custom data's crop and statistics)."""
         from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
 
-        train_transform, val_transform = classification_transforms(cfg.data.dataset, aug)
-        with download_failure_named(cfg.data, "train_path", "val_path"):
+        train_transform, val_transform = classification_transforms(run.dataset, probe)
+        with download_failure_named(run, "train_path", "val_path"):
             train_set, val_set = prepare_datasets(
-                cfg.data.dataset,
+                run.dataset,
                 train_transform,
                 val_transform,
-                train_data_path=cfg.data.train_path,
-                val_data_path=cfg.data.val_path,
+                train_data_path=run.train_path,
+                val_data_path=run.val_path,
                 data_format=self.solo_format,
                 data_fraction=fraction,
             )
         name_unreadable_images(train_set)
         name_unreadable_images(val_set)
         return prepare_dataloaders(
-            train_set, val_set, batch_size=batch_size, num_workers=cfg.data.num_workers
+            train_set, val_set, batch_size=batch_size, num_workers=run.num_workers
         )
 
-    def classification_val_loader(self, cfg: DictConfig, aug: DictConfig, batch_size: int) -> Any:
-        return self.classification_loaders(cfg, aug, batch_size)[1]
+    def classification_val_loader(
+        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
+    ) -> Any:
+        return self.classification_loaders(run, probe, batch_size)[1]
 
-    def linear_loaders(self, cfg: DictConfig) -> tuple[Any, Any, Optional[dict[str, int]]]:
-        def loaders():
-            aug, batch_size = cfg.data.augmentations, cfg.optimizer.batch_size
-            return self.classification_loaders(cfg, aug, batch_size, cfg.data.fraction)
-
-        train, val = loaders()
-        fitted = fit_probe_batch(cfg, len(train.dataset))
+    def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
+        train, val = self.classification_loaders(run, run.probe, run.batch_size, run.fraction)
+        fitted = fit_probe_batch(run, len(train.dataset))
         if fitted:
-            train, val = loaders()
+            batch = fitted.batch_size
+            train, val = self.classification_loaders(run, run.probe, batch, run.fraction)
         return train, val, fitted
 
-    def _datasets(self, cfg: DictConfig, eval_transform: bool):
+    def _datasets(self, run: LoaderSettings, eval_transform: bool):
         """The probe's (train, val) datasets, eval-transformed or raw (PIL images)."""
         from solo.data.classification_dataloader import prepare_datasets
 
-        data = cfg.data
-        transform = (
-            classification_transforms(data.dataset, data.augmentations)[1]
-            if eval_transform
-            else None
-        )
-        with download_failure_named(data, "train_path", "val_path"):
+        transform = classification_transforms(run.dataset, run.probe)[1] if eval_transform else None
+        with download_failure_named(run, "train_path", "val_path"):
             return prepare_datasets(
-                data.dataset,
+                run.dataset,
                 transform,
                 transform,
-                train_data_path=data.train_path,
-                val_data_path=data.val_path,
+                train_data_path=run.train_path,
+                val_data_path=run.val_path,
                 data_format=self.solo_format,
             )
 
-    def feature_loaders(self, cfg: DictConfig, batch_size: int) -> tuple[Any, Any]:
+    def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         from torch.utils.data import DataLoader
 
-        workers = int(OmegaConf.select(cfg, "data.num_workers", default=0))
-        train, val = self._datasets(cfg, eval_transform=True)
+        train, val = self._datasets(run, eval_transform=True)
         return tuple(
-            DataLoader(s, batch_size=batch_size, shuffle=False, num_workers=workers)
+            DataLoader(s, batch_size=batch_size, shuffle=False, num_workers=run.workers(0))
             for s in (train, val)
         )
 
-    def lidar_views(self, cfg: DictConfig, request: ViewRequest) -> torch.Tensor:
+    def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
         random.seed(request.seed)
         np.random.seed(request.seed)
         torch.manual_seed(request.seed)
         if request.node is not None:
-            transform = build_pretrain_transform(cfg.data.dataset, request.node)
+            transform = build_pretrain_transform(run.dataset, request.node)
         else:
-            transform = classification_transforms(cfg.data.dataset, cfg.data.augmentations)[0]
-        _, raw_val = self._datasets(cfg, eval_transform=False)
+            transform = classification_transforms(run.dataset, run.probe)[0]
+        _, raw_val = self._datasets(run, eval_transform=False)
         chosen = request.choose(len(raw_val)).tolist()
         return torch.stack([transform(raw_val[i][0]) for i in chosen for _ in range(request.views)])
