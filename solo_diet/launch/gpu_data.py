@@ -53,22 +53,24 @@ def load_split(
     """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
     set; with ``data.gpu.storage: stream``, list its files instead."""
     settings = _checked(cfg, gpu)
-    root = cfg.data.val_path if split == "val" else cfg.data.train_path
+    root_key = "data.val_path" if split == "val" else "data.train_path"
+    root = OmegaConf.select(cfg, root_key)
     no_labels = bool(OmegaConf.select(cfg, "data.no_labels", default=False))
-    if settings.storage == "stream":
-        return EncodedFiles.from_folder(
-            cfg.data.dataset, root, split, no_labels=no_labels, fraction=fraction
+    with core_errors_named(GPU_ARGUMENT_KEYS | {"root": root_key}):
+        if settings.storage == "stream":
+            return EncodedFiles.from_folder(
+                cfg.data.dataset, root, split, no_labels=no_labels, fraction=fraction
+            )
+        return load_images(
+            cfg.data.dataset,
+            root,
+            split,
+            no_labels=no_labels,
+            fraction=fraction,
+            image_size=settings.image_size,
+            threads=settings.decode_threads,
+            cache=settings.decode_cache,
         )
-    return load_images(
-        cfg.data.dataset,
-        root,
-        split,
-        no_labels=no_labels,
-        fraction=fraction,
-        image_size=settings.image_size,
-        threads=settings.decode_threads,
-        cache=settings.decode_cache,
-    )
 
 
 def _loader_class(settings: GPUDataSettings) -> type[GPUBatchLoader]:
@@ -163,7 +165,8 @@ def pretrain_loader(
     """The pretraining loader ``[indexes, [views], targets]`` and N. ``train_batch_sampler(cfg,
     dataset)``, the method's hook (s-DIET), may return its own batch sampler; None: shuffled."""
     settings = _checked(cfg, gpu)
-    augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
+    with core_errors_named(GPU_ARGUMENT_KEYS):
+        augment = MultiCropAugmentation.from_config(list(cfg.augmentations), cfg.data.dataset)
     data = load_split(cfg, "pretrain", fraction=cfg.data.fraction, gpu=settings)
     _check_one_global_batch(cfg, len(data))
     sampler = None if train_batch_sampler is None else train_batch_sampler(cfg, data)

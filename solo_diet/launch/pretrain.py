@@ -33,7 +33,7 @@ from solo_diet.launch.launch_checks import (
     check_launch_cfg,
     check_solo_learn_choices,
 )
-from solo_diet.launch.settings import parse_data_settings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import (
     fill_and_check_substitutes,
@@ -46,7 +46,8 @@ def check_augmentations(cfg: DictConfig) -> None:
     """Every augmentation node holds only keys of solo-learn's pipeline, whatever the data path
     (solo-learn's own transforms ignore the others)."""
     for index, node in enumerate(cfg.augmentations):
-        check_augmentation_keys(node, f"augmentations[{index}]")
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            check_augmentation_keys(node, f"nodes[{index}]")
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,18 @@ from solo_diet.config import (
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
-# the GPU loader's arguments and the keys that set them (for errors raised by the core)
-GPU_ARGUMENT_KEYS = {"storage": "data.gpu.storage", "cuda_graphs": "data.gpu.cuda_graphs"}
+# the GPU data path's core arguments and the keys that set them (for errors raised by the core)
+GPU_ARGUMENT_KEYS = {
+    "storage": "data.gpu.storage",
+    "cuda_graphs": "data.gpu.cuda_graphs",
+    "image_size": "data.gpu.image_size",
+    "on_corrupt": "data.gpu.on_corrupt",
+    "num_workers": "data.num_workers",
+    "dataset": "data.dataset",
+    "fraction": "data.fraction",
+    "nodes": "augmentations",
+}
+_ARGUMENT = re.compile(r"argument `(\w+)")
 
 
 @dataclass(frozen=True)
@@ -139,19 +150,23 @@ def loader_device(cfg: DictConfig) -> str:
 
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Turn a ``ValueError`` the torch-only core raises about one of its arguments (a message
-    starting with ``argument `<name>```) into a ConfigError naming the config key ``keys[name]``."""
+    """Name config keys in the errors of the torch-only core, which speaks of its own arguments
+    (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
+    ``ValueError`` naming one of ``keys`` becomes a ConfigError (a ConfigError keeps its type) whose
+    message names ``keys[name]`` wherever the core named ``name``. Other errors pass unchanged."""
     try:
         yield
-    except ConfigError:
-        raise
     except ValueError as error:
         message = str(error)
-        for argument, key in keys.items():
-            prefix = f"argument `{argument}`"
-            if message.startswith(prefix):
-                raise ConfigError(f"`{key}`{message[len(prefix) :]}") from None
-        raise
+        if not any(name in keys for name in _ARGUMENT.findall(message)):
+            raise
+
+        def key(match: re.Match) -> str:
+            name = match.group(1)
+            return f"`{keys[name]}" if name in keys else match.group(0)
+
+        named = _ARGUMENT.sub(key, message)
+        raise (type(error) if isinstance(error, ConfigError) else ConfigError)(named) from None
 
 
 def choose_data_format(requested: str, on_gpu: bool) -> str:

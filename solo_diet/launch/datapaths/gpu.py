@@ -13,7 +13,14 @@ from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
 from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths.base import DataPath, PretrainData, ViewRequest
-from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
+from solo_diet.launch.settings import (
+    FORMAT_KEY,
+    GPU_ARGUMENT_KEYS,
+    DataSettings,
+    GPUDataSettings,
+    core_errors_named,
+    gpu_settings,
+)
 
 
 class GPUPath(DataPath):
@@ -58,7 +65,8 @@ class GPUPath(DataPath):
         """The views made on ``device`` by the GPU data path's augmentations."""
         dataset = cfg.data.dataset
         if request.node is not None:
-            augment = MultiCropAugmentation.from_config([request.node], dataset)
+            with core_errors_named(GPU_ARGUMENT_KEYS):
+                augment = MultiCropAugmentation.from_config([request.node], dataset)
             transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
         else:
             transform = gpu_data.probe_transforms(dataset, cfg.data.augmentations)[0]
