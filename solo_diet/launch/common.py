@@ -180,12 +180,15 @@ def fit_or_raise(
 ) -> None:
     """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
     resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
-    leaves no empty run folder behind. A core error raised while the loaders run (a set too large
-    for its storage, a corrupt streamed file) names the config keys of the arguments it names."""
+    leaves no empty run folder behind. A core error raised during the fit (a set too large for its
+    storage, a corrupt streamed file, a dataset index beyond ``num_samples``) names the config keys
+    of the arguments it names."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
+
     try:
-        with core_errors_named(GPU_ARGUMENT_KEYS):
+        with core_errors_named(GPU_ARGUMENT_KEYS | INDEX_ARGUMENT_KEYS):
             trainer.fit(model, **fit_kwargs)
     except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
         _drop_empty_run_folder(checkpointer)

@@ -30,13 +30,11 @@ The ``data.gpu`` keys are read only with the GPU data format.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,11 +47,13 @@ from solo_diet.config import (
     check_positive_int,
     fill_default,
 )
+from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
-# the GPU data path's core arguments and the keys that set them (for errors raised by the core)
+# the GPU data path's core arguments and the keys that set them: the core's errors name the
+# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
     "cuda_graphs": "data.gpu.cuda_graphs",
@@ -64,7 +64,6 @@ GPU_ARGUMENT_KEYS = {
     "fraction": "data.fraction",
     "nodes": "augmentations",
 }
-_ARGUMENT = re.compile(r"argument `(\w+)")
 
 
 @dataclass(frozen=True)
@@ -146,27 +145,6 @@ def loader_device(cfg: DictConfig) -> str:
     if accelerator == "cpu":
         return "cpu"
     raise ConfigError(f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
-
-
-@contextlib.contextmanager
-def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Name config keys in the errors of the torch-only core, which speaks of its own arguments
-    (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
-    ``ValueError`` naming one of ``keys`` becomes a ConfigError (a ConfigError keeps its type) whose
-    message names ``keys[name]`` wherever the core named ``name``. Other errors pass unchanged."""
-    try:
-        yield
-    except ValueError as error:
-        message = str(error)
-        if not any(name in keys for name in _ARGUMENT.findall(message)):
-            raise
-
-        def key(match: re.Match) -> str:
-            name = match.group(1)
-            return f"`{keys[name]}" if name in keys else match.group(0)
-
-        named = _ARGUMENT.sub(key, message)
-        raise (type(error) if isinstance(error, ConfigError) else ConfigError)(named) from None
 
 
 def choose_data_format(requested: str, on_gpu: bool) -> str:
