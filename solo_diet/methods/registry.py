@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import pkgutil
 from typing import Any, Callable
@@ -60,16 +59,17 @@ def _add(methods_module, name: str, cls: type) -> None:
     setattr(methods_module, cls.__name__, cls)
 
 
-def _keys_named(factory: Callable[..., Any]) -> Callable[..., Any]:
+class _KeysNamed:
     """A plugin backbone factory whose errors name ``backbone.kwargs.<argument>`` where the core's
-    name the argument (solo-learn passes ``backbone.kwargs`` as keyword arguments)."""
+    name the argument (solo-learn passes ``backbone.kwargs`` as keyword arguments). Picklable, as
+    the factory it wraps (a model keeps its factory)."""
 
-    @functools.wraps(factory)
-    def build(method: str, **kwargs: Any) -> Any:
+    def __init__(self, factory: Callable[..., Any]):
+        self.__wrapped__ = factory  # inspect.signature reads the factory's own
+
+    def __call__(self, method: str, **kwargs: Any) -> Any:
         with core_errors_named({name: f"backbone.kwargs.{name}" for name in kwargs}):
-            return factory(method, **kwargs)
-
-    return build
+            return self.__wrapped__(method, **kwargs)
 
 
 def register() -> list[str]:
@@ -94,7 +94,7 @@ def register() -> list[str]:
     from solo_diet.lars import ForeachLARS
 
     for name, factory in PLUGIN_BACKBONES.items():
-        BaseMethod._BACKBONES.setdefault(name, _keys_named(factory))
+        BaseMethod._BACKBONES.setdefault(name, _KeysNamed(factory))
     for model_cls in (BaseMethod, LinearModel):
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
