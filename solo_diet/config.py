@@ -27,9 +27,9 @@ def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
     """Name config keys in the errors of the torch-only core, which speaks of its own arguments
     (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
     ``ValueError`` (or ``IndexError``) naming one of ``keys`` is raised again with ``keys[name]``
-    wherever the core named ``name``, as a ConfigError (a ConfigError or an IndexError keeps its
-    type). Other errors pass unchanged. The settings layers hold the tables: the core never names a
-    key."""
+    wherever the core named ``name``, as a ConfigError (a ConfigError or an IndexError is the same
+    error, its message renamed), with the core's traceback. Other errors pass unchanged. The
+    settings layers hold the tables: the core never names a key."""
     try:
         yield
     except (ValueError, IndexError) as error:
@@ -42,8 +42,10 @@ def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
             return f"`{keys[name]}" if name in keys else match.group(0)
 
         named = _ARGUMENT.sub(key, message)
-        keeps_type = isinstance(error, (ConfigError, IndexError))
-        raise (type(error) if keeps_type else ConfigError)(named) from None
+        if isinstance(error, (ConfigError, IndexError)):
+            error.args = (named,)
+            raise
+        raise ConfigError(named).with_traceback(error.__traceback__) from None
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:

@@ -149,3 +149,17 @@ def test_other_errors_and_unknown_arguments_pass_unchanged():
     assert type(raised.value) is ValueError
     with pytest.raises(KeyError), core_errors_named(GPU_ARGUMENT_KEYS):
         raise KeyError("argument `storage`")
+
+
+def test_a_renamed_error_keeps_the_cores_traceback_and_an_index_error_its_type():
+    import traceback
+
+    from solo_diet.labels import LabelSource
+
+    error = named(lambda: load_images("cifar100", "/nowhere", "train", fraction=0.5))
+    frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+    assert type(error) is ConfigError and frames[-1] == "load_torchvision"  # for --debug
+    source = LabelSource("class", num_samples=4, num_classes=3)
+    with pytest.raises(IndexError, match=r"target 3 .*\(`data.num_classes` = 3\)"):
+        with core_errors_named({"num_classes": "data.num_classes"}):
+            source(torch.arange(2), torch.tensor([0, 3]))
