@@ -41,9 +41,7 @@ class ResNet8(nn.Module):
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
         super().__init__()
         if width <= 0:
-            raise ConfigError(
-                f"`backbone.kwargs.width` must be a positive channel count, got {width}."
-            )
+            raise ConfigError(f"argument `width` must be a positive channel count, got {width}.")
         self.num_features = width
         self.stem = nn.Sequential(
             _conv3x3(in_channels, width),

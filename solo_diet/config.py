@@ -6,15 +6,46 @@ fix.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import re
 from collections.abc import Mapping
-from typing import Any, Collection, Optional, Sequence
+from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
 
 class ConfigError(ValueError):
     """A config key has an invalid value; the message names the key and the fix."""
+
+
+_ARGUMENT = re.compile(r"argument `(\w+)")
+
+
+@contextlib.contextmanager
+def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
+    """Name config keys in the errors of the torch-only core, which speaks of its own arguments
+    (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
+    ``ValueError`` (or ``IndexError``) naming one of ``keys`` is raised again with ``keys[name]``
+    wherever the core named ``name``, as a ConfigError (a ConfigError or an IndexError is the same
+    error, its message renamed), with the core's traceback. Other errors pass unchanged. The
+    settings layers hold the tables: the core never names a key."""
+    try:
+        yield
+    except (ValueError, IndexError) as error:
+        message = str(error)
+        if not any(name in keys for name in _ARGUMENT.findall(message)):
+            raise
+
+        def key(match: re.Match) -> str:
+            name = match.group(1)
+            return f"`{keys[name]}" if name in keys else match.group(0)
+
+        named = _ARGUMENT.sub(key, message)
+        if isinstance(error, (ConfigError, IndexError)):
+            error.args = (named,)
+            raise
+        raise ConfigError(named).with_traceback(error.__traceback__) from None
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:

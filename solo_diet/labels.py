@@ -16,7 +16,8 @@ edge.
 ``labelled_fraction < 1`` keeps the target of a fixed, seeded subset of the data only (``class``
 and ``mix``), to simulate a partly labelled dataset.
 
-Torch only: no solo-learn, no lightning.
+Torch only: no solo-learn, no lightning. Errors name the arguments (``argument `num_classes```,
+``argument `kwargs.labels```); the method adapters name the config keys that set them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ LABEL_DEFAULTS: dict[str, Any] = {
     "label_seed": 0,
     "groups_path": None,
 }
-"""``method_kwargs`` keys (and defaults) read by :func:`label_source_from_kwargs`."""
+"""The keys (and defaults) of the mapping :func:`label_source_from_kwargs` reads."""
 
 
 class LabelSource(nn.Module):
@@ -64,16 +65,16 @@ class LabelSource(nn.Module):
         super().__init__()
         if source not in LABEL_SOURCES:
             raise ValueError(
-                f"`method_kwargs.labels` must be one of {list(LABEL_SOURCES)}, got {source!r}."
+                f"argument `source` must be one of {list(LABEL_SOURCES)}, got {source!r}."
             )
         if source in ("class", "mix") and (num_classes is None or num_classes < 1):
             raise ValueError(
-                f"`method_kwargs.labels={source}` needs `data.num_classes` >= 1, got "
+                f"argument `source: {source}` needs argument `num_classes` >= 1, got "
                 f"{num_classes!r}."
             )
         if not 0.0 < labelled_fraction <= 1.0:
             raise ValueError(
-                f"`method_kwargs.labelled_fraction` must be in (0, 1], got {labelled_fraction!r}."
+                f"argument `labelled_fraction` must be in (0, 1], got {labelled_fraction!r}."
             )
         self.source = source
         self.num_samples = int(num_samples)
@@ -114,8 +115,8 @@ class LabelSource(nn.Module):
             0,
             self.num_samples,
             "dataset index",
-            "method_kwargs.num_samples",
-            "`solo-diet pretrain` sets it from the training set (after data.fraction).",
+            "num_samples",
+            "It must be the training set's size.",
         )
         if self.source == "index":
             return indexes
@@ -127,9 +128,8 @@ class LabelSource(nn.Module):
             -1,
             self.num_classes,
             "target",
-            "data.num_classes",
-            "Set data.num_classes to the dataset's number of classes; -1 marks an unlabelled "
-            "datum.",
+            "num_classes",
+            "Set it to the dataset's number of classes; -1 marks an unlabelled datum.",
         )
         if self.keep_label.numel():
             targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
@@ -140,11 +140,12 @@ class LabelSource(nn.Module):
 
 def device_range_message(what: str, low: int, high: int, key: str) -> str:
     """The device assert's message: CUDA's asynchronous assert takes under 255 characters."""
-    return f"batch has a {what} outside [{low}, {high}) (`{key}`)"[:254]
+    return f"batch has a {what} outside [{low}, {high}) (argument `{key}`)"[:254]
 
 
 def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
-    """Refuse values outside ``[low, high)``: an ``IndexError`` for values on the host, an
+    """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
+    ``IndexError`` for values on the host, an
     asynchronous device assert (no wait for the GPU; CUDA's "device-side assert triggered" at the
     next synchronisation) for values on a GPU."""
     if values.numel() == 0:
@@ -157,7 +158,7 @@ def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str,
     if smallest < low or largest >= high:
         bad = smallest if smallest < low else largest
         raise IndexError(
-            f"batch has {what} {bad} outside [{low}, {high}) (`{key}` = {high}). {fix}"
+            f"batch has {what} {bad} outside [{low}, {high}) (argument `{key}` = {high}). {fix}"
         )
 
 
@@ -165,74 +166,72 @@ def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torc
     """Group ids renumbered ``0..G-1`` (sorted order), one per datum."""
     if groups is None:
         raise ValueError(
-            "`method_kwargs.labels=groups` needs `method_kwargs.groups_path` (an index -> group id "
-            "array)."
+            "argument `source: groups` needs argument `groups` (an index -> group id array)."
         )
     groups = torch.as_tensor(groups)
     if groups.dtype.is_floating_point or groups.dtype == torch.bool or groups.dim() != 1:
         raise ValueError(
-            f"the groups array must be a 1-D integer array, got dtype {groups.dtype}, shape "
+            f"argument `groups` must be a 1-D integer array, got dtype {groups.dtype}, shape "
             f"{tuple(groups.shape)}."
         )
     if groups.numel() != num_samples:
         raise ValueError(
             f"the groups array has {groups.numel()} entries but the training set has {num_samples} "
-            "samples (method_kwargs.num_samples): it needs one group id per dataset index."
+            "samples (argument `num_samples`): it needs one group id per dataset index."
         )
     if int(groups.min()) < 0:
-        raise ValueError(f"group ids must be >= 0, got {int(groups.min())}.")
+        raise ValueError(f"argument `groups`: group ids must be >= 0, got {int(groups.min())}.")
     return torch.unique(groups.long(), return_inverse=True)[1]
 
 
-def load_groups(path: Union[str, Path]) -> torch.Tensor:
+def load_groups(groups_path: Union[str, Path]) -> torch.Tensor:
     """Read an ``index -> group id`` array from ``.npy``, ``.pt`` or ``.txt`` (one id a line)."""
-    path = Path(path)
+    path = Path(groups_path)
     if not path.is_file():
-        raise ValueError(f"`method_kwargs.groups_path` {str(path)!r} is not a file.")
+        raise ValueError(f"argument `groups_path` {str(path)!r} is not a file.")
     if path.suffix == ".npy":
         return torch.from_numpy(np.load(path))
     if path.suffix == ".pt":
         return torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True))
     if path.suffix == ".txt":
         return torch.from_numpy(np.loadtxt(path, dtype=np.int64, ndmin=1))
-    raise ValueError(
-        f"`method_kwargs.groups_path` must end in .npy, .pt or .txt, got {str(path)!r}."
-    )
+    raise ValueError(f"argument `groups_path` must end in .npy, .pt or .txt, got {str(path)!r}.")
 
 
 def label_source_from_kwargs(
-    method_kwargs: Mapping[str, Any], num_classes: Optional[int], has_labels: bool = True
+    kwargs: Mapping[str, Any], num_classes: Optional[int], has_labels: bool = True
 ) -> LabelSource:
-    """The label source a method's ``method_kwargs`` ask for (keys of :data:`LABEL_DEFAULTS`).
+    """The label source a method's keyword arguments ask for (keys of :data:`LABEL_DEFAULTS`).
 
     Args:
-        method_kwargs: needs ``num_samples`` and the keys of :data:`LABEL_DEFAULTS`.
-        num_classes: ``data.num_classes``.
-        has_labels: False when the dataset has no targets (``data.no_labels``); ``class``/``mix``
-            are refused then.
+        kwargs: needs ``num_samples`` and the keys of :data:`LABEL_DEFAULTS`.
+        num_classes: the dataset's number of classes.
+        has_labels: False when the dataset has no targets; ``class``/``mix`` are refused then.
     """
-    source = method_kwargs["labels"]
+    source = kwargs["labels"]
     if source in ("class", "mix") and not has_labels:
         raise ValueError(
-            f"`method_kwargs.labels={source}` needs class targets but the dataset has none "
-            "(data.no_labels=True): use `labels=index`, or `labels=groups` with a groups file."
+            f"argument `kwargs.labels={source}` needs class targets but the dataset has none "
+            "(see argument `has_labels`): use `labels=index`, or `labels=groups` with a groups "
+            "file."
         )
-    if source != "groups" and method_kwargs.get("groups_path") is not None:
+    if source != "groups" and kwargs.get("groups_path") is not None:
         raise ValueError(
-            f"`method_kwargs.groups_path` is only read with `labels=groups`, got labels={source!r}."
+            f"argument `kwargs.groups_path` is only read with `labels=groups`, got "
+            f"labels={source!r}."
         )
-    if source not in ("class", "mix") and method_kwargs.get("labelled_fraction", 1.0) != 1.0:
+    if source not in ("class", "mix") and kwargs.get("labelled_fraction", 1.0) != 1.0:
         raise ValueError(
-            "`method_kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`."
+            "argument `kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`."
         )
-    groups_path = method_kwargs.get("groups_path")
+    groups_path = kwargs.get("groups_path")
     return LabelSource(
         source,
-        num_samples=method_kwargs["num_samples"],
+        num_samples=kwargs["num_samples"],
         num_classes=num_classes,
         groups=load_groups(groups_path) if source == "groups" and groups_path is not None else None,
-        labelled_fraction=float(method_kwargs.get("labelled_fraction", 1.0)),
-        label_seed=int(method_kwargs.get("label_seed", 0)),
+        labelled_fraction=float(kwargs.get("labelled_fraction", 1.0)),
+        label_seed=int(kwargs.get("label_seed", 0)),
     )
 
 

@@ -142,19 +142,18 @@ def check_sampler(
     build = "build it with the method's train_batch_sampler (`solo-diet pretrain` installs it)"
     if sampler is None and rows_per_step > 1:
         raise ConfigError(
-            "`method_kwargs.rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
+            "argument `rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
             f"solo_diet.samplers.SuperBatchSampler: {build}."
         )
     if sampler is not None and sampler.num_samples > num_samples:
         raise ConfigError(
-            f"the SuperBatchSampler orders {sampler.num_samples} samples, "
-            f"`method_kwargs.num_samples` "
+            f"the SuperBatchSampler orders {sampler.num_samples} samples, argument `num_samples` "
             f"is {num_samples}: {build} on the training set."
         )
     if sampler is not None and sampler.rows_per_step != rows_per_step:
         raise ConfigError(
-            f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, "
-            f"`method_kwargs.rows_per_step` is {rows_per_step}: {build}."
+            f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, argument "
+            f"`rows_per_step` is {rows_per_step}: {build}."
         )
 
 

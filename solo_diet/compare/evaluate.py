@@ -20,11 +20,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
-from solo_diet.config import fill_default
+from solo_diet.config import core_errors_named, fill_default
 from solo_diet.launch.datapaths import make_data_path
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import parse_data_settings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_data_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
@@ -88,7 +88,8 @@ class Evaluator:
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(channels, height, width) of the eval-transformed images the probe sees."""
-        images, _ = next(iter(self.val_loader))
+        with core_errors_named(GPU_ARGUMENT_KEYS):  # the loader places its set when first iterated
+            images, _ = next(iter(self.val_loader))
         return tuple(images.shape[1:])
 
     def _lidar_node(self) -> Optional[DictConfig]:
@@ -106,9 +107,10 @@ class Evaluator:
     @torch.no_grad()
     def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:
         feats, targets = [], []
-        for images, labels in loader:
-            feats.append(model(images.to(self.device)).float().flatten(1).cpu())
-            targets.append(labels.cpu())
+        with core_errors_named(GPU_ARGUMENT_KEYS):  # the loader places its set when first iterated
+            for images, labels in loader:
+                feats.append(model(images.to(self.device)).float().flatten(1).cpu())
+                targets.append(labels.cpu())
         return torch.cat(feats), torch.cat(targets)
 
     @torch.no_grad()

@@ -241,7 +241,8 @@ class GPUBatchLoader:
         return replicas()[1] if callable(replicas) else world_and_rank()[1]
 
     def placement(self, device: torch.device) -> str:
-        """``device`` or ``pinned`` on ``device``; ConfigError with the sizes when it cannot fit."""
+        """``device`` or ``pinned`` on ``device``; ConfigError with the sizes when it cannot fit,
+        naming the arguments that would make it fit."""
         nbytes = self.dataset.nbytes
         if device.type != "cuda":
             return "device" if self.storage == "auto" else self.storage
@@ -251,14 +252,14 @@ class GPUBatchLoader:
         if self.storage == "device" and nbytes > free:
             raise ConfigError(
                 f"the dataset ({len(self.dataset)} images, {nbytes / GIB:.2f} GiB) does not fit "
-                f"in the {free / GIB:.2f} GiB free on {device}: set `data.gpu.storage: pinned` "
-                "(or auto), or a smaller `data.gpu.image_size`."
+                f"in the {free / GIB:.2f} GiB free on {device}: set argument `storage: pinned` "
+                "(or auto), or a smaller argument `image_size` when decoding."
             )
         if self.storage == "pinned":
             check_host_memory(
                 nbytes,
                 f"pinning the dataset ({len(self.dataset)} images)",
-                "Set a smaller `data.gpu.image_size`.",
+                "Set a smaller argument `image_size` when decoding.",
             )
         return self.storage
 

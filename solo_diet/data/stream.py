@@ -1,5 +1,6 @@
-"""The streaming source (``data.gpu.storage: stream``): image files read as encoded bytes by host
-workers and decoded and augmented on the GPU, batch by batch, every epoch (torch only).
+"""The streaming source (the GPU data path's ``stream`` storage): image files read as encoded
+bytes by host workers and decoded and augmented on the GPU, batch by batch, every epoch (torch
+only).
 
 For folders too large to keep decoded (ImageNet at 224 px is about 180 GiB as uint8), or whose
 images differ in size and should be cropped at full resolution:
@@ -73,7 +74,7 @@ class EncodedFiles(torch.utils.data.Dataset):
         no_labels: bool = False,
         fraction: float = -1.0,
     ) -> EncodedFiles:
-        """A folder split in solo-learn's order, ``data.fraction`` and ``no_labels`` as the
+        """A folder split in solo-learn's order, ``fraction`` and ``no_labels`` as the
         decoded path applies them (:func:`~solo_diet.data.tensor_data.folder_split_samples`)."""
         samples = folder_split_samples(dataset, root, split, no_labels, fraction)
         return cls([p for p, _ in samples], [t for _, t in samples], source=str(root))
@@ -213,13 +214,17 @@ class StreamLoader(GPUBatchLoader):
         on_corrupt: str = "stop",
     ) -> None:
         if storage != "stream":
-            raise ConfigError(f"a StreamLoader streams its files; storage {storage!r} given.")
+            raise ValueError(
+                f"argument `storage` of a StreamLoader must be 'stream', got {storage!r}."
+            )
         if on_corrupt not in ON_CORRUPT:
-            raise ConfigError(
-                f"`data.gpu.on_corrupt` must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
+            raise ValueError(
+                f"argument `on_corrupt` must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
             )
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ConfigError(f"`data.num_workers` must be an integer >= 0, got {num_workers!r}.")
+            raise ValueError(
+                f"argument `num_workers` must be an integer >= 0, got {num_workers!r}."
+            )
         super().__init__(
             data, transform, batch_sampler, pretraining=pretraining, seed=seed, device=device,
             cuda_graphs=False,
@@ -249,14 +254,14 @@ class StreamLoader(GPUBatchLoader):
         listing = "; ".join(f"{path} ({problem})" for path, problem in named)
         if self.on_corrupt == "stop" or len(failed) == len(indices):
             raise CorruptImage(
-                f"cannot decode {listing}: replace or delete the file, or set "
-                "`data.gpu.on_corrupt: skip` to train without it."
+                f"cannot decode {listing}: replace or delete the file, or set argument "
+                "`on_corrupt: skip` to train without it."
             )
         for path, problem in named:
             if path not in self.skipped:
                 print(
                     f"solo-diet: skipping the corrupt image {path} ({problem}); its place in the "
-                    "batch takes another sample of the batch (data.gpu.on_corrupt: skip).",
+                    "batch takes another sample of the batch (on_corrupt: skip).",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -5,12 +5,12 @@ only indexes it. Row ``i`` holds the sample that solo-learn's ``dataset_with_ind
 ``i`` for the same configuration, so index-based methods (DIET, s-DIET) see the same labels:
 
 - ``custom``/``imagenet``/``imagenet100`` folders: torchvision ``ImageFolder`` order (classes
-  sorted, files sorted within a class); ``custom`` with ``data.no_labels`` lists the folder with
+  sorted, files sorted within a class); ``custom`` with ``no_labels`` lists the folder with
   ``os.listdir`` as solo-learn does and gives every target ``-1``;
 - ``cifar10``/``cifar100``: torchvision's files under the data path (``download=False``);
 - ``stl10``: ``train+unlabeled`` for pretraining (targets ``-1`` for the unlabelled part),
   ``train`` / ``test`` for the probe's training / validation sets, as solo-learn's loaders use;
-- ``data.fraction`` keeps the samples solo-learn keeps, in its order: scikit-learn's
+- ``fraction`` keeps the samples solo-learn keeps for that fraction, in its order: scikit-learn's
   ``train_test_split(..., train_size=fraction, random_state=42)``, stratified by class unless the
   folder has no labels. solo-learn has no fraction for the torchvision sets; neither do we.
 
@@ -20,6 +20,9 @@ image whose size is not ``S x S`` is resized so that its shorter side is ``S`` (
 antialiasing, like ``torchvision.transforms.Resize`` on a PIL image) and center-cropped to
 ``S x S``. Files are decoded by a pool of threads (PIL releases the GIL while decoding); a file
 that cannot be decoded is a :class:`~solo_diet.config.ConfigError` naming its path.
+
+Errors speak of the arguments (``argument `fraction```); the launchers' settings name the config
+keys that set them.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
 ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
 DATASETS = FOLDER_DATASETS + ARRAY_DATASETS
 SPLITS = ("pretrain", "train", "val")
-FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for data.fraction
+FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for its fraction of a folder
 STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}
 DECODE_CHUNK = 128  # images per thread task
 GIB = 2**30
@@ -134,7 +137,7 @@ def decode_all(
     """``(count, 3, H, W)`` uint8 from ``read(i)`` (RGB PIL images), decoded by a thread pool.
 
     The first image fixes ``H x W``; with ``image_size=None`` another size is a ConfigError naming
-    both files."""
+    both files and the argument ``image_size``."""
     if count == 0:
         raise ConfigError("the dataset is empty: no image to decode.")
     first = fit_size(read(0), image_size)
@@ -142,7 +145,7 @@ def decode_all(
     check_host_memory(
         count * 3 * height * width,
         f"decoding {count} images of 3x{height}x{width} px",
-        "Set a smaller `data.gpu.image_size` or use solo-learn's image-folder data path.",
+        "Set a smaller argument `image_size` or use solo-learn's image-folder data path.",
     )
     out = torch.empty((count, 3, height, width), dtype=torch.uint8)
 
@@ -152,8 +155,8 @@ def decode_all(
             if image.size != (width, height):
                 raise ConfigError(
                     f"{name(i)} is {image.size[0]}x{image.size[1]} px but {name(0)} is "
-                    f"{width}x{height} px: the GPU data path stores one size. Set "
-                    "`data.gpu.image_size` (shorter side resized, then center-cropped to a square)."
+                    f"{width}x{height} px: the GPU data path stores one size. Set argument "
+                    "`image_size` (shorter side resized, then center-cropped to a square)."
                 )
             out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
@@ -182,12 +185,12 @@ def folder_samples(root: PathLike, no_labels: bool = False) -> list[tuple[str, i
 
 
 def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> list[int]:
-    """Positions that solo-learn's ``data.fraction`` keeps, in the order it keeps them."""
+    """Positions that solo-learn's fraction of a folder keeps, in the order it keeps them."""
     try:
         from sklearn.model_selection import train_test_split
     except ImportError as err:
-        raise ConfigError(
-            "`data.fraction` needs scikit-learn, as solo-learn's loader does: "
+        raise ValueError(
+            "argument `fraction` needs scikit-learn, as solo-learn's loader does: "
             "pip install scikit-learn"
         ) from err
     kept, _ = train_test_split(
@@ -199,11 +202,17 @@ def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> l
     return kept
 
 
+def check_root(root: Optional[PathLike], split: str) -> None:
+    """A split's data path is given (the launchers name its key: ``argument `root```)."""
+    if root is None:
+        raise ValueError(f"argument `root` must be the path of the {split} set, got None.")
+
+
 def check_fraction(fraction: float) -> bool:
     """True when ``fraction`` selects a subset (solo-learn: ``0 < fraction < 1``; <= 0: all)."""
     if fraction >= 1:
-        raise ConfigError(
-            f"`data.fraction` must be in (0, 1), or -1 for every sample; got {fraction}."
+        raise ValueError(
+            f"argument `fraction` must be in (0, 1), or -1 for every sample; got {fraction}."
         )
     return fraction > 0
 
@@ -212,14 +221,13 @@ def folder_split_samples(
     dataset: str, root: PathLike, split: str, no_labels: bool, fraction: float
 ) -> list[tuple[str, int]]:
     """``(path, target)`` of a folder split as solo-learn reads it: ``no_labels`` for a custom
-    pretraining folder, then ``data.fraction``."""
+    pretraining folder, then ``fraction``."""
     if dataset not in FOLDER_DATASETS:
-        raise ConfigError(
-            f"`data.dataset: {dataset}` is not an image folder; only {list(FOLDER_DATASETS)} are "
-            "streamed from files (use `data.gpu.storage: auto`)."
+        raise ValueError(
+            f"argument `dataset: {dataset}` is not an image folder; only {list(FOLDER_DATASETS)} "
+            "are streamed from files (use argument `storage: auto`)."
         )
-    if root is None:
-        raise ConfigError(f"the {split} set needs its path (`data.train_path` / `data.val_path`).")
+    check_root(root, split)
     unlabelled = no_labels and dataset == "custom" and split == "pretrain"
     samples = folder_samples(root, unlabelled)
     if check_fraction(fraction):
@@ -282,9 +290,9 @@ def load_torchvision(
     threads: Optional[int],
 ) -> ImageTensors:
     if check_fraction(fraction):
-        raise ConfigError(
-            f"`data.fraction` selects part of an ImageFolder; solo-learn has none for {dataset}. "
-            "Remove it."
+        raise ValueError(
+            f"argument `fraction` selects part of an ImageFolder; solo-learn has none for "
+            f"{dataset}. Remove it."
         )
     arrays, targets = torchvision_arrays(dataset, root, split)
     if image_size is None or arrays.shape[2:] == (image_size, image_size):
@@ -320,21 +328,18 @@ def load_images(
     ``cache``: keep an image folder's decoded tensor on disk for the next run
     (:mod:`solo_diet.data.decode_cache`)."""
     if dataset not in DATASETS:
-        raise ConfigError(
-            f"`data.dataset: {dataset}` has no GPU data path; choose one of {list(DATASETS)}."
+        raise ValueError(
+            f"argument `dataset: {dataset}` has no GPU data path; choose one of {list(DATASETS)}."
         )
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if image_size is not None and (
         isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0
     ):
-        raise ConfigError(
-            f"`data.gpu.image_size` must be a positive integer or null, got {image_size!r}."
+        raise ValueError(
+            f"argument `image_size` must be a positive integer or null, got {image_size!r}."
         )
-    if root is None:
-        raise ConfigError(
-            f"the GPU data path needs the {split} set's path (`data.train_path` / `data.val_path`)."
-        )
+    check_root(root, split)
     if dataset in ARRAY_DATASETS:
         return load_torchvision(dataset, root, split, fraction, image_size, threads)
     return load_folder(dataset, root, split, no_labels, fraction, image_size, threads, cache)

@@ -18,6 +18,7 @@ from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.loader_settings import ProbeAugmentation
 from solo_diet.launch.nodes import check_nodes
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -180,11 +181,16 @@ def fit_or_raise(
 ) -> None:
     """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
     resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
-    leaves no empty run folder behind."""
+    leaves no empty run folder behind. A core error raised during the fit (a set too large for its
+    storage, a corrupt streamed file, a dataset index beyond ``num_samples``) names the config keys
+    of the arguments it names."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
+
     try:
-        trainer.fit(model, **fit_kwargs)
+        with core_errors_named(GPU_ARGUMENT_KEYS | INDEX_ARGUMENT_KEYS):
+            trainer.fit(model, **fit_kwargs)
     except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None

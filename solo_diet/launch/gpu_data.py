@@ -45,21 +45,23 @@ def load_split(
 ) -> Union[ImageTensors, EncodedFiles]:
     """Decode the ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``)
     set; with ``data.gpu.storage: stream``, list its files instead."""
+    root_key = "data.val_path" if split == "val" else "data.train_path"
     root = run.val_path if split == "val" else run.train_path
-    if gpu.storage == "stream":
-        return EncodedFiles.from_folder(
-            run.dataset, root, split, no_labels=run.no_labels, fraction=fraction
+    with core_errors_named(GPU_ARGUMENT_KEYS | {"root": root_key}):
+        if gpu.storage == "stream":
+            return EncodedFiles.from_folder(
+                run.dataset, root, split, no_labels=run.no_labels, fraction=fraction
+            )
+        return load_images(
+            run.dataset,
+            root,
+            split,
+            no_labels=run.no_labels,
+            fraction=fraction,
+            image_size=gpu.image_size,
+            threads=gpu.decode_threads,
+            cache=gpu.decode_cache,
         )
-    return load_images(
-        run.dataset,
-        root,
-        split,
-        no_labels=run.no_labels,
-        fraction=fraction,
-        image_size=gpu.image_size,
-        threads=gpu.decode_threads,
-        cache=gpu.decode_cache,
-    )
 
 
 def _loader_class(gpu: GPUDataSettings) -> type[GPUBatchLoader]:

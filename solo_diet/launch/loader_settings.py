@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import KeyReader, is_number
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
-from solo_diet.launch.settings import DataSettings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, DataSettings, core_errors_named
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 PRETRAIN_PROBE_NODE = "augmentations[0]"  # the online probe's eval transform while pretraining
@@ -161,7 +161,8 @@ def parse_loader_settings(
     nodes = tuple(read.value("augmentations", ()))
     views = None
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
-        views = MultiCropAugmentation.from_config(list(nodes), dataset)
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            views = MultiCropAugmentation.from_config(list(nodes), dataset)
     paths = [read.value(f"data.{key}", None) for key in ("train_path", "val_path")]
     return LoaderSettings(
         dataset=dataset,

@@ -39,7 +39,7 @@ from solo_diet.launch.loader_settings import (
     LoaderSettings,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import parse_data_settings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import (
     fill_and_check_substitutes,
@@ -52,7 +52,8 @@ def check_augmentations(cfg: DictConfig) -> None:
     """Every augmentation node holds only keys of solo-learn's pipeline, whatever the data path
     (solo-learn's own transforms ignore the others)."""
     for index, node in enumerate(cfg.augmentations):
-        check_augmentation_keys(node, f"augmentations[{index}]")
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            check_augmentation_keys(node, f"nodes[{index}]")
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:

@@ -36,12 +36,11 @@ the data paths read besides (dataset, paths, batch, seed, augmentations) is pars
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,12 +53,23 @@ from solo_diet.config import (
     check_positive_int,
     fill_default,
 )
+from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
-# the GPU loader's arguments and the keys that set them (for errors raised by the core)
-GPU_ARGUMENT_KEYS = {"storage": "data.gpu.storage", "cuda_graphs": "data.gpu.cuda_graphs"}
+# the GPU data path's core arguments and the keys that set them: the core's errors name the
+# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
+GPU_ARGUMENT_KEYS = {
+    "storage": "data.gpu.storage",
+    "cuda_graphs": "data.gpu.cuda_graphs",
+    "image_size": "data.gpu.image_size",
+    "on_corrupt": "data.gpu.on_corrupt",
+    "num_workers": "data.num_workers",
+    "dataset": "data.dataset",
+    "fraction": "data.fraction",
+    "nodes": "augmentations",
+}
 
 
 @dataclass(frozen=True)
@@ -159,23 +169,6 @@ def loader_device(cfg: DictConfig) -> str:
     if accelerator == "cpu":
         return "cpu"
     raise ConfigError(f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
-
-
-@contextlib.contextmanager
-def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Turn a ``ValueError`` the torch-only core raises about one of its arguments (a message
-    starting with ``argument `<name>```) into a ConfigError naming the config key ``keys[name]``."""
-    try:
-        yield
-    except ConfigError:
-        raise
-    except ValueError as error:
-        message = str(error)
-        for argument, key in keys.items():
-            prefix = f"argument `{argument}`"
-            if message.startswith(prefix):
-                raise ConfigError(f"`{key}`{message[len(prefix) :]}") from None
-        raise
 
 
 def choose_data_format(requested: str, on_gpu: bool) -> str:

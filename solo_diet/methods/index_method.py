@@ -24,11 +24,26 @@ from solo_diet.config import (
     check_bool,
     check_int,
     check_positive_int,
+    core_errors_named,
     fill_default,
 )
 from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
 from solo_diet.methods.contract import Contract
 from solo_diet.nn import mlp_projector
+
+# the arguments of the label source and the sampler check (solo_diet.labels, solo_diet.samplers)
+# and the keys that set them: the core's errors name the arguments, `core_errors_named` the keys
+INDEX_ARGUMENT_KEYS = {
+    "kwargs": "method_kwargs",
+    "source": "method_kwargs.labels",
+    "labelled_fraction": "method_kwargs.labelled_fraction",
+    "groups": "method_kwargs.groups_path",
+    "groups_path": "method_kwargs.groups_path",
+    "num_samples": "method_kwargs.num_samples",
+    "rows_per_step": "method_kwargs.rows_per_step",
+    "num_classes": "data.num_classes",
+    "has_labels": "data.no_labels",
+}
 
 
 def fill_and_check_num_samples(cfg: omegaconf.DictConfig) -> int:
@@ -51,9 +66,10 @@ def fill_and_check_labels(cfg: omegaconf.DictConfig) -> None:
     has_labels = not omegaconf_select(cfg, "data.no_labels", False)
     num_classes = omegaconf_select(cfg, "data.num_classes", None)
     try:
-        label_source_from_kwargs(cfg.method_kwargs, num_classes, has_labels)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
+        with core_errors_named(INDEX_ARGUMENT_KEYS):
+            label_source_from_kwargs(cfg.method_kwargs, num_classes, has_labels)
+    except ValueError as error:  # an unreadable groups file, too
+        raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
 
 
 def fill_and_check_projector(

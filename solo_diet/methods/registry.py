@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any, Callable
 
 import solo_diet.methods as package
 from solo_diet._host import require_solo
+from solo_diet.config import core_errors_named
 from solo_diet.methods import PLUGIN_FACTORIES
 from solo_diet.methods.contract import ContractError, registered_class
 
@@ -57,6 +59,19 @@ def _add(methods_module, name: str, cls: type) -> None:
     setattr(methods_module, cls.__name__, cls)
 
 
+class _KeysNamed:
+    """A plugin backbone factory whose errors name ``backbone.kwargs.<argument>`` where the core's
+    name the argument (solo-learn passes ``backbone.kwargs`` as keyword arguments). Picklable, as
+    the factory it wraps (a model keeps its factory)."""
+
+    def __init__(self, factory: Callable[..., Any]):
+        self.__wrapped__ = factory  # inspect.signature reads the factory's own
+
+    def __call__(self, method: str, **kwargs: Any) -> Any:
+        with core_errors_named({name: f"backbone.kwargs.{name}" for name in kwargs}):
+            return self.__wrapped__(method, **kwargs)
+
+
 def register() -> list[str]:
     """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
 
@@ -79,7 +94,7 @@ def register() -> list[str]:
     from solo_diet.lars import ForeachLARS
 
     for name, factory in PLUGIN_BACKBONES.items():
-        BaseMethod._BACKBONES.setdefault(name, factory)
+        BaseMethod._BACKBONES.setdefault(name, _KeysNamed(factory))
     for model_cls in (BaseMethod, LinearModel):
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 

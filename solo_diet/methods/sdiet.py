@@ -38,10 +38,15 @@ from solo_diet.config import (
     check_choice,
     check_positive_int,
     check_range,
+    core_errors_named,
     fill_default,
 )
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
-from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
+from solo_diet.methods.index_method import (
+    INDEX_ARGUMENT_KEYS,
+    IndexMethod,
+    check_sample_indexes,
+)
 from solo_diet.methods.renamed import refuse_renamed_kwargs
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowhead import RowHead
@@ -236,7 +241,8 @@ class SDIET(IndexMethod):
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
             self.super_batch_sampler = found if isinstance(found, SuperBatchSampler) else None
-        check_sampler(self.super_batch_sampler, self.num_samples, self.rows_per_step)
+        with core_errors_named(INDEX_ARGUMENT_KEYS):
+            check_sampler(self.super_batch_sampler, self.num_samples, self.rows_per_step)
         global_batch = self.batch_size * self.trainer.world_size
         self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
 

@@ -61,6 +61,9 @@ LOSS_SUBSTITUTES: dict[type, tuple[str, str, Callable]] = {
 QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
 """The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
 
+WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_size"
+"""How W-MSE's keys fix a whitening slice whose covariance is not positive definite."""
+
 
 class LossDispatch:
     """Stands in for a solo-learn loss function: ours inside a substituted training step, the
@@ -209,7 +212,7 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
             made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")
     whitening = getattr(model, "whitening", None)
     if isinstance(model, WMSE) and type(whitening) is Whitening2d:
-        model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps)
+        model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps, WHITENING_FIX)
         made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
     if isinstance(model, WMSE):
         install_randperm_dispatch(WMSE.__module__)

@@ -15,19 +15,24 @@ from torch import Tensor, nn
 # CUDA's asynchronous assert takes messages under 255 characters
 NOT_POSITIVE_DEFINITE = (
     "W-MSE whitening: a slice's covariance is not positive definite (Cholesky failed); "
-    "raise method_kwargs.whitening_eps or method_kwargs.whitening_size"
 )
+RAISE_EPS = "raise argument `eps` or the slice size"
 
 
 class CholeskyWhitening(nn.Module):
     """Whitens a slice ``x`` (N x D) of projected features: centres it on its mean and maps it by
     ``L^-1``, where ``L L^T`` is its unbiased covariance shrunk towards the identity,
-    ``(1 - eps) * cov + eps * I``. Under CUDA autocast it computes in float32."""
+    ``(1 - eps) * cov + eps * I``. Under CUDA autocast it computes in float32.
 
-    def __init__(self, output_dim: int, eps: float = 0.0):
+    A covariance that is not positive definite fails a device assert (raised at the next
+    synchronisation, so no caller can rename it): ``fix`` ends its message (a settings layer names
+    its own keys there)."""
+
+    def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
         super().__init__()
         self.output_dim = output_dim
         self.eps = eps
+        self.not_positive_definite = (NOT_POSITIVE_DEFINITE + fix)[:254]
 
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(self, x: Tensor) -> Tensor:
@@ -37,6 +42,6 @@ class CholeskyWhitening(nn.Module):
         eye = torch.eye(self.output_dim, dtype=covariance.dtype, device=covariance.device)
         shrunk = (1 - self.eps) * covariance + self.eps * eye
         factor, status = torch.linalg.cholesky_ex(shrunk)
-        torch._assert_async(status == 0, NOT_POSITIVE_DEFINITE)
+        torch._assert_async(status == 0, self.not_positive_definite)
         inverse = torch.linalg.solve_triangular(factor, eye, upper=False)
         return centred @ inverse.T

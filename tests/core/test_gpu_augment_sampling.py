@@ -22,7 +22,6 @@ import torch
 from scipy.stats import chisquare, ks_2samp
 from torchvision import transforms
 
-from solo_diet.config import ConfigError
 from solo_diet.data import (
     AugmentationNode,
     CapturedAugmentation,
@@ -355,39 +354,40 @@ def test_shipped_yaml_nodes_parse():
     assert parsed >= 10
 
 
-@pytest.mark.parametrize(
-    "change, key",
-    [
-        (
-            {"color_jitter": {"prob": 0.8, "brighness": 0.4}},
-            "augmentations[1].color_jitter.brighness",
-        ),
-        ({"colour_jitter": {"prob": 0.8}}, "augmentations[1].colour_jitter"),
-        ({"grayscale": {"prob": 1.5}}, "augmentations[1].grayscale.prob"),
-        ({"grayscale": 0.2}, "augmentations[1].grayscale"),
-        (
-            {"color_jitter": {"prob": 0.8, "brightness": -0.1}},
-            "augmentations[1].color_jitter.brightness",
-        ),
-        ({"color_jitter": {"prob": 0.8, "hue": 0.7}}, "augmentations[1].color_jitter.hue"),
-        ({"rrc": {"enabled": True, "crop_min_scale": 0.0}}, "augmentations[1].rrc.crop_min_scale"),
-        ({"rrc": {"enabled": "yes"}}, "augmentations[1].rrc.enabled"),
-        ({"num_crops": 0}, "augmentations[1].num_crops"),
-        ({"crop_size": "32"}, "augmentations[1].crop_size"),
-        ({"mean": [0.5, 0.5, 0.5]}, "augmentations[1].mean"),
-        ({"std": [0.2, 0.0, 0.2]}, "augmentations[1].std"),
-    ],
-)
-def test_config_errors_name_the_key(change, key):
+# a bad second node and the argument its error names (tests/launch: the key it becomes)
+BAD_NODES = [
+    (
+        {"color_jitter": {"prob": 0.8, "brighness": 0.4}},
+        "nodes[1].color_jitter.brighness",
+    ),
+    ({"colour_jitter": {"prob": 0.8}}, "nodes[1].colour_jitter"),
+    ({"grayscale": {"prob": 1.5}}, "nodes[1].grayscale.prob"),
+    ({"grayscale": 0.2}, "nodes[1].grayscale"),
+    (
+        {"color_jitter": {"prob": 0.8, "brightness": -0.1}},
+        "nodes[1].color_jitter.brightness",
+    ),
+    ({"color_jitter": {"prob": 0.8, "hue": 0.7}}, "nodes[1].color_jitter.hue"),
+    ({"rrc": {"enabled": True, "crop_min_scale": 0.0}}, "nodes[1].rrc.crop_min_scale"),
+    ({"rrc": {"enabled": "yes"}}, "nodes[1].rrc.enabled"),
+    ({"num_crops": 0}, "nodes[1].num_crops"),
+    ({"crop_size": "32"}, "nodes[1].crop_size"),
+    ({"mean": [0.5, 0.5, 0.5]}, "nodes[1].mean"),
+    ({"std": [0.2, 0.0, 0.2]}, "nodes[1].std"),
+]
+
+
+@pytest.mark.parametrize("change, argument", BAD_NODES)
+def test_errors_name_the_argument_inside_the_nodes(change, argument):
     nodes = [{"crop_size": 32}, {"crop_size": 32, **change}]
-    with pytest.raises(ConfigError, match=re.escape(f"`{key}`")):
+    with pytest.raises(ValueError, match="^" + re.escape(f"argument `{argument}`")):
         MultiCropAugmentation.from_config(nodes, "cifar10")
 
 
 def test_unknown_dataset_and_empty_list_are_errors():
-    with pytest.raises(ConfigError, match="data.dataset"):
+    with pytest.raises(ValueError, match="^argument `dataset` must be one of"):
         MultiCropAugmentation.from_config([{}], "cifar11")
-    with pytest.raises(ConfigError, match="at least one"):
+    with pytest.raises(ValueError, match="^argument `nodes` must list at least one"):
         MultiCropAugmentation.from_config([], "cifar10")
 
 

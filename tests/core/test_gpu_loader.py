@@ -111,7 +111,7 @@ def test_fraction_keeps_solo_learns_samples_in_its_order(folder):
     for i, path in enumerate(kept_files):
         assert torch.equal(data.images[i], pil_tensor(Image.open(path)))
     assert len(load_images("custom", folder, "train", fraction=-1)) == CLASSES * PER_CLASS
-    with pytest.raises(ConfigError, match="data.fraction"):
+    with pytest.raises(ValueError, match="^argument `fraction` must be in"):
         load_images("custom", folder, "pretrain", fraction=1.0)
 
 
@@ -119,7 +119,7 @@ def test_mixed_sizes_need_image_size_then_resize_shorter_side_and_center_crop(tm
     root = tmp_path / "mixed"
     write_folder(root / "a", classes=1, per_class=2, size=(12, 8))
     write_folder(root / "b", classes=1, per_class=2, size=(8, 8), seed=1)
-    with pytest.raises(ConfigError, match="data.gpu.image_size"):
+    with pytest.raises(ConfigError, match="Set argument `image_size`"):
         load_images("custom", root, "train")
     data = load_images("custom", root / "a", "train")  # one non-square size is kept as it is
     assert data.images.shape[2:] == (8, 12)
@@ -151,12 +151,14 @@ def test_unreadable_or_truncated_image_is_a_config_error_naming_it(tmp_path):
 def test_missing_torchvision_files_and_unsupported_keys_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="never downloads"):
         load_images("cifar10", tmp_path, "pretrain")
-    with pytest.raises(ConfigError, match="data.fraction"):
+    with pytest.raises(ValueError, match="^argument `fraction` selects part of an ImageFolder"):
         load_images("cifar100", tmp_path, "pretrain", fraction=0.5)
-    with pytest.raises(ConfigError, match="data.dataset"):
+    with pytest.raises(ValueError, match="^argument `dataset: mnist` has no GPU data path"):
         load_images("mnist", tmp_path, "pretrain")
-    with pytest.raises(ConfigError, match="data.gpu.image_size"):
+    with pytest.raises(ValueError, match="^argument `image_size` must be a positive integer"):
         load_images("custom", tmp_path, "pretrain", image_size=0)
+    with pytest.raises(ValueError, match="^argument `root` must be the path of the val set"):
+        load_images("custom", None, "val")
 
 
 def test_host_memory_check_names_both_sizes():

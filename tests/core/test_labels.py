@@ -83,7 +83,7 @@ def test_buffers_follow_the_module_and_stay_out_of_the_state_dict():
     [
         ("index", torch.tensor([0, 10]), TARGETS[:2], "dataset index 10 .*num_samples"),
         ("index", torch.tensor([-1, 2]), TARGETS[:2], "dataset index -1"),
-        ("class", INDEXES[:2], torch.tensor([3, 0]), "target 3 .*data.num_classes"),
+        ("class", INDEXES[:2], torch.tensor([3, 0]), "target 3 .*argument `num_classes`"),
         ("mix", INDEXES[:2], torch.tensor([-2, 0]), "target -2"),
     ],
 )
@@ -95,11 +95,11 @@ def test_out_of_range_ids_are_refused(source, indexes, targets, match):
 @pytest.mark.parametrize(
     "overrides, num_classes, has_labels, match",
     [
-        ({"labels": "nope"}, 3, True, "method_kwargs.labels"),
-        ({"labels": "class"}, 3, False, "no_labels"),
-        ({"labels": "mix"}, 3, False, "no_labels"),
-        ({"labels": "class"}, None, True, "data.num_classes"),
-        ({"labels": "groups"}, 3, True, "groups_path"),
+        ({"labels": "nope"}, 3, True, "^argument `source` must be one of"),
+        ({"labels": "class"}, 3, False, "argument `has_labels`"),
+        ({"labels": "mix"}, 3, False, "argument `has_labels`"),
+        ({"labels": "class"}, None, True, "argument `num_classes` >= 1"),
+        ({"labels": "groups"}, 3, True, "needs argument `groups`"),
         ({"labels": "index", "groups_path": "g.npy"}, 3, True, "only read with `labels=groups`"),
         ({"labels": "index", "labelled_fraction": 0.5}, 3, True, "labelled_fraction"),
         ({"labels": "class", "labelled_fraction": 0.0}, 3, True, "labelled_fraction"),

@@ -10,7 +10,6 @@ import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
 
-from solo_diet.config import ConfigError
 from solo_diet.data import augment as ops
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader, decode_images
@@ -71,7 +70,7 @@ def test_unlabelled_folders_and_array_datasets(folder, tmp_path):
         (flat / name).write_bytes((folder / "class_0000" / "000000.jpg").read_bytes())
     files = EncodedFiles.from_folder("custom", flat, "pretrain", no_labels=True)
     assert files.targets.tolist() == [-1, -1] and len(files) == 2
-    with pytest.raises(ConfigError, match="cifar10` is not an image folder"):
+    with pytest.raises(ValueError, match="^argument `dataset: cifar10` is not an image folder"):
         EncodedFiles.from_folder("cifar10", folder, "pretrain")
 
 
@@ -173,7 +172,7 @@ def test_a_corrupt_file_stops_the_run_naming_it(broken):
     with pytest.raises(CorruptImage, match=r"000001\.jpg|000002\.jpg") as raised:
         for _ in loader(files, [node()], workers=1):
             pass
-    assert "data.gpu.on_corrupt: skip" in str(raised.value)
+    assert "argument `on_corrupt: skip`" in str(raised.value)
 
 
 def test_a_corrupt_file_is_skipped_by_name_when_asked(broken, capsys):
@@ -192,11 +191,11 @@ def test_a_corrupt_file_is_skipped_by_name_when_asked(broken, capsys):
     assert all(f"skipping the corrupt image {path}" in err for path in stream.skipped)
 
 
-def test_bad_settings_name_the_key(folder):
+def test_bad_arguments_are_named(folder):
     files = EncodedFiles.from_folder("custom", folder, "pretrain")
-    with pytest.raises(ConfigError, match="data.gpu.on_corrupt"):
+    with pytest.raises(ValueError, match="^argument `on_corrupt` must be one of"):
         loader(files, [node()], on_corrupt="ignore")
-    with pytest.raises(ConfigError, match="data.num_workers"):
+    with pytest.raises(ValueError, match="^argument `num_workers` must be an integer >= 0"):
         loader(files, [node()], workers=-1)
 
 

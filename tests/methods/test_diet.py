@@ -125,6 +125,18 @@ def test_index_out_of_range_is_refused():
         ({"loss": "l1"}, "method_kwargs.loss"),
         ({"label_smoothing": 1.0}, "label_smoothing"),
         ({"proj_layers": 2, "proj_hidden_dim": 0}, "proj_hidden_dim"),
+        # the label source's core errors name its arguments; the method names the keys
+        ({"labels": "nope"}, r"^`method_kwargs.labels` must be one of \['index'"),
+        (
+            {"labels": "groups"},
+            r"^`method_kwargs.labels: groups` needs `method_kwargs.groups_path`",
+        ),
+        ({"labelled_fraction": 0.5}, r"^`method_kwargs.labelled_fraction` only applies to"),
+        ({"labels": "class", "labelled_fraction": 0.0}, r"^`method_kwargs.labelled_fraction` must"),
+        (
+            {"labels": "groups", "groups_path": "/nowhere/g.npy"},
+            r"^`method_kwargs.groups_path` '/nowhere/g.npy' is not a file",
+        ),
     ],
 )
 def test_invalid_config_names_the_key(kwargs, key):

@@ -230,8 +230,9 @@ def test_multi_batch_through_lightning_and_prefetch_changes_nothing(mode, placem
 def test_multi_batch_without_the_sampler_is_refused():
     cfg = sdiet_cfg(rows_per_step=2)
     model, trainer = train_steps(cfg, 1, limit_train_batches=1)
-    with pytest.raises(ConfigError, match="SuperBatchSampler"):
+    with pytest.raises(ConfigError, match="SuperBatchSampler") as raised:
         trainer.fit(model, fake_pretrain_loader(cfg, num_samples=N))
+    assert str(raised.value).startswith("`method_kwargs.rows_per_step` > 1 needs")
 
 
 def test_a_batch_out_of_the_samplers_order_is_refused():

@@ -34,6 +34,7 @@ from solo_diet.losses.decorrelation import (  # noqa: E402
 from solo_diet.methods import step_substitutes  # noqa: E402
 from solo_diet.methods.step_substitutes import (  # noqa: E402
     QUEUE_BUFFERS,
+    WHITENING_FIX,
     DeviceRandpermTorch,
     InstanceSubstitute,
     LossDispatch,
@@ -115,7 +116,9 @@ def test_whitening_equals_solo_learns(n, d, eps):
 def test_whitening_refuses_a_covariance_that_is_not_positive_definite():
     rank_one = torch.randn(16, 1) * torch.ones(1, 4)
     with pytest.raises(RuntimeError, match="raise method_kwargs.whitening_eps"):
-        CholeskyWhitening(4)(rank_one)
+        CholeskyWhitening(4, fix=WHITENING_FIX)(rank_one)  # as W-MSE's substitute builds it
+    with pytest.raises(RuntimeError, match="raise argument `eps` or the slice size$"):
+        CholeskyWhitening(4)(rank_one)  # the core names its argument
 
 
 def queue_models(method: str):
@@ -213,6 +216,7 @@ def test_a_pickled_or_copied_model_keeps_its_substitutes_bound_to_itself(method)
             assert type(vars(copied)[name]) is type(value) and vars(copied)[name].owner is copied
         if method == "wmse":
             assert type(copied.whitening) is CholeskyWhitening
+            assert copied.whitening.not_positive_definite.endswith(WHITENING_FIX)
 
 
 def trained(method: str, substitutes: bool) -> tuple[dict, torch.nn.Module]:

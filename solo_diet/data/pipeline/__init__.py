@@ -1,6 +1,6 @@
-"""solo-learn's augmentation YAML as batched GPU pipelines (torch only).
+"""solo-learn's augmentation nodes as batched GPU pipelines (torch only).
 
-:class:`AugmentationNode` parses one node of solo-learn's ``augmentations`` list (every key of
+:class:`AugmentationNode` parses one of solo-learn's augmentation nodes (every key of
 ``solo.data.pretrain_dataloader.build_transform_pipeline``, plus our ``random_erasing``);
 :class:`MultiCropAugmentation` turns the list into views, node by node and ``num_crops`` times each,
 as solo-learn's ``FullTransformPipeline`` of ``NCropAugmentation`` s. :class:`EvalTransform` and
@@ -9,7 +9,7 @@ as solo-learn's ``FullTransformPipeline`` of ``NCropAugmentation`` s. :class:`Ev
 solo-learn's: crop (or resize), colour jitter, grayscale, blur, solarization, equalization, flip,
 normalisation, random erasing. An op whose probability is 0 in every node is never computed.
 
-Rooms: :mod:`.nodes` (YAML parsing), :mod:`.views` (the multi-crop pipeline), :mod:`.probes`,
+Rooms: :mod:`.nodes` (parsing a node), :mod:`.views` (the multi-crop pipeline), :mod:`.probes`,
 :mod:`.captured`; import from this package.
 """
 

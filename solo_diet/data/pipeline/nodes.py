@@ -1,5 +1,8 @@
-"""solo-learn's augmentation YAML nodes, parsed and checked: :class:`AugmentationNode`, and the
-per-dataset normalisation statistics solo-learn uses."""
+"""solo-learn's augmentation nodes (mappings of its pipeline's keys), parsed and checked:
+:class:`AugmentationNode`, and the per-dataset normalisation statistics solo-learn uses.
+
+Errors speak of the arguments: ``argument `node.rrc.crop_min_scale``` (a key inside the node),
+``argument `dataset```; the launchers' settings name the config keys that set them."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from solo_diet.config import ConfigError, KeyReader, is_number
+from solo_diet.config import KeyReader, is_number
 
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DATASET_STATS = {
@@ -33,8 +36,12 @@ _TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
 
 
 class _Reader(KeyReader):
-    """:class:`~solo_diet.config.KeyReader` with an augmentation node's own value kinds; every
-    error names ``<prefix>.<key>``."""
+    """:class:`~solo_diet.config.KeyReader` over a node argument, with an augmentation node's own
+    value kinds; every error is a ValueError naming ``argument `<argument>.<key>```."""
+
+    def fail(self, key: str, problem: str) -> ValueError:
+        space = "" if problem[:1] in (":", ",") else " "
+        return ValueError(f"argument `{self.name(key)}`{space}{problem}")
 
     def jitter_range(self, key: str, centre: float, low: float, high: float) -> tuple[float, float]:
         """torchvision ColorJitter's range: strength s -> [max(low, centre - s), centre + s], or an
@@ -70,8 +77,8 @@ class _Reader(KeyReader):
             if dataset in DATASET_STATS and tuple(map(float, values)) != own:
                 raise self.fail(
                     key,
-                    f"is ignored by solo-learn for data.dataset={dataset} (it normalises with "
-                    f"{own}); remove it, or use data.dataset: custom to set your own.",
+                    f"is ignored by solo-learn for argument `dataset: {dataset}` (it normalises "
+                    f"with {own}); remove it, or use argument `dataset: custom` to set your own.",
                 )
             result.append(tuple(map(float, values)))
         return result[0], result[1]
@@ -102,17 +109,18 @@ class AugmentationNode:
     erasing_prob: float = 0.0
 
     @classmethod
-    def from_config(
-        cls, node: Mapping, dataset: str, *, key: str = "augmentations[]"
-    ) -> AugmentationNode:
-        """Parse a node (a dict or DictConfig); ``key`` prefixes the names in error messages."""
+    def from_config(cls, node: Mapping, dataset: str, *, name: str = "node") -> AugmentationNode:
+        """Parse a node (a dict or DictConfig) of a ``dataset`` of :data:`DATASET_STATS` or
+        ``custom``; errors name the node's keys as ``argument `<name>.<key>```."""
         if dataset not in DATASET_STATS and dataset != "custom":
             choices = sorted(DATASET_STATS) + ["custom"]
-            raise ConfigError(f"`data.dataset` must be one of {choices}, got {dataset!r}.")
+            raise ValueError(f"argument `dataset` must be one of {choices}, got {dataset!r}.")
         if not isinstance(node, Mapping):
-            raise ConfigError(f"`{key}` must be a mapping of augmentation keys, got {node!r}.")
-        check_augmentation_keys(node, key)
-        read = _Reader(node, key)
+            raise ValueError(
+                f"argument `{name}` must be a mapping of augmentation keys, got {node!r}."
+            )
+        check_augmentation_keys(node, name)
+        read = _Reader(node, name)
         enabled = read.bool("rrc.enabled", default=True)
         scale = tuple(
             read.value(f"rrc.crop_{end}_scale", dflt) for end, dflt in (("min", 0.08), ("max", 1.0))
@@ -153,22 +161,23 @@ class AugmentationNode:
         return self.jitter_prob > 0 and self.hue != (0.0, 0.0)
 
 
-def check_augmentation_keys(node: Mapping, key: str) -> None:
+def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
     """Refuse a key of an augmentation node outside solo-learn's pipeline (and our
-    ``random_erasing``): solo-learn would ignore a typo such as ``rrc.crop_min_scal``."""
-    for name in node:
-        if name not in _TOP_KEYS:
-            raise ConfigError(
-                f"`{key}.{name}` is not an augmentation key of solo-learn's pipeline (known: "
-                f"{list(_TOP_KEYS)}); remove it."
+    ``random_erasing``): solo-learn would ignore a typo such as ``rrc.crop_min_scal``. The error
+    names it as ``argument `<name>.<key>```."""
+    for key in node:
+        if key not in _TOP_KEYS:
+            raise ValueError(
+                f"argument `{name}.{key}` is not an augmentation key of solo-learn's pipeline "
+                f"(known: {list(_TOP_KEYS)}); remove it."
             )
-        section = node[name]
-        if name in _SECTIONS and isinstance(section, Mapping):
+        section = node[key]
+        if key in _SECTIONS and isinstance(section, Mapping):
             for sub in section:
-                if sub not in _SECTIONS[name]:
-                    raise ConfigError(
-                        f"`{key}.{name}.{sub}` is not a key of solo-learn's `{name}` (known: "
-                        f"{list(_SECTIONS[name])}); remove it."
+                if sub not in _SECTIONS[key]:
+                    raise ValueError(
+                        f"argument `{name}.{key}.{sub}` is not a key of solo-learn's `{key}` "
+                        f"(known: {list(_SECTIONS[key])}); remove it."
                     )
-        elif name in _SECTIONS and section is not None:
-            raise ConfigError(f"`{key}.{name}` must be a mapping, got {section!r}.")
+        elif key in _SECTIONS and section is not None:
+            raise ValueError(f"argument `{name}.{key}` must be a mapping, got {section!r}.")

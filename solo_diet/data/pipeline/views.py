@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from solo_diet.config import ConfigError
 from solo_diet.data import augment as ops
 from solo_diet.data.pipeline.nodes import AugmentationNode
 
@@ -106,7 +105,7 @@ class MultiCropAugmentation:
 
     def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
         if not nodes:
-            raise ConfigError("`augmentations` must list at least one augmentation node.")
+            raise ValueError("argument `nodes` must list at least one augmentation node.")
         self.nodes = tuple(nodes)
         per_view = [node for node in self.nodes for _ in range(node.num_crops)]
         self.num_views = len(per_view)
@@ -119,12 +118,14 @@ class MultiCropAugmentation:
 
     @classmethod
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
+        """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
+        (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
         if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
-            raise ConfigError(
-                f"`augmentations` must be a list of nodes, got {type(nodes).__name__}."
+            raise ValueError(
+                f"argument `nodes` must be a list of nodes, got {type(nodes).__name__}."
             )
         parsed = [
-            AugmentationNode.from_config(node, dataset, key=f"augmentations[{index}]")
+            AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
             for index, node in enumerate(nodes)
         ]
         return cls(parsed)

@@ -14,7 +14,14 @@ from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
 from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
-from solo_diet.launch.settings import FORMAT_KEY, DataSettings, GPUDataSettings, gpu_settings
+from solo_diet.launch.settings import (
+    FORMAT_KEY,
+    GPU_ARGUMENT_KEYS,
+    DataSettings,
+    GPUDataSettings,
+    core_errors_named,
+    gpu_settings,
+)
 
 
 class GPUPath(DataPath):
@@ -62,7 +69,8 @@ class GPUPath(DataPath):
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
         """The views made on ``device`` by the GPU data path's augmentations."""
         if request.node is not None:
-            augment = MultiCropAugmentation.from_config([request.node], run.dataset)
+            with core_errors_named(GPU_ARGUMENT_KEYS):
+                augment = MultiCropAugmentation.from_config([request.node], run.dataset)
             transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
         else:
             transform = gpu_data.probe_transforms(run.dataset, run.probe)[0]
