@@ -105,15 +105,6 @@ def probe_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
     return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
 
 
-def _check_one_global_batch(run: LoaderSettings, num_samples: int) -> None:
-    if num_samples < run.batch_size * run.world_size:
-        raise ConfigError(
-            f"the training set has {num_samples} samples, fewer than one global batch "
-            f"(optimizer.batch_size={run.batch_size} x {run.world_size} devices): lower the "
-            "batch size."
-        )
-
-
 def fit_probe_batch(run: LoaderSettings, num_samples: int) -> Optional[FittedBatch]:
     """A probe's training set smaller than one global batch would give no training batch (the
     incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device, scale
@@ -149,7 +140,7 @@ def pretrain_loader(
     the method's hook (s-DIET) bound to its config, may return its own batch sampler; None:
     shuffled."""
     data = load_split(run, gpu, "pretrain", fraction=run.fraction)
-    _check_one_global_batch(run, len(data))
+    run.check_one_global_batch(len(data))
     sampler = None if batch_sampler is None else batch_sampler(data)
     with core_errors_named(GPU_ARGUMENT_KEYS):
         loader = _loader_class(gpu).for_pretraining(

@@ -36,7 +36,7 @@ from typing import NamedTuple, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import KeyReader, is_number
+from solo_diet.config import ConfigError, KeyReader, is_number
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, DataSettings, core_errors_named
 from solo_diet.methods._common import SOLO_LEARN_SEED
@@ -81,6 +81,16 @@ class LoaderSettings:
     def workers(self, default: int) -> int:
         """``data.num_workers``, or ``default`` when the config leaves it out."""
         return default if self.num_workers is None else self.num_workers
+
+    def check_one_global_batch(self, num_samples: int) -> None:
+        """Refuse a pretraining set smaller than one global batch: it would give no batch (the
+        incomplete one is dropped), or stop a method's own batch sampler mid-run."""
+        if self.batch_size is not None and num_samples < self.batch_size * self.world_size:
+            raise ConfigError(
+                f"the training set has {num_samples} samples, fewer than one global batch "
+                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower the "
+                "batch size."
+            )
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,20 @@ def test_config_errors_name_the_key(override, message, data, tmp_path):
         run_pretrain(cfg)
 
 
+@pytest.mark.parametrize("method", ["diet", "sdiet"])
+def test_solo_learns_loader_refuses_a_set_smaller_than_one_batch_in_one_line(
+    method, data, tmp_path
+):
+    """solo-learn's loader drops the incomplete batch (no batch at all) and s-DIET's own batch
+    sampler would stop inside the fit: both are refused before training, naming the key."""
+    argv = pretrain_argv(data, tmp_path, method)[5:] + ["data.format=image_folder"]
+    cfg = compose_cfg(
+        str(SCRIPTS / "pretrain" / "custom"), method, argv + ["optimizer.batch_size=64"]
+    )
+    with pytest.raises(ConfigError, match=r"fewer than one global batch \(optimizer.batch_size=64"):
+        run_pretrain(cfg)
+
+
 DDP_SCRIPT = """
 import sys
 import torch

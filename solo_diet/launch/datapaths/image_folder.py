@@ -72,6 +72,7 @@ class ImageFolderPath(DataPath):
                 no_labels=run.no_labels,
                 data_fraction=run.fraction,
             )
+        run.check_one_global_batch(len(train_dataset))
         sampler = None if batch_sampler is None else batch_sampler(train_dataset)
         if sampler is not None:
             from torch.utils.data import DataLoader
