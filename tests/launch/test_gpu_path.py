@@ -277,12 +277,26 @@ def test_config_errors_name_the_key(override, message, data, tmp_path):
         run_pretrain(cfg)
 
 
-@pytest.mark.parametrize("method", ["diet", "sdiet"])
+def custom_config(own_sampler: bool) -> str:
+    """A method with a config in scripts/pretrain/custom whose contract brings its own batch
+    sampler (``own_sampler``) or takes solo-learn's shuffled batches."""
+    from solo_diet.methods.contract import no_batch_sampler
+
+    for name in registered_methods():
+        brings = method_contract(METHODS[name]).train_batch_sampler is not no_batch_sampler
+        if brings == own_sampler and (SCRIPTS / "pretrain" / "custom" / f"{name}.yaml").exists():
+            return name
+    raise AssertionError(f"no custom config for a method with own_sampler={own_sampler}")
+
+
+@pytest.mark.parametrize("own_sampler", [False, True])
 def test_solo_learns_loader_refuses_a_set_smaller_than_one_batch_in_one_line(
-    method, data, tmp_path
+    own_sampler, data, tmp_path
 ):
-    """solo-learn's loader drops the incomplete batch (no batch at all) and s-DIET's own batch
-    sampler would stop inside the fit: both are refused before training, naming the key."""
+    """solo-learn's loader drops the incomplete batch (no batch at all) and a method's own batch
+    sampler (s-DIET's) would stop inside the fit: both are refused before training, naming the
+    key."""
+    method = custom_config(own_sampler)
     argv = pretrain_argv(data, tmp_path, method)[5:] + ["data.format=image_folder"]
     cfg = compose_cfg(
         str(SCRIPTS / "pretrain" / "custom"), method, argv + ["optimizer.batch_size=64"]
