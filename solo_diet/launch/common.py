@@ -159,6 +159,13 @@ def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
             "checkpointing is off for this step, so the same command runs it again from the start."
         )
     last = getattr(checkpointer, "last_ckpt", None)
+    if last is not None and not Path(last).is_file():
+        # the signal landed between solo-learn's Checkpointer removing the previous checkpoint
+        # and recording the one it had just written: name the newest that is there
+        from solo_diet.launch.checkpointing import newest_loading
+
+        folder = Path(getattr(checkpointer, "path", Path(last).parent))
+        last = newest_loading(folder.glob("*.ckpt"), say=lambda _: None)
     if last is None:
         return "no epoch had finished, so no checkpoint was written: run the same command again."
     if OmegaConf.select(cfg, "auto_resume.enabled", default=False):

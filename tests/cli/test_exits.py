@@ -467,6 +467,26 @@ def test_the_resume_hint_of_a_step_without_checkpoints_says_it_starts_over():
     )
 
 
+def test_the_resume_hint_names_a_checkpoint_that_is_there(tmp_path):
+    """A signal between solo-learn's Checkpointer removing the previous checkpoint and recording
+    the one it has just written leaves ``last_ckpt`` naming a removed file: the hint names the
+    newest checkpoint in the run's folder instead."""
+    from types import SimpleNamespace
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from solo_diet.launch.common import resume_hint
+
+    written = tmp_path / "diet-ep=4.ckpt"
+    torch.save({"epoch": 4, "state_dict": {"w": torch.zeros(2)}}, written)
+    checkpointer = SimpleNamespace(path=tmp_path, last_ckpt=tmp_path / "diet-ep=3.ckpt")
+    cfg = OmegaConf.create({"auto_resume": {"enabled": True}})
+    assert resume_hint(cfg, checkpointer) == f"run the same command again to resume from {written}."
+    checkpointer.last_ckpt = written
+    assert resume_hint(cfg, checkpointer) == f"run the same command again to resume from {written}."
+
+
 def test_a_missing_config_name_lists_the_configs_that_are_there(data, tmp_path, capsys):
     argv = ["pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"), "--config-name"]
     code, _, err = cli(argv + ["dite"] + overrides(data, tmp_path), capsys)
