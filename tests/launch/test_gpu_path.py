@@ -221,20 +221,23 @@ def pretrain_argv(data: Path, out: Path, config: str) -> list:
     ]  # fmt: skip
 
 
+def linear_argv(data: Path, ckpt: Path, out: Path) -> list:
+    return [
+        "linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet",
+        f"data.train_path={data / 'train'}", f"data.val_path={data / 'val'}", "data.format=gpu",
+        f"pretrained_feature_extractor='{ckpt}'", "data.augmentations.crop_size=32",
+        "optimizer.batch_size=4", f"checkpoint.dir={out}", "auto_resume.enabled=False",
+        "wandb.enabled=False", "max_epochs=1", "accelerator=cpu", "devices=1", "precision=32",
+        "++limit_train_batches=2", "++num_sanity_val_steps=0", "++enable_progress_bar=False",
+    ]  # fmt: skip
+
+
 def test_pretrain_then_linear_end_to_end_with_the_gpu_path(data, tmp_path, capsys):
     assert main(pretrain_argv(data, tmp_path / "pre", "diet")) == 0
     ckpts = sorted((tmp_path / "pre" / "diet").glob("*/*.ckpt"))
     args = json.loads((ckpts[-1].parent / "args.json").read_text())
     assert args["data"]["format"] == "gpu" and args["method_kwargs"]["num_samples"] == NUM_TRAIN
-    linear = [
-        "linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet",
-        f"data.train_path={data / 'train'}", f"data.val_path={data / 'val'}", "data.format=gpu",
-        f"pretrained_feature_extractor='{ckpts[-1]}'", "data.augmentations.crop_size=32",
-        "optimizer.batch_size=4", f"checkpoint.dir={tmp_path / 'lin'}", "auto_resume.enabled=False",
-        "wandb.enabled=False", "max_epochs=1", "accelerator=cpu", "devices=1", "precision=32",
-        "++limit_train_batches=2", "++num_sanity_val_steps=0", "++enable_progress_bar=False",
-    ]  # fmt: skip
-    assert main(linear) == 0
+    assert main(linear_argv(data, ckpts[-1], tmp_path / "lin")) == 0
     assert "linear probe top-1 on the backbone representation:" in capsys.readouterr().out
 
 

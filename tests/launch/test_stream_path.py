@@ -31,6 +31,7 @@ from tests.launch.test_gpu_path import (  # noqa: E402
     LoaderProbe,
     fit_through_gpu_path,
     gpu_cfg,
+    linear_argv,
     pretrain_argv,
     registered_methods,
 )
@@ -53,14 +54,21 @@ def stream_cfg(method: str, data: Path, **tiny):
     return cfg
 
 
-@pytest.mark.parametrize("method", registered_methods())
-def test_every_method_runs_a_fast_dev_run_through_the_stream(method, jpegs):
-    trainer, recorder, train = fit_through_gpu_path(stream_cfg(method, jpegs))
+def check_fast_dev_run_through_the_stream(cfg) -> torch.device:
+    """One training and one val batch through the stream, with true indices in the sampler's
+    order; returns the device the views were made on."""
+    trainer, recorder, train = fit_through_gpu_path(cfg)
     assert isinstance(train, StreamLoader) and isinstance(train.dataset, EncodedFiles)
     assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
-    indexes = recorder.seen[0][1]
+    indexes = recorder.seen[0][1].cpu()
     assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
     assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
+    return recorder.seen[0][2].device
+
+
+@pytest.mark.parametrize("method", registered_methods())
+def test_every_method_runs_a_fast_dev_run_through_the_stream(method, jpegs):
+    check_fast_dev_run_through_the_stream(stream_cfg(method, jpegs))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -69,12 +77,7 @@ def test_every_method_trains_through_the_stream_on_a_gpu(method, jpegs):
     """The same fast_dev_run on one GPU in bf16-mixed: nvJPEG decodes each batch there."""
     cfg = stream_cfg(method, jpegs)
     cfg.update(accelerator="gpu", devices=[0], precision="bf16-mixed")
-    trainer, recorder, train = fit_through_gpu_path(cfg)
-    assert isinstance(train, StreamLoader) and recorder.seen[0][2].device.type == "cuda"
-    assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
-    indexes = recorder.seen[0][1].cpu()
-    assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
-    assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
+    assert check_fast_dev_run_through_the_stream(cfg).type == "cuda"
 
 
 def test_each_epoch_streams_its_own_order_through_persistent_workers(jpegs):
@@ -95,15 +98,7 @@ def test_pretrain_then_linear_end_to_end_with_the_stream(jpegs, tmp_path, capsys
     argv = pretrain_argv(jpegs, tmp_path / "pre", "diet") + STREAM
     assert main(argv) == 0
     ckpt = sorted((tmp_path / "pre" / "diet").glob("*/*.ckpt"))[-1]
-    linear = [
-        "linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet",
-        f"data.train_path={jpegs / 'train'}", f"data.val_path={jpegs / 'val'}", "data.format=gpu",
-        f"pretrained_feature_extractor='{ckpt}'", "data.augmentations.crop_size=32",
-        "optimizer.batch_size=4", f"checkpoint.dir={tmp_path / 'lin'}", "auto_resume.enabled=False",
-        "wandb.enabled=False", "max_epochs=1", "accelerator=cpu", "devices=1", "precision=32",
-        "++limit_train_batches=2", "++num_sanity_val_steps=0", "++enable_progress_bar=False",
-    ] + STREAM  # fmt: skip
-    assert main(linear) == 0
+    assert main(linear_argv(jpegs, ckpt, tmp_path / "lin") + STREAM) == 0
     assert "linear probe top-1 on the backbone representation:" in capsys.readouterr().out
 
 
