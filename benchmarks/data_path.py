@@ -276,7 +276,7 @@ def data_loader(cfg, method_cls, source: str):
 
     from solo_diet.data.loader import resolve_device
     from solo_diet.launch.gpu_data import pretrain_loader
-    from solo_diet.launch.loader_settings import parse_loader_settings
+    from solo_diet.launch.loader_settings import PRETRAIN_PROBE_NODE, parse_loader_settings
     from solo_diet.launch.settings import DataSettings, gpu_settings
     from solo_diet.methods.contract import method_contract
 
@@ -287,7 +287,7 @@ def data_loader(cfg, method_cls, source: str):
     # the ceiling's pre-made views are handed out by Python: no graph of them
     OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
     gpu = gpu_settings(cfg)
-    run = parse_loader_settings(cfg, DataSettings("gpu", gpu))
+    run = parse_loader_settings(cfg, DataSettings("gpu", gpu), PRETRAIN_PROBE_NODE)
     loader, num_samples = pretrain_loader(run, gpu, functools.partial(hook, cfg))
     if source in ("ceiling", "bare"):
         device = resolve_device(loader.device)
@@ -323,17 +323,28 @@ def run_throughput_case(case: dict) -> dict:
     return {**window.result, "peak_mib": peak}
 
 
+RESULT = "RESULT "  # the line a case process prints its result on (DDP ranks print other lines)
+
+
 def run_case(script: str, case: dict, timeout: float) -> dict:
-    """One case of ``script`` in a fresh process; its result, or ``{"error": ...}``."""
+    """One case of ``script`` in a fresh process; its result line (``RESULT {...}``), or
+    ``{"error": ...}``."""
     command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": "timeout"}
-    if done.returncode != 0:
+    found = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode != 0 or not found:
         sys.stderr.write(done.stderr[-3000:])
         return {"error": "OOM" if "OutOfMemoryError" in done.stderr else "error"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(found[-1][len(RESULT) :])
+
+
+def print_case_result(result: Optional[dict]) -> None:
+    """Print a case's result for :func:`run_case` (nothing on ranks that have none)."""
+    if result is not None:
+        print(RESULT + json.dumps(result), flush=True)
 
 
 def gpu_name() -> str:
@@ -410,13 +421,13 @@ def base_parser(doc: str, backbones: list) -> argparse.ArgumentParser:
 
 
 def run_here_if_case(args: argparse.Namespace, runner) -> bool:
-    """In a ``--case`` process: run the case, print its result as the last line, return True."""
+    """In a ``--case`` process: run the case, print its result line, return True."""
     if args.case is None:
         return False
     import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    print(json.dumps(runner(json.loads(args.case))))
+    print_case_result(runner(json.loads(args.case)))
     return True
 
 

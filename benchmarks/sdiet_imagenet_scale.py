@@ -31,12 +31,11 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from data_path import print_case_result, run_case  # noqa: E402
 from streaming_decode import (  # noqa: E402
     fmt,
     gpu_name,
     make_folder,
-    print_case_result,
-    run_case,
     run_training_case,
     visible_gpus,
     window,

@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_path import print_case_result, run_case  # noqa: E402
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "imagenet-100"
 SOURCES = ("image_folder", "stream")
 METHODS = ("diet", "simclr")
@@ -188,25 +191,6 @@ def run_training_case(case: dict, callback=None) -> Optional[dict]:
     callback = callback or window(case)
     run_pretrain(compose(case, case.get("config", "diet")), extra_callbacks=[callback])
     return callback.result if callback.result.get("rank") == 0 else None
-
-
-def run_case(script: str, case: dict, timeout: float) -> dict:
-    """One case in a fresh process; its result line (``RESULT {...}``), or ``{"error": ...}``."""
-    command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": "timeout"}
-    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not found:
-        sys.stderr.write(done.stderr[-3000:])
-        return {"error": "OOM" if "OutOfMemoryError" in done.stderr else "error"}
-    return json.loads(found[-1][len("RESULT ") :])
-
-
-def print_case_result(result: Optional[dict]) -> None:
-    if result is not None:
-        print("RESULT " + json.dumps(result), flush=True)
 
 
 def visible_gpus() -> int:
