@@ -89,20 +89,13 @@ class ImageFolderPath(DataPath):
             )
         return PretrainData(loader, len(train_dataset), sampler is not None)
 
-    def classification_loaders(
-        self,
-        run: LoaderSettings,
-        probe: Optional[ProbeAugmentation],
-        batch_size: int,
-        fraction: float = -1,
-    ):
-        """solo-learn's classification datasets/loaders (train shuffled, val in order) with our
-        transforms (``probe``: custom data's crop and statistics)."""
-        from solo.data.classification_dataloader import prepare_dataloaders, prepare_datasets
+    def _datasets(self, run: LoaderSettings, train_transform, val_transform, fraction=-1.0):
+        """solo-learn's classification (train, val) datasets of the probe's paths, with these
+        transforms (None: raw PIL images); ``fraction`` of the training set."""
+        from solo.data.classification_dataloader import prepare_datasets
 
-        train_transform, val_transform = classification_transforms(run.dataset, probe)
         with download_failure_named(run, "train_path", "val_path"):
-            train_set, val_set = prepare_datasets(
+            return prepare_datasets(
                 run.dataset,
                 train_transform,
                 val_transform,
@@ -111,8 +104,24 @@ class ImageFolderPath(DataPath):
                 data_format=self.solo_format,
                 data_fraction=fraction,
             )
+
+    def _classification_datasets(
+        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fraction: float = -1
+    ):
+        """The probe's datasets with our transforms (``probe``: custom data's crop and
+        statistics), each unreadable image named."""
+        train_set, val_set = self._datasets(
+            run, *classification_transforms(run.dataset, probe), fraction
+        )
         name_unreadable_images(train_set)
         name_unreadable_images(val_set)
+        return train_set, val_set
+
+    @staticmethod
+    def _classification_loaders(run: LoaderSettings, train_set, val_set, batch_size: int):
+        """solo-learn's loaders of the probe's datasets (train shuffled, val in order)."""
+        from solo.data.classification_dataloader import prepare_dataloaders
+
         return prepare_dataloaders(
             train_set, val_set, batch_size=batch_size, num_workers=run.num_workers
         )
@@ -120,35 +129,20 @@ class ImageFolderPath(DataPath):
     def classification_val_loader(
         self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
     ) -> Any:
-        return self.classification_loaders(run, probe, batch_size)[1]
+        datasets = self._classification_datasets(run, probe)
+        return self._classification_loaders(run, *datasets, batch_size)[1]
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        train, val = self.classification_loaders(run, run.probe, run.batch_size, run.fraction)
-        fitted = fit_probe_batch(run, len(train.dataset))
-        if fitted:
-            batch = fitted.batch_size
-            train, val = self.classification_loaders(run, run.probe, batch, run.fraction)
-        return train, val, fitted
-
-    def _datasets(self, run: LoaderSettings, eval_transform: bool):
-        """The probe's (train, val) datasets, eval-transformed or raw (PIL images)."""
-        from solo.data.classification_dataloader import prepare_datasets
-
-        transform = classification_transforms(run.dataset, run.probe)[1] if eval_transform else None
-        with download_failure_named(run, "train_path", "val_path"):
-            return prepare_datasets(
-                run.dataset,
-                transform,
-                transform,
-                train_data_path=run.train_path,
-                val_data_path=run.val_path,
-                data_format=self.solo_format,
-            )
+        datasets = self._classification_datasets(run, run.probe, run.fraction)
+        fitted = fit_probe_batch(run, len(datasets[0]))
+        batch = fitted.batch_size if fitted else run.batch_size
+        return (*self._classification_loaders(run, *datasets, batch), fitted)
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         from torch.utils.data import DataLoader
 
-        train, val = self._datasets(run, eval_transform=True)
+        transform = classification_transforms(run.dataset, run.probe)[1]
+        train, val = self._datasets(run, transform, transform)
         return tuple(
             DataLoader(s, batch_size=batch_size, shuffle=False, num_workers=run.workers(0))
             for s in (train, val)
@@ -162,6 +156,6 @@ class ImageFolderPath(DataPath):
             transform = build_pretrain_transform(run.dataset, request.node)
         else:
             transform = classification_transforms(run.dataset, run.probe)[0]
-        _, raw_val = self._datasets(run, eval_transform=False)
+        _, raw_val = self._datasets(run, None, None)
         chosen = request.choose(len(raw_val)).tolist()
         return torch.stack([transform(raw_val[i][0]) for i in chosen for _ in range(request.views)])
