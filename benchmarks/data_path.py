@@ -324,21 +324,37 @@ def run_throughput_case(case: dict) -> dict:
 
 
 RESULT = "RESULT "  # the line a case process prints its result on (DDP ranks print other lines)
+PHASE = "PHASE"  # a case's progress lines on stderr (shown when it times out)
 
 
 def run_case(script: str, case: dict, timeout: float) -> dict:
-    """One case of ``script`` in a fresh process; its result line (``RESULT {...}``), or
-    ``{"error": ...}``."""
+    """One case of ``script`` in a fresh process; its result line (``RESULT {...}``, with the
+    case's wall time ``case_s``), or ``{"error": ...}``."""
+    case = {**case, "launched": time.time()}
     command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as expired:
+        phases = [line for line in as_text(expired.stderr).splitlines() if line.startswith(PHASE)]
+        shown = "; ".join(phases) or "no phase reached"
+        sys.stderr.write(f"# case timed out after {timeout:.0f} s; {shown}\n")
         return {"error": "timeout"}
     found = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not found:
         sys.stderr.write(done.stderr[-3000:])
         return {"error": "OOM" if "OutOfMemoryError" in done.stderr else "error"}
-    return json.loads(found[-1][len(RESULT) :])
+    return {**json.loads(found[-1][len(RESULT) :]), "case_s": time.time() - case["launched"]}
+
+
+def as_text(output: Optional[bytes | str]) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def print_phase(case: dict, name: str) -> None:
+    """A case's progress on stderr (``PHASE <name> at <s> s`` since its launch), which
+    :func:`run_case` shows when the case times out."""
+    print(f"{PHASE} {name} at {time.time() - case.get('launched', time.time()):.1f} s",
+          file=sys.stderr, flush=True)  # fmt: skip
 
 
 def print_case_result(result: Optional[dict]) -> None:

@@ -10,8 +10,10 @@ batch 256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: 
 ``data.gpu.storage: stream``, for ``--warmup`` then ``--steps`` timed steps, in a fresh process
 (DDP through Lightning for 2 GPUs). Reported: samples/s (all GPUs), GPU busy %, rank 0's peak
 ``torch.cuda.max_memory_allocated``, its ratio to the smallest N's case on as many GPUs (the
-target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last_step``) and rank
-0's peak resident memory (VmHWM).
+target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last_step``), rank
+0's peak resident memory (VmHWM), when the first step started and the case's whole wall time (both
+from its launch: listing N files and setting up the row store count here). A case that times out
+prints how far it got.
 
     python benchmarks/sdiet_imagenet_scale.py                  # 1 and 2 GPUs where visible
     python benchmarks/sdiet_imagenet_scale.py --gpus 1 --steps 200
@@ -103,7 +105,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, default=0, help="per GPU; 0: cores / GPUs")
     parser.add_argument("--row-placement", default="cpu", choices=["cpu", "gpu", "disk"])
-    parser.add_argument("--case-timeout", type=float, default=420.0)
+    parser.add_argument("--case-timeout", type=float, default=600.0)
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -133,9 +135,9 @@ def main(argv: Optional[list] = None) -> None:
         )
         print(
             "| GPUs | N | samples/s | GPU busy % | peak GPU MiB | vs smallest N | row store host "
-            "MiB | peak resident MiB |"
+            "MiB | peak resident MiB | first step at s | case s |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for gpus in args.gpus:
             first_peak = None
             for n in args.sizes:
@@ -154,7 +156,8 @@ def main(argv: Optional[list] = None) -> None:
                     f"| {gpus} | {n} | {fmt(result, 'samples_s', '.0f')} "
                     f"| {fmt(result, 'busy', '.0f')} | {fmt(result, 'peak_mib', '.0f')} | {ratio} "
                     f"| {fmt(result, 'row_store_mib', '.0f')} "
-                    f"| {fmt(result, 'resident_mib', '.0f')} |",
+                    f"| {fmt(result, 'resident_mib', '.0f')} "
+                    f"| {fmt(result, 'first_step_s', '.0f')} | {fmt(result, 'case_s', '.0f')} |",
                     flush=True,
                 )
     print(f"# {time.time() - started:.0f} s in all")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_path import print_case_result, run_case  # noqa: E402
+from data_path import print_case_result, print_phase, run_case  # noqa: E402
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "imagenet-100"
 SOURCES = ("image_folder", "stream")
@@ -115,11 +115,18 @@ def window(case: dict):
 
     class Window(Callback):
         def __init__(self) -> None:
-            self.steps, self.start, self.result = 0, None, {}
+            self.steps, self.start, self.result, self.first_step = 0, None, {}, float("nan")
             self.busy = GPUBusy(case["gpus"]) if cuda else None
 
+        def on_train_start(self, trainer, module) -> None:
+            print_phase(case, f"rank {trainer.global_rank}: set up, training starts")
+
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.global_step == 0 and batch_idx == 0:
+                self.first_step = time.time() - case.get("launched", time.time())
+                print_phase(case, f"rank {trainer.global_rank}: first batch")
             if self.start is None and trainer.global_step >= case["warmup"]:
+                print_phase(case, f"rank {trainer.global_rank}: warmed up, timing")
                 if cuda:
                     torch.cuda.synchronize()
                     if trainer.global_rank == 0:
@@ -141,7 +148,9 @@ def window(case: dict):
                 "busy": self.busy.stop() if cuda and trainer.global_rank == 0 else float("nan"),
                 "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan"),
                 "rank": trainer.global_rank,
+                "first_step_s": self.first_step,
             }
+            print_phase(case, f"rank {trainer.global_rank}: timed, stopping")
             trainer.should_stop = True
             self.extra(trainer, module)
 
@@ -189,7 +198,9 @@ def run_training_case(case: dict, callback=None) -> Optional[dict]:
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     callback = callback or window(case)
+    print_phase(case, "imported")
     run_pretrain(compose(case, case.get("config", "diet")), extra_callbacks=[callback])
+    print_phase(case, "training returned")
     return callback.result if callback.result.get("rank") == 0 else None
 
 
