@@ -1,0 +1,153 @@
+"""``performance.capture_backbone``: the key's checks, the refusal of backbones that draw random
+numbers, the eager path (CPU, no grad, evaluation), copies and pickles; on a CUDA device, runs
+through Lightning that end on the same weights captured and eager (one and two views, float32 and
+bf16-mixed)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from tests._solo import skip_without_solo
+
+pytestmark = pytest.mark.solo
+skip_without_solo()
+
+import torch  # noqa: E402
+from lightning.pytorch import seed_everything  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from solo.methods import METHODS  # noqa: E402
+from torch import nn  # noqa: E402
+
+import solo_diet  # noqa: E402
+from solo_diet.config import ConfigError  # noqa: E402
+from solo_diet.methods.captured_backbone import (  # noqa: E402
+    CAPTURE_KEY,
+    CapturedForward,
+    capture_backbone,
+    fill_and_check_capture,
+)
+from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from tests.methods.test_sem import KWARGS  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+METHOD_KWARGS = {"diet": {"num_samples": 24}, "simclr": KWARGS["simclr"], "byol": KWARGS["byol"]}
+
+
+def run_cfg(method: str = "diet", *, capture=True, crops: int = 1, **trainer):
+    cfg = tiny_cfg(method, METHOD_KWARGS[method], num_large_crops=crops, momentum=True)
+    cfg.accelerator, cfg.devices = "gpu", [0]
+    cfg.performance = {"capture_backbone": capture}
+    for key, value in trainer.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+def test_the_key_defaults_to_off_and_takes_only_a_bool():
+    cfg = tiny_cfg("diet", METHOD_KWARGS["diet"], num_large_crops=1)
+    assert fill_and_check_capture(cfg) is False and cfg.performance.capture_backbone is False
+    cfg.performance.capture_backbone = "yes"
+    with pytest.raises(ConfigError, match=f"`{CAPTURE_KEY}` must be True or False"):
+        fill_and_check_capture(cfg)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"accelerator": "cpu"}, "needs a CUDA device, got `accelerator: cpu`: set accelerator=gpu"),
+        ({"devices": [0, 1]}, "runs on one device of one node, got devices=\\[0, 1\\]"),
+        ({"num_nodes": 2}, "runs on one device of one node, got devices=\\[0\\] and num_nodes=2"),
+    ],
+)
+def test_it_refuses_a_cpu_run_and_more_than_one_device(setting, message):
+    cfg = run_cfg(**setting)
+    with pytest.raises(ConfigError, match=message):
+        fill_and_check_capture(cfg)
+
+
+def test_a_backbone_that_draws_random_numbers_is_refused_by_name():
+    solo_diet.register()
+    cfg = run_cfg()
+    model = METHODS["diet"](cfg)
+    model.backbone.stem.append(nn.Dropout(0.1))
+    with pytest.raises(ConfigError, match=r"draws random numbers in training \(stem.4 \(Dropout"):
+        capture_backbone(cfg, model)
+    model.backbone.stem[4].p = 0.0
+    assert capture_backbone(cfg, model) == [
+        f"backbone ResNet8: forward and backward replayed as CUDA graphs (`{CAPTURE_KEY}=False` "
+        "runs it eagerly)"
+    ]
+
+
+def test_off_changes_nothing_and_on_keeps_parameters_and_state_dict():
+    solo_diet.register()
+    seed_everything(0)
+    model = METHODS["diet"](run_cfg())
+    keys = list(model.state_dict())
+    assert capture_backbone(run_cfg(capture=False), model) == []
+    assert "forward" not in vars(model.backbone)
+    capture_backbone(run_cfg(), model)
+    assert isinstance(vars(model.backbone)["forward"], CapturedForward)
+    assert list(model.state_dict()) == keys
+
+
+def test_every_call_that_is_not_a_cuda_training_call_runs_the_backbone_eagerly():
+    solo_diet.register()
+    seed_everything(0)
+    model = METHODS["diet"](run_cfg())
+    x = torch.randn(4, 3, 32, 32)
+    expected = type(model.backbone).forward(model.backbone, x)
+    capture_backbone(run_cfg(), model)
+    assert torch.equal(model.backbone(x), expected)  # a CPU tensor
+    with torch.no_grad():
+        assert torch.equal(model.backbone(x), expected)
+    assert vars(model.backbone)["forward"].graphs == []
+
+
+def test_a_copy_or_a_pickle_starts_without_graphs_bound_to_its_own_backbone():
+    solo_diet.register()
+    model = METHODS["diet"](run_cfg())
+    capture_backbone(run_cfg(), model)
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        forward = vars(copied.backbone)["forward"]
+        assert isinstance(forward, CapturedForward)
+        assert forward.owner is copied.backbone and forward.graphs == []
+
+
+def trained(method: str, crops: int, precision: str, capture: bool):
+    seed_everything(0)
+    cfg = run_cfg(method, capture=capture, crops=crops, precision=precision)
+    cfg.optimizer.batch_size = 4
+    model = METHODS[method](cfg)
+    capture_backbone(cfg, model)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer = tiny_trainer(
+        cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0, benchmark=False
+    )
+    trainer.fit(model, fake_pretrain_loader(cfg, num_samples=24, shuffle=False))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return state, {k: v.cpu() for k, v in initial.items()}, vars(model.backbone).get("forward")
+
+
+@needs_cuda
+@pytest.mark.parametrize(
+    "method, crops, precision",
+    [("diet", 1, "32"), ("diet", 1, "bf16-mixed"), ("simclr", 2, "32"), ("byol", 2, "bf16-mixed")],
+)
+def test_training_ends_on_the_same_weights_captured_and_eager(method, crops, precision):
+    """6 steps through Lightning: every floating-point tensor of the model (BatchNorm's running
+    statistics included) within 1e-4 of what the step moved it, with one graph replayed per view."""
+    solo_diet.register()
+    captured, initial, forward = trained(method, crops, precision, capture=True)
+    eager, _, _ = trained(method, crops, precision, capture=False)
+    assert len(forward.graphs) == crops
+    assert all(graph.replays == 6 for graph in forward.graphs)
+    for name, value in eager.items():
+        if not value.is_floating_point():
+            assert torch.equal(captured[name], value), name
+            continue
+        moved = (value.double() - initial[name].double()).abs().max().item()
+        gap = (captured[name].double() - value.double()).abs().max().item()
+        assert gap <= 1e-4 * max(moved, 1e-6), (name, gap, moved)
