@@ -18,7 +18,9 @@ schedules every step.
   warm-up passes update BatchNorm's running statistics, so they are restored after it; autocast's
   weight cache is off while capturing (graphs cannot keep it). A backbone that draws random numbers
   in training (dropout, drop-path) is refused: its draws under a graph would differ from eager ones.
-- One process, one device: the key refuses more than one device or node, and CPU runs.
+- One process, one device, one backward per optimizer step: the key refuses CPU runs, more than
+  one device or node, and gradient accumulation (the parameters' gradients may be the graph's own
+  buffers until the optimizer's ``zero_grad(set_to_none=True)``, solo-learn's).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ def fill_and_check_capture(cfg: DictConfig) -> bool:
         raise ConfigError(
             f"`{CAPTURE_KEY}: True` runs on one device of one node, got devices={devices} and "
             f"num_nodes={nodes}: train on one GPU, or set {CAPTURE_KEY}=False."
+        )
+    accumulate = OmegaConf.select(cfg, "accumulate_grad_batches", default=1)
+    if accumulate not in (None, 1):
+        raise ConfigError(
+            f"`{CAPTURE_KEY}: True` needs one backward per optimizer step (a replayed backward "
+            f"writes its gradients into the graph's own buffers), got accumulate_grad_batches="
+            f"{accumulate}: raise optimizer.batch_size instead, or set {CAPTURE_KEY}=False."
         )
     return True
 

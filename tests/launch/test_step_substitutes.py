@@ -56,7 +56,6 @@ def test_a_typo_of_the_key_gets_a_did_you_mean(data, tmp_path):
         run_pretrain(cfg)
 
 
-
 @pytest.mark.parametrize(
     "setting, message",
     [

@@ -56,12 +56,13 @@ def test_the_key_defaults_to_off_and_takes_only_a_bool():
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ({"accelerator": "cpu"}, "needs a CUDA device, got `accelerator: cpu`: set accelerator=gpu"),
+        ({"accelerator": "cpu"}, "needs a CUDA device, got `accelerator: cpu`: set accelerator"),
         ({"devices": [0, 1]}, "runs on one device of one node, got devices=\\[0, 1\\]"),
         ({"num_nodes": 2}, "runs on one device of one node, got devices=\\[0\\] and num_nodes=2"),
+        ({"accumulate_grad_batches": 2}, "one backward per optimizer step .* got accumulate_grad"),
     ],
 )
-def test_it_refuses_a_cpu_run_and_more_than_one_device(setting, message):
+def test_it_refuses_a_cpu_run_more_than_one_device_and_gradient_accumulation(setting, message):
     cfg = run_cfg(**setting)
     with pytest.raises(ConfigError, match=message):
         fill_and_check_capture(cfg)
