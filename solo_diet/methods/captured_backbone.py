@@ -133,9 +133,10 @@ class BackboneGraph:
         self.busy, self.replays = False, 0
         saved = [buffer.clone() for buffer in backbone.buffers()]
         enabled, dtype = self.autocast
+        # the graph's static input is a clone: its own buffer, not the first batch's memory
         with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
             self.replay: Callable = torch.cuda.make_graphed_callables(
-                _ClassForward(backbone), (sample.detach(),), allow_unused_input=True
+                _ClassForward(backbone), (sample.detach().clone(),), allow_unused_input=True
             )
         with torch.no_grad():  # the warm-up passes moved BatchNorm's running statistics
             for buffer, value in zip(backbone.buffers(), saved):
