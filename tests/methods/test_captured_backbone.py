@@ -1,7 +1,8 @@
 """``performance.capture_backbone``: the key's checks, the refusal of backbones that draw random
-numbers, the eager path (CPU, no grad, evaluation), copies and pickles; on a CUDA device, runs
-through Lightning that end on the same weights captured and eager (one and two views, float32 and
-bf16-mixed)."""
+numbers, the eager path (CPU, no grad, evaluation), copies and pickles; on the CPU with graphs
+stood in by eager calls, the choice of graph per view and BatchNorm's statistics after the
+capture; on a CUDA device, runs through Lightning that end on the same weights captured and eager
+(one and two views, float32 and bf16-mixed)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.captured_backbone import (  # noqa: E402
     CAPTURE_KEY,
+    MAX_GRAPHS,
     CapturedForward,
     capture_backbone,
     fill_and_check_capture,
@@ -36,8 +38,11 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 METHOD_KWARGS = {"diet": {"num_samples": 24}, "simclr": KWARGS["simclr"], "byol": KWARGS["byol"]}
 
 
-def run_cfg(method: str = "diet", *, capture=True, crops: int = 1, **trainer):
-    cfg = tiny_cfg(method, METHOD_KWARGS[method], num_large_crops=crops, momentum=True)
+def run_cfg(
+    method: str = "diet", *, capture=True, crops: int = 1, backbone="cp_resnet8", **trainer
+):
+    kwargs = METHOD_KWARGS[method]
+    cfg = tiny_cfg(method, kwargs, num_large_crops=crops, momentum=True, backbone=backbone)
     cfg.accelerator, cfg.devices = "gpu", [0]
     cfg.performance = {"capture_backbone": capture}
     for key, value in trainer.items():
@@ -152,3 +157,64 @@ def test_training_ends_on_the_same_weights_captured_and_eager(method, crops, pre
         moved = (value.double() - initial[name].double()).abs().max().item()
         gap = (captured[name].double() - value.double()).abs().max().item()
         assert gap <= 1e-4 * max(moved, 1e-6), (name, gap, moved)
+
+
+def eager_graphs(monkeypatch) -> list[int]:
+    """On the CPU, "graphs" that run their module eagerly after the three warm-up passes that
+    ``make_graphed_callables`` makes (which move BatchNorm's statistics); returns the list of the
+    captures' batch sizes."""
+    captures = []
+
+    def make_graphed_callables(module, sample_args, **kwargs):
+        captures.append(sample_args[0].shape[0])
+        for _ in range(3):
+            module(*sample_args)
+        return module
+
+    def replayable(self, x) -> bool:
+        return isinstance(x, torch.Tensor) and torch.is_grad_enabled() and self.owner.training
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", make_graphed_callables)
+    monkeypatch.setattr(CapturedForward, "_replayable", replayable)
+    return captures
+
+
+def test_each_view_of_a_step_gets_its_own_graph_free_again_after_the_backward(monkeypatch):
+    """Two views: two captures in the first step, replays in the next, each graph busy until the
+    backward; a new shape gets graphs of its own up to ``MAX_GRAPHS``, then calls run eagerly."""
+    captures = eager_graphs(monkeypatch)
+    solo_diet.register()
+    model = METHODS["diet"](run_cfg())
+    capture_backbone(run_cfg(), model)
+    backbone, forward = model.backbone, vars(model.backbone)["forward"]
+    views = [torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)]
+    for _ in range(2):
+        outs = [backbone(view) for view in views]
+        assert captures == [4, 4] and all(graph.busy for graph in forward.graphs)
+        sum(out.sum() for out in outs).backward()
+        assert not any(graph.busy for graph in forward.graphs)
+    assert [graph.replays for graph in forward.graphs] == [2, 2]
+    outs = [backbone(torch.randn(2, 3, 32, 32)) for _ in range(3)]
+    assert captures == [4, 4, 2, 2] and len(forward.graphs) == MAX_GRAPHS
+    assert [graph.replays for graph in forward.graphs] == [2, 2, 1, 1]  # the third call: eager
+    assert all(out.requires_grad for out in outs)
+
+
+def test_the_capture_leaves_batchnorm_statistics_where_eager_steps_leave_them(monkeypatch):
+    """The capture's warm-up passes are undone: after three steps the running statistics equal an
+    eager backbone's that saw the same batches."""
+    captures = eager_graphs(monkeypatch)
+    solo_diet.register()
+    seed_everything(0)
+    model = METHODS["diet"](run_cfg(backbone="resnet18"))  # ResNet-8 has no BatchNorm
+    reference = copy.deepcopy(model.backbone)
+    capture_backbone(run_cfg(backbone="resnet18"), model)
+    for _ in range(3):
+        batch = torch.randn(4, 3, 32, 32)
+        model.backbone(batch).sum().backward()
+        type(reference).forward(reference, batch)
+    assert captures == [4]
+    eager_buffers = dict(reference.named_buffers())
+    assert any("running_mean" in name for name in eager_buffers)
+    for name, value in model.backbone.named_buffers():
+        assert torch.equal(value, eager_buffers[name]), name
