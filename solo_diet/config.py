@@ -117,6 +117,14 @@ def check_range(
 _ABSENT = object()
 
 
+def world_size(cfg: omegaconf.DictConfig) -> int:
+    """The processes a cfg trains over: ``devices`` (a count or a list of ids) times
+    ``num_nodes``."""
+    devices = omegaconf.OmegaConf.select(cfg, "devices", default=1)
+    per_node = devices if isinstance(devices, int) else len(devices)
+    return per_node * int(omegaconf.OmegaConf.select(cfg, "num_nodes", default=1))
+
+
 def is_number(value: Any) -> bool:
     """An int or float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

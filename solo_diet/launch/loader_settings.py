@@ -36,7 +36,7 @@ from typing import NamedTuple, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, is_number
+from solo_diet.config import ConfigError, KeyReader, is_number, world_size
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, DataSettings, core_errors_named
 from solo_diet.methods._common import SOLO_LEARN_SEED
@@ -136,12 +136,6 @@ def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[
     return tuple(float(v) for v in value)
 
 
-def _world_size(cfg: DictConfig) -> int:
-    devices = OmegaConf.select(cfg, "devices", default=1)
-    per_node = devices if isinstance(devices, int) else len(devices)
-    return per_node * int(OmegaConf.select(cfg, "num_nodes", default=1))
-
-
 def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
     """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
     node = OmegaConf.select(cfg, node_key)
@@ -188,7 +182,7 @@ def parse_loader_settings(
         batch_size=None if batch_size is None else read.int("optimizer.batch_size", 1),
         lr=None if lr is None else float(lr),
         seed=read.int("seed", 0, default=SOLO_LEARN_SEED),
-        world_size=_world_size(cfg),
+        world_size=world_size(cfg),
         augmentations=nodes,
         views=views,
         probe=_probe(cfg, dataset, probe_node),

@@ -34,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten
 
-from solo_diet.config import ConfigError, check_bool, fill_default
+from solo_diet.config import ConfigError, check_bool, fill_default, world_size
 
 CAPTURE_KEY = "performance.capture_backbone"
 """False (default): the backbone runs eagerly. True: its forward and backward are captured as CUDA
@@ -57,10 +57,9 @@ def fill_and_check_capture(cfg: DictConfig) -> bool:
             f"`{CAPTURE_KEY}: True` needs a CUDA device, got `accelerator: {accelerator}`: set "
             f"accelerator=gpu, or {CAPTURE_KEY}=False."
         )
-    devices = OmegaConf.select(cfg, "devices", default=1)
-    count = len(devices) if OmegaConf.is_list(devices) or isinstance(devices, list) else devices
-    nodes = OmegaConf.select(cfg, "num_nodes", default=1)
-    if str(count) != "1" or str(nodes) != "1":
+    if world_size(cfg) != 1:
+        devices = OmegaConf.select(cfg, "devices", default=1)
+        nodes = OmegaConf.select(cfg, "num_nodes", default=1)
         raise ConfigError(
             f"`{CAPTURE_KEY}: True` runs on one device of one node, got devices={devices} and "
             f"num_nodes={nodes}: train on one GPU, or set {CAPTURE_KEY}=False."
