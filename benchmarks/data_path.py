@@ -350,11 +350,15 @@ def as_text(output: Optional[bytes | str]) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
+def since_launch(case: dict) -> float:
+    """Seconds since :func:`run_case` launched the case (0 for a case run by hand)."""
+    return time.time() - case.get("launched", time.time())
+
+
 def print_phase(case: dict, name: str) -> None:
     """A case's progress on stderr (``PHASE <name> at <s> s`` since its launch), which
     :func:`run_case` shows when the case times out."""
-    print(f"{PHASE} {name} at {time.time() - case.get('launched', time.time()):.1f} s",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"{PHASE} {name} at {since_launch(case):.1f} s", file=sys.stderr, flush=True)
 
 
 def print_case_result(result: Optional[dict]) -> None:

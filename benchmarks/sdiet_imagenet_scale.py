@@ -33,9 +33,8 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from data_path import print_case_result, run_case  # noqa: E402
+from data_path import cell, print_case_result, run_case  # noqa: E402
 from streaming_decode import (  # noqa: E402
-    fmt,
     gpu_name,
     make_folder,
     run_training_case,
@@ -153,11 +152,12 @@ def main(argv: Optional[list] = None) -> None:
                 first_peak = first_peak or peak
                 ratio = f"{peak / first_peak:.3f}" if peak and first_peak else "-"
                 print(
-                    f"| {gpus} | {n} | {fmt(result, 'samples_s', '.0f')} "
-                    f"| {fmt(result, 'busy', '.0f')} | {fmt(result, 'peak_mib', '.0f')} | {ratio} "
-                    f"| {fmt(result, 'row_store_mib', '.0f')} "
-                    f"| {fmt(result, 'resident_mib', '.0f')} "
-                    f"| {fmt(result, 'first_step_s', '.0f')} | {fmt(result, 'case_s', '.0f')} |",
+                    f"| {gpus} | {n} | {cell(result, 'samples_s', '.0f')} "
+                    f"| {cell(result, 'busy', '.0f')} | {cell(result, 'peak_mib', '.0f')} "
+                    f"| {ratio} "
+                    f"| {cell(result, 'row_store_mib', '.0f')} "
+                    f"| {cell(result, 'resident_mib', '.0f')} "
+                    f"| {cell(result, 'first_step_s', '.0f')} | {cell(result, 'case_s', '.0f')} |",
                     flush=True,
                 )
     print(f"# {time.time() - started:.0f} s in all")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_path import print_case_result, print_phase, run_case  # noqa: E402
+from data_path import cell, print_case_result, print_phase, run_case, since_launch  # noqa: E402
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "imagenet-100"
 SOURCES = ("image_folder", "stream")
@@ -123,7 +123,7 @@ def window(case: dict):
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
             if trainer.global_step == 0 and batch_idx == 0:
-                self.first_step = time.time() - case.get("launched", time.time())
+                self.first_step = since_launch(case)
                 print_phase(case, f"rank {trainer.global_rank}: first batch")
             if self.start is None and trainer.global_step >= case["warmup"]:
                 print_phase(case, f"rank {trainer.global_rank}: warmed up, timing")
@@ -222,10 +222,6 @@ def gpu_name() -> str:
         return "CPU"
 
 
-def fmt(result: dict, key: str, spec: str) -> str:
-    return result.get("error", "-") if key not in result else format(result[key], spec)
-
-
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """What every case shares; ``--smoke`` shrinks everything for a CPU."""
     cores = len(os.sched_getaffinity(0))
@@ -299,9 +295,9 @@ def main(argv: Optional[list] = None) -> None:
                     speed = result.get("samples_s")
                     ratio = f"{speed / base:.2f}" if speed and base else "-"
                     print(
-                        f"| {method} | {gpus} | {source} | {fmt(result, 'samples_s', '.0f')} "
-                        f"| {ratio} | {fmt(result, 'busy', '.0f')} "
-                        f"| {fmt(result, 'peak_mib', '.0f')} |",
+                        f"| {method} | {gpus} | {source} | {cell(result, 'samples_s', '.0f')} "
+                        f"| {ratio} | {cell(result, 'busy', '.0f')} "
+                        f"| {cell(result, 'peak_mib', '.0f')} |",
                         flush=True,
                     )
     print(f"# {time.time() - started:.0f} s in all")
