@@ -335,10 +335,9 @@ def run_case(script: str, case: dict, timeout: float) -> dict:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as expired:
-        phases = [line for line in as_text(expired.stderr).splitlines() if line.startswith(PHASE)]
-        shown = "; ".join(phases) or "no phase reached"
-        sys.stderr.write(f"# case timed out after {timeout:.0f} s; {shown}\n")
+        sys.stderr.write(f"# case timed out after {timeout:.0f} s; {phases(expired.stderr)}\n")
         return {"error": "timeout"}
+    sys.stderr.write(f"# case {case.get('method', '')}: {phases(done.stderr)}\n")
     found = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not found:
         sys.stderr.write(done.stderr[-3000:])
@@ -346,8 +345,11 @@ def run_case(script: str, case: dict, timeout: float) -> dict:
     return {**json.loads(found[-1][len(RESULT) :]), "case_s": time.time() - case["launched"]}
 
 
-def as_text(output: Optional[bytes | str]) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+def phases(stderr: Optional[bytes | str]) -> str:
+    """A case's ``PHASE`` lines (:func:`print_phase`) joined on one line, for the log."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    found = [line[len(PHASE) :].strip() for line in text.splitlines() if line.startswith(PHASE)]
+    return "; ".join(found) or "no phase reached"
 
 
 def since_launch(case: dict) -> float:

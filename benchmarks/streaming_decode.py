@@ -118,6 +118,12 @@ def window(case: dict):
             self.steps, self.start, self.result, self.first_step = 0, None, {}, float("nan")
             self.busy = GPUBusy(case["gpus"]) if cuda else None
 
+        def setup(self, trainer, module, stage: str) -> None:
+            print_phase(case, f"rank {trainer.global_rank}: processes joined, model next")
+
+        def on_fit_start(self, trainer, module) -> None:
+            print_phase(case, f"rank {trainer.global_rank}: model on device, loaders next")
+
         def on_train_start(self, trainer, module) -> None:
             print_phase(case, f"rank {trainer.global_rank}: set up, training starts")
 
