@@ -325,24 +325,47 @@ def run_throughput_case(case: dict) -> dict:
 
 RESULT = "RESULT "  # the line a case process prints its result on (DDP ranks print other lines)
 PHASE = "PHASE"  # a case's progress lines on stderr (shown when it times out)
+EXIT_GRACE = 30.0  # seconds a case process may take to exit after printing its result
 
 
 def run_case(script: str, case: dict, timeout: float) -> dict:
-    """One case of ``script`` in a fresh process; its result line (``RESULT {...}``, with the
-    case's wall time ``case_s``), or ``{"error": ...}``."""
+    """One case of ``script`` in a fresh process group: its result line (``RESULT {...}``) with
+    ``case_s`` (launch to result) and ``exit_s`` (result to the process's end; a process alive
+    ``EXIT_GRACE`` s after its result is killed with its DDP ranks), or ``{"error": ...}``."""
     case = {**case, "launched": time.time()}
     command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        sys.stderr.write(f"# case timed out after {timeout:.0f} s; {phases(expired.stderr)}\n")
-        return {"error": "timeout"}
-    sys.stderr.write(f"# case {case.get('method', '')}: {phases(done.stderr)}\n")
-    found = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    if done.returncode != 0 or not found:
-        sys.stderr.write(done.stderr[-3000:])
-        return {"error": "OOM" if "OutOfMemoryError" in done.stderr else "error"}
-    return {**json.loads(found[-1][len(RESULT) :]), "case_s": time.time() - case["launched"]}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+        result, result_at = None, None
+        while process.poll() is None and result_at is None:
+            if time.time() - case["launched"] > timeout:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                err.seek(0)
+                sys.stderr.write(f"# case timed out after {timeout:.0f} s; {phases(err.read())}\n")
+                return {"error": "timeout"}
+            time.sleep(0.2)
+            out.seek(0)
+            found = [line for line in out.read().splitlines() if line.startswith(RESULT)]
+            if found:
+                result, result_at = json.loads(found[-1][len(RESULT) :]), time.time()
+        try:
+            process.wait(timeout=EXIT_GRACE if result_at else None)
+            exit_s = time.time() - result_at if result_at else 0.0
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            exit_s = float("inf")
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    sys.stderr.write(f"# case {case.get('method', '')}: {phases(stderr)}; exit {exit_s:.1f} s\n")
+    found = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    if result is None and found:
+        result, result_at = json.loads(found[-1][len(RESULT) :]), time.time()
+    if result is None or (exit_s != float("inf") and process.returncode not in (0, None)):
+        sys.stderr.write(stderr[-3000:])
+        return {"error": "OOM" if "OutOfMemoryError" in stderr else "error"}
+    return {**result, "case_s": result_at - case["launched"], "exit_s": exit_s}
 
 
 def phases(stderr: Optional[bytes | str]) -> str:
