@@ -11,9 +11,9 @@ batch 256 per GPU, ``bf16-mixed``, through ``run_pretrain`` with ``data.format: 
 (DDP through Lightning for 2 GPUs). Reported: samples/s (all GPUs), GPU busy %, rank 0's peak
 ``torch.cuda.max_memory_allocated``, its ratio to the smallest N's case on as many GPUs (the
 target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last_step``), rank
-0's peak resident memory (VmHWM), when the first step started and the case's whole wall time (both
-from its launch: listing N files and setting up the row store count here). A case that times out
-prints how far it got.
+0's peak resident memory (VmHWM), when the first step started and when the result came (both
+from the case's launch: listing N files and setting up the row store count here). Each case's
+progress lines and the seconds its process took to exit go to stderr.
 
     python benchmarks/sdiet_imagenet_scale.py                  # 1 and 2 GPUs where visible
     python benchmarks/sdiet_imagenet_scale.py --gpus 1 --steps 200

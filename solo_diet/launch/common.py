@@ -15,6 +15,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
+from solo_diet.data.stream import StreamLoader
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.loader_settings import ProbeAugmentation
 from solo_diet.launch.nodes import check_nodes
@@ -190,7 +191,7 @@ def fit_or_raise(
     resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
     leaves no empty run folder behind. A core error raised during the fit (a set too large for its
     storage, a corrupt streamed file, a dataset index beyond ``num_samples``) names the config keys
-    of the arguments it names."""
+    of the arguments it names. Streaming loaders' host workers are stopped when the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -204,6 +205,10 @@ def fit_or_raise(
     except BaseException:
         _drop_empty_run_folder(checkpointer)
         raise
+    finally:
+        for loader in fit_kwargs.values():
+            if isinstance(loader, StreamLoader):  # its workers would hold the exit (close())
+                loader.close()
     if trainer.interrupted:
         _drop_empty_run_folder(checkpointer)
         signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT

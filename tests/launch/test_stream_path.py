@@ -9,17 +9,22 @@ from tests._solo import skip_without_solo
 pytestmark = pytest.mark.solo
 skip_without_solo()
 
+import multiprocessing  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from lightning.pytorch import Callback  # noqa: E402
+from solo.methods import METHODS  # noqa: E402
 
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader  # noqa: E402
 from solo_diet.data.synthetic import write_jpeg_folder  # noqa: E402
-from solo_diet.launch.common import compose_cfg  # noqa: E402
+from solo_diet.launch.common import compose_cfg, fit_or_raise  # noqa: E402
+from solo_diet.launch.gpu_data import eval_loader, pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
+from solo_diet.methods.testing import tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from tests.launch.test_gpu_path import (  # noqa: E402
     BATCH,
@@ -34,6 +39,7 @@ from tests.launch.test_gpu_path import (  # noqa: E402
     linear_argv,
     pretrain_argv,
     registered_methods,
+    settings_of,
 )
 
 SIZES = ((40, 56), (48, 32), (64, 64), (36, 44))
@@ -92,6 +98,39 @@ def test_each_epoch_streams_its_own_order_through_persistent_workers(jpegs):
         train.set_epoch(epoch)
         assert seen.tolist() == list(train.batch_sampler)
     assert not torch.equal(by_epoch[0], by_epoch[1])
+
+
+class LoaderWorkers(Callback):
+    """The loader worker processes alive at any training or validation batch."""
+
+    def __init__(self) -> None:
+        self.seen: set = set()
+
+    def on_train_batch_end(self, *args) -> None:
+        self.seen |= set(multiprocessing.active_children())
+
+    on_validation_batch_end = on_train_batch_end
+
+
+def test_the_fit_stops_the_stream_workers_when_it_ends(jpegs):
+    """Persistent host workers left to the interpreter's exit would hold it about 5 s each on
+    CUDA: the launcher's fit stops those of the train and val loaders while both are still in
+    use here, after an epoch cut short (two of its batches) as a run stopped early leaves it."""
+    cfg = stream_cfg("diet", jpegs)
+    cfg.data.num_workers = 2
+    run, gpu = settings_of(cfg)
+    train, val = pretrain_loader(run, gpu)[0], eval_loader(run, gpu, run.probe, BATCH)
+    workers = LoaderWorkers()
+    trainer = tiny_trainer(
+        cfg, [workers], fast_dev_run=False, max_epochs=1, limit_train_batches=2,
+        limit_val_batches=1, num_sanity_val_steps=0,
+    )  # fmt: skip
+    fit_or_raise(
+        trainer, METHODS["diet"](cfg), cfg, None, train_dataloaders=train, val_dataloaders=val
+    )
+    assert len(workers.seen) == 4  # two persistent workers per loader
+    assert not any(worker.is_alive() for worker in workers.seen)
+    assert len(list(train)) == len(train)  # a new epoch starts new workers
 
 
 def test_pretrain_then_linear_end_to_end_with_the_stream(jpegs, tmp_path, capsys):
