@@ -324,7 +324,7 @@ def run_throughput_case(case: dict) -> dict:
 
 
 RESULT = "RESULT "  # the line a case process prints its result on (DDP ranks print other lines)
-PHASE = "PHASE"  # a case's progress lines on stderr (shown when it times out)
+PHASE = "PHASE"  # a case's progress lines on stderr (logged after the case, or on its timeout)
 EXIT_GRACE = 30.0  # seconds a case process may take to exit after printing its result
 
 
@@ -336,42 +336,47 @@ def run_case(script: str, case: dict, timeout: float) -> dict:
     command = [sys.executable, os.path.abspath(script), "--case", json.dumps(case)]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
-        result, result_at = None, None
-        while process.poll() is None and result_at is None:
+        result = None
+        while process.poll() is None and result is None:
             if time.time() - case["launched"] > timeout:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                _kill_group(process)
                 err.seek(0)
                 sys.stderr.write(f"# case timed out after {timeout:.0f} s; {phases(err.read())}\n")
                 return {"error": "timeout"}
             time.sleep(0.2)
             out.seek(0)
-            found = [line for line in out.read().splitlines() if line.startswith(RESULT)]
-            if found:
-                result, result_at = json.loads(found[-1][len(RESULT) :]), time.time()
+            result = _last_result(out.read())
+        result_at = time.time()
         try:
-            process.wait(timeout=EXIT_GRACE if result_at else None)
-            exit_s = time.time() - result_at if result_at else 0.0
+            process.wait(timeout=EXIT_GRACE)
+            exit_s = time.time() - result_at if result is not None else 0.0
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            _kill_group(process)
             exit_s = float("inf")
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     sys.stderr.write(f"# case {case.get('method', '')}: {phases(stderr)}; exit {exit_s:.1f} s\n")
-    found = [line for line in stdout.splitlines() if line.startswith(RESULT)]
-    if result is None and found:
-        result, result_at = json.loads(found[-1][len(RESULT) :]), time.time()
-    if result is None or (exit_s != float("inf") and process.returncode not in (0, None)):
+    result = result if result is not None else _last_result(stdout)
+    if result is None or (exit_s != float("inf") and process.returncode != 0):
         sys.stderr.write(stderr[-3000:])
         return {"error": "OOM" if "OutOfMemoryError" in stderr else "error"}
     return {**result, "case_s": result_at - case["launched"], "exit_s": exit_s}
 
 
-def phases(stderr: Optional[bytes | str]) -> str:
+def _last_result(stdout: str) -> Optional[dict]:
+    found = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    return json.loads(found[-1][len(RESULT) :]) if found else None
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill a case process with its DDP ranks (its process group) and reap it."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def phases(stderr: str) -> str:
     """A case's ``PHASE`` lines (:func:`print_phase`) joined on one line, for the log."""
-    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
-    found = [line[len(PHASE) :].strip() for line in text.splitlines() if line.startswith(PHASE)]
+    found = [line[len(PHASE) :].strip() for line in stderr.splitlines() if line.startswith(PHASE)]
     return "; ".join(found) or "no phase reached"
 
 
@@ -382,7 +387,7 @@ def since_launch(case: dict) -> float:
 
 def print_phase(case: dict, name: str) -> None:
     """A case's progress on stderr (``PHASE <name> at <s> s`` since its launch), which
-    :func:`run_case` shows when the case times out."""
+    :func:`run_case` logs after the case or when it times out."""
     print(f"{PHASE} {name} at {since_launch(case):.1f} s", file=sys.stderr, flush=True)
 
 
