@@ -1,14 +1,15 @@
-"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its budget.
+"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget.
 
 With ``curves.points: N`` (0: off) a run's pretraining saves its backbone's weights after
-``ceil(k * max_epochs / N)`` epochs, k = 1 .. N - 1, as ``<job folder>/curves/epoch_<E>.ckpt``
-(:class:`~solo_diet.compare.snapshots.BackboneSnapshots`; E counts the epochs trained). Once the
-job's final evaluation is done, each snapshot gets the same offline linear probe and kNN as the
-final checkpoint, whose evaluation is the curve's last point. Each point is a row of
-``<job folder>/curve.csv``, rewritten whole after each point, so an interrupted job keeps its
-points and a rerun evaluates only the missing ones (a row counts for the evaluation settings it
-was made with). A pretraining that resumes or starts over drops the snapshots and rows after its
-starting epoch. The report gathers the rows over seeds
+``ceil(k * E_run / N)`` epochs, k = 1 .. N - 1, ``E_run`` being the run's own epochs (its own
+``budget.max_epochs``, the epochs its ``budget.samples`` gives, else the spec's), as
+``<job folder>/curves/epoch_<E>.ckpt`` (:class:`~solo_diet.compare.snapshots.BackboneSnapshots`;
+E counts the epochs trained). Once the job's final evaluation is done, each snapshot gets the same
+offline linear probe and kNN as the final checkpoint, whose evaluation is the curve's last point,
+at ``E_run`` epochs. Each point is a row of ``<job folder>/curve.csv``, rewritten whole after each
+point, so an interrupted job keeps its points and a rerun evaluates only the missing ones (a row
+counts for the evaluation settings it was made with). A pretraining that resumes or starts over
+drops the snapshots and rows after its starting epoch. The report gathers the rows over seeds
 (:mod:`~solo_diet.compare.curves_report`).
 """
 
@@ -57,19 +58,23 @@ def check_curves(spec: DictConfig, spec_path: str | Path) -> None:
         )
 
 
-def curve_epochs(spec: DictConfig) -> list[int]:
-    """The curve's epochs (epochs trained): ``ceil(k * max_epochs / n)`` for k = 1 .. n, n being
-    ``curves.points`` but at most ``max_epochs`` (one point per epoch); the last is
-    ``max_epochs``. None when ``curves.points`` is 0."""
-    epochs = spec.budget.max_epochs
-    points = min(spec.curves.points, epochs)
+def curve_epochs(points: int, epochs: int) -> list[int]:
+    """The curve's epochs (epochs trained) of a run that trains ``epochs``: ``ceil(k * epochs /
+    n)`` for k = 1 .. n, n being ``points`` (``curves.points``) but at most ``epochs`` (one point
+    per epoch); the last is ``epochs``. Empty when ``points`` is 0."""
+    points = min(points, epochs)
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
-def snapshot_epochs(spec: DictConfig) -> list[int]:
-    """The curve's epochs whose backbone pretraining saves (all but the last: the final
+def run_epochs(job: "Job") -> int:
+    """The epochs a run's job trains: its own budget's (``budgets.run_budget``, set in its cfg)."""
+    return int(job.cfg.max_epochs)
+
+
+def snapshot_epochs(spec: DictConfig, job: "Job") -> list[int]:
+    """The curve's epochs whose backbone the job's pretraining saves (all but the last: the final
     checkpoint's evaluation is that point)."""
-    return curve_epochs(spec)[:-1]
+    return curve_epochs(spec.curves.points, run_epochs(job))[:-1]
 
 
 def snapshot_path(run_dir: Path, epoch: int) -> Path:
@@ -122,7 +127,7 @@ def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[
     points = read_points(job.run_dir)
     return [
         epoch
-        for epoch in snapshot_epochs(spec)
+        for epoch in snapshot_epochs(spec, job)
         if snapshot_path(job.run_dir, epoch).is_file()
         and points.get(epoch, {}).get("fingerprint") != eval_fingerprint
     ]
@@ -165,8 +170,8 @@ def evaluate_curve(
     if spec.curves.points == 0 or job.reference is not None:
         return
     fingerprint, views = result["fingerprint"], views_per_sample(job.cfg)
-    points = read_points(job.run_dir)
-    last = spec.budget.max_epochs
+    last = run_epochs(job)  # rows past it (curves made before they followed the run's budget) go
+    points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
     points[last] = {
         "epoch": last,
         "samples_seen": _samples_until(job.run_dir, last, views),

@@ -161,8 +161,9 @@ def learning_curve_lines(
         ]
     _write_csv(curves, out / CURVES_CSV)
     lines += [
-        "Linear probe and kNN top-1 (%) at evenly spaced epochs of the budget, mean ± std "
-        f"over seeds (`{CURVES_CSV}`: also min, max and samples seen). {_cost_line(results, out)} "
+        "Linear probe and kNN top-1 (%) at evenly spaced epochs of each run's own budget, mean "
+        f"± std over seeds (`{CURVES_CSV}`: also min, max and samples seen). "
+        f"{_cost_line(results, out)} "
         "The last interval's change is read like the † marks: beyond two pooled standard "
         "deviations of the two points' seeds it is rising or falling, within them flat.",
         "",

@@ -39,7 +39,7 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
     if spec.curves.points > 0:
-        callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec)))
+        callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec, job)))
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
         step = job.cfg.check_val_every_n_epoch  # the run's own (budgets.py)

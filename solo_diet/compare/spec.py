@@ -71,8 +71,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "runs": [],
     "claims": [],
-    # learning curves: linear probe + kNN at this many evenly spaced epochs of the budget, the
-    # last being the final evaluation (0: off; docs/compare.md, "Learning curves")
+    # learning curves: linear probe + kNN at this many evenly spaced epochs of each run's own
+    # budget, the last being the final evaluation (0: off; docs/compare.md, "Learning curves")
     "curves": {"points": 0},
 }
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed

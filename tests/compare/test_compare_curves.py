@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests._solo import skip_without_solo
 
@@ -20,7 +19,13 @@ skip_without_solo()
 
 from solo_diet.compare import load_spec, parse_runs, run_compare  # noqa: E402
 from solo_diet.compare.compute import samples_seen, views_per_sample  # noqa: E402
-from solo_diet.compare.curves import curve_epochs, read_points, write_points  # noqa: E402
+from solo_diet.compare.curves import (  # noqa: E402
+    curve_epochs,
+    evaluate_curve,
+    read_points,
+    snapshot_epochs,
+    write_points,
+)
 from solo_diet.compare.curves_report import run_curves  # noqa: E402
 from solo_diet.compare.jobs import plan_jobs  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
@@ -63,14 +68,57 @@ def backbone_of(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_curve_epochs_are_evenly_spaced_and_end_at_the_budget():
-    def spec(epochs: int, points: int):
-        return OmegaConf.create({"budget": {"max_epochs": epochs}, "curves": {"points": points}})
+    assert curve_epochs(10, 300) == list(range(30, 301, 30))
+    assert curve_epochs(3, 10) == [4, 7, 10]
+    assert curve_epochs(5, 5) == [1, 2, 3, 4, 5]
+    assert curve_epochs(0, 5) == []
+    assert curve_epochs(10, 2) == [1, 2]  # at most one point per epoch
 
-    assert curve_epochs(spec(300, 10)) == list(range(30, 301, 30))
-    assert curve_epochs(spec(10, 3)) == [4, 7, 10]
-    assert curve_epochs(spec(5, 5)) == [1, 2, 3, 4, 5]
-    assert curve_epochs(spec(5, 0)) == []
-    assert curve_epochs(spec(2, 10)) == [1, 2]  # at most one point per epoch
+
+# a spec of 6 epochs whose runs train 2 (their own max_epochs), 4 (32 samples of 8 images x 1 view)
+# and the spec's 6
+OWN_BUDGETS = (
+    "runs=[{name: short, config_name: diet, budget: {max_epochs: 2}},"
+    " {name: by_samples, config_name: diet, budget: {samples: 32}},"
+    " {name: full, config_name: diet}]"
+)
+OWN_EPOCHS = {"short": 2, "by_samples": 4, "full": 6}
+
+
+def test_each_runs_curve_follows_its_own_budget_and_ends_at_its_last_epoch(data_root, tmp_path):
+    """Snapshots spread over each run's own epochs; the final point at its own last epoch and
+    sample count, rows past it (a curve made before curves followed the run's budget) dropped; the
+    gathered learning curves stop at each run's budget."""
+    extra = ["budget.max_epochs=6", "curves.points=3", "seeds=[0]", "reference_rows=[]"]
+    spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + extra + [OWN_BUDGETS])
+    jobs = [job for job in plan_jobs(spec, parse_runs(spec)) if job.reference is None]
+    assert {job.name: snapshot_epochs(spec, job) for job in jobs} == {
+        "short": [1],
+        "by_samples": [2, 3],
+        "full": [2, 4],
+    }
+    results = []
+    for job in jobs:
+        epochs = OWN_EPOCHS[job.name]
+        job.run_dir.mkdir(parents=True)
+        (job.run_dir / "epochs.csv").write_text(
+            "epoch,samples\n" + "".join(f"{e},{IMAGES_PER_EPOCH}\n" for e in range(epochs))
+        )
+        stale = {"linear_acc1": 1.0, "knn_acc1": 1.0, "source": "final", "wall_s": 0.0}
+        write_points(job.run_dir, {6: {"epoch": 6, "samples_seen": 48.0, **stale}})
+        result = {"run": job.name, "seed": 0, "job": job.key, "fingerprint": "now"}
+        result.update(linear_acc1=50.0, knn_acc1=60.0)
+        evaluate_curve(spec, job, None, result)  # no snapshot saved: only the final point
+        points = read_points(job.run_dir)
+        assert list(points) == [epochs]
+        assert points[epochs]["samples_seen"] == IMAGES_PER_EPOCH * epochs  # DIET: one view
+        assert (points[epochs]["source"], points[epochs]["linear_acc1"]) == ("final", 50.0)
+        results.append(result)
+
+    curves = run_curves(results, tmp_path)
+    assert {run: [row["epoch"] for row in rows] for run, rows in curves.items()} == {
+        run: [epochs] for run, epochs in OWN_EPOCHS.items()
+    }
 
 
 @pytest.mark.parametrize("points", ["-1", "true", "2.5", "ten"])
@@ -206,3 +254,23 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     log = capsys.readouterr().out
     assert curve_lines(log) == [] and log.count("already evaluated\n") == 2  # not even started
     assert [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)] == written
+
+
+@pytest.mark.slow
+def test_runs_of_different_budgets_have_no_curve_point_past_their_own(data_root, tmp_path):
+    out = tmp_path / "cmp"
+    runs = "runs=[{name: diet, config_name: diet, budget: {max_epochs: 2}}, {name: simclr, config_name: simclr}]"  # noqa: E501
+    extra = ["budget.max_epochs=4", "curves.points=2", "seeds=[0]", "reference_rows=[]", runs]
+    run_compare(SHIPPED_SPEC, tiny_overrides(data_root, out) + extra)
+
+    with (out / "learning_curves.csv").open() as f:
+        gathered = [
+            (r["run"], int(r["epoch"]), float(r["samples_seen"])) for r in csv.DictReader(f)
+        ]
+    assert gathered == [
+        ("diet", 1, IMAGES_PER_EPOCH),
+        ("diet", 2, 2 * IMAGES_PER_EPOCH),
+        ("simclr", 2, 2 * IMAGES_PER_EPOCH * SIMCLR_VIEWS),
+        ("simclr", 4, 4 * IMAGES_PER_EPOCH * SIMCLR_VIEWS),
+    ]
+    assert [p.name for p in (out / "runs/diet/seed_0/curves").glob("*.ckpt")] == ["epoch_1.ckpt"]
