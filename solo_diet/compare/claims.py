@@ -38,6 +38,12 @@ CLAIM_KEYS = (
     "ours",
 )
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
+# which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
+# probe too), said in its line
+PROBE_WORDS = {
+    "logreg_acc1": "converged logistic-regression probe on frozen features",
+    "linear_acc1": "solo-learn's LinearModel probe, SGD for the `linear` config's epochs",
+}
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,12 @@ def _compare(
     return Comparison(*names, mean - other.get(other_metric, math.nan), 2 * spread)
 
 
+def _probes_read(*metrics: str) -> list[str]:
+    """The words of each probe the ``metrics`` read, once each, in order."""
+    words = [next((w for k, w in PROBE_WORDS.items() if m.endswith(k)), None) for m in metrics]
+    return list(dict.fromkeys(w for w in words if w is not None))
+
+
 def _has_value(row: Optional[dict], metric: str) -> bool:
     return row is not None and is_number(row.get(metric)) and not math.isnan(row[metric])
 
@@ -189,6 +201,7 @@ def claim_lines(
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
+        metric += "".join(f"; {words}" for words in _probes_read(claim.metric, than_metric))
         if missing:
             note = budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
             lines.append(

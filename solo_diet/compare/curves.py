@@ -40,6 +40,7 @@ CURVE_COLUMNS = (
     "samples_seen",  # forward-backward samples up to then (compute.samples_seen)
     "linear_acc1",
     "knn_acc1",
+    "logreg_acc1",  # the converged logistic-regression probe (NaN in files made before it)
     "source",  # "snapshot", or "final": the job's final evaluation
     "wall_s",  # the point's evaluation wall time
     "fingerprint",  # the evaluation settings it was made with
@@ -82,14 +83,15 @@ def snapshot_path(run_dir: Path, epoch: int) -> Path:
 
 
 def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """{epoch: row} of a job's ``curve.csv`` (empty without one); numbers as floats."""
+    """{epoch: row} of a job's ``curve.csv`` (empty without one); numbers as floats, a column the
+    file predates (``logreg_acc1``) as NaN."""
     path = run_dir / CURVE_FILE
     if not path.is_file():
         return {}
     points = {}
     with path.open(newline="") as f:
         for raw in csv.DictReader(f):
-            row = {
+            row = {c: math.nan for c in CURVE_COLUMNS if c not in TEXT_COLUMNS} | {
                 k: v if k in TEXT_COLUMNS else float(v) if v != "" else math.nan
                 for k, v in raw.items()
             }
@@ -150,16 +152,18 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 
 def _evaluate_snapshot(
     spec: DictConfig, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
-) -> tuple[float, float]:
-    """(linear top-1, kNN top-1) of a snapshot's backbone, measured as the final checkpoint's."""
+) -> dict[str, float]:
+    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone, measured as the
+    final checkpoint's."""
     from solo_diet.compare.evaluate import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint
 
     probe_cfg = compose_linear(spec, snapshot, run_dir)
     evaluator = shared_eval.get(spec, probe_cfg)
-    linear = run_linear(probe_cfg).get("val_acc1", math.nan)
-    return float(linear), evaluator.knn_top1(PretrainedCheckpoint(snapshot).backbone())
+    linear = float(run_linear(probe_cfg).get("val_acc1", math.nan))
+    point = evaluator.curve_point(PretrainedCheckpoint(snapshot).backbone())
+    return {"linear_acc1": linear, **point}
 
 
 def evaluate_curve(
@@ -177,6 +181,7 @@ def evaluate_curve(
         "samples_seen": _samples_until(job.run_dir, last, views),
         "linear_acc1": result["linear_acc1"],
         "knn_acc1": result["knn_acc1"],
+        "logreg_acc1": result.get("logreg_acc1", math.nan),  # NaN: a result made before it
         "source": "final",
         "wall_s": 0.0,
         "fingerprint": fingerprint,
@@ -185,18 +190,16 @@ def evaluate_curve(
     missing = missing_points(spec, job, fingerprint)
     for position, epoch in enumerate(missing, 1):
         progress(
-            f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): "
-            "linear probe, kNN"
+            f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): probes, kNN"
         )
         started = time.time()
-        linear, knn = _evaluate_snapshot(
+        measured = _evaluate_snapshot(
             spec, snapshot_path(job.run_dir, epoch), job.run_dir, shared_eval
         )
         points[epoch] = {
             "epoch": epoch,
             "samples_seen": _samples_until(job.run_dir, epoch, views),
-            "linear_acc1": linear,
-            "knn_acc1": knn,
+            **measured,
             "source": "snapshot",
             "wall_s": time.time() - started,
             "fingerprint": fingerprint,
@@ -204,7 +207,8 @@ def evaluate_curve(
         write_points(job.run_dir, points)
     if missing:
         shown = ", ".join(
-            f"{e}: {points[e]['linear_acc1']:.1f}/{points[e]['knn_acc1']:.1f}"
+            f"{e}: {points[e]['linear_acc1']:.1f}/{points[e]['logreg_acc1']:.1f}/"
+            f"{points[e]['knn_acc1']:.1f}"
             for e in sorted(points)
         )
-        progress(f"{job.label}: learning curve (epoch: linear/kNN %) {shown}")
+        progress(f"{job.label}: learning curve (epoch: linear/logistic regression/kNN %) {shown}")

@@ -19,7 +19,11 @@ from solo_diet.compare.tables import cell_text, table_lines
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
-CURVE_METRICS = (("linear_acc1", "linear probe"), ("knn_acc1", "kNN"))
+CURVE_METRICS = (
+    ("linear_acc1", "linear probe"),
+    ("logreg_acc1", "logistic-regression probe"),
+    ("knn_acc1", "kNN"),
+)
 CSV_COLUMNS = ("run", "epoch", "n_seeds", "samples_seen") + tuple(
     f"{metric}{suffix}" for metric, _ in CURVE_METRICS for suffix in ("", "_std", "_min", "_max")
 )

@@ -1,6 +1,7 @@
 """The evaluation of one checkpoint, identical for every run of a comparison.
 
-Offline linear probe (``run_linear``: solo-learn's LinearModel), weighted kNN
+Offline linear probe (``run_linear``: solo-learn's LinearModel), a converged logistic-regression
+probe on the frozen backbone features (:mod:`solo_diet.metrics.logreg`), weighted kNN
 (``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
 clustering scores of the L2-normalised val features, on the backbone; then on the extra
 representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
@@ -28,6 +29,7 @@ from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_data_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
+from solo_diet.metrics.logreg import logistic_regression_probe
 
 KMEANS_SCORES = {
     "nmi": "kmeans_nmi",
@@ -150,20 +152,36 @@ class Evaluator:
         )
         return float(knn.compute()[0])
 
-    def knn_top1(self, model: torch.nn.Module) -> float:
-        """kNN top-1 of one representation alone (a learning-curve point)."""
+    def _logreg(
+        self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
+    ) -> dict[str, float]:
+        """``logreg_acc1`` and its chosen ``logreg_l2``: the converged logistic-regression probe,
+        fitted on the evaluator's device."""
+        on = [t.to(self.device) for t in (train_x, train_y, val_x, val_y)]
+        probe = logistic_regression_probe(*on)
+        return {"logreg_acc1": probe.acc1, "logreg_l2": probe.l2}
+
+    def curve_point(self, model: torch.nn.Module) -> dict[str, float]:
+        """kNN top-1 and the logistic-regression probe of one representation (a learning-curve
+        point)."""
         model = model.to(self.device).eval()
         train_x, train_y = self._features(model, self.train_loader)
-        return self._knn(train_x, train_y, *self._features(model, self.val_loader))
+        val_x, val_y = self._features(model, self.val_loader)
+        logreg = self._logreg(train_x, train_y, val_x, val_y)["logreg_acc1"]
+        return {"knn_acc1": self._knn(train_x, train_y, val_x, val_y), "logreg_acc1": logreg}
 
-    def measure(self, model: torch.nn.Module, cluster: bool = False) -> dict[str, Any]:
+    def measure(
+        self, model: torch.nn.Module, cluster: bool = False, logreg: bool = False
+    ) -> dict[str, Any]:
         """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
-        (+ the k-means scores when ``cluster``)."""
+        (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
         model = model.to(self.device).eval()
         train_x, train_y = self._features(model, self.train_loader)
         val_x, val_y = self._features(model, self.val_loader)
         rank_x = val_x[: int(self.settings.rankme_samples)]
         result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
+        if logreg:
+            result.update(self._logreg(train_x, train_y, val_x, val_y))
         if cluster:
             result.update(self.cluster_scores(val_x, val_y))
         if val_x.shape[1] > self.settings.max_rank_dim:
@@ -221,9 +239,9 @@ def evaluate_checkpoint(
     if "fitted_batch" in probe:  # a training set smaller than one probe batch: said in the report
         result["linear_fitted_batch"] = probe["fitted_batch"]
     clustering = bool(spec.evaluation.clustering)
-    scores = "kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
+    scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
-    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering)
+    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True)
     result.update(
         {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
     )

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.compare.spec import SEEDED_REFERENCES
 from solo_diet.launch.settings import format_of
+from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:
     from solo_diet.compare.jobs import Job
@@ -90,8 +91,8 @@ def recipe_fingerprint(cfg: DictConfig) -> str:
 
 def evaluation_fingerprint(spec: DictConfig) -> str:
     """Changes with any evaluation setting, the probe's composed config (but its progress bar), the
-    content of the LiDAR views' YAML or the data (a job's result is then redone); not with where
-    any of them lie."""
+    logistic-regression probe's protocol, the content of the LiDAR views' YAML or the data (a job's
+    result is then redone); not with where any of them lie."""
     from solo_diet.compare.evaluate import compose_linear
 
     settings = OmegaConf.to_container(spec.evaluation)
@@ -101,7 +102,8 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
     probe_settings = OmegaConf.to_container(probe, resolve=True)
     probe_settings.pop("enable_progress_bar", None)
     probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
-    return fingerprint(settings | {"linear": probe_settings, "data_format": format_of(spec)})
+    probes = {"linear": probe_settings, "logreg": LOGREG_PROTOCOL}
+    return fingerprint(settings | probes | {"data_format": format_of(spec)})
 
 
 def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:

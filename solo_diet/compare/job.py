@@ -175,7 +175,8 @@ def run_job(
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
     write_json(job.run_dir / "result.json", result)
     progress(
-        f"{job.label}: linear {result['linear_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
+        f"{job.label}: linear {result['linear_acc1']:.2f}%  logistic regression "
+        f"{result['logreg_acc1']:.2f}%  kNN {result['knn_acc1']:.2f}%  "
         f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
         + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
     )

@@ -112,13 +112,15 @@ LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (vi
 def plot_learning_curves(
     curves: dict[str, list[dict]], references: Sequence[dict], path: Path
 ) -> Path:
-    """Linear probe and kNN top-1 of every run against epochs and against samples seen
-    (:mod:`~solo_diet.compare.curves_report` rows): the mean over seeds with a band from their
-    minimum to maximum, and the reference rows' means as dashed lines."""
+    """The linear probe, logistic-regression probe and kNN top-1 of every run against epochs and
+    against samples seen (:mod:`~solo_diet.compare.curves_report` rows): the mean over seeds with a
+    band from their minimum to maximum, and the reference rows' means as dashed lines."""
     from solo_diet.compare.curves_report import CURVE_METRICS
 
     plt = _pyplot()
-    figure, axes = plt.subplots(len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 8))
+    figure, axes = plt.subplots(
+        len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 4 * len(CURVE_METRICS))
+    )
     for index, (run, rows) in enumerate(curves.items()):
         seeds = max(row["n_seeds"] for row in rows)
         label = run if seeds == 1 else f"{run} ({seeds} seeds)"

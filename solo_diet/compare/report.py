@@ -26,7 +26,7 @@ from solo_diet.compare.aggregate import (
     verdict,
 )
 from solo_diet.compare.budgets import RunBudget, budget_line
-from solo_diet.compare.claims import claim_lines
+from solo_diet.compare.claims import PROBE_WORDS, claim_lines
 from solo_diet.compare.curves_report import learning_curve_lines
 from solo_diet.compare.record import run_record_lines
 from solo_diet.compare.spec import REFERENCE_ROWS, checkpoint_interval, validation_interval
@@ -42,6 +42,7 @@ from solo_diet.compare.tables import (
     write_results_csv,
 )
 from solo_diet.launch.settings import FORMAT_KEY, format_of
+from solo_diet.metrics.logreg import HELD_OUT_EVERY, L2_GRID
 
 FEW_SEEDS = (
     " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
@@ -95,6 +96,11 @@ def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
+        f"- `logreg_acc1`: {PROBE_WORDS['logreg_acc1']}: multinomial logistic regression on the "
+        "eval-transformed backbone features, fitted to convergence by full-batch L-BFGS on "
+        "standardised features, its L2 strength (`logreg_l2`) chosen from "
+        f"{list(L2_GRID)} on every {HELD_OUT_EVERY}th training image of each class held out, "
+        "then refitted on the whole training set (CLIP paper, Appendix A.3); val split.",
         f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
         f"{settings.knn_distance}), train bank -> val, eval transform.",
         f"- `rankme`: RankMe of the features of the first {settings.rankme_samples} val images "
@@ -128,7 +134,7 @@ def _verdicts(spec: DictConfig, runs: Sequence[dict], references: Sequence[dict]
             "One seed per run (no `seeds` in the spec): no difference below is resolved against "
             "seed noise. Add `seeds: [0, 1, 2]` to tell them apart."
         )
-    for metric in ("linear_acc1", "knn_acc1"):
+    for metric in ("linear_acc1", "logreg_acc1", "knn_acc1"):
         ranking = rank(runs, metric)
         if ranking is not None and spec.seeds is not None:
             lines.append(f"- {verdict(ranking)}")

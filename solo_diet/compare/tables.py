@@ -19,6 +19,8 @@ RESULT_COLUMNS = (
     "epochs",
     "linear_acc1",
     "linear_loss",
+    "logreg_acc1",
+    "logreg_l2",
     "knn_acc1",
     "rankme",
     "lidar",
@@ -60,7 +62,9 @@ COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     (
         "Accuracy",
-        lambda c: c in ("method", "n_seeds", "epochs") or c.endswith(("_acc1", "_loss")),
+        lambda c: (
+            c in ("method", "n_seeds", "epochs", "logreg_l2") or c.endswith(("_acc1", "_loss"))
+        ),
     ),
     ("Representation", lambda c: c.endswith(("rankme", "lidar"))),
     (

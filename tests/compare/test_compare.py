@@ -19,6 +19,7 @@ from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.compare import run_compare  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.launch.callbacks import read_epoch_rows  # noqa: E402
+from solo_diet.metrics.logreg import L2_GRID  # noqa: E402
 from tests.compare._compare import (  # noqa: E402
     SHIPPED_SPEC,
     interrupt_after_first_epoch,
@@ -61,6 +62,7 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     for name, row in results.items():
         assert int(row["epochs"]) == 2
         assert 0.0 <= float(row["linear_acc1"]) <= 100.0 and 0.0 <= float(row["knn_acc1"]) <= 100.0
+        assert 0.0 <= float(row["logreg_acc1"]) <= 100.0 and float(row["logreg_l2"]) in L2_GRID
         assert 1.0 <= float(row["rankme"]) <= 8.0 + 1e-3  # width-8 backbone
         assert (
             1.0 <= float(row["lidar"]) <= 5.0 + 1e-3
@@ -84,6 +86,9 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     assert 1.0 <= embedding["lidar"] <= 5.0 + 1e-3
     assert 0.0 <= float(results["cplearn"]["embedding_knn_acc1"]) <= 100.0
     assert "kmeans_nmi" in report.read_text() and "sem_linear_acc1" in report.read_text()
+    assert "- `logreg_acc1`: converged logistic-regression probe on frozen features" in (
+        report.read_text()
+    )
     assert 1.0 <= float(results["simclr_sem"]["sem_lidar"]) <= 5.0 + 1e-3
     rows = read_epoch_rows(out / "runs" / "diet" / "epochs.csv")
     assert [r["epoch"] for r in rows] == [0.0, 1.0] and all(r["samples"] == 8 for r in rows)

@@ -29,6 +29,9 @@ def results(accuracies: dict[str, list[float]]) -> list[dict]:
     ]
 
 
+LINEAR_MODEL = "solo-learn's LinearModel probe, SGD for the `linear` config's epochs"
+
+
 def two_pooled_std(a: list[float], b: list[float]) -> float:
     return 2 * math.sqrt((statistics.variance(a) + statistics.variance(b)) / 2)
 
@@ -76,10 +79,13 @@ def test_at_least_uses_two_of_the_runs_own_std_and_missing_runs_are_named(tmp_pa
     held, open_, missing = claim_lines(spec, results(accuracies), tmp_path)
     assert (
         held
-        == "- **held**: reaches 60 (`linear_acc1`): diet − 60 = +12.00 (2 pooled std 4.00: held)."
+        == f"- **held**: reaches 60 (`linear_acc1`; {LINEAR_MODEL}): diet − 60 = +12.00 (2 pooled "
+        "std 4.00: held)."
     )
     assert open_.startswith("- **not resolved**: reaches 71") and "+1.00" in open_
-    assert missing == "- **not checked**: beats vicreg (`linear_acc1`): no value for ['vicreg']."
+    assert missing == (
+        f"- **not checked**: beats vicreg (`linear_acc1`; {LINEAR_MODEL}): no value for ['vicreg']."
+    )
 
 
 def test_than_metric_reads_another_column_of_the_other_runs(tmp_path):
@@ -95,8 +101,20 @@ def test_than_metric_reads_another_column_of_the_other_runs(tmp_path):
 
     spread = two_pooled_std(sem_probe, backbone_probe)
     assert line == (
-        "- **held**: SEM helps (`sem_linear_acc1` against `linear_acc1`): diet (sem_linear_acc1) − "
-        f"simclr (linear_acc1) = +0.30 (2 pooled std {spread:.2f}: held)."
+        f"- **held**: SEM helps (`sem_linear_acc1` against `linear_acc1`; {LINEAR_MODEL}): diet "
+        f"(sem_linear_acc1) − simclr (linear_acc1) = +0.30 (2 pooled std {spread:.2f}: held)."
+    )
+
+
+def test_a_claim_on_the_converged_probe_says_so(tmp_path):
+    rows = results({"diet": [70.0, 71.0], "simclr": [60.0, 61.0]})
+    for row in rows:
+        row["logreg_acc1"] = row.pop("linear_acc1")
+    claim = {"text": "DIET wins", "metric": "logreg_acc1", "better": ["diet"], "than": ["simclr"]}
+    [line] = claim_lines(spec_with([claim]), rows, tmp_path)
+    assert line.startswith(
+        "- **held**: DIET wins (`logreg_acc1`; converged logistic-regression probe on frozen "
+        "features): diet − simclr = +10.00"
     )
     spec = spec_with([{**claim, "than": ["vicreg"], "than_metric": "linear_acc1"}])
     [line] = claim_lines(spec, rows, tmp_path)

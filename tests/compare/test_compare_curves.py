@@ -107,12 +107,14 @@ def test_each_runs_curve_follows_its_own_budget_and_ends_at_its_last_epoch(data_
         stale = {"linear_acc1": 1.0, "knn_acc1": 1.0, "source": "final", "wall_s": 0.0}
         write_points(job.run_dir, {6: {"epoch": 6, "samples_seen": 48.0, **stale}})
         result = {"run": job.name, "seed": 0, "job": job.key, "fingerprint": "now"}
-        result.update(linear_acc1=50.0, knn_acc1=60.0)
+        result.update(linear_acc1=50.0, knn_acc1=60.0, logreg_acc1=55.0)
         evaluate_curve(spec, job, None, result)  # no snapshot saved: only the final point
         points = read_points(job.run_dir)
         assert list(points) == [epochs]
         assert points[epochs]["samples_seen"] == IMAGES_PER_EPOCH * epochs  # DIET: one view
-        assert (points[epochs]["source"], points[epochs]["linear_acc1"]) == ("final", 50.0)
+        final = points[epochs]
+        assert (final["source"], final["linear_acc1"]) == ("final", 50.0)
+        assert final["logreg_acc1"] == 55.0
         results.append(result)
 
     curves = run_curves(results, tmp_path)
@@ -171,6 +173,26 @@ def test_seeds_spread_is_mean_std_min_and_max_of_the_points_of_the_results_setti
     )
     assert first["linear_acc1_std"] == pytest.approx(math.sqrt(8))  # ddof 1
     assert (second["knn_acc1"], second["n_seeds"], second["samples_seen"]) == (130, 2, 16)
+
+
+def test_a_curve_file_without_the_logistic_regression_column_still_loads(tmp_path):
+    """A ``curve.csv`` written before ``logreg_acc1``: the column reads as NaN and the learning
+    curves gather it as missing."""
+    job = tmp_path / "runs/diet/seed_0"
+    job.mkdir(parents=True)
+    (job / "curve.csv").write_text(
+        "epoch,samples_seen,linear_acc1,knn_acc1,source,wall_s,fingerprint\n"
+        "1,8,40.0,45.0,snapshot,1.0,now\n2,16,50.0,55.0,final,0.0,now\n"
+    )
+    points = read_points(job)
+    assert math.isnan(points[1]["logreg_acc1"]) and points[2]["linear_acc1"] == 50.0
+    result = {"run": "diet", "seed": 0, "job": "runs/diet/seed_0", "fingerprint": "now"}
+    (curve,) = run_curves([result], tmp_path).values()
+    assert [row["linear_acc1"] for row in curve] == [40.0, 50.0]
+    assert all(math.isnan(row["logreg_acc1"]) for row in curve)
+    write_points(job, points)  # rewritten with the new column, NaN where unknown
+    assert "logreg_acc1" in (job / "curve.csv").read_text().splitlines()[0]
+    assert math.isnan(read_points(job)[1]["logreg_acc1"])
 
 
 @pytest.mark.slow
@@ -243,8 +265,8 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
     log = capsys.readouterr().out
     assert "run 'simclr' seed 1: resuming after epoch 0" in log
     assert curve_lines(log) == [
-        "[compare] run 'simclr' seed 0: learning curve at epoch 1 (1/1): linear probe, kNN",
-        "[compare] run 'simclr' seed 1: learning curve at epoch 2 (1/1): linear probe, kNN",
+        "[compare] run 'simclr' seed 0: learning curve at epoch 1 (1/1): probes, kNN",
+        "[compare] run 'simclr' seed 1: learning curve at epoch 2 (1/1): probes, kNN",
     ]
     assert sorted(read_points(lost_row)) == sorted(read_points(interrupted)) == [1, 2, 3]
     written = [(f / "curve.csv").stat().st_mtime_ns for f in (lost_row, interrupted)]
@@ -274,3 +296,6 @@ def test_runs_of_different_budgets_have_no_curve_point_past_their_own(data_root,
         ("simclr", 4, 4 * IMAGES_PER_EPOCH * SIMCLR_VIEWS),
     ]
     assert [p.name for p in (out / "runs/diet/seed_0/curves").glob("*.ckpt")] == ["epoch_1.ckpt"]
+    for run in ("diet", "simclr"):  # every point has the logistic-regression probe
+        points = read_points(out / "runs" / run / "seed_0").values()
+        assert all(0.0 <= point["logreg_acc1"] <= 100.0 for point in points)
