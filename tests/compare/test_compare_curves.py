@@ -243,12 +243,12 @@ def test_learning_curves_end_to_end_and_reruns_evaluate_only_missing_points(
         ("simclr", epoch, 2) for epoch in (1, 2, 3)
     ]
     for row in gathered:
-        for metric in ("linear_acc1", "knn_acc1"):
+        for metric in ("linear_acc1", "logreg_acc1", "knn_acc1"):
             low, mean, high = (float(row[f"{metric}{s}"]) for s in ("_min", "", "_max"))
             assert low <= mean <= high
     assert (out / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "## Learning curves" in report and "](learning_curves.png)" in report
-    assert report.count("| run | 1 | 2 | 3 |") == 2  # the linear and the kNN table
+    assert report.count("| run | 1 | 2 | 3 |") == 3  # the two probes' and the kNN table
     assert "- `simclr` (2 seeds): linear probe " in report
 
     # rerun: one job lost a point's row, the other was interrupted after its first epoch (its
