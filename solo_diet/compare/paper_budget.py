@@ -63,11 +63,12 @@ class Below:
 
 
 def _short(count: int) -> str:
-    """``25k``, ``15.5k``, ``977k``, ``1.95M``: three significant digits."""
+    """``25k``, ``15.5k``, ``977k``, ``1.76M``: three significant digits."""
+    rounded = float(f"{count:.3g}")
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if count >= size:
-            return f"{count / size:.3g}{suffix}"
-    return str(count)
+        if rounded >= size:
+            return f"{rounded / size:g}{suffix}"
+    return f"{rounded:g}"
 
 
 def _positive_int(value: Any) -> bool:
@@ -193,11 +194,11 @@ def budget_note(
     budget = claim.paper_budget
     runs = ", ".join(f"{run} {trained.epochs}" for run, trained in ran.items())
     unit = _unit(claim)
-    counted = f"; {budget[unit]:,} {unit}" if unit else ""
-    paper = f"{budget.epochs} epochs" + (f" ({counted[2:]})" if unit else "")
+    counted = f"{budget[unit]:,} {unit}" if unit else ""
+    paper = f"{budget.epochs} epochs" + (f" ({counted})" if counted else "")
     if "than_epochs" in budget:
-        better = ", ".join(claim.better)
-        paper = f"{budget.epochs} epochs ({better}{counted}), {budget.than_epochs} (the rest)"
+        better = ", ".join(claim.better) + (f"; {counted}" if counted else "")
+        paper = f"{budget.epochs} epochs ({better}), {budget.than_epochs} (the rest)"
     if "batch_size" in budget:
         paper += f", batch {budget.batch_size}"
     below = below_budget(claim, ran)

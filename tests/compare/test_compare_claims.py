@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from solo_diet.compare.claims import check_claims, claim_lines
-from solo_diet.compare.paper_budget import Trained
+from solo_diet.compare.paper_budget import Below, Trained
 from solo_diet.config import ConfigError
 
 
@@ -266,3 +266,12 @@ def test_epochs_on_a_smaller_dataset_state_the_share_of_the_papers_steps(tmp_pat
     ran = {"diet": Trained(500), "simclr": Trained(1000)}
     [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
     assert verdict.startswith("- **held (at 500 of 5000 epochs)**: beats")
+
+
+def test_step_counts_read_in_three_significant_digits():
+    below = Below("run", 1, 2, 999_999, 1_757_813)
+    assert below.words("steps") == "1 of 2 epochs; 1M of the paper's 1.76M steps, 57 %"
+    assert (
+        Below("run", 5, 5, 9, 1000).words("samples")
+        == "5 of 5 epochs; 9 of the paper's 1k samples, 0.9 %"
+    )
