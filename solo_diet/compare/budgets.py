@@ -30,6 +30,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.compute import views_per_sample
+from solo_diet.compare.paper_budget import Trained
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
@@ -39,13 +40,15 @@ RUN_BUDGET_KEYS = ("max_epochs", "samples")
 @dataclass(frozen=True)
 class RunBudget:
     """A run's epochs, views per sample and loader samples per epoch; ``matched`` says which
-    budget set its epochs (``epochs`` or ``samples``) and ``source`` where it was given."""
+    budget set its epochs (``epochs`` or ``samples``) and ``source`` where it was given;
+    ``steps_per_epoch`` its optimizer steps per epoch (None where the data was not counted)."""
 
     epochs: int
     views: int
     samples_per_epoch: Optional[int]
     matched: str
     source: str
+    steps_per_epoch: Optional[int] = None
 
     @property
     def samples(self) -> Optional[int]:
@@ -53,6 +56,13 @@ class RunBudget:
         if self.samples_per_epoch is None:
             return None
         return self.epochs * self.samples_per_epoch * self.views
+
+    def trained(self) -> Trained:
+        """Epochs, steps and images drawn, for the claims' budget verdicts (paper_budget.py)."""
+        if self.samples_per_epoch is None or self.steps_per_epoch is None:
+            return Trained(self.epochs)
+        per_epoch = (self.steps_per_epoch, self.samples_per_epoch)
+        return Trained(self.epochs, *(self.epochs * count for count in per_epoch))
 
     def words(self, run: str) -> str:
         samples = f", {self.samples:,} samples" if self.samples is not None else ""
@@ -103,8 +113,9 @@ def count_images(folder: Path) -> int:
     return len(folder_samples(folder))
 
 
-def samples_per_epoch(spec: DictConfig, cfg: DictConfig) -> int:
-    """Images the pretraining loader yields in one epoch over all devices (whole batches)."""
+def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
+    """The pretraining loader's epoch: optimizer steps (batches per device) and the images it
+    yields over all devices (whole batches)."""
     folder = Path(str(spec.data.train_path))
     images = count_images(folder)
     devices = OmegaConf.select(cfg, "devices", default=1)
@@ -121,7 +132,7 @@ def samples_per_epoch(spec: DictConfig, cfg: DictConfig) -> int:
             f"`budget.samples`: {folder} holds {images} images, less than one batch of "
             f"{spec.budget.batch_size} per device; the samples cannot be counted in epochs."
         )
-    return batches * spec.budget.batch_size * devices
+    return batches, batches * spec.budget.batch_size * devices
 
 
 def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: DictConfig):
@@ -133,9 +144,9 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
     if samples is None:
         epochs = own.get("max_epochs", spec.budget.max_epochs)
         source = "the run's own budget" if own else "the spec's budget"
-        per_epoch = _counted_or_none(spec, cfg)
-        return RunBudget(epochs, views, per_epoch, "epochs", source)
-    per_epoch = samples_per_epoch(spec, cfg)
+        steps, per_epoch = _counted_or_none(spec, cfg)
+        return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
+    steps, per_epoch = loader_epoch(spec, cfg)
     epochs = max(1, round(samples / (per_epoch * views)))
     source = f"{samples:,} samples asked, " + ("the run's own" if own else "the spec's")
     if epochs > spec.budget.max_epochs:
@@ -143,15 +154,15 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
             f"run {name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "
             f"{views} views, above `budget.max_epochs` {spec.budget.max_epochs}; raise it."
         )
-    return RunBudget(epochs, views, per_epoch, "samples", source)
+    return RunBudget(epochs, views, per_epoch, "samples", source, steps)
 
 
-def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> Optional[int]:
-    """Samples per epoch where the data can be counted, for the report; None otherwise."""
+def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> tuple[Optional[int], Optional[int]]:
+    """Steps and images per epoch where the data can be counted, for the report; else None."""
     try:
-        return samples_per_epoch(spec, cfg)
+        return loader_epoch(spec, cfg)
     except ConfigError:
-        return None
+        return None, None
 
 
 def apply_run_budget(cfg: DictConfig, budget: RunBudget, intervals: tuple[int, int]) -> None:

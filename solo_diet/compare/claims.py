@@ -21,7 +21,12 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
-from solo_diet.compare.paper_budget import budget_note, budget_verdict, check_paper_budget
+from solo_diet.compare.paper_budget import (
+    Trained,
+    budget_note,
+    budget_verdict,
+    check_paper_budget,
+)
 from solo_diet.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
@@ -170,27 +175,28 @@ def _overall(outcomes: Sequence[str]) -> str:
     return "partly held (the rest not resolved)" if HELD in outcomes else "not resolved"
 
 
-def _epochs_run(
-    spec: DictConfig, claim: DictConfig, run_epochs: Mapping[str, int]
-) -> dict[str, int]:
-    """The epochs each run of the claim trained (its schedule's length, also for a claim read
-    after ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
+def _trained(
+    spec: DictConfig, claim: DictConfig, trained: Mapping[str, Trained]
+) -> dict[str, Trained]:
+    """What each run of the claim trained (its schedule's length, also for a claim read after
+    ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
     names = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
-    return {run: int(run_epochs.get(run, spec.budget.max_epochs)) for run in names}
+    return {run: trained.get(run, Trained(spec.budget.max_epochs)) for run in names}
 
 
 def claim_lines(
     spec: DictConfig,
     results: Sequence[dict],
     out: Path,
-    run_epochs: Optional[Mapping[str, int]] = None,
+    trained: Optional[Mapping[str, Trained]] = None,
 ) -> list[str]:
     """One line per claim: its verdict (budget-limited below its source's budget), then every
     pair's gap against two pooled std; with ``paper_budget``, what was run against what the
-    source ran, on the same line. ``run_epochs``: each run's epochs (default the spec's)."""
+    source ran, on the same line. ``trained``: what each run trained (default: the spec's epochs,
+    steps not counted)."""
     lines = []
     for claim in spec.claims:
-        ran = _epochs_run(spec, claim, run_epochs or {})
+        ran = _trained(spec, claim, trained or {})
         epoch = claim.get("epoch")
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}

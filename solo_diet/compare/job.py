@@ -50,7 +50,9 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
 
 def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
-    one resumes from its latest checkpoint; a job folder made by another config is refused."""
+    one resumes from its latest checkpoint; a job folder holding the training of another config
+    is refused, one whose attempt with another config failed before its first checkpoint (a
+    config error, say) starts afresh."""
     from solo_diet.launch.pretrain import run_pretrain
 
     cfg, run_dir = job.cfg, job.run_dir
@@ -58,10 +60,13 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     state = read_json(state_path)
     pretrain_fingerprint = training_fingerprint(cfg)
     if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
-        raise ConfigError(
-            f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
-            "another `output_dir` or delete that folder."
-        )
+        if state.get("checkpoint") or latest_checkpoint(run_dir / "pretrain") is not None:
+            raise ConfigError(
+                f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
+                "another `output_dir` or delete that folder."
+            )
+        progress(f"{job.label}: its attempt with another config left no checkpoint; starting over")
+        state = {}
     finished = state.get("checkpoint")
     if finished and Path(finished).is_file():
         problem = checkpoint_problem(finished)

@@ -1,23 +1,26 @@
 """A claim's source budget and definition, and the verdict they allow.
 
 Every claim of a spec carries ``paper_budget`` (what its source trained: ``epochs``, optionally
-``than_epochs`` for the runs it was compared against, and ``batch_size``) and ``definition`` (the
-source's own reading of the claim, in its words, or ours labelled ``ours: true``). A claim checked
-below its source's budget never reads "did not hold": it reads ``budget-limited (X of Y epochs)``
-with the gaps it had, and "held" only says at how much of the budget it held. Only a claim
-checked at its source's budget and definition can fail ("did not hold"); a reading of ours that
-fails at that budget is "not met, a reading of ours".
+``than_epochs`` for the runs it was compared against, ``batch_size``, and the source's ``steps``
+or ``samples`` for those epochs, the count that stays comparable on a dataset of another size)
+and ``definition`` (the source's own reading of the claim, in its words, or ours labelled
+``ours: true``). A claim checked below its source's budget, in epochs or in steps (samples), never
+reads "did not hold": it reads ``budget-limited (X of Y epochs)``, with ``A of the paper's B
+steps, S %`` where the source named them, and the gaps it had; "held" only says at how much of the
+budget it held. Only a claim checked at its source's budget and definition can fail ("did not
+hold"); a reading of ours that fails at that budget is "not met, a reading of ours".
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig
 
 from solo_diet.config import ConfigError
 
-PAPER_BUDGET_KEYS = ("epochs", "than_epochs", "batch_size")
+PAPER_BUDGET_KEYS = ("epochs", "than_epochs", "batch_size", "steps", "samples")
 # what the gaps of a claim that did not hold were, in words that decide nothing
 AT_THIS_BUDGET = {
     "did not hold": "reversed (one or more)",
@@ -27,24 +30,79 @@ AT_THIS_BUDGET = {
 }
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What a run trained: its epochs and, where its data was counted, its optimizer steps and
+    the images its loader drew (views not counted)."""
+
+    epochs: int
+    steps: Optional[int] = None
+    samples: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Below:
+    """A run trained below its source: epochs and, where both are known, steps (samples)."""
+
+    run: str
+    epochs: int
+    paper_epochs: int
+    count: Optional[int]  # the run's steps (samples), where counted and the source named them
+    paper_count: Optional[int]
+
+    def words(self, unit: str) -> str:
+        text = f"{self.epochs} of {self.paper_epochs} epochs"
+        if self.count is None or self.paper_count is None:
+            return text
+        share = 100 * self.count / self.paper_count
+        share_text = f"{share:.0f}" if share >= 10 else f"{share:.2g}"
+        return (
+            f"{text}; {_short(self.count)} of the paper's {_short(self.paper_count)} {unit}, "
+            f"{share_text} %"
+        )
+
+
+def _short(count: int) -> str:
+    """``25k``, ``15.5k``, ``977k``, ``1.76M``: three significant digits."""
+    rounded = float(f"{count:.3g}")
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if rounded >= size:
+            return f"{rounded / size:g}{suffix}"
+    return f"{rounded:g}"
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def check_paper_budget(claim: DictConfig, key_of: str) -> None:
     """``paper_budget``: a mapping of positive integers, ``epochs`` required, ``than_epochs`` only
-    with ``than``; ``definition``: text; ``ours``: a boolean."""
+    with ``than``, at most one of ``steps`` and ``samples``; ``definition``: text; ``ours``: a
+    boolean."""
     budget = claim.get("paper_budget")
-    if (
-        not isinstance(budget, DictConfig)
-        or "epochs" not in budget
-        or not set(budget) <= set(PAPER_BUDGET_KEYS)
-        or not all(_positive_int(v) for v in budget.values())
-    ):
+    example = (
+        "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples "
+        "are the paper's for those epochs)"
+    )
+    if not isinstance(budget, DictConfig) or "epochs" not in budget:
         raise ConfigError(
-            f"{key_of}paper_budget` must be the source's budget, a mapping of positive integers "
-            f"with `epochs` and optionally {list(PAPER_BUDGET_KEYS[1:])} (e.g. `paper_budget: "
-            f"{{epochs: 5000}}`); got {budget}."
+            f"{key_of}paper_budget` must be the source's budget, a mapping with `epochs` and "
+            f"optionally {list(PAPER_BUDGET_KEYS[1:])} {example}; got {budget}."
+        )
+    for key, value in budget.items():
+        if key not in PAPER_BUDGET_KEYS:
+            raise ConfigError(
+                f"{key_of}paper_budget.{key}` is not a budget key; use {list(PAPER_BUDGET_KEYS)} "
+                f"{example}."
+            )
+        if not _positive_int(value):
+            raise ConfigError(
+                f"{key_of}paper_budget.{key}` must be a positive integer {example}; got {value}."
+            )
+    if "steps" in budget and "samples" in budget:
+        raise ConfigError(
+            f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
+            "source states), the other follows from its batch size."
         )
     if "than_epochs" in budget and claim.get("than") is None:
         raise ConfigError(
@@ -63,6 +121,11 @@ def check_paper_budget(claim: DictConfig, key_of: str) -> None:
         )
 
 
+def _unit(claim: DictConfig) -> Optional[str]:
+    """``steps`` or ``samples``: the count the source named besides its epochs, if any."""
+    return next((u for u in ("steps", "samples") if u in claim.paper_budget), None)
+
+
 def paper_epochs(claim: DictConfig, run: str) -> int:
     """The source's epochs for ``run``: ``than_epochs`` for a ``than`` run where given."""
     budget = claim.paper_budget
@@ -71,47 +134,70 @@ def paper_epochs(claim: DictConfig, run: str) -> int:
     return int(budget.epochs)
 
 
-def below_budget(claim: DictConfig, ran: Mapping[str, int]) -> list[tuple[str, int, int]]:
-    """``(run, epochs run, paper's epochs)`` of the claim's runs trained below the paper."""
+def _paper_count(claim: DictConfig, run: str) -> Optional[int]:
+    """The source's steps (samples) for ``run``: those of ``epochs``, scaled to ``than_epochs``
+    for a ``than`` run (the same data and batch)."""
+    unit = _unit(claim)
+    if unit is None:
+        return None
+    budget = claim.paper_budget
+    return round(budget[unit] * paper_epochs(claim, run) / budget.epochs)
+
+
+def below_budget(claim: DictConfig, ran: Mapping[str, Trained]) -> list[Below]:
+    """The claim's runs trained below the source, in epochs or in the steps (samples) it named."""
     runs = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
-    pairs = [(run, ran[run], paper_epochs(claim, run)) for run in runs if run in ran]
-    return [(run, done, paper) for run, done, paper in pairs if done < paper]
+    unit = _unit(claim)
+    below = []
+    for run in (r for r in runs if r in ran):
+        count, paper_count = getattr(ran[run], unit) if unit else None, _paper_count(claim, run)
+        if count is None or paper_count is None:
+            count = paper_count = None
+        item = Below(run, ran[run].epochs, paper_epochs(claim, run), count, paper_count)
+        if item.epochs < item.paper_epochs or (count is not None and count < paper_count):
+            below.append(item)
+    return below
 
 
-def _limits(below: list[tuple[str, int, int]]) -> str:
-    if len({(done, paper) for _, done, paper in below}) == 1:
-        _, done, paper = below[0]
-        return f"{done} of {paper} epochs"
-    return ", ".join(f"{run} {done} of {paper} epochs" for run, done, paper in below)
+def _limits(claim: DictConfig, below: list[Below]) -> str:
+    unit = _unit(claim) or "steps"
+    shown = {item.words(unit) for item in below}
+    if len(shown) == 1:
+        return shown.pop()
+    joint = "; " if any(item.count is not None for item in below) else ", "
+    return joint.join(f"{item.run} {item.words(unit)}" for item in below)
 
 
-def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, int]) -> str:
+def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, Trained]) -> str:
     """The verdict with the budget: ``budget-limited (X of Y epochs)`` for a claim that did not
-    hold below the paper's budget, ``held (at X of Y epochs)`` for one that held there."""
+    hold below the paper's budget, ``held (at X of Y epochs)`` for one that held there, each with
+    the share of the paper's steps (samples) where it named them."""
     if claim.get("paper_budget") is None:
         return verdict
     below = below_budget(claim, ran)
     if not below:
         shown = "not met" if claim.get("ours") and verdict == "did not hold" else verdict
     elif verdict == "held":
-        shown = f"held (at {_limits(below)})"
+        shown = f"held (at {_limits(claim, below)})"
     else:
-        shown = f"budget-limited ({_limits(below)})"
+        shown = f"budget-limited ({_limits(claim, below)})"
     return f"{shown}, a reading of ours" if claim.get("ours") else shown
 
 
 def budget_note(
-    claim: DictConfig, verdict: str, ran: Mapping[str, int], batch_size: Optional[int]
+    claim: DictConfig, verdict: str, ran: Mapping[str, Trained], batch_size: Optional[int]
 ) -> str:
     """The end of the claim's line: what was run against what the source ran, at what
     definition, and, when budget-limited, what the gaps read at this budget."""
     if claim.get("paper_budget") is None:
         return ""
     budget = claim.paper_budget
-    runs = ", ".join(f"{run} {epochs}" for run, epochs in ran.items())
-    paper = f"{budget.epochs} epochs"
+    runs = ", ".join(f"{run} {trained.epochs}" for run, trained in ran.items())
+    unit = _unit(claim)
+    counted = f"{budget[unit]:,} {unit}" if unit else ""
+    paper = f"{budget.epochs} epochs" + (f" ({counted})" if counted else "")
     if "than_epochs" in budget:
-        better = ", ".join(claim.better)
+        better = ", ".join(claim.better) + (f"; {counted}" if counted else "")
         paper = f"{budget.epochs} epochs ({better}), {budget.than_epochs} (the rest)"
     if "batch_size" in budget:
         paper += f", batch {budget.batch_size}"

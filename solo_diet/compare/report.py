@@ -253,7 +253,7 @@ def write_report(
     budgets = budgets or {}
     same = all(b.epochs == budget.max_epochs for b in budgets.values())
     whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
-    claims = claim_lines(spec, runs, out, {run: b.epochs for run, b in budgets.items()})
+    claims = claim_lines(spec, runs, out, {run: b.trained() for run, b in budgets.items()})
     lines = [
         f"# Comparison: {spec.name}",
         "",

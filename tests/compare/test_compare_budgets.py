@@ -15,6 +15,7 @@ skip_without_solo()
 
 from solo_diet.compare import run_compare  # noqa: E402
 from solo_diet.compare.jobs import parse_runs, plan_jobs  # noqa: E402
+from solo_diet.compare.paper_budget import Trained  # noqa: E402
 from solo_diet.compare.spec import load_spec  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.launch.callbacks import read_epoch_rows  # noqa: E402
@@ -60,6 +61,8 @@ def test_a_runs_own_budget_sets_its_epochs_and_intervals(data_root, tmp_path):
     assert jobs["simclr"].cfg.max_epochs == 2 and jobs["simclr"].budget.samples == 32
     assert jobs["simclr"].budget.matched == "samples"
     assert jobs["simclr"].cfg.checkpoint.frequency == 1  # a tenth of its own 2 epochs, rounded up
+    # what the claims' verdicts weigh against a paper's steps: 2 batches of 4 an epoch
+    assert jobs["diet"].budget.trained() == Trained(epochs=2, steps=4, samples=16)
 
 
 @pytest.mark.parametrize(

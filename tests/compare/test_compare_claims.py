@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from solo_diet.compare.claims import check_claims, claim_lines
+from solo_diet.compare.paper_budget import Below, Trained
 from solo_diet.config import ConfigError
 
 
@@ -191,7 +192,7 @@ def test_below_the_papers_budget_a_claim_is_budget_limited_never_did_not_hold(tm
     )
 
     # at the paper's budget the same gaps fail the claim
-    ran = {"diet": 5000, "simclr": 5000}
+    ran = {"diet": Trained(5000), "simclr": Trained(5000)}
     [verdict] = claim_lines(spec, results(reversed_), tmp_path, ran)
     assert verdict.startswith("- **did not hold**: parity")
     assert "(at the source's budget)" in verdict
@@ -213,7 +214,7 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
     }
     spec = spec_with([claim], max_epochs=5000)
     accuracies = {"diet": [60.0, 60.5, 61.0], "simclr": [60.0, 60.5, 61.0]}
-    ran = {"diet": 5000, "simclr": 300}
+    ran = {"diet": Trained(5000), "simclr": Trained(300)}
     [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
     assert verdict.startswith("- **budget-limited (300 of 1000 epochs), a reading of ours**: beats")
     assert "the source ran 5000 epochs (diet), 1000 (the rest), batch 1024" in verdict
@@ -225,7 +226,10 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
     [
         ({"paper_budget": None}, r"`claims\[0\]\.paper_budget` must be the source's budget"),
         ({"paper_budget": {"steps": 10}}, r"`claims\[0\]\.paper_budget` must be"),
-        ({"paper_budget": {"epochs": 0}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": {"epochs": 0}}, r"`claims\[0\]\.paper_budget\.epochs` must be a"),
+        ({"paper_budget": {"epochs": 5, "steps": 0}}, r"paper_budget\.steps` must be a positive"),
+        ({"paper_budget": {"epochs": 5, "step": 9}}, r"paper_budget\.step` is not a budget key"),
+        ({"paper_budget": {"epochs": 5, "steps": 9, "samples": 9}}, r"both given: name one"),
         ({"paper_budget": {"epochs": 5, "than_epochs": 5}}, r"than_epochs` is the budget of"),
         ({"definition": None}, r"`claims\[0\]\.definition` must be the source's own reading"),
         ({"ours": "yes"}, r"`claims\[0\]\.ours` must be true"),
@@ -241,6 +245,51 @@ def test_bad_paper_budgets_name_the_key(extra, message):
 def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):
     claim = {"text": "wide", "metric": "linear_acc1", "better": ["diet"], "at_least": 90, **PAPER}
     spec = spec_with([{**claim, "ours": True}], max_epochs=5000)
-    [verdict] = claim_lines(spec, results({"diet": [60.0, 60.5, 61.0]}), tmp_path, {"diet": 5000})
+    [verdict] = claim_lines(
+        spec, results({"diet": [60.0, 60.5, 61.0]}), tmp_path, {"diet": Trained(5000)}
+    )
     assert verdict.startswith("- **not met, a reading of ours**: wide")
     assert "did not hold" not in verdict and "Checked as a reading of ours" in verdict
+
+
+def test_epochs_on_a_smaller_dataset_state_the_share_of_the_papers_steps(tmp_path):
+    # the CPLearn paper's ResNet-8: 200 epochs of CIFAR-10 at batch 64; ours 200 of 8 000 images
+    claim = {"text": "codes", "metric": "linear_acc1", "better": ["cp"], "at_least": 10}
+    budget = {"epochs": 200, "steps": 156250, "batch_size": 64}
+    spec = spec_with([{**claim, "paper_budget": budget, "definition": "Tab. 9"}], max_epochs=200)
+    ran = {"cp": Trained(200, steps=25000, samples=1_600_000)}
+    [verdict] = claim_lines(spec, results({"cp": [60.0, 60.5, 61.0]}), tmp_path, ran)
+    # equal epochs, 16 % of the steps: below the source's budget, never "at" it
+    assert verdict.startswith(
+        "- **held (at 200 of 200 epochs; 25k of the paper's 156k steps, 16 %)**: codes"
+    )
+    assert "the source ran 200 epochs (156,250 steps), batch 64 (below the source's" in verdict
+
+    failed = {"cp": [5.0, 5.5, 6.0]}
+    [verdict] = claim_lines(spec, results(failed), tmp_path, ran)
+    assert verdict.startswith("- **budget-limited (200 of 200 epochs; 25k of the paper's 156k")
+
+    # the paper's samples, a than run's scaled to its than_epochs; steps not counted: epochs only
+    budget = {"epochs": 5000, "than_epochs": 1000, "samples": 250_000_000}
+    claim = {"text": "beats", "metric": "linear_acc1", "better": ["diet"], "than": ["simclr"]}
+    spec = spec_with([{**claim, "paper_budget": budget, "definition": "Tab. 2"}])
+    ran = {"diet": Trained(500, 15500, 3_968_000), "simclr": Trained(1000, 31000, 7_936_000)}
+    accuracies = {"diet": [70.0, 70.5, 71.0], "simclr": [60.0, 60.5, 61.0]}
+    [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
+    assert verdict.startswith(
+        "- **held (at diet 500 of 5000 epochs; 3.97M of the paper's 250M samples, 1.6 %; simclr "
+        "1000 of 1000 epochs; 7.94M of the paper's 50M samples, 16 %)**: beats"
+    )
+    assert "the source ran 5000 epochs (diet; 250,000,000 samples), 1000 (the rest) (" in verdict
+    ran = {"diet": Trained(500), "simclr": Trained(1000)}
+    [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
+    assert verdict.startswith("- **held (at 500 of 5000 epochs)**: beats")
+
+
+def test_step_counts_read_in_three_significant_digits():
+    below = Below("run", 1, 2, 999_999, 1_757_813)
+    assert below.words("steps") == "1 of 2 epochs; 1M of the paper's 1.76M steps, 57 %"
+    assert (
+        Below("run", 5, 5, 9, 1000).words("samples")
+        == "5 of 5 epochs; 9 of the paper's 1k samples, 0.9 %"
+    )
