@@ -24,7 +24,7 @@ from solo.methods import METHODS  # noqa: E402
 from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
-from solo_diet.launch.common import compose_cfg  # noqa: E402
+from solo_diet.launch.common import compose_cfg, fit_or_raise  # noqa: E402
 from solo_diet.launch.gpu_data import (  # noqa: E402
     eval_loader,
     feature_loader,
@@ -112,7 +112,9 @@ def fit_through_gpu_path(cfg, **trainer_overrides):
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    trainer.fit(model, train, eval_loader(run, gpu, run.probe, BATCH))
+    val = eval_loader(run, gpu, run.probe, BATCH)
+    # as the launcher fits: a streaming loader's persistent workers stop when the fit ends
+    fit_or_raise(trainer, model, cfg, None, train_dataloaders=train, val_dataloaders=val)
     return trainer, recorder, train
 
 
