@@ -31,6 +31,7 @@ from solo_diet.data import (
     pipeline,
 )
 from solo_diet.data import augment as ops
+from tests._helpers.core import BAD_NODES
 
 N = 10_000
 REPO = Path(__file__).resolve().parents[2]
@@ -352,29 +353,6 @@ def test_shipped_yaml_nodes_parse():
         assert augmentation.num_views == sum(n.num_crops for n in nodes)
         parsed += 1
     assert parsed >= 10
-
-
-# a bad second node and the argument its error names (tests/launch: the key it becomes)
-BAD_NODES = [
-    (
-        {"color_jitter": {"prob": 0.8, "brighness": 0.4}},
-        "nodes[1].color_jitter.brighness",
-    ),
-    ({"colour_jitter": {"prob": 0.8}}, "nodes[1].colour_jitter"),
-    ({"grayscale": {"prob": 1.5}}, "nodes[1].grayscale.prob"),
-    ({"grayscale": 0.2}, "nodes[1].grayscale"),
-    (
-        {"color_jitter": {"prob": 0.8, "brightness": -0.1}},
-        "nodes[1].color_jitter.brightness",
-    ),
-    ({"color_jitter": {"prob": 0.8, "hue": 0.7}}, "nodes[1].color_jitter.hue"),
-    ({"rrc": {"enabled": True, "crop_min_scale": 0.0}}, "nodes[1].rrc.crop_min_scale"),
-    ({"rrc": {"enabled": "yes"}}, "nodes[1].rrc.enabled"),
-    ({"num_crops": 0}, "nodes[1].num_crops"),
-    ({"crop_size": "32"}, "nodes[1].crop_size"),
-    ({"mean": [0.5, 0.5, 0.5]}, "nodes[1].mean"),
-    ({"std": [0.2, 0.0, 0.2]}, "nodes[1].std"),
-]
 
 
 @pytest.mark.parametrize("change, argument", BAD_NODES)
