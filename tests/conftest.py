@@ -59,14 +59,26 @@ def _slow_name(function: types.FunctionType, seen: set) -> Optional[str]:
     names = _names(function.__code__)
     if names & SLOW_NAMES:
         return f"{function.__qualname__} uses {sorted(names & SLOW_NAMES)[0]}"
+    for obj in _suite_objects(function, names):
+        for helper in _functions(obj):
+            found = _slow_name(helper, seen)
+            if found:
+                return found
+    return None
+
+
+def _suite_objects(function: types.FunctionType, names: set[str]) -> list:
+    """The objects of the suite's modules that ``function`` names: its globals, and the
+    attributes it names of a suite module it holds (``gpu_path.fit_through_gpu_path``)."""
+    found = []
     for name in sorted(names):
         obj = function.__globals__.get(name)
-        if getattr(obj, "__module__", None) and obj.__module__.split(".")[0] == "tests":
-            for helper in _functions(obj):
-                found = _slow_name(helper, seen)
-                if found:
-                    return found
-    return None
+        if isinstance(obj, types.ModuleType):
+            if obj.__name__.split(".")[0] == "tests":
+                found += [getattr(obj, n) for n in sorted(names) if hasattr(obj, n)]
+        elif str(getattr(obj, "__module__", None)).split(".")[0] == "tests":
+            found.append(obj)
+    return found
 
 
 def slow_reason(item: pytest.Item) -> Optional[str]:

@@ -84,6 +84,7 @@ def run(nodes, images, seed=0):
 @pytest.mark.parametrize(
     "height, width, scale", [(32, 32, (0.08, 1.0)), (24, 40, (0.08, 1.0)), (20, 60, (0.9, 1.0))]
 )
+@pytest.mark.slow  # over 2 s
 def test_resized_crop_boxes_match_torchvision(height, width, scale):
     torch.manual_seed(0)
     image = torch.empty(1, height, width)
@@ -161,6 +162,7 @@ def test_flip_rate_per_node():
         assert torch.equal(view[~flipped], ramp[~flipped])  # exact when not flipped
 
 
+@pytest.mark.slow  # over 2 s
 def test_grayscale_solarization_and_erasing_rates():
     colour = torch.tensor([0.8, 0.5, 0.1]).view(1, 3, 1, 1).expand(N, 3, 8, 8)
     views = run([node(grayscale={"prob": 0.2}), node(solarization={"prob": 0.2})], colour)
@@ -189,6 +191,7 @@ def blur_centre(sigma: float, radius: int = 6) -> float:
     return (1 / sum(taps)) ** 2
 
 
+@pytest.mark.slow  # over 2 s
 def test_blur_rate_and_sigma():
     impulse = torch.zeros(N, 3, 16, 16)
     impulse[:, :, 8, 8] = 1
@@ -225,6 +228,7 @@ def jitter_reference(p: float, brightness=0.0, contrast=0.0, saturation=0.0, hue
     return torch.tensor(draws)
 
 
+@pytest.mark.slow  # over 2 s
 def test_jitter_factor_distributions():
     half = torch.full((N, 3, 8, 8), 0.25)
     half[..., 4:] = 0.75
