@@ -16,7 +16,8 @@ a fill on a GPU) and fails on any, for every method but those whose host reads t
 only (s-DIET's row store). It cannot see a blocking copy (W-MSE's host permutation indexing GPU
 features, before our substitute) or a linear-algebra status check; the CUDA test can.
 
-Run on a GPU machine: ``python -m pytest tests/launch/test_no_host_sync.py -q -p no:cacheprovider``.
+Run on a GPU machine (its fits are in the slow tier):
+``python -m pytest tests/launch/test_no_host_sync.py -q -p no:cacheprovider --runslow``.
 """
 
 import pytest
@@ -25,7 +26,6 @@ import torch
 from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
-
 
 from solo_diet.data.synthetic import write_image_folder
 from tests._helpers.methods import fits_of
