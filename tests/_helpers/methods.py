@@ -188,7 +188,8 @@ def registered_methods() -> list:
 
 def check_one_training_step(method: str, num_samples: int = 16, batch_size: int = 4) -> None:
     """``method`` built from its contract's smoke config, one ``training_step`` and ``backward`` by
-    hand on a tiny CPU batch (no Trainer): a finite loss whose gradients reach the backbone. A
+    hand on a tiny CPU batch (no fit; a Trainer only attends ``on_train_start``): a finite loss
+    whose gradients reach the backbone (the classifier for solo-learn's ``base``). A
     method whose contract brings a batch sampler trains on that sampler's first batch, which holds
     ``batch_size`` distinct indices of the training set."""
     tiny: dict = {}
