@@ -46,7 +46,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python -c "import torch, lightning; print('torch', torch.__version__, 'lightning', lightning.__version__)"
 for part in $parts; do
     case "$part" in
-    sync) run_part sync 170 python -m pytest tests/launch/test_no_host_sync.py -q \
+    sync) run_part sync 170 python -m pytest tests/launch/test_no_host_sync.py -q --runslow \
         -p no:cacheprovider -k never_read_back -rfE ;;
     ratio) run_part ratio 420 python benchmarks/data_path.py --backbones resnet18 \
         --sources gpu bare --seconds 2 --case-timeout 60 ;;

@@ -17,27 +17,27 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import solo.methods
+import torch
+from solo.methods import METHODS
+
+import solo_diet
+import solo_diet.methods
+from solo_diet.cli.main import main
+from solo_diet.config import ConfigError
+from solo_diet.data.synthetic import write_image_folder
+from solo_diet.methods.contract import method_contract
+from solo_diet.methods.registry import plugin_methods
+from solo_diet.methods.testing import tiny_cfg
+from tests._helpers import gpu_path, methods, read_back
+from tests._helpers.compare import SHIPPED_SPEC
+from tests._helpers.compare import four_methods_overrides as tiny_overrides
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import solo.methods  # noqa: E402
-import torch  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-
-import solo_diet  # noqa: E402
-import solo_diet.methods  # noqa: E402
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.data.synthetic import write_image_folder  # noqa: E402
-from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.registry import plugin_methods  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC  # noqa: E402
-from tests.compare.test_compare import tiny_overrides  # noqa: E402
-from tests.launch import test_gpu_path, test_no_host_sync  # noqa: E402
-from tests.methods import test_sem  # noqa: E402
 
 CONFIGS = SHIPPED_SPEC.parent / "configs"
 
@@ -56,9 +56,16 @@ def guide_block(language: str, containing: str) -> str:
 TOY_MODULE = "solo_diet.methods.toy_index"
 # the tests whose methods come from the registry and their contract, never from a list of names
 CONTRACT_CHOSEN = [
-    ROOT / "tests" / "launch" / "test_gpu_path.py",
-    ROOT / "tests" / "launch" / "test_no_host_sync.py",
-    ROOT / "tests" / "methods" / "test_sem.py",
+    ROOT / "tests" / folder / f"{name}.py"
+    for folder, name in [
+        ("launch", "test_gpu_path"),
+        ("launch", "test_no_host_sync"),
+        ("methods", "test_sem"),
+        ("methods", "test_every_method"),
+        ("_helpers", "gpu_path"),
+        ("_helpers", "read_back"),
+        ("_helpers", "methods"),
+    ]
 ]
 
 
@@ -164,23 +171,24 @@ def test_the_contract_chosen_tests_run_the_toy_as_they_run_every_method(toy_regi
     configures it from its contract alone: a list of method names coming back (for num_samples,
     views or tiny settings) fails here, as the toy is in none."""
     data = tmp_path / "gpu_images"
-    for split, per_class, seed in (("train", test_gpu_path.PER_CLASS, 0), ("val", 2, 1)):
+    for split, per_class, seed in (("train", gpu_path.PER_CLASS, 0), ("val", 2, 1)):
         write_image_folder(
-            data / split, num_classes=test_gpu_path.CLASSES, per_class=per_class, seed=seed
+            data / split, num_classes=gpu_path.CLASSES, per_class=per_class, seed=seed
         )
     for method in ("toy_index", "toy_index_sem"):
-        model = test_gpu_path.check_fast_dev_run_through_the_gpu_path(method, data)
+        model = gpu_path.check_fast_dev_run_through_the_gpu_path(method, data)
         # the contract's smoke settings and views reached the model, not defaults or a name list
         assert model.z_dim == 16 and model.temperature == 0.5 and model.num_crops == 1
-        assert model.num_samples == test_gpu_path.NUM_TRAIN
+        assert model.num_samples == gpu_path.NUM_TRAIN
     guarded = tmp_path / "guarded_images"
-    classes, per_class = test_no_host_sync.CLASSES, test_no_host_sync.PER_CLASS
+    classes, per_class = read_back.CLASSES, read_back.PER_CLASS
     write_image_folder(guarded / "train", num_classes=classes, per_class=per_class, seed=0)
-    test_no_host_sync.check_cpu_stand_in_sees_no_read_back("toy_index", "lars", guarded, tmp_path)
-    test_sem.check_twin_builds_and_fits("toy_index")
-    test_sem.check_a_misspelt_method_kwarg_is_refused("toy_index")
-    assert "toy_index" in test_sem.declared_methods()
-    assert "toy_index" in test_gpu_path.registered_methods()
+    read_back.check_cpu_stand_in_sees_no_read_back("toy_index", "lars", guarded, tmp_path)
+    methods.check_twin_builds_and_fits("toy_index")
+    methods.check_a_misspelt_method_kwarg_is_refused("toy_index")
+    methods.check_one_training_step("toy_index")
+    assert "toy_index" in methods.declared_methods()
+    assert "toy_index" in methods.registered_methods()
 
 
 def test_the_contract_chosen_tests_list_no_method_by_name():

@@ -9,7 +9,7 @@ import pytest
 
 from solo_diet.cli.configs import DATASET_CHOICES, SHIPPED
 from solo_diet.cli.main import main
-from tests._solo import requires_solo
+from tests._helpers import requires_solo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,6 +138,7 @@ def test_written_configs_launch(tmp_path, capsys):
     assert "| diet | diet |" in (tmp_path / "cmp" / "report.md").read_text()
 
 
+@pytest.mark.slow  # over 2 s
 @requires_solo()
 def test_no_shipped_or_solo_learn_yaml_trips_the_key_typo_check():
     """Every launch YAML of solo-learn's checkout and of ours composes and passes the near-miss key

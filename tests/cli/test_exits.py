@@ -14,19 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._solo import requires_solo
+from tests._helpers import SCRIPTS, requires_solo
+from tests._helpers.cli import LINEAR, PRETRAIN, cli, last_line, linear_overrides, overrides
 
 pytestmark = [pytest.mark.solo, requires_solo()]
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-PRETRAIN = [
-    "pretrain",
-    "--config-path",
-    str(SCRIPTS / "pretrain" / "custom"),
-    "--config-name",
-    "diet",
-]
-LINEAR = ["linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet"]
 
 
 @pytest.fixture(scope="module")
@@ -42,58 +33,6 @@ def data(tmp_path_factory) -> Path:
 def copy_data(data: Path, to: Path) -> Path:
     shutil.copytree(data, to)
     return to
-
-
-def overrides(data: Path, out: Path, epochs: int = 1, batches: int = 2) -> list[str]:
-    """The shipped custom DIET config shrunk to a CPU second per epoch (auto-resume stays on)."""
-    return [
-        f"data.train_path={data / 'train'}",
-        f"data.val_path={data / 'val'}",
-        "data.num_workers=0",
-        f"checkpoint.dir={out}",
-        "wandb.enabled=False",
-        f"max_epochs={epochs}",
-        "accelerator=cpu",
-        "devices=1",
-        "precision=32",
-        f"++limit_train_batches={batches}",
-        "++limit_val_batches=1",
-        "++num_sanity_val_steps=0",
-        "++enable_progress_bar=False",
-        "backbone.name=cp_resnet8",
-        "++backbone.kwargs.width=8",
-        "augmentations.0.crop_size=32",
-        "optimizer.batch_size=4",
-    ]
-
-
-def linear_overrides(data: Path, out: Path) -> list[str]:
-    keep = (
-        "data.",
-        "checkpoint.dir",
-        "wandb.",
-        "max_epochs",
-        "accelerator",
-        "devices",
-        "precision",
-        "++",
-    )
-    return [o for o in overrides(data, out) if o.startswith(keep) and "backbone" not in o] + [
-        "optimizer.batch_size=4"
-    ]
-
-
-def cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    from solo_diet.cli.main import main
-
-    capsys.readouterr()
-    code = main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def last_line(text: str) -> str:
-    return text.strip().splitlines()[-1]
 
 
 def test_a_finished_run_is_a_no_op_and_its_probe_checks_its_choices(data, tmp_path, capsys):
@@ -434,7 +373,7 @@ def test_a_gpu_accelerator_without_cuda_is_one_line_before_anything_runs(
     if command == "pretrain":
         argv = PRETRAIN + overrides(data, tmp_path) + ["accelerator=gpu"]
     else:
-        from tests.compare._compare import SHIPPED_SPEC
+        from tests._helpers.compare import SHIPPED_SPEC
 
         argv = ["compare", str(SHIPPED_SPEC), f"data.root={data}", f"output_dir={tmp_path / 'c'}"]
         argv.append("trainer=[accelerator=gpu]")

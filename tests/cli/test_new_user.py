@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import requires_solo
-from tests.cli.test_exits import cli
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
+from tests._helpers import requires_solo
+from tests._helpers.cli import cli
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = [pytest.mark.solo, requires_solo()]
 
@@ -154,7 +154,7 @@ def test_demo_progress_says_each_pretraining_epoch_and_skips_a_finished_fit(data
     from solo_diet.launch.common import compose_cfg
     from solo_diet.launch.pretrain import run_pretrain
     from solo_diet.launch.progress import OverallProgress
-    from tests.cli.test_exits import overrides
+    from tests._helpers.cli import overrides
 
     said: list[str] = []
     cfg_overrides = overrides(data, tmp_path, epochs=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import requires_solo
+from tests._helpers import requires_solo
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "lightning", "solo", "timm", "torchvision")

@@ -10,38 +10,29 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.compare import run_compare  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.launch.callbacks import read_epoch_rows  # noqa: E402
-from solo_diet.metrics.logreg import L2_GRID  # noqa: E402
-from tests.compare._compare import (  # noqa: E402
+from solo_diet.cli.main import main
+from solo_diet.compare import run_compare
+from solo_diet.config import ConfigError
+from solo_diet.launch.callbacks import read_epoch_rows
+from solo_diet.metrics.logreg import L2_GRID
+from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,
     write_tiny_images,
 )
-from tests.compare._compare import tiny_overrides as shrunk  # noqa: E402
+from tests._helpers.compare import four_methods_overrides as tiny_overrides
+from tests._helpers.compare import tiny_overrides as shrunk
+
+pytestmark = pytest.mark.solo
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     return write_tiny_images(tmp_path_factory.mktemp("images"))
-
-
-def tiny_overrides(data_root: Path, output_dir: Path) -> list[str]:
-    """The shipped Animal-MNIST spec shrunk to a few CPU seconds per run, four methods."""
-    return shrunk(data_root, output_dir) + [
-        "evaluation.rankme_every_n_epochs=1",
-        "reference_rows=[]",
-        "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr},"
-        " {name: simclr_sem, config_name: simclr_sem},"
-        " {name: cplearn, config_name: cplearn, overrides: [method_kwargs.proj_output_dim=64]}]",
-    ]
 
 
 def results_by_run(output_dir: Path) -> dict[str, dict[str, str]]:

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.compare import run_compare
+from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.paper_budget import Trained
+from solo_diet.compare.spec import load_spec
+from solo_diet.config import ConfigError
+from solo_diet.launch.callbacks import read_epoch_rows
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-from solo_diet.compare import run_compare  # noqa: E402
-from solo_diet.compare.jobs import parse_runs, plan_jobs  # noqa: E402
-from solo_diet.compare.paper_budget import Trained  # noqa: E402
-from solo_diet.compare.spec import load_spec  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.launch.callbacks import read_epoch_rows  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 RUNS = "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]"
 # 30 train images, batch 4, 2 batches an epoch: 8 images an epoch

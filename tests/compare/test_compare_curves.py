@@ -12,29 +12,30 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare import load_spec, parse_runs, run_compare  # noqa: E402
-from solo_diet.compare.compute import samples_seen, views_per_sample  # noqa: E402
-from solo_diet.compare.curves import (  # noqa: E402
+from solo_diet.compare import load_spec, parse_runs, run_compare
+from solo_diet.compare.compute import samples_seen, views_per_sample
+from solo_diet.compare.curves import (
     curve_epochs,
     evaluate_curve,
     read_points,
     snapshot_epochs,
     write_points,
 )
-from solo_diet.compare.curves_report import run_curves  # noqa: E402
-from solo_diet.compare.jobs import plan_jobs  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import (  # noqa: E402
+from solo_diet.compare.curves_report import run_curves
+from solo_diet.compare.jobs import plan_jobs
+from solo_diet.config import ConfigError
+from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,
     tiny_overrides,
     write_tiny_images,
 )
+
+pytestmark = pytest.mark.solo
 
 IMAGES_PER_EPOCH = 8  # budget.limit_train_batches=2 batches of budget.batch_size=4
 SIMCLR_VIEWS = 2

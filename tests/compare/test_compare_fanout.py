@@ -8,20 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare import run_compare  # noqa: E402
-from solo_diet.compare.runner import JobsFailed  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import (  # noqa: E402
+from solo_diet.compare import run_compare
+from solo_diet.compare.runner import JobsFailed
+from solo_diet.config import ConfigError
+from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,
     tiny_overrides,
     write_tiny_images,
 )
+
+pytestmark = pytest.mark.solo
 
 RUNS = "{name: diet, config_name: diet}, {name: simclr, config_name: simclr}"
 # passes every check before training, then torch refuses the projector's width in the worker

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.compare import run_compare
+from solo_diet.config import ConfigError
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-from solo_diet.compare import run_compare  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 
 @pytest.mark.parametrize(

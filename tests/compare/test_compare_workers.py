@@ -10,16 +10,17 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.runner import _run_in_processes
+from solo_diet.compare.spec import load_spec
+from solo_diet.config import ConfigError
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-from solo_diet.compare.jobs import parse_runs, plan_jobs  # noqa: E402
-from solo_diet.compare.runner import _run_in_processes  # noqa: E402
-from solo_diet.compare.spec import load_spec  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 RUNS = "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]"
 # what differs between two sessions of the same job: where and when it ran, and its speed

@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import solo_diet
+from solo_diet.compare.jobs import Run, compose_run
+from solo_diet.compare.spec import load_spec
+from solo_diet.launch.pretrain import run_pretrain
+from tests._helpers.compare import write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import solo_diet  # noqa: E402
-from solo_diet.compare.jobs import Run, compose_run  # noqa: E402
-from solo_diet.compare.spec import load_spec  # noqa: E402
-from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from tests.compare._compare import write_tiny_images  # noqa: E402
 
 COMPARE = Path(__file__).resolve().parents[2] / "benchmarks" / "compare"
 RECIPES = COMPARE / "resnet18"

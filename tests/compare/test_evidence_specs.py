@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import solo_diet
+from solo_diet.compare.evaluate import compose_linear
+from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.spec import load_spec
+from solo_diet.launch.pretrain import prepare_cfg, set_num_samples
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import solo_diet  # noqa: E402
-from solo_diet.compare.evaluate import compose_linear  # noqa: E402
-from solo_diet.compare.jobs import parse_runs, plan_jobs  # noqa: E402
-from solo_diet.compare.spec import load_spec  # noqa: E402
-from solo_diet.launch.pretrain import prepare_cfg, set_num_samples  # noqa: E402
 
 COMPARE = Path(__file__).resolve().parents[2] / "benchmarks" / "compare"
 SPECS = sorted(
@@ -61,6 +62,7 @@ def test_there_are_evidence_specs():
     assert len(SPECS) >= 5
 
 
+@pytest.mark.slow  # over 2 s
 @pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])
 def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
     solo_diet.register()
@@ -105,6 +107,7 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
             assert kwargs.warmup_teacher_temperature_epochs < epochs
 
 
+@pytest.mark.slow  # over 2 s
 def test_the_paper_budget_spec_gives_each_run_its_papers_budget(data_root, tmp_path):
     """DIET and s-DIET at 5000 epochs, the baselines at 1000, DIET once more at SimCLR's
     compute (samples, views counted), and SimCLR on two views of DIET's augmentation."""

@@ -12,14 +12,15 @@ import shlex
 import pytest
 from omegaconf import OmegaConf
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.compare import CompareResults, run_spec
+from solo_diet.config import ConfigError
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-from solo_diet.compare import CompareResults, run_spec  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 
 def shipped_spec_as_mapping() -> dict:

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.core.test_floors import PACKAGE, REPO, _floor
+from tests._helpers.core import PACKAGE, REPO, _floor
 
 CONFIG_KEY = re.compile(
     r"\b(?:data|optimizer|method_kwargs|backbone|scheduler|checkpoint|auto_resume|knn_eval|wandb|"

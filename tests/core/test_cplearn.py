@@ -325,6 +325,7 @@ def _optimise_tied_logits(n: int, c: int, beta: float, steps: int = 300) -> tupl
     }
 
 
+@pytest.mark.slow  # over 2 s
 @pytest.mark.usefixtures("one_thread")
 def test_free_logit_optima_follow_the_phase_analysis():
     """Our analysis of the released loss with tied views: for c > n, beta > 1 gives one-hot rows on

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from solo_diet.ema import ema_update_
-from tests._solo import requires_solo
+from tests._helpers import requires_solo
 
 
 def networks(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, nn.Module]:

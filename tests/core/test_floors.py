@@ -14,10 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "solo_diet"
+from tests._helpers.core import FLOORS, PACKAGE, REPO, _floor
+
 HOST_LIBRARIES = ("solo", "lightning", "pytorch_lightning", "hydra")
-FLOORS = ("cli", "compare", "launch", "methods")  # top first; the core lies below them all
 
 
 def _imported(path: Path) -> set[str]:
@@ -33,11 +32,6 @@ def _imported(path: Path) -> set[str]:
 
 def _within(name: str, packages: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in packages)
-
-
-def _floor(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).parts
-    return parts[0] if parts[0] in FLOORS else "core"
 
 
 def _core_modules() -> list[str]:

@@ -31,6 +31,7 @@ from solo_diet.data import (
     pipeline,
 )
 from solo_diet.data import augment as ops
+from tests._helpers.core import BAD_NODES
 
 N = 10_000
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +84,7 @@ def run(nodes, images, seed=0):
 @pytest.mark.parametrize(
     "height, width, scale", [(32, 32, (0.08, 1.0)), (24, 40, (0.08, 1.0)), (20, 60, (0.9, 1.0))]
 )
+@pytest.mark.slow  # over 2 s
 def test_resized_crop_boxes_match_torchvision(height, width, scale):
     torch.manual_seed(0)
     image = torch.empty(1, height, width)
@@ -160,6 +162,7 @@ def test_flip_rate_per_node():
         assert torch.equal(view[~flipped], ramp[~flipped])  # exact when not flipped
 
 
+@pytest.mark.slow  # over 2 s
 def test_grayscale_solarization_and_erasing_rates():
     colour = torch.tensor([0.8, 0.5, 0.1]).view(1, 3, 1, 1).expand(N, 3, 8, 8)
     views = run([node(grayscale={"prob": 0.2}), node(solarization={"prob": 0.2})], colour)
@@ -188,6 +191,7 @@ def blur_centre(sigma: float, radius: int = 6) -> float:
     return (1 / sum(taps)) ** 2
 
 
+@pytest.mark.slow  # over 2 s
 def test_blur_rate_and_sigma():
     impulse = torch.zeros(N, 3, 16, 16)
     impulse[:, :, 8, 8] = 1
@@ -224,6 +228,7 @@ def jitter_reference(p: float, brightness=0.0, contrast=0.0, saturation=0.0, hue
     return torch.tensor(draws)
 
 
+@pytest.mark.slow  # over 2 s
 def test_jitter_factor_distributions():
     half = torch.full((N, 3, 8, 8), 0.25)
     half[..., 4:] = 0.75
@@ -352,29 +357,6 @@ def test_shipped_yaml_nodes_parse():
         assert augmentation.num_views == sum(n.num_crops for n in nodes)
         parsed += 1
     assert parsed >= 10
-
-
-# a bad second node and the argument its error names (tests/launch: the key it becomes)
-BAD_NODES = [
-    (
-        {"color_jitter": {"prob": 0.8, "brighness": 0.4}},
-        "nodes[1].color_jitter.brighness",
-    ),
-    ({"colour_jitter": {"prob": 0.8}}, "nodes[1].colour_jitter"),
-    ({"grayscale": {"prob": 1.5}}, "nodes[1].grayscale.prob"),
-    ({"grayscale": 0.2}, "nodes[1].grayscale"),
-    (
-        {"color_jitter": {"prob": 0.8, "brightness": -0.1}},
-        "nodes[1].color_jitter.brightness",
-    ),
-    ({"color_jitter": {"prob": 0.8, "hue": 0.7}}, "nodes[1].color_jitter.hue"),
-    ({"rrc": {"enabled": True, "crop_min_scale": 0.0}}, "nodes[1].rrc.crop_min_scale"),
-    ({"rrc": {"enabled": "yes"}}, "nodes[1].rrc.enabled"),
-    ({"num_crops": 0}, "nodes[1].num_crops"),
-    ({"crop_size": "32"}, "nodes[1].crop_size"),
-    ({"mean": [0.5, 0.5, 0.5]}, "nodes[1].mean"),
-    ({"std": [0.2, 0.0, 0.2]}, "nodes[1].std"),
-]
 
 
 @pytest.mark.parametrize("change, argument", BAD_NODES)

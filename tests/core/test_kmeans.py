@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from solo_diet.metrics import adjusted_rand_index, kmeans
+
 sk_cluster = pytest.importorskip(
     "sklearn.cluster", reason="scikit-learn is the reference implementation"
 )
-
-from solo_diet.metrics import adjusted_rand_index, kmeans  # noqa: E402
 
 
 def _blobs(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from solo_diet.lars import ForeachLARS
-from tests._solo import requires_solo
+from tests._helpers import requires_solo
 
 GROUPS = (
     {"weight_decay": 1e-4},

@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-skm = pytest.importorskip("sklearn.metrics", reason="scikit-learn is the reference implementation")
-
-from solo_diet.metrics import (  # noqa: E402
+from solo_diet.metrics import (
     adjusted_mutual_info,
     adjusted_rand_index,
     chance_nmi,
@@ -22,6 +20,8 @@ from solo_diet.metrics import (  # noqa: E402
     many_to_one_accuracy,
     normalized_mutual_info,
 )
+
+skm = pytest.importorskip("sklearn.metrics", reason="scikit-learn is the reference implementation")
 
 
 def _labelings():

@@ -25,6 +25,7 @@ def toy() -> dict:
     return train_toy(ToySetup(steps=500), seed=0)
 
 
+@pytest.mark.slow  # over 2 s
 def test_fig4_diet_learns_only_the_clean_feature_normalized_diet_both(toy):
     """s-DIET paper, Fig. 4 and Thm. 3: ``||W v_c|| / ||W u_c||`` is about sigma_u^2 / sigma_v^2 =
     0.01 without normalisation and of order 1 with it, for every concept."""
@@ -37,6 +38,7 @@ def test_fig4_diet_learns_only_the_clean_feature_normalized_diet_both(toy):
     assert torch.allclose(toy["losses"][:2], torch.full((2,), 7 / 16), atol=1e-3)
 
 
+@pytest.mark.slow  # over 2 s
 def test_fig5_procrustes_distance_between_mse_diet_and_scl_vanishes(toy):
     """s-DIET paper, Fig. 5: after Lemma 1's change of head, MSE-DIET's and SCL's embeddings agree
     up to a rotation."""

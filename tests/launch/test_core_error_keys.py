@@ -20,7 +20,7 @@ from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_ima
 from solo_diet.launch import gpu_data
 from solo_diet.launch.loader_settings import LoaderSettings
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, GPUDataSettings, core_errors_named
-from tests.core.test_gpu_augment_sampling import BAD_NODES
+from tests._helpers.core import BAD_NODES
 
 
 def write_folder(root: Path, sizes=((8, 8), (8, 8))) -> Path:

@@ -21,18 +21,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._solo import requires_solo
-from tests.cli.test_exits import (
+from tests._helpers import SCRIPTS, requires_solo
+from tests._helpers.cli import (
     LINEAR,
     PRETRAIN,
-    SCRIPTS,
     cli,
     last_line,
     linear_overrides,
     overrides,
 )
-from tests.compare._compare import SHIPPED_SPEC, write_tiny_images
-from tests.compare._compare import tiny_overrides as compare_overrides
+from tests._helpers.compare import SHIPPED_SPEC, write_tiny_images
+from tests._helpers.compare import tiny_overrides as compare_overrides
 
 pytestmark = [pytest.mark.solo, requires_solo()]
 

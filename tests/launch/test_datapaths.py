@@ -22,7 +22,7 @@ from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
 from solo_diet.launch.loader_settings import parse_loader_settings
 from solo_diet.launch.settings import DataSettings, GPUDataSettings
-from tests._solo import requires_solo
+from tests._helpers import requires_solo
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solo_diet"
 # the only modules that read the data format: the settings parser and the data-path factory

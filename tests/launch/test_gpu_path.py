@@ -7,136 +7,60 @@ runs :func:`check_fast_dev_run_through_the_gpu_path` for the guide's toy)."""
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO, SCRIPTS
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import functools  # noqa: E402
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
 
-import torch  # noqa: E402
-from lightning.pytorch import Callback  # noqa: E402
-from solo.data.pretrain_dataloader import prepare_datasets  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
+import torch
+from solo.data.pretrain_dataloader import prepare_datasets
+from solo.methods import METHODS
 
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.data.synthetic import write_image_folder  # noqa: E402
-from solo_diet.launch.common import compose_cfg  # noqa: E402
-from solo_diet.launch.gpu_data import (  # noqa: E402
-    eval_loader,
+from solo_diet.cli.main import main
+from solo_diet.config import ConfigError
+from solo_diet.launch.common import compose_cfg
+from solo_diet.launch.gpu_data import (
     feature_loader,
     load_split,
     pretrain_loader,
 )
-from solo_diet.launch.loader_settings import (  # noqa: E402
+from solo_diet.launch.loader_settings import (
     LINEAR_PROBE_NODE,
-    PRETRAIN_PROBE_NODE,
-    parse_loader_settings,
 )
-from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from solo_diet.launch.settings import parse_data_settings  # noqa: E402
-from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import smoke_cfg, tiny_trainer  # noqa: E402
-from solo_diet.samplers import SuperBatchSampler  # noqa: E402
-from tests.methods.test_sem import KWARGS  # noqa: E402
+from solo_diet.launch.pretrain import run_pretrain
+from solo_diet.methods.contract import method_contract
+from solo_diet.methods.testing import tiny_trainer
+from solo_diet.samplers import SuperBatchSampler
+from tests._helpers.gpu_path import (
+    BATCH,
+    CLASSES,
+    DDP_SCRIPT,
+    NUM_TRAIN,
+    BatchRecorder,
+    LoaderProbe,
+    check_fast_dev_run_through_the_gpu_path,
+    fit_through_gpu_path,
+    gpu_cfg,
+    linear_argv,
+    pretrain_argv,
+    settings_of,
+    write_images,
+)
+from tests._helpers.methods import (
+    fits_of,
+    registered_methods,
+)
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-CLASSES, PER_CLASS, BATCH = 5, 4, 8
-NUM_TRAIN = CLASSES * PER_CLASS
-# solo-learn's own methods declare no contract: their tiny settings (ours come from their contract)
-SOLO_LEARN_EXTRA_KWARGS = {
-    "mae": {"decoder_embed_dim": 16, "decoder_depth": 1, "decoder_num_heads": 2},
-}
-SEM = {"num_simplices": 4, "simplex_dim": 3}
-NOT_PRETRAINING = ("linear",)  # LinearModel wraps a backbone: `solo-diet linear` below
+pytestmark = pytest.mark.solo
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_image_folder(root / "train", num_classes=CLASSES, per_class=PER_CLASS, seed=0)
-    write_image_folder(root / "val", num_classes=CLASSES, per_class=2, seed=1)
-    return root
+    return write_images(tmp_path_factory.mktemp("data"))
 
 
-class BatchRecorder(Callback):
-    """Keeps (epoch, indexes, first view) of each training batch; checks solo-learn's structure."""
-
-    def __init__(self, num_views: int):
-        self.num_views, self.seen = num_views, []
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        indexes, views, targets = batch
-        assert isinstance(views, list) and len(views) == self.num_views
-        assert all(v.dtype == torch.float32 and v.shape[0] == indexes.shape[0] for v in views)
-        assert indexes.dtype == torch.int64 and targets.shape == indexes.shape
-        self.seen.append((trainer.current_epoch, indexes.clone(), views[0].clone()))
-
-
-def solo_learn_kwargs(method: str, tiny: dict) -> dict:
-    """The ``method_kwargs`` of a solo-learn method (none for ours: their contract has them), a
-    ``sem`` section for a twin; sets the ViT backbone MAE needs in ``tiny``."""
-    base = method.removesuffix("_sem")
-    kwargs = {**KWARGS.get(base, {}), **SOLO_LEARN_EXTRA_KWARGS.get(base, {})}
-    if method.endswith("_sem"):
-        kwargs["sem"] = dict(SEM)
-    if base == "mae":
-        tiny.update(backbone="vit_tiny", backbone_kwargs={"img_size": 32, "patch_size": 16})
-    return kwargs
-
-
-def gpu_cfg(method: str, data: Path, **tiny):
-    """A tiny parsed cfg whose data comes through the GPU path from the ImageFolder ``data``; the
-    method's contract sets its smoke settings, views and ``num_samples``."""
-    kwargs = solo_learn_kwargs(method, tiny)
-    cfg = smoke_cfg(method, kwargs, num_samples=NUM_TRAIN, momentum=True, batch_size=BATCH, **tiny)
-    cfg.data.update(format="gpu", train_path=str(data / "train"), val_path=str(data / "val"))
-    return cfg
-
-
-def settings_of(cfg, probe_node: str = PRETRAIN_PROBE_NODE):
-    """The loader and GPU settings of a parsed cfg, as the launcher parses them once."""
-    data = parse_data_settings(cfg)
-    return parse_loader_settings(cfg, data, probe_node), data.gpu
-
-
-def fit_through_gpu_path(cfg, **trainer_overrides):
-    method_cls = METHODS[cfg.method]
-    run, gpu = settings_of(cfg)
-    hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
-    train, num_samples = pretrain_loader(run, gpu, hook)
-    assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
-    model = method_cls(cfg)
-    recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
-    trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    trainer.fit(model, train, eval_loader(run, gpu, run.probe, BATCH))
-    return trainer, recorder, train
-
-
-def registered_methods() -> list:
-    import solo_diet
-
-    solo_diet.register()
-    return sorted(name for name in METHODS if name not in NOT_PRETRAINING)
-
-
-def check_fast_dev_run_through_the_gpu_path(method: str, data: Path):
-    """One training and one val batch of ``method`` through the GPU path (on the CPU here), with
-    the views and batch order its contract declares; returns the trained model."""
-    cfg = gpu_cfg(method, data)
-    trainer, recorder, train = fit_through_gpu_path(cfg)
-    assert len(recorder.seen) == 1 and "val_acc1" in trainer.callback_metrics
-    assert recorder.num_views == method_contract(METHODS[method]).views
-    indexes = recorder.seen[0][1]
-    assert indexes.unique().numel() == BATCH and 0 <= indexes.min() and indexes.max() < NUM_TRAIN
-    assert torch.equal(indexes, torch.as_tensor(next(iter(train.batch_sampler))))
-    return trainer.lightning_module
-
-
-@pytest.mark.parametrize("method", registered_methods())
+@pytest.mark.parametrize("method", fits_of(registered_methods()))
 def test_every_method_runs_a_fast_dev_run_through_the_gpu_path(method, data):
     check_fast_dev_run_through_the_gpu_path(method, data)
 
@@ -209,29 +133,6 @@ def test_feature_loader_is_ordered_and_complete(data):
     ]
 
 
-def pretrain_argv(data: Path, out: Path, config: str) -> list:
-    return [
-        "pretrain", "--config-path", str(SCRIPTS / "pretrain" / "custom"), "--config-name", config,
-        f"data.train_path={data / 'train'}", f"data.val_path={data / 'val'}", "data.format=gpu",
-        f"checkpoint.dir={out}", "auto_resume.enabled=False", "++wandb.enabled=False",
-        "max_epochs=2", "accelerator=cpu", "devices=1", "precision=32",
-        "++limit_train_batches=2", "++limit_val_batches=1",
-        "++num_sanity_val_steps=0", "++enable_progress_bar=False", "backbone.name=cp_resnet8",
-        "++backbone.kwargs.width=8", "augmentations.0.crop_size=32", "optimizer.batch_size=4",
-    ]  # fmt: skip
-
-
-def linear_argv(data: Path, ckpt: Path, out: Path) -> list:
-    return [
-        "linear", "--config-path", str(SCRIPTS / "linear" / "custom"), "--config-name", "diet",
-        f"data.train_path={data / 'train'}", f"data.val_path={data / 'val'}", "data.format=gpu",
-        f"pretrained_feature_extractor='{ckpt}'", "data.augmentations.crop_size=32",
-        "optimizer.batch_size=4", f"checkpoint.dir={out}", "auto_resume.enabled=False",
-        "wandb.enabled=False", "max_epochs=1", "accelerator=cpu", "devices=1", "precision=32",
-        "++limit_train_batches=2", "++num_sanity_val_steps=0", "++enable_progress_bar=False",
-    ]  # fmt: skip
-
-
 def test_pretrain_then_linear_end_to_end_with_the_gpu_path(data, tmp_path, capsys):
     assert main(pretrain_argv(data, tmp_path / "pre", "diet")) == 0
     ckpts = sorted((tmp_path / "pre" / "diet").glob("*/*.ckpt"))
@@ -239,11 +140,6 @@ def test_pretrain_then_linear_end_to_end_with_the_gpu_path(data, tmp_path, capsy
     assert args["data"]["format"] == "gpu" and args["method_kwargs"]["num_samples"] == NUM_TRAIN
     assert main(linear_argv(data, ckpts[-1], tmp_path / "lin")) == 0
     assert "linear probe top-1 on the backbone representation:" in capsys.readouterr().out
-
-
-class LoaderProbe(Callback):
-    def on_train_end(self, trainer, pl_module):
-        self.loader, self.model_sampler = trainer.train_dataloader, pl_module.super_batch_sampler
 
 
 def test_sdiet_runs_through_its_super_batch_sampler(data, tmp_path):
@@ -306,27 +202,6 @@ def test_solo_learns_loader_refuses_a_set_smaller_than_one_batch_in_one_line(
     )
     with pytest.raises(ConfigError, match=r"fewer than one global batch \(optimizer.batch_size=64"):
         run_pretrain(cfg)
-
-
-DDP_SCRIPT = """
-import sys
-import torch
-from lightning.pytorch import Callback
-from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.pretrain import run_pretrain
-
-class SaveIndexes(Callback):
-    def __init__(self):
-        self.seen = []
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        self.seen.append(batch[0].cpu())
-
-    def on_train_end(self, trainer, module):
-        torch.save(torch.stack(self.seen), f"{sys.argv[1]}/rank{trainer.global_rank}.pt")
-
-run_pretrain(compose_cfg(sys.argv[2], "diet", sys.argv[3:]), extra_callbacks=[SaveIndexes()])
-"""
 
 
 @pytest.mark.slow

@@ -3,25 +3,26 @@ shipped YAMLs."""
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import json
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from solo.methods import METHODS
+
+from solo_diet.cli.main import main
+from solo_diet.config import ConfigError
+from solo_diet.data.synthetic import write_image_folder
+from solo_diet.launch.common import compose_cfg
+from solo_diet.launch.linear import build_backbone, load_backbone_weights
+from solo_diet.launch.pretrain import run_pretrain
+from solo_diet.launch.settings import dali_installed
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.data.synthetic import write_image_folder  # noqa: E402
-from solo_diet.launch.common import compose_cfg  # noqa: E402
-from solo_diet.launch.linear import build_backbone, load_backbone_weights  # noqa: E402
-from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from solo_diet.launch.settings import dali_installed  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 NUM_TRAIN = 5 * 6

@@ -4,22 +4,23 @@ two devices, through ``solo-diet pretrain``, on the CPU and on two GPUs."""
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from solo_diet.cli.main import main
+from solo_diet.config import ConfigError
+from solo_diet.launch.nodes import check_nodes, check_one_node
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.launch.nodes import check_nodes, check_one_node  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "1"}

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from solo_diet.launch.callbacks import TimedProgressBar
 from solo_diet.launch.common import logger_and_callbacks
-from tests.launch.test_epoch_cost_logger import KnownLosses, solo_batches
+from tests._helpers.lightning import KnownLosses, solo_batches
 
 
 class CountingBar(TimedProgressBar):

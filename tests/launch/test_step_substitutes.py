@@ -4,18 +4,22 @@ its log; ``performance.foreach_substitutes`` turns that off and takes only a boo
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO, SCRIPTS
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.cli.main import main
+from solo_diet.config import ConfigError
+from solo_diet.launch.pretrain import run_pretrain
+from tests._helpers.gpu_path import pretrain_argv, write_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
 
-from solo_diet.cli.main import main  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from tests.launch.test_gpu_path import SCRIPTS, pretrain_argv  # noqa: E402
-from tests.launch.test_gpu_path import data as gpu_path_data  # noqa: E402
 
-data = gpu_path_data  # the module's tiny ImageFolder fixture, shared
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_images(tmp_path_factory.mktemp("data"))
+
 
 SUBSTITUTED = "solo-diet: same-math substitutes (no host sync per step): optimizer `lars` -> "
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.strategies import OneProcessAwareDDP
-from tests.launch.test_epoch_cost_logger import solo_batches
+from tests._helpers.lightning import solo_batches
 
 
 class LogsSyncedValues(LightningModule):

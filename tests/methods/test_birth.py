@@ -1,28 +1,29 @@
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import math  # noqa: E402
+import math
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from solo.losses.vicreg import vicreg_loss_func  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
+import numpy as np
+import torch
+from solo.losses.vicreg import vicreg_loss_func
+from solo.methods import METHODS
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
-from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph
+from solo_diet.methods.contract import method_contract
+from solo_diet.methods.testing import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
+
+pytestmark = pytest.mark.solo
 
 SMALL_PROJECTOR = {"proj_hidden_dim": 16, "proj_output_dim": 12}
 

@@ -11,28 +11,29 @@ import pickle
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import torch  # noqa: E402
-from lightning.pytorch import seed_everything  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from lightning.pytorch import seed_everything
+from omegaconf import OmegaConf
+from solo.methods import METHODS
+from torch import nn
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.captured_backbone import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.methods.captured_backbone import (
     CAPTURE_KEY,
     MAX_GRAPHS,
     CapturedForward,
     capture_backbone,
     fill_and_check_capture,
 )
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
-from tests.methods.test_sem import KWARGS  # noqa: E402
+from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
+from tests._helpers.methods import KWARGS
+
+pytestmark = pytest.mark.solo
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 METHOD_KWARGS = {"diet": {"num_samples": 24}, "simclr": KWARGS["simclr"], "byol": KWARGS["byol"]}

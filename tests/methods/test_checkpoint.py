@@ -8,23 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
+import torch
+from omegaconf import OmegaConf
+from solo.methods import METHODS
 
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.checkpoint import (  # noqa: E402
+from solo_diet.config import ConfigError
+from solo_diet.methods.checkpoint import (
     PretrainedCheckpoint,
     UnsafeCheckpoint,
     load_backbone_weights,
     load_checkpoint_file,
 )
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
+from solo_diet.methods.testing import tiny_cfg
+
+pytestmark = pytest.mark.solo
 
 
 def touch(path: str) -> None:

@@ -4,32 +4,33 @@ it, and the others are refused."""
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import sys  # noqa: E402
-from dataclasses import replace  # noqa: E402
+import sys
+from dataclasses import replace
 
-import omegaconf  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from solo.methods import METHODS, BaseMethod  # noqa: E402
-from solo.utils.misc import omegaconf_select  # noqa: E402
+import omegaconf
+from omegaconf import DictConfig, OmegaConf
+from solo.methods import METHODS, BaseMethod
+from solo.utils.misc import omegaconf_select
 
-import solo_diet  # noqa: E402
-import solo_diet.methods  # noqa: E402
-from solo_diet.config import ConfigError, fill_default  # noqa: E402
-from solo_diet.methods.contract import (  # noqa: E402
+import solo_diet
+import solo_diet.methods
+from solo_diet.config import ConfigError, fill_default
+from solo_diet.methods.contract import (
     DEFAULT_CONTRACT,
     Contract,
     ContractError,
     method_contract,
     registered_class,
 )
-from solo_diet.methods.recording import recorded_reads  # noqa: E402
-from solo_diet.methods.registry import plugin_methods  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
+from solo_diet.methods.recording import recorded_reads
+from solo_diet.methods.registry import plugin_methods
+from solo_diet.methods.testing import tiny_cfg
+
+pytestmark = pytest.mark.solo
 
 STRICT = Contract(strict_method_kwargs=True, uses_sample_indexes=True)
 

@@ -9,28 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.args.pretrain import parse_cfg  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from solo.args.pretrain import parse_cfg
+from solo.methods import METHODS
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.methods.testing import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.metrics import clustering_report  # noqa: E402
-from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
+from solo_diet.metrics import clustering_report
+from solo_diet.nn import code_temperature, rademacher_codes
+
+pytestmark = pytest.mark.solo
 
 solo_diet.register()
 CPLearn = METHODS["cplearn"]

@@ -1,23 +1,24 @@
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import torch  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
+import torch
+from solo.methods import METHODS
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.losses import diet_loss  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.losses import diet_loss
+from solo_diet.methods.testing import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
+
+pytestmark = pytest.mark.solo
 
 
 def diet_cfg(**method_kwargs):

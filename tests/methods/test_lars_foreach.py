@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+import torch
+from lightning.pytorch import seed_everything
+from solo.methods import METHODS
+
+import solo_diet
+from solo_diet.lars import ForeachLARS
+from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-import torch  # noqa: E402
-from lightning.pytorch import seed_everything  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-
-import solo_diet  # noqa: E402
-from solo_diet.lars import ForeachLARS  # noqa: E402
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 
 SIMCLR = {"proj_hidden_dim": 16, "proj_output_dim": 8, "temperature": 0.2}
 

@@ -1,36 +1,37 @@
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
+import json
+import math
+import os
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch import Callback  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-from solo.methods.base import BaseMethod  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import numpy as np
+import torch
+from lightning.pytorch import Callback
+from omegaconf import OmegaConf
+from solo.methods import METHODS
+from solo.methods.base import BaseMethod
+from torch.utils.data import DataLoader
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.checkpoint import PretrainedCheckpoint  # noqa: E402
-from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
+from solo_diet.methods.contract import method_contract
+from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET
+from solo_diet.methods.testing import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
-from solo_diet.samplers import SuperBatchSampler  # noqa: E402
+from solo_diet.optim import adamw_row_step, sgdw_row_step
+from solo_diet.samplers import SuperBatchSampler
+
+pytestmark = pytest.mark.solo
 
 N = 16
 IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))

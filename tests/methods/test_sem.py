@@ -3,104 +3,48 @@ refusals."""
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+from pathlib import Path
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from solo.methods import BYOL, MAE, METHODS, BaseMethod, LinearModel, SimCLR  # noqa: E402
-from solo.methods.base import BaseMomentumMethod  # noqa: E402
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from solo.methods import BYOL, MAE, METHODS, BaseMethod, LinearModel, SimCLR
+from solo.methods.base import BaseMomentumMethod
 
-import solo_diet  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.contract import Contract, method_contract  # noqa: E402
-from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+import solo_diet
+from solo_diet.config import ConfigError
+from solo_diet.methods.contract import Contract, method_contract
+from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor
+from solo_diet.methods.testing import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
-    smoke_cfg,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.nn import simplex_softmax  # noqa: E402
+from solo_diet.nn import simplex_softmax
+from tests._helpers.methods import (
+    KWARGS,
+    B,
+    D,
+    L,
+    V,
+    check_a_misspelt_method_kwarg_is_refused,
+    check_twin_builds_and_fits,
+    declared_methods,
+    fits_of,
+    sem_cfg,
+    slot_embedders,
+)
 
-L, V, D, B = 4, 3, 8, 4
-PROJ = {"proj_hidden_dim": 16, "proj_output_dim": 8}
-KWARGS = {
-    "simclr": {**PROJ, "temperature": 0.2},
-    "supcon": {**PROJ, "temperature": 0.2},
-    "byol": {**PROJ, "pred_hidden_dim": 16},
-    "simsiam": {**PROJ, "pred_hidden_dim": 16},
-    "mocov3": {**PROJ, "pred_hidden_dim": 16, "temperature": 0.2},
-    "nnbyol": {**PROJ, "pred_hidden_dim": 16, "queue_size": 16},
-    "nnsiam": {**PROJ, "pred_hidden_dim": 16, "queue_size": 16},
-    "nnclr": {**PROJ, "pred_hidden_dim": 16, "queue_size": 16, "temperature": 0.2},
-    "all4one": {**PROJ, "pred_hidden_dim": 16, "queue_size": 16, "temperature": 0.2},
-    "mocov2plus": {**PROJ, "queue_size": 16, "temperature": 0.2},
-    "ressl": {**PROJ, "queue_size": 16, "temperature_q": 0.1, "temperature_k": 0.04},
-    "barlow_twins": {**PROJ, "lamb": 5e-3, "scale_loss": 0.025},
-    "vicreg": {**PROJ, "sim_loss_weight": 25.0, "var_loss_weight": 25.0, "cov_loss_weight": 1.0},
-    "vibcreg": {**PROJ, "sim_loss_weight": 25.0, "var_loss_weight": 25.0, "cov_loss_weight": 200.0},
-    "wmse": {
-        "proj_hidden_dim": 16,
-        "proj_output_dim": 2,
-        "whitening_size": 4,
-        "whitening_iters": 1,
-    },
-    "swav": {
-        **PROJ,
-        "num_prototypes": 10,
-        "queue_size": 0,
-        "temperature": 0.1,
-        "epoch_queue_starts": 0,
-        "freeze_prototypes_epochs": 0,
-    },
-    "deepclusterv2": {**PROJ, "num_prototypes": [5, 5], "kmeans_iters": 2, "temperature": 0.1},
-    "dino": {
-        **PROJ,
-        "num_prototypes": 16,
-        "norm_last_layer": True,
-        "clip_grad": 0,
-        "freeze_last_layer": 1,
-        "student_temperature": 0.1,
-        "teacher_temperature": 0.07,
-        "warmup_teacher_temperature": 0.04,
-        "warmup_teacher_temperature_epochs": 1,
-        "use_bn_in_head": False,
-    },
-}  # solo-learn's own methods: ours declare their tiny settings in their contract (smoke_kwargs)
+pytestmark = pytest.mark.solo
+
 SOLO_METHODS = list(KWARGS)
-
-
-def declared_methods() -> list:
-    """The registered methods that declare their contract (ours and any method added by the
-    guide), without the twins: the contract tells how to build them."""
-    solo_diet.register()
-    return sorted(
-        name
-        for name, cls in METHODS.items()
-        if "contract" in cls.__dict__ and not name.endswith("_sem")
-    )
-
-
-def sem_cfg(method: str, **sem):
-    """A tiny cfg of ``<method>_sem``: solo-learn's methods from KWARGS, ours from their contract
-    (``smoke_cfg``)."""
-    kwargs = {**KWARGS.get(method, {}), "sem": {"num_simplices": L, "simplex_dim": V, **sem}}
-    return smoke_cfg(f"{method}_sem", kwargs, momentum=True)
-
-
-def slot_embedders(model):
-    online = model.get_submodule(model._sem_online).embedder
-    momentum = model.get_submodule(model._sem_momentum).embedder if model._sem_momentum else None
-    return online, momentum
 
 
 def test_every_supported_method_has_a_twin_and_refused_ones_none():
@@ -111,45 +55,9 @@ def test_every_supported_method_has_a_twin_and_refused_ones_none():
     assert not any(name.endswith("_sem_sem") for name in METHODS)
 
 
-@pytest.mark.parametrize("method", SOLO_METHODS + declared_methods())
+@pytest.mark.parametrize("method", fits_of(SOLO_METHODS + declared_methods()))
 def test_builds_and_fits_fast_dev_run(method):
     check_twin_builds_and_fits(method)
-
-
-def check_twin_builds_and_fits(method: str):
-    """``<method>_sem`` builds with SEM before its projector/head, fits a fast_dev_run through
-    solo-learn's pipeline and trains its embedder."""
-    cfg = sem_cfg(method, tau_online=0.5, tau_target=2.0)
-    model = METHODS[f"{method}_sem"](cfg)
-    assert model.features_dim == D and model.classifier.in_features == D
-    online, momentum = slot_embedders(model)
-    assert (online.linear.in_features, online.out_dim, online.tau) == (D, L * V, 0.5)
-    if isinstance(model, BaseMomentumMethod):
-        assert momentum is not None and momentum.tau == 2.0
-        online_slot, momentum_slot = (
-            model.get_submodule(model._sem_online),
-            model.get_submodule(model._sem_momentum),
-        )
-        pairs = list(zip(online_slot.parameters(), momentum_slot.parameters()))
-        assert len(pairs) == len(list(online_slot.parameters())) > len(list(online.parameters()))
-        for p_online, p_momentum in pairs:  # embedder and projector/head start equal
-            assert torch.equal(p_online, p_momentum) and not p_momentum.requires_grad
-    else:
-        assert momentum is None
-
-    out = model(batch_of(cfg, batch_size=B)[1][0])
-    assert out["feats"].shape == (B, D) and out["sem"].shape == (B, L * V)
-    torch.testing.assert_close(out["sem"].reshape(B, L, V).sum(-1), torch.ones(B, L))
-
-    weight_before = online.linear.weight.detach().clone()
-    trainer = tiny_trainer(cfg)
-    trainer.fit(model, fake_pretrain_loader(cfg, num_samples=32), fake_val_loader(cfg))
-    logged = trainer.callback_metrics
-    assert 0 <= logged["train_sem_entropy"] <= torch.log(torch.tensor(float(V))) + 1e-5
-    assert torch.isfinite(logged["train_sem_marginal_entropy"]) and "val_acc1" in logged
-    assert not torch.equal(online.linear.weight, weight_before), (
-        "the online embedder was not trained"
-    )
 
 
 def test_momentum_embedder_follows_the_online_one_by_ema():
@@ -396,39 +304,12 @@ def test_twins_refuse_methods_that_would_leave_sem_untrained_or_unfed(method_cls
         twin(sem_cfg(base))
 
 
-TYPOS = {  # (misspelt, right) examples; other methods misspell their longest key
-    "diet": ("label_smooting", "label_smoothing"),
-    "sdiet": ("rows_per_stp", "rows_per_step"),
-    "cplearn": ("betta", "beta"),
-}
-
-
-def typo_of(method: str) -> tuple[str, str]:
-    """(a misspelt key, the key it misspells) of ``method``: its example in TYPOS, else its longest
-    ``method_kwargs`` key without its third letter from the end."""
-    if method in TYPOS:
-        return TYPOS[method]
-    right = max(METHODS[method](smoke_cfg(method)).cfg.method_kwargs, key=lambda k: (len(k), k))
-    return right[:-3] + right[-2:], right
-
-
 @pytest.mark.parametrize(
     "method",
     [m for m in declared_methods() if method_contract(METHODS[m]).strict_method_kwargs],
 )
 def test_a_misspelt_method_kwarg_of_our_methods_and_their_twins_is_refused(method):
     check_a_misspelt_method_kwarg_is_refused(method)
-
-
-def check_a_misspelt_method_kwarg_is_refused(method: str):
-    """Every key of our methods has a default, so one without is a typo; a solo-learn method's
-    twin keeps solo-learn's handling of its own keys (below)."""
-    typo, right = typo_of(method)
-    for name, cfg in ((method, smoke_cfg(method)), (f"{method}_sem", sem_cfg(method))):
-        cfg.method_kwargs[typo] = 0.5
-        message = rf"`method_kwargs.{typo}` is not a setting of method `{name}`\. Did you mean "
-        with pytest.raises(ConfigError, match=message + rf"`method_kwargs.{right}`\?"):
-            METHODS[name](cfg)
 
 
 def test_a_solo_learn_methods_twin_takes_its_own_keys():

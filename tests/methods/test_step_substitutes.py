@@ -11,28 +11,27 @@ import pickle
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
 
-pytestmark = pytest.mark.solo
-skip_without_solo()
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-import solo.losses.vicreg as solo_vicreg  # noqa: E402
-import solo.methods.barlow_twins as solo_barlow_method  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch import seed_everything  # noqa: E402
-from solo.losses.barlow import barlow_loss_func  # noqa: E402
-from solo.methods import METHODS  # noqa: E402
-from solo.utils.whitening import Whitening2d  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+import solo.losses.vicreg as solo_vicreg
+import solo.methods.barlow_twins as solo_barlow_method
+import torch
+from lightning.pytorch import seed_everything
+from solo.losses.barlow import barlow_loss_func
+from solo.methods import METHODS
+from solo.utils.whitening import Whitening2d
+from torch.utils._python_dispatch import TorchDispatchMode
 
-import solo_diet  # noqa: E402
-from solo_diet.losses.decorrelation import (  # noqa: E402
+import solo_diet
+from solo_diet.losses.decorrelation import (
     barlow_twins_loss,
     off_diagonal,
     vicreg_covariance_loss,
 )
-from solo_diet.methods import step_substitutes  # noqa: E402
-from solo_diet.methods.step_substitutes import (  # noqa: E402
+from solo_diet.methods import step_substitutes
+from solo_diet.methods.step_substitutes import (
     QUEUE_BUFFERS,
     WHITENING_FIX,
     DeviceRandpermTorch,
@@ -40,10 +39,12 @@ from solo_diet.methods.step_substitutes import (  # noqa: E402
     LossDispatch,
     device_randperm,
 )
-from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line  # noqa: E402
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
-from solo_diet.nn.whitening import CholeskyWhitening  # noqa: E402
-from tests.methods.test_sem import KWARGS  # noqa: E402
+from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
+from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
+from solo_diet.nn.whitening import CholeskyWhitening
+from tests._helpers.methods import KWARGS
+
+pytestmark = pytest.mark.solo
 
 SHAPES = [(8, 4), (32, 16), (100, 33)]
 QUEUE_METHODS = ("mocov2plus", "nnbyol", "nnclr", "nnsiam", "ressl", "all4one")
