@@ -33,7 +33,7 @@ from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.registry import plugin_methods  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
+from tests._helpers import tiny_cfg  # noqa: E402
 from tests.compare._compare import SHIPPED_SPEC  # noqa: E402
 from tests.compare.test_compare import tiny_overrides  # noqa: E402
 from tests.launch import test_gpu_path, test_no_host_sync  # noqa: E402

@@ -39,8 +39,8 @@ from solo_diet.launch.loader_settings import (  # noqa: E402
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
 from solo_diet.launch.settings import parse_data_settings  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import smoke_cfg, tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
+from tests._helpers import smoke_cfg, tiny_trainer  # noqa: E402
 from tests.methods.test_sem import KWARGS  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"

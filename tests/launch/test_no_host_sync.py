@@ -40,7 +40,7 @@ from solo_diet.launch.common import trainer_kwargs  # noqa: E402
 from solo_diet.launch.gpu_data import pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import build_model  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import smoke_cfg  # noqa: E402
+from tests._helpers import smoke_cfg  # noqa: E402
 from tests.launch.test_gpu_path import (  # noqa: E402
     registered_methods,
     settings_of,

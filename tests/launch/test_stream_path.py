@@ -24,8 +24,8 @@ from solo_diet.data.synthetic import write_jpeg_folder  # noqa: E402
 from solo_diet.launch.common import compose_cfg, fit_or_raise  # noqa: E402
 from solo_diet.launch.gpu_data import eval_loader, pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from solo_diet.methods.testing import tiny_trainer  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
+from tests._helpers import tiny_trainer  # noqa: E402
 from tests.launch.test_gpu_path import (  # noqa: E402
     BATCH,
     CLASSES,

@@ -16,7 +16,7 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+from tests._helpers import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,

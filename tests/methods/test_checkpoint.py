@@ -24,7 +24,7 @@ from solo_diet.methods.checkpoint import (  # noqa: E402
     load_backbone_weights,
     load_checkpoint_file,
 )
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
+from tests._helpers import tiny_cfg  # noqa: E402
 
 
 def touch(path: str) -> None:

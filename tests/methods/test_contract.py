@@ -29,7 +29,7 @@ from solo_diet.methods.contract import (  # noqa: E402
 )
 from solo_diet.methods.recording import recorded_reads  # noqa: E402
 from solo_diet.methods.registry import plugin_methods  # noqa: E402
-from solo_diet.methods.testing import tiny_cfg  # noqa: E402
+from tests._helpers import tiny_cfg  # noqa: E402
 
 STRICT = Contract(strict_method_kwargs=True, uses_sample_indexes=True)
 

@@ -22,15 +22,15 @@ from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+from solo_diet.metrics import clustering_report  # noqa: E402
+from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
+from tests._helpers import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.metrics import clustering_report  # noqa: E402
-from solo_diet.nn import code_temperature, rademacher_codes  # noqa: E402
 
 solo_diet.register()
 CPLearn = METHODS["cplearn"]

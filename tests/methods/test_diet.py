@@ -11,7 +11,7 @@ from solo.methods import METHODS  # noqa: E402
 import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.losses import diet_loss  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+from tests._helpers import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,

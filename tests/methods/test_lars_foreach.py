@@ -16,7 +16,7 @@ from solo.methods import METHODS  # noqa: E402
 
 import solo_diet  # noqa: E402
 from solo_diet.lars import ForeachLARS  # noqa: E402
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from tests._helpers import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 
 SIMCLR = {"proj_hidden_dim": 16, "proj_output_dim": 8, "temperature": 0.2}
 

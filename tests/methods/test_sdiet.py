@@ -22,15 +22,15 @@ from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.checkpoint import PretrainedCheckpoint  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
+from solo_diet.samplers import SuperBatchSampler  # noqa: E402
+from tests._helpers import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.optim import adamw_row_step, sgdw_row_step  # noqa: E402
-from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 
 N = 16
 IMAGES = torch.randn(N, 3, 32, 32, generator=torch.Generator().manual_seed(1))

@@ -21,7 +21,8 @@ import solo_diet  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.methods.contract import Contract, method_contract  # noqa: E402
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor  # noqa: E402
-from solo_diet.methods.testing import (  # noqa: E402
+from solo_diet.nn import simplex_softmax  # noqa: E402
+from tests._helpers import (  # noqa: E402
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
@@ -29,7 +30,6 @@ from solo_diet.methods.testing import (  # noqa: E402
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.nn import simplex_softmax  # noqa: E402
 
 L, V, D, B = 4, 3, 8, 4
 PROJ = {"proj_hidden_dim": 16, "proj_output_dim": 8}

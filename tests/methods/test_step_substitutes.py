@@ -41,8 +41,8 @@ from solo_diet.methods.step_substitutes import (  # noqa: E402
     device_randperm,
 )
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line  # noqa: E402
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 from solo_diet.nn.whitening import CholeskyWhitening  # noqa: E402
+from tests._helpers import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 from tests.methods.test_sem import KWARGS  # noqa: E402
 
 SHAPES = [(8, 4), (32, 16), (100, 33)]

@@ -24,7 +24,7 @@ from solo_diet.methods.substitutes import (  # noqa: E402
     substitute_step_parts,
     substitutes_line,
 )
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
+from tests._helpers import fake_pretrain_loader, tiny_cfg, tiny_trainer  # noqa: E402
 
 BYOL = {"proj_hidden_dim": 16, "proj_output_dim": 8, "pred_hidden_dim": 16}
 
