@@ -220,6 +220,11 @@ class _SEMTwin:
             )
         self._sem_large_crops: list[torch.Tensor] = []
 
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """The base method's keys, then ``method_kwargs.sem``'s."""
+        return add_and_assert_sem_cfg(super().add_and_assert_specific_cfg(cfg))
+
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
         parent_path, _, name = path.rpartition(".")
         parent = self.get_submodule(parent_path) if parent_path else self
@@ -281,9 +286,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
     root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
 
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        return add_and_assert_sem_cfg(method_cls.add_and_assert_specific_cfg(cfg))
-
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
@@ -295,7 +297,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         "sem_base_method": name,
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
-        "add_and_assert_specific_cfg": staticmethod(add_and_assert_specific_cfg),
     }
     return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
 
