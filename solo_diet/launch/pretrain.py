@@ -27,7 +27,7 @@ from solo_diet.launch.common import (
     normalize_devices,
     trainer_kwargs,
 )
-from solo_diet.launch.datapaths import DataPath, make_data_path
+from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
@@ -39,7 +39,7 @@ from solo_diet.launch.loader_settings import (
     LoaderSettings,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import (
     fill_and_check_substitutes,
@@ -162,6 +162,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
         model,
         cfg,
         checkpointer,
+        data_path,
         ckpt_path=ckpt_path,
         **data_path.fit_kwargs(train_data, val_loader),
     )

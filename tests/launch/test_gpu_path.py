@@ -25,19 +25,13 @@ from solo_diet.cli.main import main  # noqa: E402
 from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.launch.common import compose_cfg  # noqa: E402
-from solo_diet.launch.gpu_data import (  # noqa: E402
-    eval_loader,
-    feature_loader,
-    load_split,
-    pretrain_loader,
-)
+from solo_diet.launch.datapaths import make_data_path, parse_data_settings  # noqa: E402
 from solo_diet.launch.loader_settings import (  # noqa: E402
     LINEAR_PROBE_NODE,
     PRETRAIN_PROBE_NODE,
     parse_loader_settings,
 )
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
-from solo_diet.launch.settings import parse_data_settings  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from tests._helpers import smoke_cfg, tiny_trainer  # noqa: E402
@@ -98,21 +92,22 @@ def gpu_cfg(method: str, data: Path, **tiny):
 
 
 def settings_of(cfg, probe_node: str = PRETRAIN_PROBE_NODE):
-    """The loader and GPU settings of a parsed cfg, as the launcher parses them once."""
+    """The loader settings and the data path of a parsed cfg, as the launcher makes them once."""
     data = parse_data_settings(cfg)
-    return parse_loader_settings(cfg, data, probe_node), data.gpu
+    return parse_loader_settings(cfg, data, probe_node), make_data_path(data)
 
 
 def fit_through_gpu_path(cfg, **trainer_overrides):
     method_cls = METHODS[cfg.method]
-    run, gpu = settings_of(cfg)
+    run, path = settings_of(cfg)
     hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
-    train, num_samples = pretrain_loader(run, gpu, hook)
+    pretrain = path.pretrain_data(run, hook)
+    train, num_samples = pretrain.source, pretrain.num_samples
     assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    trainer.fit(model, train, eval_loader(run, gpu, run.probe, BATCH))
+    trainer.fit(model, train, path.classification_val_loader(run, run.probe, BATCH))
     return trainer, recorder, train
 
 
@@ -171,7 +166,8 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
     trainer, _, _ = fit_through_gpu_path(cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0)
     trainer.save_checkpoint(tmp_path / "epoch0.ckpt")
     method_cls = METHODS[cfg.method]
-    train, _ = pretrain_loader(*settings_of(cfg))
+    run, path = settings_of(cfg)
+    train = path.pretrain_data(run).source
     recorder = BatchRecorder(2)
     resumed = tiny_trainer(
         cfg, callbacks=[recorder], fast_dev_run=False, max_epochs=2, limit_val_batches=0
@@ -185,12 +181,13 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
 
 def test_fraction_selects_solo_learns_samples(data):
     cfg = gpu_cfg("simclr", data)
-    ours = load_split(*settings_of(cfg), "pretrain", fraction=0.5)
+    run, path = settings_of(cfg)
+    ours = path.load_split(run, "pretrain", fraction=0.5)
     theirs = prepare_datasets(
         "custom", None, train_data_path=cfg.data.train_path, data_fraction=0.5
     )
     assert ours.targets.tolist() == [t for _, t in theirs.samples]
-    reference = load_split(*settings_of(cfg), "pretrain")
+    reference = path.load_split(run, "pretrain")
     files = [
         p for p, _ in prepare_datasets("custom", None, train_data_path=cfg.data.train_path).samples
     ]
@@ -201,7 +198,8 @@ def test_fraction_selects_solo_learns_samples(data):
 def test_feature_loader_is_ordered_and_complete(data):
     cfg = gpu_cfg("simclr", data)
     cfg.data.augmentations = {"crop_size": 32}
-    loader = feature_loader(*settings_of(cfg, LINEAR_PROBE_NODE), "val", batch_size=4)
+    run, path = settings_of(cfg, LINEAR_PROBE_NODE)
+    _, loader = path.feature_loaders(run, batch_size=4)
     batches = list(loader)
     assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
     assert torch.cat([t for _, t in batches]).tolist() == [

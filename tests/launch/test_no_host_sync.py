@@ -37,7 +37,6 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from solo_diet.data.synthetic import write_image_folder  # noqa: E402
 from solo_diet.launch.callbacks import EpochCostLogger  # noqa: E402
 from solo_diet.launch.common import trainer_kwargs  # noqa: E402
-from solo_diet.launch.gpu_data import pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import build_model  # noqa: E402
 from solo_diet.methods.contract import method_contract  # noqa: E402
 from tests._helpers import smoke_cfg  # noqa: E402
@@ -192,9 +191,9 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     if not cuda:
         cfg.update(accelerator="cpu", precision="bf16-mixed")
     method_cls = METHODS[method]
-    run, gpu = settings_of(cfg)
+    run, path = settings_of(cfg)
     hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
-    train, _ = pretrain_loader(run, gpu, hook)
+    train = path.pretrain_data(run, hook).source
     model = build_model(cfg, method_cls)
     guard = ReadBackGuard(cuda)
     costs = EpochCostLogger(tmp_path / "epochs.csv")

@@ -22,7 +22,6 @@ from solo_diet.config import ConfigError  # noqa: E402
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader  # noqa: E402
 from solo_diet.data.synthetic import write_jpeg_folder  # noqa: E402
 from solo_diet.launch.common import compose_cfg, fit_or_raise  # noqa: E402
-from solo_diet.launch.gpu_data import eval_loader, pretrain_loader  # noqa: E402
 from solo_diet.launch.pretrain import run_pretrain  # noqa: E402
 from solo_diet.samplers import SuperBatchSampler  # noqa: E402
 from tests._helpers import tiny_trainer  # noqa: E402
@@ -118,15 +117,23 @@ def test_the_fit_stops_the_stream_workers_when_it_ends(jpegs):
     use here, after an epoch cut short (two of its batches) as a run stopped early leaves it."""
     cfg = stream_cfg("diet", jpegs)
     cfg.data.num_workers = 2
-    run, gpu = settings_of(cfg)
-    train, val = pretrain_loader(run, gpu)[0], eval_loader(run, gpu, run.probe, BATCH)
+    run, path = settings_of(cfg)
+    assert type(path).__name__ == "StreamPath"  # data.gpu.storage: stream chooses it
+    train = path.pretrain_data(run).source
+    val = path.classification_val_loader(run, run.probe, BATCH)
     workers = LoaderWorkers()
     trainer = tiny_trainer(
         cfg, [workers], fast_dev_run=False, max_epochs=1, limit_train_batches=2,
         limit_val_batches=1, num_sanity_val_steps=0,
     )  # fmt: skip
     fit_or_raise(
-        trainer, METHODS["diet"](cfg), cfg, None, train_dataloaders=train, val_dataloaders=val
+        trainer,
+        METHODS["diet"](cfg),
+        cfg,
+        None,
+        path,
+        train_dataloaders=train,
+        val_dataloaders=val,
     )
     assert len(workers.seen) == 4  # two persistent workers per loader
     assert not any(worker.is_alive() for worker in workers.seen)
