@@ -63,8 +63,9 @@ class GPUPath(DataPath):
     @classmethod
     def serving(cls, settings: DataSettings) -> type[DataPath]:
         """The subclass whose ``storage`` is the settings' ``data.gpu.storage``, else this one."""
-        storage = None if settings.gpu is None else settings.gpu.storage
-        chosen = [sub for sub in cls.__subclasses__() if sub.storage == storage]
+        if settings.gpu is None:
+            return cls
+        chosen = [sub for sub in cls.__subclasses__() if sub.storage == settings.gpu.storage]
         return chosen[0] if chosen else cls
 
     @property
