@@ -78,7 +78,7 @@ def compose_method(method: str, case: dict, extra: list):
     from solo.args.pretrain import parse_cfg
 
     from solo_diet.launch.common import compose_cfg, normalize_devices
-    from solo_diet.launch.settings import parse_data_settings
+    from solo_diet.launch.datapaths import parse_data_settings
 
     plain = method in ("simclr", "byol", "vicreg")
     overrides = (

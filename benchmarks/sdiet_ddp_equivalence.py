@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/_helpers/
+
 NUM_SAMPLES, GLOBAL_BATCH, STEPS = 512, 64, 16
 
 
@@ -38,7 +40,7 @@ def run_case(args: argparse.Namespace) -> None:
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     import solo_diet
-    from solo_diet.methods.testing import tiny_cfg
+    from tests._helpers.tiny import tiny_cfg
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

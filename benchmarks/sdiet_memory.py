@@ -54,8 +54,10 @@ from solo.methods import METHODS
 from solo.methods.base import BaseMethod
 
 import solo_diet
-from solo_diet.methods.testing import tiny_cfg
 from solo_diet.samplers import SuperBatchSampler
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests._helpers.tiny import tiny_cfg  # noqa: E402  (the repository's tests, not the wheel)
 
 NUM_CLASSES = 256
 SDIET_PLACEMENTS = ("cpu", "gpu", "disk")

@@ -64,13 +64,6 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
     return Path(path)
 
 
-def write_bytes_atomic(path: PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` whole or not at all (:func:`atomic_write`)."""
-    with atomic_write(path, binary=True) as handle:
-        handle.write(data)
-    return Path(path)
-
-
 def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -27,7 +27,6 @@ from omegaconf import DictConfig
 from solo_diet._atomic import write_text_atomic
 from solo_diet.compare._files import progress
 from solo_diet.compare.compute import samples_seen, views_per_sample
-from solo_diet.config import ConfigError
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -46,17 +45,6 @@ CURVE_COLUMNS = (
     "fingerprint",  # the evaluation settings it was made with
 )
 TEXT_COLUMNS = ("source", "fingerprint")
-
-
-def check_curves(spec: DictConfig, spec_path: str | Path) -> None:
-    """``curves.points``: a non-negative integer (0: off)."""
-    points = spec.curves.points
-    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
-        raise ConfigError(
-            f"{spec_path}: `curves.points` must be a non-negative integer: the number of epochs "
-            "of the budget where each run's linear probe and kNN are measured (e.g. "
-            f"curves.points=10; 0: no learning curves), got {points}."
-        )
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:

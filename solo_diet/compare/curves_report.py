@@ -14,16 +14,12 @@ from omegaconf import DictConfig
 
 from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
 from solo_diet.compare.curves import CURVE_FILE, SNAPSHOT_DIR, read_points
+from solo_diet.compare.plots import CURVE_METRICS, plot_learning_curves
 from solo_diet.compare.spec import REFERENCE_ROWS
 from solo_diet.compare.tables import cell_text, table_lines
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
-CURVE_METRICS = (
-    ("linear_acc1", "linear probe"),
-    ("logreg_acc1", "logistic-regression probe"),
-    ("knn_acc1", "kNN"),
-)
 CSV_COLUMNS = ("run", "epoch", "n_seeds", "samples_seen") + tuple(
     f"{metric}{suffix}" for metric, _ in CURVE_METRICS for suffix in ("", "_std", "_min", "_max")
 )
@@ -151,8 +147,6 @@ def learning_curve_lines(
 ) -> list[str]:
     """The report's "Learning curves" section (none when ``curves.points`` is 0 and no job has
     points); writes ``learning_curves.csv`` and, when ``plotted``, ``learning_curves.png``."""
-    from solo_diet.compare.plots import plot_learning_curves
-
     curves = run_curves(results, out)
     if not curves and spec.curves.points == 0:
         return []

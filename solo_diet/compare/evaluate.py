@@ -22,10 +22,10 @@ from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
 from solo_diet.config import core_errors_named, fill_default
-from solo_diet.launch.datapaths import make_data_path
+from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_data_settings
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values

@@ -26,7 +26,8 @@ from solo_diet.compare.fingerprints import (
 from solo_diet.compare.jobs import Job, latest_checkpoint
 from solo_diet.compare.record import EPOCHS_FILE, job_place, pretrain_costs
 from solo_diet.config import ConfigError
-from solo_diet.launch.common import already_finished, checkpoint_epoch
+from solo_diet.launch.checkpointing import checkpoint_epoch
+from solo_diet.launch.common import already_finished
 from solo_diet.methods.checkpoint import checkpoint_problem
 
 

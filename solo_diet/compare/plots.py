@@ -10,6 +10,13 @@ from typing import Sequence
 from solo_diet._atomic import atomic_write
 from solo_diet.compare.record import EPOCHS_FILE, seed_curves
 
+CURVE_METRICS = (
+    ("linear_acc1", "linear probe"),
+    ("logreg_acc1", "logistic-regression probe"),
+    ("knn_acc1", "kNN"),
+)
+"""The learning curves' metrics and their labels (the report's table and plot)."""
+
 CURVE_PANELS = (
     ("train_loss", "train loss"),
     ("val_acc1", "online probe val top-1 (%)"),
@@ -115,8 +122,6 @@ def plot_learning_curves(
     """The linear probe, logistic-regression probe and kNN top-1 of every run against epochs and
     against samples seen (:mod:`~solo_diet.compare.curves_report` rows): the mean over seeds with a
     band from their minimum to maximum, and the reference rows' means as dashed lines."""
-    from solo_diet.compare.curves_report import CURVE_METRICS
-
     plt = _pyplot()
     figure, axes = plt.subplots(
         len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 4 * len(CURVE_METRICS))

@@ -15,9 +15,9 @@ from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
 from solo_diet.compare.budgets import check_spec_budget
 from solo_diet.compare.claims import check_claims
-from solo_diet.compare.curves import check_curves
 from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
     REFERENCE_ROWS,
+    check_curves,
     check_only,
     check_seeds_and_workers,
 )

@@ -1,5 +1,5 @@
-"""The checks of a comparison spec's ``seeds``, ``reference_rows``, ``only`` and ``parallel``
-sections (:func:`~solo_diet.compare.spec.load_spec` runs them)."""
+"""The checks of a comparison spec's ``seeds``, ``reference_rows``, ``only``, ``parallel`` and
+``curves`` sections (:func:`~solo_diet.compare.spec.load_spec` runs them)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ REFERENCE_ROWS = ("random_init", "raw_pixels")
 
 def _positive_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+def check_curves(spec: DictConfig, spec_path: str | Path) -> None:
+    """``curves.points``: a non-negative integer (0: off)."""
+    points = spec.curves.points
+    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
+        raise ConfigError(
+            f"{spec_path}: `curves.points` must be a non-negative integer: the number of epochs "
+            "of the budget where each run's linear probe and kNN are measured (e.g. "
+            f"curves.points=10; 0: no learning curves), got {points}."
+        )
 
 
 def check_only(spec: DictConfig, spec_path: str | Path) -> None:

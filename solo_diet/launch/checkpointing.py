@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -28,7 +29,6 @@ from solo.utils.checkpointer import Checkpointer
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.config import ConfigError
-from solo_diet.launch.common import checkpoint_epoch
 from solo_diet.methods.checkpoint import (
     CorruptCheckpoint,
     check_checkpoint_file,
@@ -44,6 +44,13 @@ SAME_RUN_KEYS = (
     "data.fraction",
     "method_kwargs.num_samples",
 )
+
+
+def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
+    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else
+    ``default``."""
+    match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
+    return int(match.group(1)) if match else default
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -15,7 +15,6 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
-from solo_diet.data.stream import StreamLoader
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.loader_settings import ProbeAugmentation
 from solo_diet.launch.nodes import check_nodes
@@ -132,16 +131,10 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     return kwargs
 
 
-def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
-    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else
-    ``default``."""
-    match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
-    return int(match.group(1)) if match else default
-
-
 def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
     """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)
     and loads (a cut one is no finished run)."""
+    from solo_diet.launch.checkpointing import checkpoint_epoch
     from solo_diet.methods.checkpoint import checkpoint_problem
 
     epoch = checkpoint_epoch(ckpt_path)
@@ -185,13 +178,19 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 
 
 def fit_or_raise(
-    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, **fit_kwargs: Any
+    trainer: Any,
+    model: Any,
+    cfg: DictConfig,
+    checkpointer: Any,
+    data_path: Optional[Any] = None,
+    **fit_kwargs: Any,
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where to
-    resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first checkpoint
-    leaves no empty run folder behind. A core error raised during the fit (a set too large for its
-    storage, a corrupt streamed file, a dataset index beyond ``num_samples``) names the config keys
-    of the arguments it names. Streaming loaders' host workers are stopped when the fit ends."""
+    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where
+    to resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first
+    checkpoint leaves no empty run folder behind. A core error raised during the fit (a set too
+    large for its storage, a corrupt image file, a dataset index beyond ``num_samples``) names the
+    config keys of the arguments it names. The run's ``data_path`` (a
+    :class:`~solo_diet.launch.datapaths.DataPath`) is closed when the fit ends, however it ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -206,9 +205,8 @@ def fit_or_raise(
         _drop_empty_run_folder(checkpointer)
         raise
     finally:
-        for loader in fit_kwargs.values():
-            if isinstance(loader, StreamLoader):  # its workers would hold the exit (close())
-                loader.close()
+        if data_path is not None:
+            data_path.close()
     if trainer.interrupted:
         _drop_empty_run_folder(checkpointer)
         signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT

@@ -204,7 +204,7 @@ SECTION_KEYS = {
         *("batch_size", "classifier_lr", "exclude_bias_n_norm_wd", "kwargs", "layer_decay", "lr"),
         *("name", "weight_decay"),
     ),
-    "performance": ("capture_backbone", "disable_channel_last", "foreach_substitutes"),
+    "performance": ("disable_channel_last", "foreach_substitutes"),
     "scheduler": (
         "interval",
         "lr_decay_steps",

@@ -30,14 +30,13 @@ from solo_diet.launch.common import (
     normalize_devices,
     trainer_kwargs,
 )
-from solo_diet.launch.datapaths import make_data_path
+from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_launch_cfg,
     check_solo_learn_choices,
 )
 from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
     CorruptCheckpoint,
@@ -161,6 +160,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         model,
         cfg,
         checkpointer,
+        data_path,
         train_dataloaders=train_loader,
         val_dataloaders=val_loader,
         ckpt_path=ckpt_path,

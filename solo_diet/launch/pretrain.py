@@ -5,9 +5,7 @@ single-view methods are allowed; ``method_kwargs.num_samples`` is computed from 
 set for methods that use dataset indices; DALI is refused for them unless indices are encoded;
 wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported;
 solo-learn's ``LARS`` and ``MomentumUpdater`` run as their same-math foreach versions unless
-``performance.foreach_substitutes: False`` (``solo_diet.methods.substitutes``);
-``performance.capture_backbone: True`` replays the backbone's forward and backward as CUDA graphs
-(``solo_diet.methods.captured_backbone``).
+``performance.foreach_substitutes: False`` (``solo_diet.methods.substitutes``).
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from solo_diet.launch.common import (
     normalize_devices,
     trainer_kwargs,
 )
-from solo_diet.launch.datapaths import DataPath, make_data_path
+from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
@@ -41,8 +39,7 @@ from solo_diet.launch.loader_settings import (
     LoaderSettings,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
-from solo_diet.methods.captured_backbone import capture_backbone, fill_and_check_capture
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import (
     fill_and_check_substitutes,
@@ -103,15 +100,13 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
     fill_and_check_substitutes(cfg)
-    fill_and_check_capture(cfg)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
     return cfg, method_cls, contract, data_path, loader_settings
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     """The method as the launcher trains it: built from the parsed cfg, with our same-math
-    substitutes (named in one printed line) and, with ``performance.capture_backbone``, its
-    backbone replayed as CUDA graphs (one line); contiguous, channels-last unless
+    substitutes (named in one printed line); contiguous, channels-last unless
     ``performance.disable_channel_last``."""
     from solo.utils.misc import make_contiguous
 
@@ -119,8 +114,6 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     substitutes = substitutes_line(substitute_step_parts(cfg, model))
     if substitutes:
         print(substitutes, flush=True)
-    for captured in capture_backbone(cfg, model):
-        print(f"solo-diet: graph capture: {captured}", flush=True)
     make_contiguous(model)
     if not OmegaConf.select(cfg, "performance.disable_channel_last", default=False):
         model = model.to(memory_format=torch.channels_last)
@@ -169,6 +162,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
         model,
         cfg,
         checkpointer,
+        data_path,
         ckpt_path=ckpt_path,
         **data_path.fit_kwargs(train_data, val_loader),
     )

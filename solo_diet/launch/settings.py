@@ -103,17 +103,6 @@ class DataSettings:
     dali: Optional[DaliSettings] = None
 
 
-def parse_data_settings(cfg: DictConfig) -> DataSettings:
-    """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
-    and trains from the image folder), then the keys of its data path (for the GPU data path the
-    ``data.gpu.*`` keys and the loader's device)."""
-    from solo_diet.launch.datapaths import REGISTRY
-
-    data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
-    check_choice(cfg, FORMAT_KEY, tuple(REGISTRY))
-    return REGISTRY[data_format].read_settings(cfg, data_format)
-
-
 def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
     """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
     from solo_diet.data.loader import STORAGES  # torch: imported when a GPU path is parsed

@@ -47,7 +47,9 @@ from solo_diet.methods.recording import is_recording, recorded_reads
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-    from solo_diet.methods.checkpoint import PretrainedCheckpoint
+# ``extra_evaluations``' first argument: a ``solo_diet.methods.checkpoint.PretrainedCheckpoint``
+# (not imported: loading a checkpoint registers the methods, which checks their contracts)
+Checkpoint = Any
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def no_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> None:
 
 
 def no_extra_evaluations(
-    checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
+    checkpoint: Checkpoint, settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
     """The default ``extra_evaluations``: nothing besides the backbone."""
     return []
@@ -100,9 +102,9 @@ class Contract:
     train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
         no_batch_sampler
     )
-    extra_evaluations: Callable[
-        ["PretrainedCheckpoint", Mapping[str, Any]], list[ExtraRepresentation]
-    ] = no_extra_evaluations
+    extra_evaluations: Callable[[Checkpoint, Mapping[str, Any]], list[ExtraRepresentation]] = (
+        no_extra_evaluations
+    )
     views: int = 2
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 

@@ -110,10 +110,10 @@ class CPLearn(BaseMethod):
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills CPLearn's ``method_kwargs`` defaults and checks every value."""
-        cfg = super(CPLearn, CPLearn).add_and_assert_specific_cfg(cfg)
+        cfg = super().add_and_assert_specific_cfg(cfg)
 
         fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
         fill_default(cfg, "method_kwargs.proj_output_dim", 16384)

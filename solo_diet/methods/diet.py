@@ -43,10 +43,10 @@ class DIET(IndexMethod):
         self.normalize: bool = kwargs.normalize
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills DIET's ``method_kwargs`` defaults and checks every value."""
-        cfg = super(DIET, DIET).add_and_assert_specific_cfg(cfg)
+        cfg = super().add_and_assert_specific_cfg(cfg)
         fill_default(cfg, "method_kwargs.loss", "ce")
         fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
         fill_default(cfg, "method_kwargs.normalize", False)

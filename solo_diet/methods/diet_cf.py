@@ -35,10 +35,10 @@ class DIETCF(LabelledProjectionMethod):
         super().__init__(cfg)
         self.lam: float = cfg.method_kwargs.lam
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills ``lam`` and checks it (``lam = 0`` makes the loss constant once K >= rows - 1)."""
-        cfg = super(DIETCF, DIETCF).add_and_assert_specific_cfg(cfg)
+        cfg = super().add_and_assert_specific_cfg(cfg)
         fill_default(cfg, "method_kwargs.lam", 0.1)
         if check_range(cfg, "method_kwargs.lam", 0.0, float("inf")) == 0.0:
             raise ConfigError(

@@ -44,10 +44,10 @@ class GraphVICReg(LabelledProjectionMethod):
         self.cov_loss_weight: float = kwargs.cov_loss_weight
         self.label_norm_power: float = kwargs.label_norm_power
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills the VICReg weights and ``label_norm_power`` and checks them."""
-        cfg = super(GraphVICReg, GraphVICReg).add_and_assert_specific_cfg(cfg)
+        cfg = super().add_and_assert_specific_cfg(cfg)
         fill_default(cfg, "method_kwargs.sim_loss_weight", 25.0)
         fill_default(cfg, "method_kwargs.var_loss_weight", 25.0)
         fill_default(cfg, "method_kwargs.cov_loss_weight", 1.0)

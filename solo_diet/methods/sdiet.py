@@ -138,11 +138,11 @@ class SDIET(IndexMethod):
 
     contract = replace(IndexMethod.contract, train_batch_sampler=train_batch_sampler)
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills s-DIET's ``method_kwargs`` defaults and checks every value."""
-        refuse_renamed_kwargs(cfg, SDIET.renamed_method_kwargs)
-        cfg = super(SDIET, SDIET).add_and_assert_specific_cfg(cfg)
+        refuse_renamed_kwargs(cfg, cls.renamed_method_kwargs)
+        cfg = super().add_and_assert_specific_cfg(cfg)
         optimizer_kwargs = omegaconf_select(cfg, "optimizer.kwargs", {}) or {}
         by_index = cfg.method_kwargs.labels == "index"
         fill_default(cfg, "method_kwargs.label_smoothing", 0.8)

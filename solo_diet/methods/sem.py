@@ -220,6 +220,11 @@ class _SEMTwin:
             )
         self._sem_large_crops: list[torch.Tensor] = []
 
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """The base method's keys, then ``method_kwargs.sem``'s."""
+        return add_and_assert_sem_cfg(super().add_and_assert_specific_cfg(cfg))
+
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
         parent_path, _, name = path.rpartition(".")
         parent = self.get_submodule(parent_path) if parent_path else self
@@ -254,25 +259,24 @@ class _SEMTwin:
         ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper,
         §3.1)."""
         sem = self.cfg.method_kwargs.sem
-        crop = len(self._sem_large_crops)
+        crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
         with self.get_submodule(self._sem_online).temperature(tau):
             out = super().base_training_step(X, targets)
         self._sem_large_crops.append(out["sem"].detach())
         return out
 
-    def training_step(self, batch: Sequence[Any], batch_idx: int):
-        """The method's step; logs simplex statistics of the large crops (paper §3.1, Fig. 2b)."""
-        self._sem_large_crops = []
-        loss = super().training_step(batch, batch_idx)
-        stats = simplex_statistics(
-            torch.cat(self._sem_large_crops), self.cfg.method_kwargs.sem.simplex_dim
-        )
-        self._sem_large_crops = []
-        self.log_dict(
-            {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
-        )
-        return loss
+    def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
+        """After the method's own step: logs simplex statistics of its large crops (paper §3.1,
+        Fig. 2b). A hook, not a ``training_step`` override, so the twin runs its base method's
+        step (and any same-math substitute the launcher gives it)."""
+        super().on_train_batch_end(outputs, batch, batch_idx)
+        crops, self._sem_large_crops = self._sem_large_crops, []
+        if crops:
+            stats = simplex_statistics(torch.cat(crops), self.cfg.method_kwargs.sem.simplex_dim)
+            self.log_dict(
+                {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
+            )
 
 
 def make_sem_twin(name: str, method_cls: type) -> type:
@@ -281,9 +285,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     if reason is not None:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
     root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
-
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        return add_and_assert_sem_cfg(method_cls.add_and_assert_specific_cfg(cfg))
 
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
@@ -296,7 +297,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         "sem_base_method": name,
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
-        "add_and_assert_specific_cfg": staticmethod(add_and_assert_specific_cfg),
     }
     return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
 

@@ -1,35 +1,33 @@
 """Same-math substitutes, per model instance, for the read-backs inside solo-learn's own steps.
 
+- VICReg's covariance term and Barlow Twins' loss index with a boolean mask (the host learns how
+  many entries it keeps). The instance gets a ``training_step`` (:func:`vicreg_step`,
+  :func:`barlow_twins_step`) that runs the base method's step and then the method's loss with our
+  mask-free terms from :mod:`solo_diet.losses.decorrelation`: the same floats, the same logged name.
 - W-MSE: the model's ``whitening`` (solo-learn's ``Whitening2d``, whose Cholesky reads its status
-  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`; its step's slice permutation
-  (``torch.randperm`` on the host, then GPU features indexed by it: a blocking copy per slice)
-  comes from :class:`DeviceRandpermTorch`, the same permutation sent to the device without a wait.
+  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`, and its step
+  (:func:`wmse_step`) draws each slice permutation with :func:`device_randperm`: the host
+  generator's ``randperm``, sent to the device without a wait.
 - The queue methods (MoCo V2+, NNBYOL, NNCLR, NNSiam, ReSSL, All4One) read their queue pointer as
   a Python number; the instance gets a bound ``dequeue_and_enqueue`` (``_dequeue_and_enqueue`` for
   MoCo) writing through :func:`solo_diet.queue.enqueue_`, pointer on the device, same contents.
-- VICReg's covariance term and Barlow Twins' loss index with a boolean mask. solo-learn's code
-  looks these functions up as module globals at call time (``solo.losses.vicreg.covariance_loss``
-  from ``vicreg_loss_func``; ``solo.methods.barlow_twins.barlow_loss_func`` from the method), so
-  each global is replaced, once per process, by a :class:`LossDispatch` that calls ours while a
-  substituted model's training step runs and solo-learn's original otherwise (W-MSE's ``torch``
-  global likewise, by a :class:`DeviceRandpermTorch`). The model's
-  instance gets a ``training_step`` that sets a context variable around the class's own step: no
-  other model, no other job of the same process (compare's workers) and no code outside a
-  substituted step sees our version, and a model built with the key off runs solo-learn's.
 
-The instance's substitutes are :class:`InstanceSubstitute` objects (not ``types.MethodType``,
-which pickles as a lookup by its function's name): a deep copy or a pickle of the model keeps them,
-bound to the copy.
+Only an instance whose class runs solo-learn's own method (no override below it) is substituted;
+SEM twins qualify, as their SEM hooks sit outside ``training_step``. Nothing here assigns into a
+solo-learn module: a model the launcher did not substitute, and any code of the user's, runs
+solo-learn's own functions. The substitutes are :class:`InstanceSubstitute` objects (not
+``types.MethodType``, which pickles as a lookup by its function's name): a deep copy or a pickle
+of the model keeps them, bound to the copy.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
-import importlib
-from typing import Any, Callable, Optional, Union
+import itertools
+from typing import Any, Callable, Sequence, Union
 
 import torch
+from solo.losses.vicreg import invariance_loss, variance_loss
+from solo.losses.wmse import wmse_loss_func
 from solo.methods.all4one import All4One
 from solo.methods.barlow_twins import BarlowTwins
 from solo.methods.mocov2plus import MoCoV2Plus
@@ -41,22 +39,11 @@ from solo.methods.vicreg import VICReg
 from solo.methods.wmse import WMSE
 from solo.utils.misc import gather
 from solo.utils.whitening import Whitening2d
-from torch import nn
+from torch import Tensor, nn
 
 from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
 from solo_diet.nn.whitening import CholeskyWhitening
 from solo_diet.queue import enqueue_
-
-_SUBSTITUTED_STEP_DEVICE: contextvars.ContextVar[Optional[torch.device]] = contextvars.ContextVar(
-    "solo_diet_substituted_step_device", default=None
-)
-"""The device of the substituted model whose training step runs now; None outside such a step."""
-
-LOSS_SUBSTITUTES: dict[type, tuple[str, str, Callable]] = {
-    VICReg: ("solo.losses.vicreg", "covariance_loss", vicreg_covariance_loss),
-    BarlowTwins: ("solo.methods.barlow_twins", "barlow_loss_func", barlow_twins_loss),
-}
-"""solo-learn method -> (module, global its step calls, our same-math function)."""
 
 QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
 """The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
@@ -65,58 +52,13 @@ WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_si
 """How W-MSE's keys fix a whitening slice whose covariance is not positive definite."""
 
 
-class LossDispatch:
-    """Stands in for a solo-learn loss function: ours inside a substituted training step, the
-    original everywhere else."""
-
-    def __init__(self, original: Callable, ours: Callable):
-        functools.update_wrapper(self, original)
-        self.original, self.ours = original, ours
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        chosen = self.ours if _SUBSTITUTED_STEP_DEVICE.get() is not None else self.original
-        return chosen(*args, **kwargs)
-
-
-def install_loss_dispatch(module_name: str, name: str, ours: Callable) -> LossDispatch:
-    """Replace ``module_name.name`` by a :class:`LossDispatch` (once; later calls find it)."""
-    module = importlib.import_module(module_name)
-    current = getattr(module, name)
-    if not isinstance(current, LossDispatch):
-        current = LossDispatch(current, ours)
-        setattr(module, name, current)
-    return current
-
-
-def device_randperm(n: int, device: torch.device) -> torch.Tensor:
+def device_randperm(n: int, device: torch.device) -> Tensor:
     """``torch.randperm(n)`` drawn from the host generator (the same numbers as solo-learn's call),
     on ``device``: for CUDA through pinned memory and an asynchronous copy, so nothing waits."""
     permutation = torch.randperm(n)
     if device.type != "cuda":
         return permutation.to(device)
     return permutation.pin_memory().to(device, non_blocking=True)
-
-
-class DeviceRandpermTorch:
-    """Stands in for the ``torch`` module in one solo-learn module: ``randperm(n)`` inside a
-    substituted training step is :func:`device_randperm` on the step's device; every other name,
-    and ``randperm`` anywhere else, is torch's own."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(torch, name)
-
-    def randperm(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        device = _SUBSTITUTED_STEP_DEVICE.get()
-        if device is None or len(args) != 1 or kwargs:
-            return torch.randperm(*args, **kwargs)
-        return device_randperm(args[0], device)
-
-
-def install_randperm_dispatch(module_name: str) -> None:
-    """Replace ``module_name.torch`` by a :class:`DeviceRandpermTorch` (once)."""
-    module = importlib.import_module(module_name)
-    if not isinstance(module.torch, DeviceRandpermTorch):
-        module.torch = DeviceRandpermTorch()
 
 
 class InstanceSubstitute:
@@ -132,29 +74,69 @@ class InstanceSubstitute:
         return f"<{_qualified(self.function)} of {type(self.owner).__name__}>"
 
 
-def class_training_step(model: nn.Module, batch: Any, batch_idx: int) -> Any:
-    """The training step of ``model``'s class (what the instance runs without substitutes)."""
-    return type(model).training_step(model, batch, batch_idx)
-
-
-class SubstitutedTrainingStep(InstanceSubstitute):
-    """The class's training step, with our loss functions chosen by the dispatches (its signature
-    is the one Lightning inspects)."""
-
-    def __init__(self, owner: nn.Module):
-        super().__init__(class_training_step, owner)
+class StepSubstitute(InstanceSubstitute):
+    """A substitute ``training_step`` (its signature is the one Lightning inspects)."""
 
     @property
     def __wrapped__(self) -> Callable:
-        """The class's step, for Lightning's ``is_overridden`` (it follows ``__wrapped__``)."""
-        return type(self.owner).training_step
+        """Our step function, for Lightning's ``is_overridden`` (it follows ``__wrapped__``)."""
+        return self.function
 
-    def __call__(self, batch: Any, batch_idx: int) -> Any:
-        token = _SUBSTITUTED_STEP_DEVICE.set(self.owner.device)
-        try:
-            return self.function(self.owner, batch, batch_idx)
-        finally:
-            _SUBSTITUTED_STEP_DEVICE.reset(token)
+    def __call__(self, batch: Sequence[Any], batch_idx: int) -> Any:
+        return self.function(self.owner, batch, batch_idx)
+
+
+def vicreg_step(model: VICReg, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """VICReg's step (the VICReg paper's loss, solo-learn's weights) with the covariance term of
+    :func:`~solo_diet.losses.decorrelation.vicreg_covariance_loss`."""
+    out = super(VICReg, model).training_step(batch, batch_idx)
+    z1, z2 = out["z"]
+    invariance = invariance_loss(z1, z2)
+    z1, z2 = gather(z1), gather(z2)  # as solo-learn: the regularisers see every process's rows
+    loss = (
+        model.sim_loss_weight * invariance
+        + model.var_loss_weight * variance_loss(z1, z2)
+        + model.cov_loss_weight * vicreg_covariance_loss(z1, z2)
+    )
+    model.log("train_vicreg_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """Barlow Twins' step with :func:`~solo_diet.losses.decorrelation.barlow_twins_loss`."""
+    out = super(BarlowTwins, model).training_step(batch, batch_idx)
+    loss = barlow_twins_loss(*out["z"], lamb=model.lamb, scale_loss=model.scale_loss)
+    model.log("train_barlow_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """W-MSE's step as solo-learn runs it: each of ``whitening_iters`` permutations of the batch,
+    from :func:`device_randperm`, cut into slices of ``whitening_size`` rows; every large crop's
+    rows of a slice whitened together; the loss averaged over the pairs of large crops."""
+    out = super(WMSE, model).training_step(batch, batch_idx)
+    views = torch.stack(out["z"])  # crops x batch x dim
+    pairs = list(itertools.combinations(range(model.num_large_crops), 2))
+    total = 0
+    for _ in range(model.whitening_iters):
+        whitened = torch.empty_like(views)
+        slices = device_randperm(model.batch_size, views.device).view(-1, model.whitening_size)
+        for rows in slices:
+            for crop in range(model.num_large_crops):
+                whitened[crop, rows] = model.whitening(views[crop, rows]).type_as(whitened)
+        for first, second in pairs:
+            total = total + wmse_loss_func(whitened[first], whitened[second])
+    loss = total / (len(pairs) * model.whitening_iters)
+    model.log("train_wmse_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+STEP_SUBSTITUTES: dict[type, Callable] = {
+    VICReg: vicreg_step,
+    BarlowTwins: barlow_twins_step,
+    WMSE: wmse_step,
+}
+"""solo-learn method -> our same-math ``training_step`` for an instance of it."""
 
 
 @torch.no_grad()
@@ -187,12 +169,6 @@ def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
     return isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]
 
 
-def _substitute_training_step(model: nn.Module) -> None:
-    """Run ``model``'s training steps as :class:`SubstitutedTrainingStep` (once)."""
-    if "training_step" not in vars(model):
-        model.training_step = SubstitutedTrainingStep(model)
-
-
 def _qualified(obj: Union[Callable, type]) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -201,11 +177,10 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
     """Swap, on one built solo-learn method, the parts of its step that read back from the GPU
     for ours; returns one description per substitute made."""
     made = []
-    for cls, (module_name, name, ours) in LOSS_SUBSTITUTES.items():
-        if isinstance(model, cls):
-            install_loss_dispatch(module_name, name, ours)
-            _substitute_training_step(model)
-            made.append(f"loss `{module_name}.{name}` -> {_qualified(ours)}")
+    for cls, ours in STEP_SUBSTITUTES.items():
+        if _uses_solo_learns(model, cls, "training_step"):
+            model.training_step = StepSubstitute(ours, model)
+            made.append(f"`{_qualified(cls)}.training_step` -> {_qualified(ours)}")
     for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, name):
             setattr(model, name, InstanceSubstitute(ours, model))
@@ -214,8 +189,4 @@ def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
     if isinstance(model, WMSE) and type(whitening) is Whitening2d:
         model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps, WHITENING_FIX)
         made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
-    if isinstance(model, WMSE):
-        install_randperm_dispatch(WMSE.__module__)
-        _substitute_training_step(model)
-        made.append(f"`{WMSE.__module__}.torch.randperm` -> {_qualified(device_randperm)}")
     return made

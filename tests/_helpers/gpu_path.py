@@ -12,21 +12,17 @@ from solo.methods import METHODS
 
 from solo_diet.data.synthetic import write_image_folder
 from solo_diet.launch.common import fit_or_raise
-from solo_diet.launch.gpu_data import (
-    eval_loader,
-    pretrain_loader,
-)
+from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.loader_settings import (
     PRETRAIN_PROBE_NODE,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import parse_data_settings
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.testing import smoke_cfg, tiny_trainer
 from tests._helpers import SCRIPTS
 from tests._helpers.methods import (
     solo_learn_kwargs,
 )
+from tests._helpers.tiny import smoke_cfg, tiny_trainer
 
 CLASSES, PER_CLASS, BATCH = 5, 4, 8
 
@@ -57,23 +53,24 @@ def gpu_cfg(method: str, data: Path, **tiny):
 
 
 def settings_of(cfg, probe_node: str = PRETRAIN_PROBE_NODE):
-    """The loader and GPU settings of a parsed cfg, as the launcher parses them once."""
+    """The loader settings and the data path of a parsed cfg, as the launcher makes them once."""
     data = parse_data_settings(cfg)
-    return parse_loader_settings(cfg, data, probe_node), data.gpu
+    return parse_loader_settings(cfg, data, probe_node), make_data_path(data)
 
 
 def fit_through_gpu_path(cfg, **trainer_overrides):
     method_cls = METHODS[cfg.method]
-    run, gpu = settings_of(cfg)
+    run, path = settings_of(cfg)
     hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
-    train, num_samples = pretrain_loader(run, gpu, hook)
+    pretrain = path.pretrain_data(run, hook)
+    train, num_samples = pretrain.source, pretrain.num_samples
     assert num_samples == NUM_TRAIN  # gpu_cfg sets method_kwargs.num_samples for index methods
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    val = eval_loader(run, gpu, run.probe, BATCH)
-    # as the launcher fits: a streaming loader's persistent workers stop when the fit ends
-    fit_or_raise(trainer, model, cfg, None, train_dataloaders=train, val_dataloaders=val)
+    val = path.classification_val_loader(run, run.probe, BATCH)
+    # as the launcher fits: a streaming path's persistent workers stop when the fit ends
+    fit_or_raise(trainer, model, cfg, None, path, train_dataloaders=train, val_dataloaders=val)
     return trainer, recorder, train
 
 

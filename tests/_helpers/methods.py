@@ -13,7 +13,7 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 import solo_diet
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.testing import (
+from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,

@@ -14,14 +14,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from solo_diet.launch.callbacks import EpochCostLogger
 from solo_diet.launch.common import trainer_kwargs
-from solo_diet.launch.gpu_data import pretrain_loader
 from solo_diet.launch.pretrain import build_model
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.testing import smoke_cfg
 from tests._helpers.gpu_path import (
     settings_of,
 )
 from tests._helpers.methods import registered_methods, solo_learn_kwargs
+from tests._helpers.tiny import smoke_cfg
 
 CLASSES, PER_CLASS, BATCH = 4, 16, 8  # 8 batches in the one epoch: no epoch end in the window
 
@@ -165,9 +164,9 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     if not cuda:
         cfg.update(accelerator="cpu", precision="bf16-mixed")
     method_cls = METHODS[method]
-    run, gpu = settings_of(cfg)
+    run, path = settings_of(cfg)
     hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
-    train, _ = pretrain_loader(run, gpu, hook)
+    train = path.pretrain_data(run, hook).source
     model = build_model(cfg, method_cls)
     guard = ReadBackGuard(cuda)
     costs = EpochCostLogger(tmp_path / "epochs.csv")

@@ -58,10 +58,10 @@ class ToyIndexMethod(IndexMethod):
         self.temperature: float = cfg.method_kwargs.temperature
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
 
-    @staticmethod
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
         """Fills and checks the toy's keys (IndexMethod fills and checks the shared ones)."""
-        cfg = super(ToyIndexMethod, ToyIndexMethod).add_and_assert_specific_cfg(cfg)
+        cfg = super().add_and_assert_specific_cfg(cfg)
         fill_default(cfg, "method_kwargs.temperature", 1.0)
         check_range(cfg, "method_kwargs.temperature", 1e-6, float("inf"))
         if cfg.method_kwargs.labels != "index":

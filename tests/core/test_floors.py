@@ -2,7 +2,9 @@
 ``solo_diet/compare`` (the comparison runner), ``solo_diet/launch`` (settings, data paths and the
 runs that pretrain, linear and compare share), ``solo_diet/methods`` (solo-learn adapters) and the
 core (everything else), which imports neither solo-learn nor Lightning: checked on the source, lazy
-imports included. The core and
+imports included. Inside a floor the imports form no cycle, local (function-level) and
+``TYPE_CHECKING`` imports counted: a local import is for start-up time, never to hide a cycle. The
+core and
 the modules of its tests then import with solo-learn and Lightning made unimportable, so a CI
 without solo-learn collects every core test (a core test may still compare against solo-learn
 inside a test marked ``requires_solo``)."""
@@ -17,6 +19,90 @@ from pathlib import Path
 from tests._helpers.core import FLOORS, PACKAGE, REPO, _floor
 
 HOST_LIBRARIES = ("solo", "lightning", "pytorch_lightning", "hydra")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _name_floor(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else "core"
+
+
+def _package_imports(path: Path, root: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, at any depth of its code: ``from a.b import c``
+    counts ``a.b.c`` when it is a module, else ``a.b``; relative imports resolved."""
+    this = _module_name(path, root)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.update([full] if full in modules else [base] if base in modules else [])
+    return found - {this}
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """The import cycles within a floor of ``package``: each a list of modules that import one
+    another around (strongly connected components of the floor's import graph)."""
+    paths = {_module_name(p, package.parent): p for p in package.rglob("*.py")}
+    modules = set(paths)
+    graph = {
+        name: sorted(
+            target
+            for target in _package_imports(path, package.parent, modules)
+            if _name_floor(target) == _name_floor(name)
+        )
+        for name, path in paths.items()
+    }
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(name: str) -> None:  # Tarjan's strongly connected components
+        order[name] = low[name] = len(order)
+        stack.append(name)
+        for target in graph[name]:
+            if target not in order:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], order[target])
+        if low[name] == order[name]:
+            component = stack[stack.index(name) :]
+            del stack[stack.index(name) :]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in order:
+            visit(name)
+    return cycles
+
+
+def test_no_import_cycle_inside_a_floor() -> None:
+    assert import_cycles() == []
+
+
+def test_the_cycle_check_sees_a_local_import_closing_a_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "solo_diet"
+    (package / "launch").mkdir(parents=True)
+    for name in ("__init__.py", "launch/__init__.py"):
+        (package / name).write_text("")
+    (package / "launch" / "a.py").write_text("from solo_diet.launch.b import B\n")
+    (package / "launch" / "b.py").write_text("def f():\n    from solo_diet.launch import a\n")
+    (package / "c.py").write_text("from solo_diet.launch import a\n")  # across floors: no cycle
+    assert import_cycles(package) == [["solo_diet.launch.a", "solo_diet.launch.b"]]
 
 
 def _imported(path: Path) -> set[str]:

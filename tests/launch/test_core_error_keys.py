@@ -17,9 +17,14 @@ from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
 from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_images
-from solo_diet.launch import gpu_data
+from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.loader_settings import LoaderSettings
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, GPUDataSettings, core_errors_named
+from solo_diet.launch.settings import (
+    GPU_ARGUMENT_KEYS,
+    DataSettings,
+    GPUDataSettings,
+    core_errors_named,
+)
 from tests._helpers.core import BAD_NODES
 
 
@@ -76,12 +81,12 @@ def test_decoding_errors_name_the_data_keys(tmp_path):
 
 def test_the_gpu_path_names_the_splits_path_key(tmp_path):
     run = LoaderSettings(dataset="custom", train_path=str(write_folder(tmp_path / "train")))
-    settings = GPUDataSettings(device="cpu", decode_cache=False)
-    assert len(gpu_data.load_split(run, settings, "train")) == 2
+    path = GPUPath(DataSettings("gpu", GPUDataSettings(device="cpu", decode_cache=False)))
+    assert len(path.load_split(run, "train")) == 2
     with pytest.raises(ConfigError, match=r"^`data.val_path` must be the path of the val set, got"):
-        gpu_data.load_split(run, settings, "val")
+        path.load_split(run, "val")
     with pytest.raises(ConfigError, match=r"^`data.fraction` must be in \(0, 1\)"):
-        gpu_data.load_split(run, settings, "train", fraction=2.0)
+        path.load_split(run, "train", fraction=2.0)
 
 
 @pytest.mark.parametrize("change, argument", BAD_NODES)

@@ -52,6 +52,19 @@ def test_the_factory_picks_the_formats_class(fmt, cls, solo_format):
     assert getattr(path, "solo_format", None) == solo_format
 
 
+def test_the_stream_storage_gets_the_streaming_path():
+    from solo_diet.launch.datapaths.stream import StreamPath
+
+    stream = GPUDataSettings(storage="stream", device="cpu")
+    assert type(make_data_path(DataSettings("gpu", stream))) is StreamPath
+    cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu", "gpu": {}}})
+    cfg.data.gpu.storage = "stream"
+    path = data_path_for(cfg)
+    assert type(path) is StreamPath and path.loaders == []
+    path.close()  # no loader made yet: nothing to stop
+    make_data_path(DataSettings()).close()  # the default: nothing to release
+
+
 def test_data_path_for_parses_the_cfg_once_and_chooses():
     cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu"}})
     path = data_path_for(cfg)

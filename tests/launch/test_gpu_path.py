@@ -20,17 +20,11 @@ from solo.methods import METHODS
 from solo_diet.cli.main import main
 from solo_diet.config import ConfigError
 from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.gpu_data import (
-    feature_loader,
-    load_split,
-    pretrain_loader,
-)
 from solo_diet.launch.loader_settings import (
     LINEAR_PROBE_NODE,
 )
 from solo_diet.launch.pretrain import run_pretrain
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.testing import tiny_trainer
 from solo_diet.samplers import SuperBatchSampler
 from tests._helpers.gpu_path import (
     BATCH,
@@ -51,6 +45,7 @@ from tests._helpers.methods import (
     fits_of,
     registered_methods,
 )
+from tests._helpers.tiny import tiny_trainer
 
 pytestmark = pytest.mark.solo
 
@@ -95,7 +90,8 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
     trainer, _, _ = fit_through_gpu_path(cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0)
     trainer.save_checkpoint(tmp_path / "epoch0.ckpt")
     method_cls = METHODS[cfg.method]
-    train, _ = pretrain_loader(*settings_of(cfg))
+    run, path = settings_of(cfg)
+    train = path.pretrain_data(run).source
     recorder = BatchRecorder(2)
     resumed = tiny_trainer(
         cfg, callbacks=[recorder], fast_dev_run=False, max_epochs=2, limit_val_batches=0
@@ -109,12 +105,13 @@ def test_a_resumed_run_draws_the_uninterrupted_runs_batches(data, tmp_path):
 
 def test_fraction_selects_solo_learns_samples(data):
     cfg = gpu_cfg("simclr", data)
-    ours = load_split(*settings_of(cfg), "pretrain", fraction=0.5)
+    run, path = settings_of(cfg)
+    ours = path.load_split(run, "pretrain", fraction=0.5)
     theirs = prepare_datasets(
         "custom", None, train_data_path=cfg.data.train_path, data_fraction=0.5
     )
     assert ours.targets.tolist() == [t for _, t in theirs.samples]
-    reference = load_split(*settings_of(cfg), "pretrain")
+    reference = path.load_split(run, "pretrain")
     files = [
         p for p, _ in prepare_datasets("custom", None, train_data_path=cfg.data.train_path).samples
     ]
@@ -125,7 +122,8 @@ def test_fraction_selects_solo_learns_samples(data):
 def test_feature_loader_is_ordered_and_complete(data):
     cfg = gpu_cfg("simclr", data)
     cfg.data.augmentations = {"crop_size": 32}
-    loader = feature_loader(*settings_of(cfg, LINEAR_PROBE_NODE), "val", batch_size=4)
+    run, path = settings_of(cfg, LINEAR_PROBE_NODE)
+    _, loader = path.feature_loaders(run, batch_size=4)
     batches = list(loader)
     assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
     assert torch.cat([t for _, t in batches]).tolist() == [

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.launch import gpu_data
+from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.gpu_data import fit_probe_batch
 from solo_diet.launch.loader_settings import (
@@ -23,7 +24,6 @@ from solo_diet.launch.loader_settings import (
     ProbeAugmentation,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import parse_data_settings
 
 NODE = {"crop_size": 16, "num_crops": 2, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
 
@@ -53,15 +53,18 @@ def _hints(function) -> dict[str, str]:
 def test_the_data_paths_and_the_gpu_loaders_take_settings_never_a_config():
     """Every public method of every data path (but ``read_settings``, the parser's own hook) and
     every public function of the GPU loaders: no argument is a DictConfig."""
+    from solo_diet.launch.datapaths.stream import StreamPath
+
     typed = {}
-    for cls in {DataPath, *REGISTRY.values()}:
+    for cls in {DataPath, *REGISTRY.values(), StreamPath}:
         for name, member in inspect.getmembers(cls, inspect.isfunction):
             if not name.startswith("_"):
                 typed[f"{cls.__name__}.{name}"] = _hints(member)
     for name, member in inspect.getmembers(gpu_data, inspect.isfunction):
         if member.__module__ == gpu_data.__name__ and not name.startswith("_"):
             typed[f"gpu_data.{name}"] = _hints(member)
-    assert "DataPath.pretrain_data" in typed and "gpu_data.linear_loaders" in typed
+    assert "DataPath.pretrain_data" in typed and "gpu_data.fit_probe_batch" in typed
+    assert "StreamPath.read_split" in typed
     assert "LoaderSettings" in typed["GPUPath.feature_loaders"]["run"]
     assert not {
         name: hints

@@ -13,6 +13,7 @@ from solo_diet.config import ConfigError
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.tensor_data import ImageTensors
 from solo_diet.launch import settings
+from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
@@ -20,7 +21,6 @@ from solo_diet.launch.settings import (
     core_errors_named,
     format_of,
     format_override,
-    parse_data_settings,
     resolve_launch_format,
     resolve_spec_format,
 )

@@ -1,6 +1,5 @@
 """``solo-diet pretrain`` runs solo-learn's ``lars`` as ``ForeachLARS`` and says so in one line of
-its log; ``performance.foreach_substitutes`` turns that off and takes only a bool;
-``performance.capture_backbone`` is checked before any data is read."""
+its log; ``performance.foreach_substitutes`` turns that off and takes only a bool."""
 
 import pytest
 
@@ -57,23 +56,4 @@ def test_a_typo_of_the_key_gets_a_did_you_mean(data, tmp_path):
     argv = pretrain_argv(data, tmp_path, "diet_cf")[5:] + ["++performance.foreach_substitute=1"]
     cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet_cf", argv)
     with pytest.raises(ConfigError, match="did you mean `performance.foreach_substitutes`"):
-        run_pretrain(cfg)
-
-
-@pytest.mark.parametrize(
-    "setting, message",
-    [
-        ("capture_backbone=True", "`performance.capture_backbone: True` needs a CUDA device"),
-        ("capture_backbon=True", "did you mean `performance.capture_backbone`"),
-        ("capture_backbone=2", "`performance.capture_backbone` must be True or False"),
-    ],
-)
-def test_capturing_the_backbone_on_a_cpu_stops_before_any_data_is_read(
-    setting, message, data, tmp_path
-):
-    from solo_diet.launch.common import compose_cfg
-
-    argv = pretrain_argv(data, tmp_path, "diet_cf")[5:] + [f"++performance.{setting}"]
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet_cf", argv)
-    with pytest.raises(ConfigError, match=message):
         run_pretrain(cfg)

@@ -21,9 +21,7 @@ from solo_diet.config import ConfigError
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
 from solo_diet.data.synthetic import write_jpeg_folder
 from solo_diet.launch.common import compose_cfg, fit_or_raise
-from solo_diet.launch.gpu_data import eval_loader, pretrain_loader
 from solo_diet.launch.pretrain import run_pretrain
-from solo_diet.methods.testing import tiny_trainer
 from solo_diet.samplers import SuperBatchSampler
 from tests._helpers.gpu_path import (
     BATCH,
@@ -39,6 +37,7 @@ from tests._helpers.gpu_path import (
     settings_of,
 )
 from tests._helpers.methods import fits_of, registered_methods
+from tests._helpers.tiny import tiny_trainer
 
 pytestmark = pytest.mark.solo
 
@@ -118,8 +117,10 @@ def test_the_fit_stops_the_stream_workers_when_it_ends(jpegs):
     use here, after an epoch cut short (two of its batches) as a run stopped early leaves it."""
     cfg = stream_cfg("diet", jpegs)
     cfg.data.num_workers = 2
-    run, gpu = settings_of(cfg)
-    train, val = pretrain_loader(run, gpu)[0], eval_loader(run, gpu, run.probe, BATCH)
+    run, path = settings_of(cfg)
+    assert type(path).__name__ == "StreamPath"  # data.gpu.storage: stream chooses it
+    train = path.pretrain_data(run).source
+    val = path.classification_val_loader(run, run.probe, BATCH)
     workers = LoaderWorkers()
     before = set(multiprocessing.active_children())  # an earlier test's, if any outlived it
     trainer = tiny_trainer(
@@ -127,7 +128,13 @@ def test_the_fit_stops_the_stream_workers_when_it_ends(jpegs):
         limit_val_batches=1, num_sanity_val_steps=0,
     )  # fmt: skip
     fit_or_raise(
-        trainer, METHODS["diet"](cfg), cfg, None, train_dataloaders=train, val_dataloaders=val
+        trainer,
+        METHODS["diet"](cfg),
+        cfg,
+        None,
+        path,
+        train_dataloaders=train,
+        val_dataloaders=val,
     )
     ours = workers.seen - before
     assert len(ours) == 4  # two persistent workers per loader

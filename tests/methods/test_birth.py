@@ -15,7 +15,7 @@ import solo_diet
 from solo_diet.config import ConfigError
 from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.testing import (
+from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,

@@ -23,7 +23,7 @@ from solo_diet.methods.checkpoint import (
     load_backbone_weights,
     load_checkpoint_file,
 )
-from solo_diet.methods.testing import tiny_cfg
+from tests._helpers.tiny import tiny_cfg
 
 pytestmark = pytest.mark.solo
 

@@ -28,7 +28,7 @@ from solo_diet.methods.contract import (
 )
 from solo_diet.methods.recording import recorded_reads
 from solo_diet.methods.registry import plugin_methods
-from solo_diet.methods.testing import tiny_cfg
+from tests._helpers.tiny import tiny_cfg
 
 pytestmark = pytest.mark.solo
 

@@ -21,15 +21,15 @@ from solo.methods import METHODS
 
 import solo_diet
 from solo_diet.config import ConfigError
-from solo_diet.methods.testing import (
+from solo_diet.metrics import clustering_report
+from solo_diet.nn import code_temperature, rademacher_codes
+from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.metrics import clustering_report
-from solo_diet.nn import code_temperature, rademacher_codes
 
 pytestmark = pytest.mark.solo
 

@@ -10,7 +10,7 @@ from solo.methods import METHODS
 import solo_diet
 from solo_diet.config import ConfigError
 from solo_diet.losses import diet_loss
-from solo_diet.methods.testing import (
+from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,

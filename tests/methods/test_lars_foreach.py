@@ -15,7 +15,7 @@ from solo.methods import METHODS
 
 import solo_diet
 from solo_diet.lars import ForeachLARS
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
+from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 
 pytestmark = pytest.mark.solo
 

@@ -21,15 +21,15 @@ from solo_diet.config import ConfigError
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import method_contract
 from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET
-from solo_diet.methods.testing import (
+from solo_diet.optim import adamw_row_step, sgdw_row_step
+from solo_diet.samplers import SuperBatchSampler
+from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,
     fake_val_loader,
     tiny_cfg,
     tiny_trainer,
 )
-from solo_diet.optim import adamw_row_step, sgdw_row_step
-from solo_diet.samplers import SuperBatchSampler
 
 pytestmark = pytest.mark.solo
 

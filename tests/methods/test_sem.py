@@ -20,13 +20,6 @@ import solo_diet
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor
-from solo_diet.methods.testing import (
-    batch_of,
-    fake_pretrain_loader,
-    fake_val_loader,
-    tiny_cfg,
-    tiny_trainer,
-)
 from solo_diet.nn import simplex_softmax
 from tests._helpers.methods import (
     KWARGS,
@@ -40,6 +33,13 @@ from tests._helpers.methods import (
     fits_of,
     sem_cfg,
     slot_embedders,
+)
+from tests._helpers.tiny import (
+    batch_of,
+    fake_pretrain_loader,
+    fake_val_loader,
+    tiny_cfg,
+    tiny_trainer,
 )
 
 pytestmark = pytest.mark.solo

@@ -1,8 +1,8 @@
 """Our same-math substitutes for the read-backs inside solo-learn's own steps, each against
 solo-learn's function on the CPU in float32: VICReg's covariance term and Barlow Twins' loss (values
 and gradients to 1e-6 relative), W-MSE's whitening, the queue writes (bitwise, over more steps than
-the queue holds); the per-instance dispatch; and runs through Lightning that end on the same weights
-with the substitutes on and off."""
+the queue holds); the per-instance steps, with solo-learn's modules left alone; and runs through
+Lightning that end on the same weights with the substitutes on and off."""
 
 from __future__ import annotations
 
@@ -34,26 +34,18 @@ from solo_diet.methods import step_substitutes
 from solo_diet.methods.step_substitutes import (
     QUEUE_BUFFERS,
     WHITENING_FIX,
-    DeviceRandpermTorch,
     InstanceSubstitute,
-    LossDispatch,
     device_randperm,
 )
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
 from solo_diet.nn.whitening import CholeskyWhitening
 from tests._helpers.methods import KWARGS
+from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 
 pytestmark = pytest.mark.solo
 
 SHAPES = [(8, 4), (32, 16), (100, 33)]
 QUEUE_METHODS = ("mocov2plus", "nnbyol", "nnclr", "nnsiam", "ressl", "all4one")
-
-
-def solo_covariance_loss():
-    """solo-learn's own ``covariance_loss``, also when our dispatch stands in its module."""
-    found = solo_vicreg.covariance_loss
-    return found.original if isinstance(found, LossDispatch) else found
 
 
 def assert_close(ours: torch.Tensor, theirs: torch.Tensor, rtol: float = 1e-6) -> None:
@@ -85,7 +77,7 @@ def test_off_diagonal_lists_the_entries_a_boolean_mask_lists():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_vicreg_covariance_equals_solo_learns(seed, n, d):
     ours = values_and_grads(vicreg_covariance_loss, *random_pair(seed, n, d))
-    theirs = values_and_grads(solo_covariance_loss(), *random_pair(seed, n, d))
+    theirs = values_and_grads(solo_vicreg.covariance_loss, *random_pair(seed, n, d))
     assert_close(ours[0], theirs[0])
     for our_grad, their_grad in zip(ours[1], theirs[1]):
         assert_close(our_grad, their_grad)
@@ -184,24 +176,44 @@ def masked_in_a_step(model, cfg) -> int:
 
 
 def test_only_a_substituted_model_runs_our_losses():
-    """The module globals dispatch by the running step: a model built with the key off, in the same
-    process after a substituted one, still runs solo-learn's loss."""
+    """The instance's step runs ours: a model built with the key off, in the same process after a
+    substituted one, still runs solo-learn's loss."""
     solo_diet.register()
-    for method, module, name in [
-        ("vicreg", solo_vicreg, "covariance_loss"),
-        ("barlow_twins", solo_barlow_method, "barlow_loss_func"),
+    for method, cls, step in [
+        ("vicreg", "solo.methods.vicreg.VICReg", "vicreg_step"),
+        ("barlow_twins", "solo.methods.barlow_twins.BarlowTwins", "barlow_twins_step"),
     ]:
         cfg = tiny_cfg(method, KWARGS[method])
         ours, theirs = METHODS[method](cfg), METHODS[method](cfg)
         line = substitutes_line(substitute_step_parts(cfg, ours))
-        assert f"loss `{module.__name__}.{name}` -> solo_diet.losses.decorrelation." in line
-        assert isinstance(getattr(module, name), LossDispatch)
+        assert f"`{cls}.training_step` -> solo_diet.methods.step_substitutes.{step}" in line
         cfg_off = copy.deepcopy(cfg)
         cfg_off.performance = {"foreach_substitutes": False}
         assert substitute_step_parts(cfg_off, theirs) == []
         assert masked_in_a_step(ours, cfg) == 0
         assert masked_in_a_step(theirs, cfg) > 0
         assert masked_in_a_step(copy.deepcopy(ours), cfg) == 0  # a copy keeps its substitutes
+
+
+def test_importing_solo_diet_leaves_solo_learns_modules_alone():
+    """After registering and substituting every kind of model, the globals solo-learn's steps look
+    up are still solo-learn's own objects: nothing of ours is assigned into its modules."""
+    import solo.losses.barlow
+    import solo.methods.wmse
+
+    solo_diet.register()
+    for method in ("vicreg", "barlow_twins", "wmse", "vicreg_sem", "nnclr"):
+        kwargs = {**KWARGS[method.removesuffix("_sem")]}
+        if method.endswith("_sem"):
+            kwargs["sem"] = {"num_simplices": 4, "simplex_dim": 3}
+        cfg = tiny_cfg(method, kwargs, momentum=True)
+        assert substitute_step_parts(cfg, METHODS[method](cfg))
+    covariance = solo_vicreg.covariance_loss
+    assert covariance.__module__ == "solo.losses.vicreg"
+    assert covariance.__code__.co_filename.endswith("solo/losses/vicreg.py")
+    assert solo_barlow_method.barlow_loss_func is solo.losses.barlow.barlow_loss_func
+    assert solo.losses.barlow.barlow_loss_func.__module__ == "solo.losses.barlow"
+    assert solo.methods.wmse.torch is torch
 
 
 @pytest.mark.parametrize("method", ["vicreg", "nnclr", "wmse"])
@@ -283,7 +295,7 @@ def test_wmse_step_equals_solo_learns_and_draws_through_ours(method, monkeypatch
     cfg.method_kwargs.whitening_size = 4
     theirs = METHODS[method](cfg)
     ours = copy.deepcopy(theirs)
-    assert any("randperm" in m for m in substitute_step_parts(cfg, ours))
+    assert any("wmse_step" in m for m in substitute_step_parts(cfg, ours))
     theirs.whitening = CholeskyWhitening(theirs.whitening.output_dim, theirs.whitening.eps)
     drawn = []
     monkeypatch.setattr(
@@ -298,5 +310,4 @@ def test_wmse_step_equals_solo_learns_and_draws_through_ours(method, monkeypatch
     assert drawn == [8, 8]  # one permutation of the batch per whitening iteration
     assert torch.equal(our_loss, their_loss)
     assert not torch.equal(wmse_step_loss(ours, batch, 1), our_loss)  # the permutation matters
-    assert isinstance(solo_wmse.torch, DeviceRandpermTorch)
-    assert solo_wmse.torch.randperm(5).tolist() != [] and len(drawn) == 4  # outside: torch's
+    assert len(drawn) == 4 and solo_wmse.torch is torch

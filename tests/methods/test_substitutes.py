@@ -23,7 +23,7 @@ from solo_diet.methods.substitutes import (
     substitute_step_parts,
     substitutes_line,
 )
-from solo_diet.methods.testing import fake_pretrain_loader, tiny_cfg, tiny_trainer
+from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 
 pytestmark = pytest.mark.solo
 

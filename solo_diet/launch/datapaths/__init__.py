@@ -12,14 +12,22 @@ import pkgutil
 
 from omegaconf import DictConfig
 
+from solo_diet.config import check_choice, fill_default
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath, PretrainData
-from solo_diet.launch.settings import DataSettings, parse_data_settings
+from solo_diet.launch.settings import FORMAT_KEY, DataSettings
 
 _SHIPPED = ("image_folder", "dali", "gpu")
 for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__))):
     importlib.import_module(f"{__name__}.{_module}")
 
-__all__ = ["DataPath", "PretrainData", "data_formats", "make_data_path", "data_path_for"]
+__all__ = [
+    "DataPath",
+    "PretrainData",
+    "data_formats",
+    "make_data_path",
+    "data_path_for",
+    "parse_data_settings",
+]
 
 
 def data_formats() -> tuple[str, ...]:
@@ -27,9 +35,19 @@ def data_formats() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def parse_data_settings(cfg: DictConfig) -> DataSettings:
+    """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
+    and trains from the image folder), then the keys of its data path (for the GPU data path the
+    ``data.gpu.*`` keys and the loader's device)."""
+    data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
+    check_choice(cfg, FORMAT_KEY, data_formats())
+    return REGISTRY[data_format].read_settings(cfg, data_format)
+
+
 def make_data_path(settings: DataSettings) -> DataPath:
-    """The data path serving the settings' data format."""
-    return REGISTRY[settings.format](settings)
+    """The data path serving the settings (its format's, or the one its class chooses for them:
+    the streaming path for ``data.gpu.storage: stream``)."""
+    return REGISTRY[settings.format].serving(settings)(settings)
 
 
 def data_path_for(cfg: DictConfig) -> DataPath:

@@ -68,6 +68,16 @@ class DataPath:
         parser's hook, the one method that reads the config."""
         return DataSettings(data_format)
 
+    @classmethod
+    def serving(cls, settings: DataSettings) -> type["DataPath"]:
+        """The class that serves ``settings`` (this one; a path may hand its settings to a
+        subclass)."""
+        return cls
+
+    def close(self) -> None:
+        """Release what the loaders made hold after a fit (the launchers call it when a fit
+        ends, however it ends); nothing by default."""
+
     def check(self, method: str, contract: Any) -> None:
         """Refuse, before any data is read, what this path cannot give ``method`` (its
         :class:`~solo_diet.methods.contract.Contract`)."""

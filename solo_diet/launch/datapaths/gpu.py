@@ -1,18 +1,23 @@
 """The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
-training device (:mod:`solo_diet.launch.gpu_data`, docs/data-path.md)."""
+training device (docs/data-path.md). ``data.gpu.storage: stream`` is served by its streaming twin,
+:class:`~solo_diet.launch.datapaths.stream.StreamPath`."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+import functools
+import sys
+from typing import Any, ClassVar, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import KeyReader
+from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import MultiCropAugmentation
-from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
-from solo_diet.launch import gpu_data
+from solo_diet.data.tensor_data import load_images
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
+from solo_diet.launch.gpu_data import fit_probe_batch, probe_transforms
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import (
     FORMAT_KEY,
@@ -24,10 +29,24 @@ from solo_diet.launch.settings import (
 )
 
 
+@functools.lru_cache(maxsize=None)
+def say_cpu_batches() -> None:
+    """Once per process: the GPU data path on a CPU works, slowly."""
+    print(
+        "solo-diet: the GPU data path on the CPU: the same batched augmentations run eagerly in "
+        "this process, slower than solo-learn's image-folder loader with loader workers on a CPU.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 class GPUPath(DataPath):
-    """Loaders of :mod:`solo_diet.launch.gpu_data` with the run's checked ``data.gpu`` settings."""
+    """Loaders of decoded images (:class:`GPUBatchLoader`) with the run's checked ``data.gpu``
+    settings. A subclass with a ``storage`` serves that ``data.gpu.storage`` instead."""
 
     formats = ("gpu",)
+    storage: ClassVar[Optional[str]] = None
+    loader_class: ClassVar[type[GPUBatchLoader]] = GPUBatchLoader
 
     @classmethod
     def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
@@ -41,60 +60,128 @@ class GPUPath(DataPath):
             )
         return DataSettings(data_format, gpu_settings(cfg))
 
+    @classmethod
+    def serving(cls, settings: DataSettings) -> type[DataPath]:
+        """The subclass whose ``storage`` is the settings' ``data.gpu.storage``, else this one."""
+        if settings.gpu is None:
+            return cls
+        chosen = [sub for sub in cls.__subclasses__() if sub.storage == settings.gpu.storage]
+        return chosen[0] if chosen else cls
+
     @property
     def gpu(self) -> GPUDataSettings:
         assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
         return self.settings.gpu
 
+    def load_split(self, run: LoaderSettings, split: str, fraction: float = -1.0) -> Any:
+        """The ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``) set, as
+        :meth:`read_split` reads it; an error naming ``root`` names that key."""
+        root = run.val_path if split == "val" else run.train_path
+        root_key = "data.val_path" if split == "val" else "data.train_path"
+        with core_errors_named(GPU_ARGUMENT_KEYS | {"root": root_key}):
+            return self.read_split(run, root, split, fraction)
+
+    def read_split(self, run: LoaderSettings, root: Any, split: str, fraction: float) -> Any:
+        """The split decoded into one uint8 tensor."""
+        return load_images(
+            run.dataset,
+            root,
+            split,
+            no_labels=run.no_labels,
+            fraction=fraction,
+            image_size=self.gpu.image_size,
+            threads=self.gpu.decode_threads,
+            cache=self.gpu.decode_cache,
+        )
+
+    def loader_kwargs(self, run: LoaderSettings) -> dict[str, Any]:
+        """The keyword arguments every loader of this path gets."""
+        if self.gpu.device == "cpu":
+            say_cpu_batches()
+        gpu = self.gpu
+        return {
+            "seed": run.seed,
+            "storage": gpu.storage,
+            "device": gpu.device,
+            "cuda_graphs": gpu.cuda_graphs,
+        }
+
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        loader, num_samples = gpu_data.pretrain_loader(run, self.gpu, batch_sampler)
-        return PretrainData(loader, num_samples)
+        data = self.load_split(run, "pretrain", fraction=run.fraction)
+        run.check_one_global_batch(len(data))
+        sampler = None if batch_sampler is None else batch_sampler(data)
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            loader = self.loader_class.for_pretraining(
+                data, run.batch_size, run.views, batch_sampler=sampler, **self.loader_kwargs(run)
+            )
+        return PretrainData(self.opened(loader), len(data))
 
     def classification_val_loader(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
+        self,
+        run: LoaderSettings,
+        probe: Optional[ProbeAugmentation],
+        batch_size: int,
+        split: str = "val",
+        split_ranks: bool = True,
     ) -> Any:
-        return gpu_data.eval_loader(run, self.gpu, probe, batch_size)
+        """``[images, targets]`` of a split in dataset order, eval-transformed (crop and
+        statistics from ``probe``); ``split_ranks``: each DDP rank its contiguous share."""
+        data = self.load_split(run, split)
+        _, transform = probe_transforms(run.dataset, probe)
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            loader = self.loader_class.for_classification(
+                data,
+                batch_size,
+                transform,
+                shuffle=False,
+                split_ranks=split_ranks,
+                **self.loader_kwargs(run),
+            )
+        return self.opened(loader)
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        return gpu_data.linear_loaders(run, self.gpu)
+        """Probe training (random resized crop + flip, shuffled, incomplete batch dropped,
+        ``data.fraction`` as solo-learn) and validation loaders, and the fitted batch."""
+        train_transform, _ = probe_transforms(run.dataset, run.probe)
+        data = self.load_split(run, "train", fraction=run.fraction)
+        fitted = fit_probe_batch(run, len(data))
+        if fitted:
+            run = dataclasses.replace(run, batch_size=fitted.batch_size, lr=fitted.lr)
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            train = self.loader_class.for_classification(
+                data, run.batch_size, train_transform, shuffle=True, **self.loader_kwargs(run)
+            )
+        val = self.classification_val_loader(run, run.probe, run.batch_size)
+        return self.opened(train), val, fitted
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         return tuple(
-            gpu_data.feature_loader(run, self.gpu, split, batch_size) for split in ("train", "val")
+            self.classification_val_loader(run, run.probe, batch_size, split, split_ranks=False)
+            for split in ("train", "val")
         )
+
+    def opened(self, loader: GPUBatchLoader) -> GPUBatchLoader:
+        """A loader this path made (the streaming path keeps it, to close it)."""
+        return loader
 
     @torch.no_grad()
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
         """The views made on ``device`` by the GPU data path's augmentations."""
-        if request.node is not None:
-            with core_errors_named(GPU_ARGUMENT_KEYS):
-                augment = MultiCropAugmentation.from_config([request.node], run.dataset)
-            transform = lambda x, g: augment(x, g)[0]  # noqa: E731 - one view per image
-        else:
-            transform = gpu_data.probe_transforms(run.dataset, run.probe)[0]
-        data = gpu_data.load_split(run, self.gpu, "val")
+        transform = self.view_transform(run, request)
+        data = self.load_split(run, "val")
         chosen = request.choose(len(data))
-        device = request.device
-        generator = torch.Generator(device).manual_seed(request.seed)
-        if isinstance(data, EncodedFiles):  # images of their own sizes: lists, as the stream's
-            images = _decoded(data, chosen.tolist(), device)
-            repeated = [image for image in images for _ in range(request.views)]
-            size = request.batch_size
-            chunks = [repeated[start : start + size] for start in range(0, len(repeated), size)]
-            return torch.cat([transform(chunk, generator).cpu() for chunk in chunks])
+        generator = torch.Generator(request.device).manual_seed(request.seed)
         repeated = data.images[chosen].repeat_interleave(request.views, dim=0)
         chunks = repeated.split(request.batch_size)
-        return torch.cat([transform(chunk.to(device), generator).cpu() for chunk in chunks])
+        return torch.cat([transform(c.to(request.device), generator).cpu() for c in chunks])
 
-
-def _decoded(files: EncodedFiles, indices: list[int], device: torch.device) -> list[torch.Tensor]:
-    """The files at ``indices`` decoded on ``device``; a file that cannot be is named."""
-    read = [files[index] for index in indices]
-    images, failed = decode_images([data for _, data, _, _ in read], device, [p for *_, p in read])
-    if failed:
-        position, problem = next(iter(failed.items()))
-        path = files.path(indices[position])
-        raise CorruptImage(f"cannot decode {path} ({problem}): replace or delete the file.")
-    return images
+    @staticmethod
+    def view_transform(run: LoaderSettings, request: ViewRequest) -> Any:
+        """LiDAR's augmentation: ``request.node``'s first view, else the probe's training one."""
+        if request.node is None:
+            return probe_transforms(run.dataset, run.probe)[0]
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            augment = MultiCropAugmentation.from_config([request.node], run.dataset)
+        return lambda x, g: augment(x, g)[0]

@@ -1,7 +1,6 @@
-"""Helpers to drive solo-learn methods on tiny CPU configs, for our tests and quick experiments.
-
-Written for solo-diet (not copied from solo-learn's test utilities). Needs solo-learn.
-"""
+"""Tiny CPU configs, fake loaders and trainers that drive solo-learn methods, for the tests and two
+benchmarks (moved here from the installed package). Those that need solo-learn or Lightning import
+it when called, so importing this module needs neither."""
 
 from __future__ import annotations
 
@@ -9,20 +8,8 @@ import inspect
 from typing import Any, Iterable, Optional
 
 import torch
-from lightning.pytorch import Trainer
 from omegaconf import DictConfig, OmegaConf
-from solo.data.pretrain_dataloader import (
-    FullTransformPipeline,
-    NCropAugmentation,
-    build_transform_pipeline,
-    dataset_with_index,
-)
-from solo.methods import METHODS
 from torch.utils.data import DataLoader
-from torchvision import transforms
-from torchvision.datasets import FakeData
-
-from solo_diet.methods.contract import method_contract
 
 
 def augmentation_cfg(crop_size: int = 32, num_crops: int = 2) -> dict:
@@ -120,6 +107,10 @@ def smoke_cfg(
     (:mod:`solo_diet.methods.contract`): its ``smoke_kwargs`` under ``method_kwargs``,
     ``num_samples`` when it uses sample indexes, and its ``views`` as large crops unless ``tiny``
     sets ``num_large_crops``. Chooses nothing by the method's name."""
+    from solo.methods import METHODS
+
+    from solo_diet.methods.contract import method_contract
+
     contract = method_contract(METHODS[method])
     kwargs = {**contract.smoke_kwargs, **(method_kwargs or {})}
     if contract.uses_sample_indexes:
@@ -132,6 +123,14 @@ def fake_pretrain_loader(
     cfg: DictConfig, num_samples: int = 32, image_size: int = 32, shuffle: bool = True
 ) -> DataLoader:
     """solo-learn's real pretraining pipeline (index, crops, target) over ``FakeData``."""
+    from solo.data.pretrain_dataloader import (
+        FullTransformPipeline,
+        NCropAugmentation,
+        build_transform_pipeline,
+        dataset_with_index,
+    )
+    from torchvision.datasets import FakeData
+
     pipelines = [
         NCropAugmentation(build_transform_pipeline(cfg.data.dataset, aug), aug.num_crops)
         for aug in cfg.augmentations
@@ -149,6 +148,9 @@ def fake_pretrain_loader(
 
 def fake_val_loader(cfg: DictConfig, num_samples: int = 16, image_size: int = 32) -> DataLoader:
     """Validation batches ``(X, target)`` over ``FakeData``."""
+    from torchvision import transforms
+    from torchvision.datasets import FakeData
+
     dataset = FakeData(
         size=num_samples,
         image_size=(3, image_size, image_size),
@@ -158,9 +160,11 @@ def fake_val_loader(cfg: DictConfig, num_samples: int = 16, image_size: int = 32
     return DataLoader(dataset, batch_size=cfg.optimizer.batch_size, num_workers=0)
 
 
-def tiny_trainer(cfg: DictConfig, callbacks: Iterable[Any] = (), **overrides: Any) -> Trainer:
+def tiny_trainer(cfg: DictConfig, callbacks: Iterable[Any] = (), **overrides: Any) -> Any:
     """A CPU Trainer from the cfg's Trainer keys; no logger, no checkpointing, ``fast_dev_run`` by
     default."""
+    from lightning.pytorch import Trainer
+
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg).items() if k in valid}
     kwargs.update(
