@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from tests._solo import skip_without_solo
+from tests._helpers import NEEDS_SOLO
+
+pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
+
+from solo_diet.compare._files import read_json, write_json
+from solo_diet.compare.job import pretrain
+from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.spec import load_spec
+from solo_diet.config import ConfigError
+from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
-skip_without_solo()
-
-from solo_diet.compare._files import read_json, write_json  # noqa: E402
-from solo_diet.compare.job import pretrain  # noqa: E402
-from solo_diet.compare.jobs import parse_runs, plan_jobs  # noqa: E402
-from solo_diet.compare.spec import load_spec  # noqa: E402
-from solo_diet.config import ConfigError  # noqa: E402
-from tests.compare._compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images  # noqa: E402
 
 
 def _diet_job(tmp_path: Path, label_smoothing: float):
