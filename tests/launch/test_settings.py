@@ -80,7 +80,6 @@ def test_each_bad_key_is_one_line_naming_it(data, top, message):
 
 def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     """The settings parser reads ``data.gpu`` once; the data path's loaders reuse the result."""
-    from solo_diet.launch import gpu_data
     from solo_diet.launch.datapaths import gpu as gpu_path
     from solo_diet.launch.datapaths import make_data_path
     from solo_diet.launch.loader_settings import parse_loader_settings
@@ -90,7 +89,7 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     monkeypatch.setattr(settings, "gpu_settings", lambda cfg: calls.append(1) or parse(cfg))
     monkeypatch.setattr(gpu_path, "gpu_settings", settings.gpu_settings)
     monkeypatch.setattr(
-        gpu_data, "load_images", lambda *a, **k: _tiny_images(), raising=True
+        gpu_path, "load_images", lambda *a, **k: _tiny_images(), raising=True
     )  # no files: what is counted is the settings, not the decoding
     cfg = cfg_of(format="gpu", train_path=".", val_path=".", fraction=-1, augmentations={})
     cfg.update(seed=0, devices=[0], optimizer={"batch_size": 2, "lr": 0.1})
