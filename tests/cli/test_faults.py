@@ -224,3 +224,39 @@ def test_a_killed_compare_leaves_no_worker_and_a_rerun_finishes(data, tmp_path):
     for run in ("diet", "byol"):
         assert (out / "runs" / run / "result.json").is_file()
     assert not list(out.glob(".spec-*.yaml")) and not list(out.rglob(".*.tmp"))
+
+
+def test_a_rerun_stops_a_worker_that_still_holds_one_of_its_jobs(tmp_path):
+    from solo_diet.compare.lock import job_lock, stop_orphans
+
+    run_dir = tmp_path / "runs" / "diet"
+    run_dir.mkdir(parents=True)
+    holder = f"""
+import sys, time
+from pathlib import Path
+from solo_diet.compare.lock import job_lock
+with job_lock(Path({str(run_dir)!r}), "diet"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", holder],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # as a worker runs
+    )
+    try:
+        assert orphan.stdout.readline() == "held\n"
+        said: list[str] = []
+        stop_orphans([run_dir, tmp_path / "runs" / "byol"], say=said.append)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert said == [
+            f"stopping PID {orphan.pid}, a worker of a comparison that no longer runs, still "
+            f"running the job in {run_dir}"
+        ]
+        with job_lock(run_dir, "diet", say=said.append):
+            assert len(said) == 1  # free at once
+    finally:
+        orphan.kill()
+        orphan.wait()
