@@ -37,6 +37,12 @@ PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+# How to give the pretraining config without its args.json.
+PASS_THE_CONFIG = (
+    "give the pretraining's backbone yourself: `solo-diet linear ... ++backbone.name=<name> "
+    "++pretrain_method=<method>` (and `++backbone.kwargs...` when it had some), or in Python "
+    "`PretrainedCheckpoint(path, args=<its args.json or config>)`"
+)
 
 
 class UnsafeCheckpoint(ConfigError):
@@ -82,14 +88,14 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
     if not args_path.is_file():
         raise ConfigError(
             f"there is no args.json next to {ckpt_path}: it holds the pretraining config the model "
-            "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
+            f"is rebuilt from. Keep the checkpoint in its run folder, or {PASS_THE_CONFIG}."
         )
     try:
         return _saved_args(args_path)
     except ValueError as err:
         raise ConfigError(
             f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
-            "it (a rerun of the pretraining rewrites it), or pass the config explicitly."
+            f"it (a rerun of the pretraining rewrites it), or {PASS_THE_CONFIG}."
         ) from None
 
 

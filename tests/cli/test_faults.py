@@ -260,3 +260,18 @@ with job_lock(Path({str(run_dir)!r}), "diet"):
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_linear_without_args_json_names_how_to_give_the_backbone(data, tmp_path, capsys):
+    assert cli(PRETRAIN + overrides(data, tmp_path), capsys)[0] == 0
+    (checkpoint,) = tmp_path.glob("diet/*/*.ckpt")
+    (checkpoint.parent / "args.json").unlink()
+    probe = LINEAR + linear_overrides(data, tmp_path / "probe")
+    probe += [f"pretrained_feature_extractor={checkpoint}"]
+    code, _, err = cli(probe, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "++backbone.name=<name> ++pretrain_method=<method>" in err
+    backbone = ["++backbone.name=cp_resnet8", "++backbone.kwargs.width=8", "++pretrain_method=diet"]
+    code, out, err = cli(probe + backbone, capsys)
+    assert code == 0, err
+    assert "linear probe top-1 on the backbone representation" in out
