@@ -87,7 +87,7 @@ def configs(tmp_path) -> Path:
     """The compare configs with the guide's toy_index.yaml added."""
     folder = tmp_path / "configs"
     shutil.copytree(CONFIGS, folder)
-    (folder / "toy_index.yaml").write_text(guide_block("yaml", 'method: "toy_index"'))
+    (folder / "toy_index.yaml").write_text(guide_block("yaml", "- base"))
     return folder
 
 
