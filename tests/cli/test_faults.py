@@ -1,6 +1,7 @@
 """Fault probes a new user could run, repeated on the real launchers: unsafe run names, a pickled
-checkpoint under ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, a full disk during a save, and a
-comparison's parent killed with ``kill -9`` while its workers train."""
+checkpoint under ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, a full disk during a save, a checkpoint
+without its args.json, and a comparison's parent killed with ``kill -9`` while its workers
+train."""
 
 from __future__ import annotations
 
@@ -155,6 +156,36 @@ def test_a_full_disk_during_a_save_is_one_line_and_leaves_the_previous_checkpoin
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"solo-diet pretrain: no space left on the device of {path.parent} (")
     assert "MiB free) while saving diet-ep=0.ckpt" in line and line.endswith("checkpoint.")
+
+
+def test_a_disk_full_at_the_second_save_ends_in_one_line_and_the_rerun_resumes(
+    data, tmp_path, capsys, monkeypatch
+):
+    import solo_diet._atomic as atomic
+
+    real, saves = atomic._temporary_beside, []
+
+    def second_save_on_a_full_disk(target: Path, binary: bool):
+        temporary, handle = real(target, binary)
+        if target.suffix == ".ckpt":
+            saves.append(target.name)
+            if len(saves) == 2:  # the kernel's own ENOSPC from then on
+                handle.close()
+                return temporary, open("/dev/full", "wb")
+        return temporary, handle
+
+    monkeypatch.setattr(atomic, "_temporary_beside", second_save_on_a_full_disk)
+    argv = PRETRAIN + overrides(data, tmp_path, epochs=2)
+    code, _, err = cli(argv, capsys)
+    (line,) = err.strip().splitlines()
+    assert code == 1 and line.startswith("solo-diet pretrain: no space left on the device of ")
+    (kept,) = tmp_path.glob("diet/*/*.ckpt")
+    assert "ep=0" in kept.name and not list(tmp_path.rglob(".*.tmp"))
+
+    monkeypatch.setattr(atomic, "_temporary_beside", real)
+    code, out, err = cli(argv, capsys)
+    assert code == 0, err
+    assert f"Resuming from previous checkpoint that matches specifications: '{kept}'" in out
 
 
 def descendants(pid: int) -> list[int]:
