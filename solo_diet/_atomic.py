@@ -64,7 +64,8 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
     return Path(path)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -75,12 +76,12 @@ def _running(pid: int) -> bool:
 
 
 def remove_stale_temporaries(folder: PathLike) -> list[Path]:
-    """Delete the temporary files that writers killed mid-write left in ``folder`` (those whose
-    process, on this host, no longer runs); returns them."""
+    """Delete the temporary files that writers killed mid-write left in ``folder`` and its
+    subfolders (those whose process, on this host, no longer runs); returns them."""
     stale = [
         path
-        for path in Path(folder).glob(".*.tmp")
-        if (match := TEMPORARY.match(path.name)) and not _running(int(match.group(1)))
+        for path in Path(folder).rglob(".*.tmp")
+        if (match := TEMPORARY.match(path.name)) and not running(int(match.group(1)))
     ]
     for path in stale:
         path.unlink(missing_ok=True)

@@ -20,6 +20,21 @@ class ConfigError(ValueError):
 
 
 _ARGUMENT = re.compile(r"argument `(\w+)")
+# A run name names a folder and its checkpoint files: 1 to 100 of these characters, not only dots.
+RUN_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
+
+
+def check_run_name(name: object, what: str, fix: str) -> str:
+    """``name`` when it is a safe run name (:data:`RUN_NAME`, not ``.`` or ``..``); otherwise one
+    :class:`ConfigError` naming ``what`` (e.g. "`name`") and the ``fix``."""
+    text = str(name)
+    if name is None or not RUN_NAME.match(text) or set(text) == {"."}:
+        shown = f"{text[:120]!r}{'...' if len(text) > 120 else ''}"
+        raise ConfigError(
+            f"{what} {shown} must be 1 to 100 letters, digits, '_', '.' or '-' (not only dots): "
+            f"it names the run's folder and files. {fix}"
+        )
+    return text
 
 
 @contextlib.contextmanager

@@ -84,8 +84,9 @@ def run_demo(
     start = time.time()
     probe_yaml = OmegaConf.load(DEMO_CONFIGS / "linear.yaml")
     probe_epochs = probe_yaml.max_epochs
-    # weights: a pretraining epoch; data ~1; a probe epoch (frozen backbone) ~half of one
-    progress = OverallProgress("demo", [1, epochs] + [probe_epochs / 2] * 3)
+    # weights: a pretraining epoch; data ~1; a probe epoch (frozen backbone) ~half of one; the
+    # time left is known once a pretraining epoch has been measured
+    progress = OverallProgress("demo", [1, epochs] + [probe_epochs / 2] * 3, from_epochs=True)
     progress.step(1, "writing Animal-MNIST")
     data = write_dataset("animal-mnist", str(root / "data"))
     print(f"[demo] data ready in {data} ({time.time() - start:.0f}s)")

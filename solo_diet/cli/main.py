@@ -2,7 +2,8 @@
 configs.
 
 Exit status: 0 done, 2 a user error (one line, ``--debug`` for the traceback), 130 Ctrl-C, 143
-SIGTERM (both say where to resume from), 1 a bug (with its traceback)."""
+SIGTERM (both say where to resume from), 1 a full disk during a save (one line) or a bug (with its
+traceback)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 from solo_diet.config import ConfigError
 
 SCRIPTS_FOR = "main_knn.py, main_umap.py"
+# solo-learn's scripts that put their tensors on "cuda" whatever the config says.
+CUDA_ONLY = ("main_knn.py", "main_umap.py")
 
 
 def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
@@ -75,6 +77,15 @@ def run_solo_script(script_path: str, script_args: Sequence[str]) -> None:
             f"{script} does not exist: pass the path of a solo-learn checkout's script "
             f"({SCRIPTS_FOR})."
         )
+    if script.name in CUDA_ONLY:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"solo-learn's {script.name} puts its tensors on CUDA, and torch sees no CUDA "
+                "device here: run it on a machine with an NVIDIA GPU (`solo-diet linear` probes a "
+                "checkpoint on the CPU)."
+            )
     solo_diet.register()
     check_script_method(script, script_args)
     sys.argv = [str(script)] + list(script_args)

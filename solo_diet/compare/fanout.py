@@ -9,8 +9,9 @@ that has a ``request`` runs instead in a reusable worker process of the same GPU
 is paid once per worker, not once per task. Either way its stdout and stderr go to the task's log
 file, and the terminal gets one line per event (started, done, failed). A failed task is reported
 with its log and the others go on. Ctrl-C or SIGTERM stops every running task and worker: SIGINT to
-its process group, SIGKILL after a grace period. No solo-learn here: the tasks are plain command
-lines and request lines.
+its process group, SIGKILL after a grace period; a task or worker ends when this process ends,
+however it ends (:func:`~solo_diet.compare.worker.die_with_parent`). No solo-learn here: the tasks
+are plain command lines and request lines.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Sequence
 
 from solo_diet.compare.served import ServedWorker
+from solo_diet.compare.worker import PARENT_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ def _env(devices: tuple[str, ...], threads: str) -> dict:
         CUDA_VISIBLE_DEVICES=",".join(devices),
         OMP_NUM_THREADS=threads,
         PYTHONUNBUFFERED="1",
+        **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
     )
 
 

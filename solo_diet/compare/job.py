@@ -24,6 +24,7 @@ from solo_diet.compare.fingerprints import (
     training_fingerprint,
 )
 from solo_diet.compare.jobs import Job, latest_checkpoint
+from solo_diet.compare.lock import job_lock
 from solo_diet.compare.record import EPOCHS_FILE, job_place, pretrain_costs
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
@@ -152,8 +153,17 @@ def run_job(
 ) -> dict[str, Any]:
     """Pretrain (not for reference rows) and evaluate one job, then its missing learning-curve
     points, each step skipped when already done; returns its result, also written to
-    ``result.json``."""
+    ``result.json``. The job's lock is held meanwhile (by rank 0 of a DDP job)."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
+    if _secondary_rank():  # rank 0 holds the lock
+        return _run_job(spec, job, shared_eval, eval_fingerprint)
+    with job_lock(job.run_dir, job.label, progress):
+        return _run_job(spec, job, shared_eval, eval_fingerprint)
+
+
+def _run_job(
+    spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+) -> dict[str, Any]:
     standing = result_standing(spec, job, eval_fingerprint, curves=False)
     if standing:
         progress(f"{job.label}: {standing}")

@@ -13,7 +13,6 @@ order, in one process or many.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -33,11 +32,9 @@ from solo_diet.compare.spec import (
     shared_overrides,
     validation_interval,
 )
-from solo_diet.config import ConfigError, unknown_method_hint
+from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
 
 RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
-# A run name is a folder name (runs/<name>/): 1 to 100 of these characters, never '.' or '..'.
-SAFE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
 
 
 @dataclass
@@ -110,13 +107,7 @@ def parse_runs(spec: DictConfig) -> list[Run]:
                 f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
                 f"{list(RUN_KEYS)}."
             )
-        name = str(entry.name)
-        if not SAFE_NAME.match(name) or set(name) == {"."}:
-            raise ConfigError(
-                f"runs[{position}]: run name {name[:120]!r}{'...' if len(name) > 120 else ''} "
-                "must be 1 to 100 letters, digits, '_', '.' or '-' (not only dots): it names the "
-                "run's folder. Rename the run."
-            )
+        name = check_run_name(entry.name, f"runs[{position}]: run name", "Rename the run.")
         if name in {r.name for r in runs}:
             raise ConfigError(f"run name {name!r} must be unique: two runs have it.")
         if name in spec.reference_rows:

@@ -1,14 +1,20 @@
-"""One comparison per output folder: ``<output_dir>/.compare.lock``.
+"""One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
+(``<job folder>/.job.lock``).
 
 The running comparison holds an exclusive ``flock`` on the file, which the kernel releases when its
 process ends however it ends, and writes its PID, host and start time into it. A second comparison
-into the folder exits with status 2 and one line naming the holder. A lock file that names a
-process of this host but is no longer held (a comparison killed with ``kill -9``) is taken over
-with a line saying so. One naming another host is refused too: a lock of another machine's
-process on a shared disk cannot be checked from here, so the line says to delete the file if that
-comparison no longer runs. The comparison's own workers take no lock: they run under their
-parent's. ``--report-only`` takes none either (its files are written whole, so a report written
-beside a running comparison is harmless).
+into the folder exits with status 2 and one line naming the holder, whatever jobs it would run
+(``only=`` included): run them one call after another. A lock file that names a process of this
+host but is no longer held (a comparison killed with ``kill -9``) is taken over with a line saying
+so. One naming another host is refused too: a lock of another machine's process on a shared disk
+cannot be checked from here, so the line says to delete the file if that comparison no longer runs.
+``--report-only`` takes none (its files are written whole, so a report written beside a running
+comparison is harmless).
+
+The process that runs a job (the comparison itself or one of its workers) holds that job's lock
+while it runs. Workers end with their parent (:mod:`~solo_diet.compare.worker`); a worker that
+still holds a job's lock when a comparison takes the folder over belonged to a comparison that no
+longer runs, and :func:`stop_orphans` stops it before any job starts.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from solo_diet.config import ConfigError
 
 LOCK_FILE = ".compare.lock"
+JOB_LOCK_FILE = ".job.lock"
 
 
 class OutputDirInUse(ConfigError):
@@ -40,6 +48,19 @@ def _holder(descriptor: int) -> dict:
     except ValueError:
         return {}
     return holder if isinstance(holder, dict) else {}
+
+
+def _record() -> bytes:
+    """What a lock file says of its holder: this process, its host, when it took the lock."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+    return json.dumps(record).encode()
+
+
+def _write_holder(descriptor: int) -> None:
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, _record(), 0)
+    os.fsync(descriptor)
 
 
 def _named(holder: dict) -> str:
@@ -80,17 +101,71 @@ def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[P
                 f"taking over the lock {path} of {_named(holder)}, which no longer runs (killed "
                 "or crashed)"
             )
-        record = {
-            "pid": os.getpid(),
-            "host": host,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        }
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps(record).encode(), 0)
-        os.fsync(descriptor)
+        _write_holder(descriptor)
         try:
             yield path
         finally:
             os.ftruncate(descriptor, 0)  # an empty lock file is a free folder
     finally:
         os.close(descriptor)  # releases the flock
+
+
+@contextlib.contextmanager
+def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold ``run_dir``'s job lock inside the block, waiting (with a line saying for whom) while
+    another process holds it."""
+    descriptor = os.open(run_dir / JOB_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(descriptor)
+            say(f"{label}: waiting for PID {holder.get('pid', '?')}, which still runs this job")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: the folder's lock is the only guard
+            yield
+            return
+        _write_holder(descriptor)
+        yield
+    finally:
+        os.close(descriptor)  # releases the flock
+
+
+def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
+    """Stop every process of this host that holds one of these jobs' locks (with its process
+    group: a worker and the DDP ranks it started), and wait until it is gone. Called under the
+    output folder's lock, so such a process is a worker of a comparison that no longer runs."""
+    for run_dir in run_dirs:
+        path = run_dir / JOB_LOCK_FILE
+        if not path.is_file():
+            continue
+        descriptor = os.open(path, os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                continue  # free
+            except BlockingIOError:
+                pass
+            except OSError:
+                continue
+            holder = _holder(descriptor)
+            pid = holder.get("pid")
+            if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+                say(
+                    f"stopping PID {pid}, a worker of a comparison that no longer runs, still "
+                    f"running the job in {run_dir}"
+                )
+                _kill_with_group(pid)
+            else:
+                say(f"waiting for {_named(holder)}, which still runs the job in {run_dir}")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # until it (and what it forked) is gone
+        finally:
+            os.close(descriptor)
+
+
+def _kill_with_group(pid: int) -> None:
+    """SIGKILL to ``pid``, and to its process group when it leads one (a worker's)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Collection, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet._atomic import write_text_atomic
+from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.compare._files import progress, read_json
 from solo_diet.compare.budgets import count_images
 from solo_diet.compare.evaluate import SharedEvaluator, compose_linear
@@ -30,7 +30,7 @@ from solo_diet.compare.fingerprints import (
 )
 from solo_diet.compare.job import result_standing, run_job
 from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
-from solo_diet.compare.lock import output_dir_lock
+from solo_diet.compare.lock import output_dir_lock, stop_orphans
 from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs
 from solo_diet.compare.report import write_report
 from solo_diet.compare.results import CompareResults, JobsFailed  # noqa: F401 - where it was
@@ -235,6 +235,16 @@ def _report_of_finished(
     return report, results, left_out
 
 
+def remove_leftovers(out: Path) -> None:
+    """Delete what processes killed in ``out`` left: their temporary files and the workers' spec
+    copies (``.spec-<pid>.yaml``) of comparisons that no longer run."""
+    remove_stale_temporaries(out)
+    for spec_copy in out.glob(".spec-*.yaml"):
+        pid = spec_copy.name[len(".spec-") : -len(".yaml")]
+        if pid.isdigit() and not running(int(pid)):
+            spec_copy.unlink(missing_ok=True)
+
+
 def _process_note(spec: DictConfig) -> str:
     if spec.parallel.reuse_workers:
         return " in separate processes, each running job after job"
@@ -299,6 +309,8 @@ def _run_jobs(
     """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
     report."""
     out = Path(spec.output_dir)
+    stop_orphans([job.run_dir for job in jobs], say=progress)
+    remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
     note_command(out, spec_path, overrides)
     workers = workers_for(spec)

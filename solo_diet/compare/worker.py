@@ -17,8 +17,10 @@ interrupted ends it, with the same exit status and log as the job in a fresh pro
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -28,6 +30,27 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from solo_diet.compare.jobs import Job
+
+# The PID of the process a worker must not outlive (set by the fan-out, then by each worker for
+# the DDP ranks it starts).
+PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """On Linux, have the kernel SIGKILL this process when the process that started it (named by
+    ``SOLO_DIET_WORKER_PARENT``) ends, however it ends (a ``kill -9`` of ``solo-diet compare``):
+    its jobs then resume in the next comparison, never beside it. A parent already gone ends this
+    process at once. The processes this one starts (DDP ranks) are bound to it the same way."""
+    parent = os.environ.get(PARENT_VARIABLE, "")
+    if not (parent.isdigit() and sys.platform.startswith("linux")):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return
+    if os.getppid() != int(parent):  # it ended before the kernel was told
+        os._exit(1)
+    os.environ[PARENT_VARIABLE] = str(os.getpid())
 
 
 def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
@@ -88,6 +111,7 @@ def serve(spec_file: str, reply_fd: int) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():
         return serve(args[1], int(args[2]))

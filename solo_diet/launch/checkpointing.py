@@ -7,7 +7,8 @@
   folder for every process (rank 0's), and a resumed run continuing in the folder of the checkpoint
   it resumes from (its ``args.json``, checkpoints and logs stay together).
 - :func:`newest_loading` and :func:`auto_resume_checkpoint`: the newest checkpoint that loads, by
-  epoch, never by directory order; one that does not load is named in one line and skipped.
+  epoch, never by directory order; one that does not load, or only with pickle, is named in one
+  line and skipped.
 - :func:`resume_checkpoint`: what a launcher resumes from (``resume_from_checkpoint`` or
   auto-resume), refused in one line when it does not load or was trained on other data.
 """
@@ -29,10 +30,12 @@ from solo.utils.checkpointer import Checkpointer
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.config import ConfigError
+from solo_diet.launch.errors import disk_full_named
 from solo_diet.methods.checkpoint import (
     CorruptCheckpoint,
     check_checkpoint_file,
     checkpoint_problem,
+    load_checkpoint_file,
 )
 
 # args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
@@ -44,6 +47,9 @@ SAME_RUN_KEYS = (
     "data.fraction",
     "method_kwargs.num_samples",
 )
+# How to fix a refused run ``name`` (:func:`~solo_diet.config.check_run_name`): the run's folder
+# goes under ``checkpoint.dir``, never where a path in the name points.
+RUN_NAME_FIX = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
@@ -54,8 +60,14 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` into a unique temporary file beside the checkpoint, fsynced, then renamed
-    over it: a kill or a full disk during a save leaves the previous file, never a cut one.
+    """Lightning's checkpoint reader and writer, made safe:
+
+    - a save goes into a unique temporary file beside the checkpoint, fsynced, then renamed over
+      it: a kill or a full disk during a save leaves the previous file, never a cut one; a full
+      disk is one :class:`~solo_diet.launch.errors.DiskFull` naming the folder and its free space;
+    - a resume loads without pickle (:func:`~solo_diet.methods.checkpoint.load_checkpoint_file`),
+      whatever ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says, so no code a checkpoint carries runs.
+
     Remote paths (``s3://...``) and ``storage_options`` go to Lightning's own writer."""
 
     def save_checkpoint(
@@ -65,8 +77,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path, binary=True) as f:
+        with disk_full_named(Path(path)), atomic_write(path, binary=True) as f:
             torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None) -> dict[str, Any]:
+        if "://" in str(path):
+            return super().load_checkpoint(path)
+        return load_checkpoint_file(path)  # on the CPU, as Lightning's own reader loads it
 
 
 class RunCheckpointer(Checkpointer):
@@ -96,6 +113,8 @@ class RunCheckpointer(Checkpointer):
         return self.logdir / folder.name if folder.parent == self.logdir.resolve() else None
 
     def initial_setup(self, trainer: Any) -> None:
+        if trainer.is_global_zero:  # saves killed mid-write, in any run folder, left these
+            remove_stale_temporaries(self.logdir)
         folder = self.resumed_folder()
         if folder is None:
             super().initial_setup(trainer)
@@ -108,8 +127,6 @@ class RunCheckpointer(Checkpointer):
         if trainer.logger is not None:
             self.wandb_run_id = str(trainer.logger.version)
         self.path = folder
-        if trainer.is_global_zero:  # a save killed mid-write left its temporary file
-            remove_stale_temporaries(folder)
         self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
         own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
         self.last_ckpt = folder / self.resume_from.name if own else None
@@ -134,6 +151,8 @@ def newest_loading(
         if problem is None:
             return path
         say(f"skipping checkpoint {path}: it does not load ({problem}).")
+    if ranked:
+        say(f"none of the {len(ranked)} checkpoint(s) loads: the run starts over from epoch 0.")
     return None
 
 

@@ -1,5 +1,6 @@
 """How a ``solo-diet`` command ends: user errors as one line with exit status 2, Ctrl-C and SIGTERM
-as 130 and 143 with where to resume from, everything else (a bug) as Python's traceback.
+as 130 and 143 with where to resume from, a full disk during a save as one line with exit status 1,
+everything else (a bug) as Python's traceback.
 
 ``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback to user errors and interruptions.
 """
@@ -7,16 +8,20 @@ as 130 and 143 with where to resume from, everything else (a bug) as Python's tr
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from solo_diet.config import ConfigError
 
 EXIT_USER_ERROR = 2
+EXIT_DISK_FULL = 1
 
 
 class DataError(ConfigError):
@@ -84,6 +89,30 @@ def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
             "there from a machine with a network (or run once where it is reachable), or use "
             "`data.dataset: custom` with an image folder (`solo-diet data` writes some)."
         ) from err
+
+
+class DiskFull(Exception):
+    """No space left on the device while saving ``path``: the previous file stays as it was."""
+
+    def __init__(self, path: Path):
+        folder, free = path.parent, "free space unknown"
+        with contextlib.suppress(OSError):
+            free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free"
+        super().__init__(
+            f"no space left on the device of {folder} ({free}) while saving {path.name}: free some "
+            "space and run the same command again; it resumes from the last complete checkpoint."
+        )
+
+
+@contextlib.contextmanager
+def disk_full_named(path: Path) -> Iterator[None]:
+    """An ``ENOSPC`` raised inside the block (writing ``path``) becomes one :class:`DiskFull`."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        raise DiskFull(path) from err
 
 
 class Interrupted(KeyboardInterrupt):
@@ -189,6 +218,9 @@ def run_guarded(
     except user_errors() as err:
         _report(command, _one_line(err), debug)
         return EXIT_USER_ERROR
+    except DiskFull as err:
+        _report(command, str(err), debug)
+        return EXIT_DISK_FULL
 
 
 def _one_line(err: BaseException) -> str:

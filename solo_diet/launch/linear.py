@@ -22,8 +22,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_diet.config import ConfigError, check_bool, fill_default
-from solo_diet.launch.checkpointing import resume_checkpoint
+from solo_diet.config import ConfigError, check_bool, check_run_name, fill_default
+from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
 from solo_diet.launch.common import (
     fit_or_raise,
     logger_and_callbacks,
@@ -57,7 +57,8 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
     try:
         check_checkpoint_file(Path(str(ckpt)))
-        problem = checkpoint_problem(str(ckpt))
+        allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
+        problem = checkpoint_problem(str(ckpt), allow_pickle=allow_pickle)
         if problem is not None:
             raise CorruptCheckpoint(str(ckpt), problem)
     except ConfigError as err:
@@ -124,6 +125,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
 
     solo_diet.register()
     OmegaConf.set_struct(cfg, False)
+    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
     normalize_devices(cfg)
     check_launch_cfg(cfg)
     check_accelerator_present(cfg)

@@ -17,9 +17,9 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, unknown_method_hint
+from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
-from solo_diet.launch.checkpointing import resume_checkpoint
+from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
 from solo_diet.launch.common import (
     already_finished,
     fit_or_raise,
@@ -87,6 +87,7 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     from solo.methods import METHODS
 
     OmegaConf.set_struct(cfg, False)
+    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
     normalize_devices(cfg)
     check_launch_cfg(cfg)
     data_path = make_data_path(parse_data_settings(cfg))

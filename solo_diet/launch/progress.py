@@ -1,12 +1,14 @@
 """The overall progress line of a command made of several steps (``demo``, ``compare``): step k of
 n, time elapsed and an estimate of the time left, from the time so far and each step's weight
-(its share of the work, e.g. its epochs)."""
+(its share of the work, e.g. its epochs). With ``from_epochs`` (``demo``) the estimate is made
+only from measured training epochs (:meth:`OverallProgress.epoch_callback`): the time per weight
+unit of the epochs trained so far, times the weight left."""
 
 from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 def clock_text(seconds: float) -> str:
@@ -25,12 +27,15 @@ class OverallProgress:
         weights: Sequence[float],
         say: Callable[[str], None] = functools.partial(print, flush=True),
         clock: Callable[[], float] = time.monotonic,
+        from_epochs: bool = False,
     ) -> None:
         if min(weights, default=1) <= 0:
             raise ValueError(f"step weights must be positive, got {list(weights)}")
         self.prefix, self.weights, self.say, self.clock = prefix, list(weights), say, clock
         self.started = clock()
         self.skipped = 0.0  # weight done before this process started (a resumed fit's epochs)
+        self.from_epochs = from_epochs
+        self.seconds_per_weight: Optional[float] = None  # measured over training epochs
 
     def line(self, step: int, what: str, fraction: float = 0.0) -> str:
         """The line at ``fraction`` (0..1) of step ``step`` (1-based) doing ``what``."""
@@ -40,10 +45,15 @@ class OverallProgress:
     def _line(self, head: str, done: float) -> str:
         """``head``, the time elapsed and the time left when ``done`` of the weight is done."""
         elapsed = self.clock() - self.started
-        done_here = done - self.skipped
-        left = "time left known after the first step"
-        if done_here > 0 and elapsed > 0:
-            left = f"about {clock_text(elapsed * (sum(self.weights) - done) / done_here)} left"
+        done_here, to_do = done - self.skipped, sum(self.weights) - done
+        if self.seconds_per_weight is not None:
+            left = f"about {clock_text(self.seconds_per_weight * to_do)} left"
+        elif self.from_epochs:
+            left = "time left known after the first epoch"
+        elif done_here > 0 and elapsed > 0:
+            left = f"about {clock_text(elapsed * to_do / done_here)} left"
+        else:
+            left = "time left known after the first step"
         return f"[{self.prefix}] {head}; {clock_text(elapsed)} elapsed, {left}"
 
     def step(self, step: int, what: str, fraction: float = 0.0) -> None:
@@ -60,22 +70,29 @@ class OverallProgress:
 
     def epoch_callback(self, step: int, what: str) -> Any:
         """A Lightning callback that says the line after each training epoch of step ``step``
-        (its ``started``: whether the fit trained at all)."""
+        (its ``started``: whether the fit trained at all), on a line of its own (not after a
+        progress bar's), and measures the time per weight unit of the epochs trained."""
         from lightning.pytorch import Callback
 
-        progress = self
+        progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):
-            started = False
+            started, since, first = False, 0.0, 0.0
 
             def on_train_start(self, trainer, pl_module) -> None:
-                self.started = True
-                progress.skipped += progress.weights[step - 1] * _fraction(trainer, 0)
+                self.started, self.since = True, progress.clock()
+                self.first = _fraction(trainer, 0)
+                progress.skipped += weight * self.first
 
             def on_train_epoch_end(self, trainer, pl_module) -> None:
-                if trainer.is_global_zero:
-                    epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-                    progress.step(step, f"{what}, {epoch}", _fraction(trainer, 1))
+                if not trainer.is_global_zero:
+                    return
+                trained = (_fraction(trainer, 1) - self.first) * weight
+                if trained > 0:
+                    progress.seconds_per_weight = (progress.clock() - self.since) / trained
+                epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
+                line = progress.line(step, f"{what}, {epoch}", _fraction(trainer, 1))
+                progress.say(("\n" if trainer.progress_bar_callback is not None else "") + line)
 
         return _EpochProgress()
 

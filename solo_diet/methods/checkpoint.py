@@ -15,14 +15,16 @@ lists and dicts; OmegaConf's config containers are allow-listed too
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import os
 import pickle
 import typing
 import warnings
 import zipfile
 from functools import cached_property
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 import omegaconf
 import torch
@@ -34,10 +36,22 @@ from solo_diet.methods.renamed import with_current_kwargs
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
+FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+# How to give the pretraining config without its args.json.
+PASS_THE_CONFIG = (
+    "give the pretraining's backbone yourself: `solo-diet linear ... ++backbone.name=<name> "
+    "++pretrain_method=<method>` (and `++backbone.kwargs...` when it had some), or in Python "
+    "`PretrainedCheckpoint(path, args=<its args.json or config>)`"
+)
 
 
 class UnsafeCheckpoint(ConfigError):
-    """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`)."""
+    """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`);
+    ``reason`` says which objects, in a few words."""
+
+    def __init__(self, path: PathLike, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"checkpoint {path} refused: {reason}.")
 
 
 class CorruptCheckpoint(ConfigError):
@@ -74,14 +88,14 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
     if not args_path.is_file():
         raise ConfigError(
             f"there is no args.json next to {ckpt_path}: it holds the pretraining config the model "
-            "is rebuilt from. Keep the checkpoint in its run folder, or pass the config explicitly."
+            f"is rebuilt from. Keep the checkpoint in its run folder, or {PASS_THE_CONFIG}."
         )
     try:
         return _saved_args(args_path)
     except ValueError as err:
         raise ConfigError(
             f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
-            "it (a rerun of the pretraining rewrites it), or pass the config explicitly."
+            f"it (a rerun of the pretraining rewrites it), or {PASS_THE_CONFIG}."
         ) from None
 
 
@@ -144,34 +158,52 @@ def _not_loading(path: Path, error: BaseException) -> str:
     return "it is not a torch checkpoint (neither the zip archive nor the pickle torch.save writes)"
 
 
+@contextlib.contextmanager
+def _weights_only_enforced() -> Iterator[None]:
+    """Inside the block ``torch.load(weights_only=True)`` means it: without
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, which makes some torch versions unpickle anyway."""
+    forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
+    try:
+        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+            yield
+    finally:
+        if forced is not None:
+            os.environ[FORCE_PICKLE_VARIABLE] = forced
+
+
+def _needs_pickle(path: Path, error: BaseException) -> str:
+    """Why a checkpoint that only pickle loads is refused, in a few words, with the opt-in."""
+    names = _unsafe_globals(path) or [str(error).strip().splitlines()[0][:80]]
+    return (
+        f"it holds objects only pickle can rebuild ({', '.join(names)}), and unpickling runs any "
+        f"code the file carries; if you trust its source, `{ALLOW_PICKLE_KEY}=True` loads it"
+    )
+
+
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
     """``torch.load`` on the CPU; a file that does not load is one :class:`CorruptCheckpoint`, one
-    that needs pickle (without ``allow_pickle``) one :class:`UnsafeCheckpoint`."""
+    that needs pickle (without ``allow_pickle``) one :class:`UnsafeCheckpoint`, whatever
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says."""
     mmap = mmap and zipfile.is_zipfile(path)  # legacy-format files cannot be memory-mapped
     try:
         if allow_pickle:
             return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+        with _weights_only_enforced():
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         if allow_pickle or not zipfile.is_zipfile(path):
             raise CorruptCheckpoint(path, _not_loading(path, error)) from error
-        names = _unsafe_globals(path) or [str(error).splitlines()[0]]
-        raise UnsafeCheckpoint(
-            f"checkpoint {path} refused: it holds objects only pickle can rebuild "
-            f"({', '.join(names)}), and unpickling runs any code the file carries. If you trust "
-            f"its source, opt out with `{ALLOW_PICKLE_KEY}=True` (e.g. `solo-diet linear ... "
-            f"++{ALLOW_PICKLE_KEY}=True`)."
-        ) from error
+        raise UnsafeCheckpoint(path, _needs_pickle(path, error)) from error
     except Exception as error:  # noqa: BLE001 - what torch raises on a damaged file varies
         raise CorruptCheckpoint(path, _not_loading(path, error)) from error
 
 
-def checkpoint_problem(path: PathLike) -> Optional[str]:
+def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optional[str]:
     """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads: the one
     check behind the choice of a checkpoint to resume from, a finished run's last checkpoint and
     the launchers' errors. The tensors are memory-mapped, not read, so a large checkpoint is
-    checked in a moment; a file that needs pickle counts as loading (the loader decides)."""
+    checked in a moment. A file that needs pickle does not load (no code of it runs) unless
+    ``allow_pickle``."""
     path = Path(path)
     if not path.is_file():
         return "the file does not exist"
@@ -179,8 +211,8 @@ def checkpoint_problem(path: PathLike) -> Optional[str]:
         _torch_load(path, allow_pickle=False, mmap=True)
     except CorruptCheckpoint as err:
         return err.reason
-    except UnsafeCheckpoint:
-        pass
+    except UnsafeCheckpoint as err:
+        return None if allow_pickle else err.reason
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import importlib.util
 import json
 import re
 import shutil
@@ -33,6 +34,7 @@ from solo_diet.data.synthetic import write_image_folder
 from solo_diet.methods.contract import method_contract
 from solo_diet.methods.registry import plugin_methods
 from tests._helpers import gpu_path, methods, read_back
+from tests._helpers.cli import overrides
 from tests._helpers.compare import SHIPPED_SPEC
 from tests._helpers.compare import four_methods_overrides as tiny_overrides
 from tests._helpers.tiny import tiny_cfg
@@ -93,7 +95,7 @@ def configs(tmp_path) -> Path:
     """The compare configs with the guide's toy_index.yaml added."""
     folder = tmp_path / "configs"
     shutil.copytree(CONFIGS, folder)
-    (folder / "toy_index.yaml").write_text(guide_block("yaml", 'method: "toy_index"'))
+    (folder / "toy_index.yaml").write_text(guide_block("yaml", "- base"))
     return folder
 
 
@@ -164,6 +166,38 @@ def test_pretrain_then_compare_the_toy_method(toy_registered, configs, data, tmp
     report = (out / "report.md").read_text()
     assert "z_knn_acc1" in report
     assert "- `z_*`: the `z` representation its method declares (`extra_evaluations`)" in report
+
+
+def test_the_guide_pretrain_config_made_from_the_diet_one_trains(toy_registered, tmp_path):
+    """Step 4 taken literally: a copy of the DIET config with `name`, `method` and the whole
+    `method_kwargs` block replaced by the guide's."""
+    from omegaconf import OmegaConf
+
+    folder = tmp_path / "custom"
+    shutil.copytree(ROOT / "solo_diet" / "configs" / "pretrain" / "custom", folder)
+    config = OmegaConf.load(folder / "diet.yaml")
+    for key, value in OmegaConf.create(guide_block("yaml", '"toy_index-custom"')).items():
+        config[key] = value
+    OmegaConf.save(config, folder / "toy_index.yaml")
+    data = write_image_folder(tmp_path / "images" / "train", num_classes=5, per_class=6, seed=0)
+    write_image_folder(tmp_path / "images" / "val", num_classes=5, per_class=2, seed=1)
+    argv = ["pretrain", "--config-path", str(folder), "--config-name", "toy_index"]
+    assert main(argv + overrides(data.parent, tmp_path / "out")) == 0
+    (checkpoint,) = (tmp_path / "out" / "toy_index").glob("*/*.ckpt")
+    assert json.loads((checkpoint.parent / "args.json").read_text())["name"] == "toy_index-custom"
+
+
+def test_the_guide_test_template_passes_for_the_toy(toy_registered, tmp_path):
+    module_path = tmp_path / "test_toy_index.py"
+    module_path.write_text(guide_block("python", 'METHOD = "toy_index"'))
+    spec = importlib.util.spec_from_file_location("guide_test_toy_index", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tests = sorted(name for name in vars(module) if name.startswith("test_"))
+    assert len(tests) == 3
+    module.test_its_defaults_and_a_refused_value()
+    module.test_a_step_trains_its_head()
+    module.test_a_checkpoint_round_trip(tmp_path)
 
 
 def test_the_contract_chosen_tests_run_the_toy_as_they_run_every_method(toy_registered, tmp_path):

@@ -92,6 +92,21 @@ def test_solo_learns_main_pretrain_with_our_method_points_at_our_launcher(data, 
     assert "use `solo-diet pretrain`" in line
 
 
+@pytest.mark.parametrize("name", ["main_knn.py", "main_umap.py"])
+def test_a_cuda_only_solo_script_on_a_cpu_is_one_line(capsys, name):
+    import solo
+    import torch
+
+    script = Path(solo.__file__).resolve().parents[1] / name
+    if not script.is_file() or torch.cuda.is_available():
+        pytest.skip(f"needs solo-learn's {name} and a machine without CUDA")
+    code, _, err = cli(["solo-script", str(script), "--config-path", str(CUSTOM)], capsys)
+    assert code == 2 and one_line(err).startswith(
+        f"solo-diet solo-script: solo-learn's {name} puts its tensors on CUDA, and torch sees no "
+        "CUDA device here"
+    )
+
+
 def test_solo_script_help_says_which_scripts_it_is_for(capsys):
     from solo_diet.cli.main import main
 

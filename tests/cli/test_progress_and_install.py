@@ -54,6 +54,31 @@ def test_jobs_ending_in_any_order_count_their_own_weight():
     assert clock_text(3725) == "1:02:05"
 
 
+class Fit:
+    """What the epoch callback reads of a Lightning Trainer."""
+
+    def __init__(self, max_epochs: int, bar: bool) -> None:
+        self.current_epoch, self.max_epochs, self.is_global_zero = 0, max_epochs, True
+        self.progress_bar_callback = object() if bar else None
+
+
+def test_the_demo_time_left_comes_from_measured_epochs_on_lines_of_their_own():
+    clock, said = Clock(), []
+    progress = OverallProgress("demo", [1, 4, 1], say=said.append, clock=clock, from_epochs=True)
+    progress.step(1, "data")
+    clock.now += 2  # the data step says nothing of an epoch's time
+    progress.step(2, "pretraining")
+    fit, callback = Fit(4, bar=True), progress.epoch_callback(2, "pretraining")
+    callback.on_train_start(fit, None)
+    clock.now += 30  # one epoch in 30 s: 3 epochs and 1 unit left
+    callback.on_train_epoch_end(fit, None)
+    assert said == [
+        "[demo] step 1 of 3: data; 0:00 elapsed, time left known after the first epoch",
+        "[demo] step 2 of 3: pretraining; 0:02 elapsed, time left known after the first epoch",
+        "\n[demo] step 2 of 3: pretraining, epoch 1/4; 0:32 elapsed, about 2:00 left",
+    ]
+
+
 def fake_python(tmp_path: Path) -> tuple[Path, Path]:
     """A $PYTHON that records its arguments instead of installing."""
     log = tmp_path / "python-calls.txt"

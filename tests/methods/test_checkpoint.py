@@ -119,5 +119,8 @@ def test_missing_files_say_what_is_missing(diet_run, tmp_path):
     with pytest.raises(ConfigError, match="is a folder, not a .ckpt file; it holds no .ckpt file"):
         PretrainedCheckpoint(tmp_path / "empty")
     (checkpoint.parent / "args.json").unlink()
-    with pytest.raises(ConfigError, match="no args.json next to"):
+    with pytest.raises(ConfigError, match="no args.json next to") as missing:
         PretrainedCheckpoint(checkpoint)
+    assert "`solo-diet linear ... ++backbone.name=<name> ++pretrain_method=<method>`" in str(
+        missing.value
+    )
