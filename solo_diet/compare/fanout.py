@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Sequence
 
 from solo_diet.compare.served import ServedWorker
-from solo_diet.compare.worker import PARENT_VARIABLE
+
+# The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
+# it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
+PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 @dataclass(frozen=True)

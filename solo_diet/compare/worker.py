@@ -26,14 +26,13 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from solo_diet.compare.fanout import PARENT_VARIABLE
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from solo_diet.compare.jobs import Job
 
-# The PID of the process a worker must not outlive (set by the fan-out, then by each worker for
-# the DDP ranks it starts).
-PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
