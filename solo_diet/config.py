@@ -7,10 +7,13 @@ fix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
+import math
 import re
+import typing
 from collections.abc import Mapping
-from typing import Any, Collection, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
@@ -167,14 +170,14 @@ class KeyReader:
         value = self.value(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
-                minimum, f"an integer >= {minimum}"
+                minimum, f"an integer >= {minimum}" if minimum > -math.inf else "an integer"
             )
             raise self.fail(key, f"must be {wanted}, got {value!r}. {hint}".rstrip())
         return value
 
-    def choice(self, key: str, choices: Sequence[str]) -> str:
+    def choice(self, key: str, choices: Sequence[str], *, default: Any = _ABSENT) -> str:
         """One of ``choices``; the error names the closest."""
-        value = self.value(key)
+        value = self.value(key, default)
         if value not in choices:
             close = closest_name(value, choices)
             hint = f"; did you mean {close!r}?" if close else "."
@@ -188,9 +191,17 @@ class KeyReader:
             raise self.fail(key, f"must be True or False, got {value!r}.")
         return value
 
-    def range(self, key: str, low: float, high: float, *, high_inclusive: bool = False) -> float:
+    def range(
+        self,
+        key: str,
+        low: float,
+        high: float,
+        *,
+        high_inclusive: bool = False,
+        default: Any = _ABSENT,
+    ) -> float:
         """A number with ``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-        value = self.value(key)
+        value = self.value(key, default)
         inside = is_number(value) and low <= value
         inside = inside and (value <= high if high_inclusive else value < high)
         if not inside:
@@ -215,3 +226,93 @@ class KeyReader:
                 f"{section}.{unknown[0]}",
                 f"is not a setting of {owner}.{hint} Its settings: {', '.join(sorted(known))}.",
             )
+
+
+def setting(
+    default: Any = None,
+    *,
+    choices: Sequence[str] = (),
+    minimum: Optional[int] = None,
+    within: Optional[tuple[float, float]] = None,
+    high_inclusive: bool = False,
+    derive: Optional[Callable[[Any], Any]] = None,
+    hint: str = "",
+) -> Any:
+    """A field of a settings schema (:func:`parse_section`): its ``default`` (or ``derive(cfg)``,
+    computed from the whole config, when the key is absent) and its check: one of ``choices``, an
+    integer ``>= minimum``, a number in ``within`` (``[low, high)``, or ``[low, high]`` with
+    ``high_inclusive``); ``hint`` ends the error message."""
+    checks = dict(choices=tuple(choices), minimum=minimum, within=within, hint=hint)
+    checks.update(high_inclusive=high_inclusive, derive=derive)
+    return dataclasses.field(default=default, metadata=checks)
+
+
+def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Mapping) -> Any:
+    """The value of ``key`` (``default`` when absent), checked against its type and ``checks``."""
+    optional = typing.get_origin(kind) is typing.Union and type(None) in typing.get_args(kind)
+    if optional:
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+        if read.value(key, default) is None:
+            return None
+    if kind is bool:
+        return read.bool(key, default=default)
+    if kind is int:
+        minimum = checks.get("minimum")
+        minimum = -math.inf if minimum is None else minimum
+        return read.int(key, minimum, default=default, hint=checks.get("hint", ""))
+    if checks.get("choices"):
+        return read.choice(key, checks["choices"], default=default)
+    value = read.value(key, default)
+    if kind is float and checks.get("within"):
+        low, high = checks["within"]
+        inclusive = checks.get("high_inclusive", False)
+        read.range(key, low, high, high_inclusive=inclusive, default=default)
+    elif kind is float and not is_number(value):
+        raise read.fail(key, f"must be a number, got {value!r}.")
+    elif kind is str and not isinstance(value, str):
+        raise read.fail(key, f"must be a string, got {value!r}.")
+    return value
+
+
+_Schema = typing.TypeVar("_Schema")
+
+
+def parse_section(
+    schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
+) -> _Schema:
+    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas) built
+    from the mapping at ``path`` of ``cfg``: absent keys, None and "None" get the field's default.
+    With ``strict`` a key that is no field is refused, naming the closest (``owner`` names whose
+    settings they are). A schema's ``checked(cfg)`` method, when it has one, checks the values
+    together and returns the schema to keep (derived values filled in). A nested schema names its
+    own owner in its class attribute ``owner``."""
+    read = KeyReader(cfg)
+    given = read.value(path) if path else cfg
+    if given is not None and given != "None" and not isinstance(given, Mapping):
+        raise read.fail(path, f"must be a mapping of the settings of {owner}, got {given!r}.")
+    names = [field.name for field in dataclasses.fields(schema)]
+    if strict:
+        read.known(path, names, owner)
+    kinds = typing.get_type_hints(schema)
+    values = {}
+    for field in dataclasses.fields(schema):
+        key = f"{path}.{field.name}" if path else field.name
+        if dataclasses.is_dataclass(kinds[field.name]):
+            nested = kinds[field.name]
+            values[field.name] = parse_section(nested, cfg, key, getattr(nested, "owner", owner))
+            continue
+        checks = field.metadata
+        derive = checks.get("derive")
+        default = derive(cfg) if derive is not None else field.default
+        values[field.name] = _read_setting(read, key, kinds[field.name], default, checks)
+    parsed = schema(**values)
+    checked = getattr(parsed, "checked", None)
+    return checked(cfg) if checked is not None else parsed
+
+
+def write_section(cfg: omegaconf.DictConfig, path: str, parsed: Any) -> None:
+    """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn,
+    the model and a run's ``args.json`` see the defaults filled in)."""
+    for key, value in dataclasses.asdict(parsed).items():
+        value = list(value) if isinstance(value, tuple) else value
+        omegaconf.OmegaConf.update(cfg, f"{path}.{key}", value, merge=False, force_add=True)
