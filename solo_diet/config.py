@@ -237,12 +237,14 @@ def setting(
     high_inclusive: bool = False,
     derive: Optional[Callable[[Any], Any]] = None,
     hint: str = "",
+    key: Optional[str] = None,
 ) -> Any:
     """A field of a settings schema (:func:`parse_section`): its ``default`` (or ``derive(cfg)``,
     computed from the whole config, when the key is absent) and its check: one of ``choices``, an
     integer ``>= minimum``, a number in ``within`` (``[low, high)``, or ``[low, high]`` with
-    ``high_inclusive``); ``hint`` ends the error message."""
-    checks = dict(choices=tuple(choices), minimum=minimum, within=within, hint=hint)
+    ``high_inclusive``); ``hint`` ends the error message. ``key`` is the field's full key when it
+    lies outside the schema's section (a schema over keys of several sections)."""
+    checks = dict(choices=tuple(choices), minimum=minimum, within=within, hint=hint, key=key)
     checks.update(high_inclusive=high_inclusive, derive=derive)
     return dataclasses.field(default=default, metadata=checks)
 
@@ -296,7 +298,7 @@ def parse_section(
     kinds = typing.get_type_hints(schema)
     values = {}
     for field in dataclasses.fields(schema):
-        key = f"{path}.{field.name}" if path else field.name
+        key = field.metadata.get("key") or (f"{path}.{field.name}" if path else field.name)
         if dataclasses.is_dataclass(kinds[field.name]):
             nested = kinds[field.name]
             values[field.name] = parse_section(nested, cfg, key, getattr(nested, "owner", owner))

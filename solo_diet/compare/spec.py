@@ -21,7 +21,7 @@ from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also
     check_only,
     check_seeds_and_workers,
 )
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.config import ConfigError, KeyReader, closest_name
 from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
 
 # a spec: its YAML file, or the spec itself (a dict or DictConfig)
@@ -75,6 +75,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # last being the final evaluation (0: off; docs/compare.md, "Learning curves")
     "curves": {"points": 0},
 }
+PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
@@ -235,6 +236,13 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
                     "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
                     "val/ inside)."
                 )
+        classes = sum(entry.is_dir() for entry in Path(spec.data.train_path).iterdir())
+        if classes < PROBE_CLASSES:
+            raise ConfigError(
+                f"`data.train_path` = {spec.data.train_path} holds {classes} class(es); the linear "
+                f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
+                "give it one subfolder per class."
+            )
     check_seeds_and_workers(spec, spec_path)
     check_only(spec, spec_path)
     check_spec_budget(spec, spec_path)
@@ -242,6 +250,7 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     check_curves(spec, spec_path)
     resolve_spec_format(spec, spec_path)
     evaluation = spec.evaluation
+    KeyReader(spec).int("evaluation.knn_k", 1, hint="It is the neighbours kNN votes over.")
     if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
         raise ConfigError(
             "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."

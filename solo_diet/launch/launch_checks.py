@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -20,9 +22,10 @@ from solo_diet.config import (
     KeyReader,
     check_choice,
     check_known_keys,
-    check_positive_int,
     closest_name,
     is_number,
+    parse_section,
+    setting,
 )
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
@@ -159,15 +162,66 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
         check_known_keys(cfg, "optimizer.kwargs", known, owner)
 
 
-def check_training_basics(cfg: DictConfig) -> None:
-    """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
-    batch size or epoch count below 1, a learning rate <= 0."""
-    for key in ("optimizer.batch_size", "max_epochs"):
-        if OmegaConf.select(cfg, key) is not None:
-            check_positive_int(cfg, key)
-    lr = OmegaConf.select(cfg, "optimizer.lr")
-    if lr is not None and not (is_number(lr) and lr > 0):
-        raise KeyReader(cfg).fail("optimizer.lr", f"must be a positive number, got {lr!r}.")
+# the precisions Lightning's Trainer takes (its ``_PRECISION_INPUT``), as written in a config
+PRECISIONS = (
+    *("16-mixed", "bf16-mixed", "32-true", "64-true", "16-true", "bf16-true"),
+    *("transformer-engine", "transformer-engine-float16", "64", "32", "16", "bf16"),
+)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The training keys that solo-learn or Lightning would otherwise fail on deep inside a run
+    (a ``ZeroDivisionError`` after the first epoch, a ``ValueError`` traceback) or take silently:
+    checked once, before solo-learn's ``parse_cfg``. None leaves a key to solo-learn's default."""
+
+    batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
+    max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
+    lr: Optional[float] = setting(None, key="optimizer.lr")
+    weight_decay: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="optimizer.weight_decay"
+    )
+    checkpoint_frequency: Optional[int] = setting(
+        None, minimum=1, key="checkpoint.frequency", hint="It is the epochs between checkpoints."
+    )
+    check_val_every_n_epoch: Optional[int] = setting(
+        None, minimum=1, key="check_val_every_n_epoch", hint="It is the epochs between validations."
+    )
+    precision: Any = setting(None, key="precision")
+
+    def checked(self, cfg: DictConfig) -> "TrainingSettings":
+        """A learning rate > 0 and a precision Lightning knows."""
+        read = KeyReader(cfg)
+        if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
+            raise read.fail("optimizer.lr", f"must be a positive number, got {self.lr!r}.")
+        if self.precision is not None and str(self.precision) not in PRECISIONS:
+            close = closest_name(str(self.precision), PRECISIONS)
+            hint = f"; did you mean {close!r}?" if close else "."
+            raise read.fail(
+                "precision", f"must be one of {list(PRECISIONS)}, got {self.precision!r}{hint}"
+            )
+        return self
+
+
+def check_training_basics(cfg: DictConfig) -> TrainingSettings:
+    """Refuse, naming the key and its allowed range, a training value solo-learn or Lightning would
+    fail on deep inside a run (:class:`TrainingSettings`)."""
+    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False)
+
+
+def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
+    """A labelled training set with fewer than ``needed`` classes (solo-learn counts the folder's
+    subfolders into ``data.num_classes``) is refused naming ``data.train_path``; ``reader`` says
+    who needs them."""
+    classes = OmegaConf.select(cfg, "data.num_classes")
+    labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
+    if labelled and isinstance(classes, int) and classes < needed:
+        path = OmegaConf.select(cfg, "data.train_path")
+        raise KeyReader(cfg).fail(
+            "data.train_path",
+            f"= {path} holds {classes} class(es); {reader} needs at least {needed}: give it one "
+            "subfolder per class (or `data.no_labels=True` for images without classes).",
+        )
 
 
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the

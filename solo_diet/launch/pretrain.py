@@ -33,6 +33,7 @@ from solo_diet.launch.datapaths import DataPath, make_data_path
 from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
+    check_class_count,
     check_launch_cfg,
     check_solo_learn_choices,
 )
@@ -95,6 +96,7 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     data_path = make_data_path(parse_data_settings(cfg))
     check_augmentations(cfg)
     cfg = parse_cfg(cfg)
+    check_class_count(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
