@@ -279,25 +279,34 @@ def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Ma
 _Schema = typing.TypeVar("_Schema")
 
 
+def schema_keys(schema: type) -> list[str]:
+    """The keys of a settings schema: its fields but those marked ``computed`` (set by its
+    ``checked``, not read from the config)."""
+    return [f.name for f in dataclasses.fields(schema) if not f.metadata.get("computed")]
+
+
 def parse_section(
     schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
 ) -> _Schema:
     """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas) built
     from the mapping at ``path`` of ``cfg``: absent keys, None and "None" get the field's default.
     With ``strict`` a key that is no field is refused, naming the closest (``owner`` names whose
-    settings they are). A schema's ``checked(cfg)`` method, when it has one, checks the values
-    together and returns the schema to keep (derived values filled in). A nested schema names its
-    own owner in its class attribute ``owner``."""
+    settings they are). A nested schema names its own owner in its class attribute ``owner``.
+    What the fields cannot check alone, a schema checks in a ``checked(cfg)`` method of its own,
+    which the caller runs on the result (it returns the schema to keep, derived values filled in):
+    the parser never calls back into the schema's module."""
     read = KeyReader(cfg)
     given = read.value(path) if path else cfg
+    names = schema_keys(schema)
     if given is not None and given != "None" and not isinstance(given, Mapping):
-        raise read.fail(path, f"must be a mapping of the settings of {owner}, got {given!r}.")
-    names = [field.name for field in dataclasses.fields(schema)]
+        raise read.fail(path, f"must be a mapping of {names}, got {given!r}.")
     if strict:
         read.known(path, names, owner)
     kinds = typing.get_type_hints(schema)
     values = {}
     for field in dataclasses.fields(schema):
+        if field.name not in names:
+            continue
         key = field.metadata.get("key") or (f"{path}.{field.name}" if path else field.name)
         if dataclasses.is_dataclass(kinds[field.name]):
             nested = kinds[field.name]
@@ -307,14 +316,13 @@ def parse_section(
         derive = checks.get("derive")
         default = derive(cfg) if derive is not None else field.default
         values[field.name] = _read_setting(read, key, kinds[field.name], default, checks)
-    parsed = schema(**values)
-    checked = getattr(parsed, "checked", None)
-    return checked(cfg) if checked is not None else parsed
+    return schema(**values)
 
 
 def write_section(cfg: omegaconf.DictConfig, path: str, parsed: Any) -> None:
     """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn,
     the model and a run's ``args.json`` see the defaults filled in)."""
-    for key, value in dataclasses.asdict(parsed).items():
-        value = list(value) if isinstance(value, tuple) else value
+    values = dataclasses.asdict(parsed)
+    for key in schema_keys(type(parsed)):
+        value = list(values[key]) if isinstance(values[key], tuple) else values[key]
         omegaconf.OmegaConf.update(cfg, f"{path}.{key}", value, merge=False, force_add=True)

@@ -206,7 +206,7 @@ class TrainingSettings:
 def check_training_basics(cfg: DictConfig) -> TrainingSettings:
     """Refuse, naming the key and its allowed range, a training value solo-learn or Lightning would
     fail on deep inside a run (:class:`TrainingSettings`)."""
-    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False)
+    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
 
 
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:

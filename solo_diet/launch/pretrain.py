@@ -45,11 +45,7 @@ from solo_diet.launch.loader_settings import (
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
 from solo_diet.methods.captured_backbone import capture_backbone, fill_and_check_capture
 from solo_diet.methods.contract import Contract, method_contract
-from solo_diet.methods.substitutes import (
-    fill_and_check_substitutes,
-    substitute_step_parts,
-    substitutes_line,
-)
+from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
 
 def check_augmentations(cfg: DictConfig) -> None:
@@ -104,7 +100,6 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
-    fill_and_check_substitutes(cfg)
     fill_and_check_capture(cfg)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
     return cfg, method_cls, contract, data_path, loader_settings

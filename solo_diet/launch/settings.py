@@ -37,27 +37,17 @@ the data paths read besides (dataset, paths, batch, seed, augmentations) is pars
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    check_bool,
-    check_choice,
-    check_known_keys,
-    check_positive_int,
-    fill_default,
-)
+from solo_diet.config import ConfigError, KeyReader, parse_section, setting, write_section
 from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
-GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
 # the GPU data path's core arguments and the keys that set them: the core's errors name the
 # arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
 GPU_ARGUMENT_KEYS = {
@@ -74,22 +64,40 @@ GPU_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class GPUDataSettings:
-    """The checked ``data.gpu.*`` values and where batches are made (``cuda`` or ``cpu``)."""
+    """The checked ``data.gpu.*`` values (module docstring) and where batches are made (``cuda``
+    or ``cpu``, from ``accelerator``)."""
 
     storage: str = "auto"
-    image_size: Optional[int] = None
-    decode_threads: Optional[int] = None
+    image_size: Optional[int] = setting(None, minimum=1)
+    decode_threads: Optional[int] = setting(None, minimum=1)
     cuda_graphs: bool = True
     decode_cache: bool = True
-    device: str = "cuda"
+    device: str = field(default="cuda", metadata={"computed": True})
     on_corrupt: str = "stop"
+
+    def checked(self, cfg: DictConfig) -> "GPUDataSettings":
+        """The storage and corrupt-file choices (torch modules: imported when a GPU path is
+        parsed) and the loader's device."""
+        from solo_diet.data.loader import STORAGES
+        from solo_diet.data.stream import ON_CORRUPT
+
+        read = KeyReader(cfg)
+        if read.value("dali") is not None:
+            raise read.fail(
+                "dali",
+                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
+                "section.",
+            )
+        read.choice("data.gpu.storage", (*STORAGES, "stream"), default=self.storage)
+        read.choice("data.gpu.on_corrupt", ON_CORRUPT, default=self.on_corrupt)
+        return replace(self, device=loader_device(cfg))
 
 
 @dataclass(frozen=True)
 class DaliSettings:
-    """The checked ``dali.*`` values of solo-learn's DALI datamodule."""
+    """The checked ``dali.*`` values of solo-learn's DALI datamodule (module docstring)."""
 
-    device: str = "gpu"
+    device: str = setting("gpu", choices=("gpu", "cpu"))
     encode_indexes_into_labels: bool = False
 
 
@@ -103,57 +111,30 @@ class DataSettings:
     dali: Optional[DaliSettings] = None
 
 
+# the sections a data path reads (its ``reads``): their key and schema
+DATA_PATH_SECTIONS = {
+    "gpu": ("data.gpu", GPUDataSettings, "the GPU data path"),
+    "dali": ("dali", DaliSettings, "solo-learn's DALI datamodule"),
+}
+
+
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
     """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
-    and trains from the image folder), then the keys of its data path (for the GPU data path the
-    ``data.gpu.*`` keys and the loader's device)."""
+    and trains from the image folder), then the section its data path reads (``data.gpu.*`` and
+    the loader's device, or ``dali.*``), written back with its defaults."""
     from solo_diet.launch.datapaths import REGISTRY
 
-    data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
-    check_choice(cfg, FORMAT_KEY, tuple(REGISTRY))
-    return REGISTRY[data_format].read_settings(cfg, data_format)
-
-
-def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
-    """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
-    from solo_diet.data.loader import STORAGES  # torch: imported when a GPU path is parsed
-    from solo_diet.data.stream import ON_CORRUPT
-
-    given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
-    if not isinstance(given, Mapping):
-        raise KeyReader(cfg).fail(
-            "data.gpu", f"must be a mapping of {list(GPU_KEYS)}, got {given!r}."
-        )
-    check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
-    fill_default(cfg, "data.gpu.storage", "auto")
-    check_choice(cfg, "data.gpu.storage", (*STORAGES, "stream"))
-    fill_default(cfg, "data.gpu.on_corrupt", "stop")
-    check_choice(cfg, "data.gpu.on_corrupt", ON_CORRUPT)
-    for key in ("image_size", "decode_threads"):
-        if fill_default(cfg, f"data.gpu.{key}", None) is not None:
-            check_positive_int(cfg, f"data.gpu.{key}")
-    for key in ("cuda_graphs", "decode_cache"):
-        fill_default(cfg, f"data.gpu.{key}", True)
-        check_bool(cfg, f"data.gpu.{key}")
-    gpu = cfg.data.gpu
-    return GPUDataSettings(
-        gpu.storage,
-        gpu.image_size,
-        gpu.decode_threads,
-        gpu.cuda_graphs,
-        gpu.decode_cache,
-        loader_device(cfg),
-        gpu.on_corrupt,
-    )
-
-
-def dali_settings(cfg: DictConfig) -> DaliSettings:
-    """The ``dali.*`` keys (module docstring), with solo-learn's defaults."""
-    read = KeyReader(cfg)
-    device = read.value("dali.device", "gpu")
-    if device not in ("gpu", "cpu"):
-        raise read.fail("dali.device", f"must be one of ['gpu', 'cpu'], got {device!r}.")
-    return DaliSettings(device, read.bool("dali.encode_indexes_into_labels", default=False))
+    data_format = KeyReader(cfg).choice(FORMAT_KEY, tuple(REGISTRY), default="image_folder")
+    OmegaConf.update(cfg, FORMAT_KEY, data_format, force_add=True)
+    section = REGISTRY[data_format].reads
+    if section is None:
+        return DataSettings(data_format)
+    key, schema, owner = DATA_PATH_SECTIONS[section]
+    parsed = parse_section(schema, cfg, key, owner, strict=section == "gpu")
+    checked = getattr(parsed, "checked", None)
+    parsed = parsed if checked is None else checked(cfg)
+    write_section(cfg, key, parsed)
+    return DataSettings(data_format, **{section: parsed})
 
 
 def loader_device(cfg: DictConfig) -> str:

@@ -173,12 +173,23 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
     """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (its keys checked,
-    an unknown one refused naming the closest, a renamed one naming its new name) and write every
-    value back, defaults included; the one form of our methods' ``add_and_assert_specific_cfg``.
-    Returns ``cfg``."""
+    an unknown one refused naming the closest, a renamed one naming its new name, then the
+    dataclass's own ``checked(cfg)``) and write every value back, defaults included. Returns
+    ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:
         refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
         parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
-        write_section(cfg, "method_kwargs", parsed)
+        checked = getattr(parsed, "checked", None)
+        write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
     return cfg
+
+
+class DeclaredKwargs:
+    """Mixin of our method classes (before solo-learn's base): the one form of their
+    ``add_and_assert_specific_cfg``, solo-learn's keys then the contract's ``kwargs``
+    (:func:`fill_method_kwargs`), which solo-learn's ``parse_cfg`` calls."""
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        return fill_method_kwargs(super().add_and_assert_specific_cfg(cfg), cls)

@@ -18,7 +18,7 @@ from solo.utils.misc import omegaconf_select
 from solo_diet.config import ConfigError, is_number, setting
 from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
-from solo_diet.methods.contract import Contract, ExtraRepresentation, fill_method_kwargs
+from solo_diet.methods.contract import Contract, DeclaredKwargs, ExtraRepresentation
 from solo_diet.metrics import clustering_report
 from solo_diet.nn import CPLearnProjector
 
@@ -97,7 +97,7 @@ def cplearn_representations(
     ]
 
 
-class CPLearn(BaseMethod):
+class CPLearn(DeclaredKwargs, BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
     Extra cfg settings (``method_kwargs``):
@@ -139,11 +139,6 @@ class CPLearn(BaseMethod):
         )
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """solo-learn's keys, then CPLearn's own (:class:`CPLearnKwargs`)."""
-        return fill_method_kwargs(super().add_and_assert_specific_cfg(cfg), cls)
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

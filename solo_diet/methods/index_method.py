@@ -21,7 +21,7 @@ from torch import nn
 
 from solo_diet.config import ConfigError, core_errors_named, setting
 from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
-from solo_diet.methods.contract import Contract, fill_method_kwargs
+from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
 # the arguments of the label source and the sampler check (solo_diet.labels, solo_diet.samplers)
@@ -139,7 +139,7 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
         raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
 
 
-class IndexMethod(BaseMethod):
+class IndexMethod(DeclaredKwargs, BaseMethod):
     """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
     its label id.
 
@@ -175,12 +175,6 @@ class IndexMethod(BaseMethod):
         self.num_samples: int = kwargs.num_samples
         self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
         self.projector, self.z_dim = projector_from_cfg(self.features_dim, kwargs)
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """solo-learn's keys, then the method's own: its contract's ``kwargs``
-        (:func:`~solo_diet.methods.contract.fill_method_kwargs`)."""
-        return fill_method_kwargs(super().add_and_assert_specific_cfg(cfg), cls)
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import omegaconf
 
@@ -46,16 +46,27 @@ class SEMKwargs:
 
 
 def with_sem(kwargs: type) -> type:
-    """The kwargs dataclass of a twin of a method declaring ``kwargs``: those and ``sem``."""
+    """The kwargs dataclass of a twin of a method declaring ``kwargs``: those and ``sem``, each
+    checked by its own ``checked``."""
+
+    def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
+        base = getattr(kwargs, "checked", None)
+        own = self if base is None else base(self, cfg)
+        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+
     field = dataclasses.field(default_factory=SEMKwargs)
     return dataclasses.make_dataclass(
-        f"SEM{kwargs.__name__}", [("sem", SEMKwargs, field)], bases=(kwargs,), frozen=True
+        f"SEM{kwargs.__name__}",
+        [("sem", SEMKwargs, field)],
+        bases=(kwargs,),
+        namespace={"checked": checked},
+        frozen=True,
     )
 
 
 def fill_sem_kwargs(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
     """Fill and check ``method_kwargs.sem`` alone (the twin of a solo-learn method, whose own keys
     solo-learn reads)."""
-    parsed = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner)
+    parsed = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
     write_section(cfg, "method_kwargs.sem", parsed)
     return cfg

@@ -6,21 +6,16 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import KeyReader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, decode_images
 from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import (
-    FORMAT_KEY,
     GPU_ARGUMENT_KEYS,
-    DataSettings,
     GPUDataSettings,
     core_errors_named,
-    gpu_settings,
 )
 
 
@@ -28,18 +23,7 @@ class GPUPath(DataPath):
     """Loaders of :mod:`solo_diet.launch.gpu_data` with the run's checked ``data.gpu`` settings."""
 
     formats = ("gpu",)
-
-    @classmethod
-    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
-        """The ``data.gpu`` keys (:func:`~solo_diet.launch.settings.gpu_settings`); a ``dali``
-        section is refused."""
-        if OmegaConf.select(cfg, "dali") is not None:
-            raise KeyReader(cfg).fail(
-                "dali",
-                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
-                "section.",
-            )
-        return DataSettings(data_format, gpu_settings(cfg))
+    reads = "gpu"
 
     @property
     def gpu(self) -> GPUDataSettings:
