@@ -8,7 +8,6 @@ import contextlib
 import inspect
 import logging
 import math
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,61 +72,42 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
         _check_backbone_kwargs(cfg, BaseMethod._BACKBONES[cfg.backbone.name])
 
 
-# how Python words a call with a keyword the callee does not take
-_UNEXPECTED_KEYWORD = re.compile(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'")
+def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
+    """The backbone as solo-learn builds it, on the meta device (no memory, no weights)."""
+    with torch.device("meta"), _quiet():
+        return build(method, **kwargs)
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Build the backbone as solo-learn does, on the meta device (no memory, no weights), so that a
-    ``backbone.kwargs`` key its constructor does not take is refused naming the key and, where the
-    constructor's signature is found, the closest setting. Other failures are left to the real
-    build, which reports them itself."""
+    """Build the backbone as solo-learn does, on the meta device, so that a ``backbone.kwargs``
+    key its constructor does not take is refused naming the key and, from the signature of the
+    class built without it, the closest setting. The key is found by leaving each out in turn (a
+    ``TypeError`` that leaving one out does not cure, or any other failure, is left to the real
+    build, which reports it itself)."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
     method = OmegaConf.select(cfg, "method") or OmegaConf.select(cfg, "pretrain_method")
     try:
-        with torch.device("meta"), _quiet():
-            build(method, **kwargs)
+        _meta_build(build, method, kwargs)
+        return
     except TypeError as error:
-        match = _UNEXPECTED_KEYWORD.search(str(error))
-        if match is None or match[2] not in kwargs:
-            return
-        callee = _callee(error, match[1])
-        owner = f"the `{cfg.backbone.name}` backbone" + (
-            f" ({callee.__module__}.{callee.__qualname__})" if callee is not None else ""
-        )
-        if callee is not None:
-            parameters = inspect.signature(callee).parameters.values()
-            known = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-            check_known_keys(cfg, "backbone.kwargs", known, owner)
-        raise KeyReader(cfg).fail(
-            f"backbone.kwargs.{match[2]}",
-            f"is not a setting of {owner} ({error}): remove it or correct its name.",
-        ) from None
-    except ConfigError:
-        raise
+        refused = error
     except Exception:  # noqa: BLE001 - not a keyword problem: the real build reports it
         return
-
-
-def _callee(error: TypeError, qualname: str) -> Optional[Any]:
-    """The class or function named ``qualname`` (``ResNet.__init__``, ``resnet18``) as seen from
-    the frame that made the failing call (by name, or among its local variables), or None."""
-    trace = error.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    if trace is None:
-        return None
-    frame, wanted = trace.tb_frame, qualname.removesuffix(".__init__")
-    head, *rest = wanted.split(".")
-    found = frame.f_locals.get(head, frame.f_globals.get(head))
-    for name in rest:
-        found = getattr(found, name, None)
-    if found is None:  # called through a variable, as timm's ``model_cls(**kwargs)``
-        named = (v for v in frame.f_locals.values() if getattr(v, "__qualname__", None) == wanted)
-        found = next(named, None)
-    return found if callable(found) else None
+    for key in kwargs:
+        try:
+            built = type(_meta_build(build, method, {k: v for k, v in kwargs.items() if k != key}))
+        except Exception:  # noqa: BLE001 - not this key alone
+            continue
+        owner = f"the `{cfg.backbone.name}` backbone ({built.__module__}.{built.__qualname__})"
+        parameters = inspect.signature(built.__init__).parameters.values()
+        known = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        check_known_keys(cfg, "backbone.kwargs", known | (set(kwargs) - {key}), owner)
+        raise KeyReader(cfg).fail(
+            f"backbone.kwargs.{key}",
+            f"is not a setting of {owner} ({refused}): remove it or correct its name.",
+        ) from None
 
 
 @contextlib.contextmanager
