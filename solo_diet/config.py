@@ -10,9 +10,9 @@ import contextlib
 import dataclasses
 import difflib
 import math
-import re
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 import omegaconf
@@ -22,33 +22,63 @@ class ConfigError(ValueError):
     """A config key has an invalid value; the message names the key and the fix."""
 
 
-_ARGUMENT = re.compile(r"argument `(\w+)")
+@dataclass(frozen=True)
+class Argument:
+    """An argument of a core function named in its error: ``name``, then ``rest`` (a key inside a
+    mapping argument, ``[0].rrc.crop_min_scale``, or a value, ``: pinned``)."""
+
+    name: str
+    rest: str = ""
+
+    def named(self, keys: Mapping[str, str]) -> str:
+        """``argument `<name><rest>``` as the core speaks, or ``keys[name]`` in its place."""
+        if self.name in keys:
+            return f"`{keys[self.name]}{self.rest}`"
+        return f"argument `{self.name}{self.rest}`"
+
+
+class NamesArguments(Exception):
+    """An error of the torch-only core whose message is made of text and :class:`Argument` parts,
+    so that the settings layers can name the config keys that set the arguments
+    (:func:`core_errors_named`) without reading its text."""
+
+    def __init__(self, *parts: Any):
+        self.parts = parts
+        self.keys: dict[str, str] = {}  # the config keys named so far (the innermost table wins)
+        super().__init__(self.named({}))
+
+    def arguments(self) -> set[str]:
+        return {part.name for part in self.parts if isinstance(part, Argument)}
+
+    def named(self, keys: Mapping[str, str]) -> str:
+        return "".join(p.named(keys) if isinstance(p, Argument) else str(p) for p in self.parts)
+
+
+class ArgumentError(NamesArguments, ConfigError):
+    """A core function's argument has an invalid value (message parts: :class:`NamesArguments`)."""
+
+
+class ArgumentIndexError(NamesArguments, IndexError):
+    """A batch holds an index outside the range an argument sets (:class:`NamesArguments`)."""
 
 
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Name config keys in the errors of the torch-only core, which speaks of its own arguments
-    (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
-    ``ValueError`` (or ``IndexError``) naming one of ``keys`` is raised again with ``keys[name]``
-    wherever the core named ``name``, as a ConfigError (a ConfigError or an IndexError is the same
-    error, its message renamed), with the core's traceback. Other errors pass unchanged. The
-    settings layers hold the tables: the core never names a key."""
+    """Name config keys in the errors of the torch-only core, which speaks of its own arguments:
+    an error naming one of ``keys`` (:class:`NamesArguments`) is raised again with ``keys[name]``
+    wherever it named the argument ``name``, with the core's traceback: an ArgumentError as a
+    ConfigError, an index error or a subclass (a corrupt image) as the same error. Other errors
+    pass unchanged. The settings layers hold the tables: the core never names a key."""
     try:
         yield
-    except (ValueError, IndexError) as error:
-        message = str(error)
-        if not any(name in keys for name in _ARGUMENT.findall(message)):
+    except NamesArguments as error:
+        if not error.arguments() & set(keys):
             raise
-
-        def key(match: re.Match) -> str:
-            name = match.group(1)
-            return f"`{keys[name]}" if name in keys else match.group(0)
-
-        named = _ARGUMENT.sub(key, message)
-        if isinstance(error, (ConfigError, IndexError)):
-            error.args = (named,)
+        error.keys = {**keys, **error.keys}  # an inner block's names stay
+        error.args = (error.named(error.keys),)
+        if type(error) is not ArgumentError:
             raise
-        raise ConfigError(named).with_traceback(error.__traceback__) from None
+        raise ConfigError(*error.args).with_traceback(error.__traceback__) from None
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:
