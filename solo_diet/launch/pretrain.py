@@ -42,7 +42,12 @@ from solo_diet.launch.loader_settings import (
     LoaderSettings,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named, parse_data_settings
+from solo_diet.launch.settings import (
+    GPU_ARGUMENT_KEYS,
+    core_errors_named,
+    parse_data_settings,
+    parse_performance_settings,
+)
 from solo_diet.methods.captured_backbone import capture_backbone, fill_and_check_capture
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
@@ -89,6 +94,7 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     OmegaConf.set_struct(cfg, False)
     normalize_devices(cfg)
     check_launch_cfg(cfg)
+    parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
     check_augmentations(cfg)
     cfg = parse_cfg(cfg)

@@ -111,6 +111,24 @@ class DataSettings:
     dali: Optional[DaliSettings] = None
 
 
+@dataclass(frozen=True)
+class PerformanceSettings:
+    """The ``performance.*`` keys of ``solo-diet pretrain`` (docs/launchers.md): our same-math
+    substitutes of solo-learn's step parts, channels-last, the captured backbone."""
+
+    foreach_substitutes: bool = True
+    disable_channel_last: bool = False
+    capture_backbone: bool = False
+
+
+def parse_performance_settings(cfg: DictConfig) -> PerformanceSettings:
+    """Fill and check the ``performance`` section (a key that is none of its fields is refused,
+    naming the closest)."""
+    parsed = parse_section(PerformanceSettings, cfg, "performance", "`performance`")
+    write_section(cfg, "performance", parsed)
+    return parsed
+
+
 # the sections a data path reads (its ``reads``): their key and schema
 DATA_PATH_SECTIONS = {
     "gpu": ("data.gpu", GPUDataSettings, "the GPU data path"),
