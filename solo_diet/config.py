@@ -103,14 +103,6 @@ def unknown_method_hint(name: object, registered: Collection[str]) -> str:
     return f"registered: {', '.join(bases)} (most also as `<name>_sem`). {listing}"
 
 
-def check_known_keys(
-    cfg: omegaconf.DictConfig, section: str, known: Collection[str], owner: str
-) -> None:
-    """Refuse a key of ``cfg.<section>`` outside ``known`` (a typo would otherwise be ignored),
-    naming the closest known key."""
-    KeyReader(cfg).known(section, known, owner)
-
-
 def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
     """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as
     None, as in solo-learn's ``omegaconf_select``)."""
@@ -120,31 +112,9 @@ def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
     return value
 
 
-def check_int(cfg: omegaconf.DictConfig, key: str, minimum: int, hint: str = "") -> int:
-    """``cfg.<key>``, an integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
-    return KeyReader(cfg).int(key, minimum, hint=hint)
-
-
-def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
-    """``cfg.<key>``, an integer ``>= 1``; ``hint`` ends the error message."""
-    return check_int(cfg, key, 1, hint)
-
-
-def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) -> str:
-    """``cfg.<key>``, one of ``choices``."""
-    return KeyReader(cfg).choice(key, choices)
-
-
 def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
     """``cfg.<key>``, True or False (not 0/1 or a string)."""
     return KeyReader(cfg).bool(key)
-
-
-def check_range(
-    cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False
-) -> float:
-    """``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-    return KeyReader(cfg).range(key, low, high, high_inclusive=high_inclusive)
 
 
 _ABSENT = object()

@@ -19,8 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import (
     ConfigError,
     KeyReader,
-    check_choice,
-    check_known_keys,
     closest_name,
     is_number,
     parse_section,
@@ -64,7 +62,7 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
         value = OmegaConf.select(cfg, key)
         any_case_none = key == "scheduler.name" and not probe and str(value).lower() == "none"
         if value is not None and not any_case_none:
-            check_choice(cfg, key, sorted(known))
+            KeyReader(cfg).choice(key, sorted(known))
     name = OmegaConf.select(cfg, "optimizer.name")
     if name is not None:
         _check_optimizer_kwargs(cfg, name, model_cls._OPTIMIZERS[name])
@@ -103,7 +101,7 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
         owner = f"the `{cfg.backbone.name}` backbone ({built.__module__}.{built.__qualname__})"
         parameters = inspect.signature(built.__init__).parameters.values()
         known = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        check_known_keys(cfg, "backbone.kwargs", known | (set(kwargs) - {key}), owner)
+        KeyReader(cfg).known("backbone.kwargs", known | (set(kwargs) - {key}), owner)
         raise KeyReader(cfg).fail(
             f"backbone.kwargs.{key}",
             f"is not a setting of {owner} ({refused}): remove it or correct its name.",
@@ -139,7 +137,7 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         known = set(parameters) - {"params", *SOLO_LEARN_OPTIMIZER_ARGUMENTS}
         owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
-        check_known_keys(cfg, "optimizer.kwargs", known, owner)
+        KeyReader(cfg).known("optimizer.kwargs", known, owner)
 
 
 # the precisions Lightning's Trainer takes (its ``_PRECISION_INPUT``), as written in a config
