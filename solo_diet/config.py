@@ -13,7 +13,7 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterator, Optional, Sequence
+from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
@@ -196,7 +196,6 @@ class KeyReader:
         key: str,
         low: float,
         high: float,
-        *,
         high_inclusive: bool = False,
         default: Any = _ABSENT,
     ) -> float:
@@ -228,24 +227,12 @@ class KeyReader:
             )
 
 
-def setting(
-    default: Any = None,
-    *,
-    choices: Sequence[str] = (),
-    minimum: Optional[int] = None,
-    within: Optional[tuple[float, float]] = None,
-    high_inclusive: bool = False,
-    derive: Optional[Callable[[Any], Any]] = None,
-    hint: str = "",
-    key: Optional[str] = None,
-) -> Any:
-    """A field of a settings schema (:func:`parse_section`): its ``default`` (or ``derive(cfg)``,
-    computed from the whole config, when the key is absent) and its check: one of ``choices``, an
-    integer ``>= minimum``, a number in ``within`` (``[low, high)``, or ``[low, high]`` with
-    ``high_inclusive``); ``hint`` ends the error message. ``key`` is the field's full key when it
-    lies outside the schema's section (a schema over keys of several sections)."""
-    checks = dict(choices=tuple(choices), minimum=minimum, within=within, hint=hint, key=key)
-    checks.update(high_inclusive=high_inclusive, derive=derive)
+def setting(default: Any = None, **checks: Any) -> Any:
+    """A field of a settings schema (:func:`parse_section`): its ``default``, and ``checks``:
+    ``choices`` (one of them), ``minimum`` (an integer >= it), ``within=(low, high)`` (a number in
+    ``[low, high)``, or ``[low, high]`` with ``high_inclusive=True``), ``derive`` (a function of the
+    whole config giving the default when the key is absent), ``hint`` (ends the error message) and
+    ``key`` (the field's full key when it lies outside the schema's section)."""
     return dataclasses.field(default=default, metadata=checks)
 
 

@@ -1,34 +1,15 @@
-"""The data settings of a launch: the Hydra config read, filled and checked once, at the
-launcher's boundary, into frozen dataclasses; every error is one line naming the key and the fix.
+"""The data and performance settings of a launch: the Hydra config read, filled and checked once,
+at the launcher's boundary, into frozen dataclasses; every error is one line naming the key and the
+fix.
 
 The data format is read here and nowhere else but the data-path factory
 (:mod:`solo_diet.launch.datapaths`); everything below asks :class:`DataSettings` or the
 :class:`~solo_diet.launch.datapaths.DataPath` it chose.
 
-Keys (defaults in brackets):
-
-- ``data.format`` [``image_folder``]: a format of a data path of :mod:`solo_diet.launch.datapaths`
-  (``image_folder``, ``h5``, ``dali``, ``gpu``; ``gpu`` decodes the set once into a uint8 tensor and
-  augments batches on the training device, docs/data-path.md).
-- ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
-  page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
-  set takes at most half of the free GPU memory; ``stream`` keeps nothing: ``data.num_workers``
-  processes read an image folder's files as bytes and each batch is decoded on the GPU and cropped
-  from the full-resolution images (:mod:`solo_diet.data.stream`).
-- ``data.gpu.on_corrupt`` [``stop``]: with ``stream``, a file that cannot be decoded stops the run
-  naming it (``stop``), or is named and left out (``skip``: another sample of its batch fills it).
-- ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
-  resized, center crop); null keeps the images' own size, which must then be one size.
-- ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
-- ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
-  shape; ~3x faster at 32 px); false runs them eagerly.
-- ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
-  (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
-
-- ``dali.device`` [``gpu``]: where solo-learn's DALI pipeline augments (``gpu`` or ``cpu``).
-- ``dali.encode_indexes_into_labels`` [false]: DALI batches carry the true dataset indices (index
-  methods need them).
-
+Keys: ``data.format`` (default ``image_folder``, a format of :mod:`solo_diet.launch.datapaths`),
+then the section its data path reads, each a frozen dataclass whose fields are the keys with their
+defaults (:class:`GPUDataSettings` for ``data.gpu``, :class:`DaliSettings` for ``dali``; their
+meaning: docs/data-path.md), and ``performance`` (:class:`PerformanceSettings`, docs/launchers.md).
 The ``data.gpu`` keys are read only with the GPU data format, the ``dali`` keys with ``dali``. What
 the data paths read besides (dataset, paths, batch, seed, augmentations) is parsed by
 :mod:`solo_diet.launch.loader_settings`.
@@ -64,7 +45,7 @@ GPU_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class GPUDataSettings:
-    """The checked ``data.gpu.*`` values (module docstring) and where batches are made (``cuda``
+    """The checked ``data.gpu.*`` values (docs/data-path.md) and where batches are made (``cuda``
     or ``cpu``, from ``accelerator``)."""
 
     storage: str = "auto"
@@ -95,7 +76,8 @@ class GPUDataSettings:
 
 @dataclass(frozen=True)
 class DaliSettings:
-    """The checked ``dali.*`` values of solo-learn's DALI datamodule (module docstring)."""
+    """The checked ``dali.*`` values of solo-learn's DALI datamodule: where it augments, and
+    whether its batches carry the true dataset indices (index methods need them)."""
 
     device: str = setting("gpu", choices=("gpu", "cpu"))
     encode_indexes_into_labels: bool = False
