@@ -28,7 +28,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CPLearnKwargs:
-    """CPLearn's ``method_kwargs`` (:class:`CPLearn`)."""
+    """CPLearn's ``method_kwargs`` (the defaults are the fields'):
+    proj_hidden_dim: f, embedding size and rows of W (default: the released config's).
+    proj_output_dim: c, number of codes.
+    beta: weight of the invariance cross-entropy.
+    eps: extreme-probability slack of Lemma 1, sets tau; in (0, 1/c).
+    activation: ``tanh`` (released code) or ``l2`` (paper Eq. 1).
+    prior: ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2).
+    symmetric: average both target/prediction directions (code) or Alg. 1's one.
+    gather_marginal: batch marginal over all DDP ranks (tau stays local).
+    codes_seed: seed of W's own generator (default: the run's ``seed``, solo-learn's 5).
+    """
 
     proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
     proj_output_dim: int = setting(16384, minimum=2, hint="It is c, the number of codes.")
@@ -100,18 +110,7 @@ def cplearn_representations(
 class CPLearn(DeclaredKwargs, BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
-    Extra cfg settings (``method_kwargs``):
-        proj_hidden_dim (int): f, embedding size and rows of W. Default 2048 (released config).
-        proj_output_dim (int): c, number of codes. Default 16384.
-        beta (float): weight of the invariance cross-entropy. Default 1.0.
-        eps (float): extreme-probability slack of Lemma 1, sets tau; in (0, 1/c). Default 1e-8.
-        activation (str): ``tanh`` (released code) or ``l2`` (paper Eq. 1). Default ``tanh``.
-        prior (str): ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2). Default
-            ``reverse_kl``.
-        symmetric (bool): average both target/prediction directions (code) or Alg. 1's one. Default
-            True.
-        gather_marginal (bool): batch marginal over all DDP ranks (tau stays local). Default False.
-        codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
+    ``method_kwargs``: :class:`CPLearnKwargs`.
     """
 
     registered_as = "cplearn"

@@ -41,9 +41,16 @@ INDEX_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class IndexKwargs:
-    """The ``method_kwargs`` every index-based method shares (:class:`IndexMethod`): N, the label
-    source (:data:`solo_diet.labels.LABEL_DEFAULTS`) and the ReLU MLP projector (``proj_layers``
-    0 = none; a subclass redeclares ``proj_layers`` for its own default and minimum)."""
+    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
+    num_samples: N, dataset size; set by ``solo-diet pretrain`` from the dataset.
+    labels: ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
+        (``solo_diet.labels``); labelled_fraction: of the data whose class is kept
+        (class/mix); label_seed: of that subset; groups_path: ``.npy``/``.pt``/``.txt`` index
+        -> group id array (groups).
+    proj_layers: layers of the ReLU MLP projector, 0 = none (a subclass redeclares it for its
+        own default and minimum); proj_hidden_dim, proj_output_dim (the width of ``z``);
+        proj_use_bn: BatchNorm1d after each hidden projector layer.
+    """
 
     num_samples: int = setting(
         None,
@@ -148,18 +155,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
     projector trains with the backbone's optimizer. Subclasses choose the projector's default and
     minimal depth by redeclaring ``proj_layers`` in their kwargs dataclass.
 
-    Extra cfg settings (``method_kwargs``) shared by every index-based method:
-        num_samples (int): N, dataset size; set by ``solo-diet pretrain`` from the dataset.
-        labels (str): ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
-            (``solo_diet.labels``). Default index.
-        labelled_fraction (float): fraction of the data whose class is kept (class/mix).
-            Default 1.0.
-        label_seed (int): seed of that subset. Default 0.
-        groups_path (str): ``.npy``/``.pt``/``.txt`` index -> group id array (groups). Default None.
-        proj_layers (int): layers of the ReLU MLP projector (default and minimum: the method's).
-        proj_hidden_dim (int): projector hidden width. Default 2048.
-        proj_output_dim (int): projector output width, the width of ``z``. Default 2048.
-        proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
+    ``method_kwargs``: :class:`IndexKwargs`.
     """
 
     contract = Contract(

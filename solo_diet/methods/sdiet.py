@@ -59,7 +59,26 @@ def _by_index(cfg: omegaconf.DictConfig) -> bool:
 
 @dataclass(frozen=True)
 class SDIETKwargs(IndexKwargs):
-    """s-DIET's ``method_kwargs`` (:class:`SDIET`), besides :class:`IndexKwargs`."""
+    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (the defaults are the fields'):
+    label_smoothing: PyTorch smoothing, spread over the m*B resident classes.
+    temperature: logits are divided by it (paper: none).
+    head_optimizer: ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19).
+    head_weight_decay: decoupled weight decay of the head (default optimizer.weight_decay).
+    head_betas, head_eps: AdamW's (default optimizer.kwargs'); head_momentum: SGDW's.
+    zero_grad_steps: ``eager`` (paper: N/B - m closed-form steps after each visit; only with
+        ``labels=index``, the default there) or ``lazy`` (exact: steps since the row's last
+        visit, applied when it is loaded).
+    row_placement: where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Under
+        DDP a ``cpu``/``disk`` store is shared by the processes of a node (one copy per node).
+    row_dir: folder of the ``disk`` placement's memory-mapped files (over several nodes, each
+        node's in its subfolder ``node<k>``).
+    row_dtype: of the head rows and their optimiser state, ``float32`` or ``float64`` (exact
+        checks, e.g. distributed equivalence under ``precision: 64-true``).
+    rows_per_step: m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
+        super-batch; needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
+    prefetch: with a SuperBatchSampler, move the next super-batch's rows to the device while
+        the current one trains.
+    """
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
     temperature: float = setting(1.0, within=(1e-6, math.inf))
@@ -125,32 +144,7 @@ class SDIET(IndexMethod):
     The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
     D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
 
-    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
-        label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default
-            0.8.
-        temperature (float): logits are divided by it. Default 1.0 (paper: none).
-        head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
-        head_weight_decay (float): decoupled weight decay of the head. Default
-            optimizer.weight_decay.
-        head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
-        head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
-        head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
-        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only
-            with ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied
-            when it is loaded). Default eager for ``labels=index``, else lazy.
-        row_placement (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``.
-            Default cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a node
-            (one copy per node).
-        row_dir (str): folder of the ``disk`` placement's memory-mapped files (over several nodes,
-            each node's in its subfolder ``node<k>``). Default None.
-        row_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
-            ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``).
-            Default float32.
-        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of
-            the super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
-            Default 1 (batch CE, as the paper).
-        prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device
-            while the current one trains. Default True.
+    ``method_kwargs``: :class:`SDIETKwargs`.
     """
 
     registered_as = "sdiet"
