@@ -275,9 +275,8 @@ def data_loader(cfg, method_cls, source: str):
     from omegaconf import OmegaConf
 
     from solo_diet.data.loader import resolve_device
-    from solo_diet.launch.gpu_data import pretrain_loader
+    from solo_diet.launch.datapaths import make_data_path, parse_data_settings
     from solo_diet.launch.loader_settings import PRETRAIN_PROBE_NODE, parse_loader_settings
-    from solo_diet.launch.settings import DataSettings, gpu_settings
     from solo_diet.methods.contract import method_contract
 
     hook = method_contract(method_cls).train_batch_sampler  # s-DIET orders its own batches
@@ -286,9 +285,11 @@ def data_loader(cfg, method_cls, source: str):
     cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
     # the ceiling's pre-made views are handed out by Python: no graph of them
     OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
-    gpu = gpu_settings(cfg)
-    run = parse_loader_settings(cfg, DataSettings("gpu", gpu), PRETRAIN_PROBE_NODE)
-    loader, num_samples = pretrain_loader(run, gpu, functools.partial(hook, cfg))
+    OmegaConf.update(cfg, "data.format", "gpu", force_add=True)
+    data = parse_data_settings(cfg)
+    run = parse_loader_settings(cfg, data, PRETRAIN_PROBE_NODE)
+    pretrain = make_data_path(data).pretrain_data(run, functools.partial(hook, cfg))
+    loader, num_samples = pretrain.source, pretrain.num_samples
     if source in ("ceiling", "bare"):
         device = resolve_device(loader.device)
         generator = torch.Generator(device=device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ArgumentError
 
 
 def _conv3x3(in_channels: int, out_channels: int) -> nn.Conv2d:
@@ -41,7 +41,9 @@ class ResNet8(nn.Module):
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
         super().__init__()
         if width <= 0:
-            raise ConfigError(f"argument `width` must be a positive channel count, got {width}.")
+            raise ArgumentError(
+                Argument("width"), f" must be a positive channel count, got {width}."
+            )
         self.num_features = width
         self.stem = nn.Sequential(
             _conv3x3(in_channels, width),

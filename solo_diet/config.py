@@ -7,9 +7,13 @@ fix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
+import math
 import re
+import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
@@ -19,7 +23,6 @@ class ConfigError(ValueError):
     """A config key has an invalid value; the message names the key and the fix."""
 
 
-_ARGUMENT = re.compile(r"argument `(\w+)")
 # A run name names a folder and its checkpoint files: 1 to 100 of these characters, not only dots.
 RUN_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
 
@@ -37,30 +40,63 @@ def check_run_name(name: object, what: str, fix: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Argument:
+    """An argument of a core function named in its error: ``name``, then ``rest`` (a key inside a
+    mapping argument, ``[0].rrc.crop_min_scale``, or a value, ``: pinned``)."""
+
+    name: str
+    rest: str = ""
+
+    def named(self, keys: Mapping[str, str]) -> str:
+        """``argument `<name><rest>``` as the core speaks, or ``keys[name]`` in its place."""
+        if self.name in keys:
+            return f"`{keys[self.name]}{self.rest}`"
+        return f"argument `{self.name}{self.rest}`"
+
+
+class NamesArguments(Exception):
+    """An error of the torch-only core whose message is made of text and :class:`Argument` parts,
+    so that the settings layers can name the config keys that set the arguments
+    (:func:`core_errors_named`) without reading its text."""
+
+    def __init__(self, *parts: Any):
+        self.parts = parts
+        self.keys: dict[str, str] = {}  # the config keys named so far (the innermost table wins)
+        super().__init__(self.named({}))
+
+    def arguments(self) -> set[str]:
+        return {part.name for part in self.parts if isinstance(part, Argument)}
+
+    def named(self, keys: Mapping[str, str]) -> str:
+        return "".join(p.named(keys) if isinstance(p, Argument) else str(p) for p in self.parts)
+
+
+class ArgumentError(NamesArguments, ConfigError):
+    """A core function's argument has an invalid value (message parts: :class:`NamesArguments`)."""
+
+
+class ArgumentIndexError(NamesArguments, IndexError):
+    """A batch holds an index outside the range an argument sets (:class:`NamesArguments`)."""
+
+
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Name config keys in the errors of the torch-only core, which speaks of its own arguments
-    (``argument `<name>```, or ``argument `<name>.<sub.key>``` inside a mapping argument): a
-    ``ValueError`` (or ``IndexError``) naming one of ``keys`` is raised again with ``keys[name]``
-    wherever the core named ``name``, as a ConfigError (a ConfigError or an IndexError is the same
-    error, its message renamed), with the core's traceback. Other errors pass unchanged. The
-    settings layers hold the tables: the core never names a key."""
+    """Name config keys in the errors of the torch-only core, which speaks of its own arguments:
+    an error naming one of ``keys`` (:class:`NamesArguments`) is raised again with ``keys[name]``
+    wherever it named the argument ``name``, with the core's traceback: an ArgumentError as a
+    ConfigError, an index error or a subclass (a corrupt image) as the same error. Other errors
+    pass unchanged. The settings layers hold the tables: the core never names a key."""
     try:
         yield
-    except (ValueError, IndexError) as error:
-        message = str(error)
-        if not any(name in keys for name in _ARGUMENT.findall(message)):
+    except NamesArguments as error:
+        if not error.arguments() & set(keys):
             raise
-
-        def key(match: re.Match) -> str:
-            name = match.group(1)
-            return f"`{keys[name]}" if name in keys else match.group(0)
-
-        named = _ARGUMENT.sub(key, message)
-        if isinstance(error, (ConfigError, IndexError)):
-            error.args = (named,)
+        error.keys = {**keys, **error.keys}  # an inner block's names stay
+        error.args = (error.named(error.keys),)
+        if type(error) is not ArgumentError:
             raise
-        raise ConfigError(named).with_traceback(error.__traceback__) from None
+        raise ConfigError(*error.args).with_traceback(error.__traceback__) from None
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:
@@ -83,50 +119,6 @@ def unknown_method_hint(name: object, registered: Collection[str]) -> str:
         return f"did you mean {either}? {listing}"
     bases = sorted({m.removesuffix("_sem") for m in registered})
     return f"registered: {', '.join(bases)} (most also as `<name>_sem`). {listing}"
-
-
-def check_known_keys(
-    cfg: omegaconf.DictConfig, section: str, known: Collection[str], owner: str
-) -> None:
-    """Refuse a key of ``cfg.<section>`` outside ``known`` (a typo would otherwise be ignored),
-    naming the closest known key."""
-    KeyReader(cfg).known(section, known, owner)
-
-
-def fill_default(cfg: omegaconf.DictConfig, key: str, default: Any) -> Any:
-    """Set ``cfg.<key>`` to ``default`` when absent and return its value (the string "None" reads as
-    None, as in solo-learn's ``omegaconf_select``)."""
-    value = omegaconf.OmegaConf.select(cfg, key, default=default)
-    value = None if value == "None" else value
-    omegaconf.OmegaConf.update(cfg, key, value, force_add=True)
-    return value
-
-
-def check_int(cfg: omegaconf.DictConfig, key: str, minimum: int, hint: str = "") -> int:
-    """``cfg.<key>``, an integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
-    return KeyReader(cfg).int(key, minimum, hint=hint)
-
-
-def check_positive_int(cfg: omegaconf.DictConfig, key: str, hint: str = "") -> int:
-    """``cfg.<key>``, an integer ``>= 1``; ``hint`` ends the error message."""
-    return check_int(cfg, key, 1, hint)
-
-
-def check_choice(cfg: omegaconf.DictConfig, key: str, choices: Sequence[str]) -> str:
-    """``cfg.<key>``, one of ``choices``."""
-    return KeyReader(cfg).choice(key, choices)
-
-
-def check_bool(cfg: omegaconf.DictConfig, key: str) -> bool:
-    """``cfg.<key>``, True or False (not 0/1 or a string)."""
-    return KeyReader(cfg).bool(key)
-
-
-def check_range(
-    cfg: omegaconf.DictConfig, key: str, low: float, high: float, *, high_inclusive: bool = False
-) -> float:
-    """``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-    return KeyReader(cfg).range(key, low, high, high_inclusive=high_inclusive)
 
 
 _ABSENT = object()
@@ -182,14 +174,14 @@ class KeyReader:
         value = self.value(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
-                minimum, f"an integer >= {minimum}"
+                minimum, f"an integer >= {minimum}" if minimum > -math.inf else "an integer"
             )
             raise self.fail(key, f"must be {wanted}, got {value!r}. {hint}".rstrip())
         return value
 
-    def choice(self, key: str, choices: Sequence[str]) -> str:
+    def choice(self, key: str, choices: Sequence[str], *, default: Any = _ABSENT) -> str:
         """One of ``choices``; the error names the closest."""
-        value = self.value(key)
+        value = self.value(key, default)
         if value not in choices:
             close = closest_name(value, choices)
             hint = f"; did you mean {close!r}?" if close else "."
@@ -203,9 +195,16 @@ class KeyReader:
             raise self.fail(key, f"must be True or False, got {value!r}.")
         return value
 
-    def range(self, key: str, low: float, high: float, *, high_inclusive: bool = False) -> float:
+    def range(
+        self,
+        key: str,
+        low: float,
+        high: float,
+        high_inclusive: bool = False,
+        default: Any = _ABSENT,
+    ) -> float:
         """A number with ``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-        value = self.value(key)
+        value = self.value(key, default)
         inside = is_number(value) and low <= value
         inside = inside and (value <= high if high_inclusive else value < high)
         if not inside:
@@ -230,3 +229,91 @@ class KeyReader:
                 f"{section}.{unknown[0]}",
                 f"is not a setting of {owner}.{hint} Its settings: {', '.join(sorted(known))}.",
             )
+
+
+def setting(default: Any = None, **checks: Any) -> Any:
+    """A field of a settings schema (:func:`parse_section`): its ``default``, and ``checks``:
+    ``choices`` (one of them), ``minimum`` (an integer >= it), ``within=(low, high)`` (a number in
+    ``[low, high)``, or ``[low, high]`` with ``high_inclusive=True``), ``derive`` (a function of the
+    whole config giving the default when the key is absent), ``hint`` (ends the error message) and
+    ``key`` (the field's full key when it lies outside the schema's section)."""
+    return dataclasses.field(default=default, metadata=checks)
+
+
+def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Mapping) -> Any:
+    """The value of ``key`` (``default`` when absent), checked against its type and ``checks``."""
+    optional = typing.get_origin(kind) is typing.Union and type(None) in typing.get_args(kind)
+    if optional:
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+        if read.value(key, default) is None:
+            return None
+    if kind is bool:
+        return read.bool(key, default=default)
+    if kind is int:
+        minimum = checks.get("minimum")
+        minimum = -math.inf if minimum is None else minimum
+        return read.int(key, minimum, default=default, hint=checks.get("hint", ""))
+    if checks.get("choices"):
+        return read.choice(key, checks["choices"], default=default)
+    value = read.value(key, default)
+    if kind is float and checks.get("within"):
+        low, high = checks["within"]
+        inclusive = checks.get("high_inclusive", False)
+        read.range(key, low, high, high_inclusive=inclusive, default=default)
+    elif kind is float and not is_number(value):
+        raise read.fail(key, f"must be a number, got {value!r}.")
+    elif kind is str and not isinstance(value, str):
+        raise read.fail(key, f"must be a string, got {value!r}.")
+    return value
+
+
+_Schema = typing.TypeVar("_Schema")
+
+
+def schema_keys(schema: type) -> list[str]:
+    """The keys of a settings schema: its fields but those marked ``computed`` (set by its
+    ``checked``, not read from the config)."""
+    return [f.name for f in dataclasses.fields(schema) if not f.metadata.get("computed")]
+
+
+def parse_section(
+    schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
+) -> _Schema:
+    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas) built
+    from the mapping at ``path`` of ``cfg``: absent keys, None and "None" get the field's default.
+    With ``strict`` a key that is no field is refused, naming the closest (``owner`` names whose
+    settings they are). A nested schema names its own owner in its class attribute ``owner``.
+    What the fields cannot check alone, a schema checks in a ``checked(cfg)`` method of its own,
+    which the caller runs on the result (it returns the schema to keep, derived values filled in):
+    the parser never calls back into the schema's module."""
+    read = KeyReader(cfg)
+    given = read.value(path) if path else cfg
+    names = schema_keys(schema)
+    if given is not None and given != "None" and not isinstance(given, Mapping):
+        raise read.fail(path, f"must be a mapping of {names}, got {given!r}.")
+    if strict:
+        read.known(path, names, owner)
+    kinds = typing.get_type_hints(schema)
+    values = {}
+    for field in dataclasses.fields(schema):
+        if field.name not in names:
+            continue
+        key = field.metadata.get("key") or (f"{path}.{field.name}" if path else field.name)
+        if dataclasses.is_dataclass(kinds[field.name]):
+            nested = kinds[field.name]
+            values[field.name] = parse_section(nested, cfg, key, getattr(nested, "owner", owner))
+            continue
+        checks = field.metadata
+        derive = checks.get("derive")
+        default = derive(cfg) if derive is not None else field.default
+        values[field.name] = _read_setting(read, key, kinds[field.name], default, checks)
+    return schema(**values)
+
+
+def write_section(cfg: omegaconf.DictConfig, path: str, parsed: Any) -> None:
+    """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn,
+    the model and a run's ``args.json`` see the defaults filled in)."""
+    values = dataclasses.asdict(parsed)
+    for key in schema_keys(type(parsed)):
+        value = list(values[key]) if isinstance(values[key], tuple) else values[key]
+        omegaconf.OmegaConf.update(cfg, f"{path}.{key}", value, merge=False, force_add=True)

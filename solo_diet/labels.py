@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from solo_diet.config import Argument, ArgumentError, ArgumentIndexError
+
 LABEL_SOURCES = ("index", "class", "mix", "groups")
 
 LABEL_DEFAULTS: dict[str, Any] = {
@@ -64,17 +66,19 @@ class LabelSource(nn.Module):
     ):
         super().__init__()
         if source not in LABEL_SOURCES:
-            raise ValueError(
-                f"argument `source` must be one of {list(LABEL_SOURCES)}, got {source!r}."
+            raise ArgumentError(
+                Argument("source"), f" must be one of {list(LABEL_SOURCES)}, got {source!r}."
             )
         if source in ("class", "mix") and (num_classes is None or num_classes < 1):
-            raise ValueError(
-                f"argument `source: {source}` needs argument `num_classes` >= 1, got "
-                f"{num_classes!r}."
+            raise ArgumentError(
+                Argument("source", f": {source}"),
+                " needs ",
+                Argument("num_classes"),
+                f" >= 1, got {num_classes!r}.",
             )
         if not 0.0 < labelled_fraction <= 1.0:
-            raise ValueError(
-                f"argument `labelled_fraction` must be in (0, 1], got {labelled_fraction!r}."
+            raise ArgumentError(
+                Argument("labelled_fraction"), f" must be in (0, 1], got {labelled_fraction!r}."
             )
         self.source = source
         self.num_samples = int(num_samples)
@@ -157,30 +161,37 @@ def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str,
     smallest, largest = torch.stack(torch.aminmax(values)).tolist()
     if smallest < low or largest >= high:
         bad = smallest if smallest < low else largest
-        raise IndexError(
-            f"batch has {what} {bad} outside [{low}, {high}) (argument `{key}` = {high}). {fix}"
+        raise ArgumentIndexError(
+            f"batch has {what} {bad} outside [{low}, {high}) (", Argument(key), f" = {high}). {fix}"
         )
 
 
 def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torch.Tensor:
     """Group ids renumbered ``0..G-1`` (sorted order), one per datum."""
     if groups is None:
-        raise ValueError(
-            "argument `source: groups` needs argument `groups` (an index -> group id array)."
+        raise ArgumentError(
+            Argument("source", ": groups"),
+            " needs ",
+            Argument("groups"),
+            " (an index -> group id array).",
         )
     groups = torch.as_tensor(groups)
     if groups.dtype.is_floating_point or groups.dtype == torch.bool or groups.dim() != 1:
-        raise ValueError(
-            f"argument `groups` must be a 1-D integer array, got dtype {groups.dtype}, shape "
-            f"{tuple(groups.shape)}."
+        raise ArgumentError(
+            Argument("groups"),
+            f" must be a 1-D integer array, got dtype {groups.dtype}, shape {tuple(groups.shape)}.",
         )
     if groups.numel() != num_samples:
-        raise ValueError(
+        raise ArgumentError(
             f"the groups array has {groups.numel()} entries but the training set has {num_samples} "
-            "samples (argument `num_samples`): it needs one group id per dataset index."
+            "samples (",
+            Argument("num_samples"),
+            "): it needs one group id per dataset index.",
         )
     if int(groups.min()) < 0:
-        raise ValueError(f"argument `groups`: group ids must be >= 0, got {int(groups.min())}.")
+        raise ArgumentError(
+            Argument("groups"), f": group ids must be >= 0, got {int(groups.min())}."
+        )
     return torch.unique(groups.long(), return_inverse=True)[1]
 
 
@@ -188,14 +199,16 @@ def load_groups(groups_path: Union[str, Path]) -> torch.Tensor:
     """Read an ``index -> group id`` array from ``.npy``, ``.pt`` or ``.txt`` (one id a line)."""
     path = Path(groups_path)
     if not path.is_file():
-        raise ValueError(f"argument `groups_path` {str(path)!r} is not a file.")
+        raise ArgumentError(Argument("groups_path"), f" {str(path)!r} is not a file.")
     if path.suffix == ".npy":
         return torch.from_numpy(np.load(path))
     if path.suffix == ".pt":
         return torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True))
     if path.suffix == ".txt":
         return torch.from_numpy(np.loadtxt(path, dtype=np.int64, ndmin=1))
-    raise ValueError(f"argument `groups_path` must end in .npy, .pt or .txt, got {str(path)!r}.")
+    raise ArgumentError(
+        Argument("groups_path"), f" must end in .npy, .pt or .txt, got {str(path)!r}."
+    )
 
 
 def label_source_from_kwargs(
@@ -210,19 +223,21 @@ def label_source_from_kwargs(
     """
     source = kwargs["labels"]
     if source in ("class", "mix") and not has_labels:
-        raise ValueError(
-            f"argument `kwargs.labels={source}` needs class targets but the dataset has none "
-            "(see argument `has_labels`): use `labels=index`, or `labels=groups` with a groups "
-            "file."
+        raise ArgumentError(
+            Argument("kwargs", f".labels={source}"),
+            " needs class targets but the dataset has none (see ",
+            Argument("has_labels"),
+            "): use `labels=index`, or `labels=groups` with a groups file.",
         )
     if source != "groups" and kwargs.get("groups_path") is not None:
-        raise ValueError(
-            f"argument `kwargs.groups_path` is only read with `labels=groups`, got "
-            f"labels={source!r}."
+        raise ArgumentError(
+            Argument("kwargs", ".groups_path"),
+            f" is only read with `labels=groups`, got labels={source!r}.",
         )
     if source not in ("class", "mix") and kwargs.get("labelled_fraction", 1.0) != 1.0:
-        raise ValueError(
-            "argument `kwargs.labelled_fraction` only applies to `labels=class` or `labels=mix`."
+        raise ArgumentError(
+            Argument("kwargs", ".labelled_fraction"),
+            " only applies to `labels=class` or `labels=mix`.",
         )
     groups_path = kwargs.get("groups_path")
     return LabelSource(

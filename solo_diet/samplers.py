@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ArgumentError
 
 ITERATE_THE_SAMPLER = (
     "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
@@ -141,19 +141,22 @@ def check_sampler(
     SuperBatchSampler, or a sampler built for another data set size or ``rows_per_step``."""
     build = "build it with the method's train_batch_sampler (`solo-diet pretrain` installs it)"
     if sampler is None and rows_per_step > 1:
-        raise ConfigError(
-            "argument `rows_per_step` > 1 needs the train DataLoader's batch_sampler to be "
-            f"solo_diet.samplers.SuperBatchSampler: {build}."
+        raise ArgumentError(
+            Argument("rows_per_step"),
+            " > 1 needs the train DataLoader's batch_sampler to be "
+            f"solo_diet.samplers.SuperBatchSampler: {build}.",
         )
     if sampler is not None and sampler.num_samples > num_samples:
-        raise ConfigError(
-            f"the SuperBatchSampler orders {sampler.num_samples} samples, argument `num_samples` "
-            f"is {num_samples}: {build} on the training set."
+        raise ArgumentError(
+            f"the SuperBatchSampler orders {sampler.num_samples} samples, ",
+            Argument("num_samples"),
+            f" is {num_samples}: {build} on the training set.",
         )
     if sampler is not None and sampler.rows_per_step != rows_per_step:
-        raise ConfigError(
-            f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, argument "
-            f"`rows_per_step` is {rows_per_step}: {build}."
+        raise ArgumentError(
+            f"the SuperBatchSampler has rows_per_step={sampler.rows_per_step}, ",
+            Argument("rows_per_step"),
+            f" is {rows_per_step}: {build}.",
         )
 
 

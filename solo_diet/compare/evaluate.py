@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
-from solo_diet.config import core_errors_named, fill_default
+from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.loader_settings import parse_loader_settings
@@ -71,7 +71,8 @@ class Evaluator:
         self.device = torch.device("cuda" if use_cuda else "cpu")
         probe_cfg = copy.deepcopy(probe_cfg)
         OmegaConf.set_struct(probe_cfg, False)
-        fill_default(probe_cfg, "seed", int(self.settings.seed))  # unused: ordered, no aug
+        if probe_cfg.get("seed") is None:  # unused: ordered batches, no augmentation
+            probe_cfg.seed = int(self.settings.seed)
         data = parse_data_settings(probe_cfg)  # the probe's settings, parsed once here
         data_path, probe_data = make_data_path(data), parse_loader_settings(probe_cfg, data)
         batch = int(self.settings.batch_size)

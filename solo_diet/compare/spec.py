@@ -6,9 +6,11 @@ one of them is refused with the valid keys of the section where it occurs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
@@ -21,11 +23,45 @@ from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also
     check_only,
     check_seeds_and_workers,
 )
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.config import ConfigError, closest_name, parse_section, setting
 from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
 
 # a spec: its YAML file, or the spec itself (a dict or DictConfig)
 SpecSource = Union[str, Path, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """The ``evaluation`` section of a compare spec (docs/compare.md): how each checkpoint is
+    measured. Checked once when the spec is loaded; its defaults are the spec's."""
+
+    batch_size: int = setting(256, minimum=1)
+    knn_k: int = setting(20, minimum=1, hint="It is the neighbours kNN votes over.")
+    knn_temperature: float = setting(0.07, within=(1e-12, math.inf))
+    knn_distance: str = setting("cosine", choices=("cosine", "euclidean"))
+    rankme_samples: int = setting(25600, minimum=1)
+    lidar_samples: int = 1000
+    lidar_views: int = 10
+    lidar_augmentations: Optional[str] = None
+    lidar_delta: float = setting(1e-4, within=(0.0, math.inf))
+    max_rank_dim: int = setting(4096, minimum=1)
+    sem_tau: Optional[float] = setting(None, within=(0.0, math.inf))
+    rankme_every_n_epochs: int = setting(0, minimum=0)
+    clustering: bool = True
+    seed: int = 0
+
+    def checked(self) -> "EvaluationSettings":
+        """LiDAR's class means need two samples of two views each; an augmentation file is one."""
+        if self.lidar_views < 2 or self.lidar_samples < 2:
+            raise ConfigError(
+                "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
+            )
+        if self.lidar_augmentations is not None and not Path(self.lidar_augmentations).is_file():
+            raise ConfigError(
+                f"`evaluation.lidar_augmentations` {self.lidar_augmentations} is not a file."
+            )
+        return self
+
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -53,28 +89,14 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
-    "evaluation": {
-        "batch_size": 256,
-        "knn_k": 20,
-        "knn_temperature": 0.07,
-        "knn_distance": "cosine",
-        "rankme_samples": 25600,
-        "lidar_samples": 1000,
-        "lidar_views": 10,
-        "lidar_augmentations": None,
-        "lidar_delta": 1e-4,
-        "max_rank_dim": 4096,
-        "sem_tau": None,
-        "rankme_every_n_epochs": 0,
-        "clustering": True,
-        "seed": 0,
-    },
+    "evaluation": dataclasses.asdict(EvaluationSettings()),
     "runs": [],
     "claims": [],
     # learning curves: linear probe + kNN at this many evenly spaced epochs of each run's own
     # budget, the last being the final evaluation (0: off; docs/compare.md, "Learning curves")
     "curves": {"points": 0},
 }
+PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
@@ -235,24 +257,20 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
                     "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
                     "val/ inside)."
                 )
+        classes = sum(entry.is_dir() for entry in Path(spec.data.train_path).iterdir())
+        if classes < PROBE_CLASSES:
+            raise ConfigError(
+                f"`data.train_path` = {spec.data.train_path} holds {classes} class(es); the linear "
+                f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
+                "give it one subfolder per class."
+            )
     check_seeds_and_workers(spec, spec_path)
     check_only(spec, spec_path)
     check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
     check_curves(spec, spec_path)
     resolve_spec_format(spec, spec_path)
-    evaluation = spec.evaluation
-    if evaluation.lidar_views < 2 or evaluation.lidar_samples < 2:
-        raise ConfigError(
-            "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
-        )
-    if (
-        evaluation.lidar_augmentations is not None
-        and not Path(evaluation.lidar_augmentations).is_file()
-    ):
-        raise ConfigError(
-            f"`evaluation.lidar_augmentations` {evaluation.lidar_augmentations} is not a file."
-        )
+    parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False).checked()
 
 
 def checkpoint_interval(budget: DictConfig) -> int:

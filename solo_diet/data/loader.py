@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ArgumentError
 from solo_diet.data.pipeline import CapturedAugmentation
 from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.samplers import SuperBatchSampler, world_and_rank
@@ -163,11 +163,13 @@ class GPUBatchLoader:
         cuda_graphs: bool = True,
     ):
         if storage not in STORAGES:
-            raise ValueError(
-                f"argument `storage` must be one of {list(STORAGES)}, got {storage!r}."
+            raise ArgumentError(
+                Argument("storage"), f" must be one of {list(STORAGES)}, got {storage!r}."
             )
         if not isinstance(cuda_graphs, bool):
-            raise ValueError(f"argument `cuda_graphs` must be True or False, got {cuda_graphs!r}.")
+            raise ArgumentError(
+                Argument("cuda_graphs"), f" must be True or False, got {cuda_graphs!r}."
+            )
         self.dataset = data
         self.transform = transform
         self.batch_sampler = batch_sampler
@@ -250,16 +252,21 @@ class GPUBatchLoader:
         if self.storage == "auto":
             return "device" if nbytes <= AUTO_DEVICE_SHARE * free else "pinned"
         if self.storage == "device" and nbytes > free:
-            raise ConfigError(
+            raise ArgumentError(
                 f"the dataset ({len(self.dataset)} images, {nbytes / GIB:.2f} GiB) does not fit "
-                f"in the {free / GIB:.2f} GiB free on {device}: set argument `storage: pinned` "
-                "(or auto), or a smaller argument `image_size` when decoding."
+                f"in the {free / GIB:.2f} GiB free on {device}: set ",
+                Argument("storage", ": pinned"),
+                " (or auto), or a smaller ",
+                Argument("image_size"),
+                " when decoding.",
             )
         if self.storage == "pinned":
             check_host_memory(
                 nbytes,
                 f"pinning the dataset ({len(self.dataset)} images)",
-                "Set a smaller argument `image_size` when decoding.",
+                "Set a smaller ",
+                Argument("image_size"),
+                " when decoding.",
             )
         return self.storage
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ArgumentError, ConfigError
 from solo_diet.data.loader import GPUBatchLoader, derive_seed, resolve_device
 from solo_diet.data.tensor_data import PathLike, folder_split_samples
 
@@ -47,7 +47,7 @@ DEFAULT_WORKERS = 4
 HostBatch = tuple[Tensor, Tensor, Tensor, Tensor, tuple[str, ...]]
 
 
-class CorruptImage(ConfigError):
+class CorruptImage(ArgumentError):
     """An image file of the streaming source could not be read or decoded; names the file."""
 
 
@@ -214,16 +214,16 @@ class StreamLoader(GPUBatchLoader):
         on_corrupt: str = "stop",
     ) -> None:
         if storage != "stream":
-            raise ValueError(
-                f"argument `storage` of a StreamLoader must be 'stream', got {storage!r}."
+            raise ArgumentError(
+                Argument("storage"), f" of a StreamLoader must be 'stream', got {storage!r}."
             )
         if on_corrupt not in ON_CORRUPT:
-            raise ValueError(
-                f"argument `on_corrupt` must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
+            raise ArgumentError(
+                Argument("on_corrupt"), f" must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
             )
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(
-                f"argument `num_workers` must be an integer >= 0, got {num_workers!r}."
+            raise ArgumentError(
+                Argument("num_workers"), f" must be an integer >= 0, got {num_workers!r}."
             )
         super().__init__(
             data, transform, batch_sampler, pretraining=pretraining, seed=seed, device=device,
@@ -264,8 +264,9 @@ class StreamLoader(GPUBatchLoader):
         listing = "; ".join(f"{path} ({problem})" for path, problem in named)
         if self.on_corrupt == "stop" or len(failed) == len(indices):
             raise CorruptImage(
-                f"cannot decode {listing}: replace or delete the file, or set argument "
-                "`on_corrupt: skip` to train without it."
+                f"cannot decode {listing}: replace or delete the file, or set ",
+                Argument("on_corrupt", ": skip"),
+                " to train without it.",
             )
         for path, problem in named:
             if path not in self.skipped:

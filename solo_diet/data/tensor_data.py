@@ -31,14 +31,14 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ArgumentError, ConfigError
 from solo_diet.data.decode_cache import cached_decode
 
 FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
@@ -91,13 +91,15 @@ def available_host_bytes() -> Optional[int]:
     return None
 
 
-def check_host_memory(nbytes: int, what: str, fix: str) -> None:
-    """ConfigError with both sizes when ``nbytes`` exceed the host's available memory."""
+def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
+    """ConfigError with both sizes when ``nbytes`` exceed the host's available memory; ``fix``
+    (text and :class:`~solo_diet.config.Argument` parts) ends it."""
     available = available_host_bytes()
     if available is not None and nbytes > available:
-        raise ConfigError(
+        raise ArgumentError(
             f"{what} needs {nbytes / GIB:.2f} GiB of host memory but "
-            f"{available / GIB:.2f} GiB are available. {fix}"
+            f"{available / GIB:.2f} GiB are available. ",
+            *fix,
         )
 
 
@@ -145,7 +147,9 @@ def decode_all(
     check_host_memory(
         count * 3 * height * width,
         f"decoding {count} images of 3x{height}x{width} px",
-        "Set a smaller argument `image_size` or use solo-learn's image-folder data path.",
+        "Set a smaller ",
+        Argument("image_size"),
+        " or use solo-learn's image-folder data path.",
     )
     out = torch.empty((count, 3, height, width), dtype=torch.uint8)
 
@@ -153,10 +157,11 @@ def decode_all(
         for i in range(start, min(start + DECODE_CHUNK, count)):
             image = first if i == 0 else fit_size(read(i), image_size)
             if image.size != (width, height):
-                raise ConfigError(
+                raise ArgumentError(
                     f"{name(i)} is {image.size[0]}x{image.size[1]} px but {name(0)} is "
-                    f"{width}x{height} px: the GPU data path stores one size. Set argument "
-                    "`image_size` (shorter side resized, then center-cropped to a square)."
+                    f"{width}x{height} px: the GPU data path stores one size. Set ",
+                    Argument("image_size"),
+                    " (shorter side resized, then center-cropped to a square).",
                 )
             out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
@@ -189,9 +194,9 @@ def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> l
     try:
         from sklearn.model_selection import train_test_split
     except ImportError as err:
-        raise ValueError(
-            "argument `fraction` needs scikit-learn, as solo-learn's loader does: "
-            "pip install scikit-learn"
+        raise ArgumentError(
+            Argument("fraction"),
+            " needs scikit-learn, as solo-learn's loader does: pip install scikit-learn",
         ) from err
     kept, _ = train_test_split(
         list(range(len(labels))),
@@ -205,14 +210,14 @@ def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> l
 def check_root(root: Optional[PathLike], split: str) -> None:
     """A split's data path is given (the launchers name its key: ``argument `root```)."""
     if root is None:
-        raise ValueError(f"argument `root` must be the path of the {split} set, got None.")
+        raise ArgumentError(Argument("root"), f" must be the path of the {split} set, got None.")
 
 
 def check_fraction(fraction: float) -> bool:
     """True when ``fraction`` selects a subset (solo-learn: ``0 < fraction < 1``; <= 0: all)."""
     if fraction >= 1:
-        raise ValueError(
-            f"argument `fraction` must be in (0, 1), or -1 for every sample; got {fraction}."
+        raise ArgumentError(
+            Argument("fraction"), f" must be in (0, 1), or -1 for every sample; got {fraction}."
         )
     return fraction > 0
 
@@ -223,9 +228,11 @@ def folder_split_samples(
     """``(path, target)`` of a folder split as solo-learn reads it: ``no_labels`` for a custom
     pretraining folder, then ``fraction``."""
     if dataset not in FOLDER_DATASETS:
-        raise ValueError(
-            f"argument `dataset: {dataset}` is not an image folder; only {list(FOLDER_DATASETS)} "
-            "are streamed from files (use argument `storage: auto`)."
+        raise ArgumentError(
+            Argument("dataset", f": {dataset}"),
+            f" is not an image folder; only {list(FOLDER_DATASETS)} are streamed from files (use ",
+            Argument("storage", ": auto"),
+            ").",
         )
     check_root(root, split)
     unlabelled = no_labels and dataset == "custom" and split == "pretrain"
@@ -290,9 +297,9 @@ def load_torchvision(
     threads: Optional[int],
 ) -> ImageTensors:
     if check_fraction(fraction):
-        raise ValueError(
-            f"argument `fraction` selects part of an ImageFolder; solo-learn has none for "
-            f"{dataset}. Remove it."
+        raise ArgumentError(
+            Argument("fraction"),
+            f" selects part of an ImageFolder; solo-learn has none for {dataset}. Remove it.",
         )
     arrays, targets = torchvision_arrays(dataset, root, split)
     if image_size is None or arrays.shape[2:] == (image_size, image_size):
@@ -328,16 +335,17 @@ def load_images(
     ``cache``: keep an image folder's decoded tensor on disk for the next run
     (:mod:`solo_diet.data.decode_cache`)."""
     if dataset not in DATASETS:
-        raise ValueError(
-            f"argument `dataset: {dataset}` has no GPU data path; choose one of {list(DATASETS)}."
+        raise ArgumentError(
+            Argument("dataset", f": {dataset}"),
+            f" has no GPU data path; choose one of {list(DATASETS)}.",
         )
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if image_size is not None and (
         isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0
     ):
-        raise ValueError(
-            f"argument `image_size` must be a positive integer or null, got {image_size!r}."
+        raise ArgumentError(
+            Argument("image_size"), f" must be a positive integer or null, got {image_size!r}."
         )
     check_root(root, split)
     if dataset in ARRAY_DATASETS:

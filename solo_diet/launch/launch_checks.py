@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import re
+import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -18,11 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import (
     ConfigError,
     KeyReader,
-    check_choice,
-    check_known_keys,
-    check_positive_int,
     closest_name,
     is_number,
+    parse_section,
+    setting,
 )
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
@@ -62,7 +62,7 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
         value = OmegaConf.select(cfg, key)
         any_case_none = key == "scheduler.name" and not probe and str(value).lower() == "none"
         if value is not None and not any_case_none:
-            check_choice(cfg, key, sorted(known))
+            KeyReader(cfg).choice(key, sorted(known))
     name = OmegaConf.select(cfg, "optimizer.name")
     if name is not None:
         _check_optimizer_kwargs(cfg, name, model_cls._OPTIMIZERS[name])
@@ -70,61 +70,42 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
         _check_backbone_kwargs(cfg, BaseMethod._BACKBONES[cfg.backbone.name])
 
 
-# how Python words a call with a keyword the callee does not take
-_UNEXPECTED_KEYWORD = re.compile(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'")
+def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
+    """The backbone as solo-learn builds it, on the meta device (no memory, no weights)."""
+    with torch.device("meta"), _quiet():
+        return build(method, **kwargs)
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Build the backbone as solo-learn does, on the meta device (no memory, no weights), so that a
-    ``backbone.kwargs`` key its constructor does not take is refused naming the key and, where the
-    constructor's signature is found, the closest setting. Other failures are left to the real
-    build, which reports them itself."""
+    """Build the backbone as solo-learn does, on the meta device, so that a ``backbone.kwargs``
+    key its constructor does not take is refused naming the key and, from the signature of the
+    class built without it, the closest setting. The key is found by leaving each out in turn (a
+    ``TypeError`` that leaving one out does not cure, or any other failure, is left to the real
+    build, which reports it itself)."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
     method = OmegaConf.select(cfg, "method") or OmegaConf.select(cfg, "pretrain_method")
     try:
-        with torch.device("meta"), _quiet():
-            build(method, **kwargs)
+        _meta_build(build, method, kwargs)
+        return
     except TypeError as error:
-        match = _UNEXPECTED_KEYWORD.search(str(error))
-        if match is None or match[2] not in kwargs:
-            return
-        callee = _callee(error, match[1])
-        owner = f"the `{cfg.backbone.name}` backbone" + (
-            f" ({callee.__module__}.{callee.__qualname__})" if callee is not None else ""
-        )
-        if callee is not None:
-            parameters = inspect.signature(callee).parameters.values()
-            known = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-            check_known_keys(cfg, "backbone.kwargs", known, owner)
-        raise KeyReader(cfg).fail(
-            f"backbone.kwargs.{match[2]}",
-            f"is not a setting of {owner} ({error}): remove it or correct its name.",
-        ) from None
-    except ConfigError:
-        raise
+        refused = error
     except Exception:  # noqa: BLE001 - not a keyword problem: the real build reports it
         return
-
-
-def _callee(error: TypeError, qualname: str) -> Optional[Any]:
-    """The class or function named ``qualname`` (``ResNet.__init__``, ``resnet18``) as seen from
-    the frame that made the failing call (by name, or among its local variables), or None."""
-    trace = error.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    if trace is None:
-        return None
-    frame, wanted = trace.tb_frame, qualname.removesuffix(".__init__")
-    head, *rest = wanted.split(".")
-    found = frame.f_locals.get(head, frame.f_globals.get(head))
-    for name in rest:
-        found = getattr(found, name, None)
-    if found is None:  # called through a variable, as timm's ``model_cls(**kwargs)``
-        named = (v for v in frame.f_locals.values() if getattr(v, "__qualname__", None) == wanted)
-        found = next(named, None)
-    return found if callable(found) else None
+    for key in kwargs:
+        try:
+            built = type(_meta_build(build, method, {k: v for k, v in kwargs.items() if k != key}))
+        except Exception:  # noqa: BLE001 - not this key alone
+            continue
+        owner = f"the `{cfg.backbone.name}` backbone ({built.__module__}.{built.__qualname__})"
+        parameters = inspect.signature(built.__init__).parameters.values()
+        known = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        KeyReader(cfg).known("backbone.kwargs", known | (set(kwargs) - {key}), owner)
+        raise KeyReader(cfg).fail(
+            f"backbone.kwargs.{key}",
+            f"is not a setting of {owner} ({refused}): remove it or correct its name.",
+        ) from None
 
 
 @contextlib.contextmanager
@@ -156,18 +137,69 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         known = set(parameters) - {"params", *SOLO_LEARN_OPTIMIZER_ARGUMENTS}
         owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
-        check_known_keys(cfg, "optimizer.kwargs", known, owner)
+        KeyReader(cfg).known("optimizer.kwargs", known, owner)
 
 
-def check_training_basics(cfg: DictConfig) -> None:
-    """Refuse, naming the key, what solo-learn or Lightning would fail on deep inside a run: a
-    batch size or epoch count below 1, a learning rate <= 0."""
-    for key in ("optimizer.batch_size", "max_epochs"):
-        if OmegaConf.select(cfg, key) is not None:
-            check_positive_int(cfg, key)
-    lr = OmegaConf.select(cfg, "optimizer.lr")
-    if lr is not None and not (is_number(lr) and lr > 0):
-        raise KeyReader(cfg).fail("optimizer.lr", f"must be a positive number, got {lr!r}.")
+# the precisions Lightning's Trainer takes (its ``_PRECISION_INPUT``), as written in a config
+PRECISIONS = (
+    *("16-mixed", "bf16-mixed", "32-true", "64-true", "16-true", "bf16-true"),
+    *("transformer-engine", "transformer-engine-float16", "64", "32", "16", "bf16"),
+)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The training keys that solo-learn or Lightning would otherwise fail on deep inside a run
+    (a ``ZeroDivisionError`` after the first epoch, a ``ValueError`` traceback) or take silently:
+    checked once, before solo-learn's ``parse_cfg``. None leaves a key to solo-learn's default."""
+
+    batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
+    max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
+    lr: Optional[float] = setting(None, key="optimizer.lr")
+    weight_decay: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="optimizer.weight_decay"
+    )
+    checkpoint_frequency: Optional[int] = setting(
+        None, minimum=1, key="checkpoint.frequency", hint="It is the epochs between checkpoints."
+    )
+    check_val_every_n_epoch: Optional[int] = setting(
+        None, minimum=1, key="check_val_every_n_epoch", hint="It is the epochs between validations."
+    )
+    precision: Any = setting(None, key="precision")
+
+    def checked(self, cfg: DictConfig) -> "TrainingSettings":
+        """A learning rate > 0 and a precision Lightning knows."""
+        read = KeyReader(cfg)
+        if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
+            raise read.fail("optimizer.lr", f"must be a positive number, got {self.lr!r}.")
+        if self.precision is not None and str(self.precision) not in PRECISIONS:
+            close = closest_name(str(self.precision), PRECISIONS)
+            hint = f"; did you mean {close!r}?" if close else "."
+            raise read.fail(
+                "precision", f"must be one of {list(PRECISIONS)}, got {self.precision!r}{hint}"
+            )
+        return self
+
+
+def check_training_basics(cfg: DictConfig) -> TrainingSettings:
+    """Refuse, naming the key and its allowed range, a training value solo-learn or Lightning would
+    fail on deep inside a run (:class:`TrainingSettings`)."""
+    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
+
+
+def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
+    """A labelled training set with fewer than ``needed`` classes (solo-learn counts the folder's
+    subfolders into ``data.num_classes``) is refused naming ``data.train_path``; ``reader`` says
+    who needs them."""
+    classes = OmegaConf.select(cfg, "data.num_classes")
+    labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
+    if labelled and isinstance(classes, int) and classes < needed:
+        path = OmegaConf.select(cfg, "data.train_path")
+        raise KeyReader(cfg).fail(
+            "data.train_path",
+            f"= {path} holds {classes} class(es); {reader} needs at least {needed}: give it one "
+            "subfolder per class (or `data.no_labels=True` for images without classes).",
+        )
 
 
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the

@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_diet.config import ConfigError, check_bool, check_run_name, fill_default
+from solo_diet.config import ConfigError, KeyReader, check_run_name
 from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
 from solo_diet.launch.common import (
     fit_or_raise,
@@ -33,6 +33,7 @@ from solo_diet.launch.common import (
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
+    check_class_count,
     check_launch_cfg,
     check_solo_learn_choices,
 )
@@ -76,8 +77,7 @@ def probe_features(cfg: DictConfig) -> nn.Module:
     the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
     probe = OmegaConf.select(cfg, "probe", default="backbone")
     ckpt = cfg.pretrained_feature_extractor
-    fill_default(cfg, ALLOW_PICKLE_KEY, False)
-    allow_pickle = check_bool(cfg, ALLOW_PICKLE_KEY)
+    allow_pickle = KeyReader(cfg).bool(ALLOW_PICKLE_KEY, default=False)
     if probe == "backbone":
         backbone = build_backbone(cfg)
         load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)
@@ -133,11 +133,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_solo_learn_choices(cfg, LinearModel)
     data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
-    if cfg.data.num_classes < 5:
-        raise ConfigError(
-            f"{cfg.data.train_path} has {cfg.data.num_classes} classes; solo-learn's LinearModel "
-            "reports top-5 accuracy and needs at least 5 classes."
-        )
+    check_class_count(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     loader_settings = parse_loader_settings(cfg, data_path.settings)
     seed_everything(cfg.seed)
 

@@ -31,6 +31,7 @@ from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_sett
 from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
+    check_class_count,
     check_launch_cfg,
     check_solo_learn_choices,
 )
@@ -39,13 +40,13 @@ from solo_diet.launch.loader_settings import (
     LoaderSettings,
     parse_loader_settings,
 )
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
-from solo_diet.methods.contract import Contract, method_contract
-from solo_diet.methods.substitutes import (
-    fill_and_check_substitutes,
-    substitute_step_parts,
-    substitutes_line,
+from solo_diet.launch.settings import (
+    GPU_ARGUMENT_KEYS,
+    core_errors_named,
+    parse_performance_settings,
 )
+from solo_diet.methods.contract import Contract, method_contract
+from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
 
 def check_augmentations(cfg: DictConfig) -> None:
@@ -90,9 +91,11 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
     normalize_devices(cfg)
     check_launch_cfg(cfg)
+    parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
     check_augmentations(cfg)
     cfg = parse_cfg(cfg)
+    check_class_count(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
@@ -100,7 +103,6 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     check_solo_learn_choices(cfg, method_cls)
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
-    fill_and_check_substitutes(cfg)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
     return cfg, method_cls, contract, data_path, loader_settings
 

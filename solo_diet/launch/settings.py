@@ -1,34 +1,15 @@
-"""The data settings of a launch: the Hydra config read, filled and checked once, at the
-launcher's boundary, into frozen dataclasses; every error is one line naming the key and the fix.
+"""The data and performance settings of a launch: the Hydra config read, filled and checked once,
+at the launcher's boundary, into frozen dataclasses; every error is one line naming the key and the
+fix.
 
 The data format is read here and nowhere else but the data-path factory
 (:mod:`solo_diet.launch.datapaths`); everything below asks :class:`DataSettings` or the
 :class:`~solo_diet.launch.datapaths.DataPath` it chose.
 
-Keys (defaults in brackets):
-
-- ``data.format`` [``image_folder``]: a format of a data path of :mod:`solo_diet.launch.datapaths`
-  (``image_folder``, ``h5``, ``dali``, ``gpu``; ``gpu`` decodes the set once into a uint8 tensor and
-  augments batches on the training device, docs/data-path.md).
-- ``data.gpu.storage`` [``auto``]: ``device`` keeps the decoded set in GPU memory, ``pinned`` in
-  page-locked host memory with asynchronous copies of each batch, ``auto`` picks ``device`` when the
-  set takes at most half of the free GPU memory; ``stream`` keeps nothing: ``data.num_workers``
-  processes read an image folder's files as bytes and each batch is decoded on the GPU and cropped
-  from the full-resolution images (:mod:`solo_diet.data.stream`).
-- ``data.gpu.on_corrupt`` [``stop``]: with ``stream``, a file that cannot be decoded stops the run
-  naming it (``stop``), or is named and left out (``skip``: another sample of its batch fills it).
-- ``data.gpu.image_size`` [null]: the stored side for sets whose images differ in size (shorter side
-  resized, center crop); null keeps the images' own size, which must then be one size.
-- ``data.gpu.decode_threads`` [null]: threads decoding the files (null: up to 16, one per core).
-- ``data.gpu.cuda_graphs`` [true]: on a GPU, replay the augmentations as CUDA graphs (one per batch
-  shape; ~3x faster at 32 px); false runs them eagerly.
-- ``data.gpu.decode_cache`` [true]: keep an image folder's decoded tensor on disk
-  (:mod:`solo_diet.data.decode_cache`), so later runs on the same files skip decoding.
-
-- ``dali.device`` [``gpu``]: where solo-learn's DALI pipeline augments (``gpu`` or ``cpu``).
-- ``dali.encode_indexes_into_labels`` [false]: DALI batches carry the true dataset indices (index
-  methods need them).
-
+Keys: ``data.format`` (default ``image_folder``, a format of :mod:`solo_diet.launch.datapaths`),
+then the section its data path reads, each a frozen dataclass whose fields are the keys with their
+defaults (:class:`GPUDataSettings` for ``data.gpu``, :class:`DaliSettings` for ``dali``; their
+meaning: docs/data-path.md), and ``performance`` (:class:`PerformanceSettings`, docs/launchers.md).
 The ``data.gpu`` keys are read only with the GPU data format, the ``dali`` keys with ``dali``. What
 the data paths read besides (dataset, paths, batch, seed, augmentations) is parsed by
 :mod:`solo_diet.launch.loader_settings`.
@@ -37,27 +18,17 @@ the data paths read besides (dataset, paths, batch, seed, augmentations) is pars
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    check_bool,
-    check_choice,
-    check_known_keys,
-    check_positive_int,
-    fill_default,
-)
+from solo_diet.config import ConfigError, KeyReader, parse_section, setting, write_section
 from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
-GPU_KEYS = ("storage", "image_size", "decode_threads", "cuda_graphs", "decode_cache", "on_corrupt")
 # the GPU data path's core arguments and the keys that set them: the core's errors name the
 # arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
 GPU_ARGUMENT_KEYS = {
@@ -74,22 +45,41 @@ GPU_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class GPUDataSettings:
-    """The checked ``data.gpu.*`` values and where batches are made (``cuda`` or ``cpu``)."""
+    """The checked ``data.gpu.*`` values (docs/data-path.md) and where batches are made (``cuda``
+    or ``cpu``, from ``accelerator``)."""
 
     storage: str = "auto"
-    image_size: Optional[int] = None
-    decode_threads: Optional[int] = None
+    image_size: Optional[int] = setting(None, minimum=1)
+    decode_threads: Optional[int] = setting(None, minimum=1)
     cuda_graphs: bool = True
     decode_cache: bool = True
-    device: str = "cuda"
+    device: str = field(default="cuda", metadata={"computed": True})
     on_corrupt: str = "stop"
+
+    def checked(self, cfg: DictConfig) -> "GPUDataSettings":
+        """The storage and corrupt-file choices (torch modules: imported when a GPU path is
+        parsed) and the loader's device."""
+        from solo_diet.data.loader import STORAGES
+        from solo_diet.data.stream import ON_CORRUPT
+
+        read = KeyReader(cfg)
+        if read.value("dali") is not None:
+            raise read.fail(
+                "dali",
+                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
+                "section.",
+            )
+        read.choice("data.gpu.storage", (*STORAGES, "stream"), default=self.storage)
+        read.choice("data.gpu.on_corrupt", ON_CORRUPT, default=self.on_corrupt)
+        return replace(self, device=loader_device(cfg))
 
 
 @dataclass(frozen=True)
 class DaliSettings:
-    """The checked ``dali.*`` values of solo-learn's DALI datamodule."""
+    """The checked ``dali.*`` values of solo-learn's DALI datamodule: where it augments, and
+    whether its batches carry the true dataset indices (index methods need them)."""
 
-    device: str = "gpu"
+    device: str = setting("gpu", choices=("gpu", "cpu"))
     encode_indexes_into_labels: bool = False
 
 
@@ -103,46 +93,28 @@ class DataSettings:
     dali: Optional[DaliSettings] = None
 
 
-def gpu_settings(cfg: DictConfig) -> GPUDataSettings:
-    """Fill and check the ``data.gpu.*`` keys (module docstring) and the loader's device."""
-    from solo_diet.data.loader import STORAGES  # torch: imported when a GPU path is parsed
-    from solo_diet.data.stream import ON_CORRUPT
+@dataclass(frozen=True)
+class PerformanceSettings:
+    """The ``performance.*`` keys of ``solo-diet pretrain`` (docs/launchers.md): our same-math
+    substitutes of solo-learn's step parts, channels-last."""
 
-    given = OmegaConf.select(cfg, "data.gpu", default=None) or {}
-    if not isinstance(given, Mapping):
-        raise KeyReader(cfg).fail(
-            "data.gpu", f"must be a mapping of {list(GPU_KEYS)}, got {given!r}."
-        )
-    check_known_keys(cfg, "data.gpu", GPU_KEYS, "the GPU data path")
-    fill_default(cfg, "data.gpu.storage", "auto")
-    check_choice(cfg, "data.gpu.storage", (*STORAGES, "stream"))
-    fill_default(cfg, "data.gpu.on_corrupt", "stop")
-    check_choice(cfg, "data.gpu.on_corrupt", ON_CORRUPT)
-    for key in ("image_size", "decode_threads"):
-        if fill_default(cfg, f"data.gpu.{key}", None) is not None:
-            check_positive_int(cfg, f"data.gpu.{key}")
-    for key in ("cuda_graphs", "decode_cache"):
-        fill_default(cfg, f"data.gpu.{key}", True)
-        check_bool(cfg, f"data.gpu.{key}")
-    gpu = cfg.data.gpu
-    return GPUDataSettings(
-        gpu.storage,
-        gpu.image_size,
-        gpu.decode_threads,
-        gpu.cuda_graphs,
-        gpu.decode_cache,
-        loader_device(cfg),
-        gpu.on_corrupt,
-    )
+    foreach_substitutes: bool = True
+    disable_channel_last: bool = False
 
 
-def dali_settings(cfg: DictConfig) -> DaliSettings:
-    """The ``dali.*`` keys (module docstring), with solo-learn's defaults."""
-    read = KeyReader(cfg)
-    device = read.value("dali.device", "gpu")
-    if device not in ("gpu", "cpu"):
-        raise read.fail("dali.device", f"must be one of ['gpu', 'cpu'], got {device!r}.")
-    return DaliSettings(device, read.bool("dali.encode_indexes_into_labels", default=False))
+def parse_performance_settings(cfg: DictConfig) -> PerformanceSettings:
+    """Fill and check the ``performance`` section (a key that is none of its fields is refused,
+    naming the closest)."""
+    parsed = parse_section(PerformanceSettings, cfg, "performance", "`performance`")
+    write_section(cfg, "performance", parsed)
+    return parsed
+
+
+# the sections a data path reads (its ``reads``): their key and schema
+DATA_PATH_SECTIONS = {
+    "gpu": ("data.gpu", GPUDataSettings, "the GPU data path"),
+    "dali": ("dali", DaliSettings, "solo-learn's DALI datamodule"),
+}
 
 
 def loader_device(cfg: DictConfig) -> str:

@@ -7,10 +7,11 @@ default:
 - ``uses_sample_indexes``: the method reads the dataset index of each sample (``batch[0]``), so
   ``solo-diet pretrain`` sets ``method_kwargs.num_samples`` to the training set's size and refuses
   data paths that do not deliver real indices (DALI without ``encode_indexes_into_labels``).
-- ``strict_method_kwargs``: every key of ``method_kwargs`` the method knows is read while its
-  ``add_and_assert_specific_cfg`` runs (each gets its default there), so a key nobody read is a
-  typo, refused when the method is built (``method_kwargs.label_smooting`` names
-  ``label_smoothing``). Our methods set it.
+- ``kwargs``: the method's own settings, a frozen dataclass of :func:`solo_diet.config.setting`
+  fields (with their defaults and checks). :func:`fill_method_kwargs`, which the method's
+  ``add_and_assert_specific_cfg`` calls, builds it from ``method_kwargs``, refuses a key that is no
+  field (``method_kwargs.label_smooting`` names ``label_smoothing``) and writes the defaults back.
+  None (solo-learn's own methods): the method reads its keys itself.
 - ``sem_unsupported``: why the method gets no ``<name>_sem`` twin, or None when it gets one.
 - ``train_batch_sampler(cfg, dataset)``: the batch sampler of the training DataLoader, or None for
   solo-learn's shuffled batches. A sampler returned here also splits the data over DDP ranks.
@@ -24,10 +25,7 @@ default:
 
 The registry checks a declaration when it registers the class (:func:`registered_class`): a plugin
 class must declare its own, and one that inherits two different contracts is refused, so the order
-of the base classes never decides. With ``strict_method_kwargs`` the registry makes the class's
-``add_and_assert_specific_cfg`` record, through a recording view of the cfg
-(:mod:`solo_diet.methods.recording`), every key read by whoever reads it (``fill_default``,
-solo-learn's ``omegaconf_select``, attribute access) and refuse the unread ones.
+of the base classes never decides.
 
 Launchers read a class's contract through :func:`method_contract`, which also answers for classes
 that declare none (solo-learn's own methods): they get :data:`DEFAULT_CONTRACT`.
@@ -35,14 +33,13 @@ that declare none (solo-learn's own methods): they get :data:`DEFAULT_CONTRACT`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import omegaconf
 from torch import nn
 
-from solo_diet.config import check_known_keys
-from solo_diet.methods.recording import is_recording, recorded_reads
+from solo_diet.config import ConfigError, parse_section, write_section
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
@@ -97,7 +94,7 @@ class Contract:
     """A method class's answers to the launchers, compare and the tests (module docstring)."""
 
     uses_sample_indexes: bool = False
-    strict_method_kwargs: bool = False
+    kwargs: Optional[type] = None
     sem_unsupported: Optional[str] = None
     train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
         no_batch_sampler
@@ -109,11 +106,13 @@ class Contract:
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("uses_sample_indexes", "strict_method_kwargs"):
-            if not isinstance(getattr(self, name), bool):
-                raise ContractError(
-                    f"Contract.{name} must be True or False, got {getattr(self, name)!r}"
-                )
+        if not isinstance(self.uses_sample_indexes, bool):
+            raise ContractError(
+                f"Contract.uses_sample_indexes must be True or False, got "
+                f"{self.uses_sample_indexes!r}"
+            )
+        if self.kwargs is not None and not is_dataclass(self.kwargs):
+            raise ContractError(f"Contract.kwargs must be a dataclass or None, got {self.kwargs!r}")
         if self.sem_unsupported is not None and not isinstance(self.sem_unsupported, str):
             raise ContractError(
                 f"Contract.sem_unsupported must be a reason or None, got {self.sem_unsupported!r}"
@@ -162,41 +161,48 @@ def method_contract(method_cls: type) -> Contract:
 
 def registered_class(method_cls: type, *, plugin: bool) -> type:
     """Registration's check of ``method_cls``: its contract is well formed and, for a ``plugin``
-    class, declared in its own body; with ``strict_method_kwargs`` its
-    ``add_and_assert_specific_cfg`` then refuses ``method_kwargs`` keys it did not read.
-    Idempotent; returns the class."""
+    class, declared in its own body. Returns the class, unchanged."""
     if plugin and "contract" not in method_cls.__dict__:
         raise ContractError(
             f"{method_cls.__module__}.{method_cls.__qualname__} declares no method contract: add "
             "the class attribute `contract = Contract(...)` (solo_diet.methods.contract), e.g. "
             "`contract = IndexMethod.contract` for an index-based method."
         )
-    if method_contract(method_cls).strict_method_kwargs:
-        own = method_cls.__dict__.get("add_and_assert_specific_cfg")
-        if not getattr(getattr(own, "__func__", None), "refuses_unread_keys", False):
-            method_cls.add_and_assert_specific_cfg = _refusing_unread_keys(method_cls, own)
+    method_contract(method_cls)
     return method_cls
 
 
-def _refusing_unread_keys(method_cls: type, own: Any) -> classmethod:
-    """``method_cls``'s ``add_and_assert_specific_cfg`` (its own ``own``, else its base's) run on a
-    recording view of the cfg; a ``method_kwargs`` key it did not read is refused afterwards. An
-    inner call (a base or twin's) finds the view already recording and only fills."""
+def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str]) -> None:
+    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it."""
+    given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
+    for old, new in renamed.items():
+        if old in given:
+            raise ConfigError(
+                f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
+                f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the old "
+                "key still loads)."
+            )
 
-    def add_and_assert_specific_cfg(cls: type, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        fill = (
-            own.__get__(None, cls)
-            if own is not None
-            else super(method_cls, cls).add_and_assert_specific_cfg
-        )
-        if is_recording(cfg) or not method_contract(cls).strict_method_kwargs:
-            return fill(cfg)
-        with recorded_reads(cfg) as reads:
-            cfg = fill(cfg)
-        known = {key.split(".")[1] for key in reads if key.startswith("method_kwargs.")}
-        check_known_keys(cfg, "method_kwargs", known, f"method `{cfg.method}`")
-        return cfg
 
-    add_and_assert_specific_cfg.refuses_unread_keys = True  # type: ignore[attr-defined]
-    add_and_assert_specific_cfg.__doc__ = getattr(own, "__doc__", None)
-    return classmethod(add_and_assert_specific_cfg)
+def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
+    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (its keys checked,
+    an unknown one refused naming the closest, a renamed one naming its new name, then the
+    dataclass's own ``checked(cfg)``) and write every value back, defaults included. Returns
+    ``cfg``."""
+    schema = method_contract(method_cls).kwargs
+    if schema is not None:
+        refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
+        parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
+        checked = getattr(parsed, "checked", None)
+        write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
+    return cfg
+
+
+class DeclaredKwargs:
+    """Mixin of our method classes (before solo-learn's base): the one form of their
+    ``add_and_assert_specific_cfg``, solo-learn's keys then the contract's ``kwargs``
+    (:func:`fill_method_kwargs`), which solo-learn's ``parse_cfg`` calls."""
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        return fill_method_kwargs(super().add_and_assert_specific_cfg(cfg), cls)

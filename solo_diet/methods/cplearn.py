@@ -6,6 +6,8 @@ and its diagnostics in ``solo_diet.losses.cplearn``.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
 
 import omegaconf
@@ -13,23 +15,61 @@ import torch
 from solo.methods.base import BaseMethod
 from solo.utils.misc import omegaconf_select
 
-from solo_diet.config import (
-    ConfigError,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_int,
-    check_range,
-    fill_default,
-)
+from solo_diet.config import ConfigError, is_number, setting
 from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
-from solo_diet.methods.contract import Contract, ExtraRepresentation
+from solo_diet.methods.contract import Contract, DeclaredKwargs, ExtraRepresentation
 from solo_diet.metrics import clustering_report
 from solo_diet.nn import CPLearnProjector
 
 if TYPE_CHECKING:
     from solo_diet.methods.checkpoint import PretrainedCheckpoint
+
+
+@dataclass(frozen=True)
+class CPLearnKwargs:
+    """CPLearn's ``method_kwargs`` (the defaults are the fields'):
+    proj_hidden_dim: f, embedding size and rows of W (default: the released config's).
+    proj_output_dim: c, number of codes.
+    beta: weight of the invariance cross-entropy.
+    eps: extreme-probability slack of Lemma 1, sets tau; in (0, 1/c).
+    activation: ``tanh`` (released code) or ``l2`` (paper Eq. 1).
+    prior: ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2).
+    symmetric: average both target/prediction directions (code) or Alg. 1's one.
+    gather_marginal: batch marginal over all DDP ranks (tau stays local).
+    codes_seed: seed of W's own generator (default: the run's ``seed``, solo-learn's 5).
+    """
+
+    proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
+    proj_output_dim: int = setting(16384, minimum=2, hint="It is c, the number of codes.")
+    beta: float = setting(1.0, within=(0.0, math.inf))
+    eps: float = 1e-8
+    activation: str = setting("tanh", choices=("tanh", "l2"))
+    prior: str = setting("reverse_kl", choices=("reverse_kl", "forward_ce"))
+    symmetric: bool = True
+    gather_marginal: bool = False
+    codes_seed: int = setting(
+        minimum=0, derive=lambda cfg: omegaconf_select(cfg, "seed", SOLO_LEARN_SEED)
+    )
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "CPLearnKwargs":
+        """``eps`` below 1/c, and exactly two views."""
+        if not (is_number(self.eps) and 0.0 < self.eps < 1.0 / self.proj_output_dim):
+            raise ConfigError(
+                "`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, "
+                f"{1.0 / self.proj_output_dim:.3g}), got {self.eps!r}; the paper uses 1e-8."
+            )
+        crops = (
+            omegaconf_select(cfg, "data.num_large_crops"),
+            omegaconf_select(cfg, "data.num_small_crops"),
+        )
+        if crops != (2, 0):
+            raise ConfigError(
+                f"CPLearn compares exactly two views: needs data.num_large_crops=2 and "
+                f"data.num_small_crops=0, got {crops[0]} and {crops[1]}; use two augmentation "
+                f"pipelines with num_crops: 1 (or one with num_crops: 2) and no small crops."
+            )
+        return self
 
 
 class _ForwardOf(torch.nn.Module):
@@ -67,26 +107,15 @@ def cplearn_representations(
     ]
 
 
-class CPLearn(BaseMethod):
+class CPLearn(DeclaredKwargs, BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
-    Extra cfg settings (``method_kwargs``):
-        proj_hidden_dim (int): f, embedding size and rows of W. Default 2048 (released config).
-        proj_output_dim (int): c, number of codes. Default 16384.
-        beta (float): weight of the invariance cross-entropy. Default 1.0.
-        eps (float): extreme-probability slack of Lemma 1, sets tau; in (0, 1/c). Default 1e-8.
-        activation (str): ``tanh`` (released code) or ``l2`` (paper Eq. 1). Default ``tanh``.
-        prior (str): ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2). Default
-            ``reverse_kl``.
-        symmetric (bool): average both target/prediction directions (code) or Alg. 1's one. Default
-            True.
-        gather_marginal (bool): batch marginal over all DDP ranks (tau stays local). Default False.
-        codes_seed (int): seed of W's own generator. Default: the run's ``seed`` (solo-learn's 5).
+    ``method_kwargs``: :class:`CPLearnKwargs`.
     """
 
     registered_as = "cplearn"
     contract = Contract(
-        strict_method_kwargs=True,
+        kwargs=CPLearnKwargs,
         extra_evaluations=cplearn_representations,
         views=2,
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 32},
@@ -109,58 +138,6 @@ class CPLearn(BaseMethod):
         )
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills CPLearn's ``method_kwargs`` defaults and checks every value."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-
-        fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
-        fill_default(cfg, "method_kwargs.proj_output_dim", 16384)
-        fill_default(cfg, "method_kwargs.beta", 1.0)
-        fill_default(cfg, "method_kwargs.eps", 1e-8)
-        fill_default(cfg, "method_kwargs.activation", "tanh")
-        fill_default(cfg, "method_kwargs.prior", "reverse_kl")
-        fill_default(cfg, "method_kwargs.symmetric", True)
-        fill_default(cfg, "method_kwargs.gather_marginal", False)
-        fill_default(
-            cfg, "method_kwargs.codes_seed", omegaconf_select(cfg, "seed", SOLO_LEARN_SEED)
-        )
-
-        check_positive_int(
-            cfg, "method_kwargs.proj_hidden_dim", "It is f, the rows of the code matrix W."
-        )
-        num_codes = check_int(
-            cfg, "method_kwargs.proj_output_dim", 2, "It is c, the number of codes."
-        )
-        check_range(cfg, "method_kwargs.beta", 0.0, float("inf"))
-        eps = cfg.method_kwargs.eps
-        if (
-            isinstance(eps, bool)
-            or not isinstance(eps, (int, float))
-            or not 0.0 < eps < 1.0 / num_codes
-        ):
-            raise ConfigError(
-                "`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, "
-                f"{1.0 / num_codes:.3g}), got {eps!r}; the paper uses 1e-8."
-            )
-        check_choice(cfg, "method_kwargs.activation", ["tanh", "l2"])
-        check_choice(cfg, "method_kwargs.prior", ["reverse_kl", "forward_ce"])
-        check_bool(cfg, "method_kwargs.symmetric")
-        check_bool(cfg, "method_kwargs.gather_marginal")
-        check_int(cfg, "method_kwargs.codes_seed", 0)
-
-        crops = (
-            omegaconf_select(cfg, "data.num_large_crops"),
-            omegaconf_select(cfg, "data.num_small_crops"),
-        )
-        if crops != (2, 0):
-            raise ConfigError(
-                f"CPLearn compares exactly two views: needs data.num_large_crops=2 and "
-                f"data.num_small_crops=0, got {crops[0]} and {crops[1]}; use two augmentation "
-                f"pipelines with num_crops: 1 (or one with num_crops: 2) and no small crops."
-            )
-        return cfg
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

@@ -3,6 +3,7 @@ source."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Sequence
 
 import omegaconf
@@ -10,10 +11,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.config import check_bool, check_choice, check_range, fill_default
+from solo_diet.config import setting
 from solo_diet.losses import diet_loss, mse_diet_loss
 from solo_diet.methods._common import online_probe_loss
-from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
+from solo_diet.methods.index_method import IndexKwargs, IndexMethod, check_sample_indexes
+
+
+@dataclass(frozen=True)
+class DIETKwargs(IndexKwargs):
+    """DIET's ``method_kwargs`` (:class:`DIET`), besides :class:`IndexKwargs`."""
+
+    proj_layers: int = setting(0, minimum=0, hint="0 means no projector.")
+    loss: str = setting("ce", choices=("ce", "mse"))
+    label_smoothing: float = setting(0.8, within=(0.0, 1.0))
+    normalize: bool = False
 
 
 class DIET(IndexMethod):
@@ -32,8 +43,7 @@ class DIET(IndexMethod):
     """
 
     registered_as = "diet"
-    contract = IndexMethod.contract
-    projector_layers = (0, 0)
+    contract = replace(IndexMethod.contract, kwargs=DIETKwargs)
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -42,18 +52,6 @@ class DIET(IndexMethod):
         self.label_smoothing: float = kwargs.label_smoothing
         self.normalize: bool = kwargs.normalize
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills DIET's ``method_kwargs`` defaults and checks every value."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_default(cfg, "method_kwargs.loss", "ce")
-        fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
-        fill_default(cfg, "method_kwargs.normalize", False)
-        check_choice(cfg, "method_kwargs.loss", ["ce", "mse"])
-        check_range(cfg, "method_kwargs.label_smoothing", 0.0, 1.0)
-        check_bool(cfg, "method_kwargs.normalize")
-        return cfg
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

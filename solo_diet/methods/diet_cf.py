@@ -9,15 +9,34 @@ the datum index (SSL, needs >= 2 views per datum), the class, a mix or groups.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import omegaconf
 import torch
 
-from solo_diet.config import ConfigError, check_range, fill_default
+from solo_diet.config import ConfigError, setting
 from solo_diet.losses import closed_form_head_loss
 from solo_diet.methods._common import online_probe_loss
-from solo_diet.methods.index_method import LabelledProjectionMethod
+from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
+
+
+@dataclass(frozen=True)
+class DIETCFKwargs(LabelledProjectionKwargs):
+    """DIET-CF's ``method_kwargs`` (:class:`DIETCF`), besides the shared ones."""
+
+    lam: float = setting(0.1, within=(0.0, math.inf))
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "DIETCFKwargs":
+        """``lam = 0`` makes the loss constant once K >= rows - 1."""
+        super().checked(cfg)
+        if self.lam == 0.0:
+            raise ConfigError(
+                "`method_kwargs.lam` must be > 0, got 0: with lam = 0 the optimal head fits the "
+                "batch exactly once proj_output_dim >= rows - 1, and the loss is constant."
+            )
+        return self
 
 
 class DIETCF(LabelledProjectionMethod):
@@ -29,23 +48,11 @@ class DIETCF(LabelledProjectionMethod):
     """
 
     registered_as = "diet_cf"
-    contract = LabelledProjectionMethod.contract
+    contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         self.lam: float = cfg.method_kwargs.lam
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills ``lam`` and checks it (``lam = 0`` makes the loss constant once K >= rows - 1)."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_default(cfg, "method_kwargs.lam", 0.1)
-        if check_range(cfg, "method_kwargs.lam", 0.0, float("inf")) == 0.0:
-            raise ConfigError(
-                "`method_kwargs.lam` must be > 0, got 0: with lam = 0 the optimal head fits the "
-                "batch exactly once proj_output_dim >= rows - 1, and the loss is constant."
-            )
-        return cfg
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """Closed-form-head loss over all views of the global batch + online probe."""

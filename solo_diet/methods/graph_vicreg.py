@@ -8,15 +8,27 @@ the Birth-of-SSL paper's abstract mentions (it gives no rule).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import omegaconf
 import torch
 
-from solo_diet.config import check_range, fill_default
+from solo_diet.config import setting
 from solo_diet.losses import graph_vicreg_loss, label_graph
 from solo_diet.methods._common import online_probe_loss
-from solo_diet.methods.index_method import LabelledProjectionMethod
+from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
+
+
+@dataclass(frozen=True)
+class GraphVICRegKwargs(LabelledProjectionKwargs):
+    """Graph-VICReg's ``method_kwargs`` (:class:`GraphVICReg`), besides the shared ones."""
+
+    sim_loss_weight: float = setting(25.0, within=(0.0, math.inf))
+    var_loss_weight: float = setting(25.0, within=(0.0, math.inf))
+    cov_loss_weight: float = setting(1.0, within=(0.0, math.inf))
+    label_norm_power: float = setting(1.0, within=(0.0, 1.0), high_inclusive=True)
 
 
 class GraphVICReg(LabelledProjectionMethod):
@@ -34,7 +46,7 @@ class GraphVICReg(LabelledProjectionMethod):
     """
 
     registered_as = "graph_vicreg"
-    contract = LabelledProjectionMethod.contract
+    contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -43,19 +55,6 @@ class GraphVICReg(LabelledProjectionMethod):
         self.var_loss_weight: float = kwargs.var_loss_weight
         self.cov_loss_weight: float = kwargs.cov_loss_weight
         self.label_norm_power: float = kwargs.label_norm_power
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills the VICReg weights and ``label_norm_power`` and checks them."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_default(cfg, "method_kwargs.sim_loss_weight", 25.0)
-        fill_default(cfg, "method_kwargs.var_loss_weight", 25.0)
-        fill_default(cfg, "method_kwargs.cov_loss_weight", 1.0)
-        fill_default(cfg, "method_kwargs.label_norm_power", 1.0)
-        for key in ("sim_loss_weight", "var_loss_weight", "cov_loss_weight"):
-            check_range(cfg, f"method_kwargs.{key}", 0.0, float("inf"))
-        check_range(cfg, "method_kwargs.label_norm_power", 0.0, 1.0, high_inclusive=True)
-        return cfg
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """Graph-VICReg over all views of the global batch + online probe."""

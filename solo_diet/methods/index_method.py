@@ -5,13 +5,13 @@ by default its dataset index) and reads ``z``, the output of an optional ReLU ML
 backbone features. :class:`IndexMethod` fills and checks their shared ``method_kwargs``, builds the
 projector and the label source, and declares the contract index-based methods share
 (:mod:`solo_diet.methods.contract`): ``uses_sample_indexes`` (``solo-diet pretrain`` then sets
-``num_samples``) and ``strict_method_kwargs``.
+``num_samples``) and the shared ``method_kwargs`` (:class:`IndexKwargs`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, ClassVar, Dict, List, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, List, Optional, Sequence
 
 import omegaconf
 import torch
@@ -19,16 +19,9 @@ from solo.methods.base import BaseMethod
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch import nn
 
-from solo_diet.config import (
-    ConfigError,
-    check_bool,
-    check_int,
-    check_positive_int,
-    core_errors_named,
-    fill_default,
-)
+from solo_diet.config import ConfigError, core_errors_named, setting
 from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
-from solo_diet.methods.contract import Contract
+from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
 # the arguments of the label source and the sampler check (solo_diet.labels, solo_diet.samplers)
@@ -46,57 +39,70 @@ INDEX_ARGUMENT_KEYS = {
 }
 
 
-def fill_and_check_num_samples(cfg: omegaconf.DictConfig) -> int:
-    """``method_kwargs.num_samples`` (N, one head row per training sample): set by the launcher."""
-    fill_default(cfg, "method_kwargs.num_samples", None)
-    return check_positive_int(
-        cfg,
-        "method_kwargs.num_samples",
-        "It is the number of training samples (after data.fraction); `solo-diet pretrain` fills "
-        "it.",
+@dataclass(frozen=True)
+class IndexKwargs:
+    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
+    num_samples: N, dataset size; set by ``solo-diet pretrain`` from the dataset.
+    labels: ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
+        (``solo_diet.labels``); labelled_fraction: of the data whose class is kept
+        (class/mix); label_seed: of that subset; groups_path: ``.npy``/``.pt``/``.txt`` index
+        -> group id array (groups).
+    proj_layers: layers of the ReLU MLP projector, 0 = none (a subclass redeclares it for its
+        own default and minimum); proj_hidden_dim, proj_output_dim (the width of ``z``);
+        proj_use_bn: BatchNorm1d after each hidden projector layer.
+    """
+
+    num_samples: int = setting(
+        None,
+        minimum=1,
+        hint="It is the number of training samples (after data.fraction); `solo-diet pretrain` "
+        "fills it.",
     )
+    labels: str = LABEL_DEFAULTS["labels"]
+    labelled_fraction: float = LABEL_DEFAULTS["labelled_fraction"]
+    label_seed: int = LABEL_DEFAULTS["label_seed"]
+    groups_path: Optional[str] = LABEL_DEFAULTS["groups_path"]
+    proj_layers: int = setting(3, minimum=1)
+    proj_hidden_dim: int = setting(2048, minimum=1)
+    proj_output_dim: int = setting(2048, minimum=1)
+    proj_use_bn: bool = True
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "IndexKwargs":
+        """Build the label source once, so a bad source, an unreadable groups file or class labels
+        on an unlabelled dataset fail at config time."""
+        has_labels = not omegaconf_select(cfg, "data.no_labels", False)
+        num_classes = omegaconf_select(cfg, "data.num_classes", None)
+        try:
+            with core_errors_named(INDEX_ARGUMENT_KEYS):
+                label_source_from_kwargs(asdict(self), num_classes, has_labels)
+        except ValueError as error:  # an unreadable groups file, too
+            raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
+        return self
 
 
-def fill_and_check_labels(cfg: omegaconf.DictConfig) -> None:
-    """Fill the label-source keys (:data:`solo_diet.labels.LABEL_DEFAULTS`) and build the source
-    once, so a bad source, an unreadable groups file or class labels on an unlabelled dataset fail
-    at config time."""
-    for key, default in LABEL_DEFAULTS.items():
-        fill_default(cfg, f"method_kwargs.{key}", default)
-    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
-    num_classes = omegaconf_select(cfg, "data.num_classes", None)
-    try:
-        with core_errors_named(INDEX_ARGUMENT_KEYS):
-            label_source_from_kwargs(cfg.method_kwargs, num_classes, has_labels)
-    except ValueError as error:  # an unreadable groups file, too
-        raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
+@dataclass(frozen=True)
+class LabelledProjectionKwargs(IndexKwargs):
+    """:class:`IndexKwargs` of a method comparing views by label id: ``labels=index`` needs two
+    views per datum."""
 
-
-def fill_and_check_projector(
-    cfg: omegaconf.DictConfig, default_layers: int, min_layers: int
-) -> None:
-    """The ReLU MLP projector keys ``proj_layers`` (0 = none), ``proj_hidden_dim``,
-    ``proj_output_dim`` (both default 2048) and ``proj_use_bn`` (default True)."""
-    fill_default(cfg, "method_kwargs.proj_layers", default_layers)
-    fill_default(cfg, "method_kwargs.proj_hidden_dim", 2048)
-    fill_default(cfg, "method_kwargs.proj_output_dim", 2048)
-    fill_default(cfg, "method_kwargs.proj_use_bn", True)
-    layers = check_int(
-        cfg,
-        "method_kwargs.proj_layers",
-        min_layers,
-        "0 means no projector." if min_layers == 0 else "",
-    )
-    check_bool(cfg, "method_kwargs.proj_use_bn")
-    if layers > 0:
-        check_positive_int(cfg, "method_kwargs.proj_hidden_dim")
-        check_positive_int(cfg, "method_kwargs.proj_output_dim")
+    def checked(self, cfg: omegaconf.DictConfig) -> "LabelledProjectionKwargs":
+        super().checked(cfg)
+        num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
+        if self.labels == "index" and num_views < 2:
+            raise ConfigError(
+                f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
+                f"{num_views}: with one view each index is its own singleton and the loss learns "
+                "no invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view "
+                "per index). Set `data.num_large_crops=2` (and augmentations[].num_crops), or "
+                "another label source."
+            )
+        return self
 
 
 def projector_from_cfg(
     features_dim: int, method_kwargs: omegaconf.DictConfig
 ) -> tuple[nn.Module, int]:
-    """``(projector, output width)`` from the keys of :func:`fill_and_check_projector`; identity
+    """``(projector, output width)`` from the projector keys of :class:`IndexKwargs`; identity
     for 0 layers."""
     if method_kwargs.proj_layers == 0:
         return nn.Identity(), features_dim
@@ -140,36 +146,24 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
         raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
 
 
-class IndexMethod(BaseMethod):
+class IndexMethod(DeclaredKwargs, BaseMethod):
     """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
     its label id.
 
     Sets ``num_samples``, ``label_source``, ``projector`` and ``z_dim`` (the width of ``z``);
     ``forward``/``multicrop_forward`` add ``z = head_input(feats)`` to solo-learn's outputs, and the
     projector trains with the backbone's optimizer. Subclasses choose the projector's default and
-    minimal depth with ``projector_layers = (default, minimum)``.
+    minimal depth by redeclaring ``proj_layers`` in their kwargs dataclass.
 
-    Extra cfg settings (``method_kwargs``) shared by every index-based method:
-        num_samples (int): N, dataset size; set by ``solo-diet pretrain`` from the dataset.
-        labels (str): ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
-            (``solo_diet.labels``). Default index.
-        labelled_fraction (float): fraction of the data whose class is kept (class/mix).
-            Default 1.0.
-        label_seed (int): seed of that subset. Default 0.
-        groups_path (str): ``.npy``/``.pt``/``.txt`` index -> group id array (groups). Default None.
-        proj_layers (int): layers of the ReLU MLP projector (default and minimum: the method's).
-        proj_hidden_dim (int): projector hidden width. Default 2048.
-        proj_output_dim (int): projector output width, the width of ``z``. Default 2048.
-        proj_use_bn (bool): BatchNorm1d after each hidden projector layer. Default True.
+    ``method_kwargs``: :class:`IndexKwargs`.
     """
 
     contract = Contract(
         uses_sample_indexes=True,
-        strict_method_kwargs=True,
+        kwargs=IndexKwargs,
         views=1,
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 8},
     )
-    projector_layers: ClassVar[tuple[int, int]] = (3, 1)
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
@@ -177,16 +171,6 @@ class IndexMethod(BaseMethod):
         self.num_samples: int = kwargs.num_samples
         self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
         self.projector, self.z_dim = projector_from_cfg(self.features_dim, kwargs)
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills the num_samples, projector and label-source keys and checks them (a bad label
-        source fails here)."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_and_check_num_samples(cfg)
-        fill_and_check_projector(cfg, *cls.projector_layers)
-        fill_and_check_labels(cfg)
-        return cfg
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
@@ -215,24 +199,11 @@ class LabelledProjectionMethod(IndexMethod):
     (``diet_cf``, ``graph_vicreg``): the label source ``index`` needs >= 2 views per datum."""
 
     contract = replace(
-        IndexMethod.contract, views=2, smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 12}
+        IndexMethod.contract,
+        kwargs=LabelledProjectionKwargs,
+        views=2,
+        smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 12},
     )
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """:class:`IndexMethod`'s keys, and enough views for ``labels=index``."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
-        if cfg.method_kwargs.labels == "index" and num_views < 2:
-            raise ConfigError(
-                f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
-                f"{num_views}: with one view each index is its own singleton and the loss learns "
-                f"no "
-                "invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view per "
-                "index). Set `data.num_large_crops=2` (and augmentations[].num_crops), or another "
-                "label source."
-            )
-        return cfg
 
     def gathered_views_and_ids(
         self, out: Dict[str, Any], batch: Sequence[Any]

@@ -80,8 +80,8 @@ def register() -> list[str]:
     of the linear probe's ``LinearModel``.
 
     Each class's method contract is checked as it is added
-    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body, and with
-    ``strict_method_kwargs`` its unread ``method_kwargs`` keys refused when it is built.
+    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body
+    (its ``kwargs`` dataclass refuses unknown ``method_kwargs`` keys when it is built).
 
     Idempotent: a second call re-adds the same classes. Returns the registered names.
     """

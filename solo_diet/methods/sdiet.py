@@ -24,36 +24,117 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
-from typing import Any, ClassVar, Dict, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Dict, Optional, Sequence
 
 import omegaconf
 import torch
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
-from solo_diet.config import (
-    ConfigError,
-    check_bool,
-    check_choice,
-    check_positive_int,
-    check_range,
-    core_errors_named,
-    fill_default,
-)
+from solo_diet.config import ConfigError, core_errors_named, is_number, setting
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.index_method import (
     INDEX_ARGUMENT_KEYS,
+    IndexKwargs,
     IndexMethod,
     check_sample_indexes,
 )
-from solo_diet.methods.renamed import refuse_renamed_kwargs
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowhead import RowHead
 from solo_diet.rowstore import MODES, PLACEMENTS, RowStore, host_sharing
 from solo_diet.samplers import SuperBatch, SuperBatchOrder, SuperBatchSampler, check_sampler
 
 CHECKPOINT_KEY = "sdiet_row_store"
+
+
+def _optimizer_kwarg(name: str, default: Any) -> Callable[[omegaconf.DictConfig], Any]:
+    """A head setting's default: the backbone optimizer's ``optimizer.kwargs.<name>``."""
+    return lambda cfg: (omegaconf_select(cfg, "optimizer.kwargs", {}) or {}).get(name, default)
+
+
+def _by_index(cfg: omegaconf.DictConfig) -> bool:
+    return omegaconf_select(cfg, "method_kwargs.labels", "index") == "index"
+
+
+@dataclass(frozen=True)
+class SDIETKwargs(IndexKwargs):
+    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (the defaults are the fields'):
+    label_smoothing: PyTorch smoothing, spread over the m*B resident classes.
+    temperature: logits are divided by it (paper: none).
+    head_optimizer: ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19).
+    head_weight_decay: decoupled weight decay of the head (default optimizer.weight_decay).
+    head_betas, head_eps: AdamW's (default optimizer.kwargs'); head_momentum: SGDW's.
+    zero_grad_steps: ``eager`` (paper: N/B - m closed-form steps after each visit; only with
+        ``labels=index``, the default there) or ``lazy`` (exact: steps since the row's last
+        visit, applied when it is loaded).
+    row_placement: where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Under
+        DDP a ``cpu``/``disk`` store is shared by the processes of a node (one copy per node).
+    row_dir: folder of the ``disk`` placement's memory-mapped files (over several nodes, each
+        node's in its subfolder ``node<k>``).
+    row_dtype: of the head rows and their optimiser state, ``float32`` or ``float64`` (exact
+        checks, e.g. distributed equivalence under ``precision: 64-true``).
+    rows_per_step: m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
+        super-batch; needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
+    prefetch: with a SuperBatchSampler, move the next super-batch's rows to the device while
+        the current one trains.
+    """
+
+    label_smoothing: float = setting(0.8, within=(0.0, 1.0))
+    temperature: float = setting(1.0, within=(1e-6, math.inf))
+    head_optimizer: str = setting("adamw", choices=("adamw", "sgdw"))
+    head_weight_decay: float = setting(
+        within=(0.0, math.inf),
+        derive=lambda cfg: omegaconf_select(cfg, "optimizer.weight_decay", 0.0),
+    )
+    head_betas: Any = setting(derive=_optimizer_kwarg("betas", [0.9, 0.999]))
+    head_eps: float = setting(within=(0.0, math.inf), derive=_optimizer_kwarg("eps", 1e-8))
+    head_momentum: float = setting(within=(0.0, 1.0), derive=_optimizer_kwarg("momentum", 0.9))
+    zero_grad_steps: str = setting(
+        choices=MODES, derive=lambda cfg: "eager" if _by_index(cfg) else "lazy"
+    )
+    row_placement: str = setting("cpu", choices=PLACEMENTS)
+    row_dir: Optional[str] = None
+    row_dtype: str = setting("float32", choices=("float32", "float64"))
+    rows_per_step: int = setting(1, minimum=1, hint="1 is the paper's batch CE.")
+    prefetch: bool = True
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
+        """The head's betas, and the settings s-DIET refuses together: rows on disk without a
+        folder; eager steps or super-batches with labels other than ``index``; more than one view
+        per sample."""
+        super().checked(cfg)
+        betas = self.head_betas
+        betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
+        if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
+            raise ConfigError(
+                "`method_kwargs.head_betas` must be two numbers in [0, 1), got "
+                f"{betas or self.head_betas!r}."
+            )
+        if self.row_placement == "disk" and not self.row_dir:
+            raise ConfigError(
+                "`method_kwargs.row_placement=disk` needs `method_kwargs.row_dir` (a folder for "
+                "the row files)."
+            )
+        if self.labels != "index" and self.zero_grad_steps == "eager":
+            raise ConfigError(
+                f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
+                f"`labels={self.labels}`: eager steps assume each row is visited once per epoch, "
+                "every N/B steps, false for class/mix/groups rows. Set "
+                "`method_kwargs.zero_grad_steps=lazy`."
+            )
+        if self.labels != "index" and self.rows_per_step != 1:
+            raise ConfigError(
+                f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
+                f"`labels={self.labels}`: a super-batch's rows would depend on the targets of "
+                "batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
+            )
+        if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
+            raise ConfigError(
+                "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
+                "`data.num_small_crops=0` and one augmentation pipeline with `num_crops: 1`."
+            )
+        return replace(self, head_betas=tuple(float(b) for b in betas))
 
 
 class SDIET(IndexMethod):
@@ -63,32 +144,7 @@ class SDIET(IndexMethod):
     The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
     D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
 
-    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s:
-        label_smoothing (float): PyTorch smoothing, spread over the m*B resident classes. Default
-            0.8.
-        temperature (float): logits are divided by it. Default 1.0 (paper: none).
-        head_optimizer (str): ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19). Default ``adamw``.
-        head_weight_decay (float): decoupled weight decay of the head. Default
-            optimizer.weight_decay.
-        head_betas (list): AdamW betas. Default optimizer.kwargs.betas, else [0.9, 0.999].
-        head_eps (float): AdamW eps. Default optimizer.kwargs.eps, else 1e-8.
-        head_momentum (float): SGDW momentum. Default optimizer.kwargs.momentum, else 0.9.
-        zero_grad_steps (str): ``eager`` (paper: N/B - m closed-form steps after each visit; only
-            with ``labels=index``) or ``lazy`` (exact: steps since the row's last visit, applied
-            when it is loaded). Default eager for ``labels=index``, else lazy.
-        row_placement (str): where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``.
-            Default cpu. Under DDP a ``cpu``/``disk`` store is shared by the processes of a node
-            (one copy per node).
-        row_dir (str): folder of the ``disk`` placement's memory-mapped files (over several nodes,
-            each node's in its subfolder ``node<k>``). Default None.
-        row_dtype (str): dtype of the head rows and their optimiser state, ``float32`` or
-            ``float64`` (exact checks, e.g. distributed equivalence under ``precision: 64-true``).
-            Default float32.
-        rows_per_step (int): m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of
-            the super-batch. Needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
-            Default 1 (batch CE, as the paper).
-        prefetch (bool): with a SuperBatchSampler, move the next super-batch's rows to the device
-            while the current one trains. Default True.
+    ``method_kwargs``: :class:`SDIETKwargs`.
     """
 
     registered_as = "sdiet"
@@ -136,53 +192,9 @@ class SDIET(IndexMethod):
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
 
-    contract = replace(IndexMethod.contract, train_batch_sampler=train_batch_sampler)
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills s-DIET's ``method_kwargs`` defaults and checks every value."""
-        refuse_renamed_kwargs(cfg, cls.renamed_method_kwargs)
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        optimizer_kwargs = omegaconf_select(cfg, "optimizer.kwargs", {}) or {}
-        by_index = cfg.method_kwargs.labels == "index"
-        fill_default(cfg, "method_kwargs.label_smoothing", 0.8)
-        fill_default(cfg, "method_kwargs.temperature", 1.0)
-        fill_default(cfg, "method_kwargs.head_optimizer", "adamw")
-        fill_default(
-            cfg,
-            "method_kwargs.head_weight_decay",
-            omegaconf_select(cfg, "optimizer.weight_decay", 0.0),
-        )
-        fill_default(
-            cfg, "method_kwargs.head_betas", list(optimizer_kwargs.get("betas", [0.9, 0.999]))
-        )
-        fill_default(cfg, "method_kwargs.head_eps", optimizer_kwargs.get("eps", 1e-8))
-        fill_default(cfg, "method_kwargs.head_momentum", optimizer_kwargs.get("momentum", 0.9))
-        fill_default(cfg, "method_kwargs.zero_grad_steps", "eager" if by_index else "lazy")
-        fill_default(cfg, "method_kwargs.row_placement", "cpu")
-        fill_default(cfg, "method_kwargs.row_dir", None)
-        fill_default(cfg, "method_kwargs.row_dtype", "float32")
-        fill_default(cfg, "method_kwargs.rows_per_step", 1)
-        fill_default(cfg, "method_kwargs.prefetch", True)
-
-        check_range(cfg, "method_kwargs.label_smoothing", 0.0, 1.0)
-        check_range(cfg, "method_kwargs.temperature", 1e-6, float("inf"))
-        check_choice(cfg, "method_kwargs.head_optimizer", ["adamw", "sgdw"])
-        check_range(cfg, "method_kwargs.head_weight_decay", 0.0, float("inf"))
-        betas = cfg.method_kwargs.head_betas
-        if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
-            raise ConfigError(
-                f"`method_kwargs.head_betas` must be two numbers in [0, 1), got {list(betas)!r}."
-            )
-        check_range(cfg, "method_kwargs.head_eps", 0.0, float("inf"))
-        check_range(cfg, "method_kwargs.head_momentum", 0.0, 1.0)
-        check_choice(cfg, "method_kwargs.zero_grad_steps", MODES)
-        check_choice(cfg, "method_kwargs.row_placement", PLACEMENTS)
-        check_choice(cfg, "method_kwargs.row_dtype", ["float32", "float64"])
-        check_positive_int(cfg, "method_kwargs.rows_per_step", "1 is the paper's batch CE.")
-        check_bool(cfg, "method_kwargs.prefetch")
-        _check_combinations(cfg, by_index)
-        return cfg
+    contract = replace(
+        IndexMethod.contract, kwargs=SDIETKwargs, train_batch_sampler=train_batch_sampler
+    )
 
     @property
     def row_store(self) -> RowStore:
@@ -323,31 +335,3 @@ class SDIET(IndexMethod):
             self._pending_snapshot = snapshot
         else:
             self._row_store.load_state_dict(snapshot)
-
-
-def _check_combinations(cfg: omegaconf.DictConfig, by_index: bool) -> None:
-    """The settings s-DIET refuses together: rows on disk without a folder; eager steps or
-    super-batches with labels other than ``index``; more than one view per sample."""
-    if cfg.method_kwargs.row_placement == "disk" and not cfg.method_kwargs.row_dir:
-        raise ConfigError(
-            "`method_kwargs.row_placement=disk` needs `method_kwargs.row_dir` (a folder for the "
-            "row files)."
-        )
-    if not by_index and cfg.method_kwargs.zero_grad_steps == "eager":
-        raise ConfigError(
-            f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
-            f"`labels={cfg.method_kwargs.labels}`: eager steps assume each row is visited once "
-            "per epoch, every N/B steps, false for class/mix/groups rows. Set "
-            "`method_kwargs.zero_grad_steps=lazy`."
-        )
-    if not by_index and cfg.method_kwargs.rows_per_step != 1:
-        raise ConfigError(
-            f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
-            f"`labels={cfg.method_kwargs.labels}`: a super-batch's rows would depend on the "
-            "targets of batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
-        )
-    if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
-        raise ConfigError(
-            "s-DIET trains on one view per sample: set `data.num_large_crops=1`, "
-            "`data.num_small_crops=0` and one augmentation pipeline with `num_crops: 1`."
-        )

@@ -34,7 +34,7 @@ from torch import nn
 
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import Contract, ExtraRepresentation, method_contract
-from solo_diet.methods.sem_config import add_and_assert_sem_cfg
+from solo_diet.methods.sem_config import fill_sem_kwargs, with_sem
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
     SEMThenHead,
@@ -168,9 +168,11 @@ def _with_sem_representation(
 
 
 def twin_contract(base: Contract) -> Contract:
-    """A twin's contract: the base method's, with the SEM representation measured too."""
+    """A twin's contract: the base method's, with ``method_kwargs.sem`` among its kwargs and the
+    SEM representation measured too."""
     return replace(
         base,
+        kwargs=None if base.kwargs is None else with_sem(base.kwargs),
         sem_unsupported="it is already a SEM twin.",
         extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
     )
@@ -219,11 +221,6 @@ class _SEMTwin:
                 f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
             )
         self._sem_large_crops: list[torch.Tensor] = []
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """The base method's keys, then ``method_kwargs.sem``'s."""
-        return add_and_assert_sem_cfg(super().add_and_assert_specific_cfg(cfg))
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
         parent_path, _, name = path.rpartition(".")
@@ -286,6 +283,9 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
     root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
 
+    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        return fill_sem_kwargs(method_cls.add_and_assert_specific_cfg(cfg))
+
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
@@ -298,6 +298,8 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
     }
+    if method_contract(method_cls).kwargs is None:  # solo-learn's method: only `sem` is ours
+        namespace["add_and_assert_specific_cfg"] = staticmethod(add_and_assert_specific_cfg)
     return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
 
 

@@ -2,59 +2,71 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
 
 import omegaconf
 
-from solo_diet.config import (
-    ConfigError,
-    check_choice,
-    check_int,
-    check_known_keys,
-    check_positive_int,
-    fill_default,
-)
+from solo_diet.config import ConfigError, parse_section, setting, write_section
 from solo_diet.nn.sem import check_temperature
 
-SEM_DEFAULTS: dict[str, Any] = {
-    "num_simplices": 5000,  # L
-    "simplex_dim": 13,  # V
-    "tau_online": 1.0,  # tau_p: online embedder, large crop 0 and small crops
-    # tau'_p: momentum embedder, or large crops >= 1 without one; None = tau_online
-    "tau_target": None,
-    "probe": "backbone",  # what the online classifier reads: backbone output e, or SEM at probe_tau
-    "probe_tau": 0.1,  # tau_d of the SEM probe (paper Table 2, BYOL); 0 = one-hot argmax
-}
-SEM_KEYS = tuple(SEM_DEFAULTS)
-PROBES = ("backbone", "sem")
 
+@dataclass(frozen=True)
+class SEMKwargs:
+    """The ``method_kwargs.sem`` settings (SEM paper defaults: L=5000, V=13 on CIFAR-100, App. C).
 
-def add_and_assert_sem_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """Fill and check ``method_kwargs.sem`` (SEM paper defaults: L=5000, V=13 on CIFAR-100,
-    App. C)."""
-    sem = fill_default(cfg, "method_kwargs.sem", {})
-    if not isinstance(sem, Mapping):
-        raise ConfigError(
-            f"`method_kwargs.sem` must be a mapping with keys {list(SEM_KEYS)}, got {sem!r}."
-        )
-    check_known_keys(cfg, "method_kwargs.sem", SEM_KEYS, "SEM")
-    for key, default in SEM_DEFAULTS.items():
-        fill_default(cfg, f"method_kwargs.sem.{key}", default)
-    sem = cfg.method_kwargs.sem
-    check_positive_int(cfg, "method_kwargs.sem.num_simplices", "It is L, the number of simplices.")
-    check_int(
-        cfg,
-        "method_kwargs.sem.simplex_dim",
-        2,
-        "It is V, the size of each simplex (a 1-entry simplex is constant 1).",
+    ``tau_online`` is tau_p (online embedder, large crop 0 and small crops); ``tau_target`` is
+    tau'_p (momentum embedder, or large crops >= 1 without one; None = ``tau_online``); ``probe``
+    is what the online classifier reads (backbone output e, or SEM at ``probe_tau``, tau_d of the
+    SEM probe, paper Table 2 for BYOL; 0 = one-hot argmax)."""
+
+    owner: ClassVar[str] = "SEM"
+    num_simplices: int = setting(5000, minimum=1, hint="It is L, the number of simplices.")
+    simplex_dim: int = setting(
+        13, minimum=2, hint="It is V, the size of each simplex (a 1-entry simplex is constant 1)."
     )
-    if sem.tau_target is None:
-        sem.tau_target = sem.tau_online
-    for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
-        try:
-            sem[key] = check_temperature(sem[key], f"`method_kwargs.sem.{key}`", allow_zero)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(str(err)) from err
-    check_choice(cfg, "method_kwargs.sem.probe", PROBES)
+    tau_online: float = 1.0
+    tau_target: Optional[float] = None
+    probe: str = setting("backbone", choices=("backbone", "sem"))
+    probe_tau: float = 0.1
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
+        """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
+        taus = {"tau_online": False, "tau_target": False, "probe_tau": True}
+        values = dataclasses.asdict(self)
+        values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
+        for key, allow_zero in taus.items():
+            try:
+                key_name = f"`method_kwargs.sem.{key}`"
+                values[key] = check_temperature(values[key], key_name, allow_zero)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(str(err)) from err
+        return SEMKwargs(**values)
+
+
+def with_sem(kwargs: type) -> type:
+    """The kwargs dataclass of a twin of a method declaring ``kwargs``: those and ``sem``, each
+    checked by its own ``checked``."""
+
+    def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
+        base = getattr(kwargs, "checked", None)
+        own = self if base is None else base(self, cfg)
+        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+
+    field = dataclasses.field(default_factory=SEMKwargs)
+    return dataclasses.make_dataclass(
+        f"SEM{kwargs.__name__}",
+        [("sem", SEMKwargs, field)],
+        bases=(kwargs,),
+        namespace={"checked": checked},
+        frozen=True,
+    )
+
+
+def fill_sem_kwargs(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+    """Fill and check ``method_kwargs.sem`` alone (the twin of a solo-learn method, whose own keys
+    solo-learn reads)."""
+    parsed = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
+    write_section(cfg, "method_kwargs.sem", parsed)
     return cfg

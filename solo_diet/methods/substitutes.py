@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from solo.utils.momentum import MomentumUpdater
 from torch import Tensor, nn
 
-from solo_diet.config import check_bool, fill_default
+from solo_diet.config import KeyReader
 from solo_diet.ema import ema_update_
 from solo_diet.methods.step_substitutes import substitute_solo_learn_steps
 
@@ -78,10 +78,9 @@ class ForeachMomentumUpdater(MomentumUpdater):
         ema_update_(momentum, online_net.parameters(), self._tau)
 
 
-def fill_and_check_substitutes(cfg: DictConfig) -> bool:
-    """Fill ``performance.foreach_substitutes`` (default True) and check it is a bool."""
-    fill_default(cfg, SUBSTITUTES_KEY, True)
-    return check_bool(cfg, SUBSTITUTES_KEY)
+def substitutes_on(cfg: DictConfig) -> bool:
+    """``performance.foreach_substitutes`` (default True), True or False."""
+    return KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True)
 
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
@@ -89,7 +88,7 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     for a :class:`ForeachMomentumUpdater` and the read-backs of solo-learn's own step
     (``substitute_solo_learn_steps``) when ``performance.foreach_substitutes`` is on; returns one
     description per substitute made (none when off or nothing applies)."""
-    if not fill_and_check_substitutes(cfg):
+    if not substitutes_on(cfg):
         return []
     made = []
     name = getattr(model, "optimizer", None)

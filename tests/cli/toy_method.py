@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Sequence
 
 import omegaconf
@@ -10,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.config import ConfigError, check_range, fill_default
+from solo_diet.config import ConfigError, setting
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation
-from solo_diet.methods.index_method import IndexMethod, check_sample_indexes
+from solo_diet.methods.index_method import IndexKwargs, IndexMethod, check_sample_indexes
 
 
 class ProjectedFeatures(nn.Module):
@@ -35,6 +36,25 @@ def projected_features(
     return [ExtraRepresentation("z", ProjectedFeatures(checkpoint.method()))]
 
 
+@dataclass(frozen=True)
+class ToyKwargs(IndexKwargs):
+    """The toy's ``method_kwargs``: IndexMethod's (one projector layer by default, 0 allowed) and
+    its temperature. Each field's default and check; a key that is no field is refused."""
+
+    proj_layers: int = setting(1, minimum=0, hint="0 means no projector.")
+    temperature: float = setting(1.0, within=(1e-6, math.inf))
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "ToyKwargs":
+        """What the fields cannot say alone: the toy trains on dataset indexes only."""
+        super().checked(cfg)
+        if self.labels != "index":
+            raise ConfigError(
+                f"`method_kwargs.labels` must be `index` for the toy method, got {self.labels!r}: "
+                "set `method_kwargs.labels=index`."
+            )
+        return self
+
+
 class ToyIndexMethod(IndexMethod):
     """Bias-free ``Linear(z_dim, N)`` head over ``z``; the target of an image is its dataset index.
 
@@ -44,32 +64,19 @@ class ToyIndexMethod(IndexMethod):
     """
 
     registered_as = "toy_index"  # the name configs use: `method: toy_index`
-    # IndexMethod's contract (sample indexes, strict method_kwargs, one view); compare measures z
+    # IndexMethod's contract (sample indexes, one view) with the toy's kwargs; compare measures z
     # too, and the suite's smoke runs build the toy with a 16-wide z at temperature 0.5
     contract = replace(
         IndexMethod.contract,
+        kwargs=ToyKwargs,
         extra_evaluations=projected_features,
         smoke_kwargs={"proj_output_dim": 16, "temperature": 0.5},
     )
-    projector_layers = (1, 0)  # (default, minimum) of method_kwargs.proj_layers
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)  # num_samples, label_source, projector, z_dim
         self.temperature: float = cfg.method_kwargs.temperature
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
-
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """Fills and checks the toy's keys (IndexMethod fills and checks the shared ones)."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_default(cfg, "method_kwargs.temperature", 1.0)
-        check_range(cfg, "method_kwargs.temperature", 1e-6, float("inf"))
-        if cfg.method_kwargs.labels != "index":
-            raise ConfigError(
-                f"`method_kwargs.labels` must be `index` for the toy method, got "
-                f"{cfg.method_kwargs.labels!r}: set `method_kwargs.labels=index`."
-            )
-        return cfg
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

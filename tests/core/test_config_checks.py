@@ -4,68 +4,88 @@ checks are one style: :class:`~solo_diet.config.KeyReader`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_int,
-    check_range,
-)
+from solo_diet.config import ConfigError, KeyReader, parse_section, setting
 
 
-def cfg_with(value):
-    return OmegaConf.create({"method_kwargs": {"x": value}})
+def read_x(value) -> KeyReader:
+    return KeyReader(OmegaConf.create({"method_kwargs": {"x": value}}))
 
 
 @pytest.mark.parametrize(
     "minimum, value, ok",
     [(0, 0, True), (0, -1, False), (1, 1, True), (1, 0, False), (2, 2, True), (2, 1, False)],
 )
-def test_check_int_bounds(minimum, value, ok):
+def test_int_bounds(minimum, value, ok):
     if ok:
-        assert check_int(cfg_with(value), "method_kwargs.x", minimum) == value
+        assert read_x(value).int("method_kwargs.x", minimum) == value
     else:
         with pytest.raises(ConfigError, match=rf"`method_kwargs.x` must be .*, got {value}\."):
-            check_int(cfg_with(value), "method_kwargs.x", minimum)
+            read_x(value).int("method_kwargs.x", minimum)
 
 
 @pytest.mark.parametrize("value", [True, 2.0, "3", None])
-def test_check_int_refuses_what_is_not_an_int(value):
+def test_int_refuses_what_is_not_an_int(value):
     with pytest.raises(ConfigError, match="must be a positive integer"):
-        check_positive_int(cfg_with(value), "method_kwargs.x")
+        read_x(value).int("method_kwargs.x", 1)
 
 
 @pytest.mark.parametrize(
     "minimum, words",
     [(0, "a non-negative integer"), (1, "a positive integer"), (3, "an integer >= 3")],
 )
-def test_check_int_message_says_what_is_wanted_and_ends_with_the_hint(minimum, words):
+def test_int_message_says_what_is_wanted_and_ends_with_the_hint(minimum, words):
     with pytest.raises(ConfigError) as raised:
-        check_int(cfg_with(-5), "method_kwargs.x", minimum, "It is the width.")
+        read_x(-5).int("method_kwargs.x", minimum, hint="It is the width.")
     assert str(raised.value) == f"`method_kwargs.x` must be {words}, got -5. It is the width."
 
 
-def test_check_bool_choice_and_range():
-    assert check_bool(cfg_with(False), "method_kwargs.x") is False
+def test_bool_choice_and_range():
+    assert read_x(False).bool("method_kwargs.x") is False
     with pytest.raises(ConfigError, match="True or False, got 1"):
-        check_bool(cfg_with(1), "method_kwargs.x")
-    assert check_choice(cfg_with("ce"), "method_kwargs.x", ["ce", "mse"]) == "ce"
+        read_x(1).bool("method_kwargs.x")
+    assert read_x("ce").choice("method_kwargs.x", ["ce", "mse"]) == "ce"
     with pytest.raises(
         ConfigError, match=r"one of \['ce', 'mse'\], got 'cee'; did you mean 'ce'\?"
     ):
-        check_choice(cfg_with("cee"), "method_kwargs.x", ["ce", "mse"])
+        read_x("cee").choice("method_kwargs.x", ["ce", "mse"])
     with pytest.raises(ConfigError, match=r"got 'xyz'\.$"):  # nothing close: no hint
-        check_choice(cfg_with("xyz"), "method_kwargs.x", ["ce", "mse"])
+        read_x("xyz").choice("method_kwargs.x", ["ce", "mse"])
     with pytest.raises(ConfigError, match=r"got 3\.$"):  # not a string: no hint
-        check_choice(cfg_with(3), "method_kwargs.x", ["ce", "mse"])
-    assert check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
+        read_x(3).choice("method_kwargs.x", ["ce", "mse"])
+    assert read_x(1).range("method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
     with pytest.raises(ConfigError, match=r"in \[0.0, 1.0\), got 1"):
-        check_range(cfg_with(1), "method_kwargs.x", 0.0, 1.0)
+        read_x(1).range("method_kwargs.x", 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Probe:
+    width: int = setting(8, minimum=1, hint="It is the width.")
+    loss: str = setting("ce", choices=("ce", "mse"))
+    scale: float = setting(0.5, within=(0.0, 1.0))
+    tag: Optional[str] = None
+    on: bool = True
+
+
+def test_a_schema_fills_defaults_checks_each_field_and_refuses_unknown_keys():
+    cfg = OmegaConf.create({"m": {"width": 4, "tag": "None"}})
+    assert parse_section(Probe, cfg, "m", "the probe") == Probe(width=4)
+    bad = {
+        "width": (0, r"^`m.width` must be a positive integer, got 0. It is the width.$"),
+        "loss": ("cee", r"^`m.loss` must be one of \['ce', 'mse'\], got 'cee'; did you mean"),
+        "scale": (1.5, r"^`m.scale` must be in \[0.0, 1.0\), got 1.5.$"),
+        "tag": (3, r"^`m.tag` must be a string, got 3.$"),
+        "on": ("yes", r"^`m.on` must be True or False, got 'yes'.$"),
+        "widht": (3, r"^`m.widht` is not a setting of the probe. Did you mean `m.width`\?"),
+    }
+    for key, (value, message) in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            parse_section(Probe, OmegaConf.create({"m": {key: value}}), "m", "the probe")
 
 
 def test_key_reader_names_the_full_key_of_a_node_and_reads_defaults():

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_diet.config import ConfigError
+from solo_diet.config import Argument, ConfigError
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
@@ -74,7 +74,7 @@ def test_decoding_errors_name_the_data_keys(tmp_path):
     assert type(error) is ConfigError
     assert re.search(r"is 12x8 px but .* is 8x8 px: .* Set `data.gpu.image_size` \(", str(error))
     error = named(
-        lambda: check_host_memory(2**60, "decoding", "Set a smaller argument `image_size`.")
+        lambda: check_host_memory(2**60, "decoding", "Set a smaller ", Argument("image_size"), ".")
     )
     assert str(error).endswith("are available. Set a smaller `data.gpu.image_size`.")
 

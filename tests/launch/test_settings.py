@@ -85,9 +85,9 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     from solo_diet.launch.loader_settings import parse_loader_settings
 
     calls = []
-    parse = settings.gpu_settings
-    monkeypatch.setattr(settings, "gpu_settings", lambda cfg: calls.append(1) or parse(cfg))
-    monkeypatch.setattr(gpu_path, "gpu_settings", settings.gpu_settings)
+    check = settings.GPUDataSettings.checked
+    counted = lambda self, cfg: calls.append(1) or check(self, cfg)  # noqa: E731
+    monkeypatch.setattr(settings.GPUDataSettings, "checked", counted)
     monkeypatch.setattr(
         gpu_path, "load_images", lambda *a, **k: _tiny_images(), raising=True
     )  # no files: what is counted is the settings, not the decoding

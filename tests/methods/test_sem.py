@@ -306,7 +306,7 @@ def test_twins_refuse_methods_that_would_leave_sem_untrained_or_unfed(method_cls
 
 @pytest.mark.parametrize(
     "method",
-    [m for m in declared_methods() if method_contract(METHODS[m]).strict_method_kwargs],
+    [m for m in declared_methods() if method_contract(METHODS[m]).kwargs is not None],
 )
 def test_a_misspelt_method_kwarg_of_our_methods_and_their_twins_is_refused(method):
     check_a_misspelt_method_kwarg_is_refused(method)

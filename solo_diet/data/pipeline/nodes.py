@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from solo_diet.config import KeyReader, is_number
+from solo_diet.config import Argument, ArgumentError, KeyReader, is_number
 
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DATASET_STATS = {
@@ -35,13 +35,20 @@ _SECTIONS = {
 _TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
 
 
+def node_argument(path: str) -> Argument:
+    """The argument a key path inside the node arguments names (``nodes[0].rrc.crop_min_scale``:
+    the argument ``nodes``, then the rest of the path)."""
+    head = path.split("[")[0].split(".")[0]
+    return Argument(head, path[len(head) :])
+
+
 class _Reader(KeyReader):
     """:class:`~solo_diet.config.KeyReader` over a node argument, with an augmentation node's own
-    value kinds; every error is a ValueError naming ``argument `<argument>.<key>```."""
+    value kinds; every error names ``argument `<argument>.<key>``` (an ArgumentError)."""
 
-    def fail(self, key: str, problem: str) -> ValueError:
+    def fail(self, key: str, problem: str) -> ArgumentError:
         space = "" if problem[:1] in (":", ",") else " "
-        return ValueError(f"argument `{self.name(key)}`{space}{problem}")
+        return ArgumentError(node_argument(self.name(key)), f"{space}{problem}")
 
     def jitter_range(self, key: str, centre: float, low: float, high: float) -> tuple[float, float]:
         """torchvision ColorJitter's range: strength s -> [max(low, centre - s), centre + s], or an
@@ -75,10 +82,13 @@ class _Reader(KeyReader):
                     key, f"must be 3 numbers (std > 0), one per RGB channel, got {value!r}."
                 )
             if dataset in DATASET_STATS and tuple(map(float, values)) != own:
-                raise self.fail(
-                    key,
-                    f"is ignored by solo-learn for argument `dataset: {dataset}` (it normalises "
-                    f"with {own}); remove it, or use argument `dataset: custom` to set your own.",
+                raise ArgumentError(
+                    node_argument(self.name(key)),
+                    " is ignored by solo-learn for ",
+                    Argument("dataset", f": {dataset}"),
+                    f" (it normalises with {own}); remove it, or use ",
+                    Argument("dataset", ": custom"),
+                    " to set your own.",
                 )
             result.append(tuple(map(float, values)))
         return result[0], result[1]
@@ -114,10 +124,10 @@ class AugmentationNode:
         ``custom``; errors name the node's keys as ``argument `<name>.<key>```."""
         if dataset not in DATASET_STATS and dataset != "custom":
             choices = sorted(DATASET_STATS) + ["custom"]
-            raise ValueError(f"argument `dataset` must be one of {choices}, got {dataset!r}.")
+            raise ArgumentError(Argument("dataset"), f" must be one of {choices}, got {dataset!r}.")
         if not isinstance(node, Mapping):
-            raise ValueError(
-                f"argument `{name}` must be a mapping of augmentation keys, got {node!r}."
+            raise ArgumentError(
+                node_argument(name), f" must be a mapping of augmentation keys, got {node!r}."
             )
         check_augmentation_keys(node, name)
         read = _Reader(node, name)
@@ -167,17 +177,21 @@ def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
     names it as ``argument `<name>.<key>```."""
     for key in node:
         if key not in _TOP_KEYS:
-            raise ValueError(
-                f"argument `{name}.{key}` is not an augmentation key of solo-learn's pipeline "
-                f"(known: {list(_TOP_KEYS)}); remove it."
+            raise ArgumentError(
+                node_argument(f"{name}.{key}"),
+                f" is not an augmentation key of solo-learn's pipeline (known: {list(_TOP_KEYS)});"
+                " remove it.",
             )
         section = node[key]
         if key in _SECTIONS and isinstance(section, Mapping):
             for sub in section:
                 if sub not in _SECTIONS[key]:
-                    raise ValueError(
-                        f"argument `{name}.{key}.{sub}` is not a key of solo-learn's `{key}` "
-                        f"(known: {list(_SECTIONS[key])}); remove it."
+                    raise ArgumentError(
+                        node_argument(f"{name}.{key}.{sub}"),
+                        f" is not a key of solo-learn's `{key}` (known: {list(_SECTIONS[key])}); "
+                        "remove it.",
                     )
         elif key in _SECTIONS and section is not None:
-            raise ValueError(f"argument `{name}.{key}` must be a mapping, got {section!r}.")
+            raise ArgumentError(
+                node_argument(f"{name}.{key}"), f" must be a mapping, got {section!r}."
+            )

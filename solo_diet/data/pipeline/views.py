@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from solo_diet.config import Argument, ArgumentError
 from solo_diet.data import augment as ops
 from solo_diet.data.pipeline.nodes import AugmentationNode
 
@@ -105,7 +106,7 @@ class MultiCropAugmentation:
 
     def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
         if not nodes:
-            raise ValueError("argument `nodes` must list at least one augmentation node.")
+            raise ArgumentError(Argument("nodes"), " must list at least one augmentation node.")
         self.nodes = tuple(nodes)
         per_view = [node for node in self.nodes for _ in range(node.num_crops)]
         self.num_views = len(per_view)
@@ -121,8 +122,8 @@ class MultiCropAugmentation:
         """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
         (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
         if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
-            raise ValueError(
-                f"argument `nodes` must be a list of nodes, got {type(nodes).__name__}."
+            raise ArgumentError(
+                Argument("nodes"), f" must be a list of nodes, got {type(nodes).__name__}."
             )
         parsed = [
             AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import check_choice, fill_default
+from solo_diet.config import KeyReader, parse_section, write_section
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath, PretrainData
-from solo_diet.launch.settings import FORMAT_KEY, DataSettings
+from solo_diet.launch.settings import DATA_PATH_SECTIONS, FORMAT_KEY, DataSettings
 
 _SHIPPED = ("image_folder", "dali", "gpu")
 for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__))):
@@ -37,11 +37,19 @@ def data_formats() -> tuple[str, ...]:
 
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
     """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
-    and trains from the image folder), then the keys of its data path (for the GPU data path the
-    ``data.gpu.*`` keys and the loader's device)."""
-    data_format = fill_default(cfg, FORMAT_KEY, "image_folder")
-    check_choice(cfg, FORMAT_KEY, data_formats())
-    return REGISTRY[data_format].read_settings(cfg, data_format)
+    and trains from the image folder), then the section its data path reads (``data.gpu.*`` and
+    the loader's device, or ``dali.*``), written back with its defaults."""
+    data_format = KeyReader(cfg).choice(FORMAT_KEY, data_formats(), default="image_folder")
+    OmegaConf.update(cfg, FORMAT_KEY, data_format, force_add=True)
+    section = REGISTRY[data_format].reads
+    if section is None:
+        return DataSettings(data_format)
+    key, schema, owner = DATA_PATH_SECTIONS[section]
+    parsed = parse_section(schema, cfg, key, owner, strict=section == "gpu")
+    checked = getattr(parsed, "checked", None)
+    parsed = parsed if checked is None else checked(cfg)
+    write_section(cfg, key, parsed)
+    return DataSettings(data_format, **{section: parsed})
 
 
 def make_data_path(settings: DataSettings) -> DataPath:

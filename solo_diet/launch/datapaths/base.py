@@ -53,6 +53,9 @@ class DataPath:
     method takes the run's checked :class:`LoaderSettings`, never its config."""
 
     formats: ClassVar[tuple[str, ...]] = ()
+    # the section of DataSettings this path reads ("gpu", "dali"; None: no keys of its own), which
+    # the settings parser (solo_diet.launch.datapaths.parse_data_settings) fills and checks
+    reads: ClassVar[Optional[str]] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -61,12 +64,6 @@ class DataPath:
 
     def __init__(self, settings: DataSettings):
         self.settings = settings
-
-    @classmethod
-    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
-        """The settings of this path's keys, filled and checked (by default it has none): the
-        parser's hook, the one method that reads the config."""
-        return DataSettings(data_format)
 
     @classmethod
     def serving(cls, settings: DataSettings) -> type["DataPath"]:

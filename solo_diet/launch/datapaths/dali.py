@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from solo_diet.config import ConfigError
 from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
@@ -14,9 +14,7 @@ from solo_diet.launch.loader_settings import LoaderSettings
 from solo_diet.launch.settings import (
     FORMAT_KEY,
     DaliSettings,
-    DataSettings,
     dali_installed,
-    dali_settings,
 )
 
 
@@ -31,11 +29,7 @@ class DaliPath(ImageFolderPath):
     """Pretraining through ``PretrainDALIDataModule`` with the config's augmentations."""
 
     formats = ("dali",)
-
-    @classmethod
-    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
-        """The ``dali.*`` keys (:func:`~solo_diet.launch.settings.dali_settings`)."""
-        return DataSettings(data_format, dali=dali_settings(cfg))
+    reads = "dali"
 
     @property
     def solo_format(self) -> str:

@@ -10,9 +10,7 @@ import sys
 from typing import Any, ClassVar, Optional
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import KeyReader
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.tensor_data import load_images
@@ -20,12 +18,10 @@ from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, Pretrain
 from solo_diet.launch.gpu_data import fit_probe_batch, probe_transforms
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import (
-    FORMAT_KEY,
     GPU_ARGUMENT_KEYS,
     DataSettings,
     GPUDataSettings,
     core_errors_named,
-    gpu_settings,
 )
 
 
@@ -45,20 +41,9 @@ class GPUPath(DataPath):
     settings. A subclass with a ``storage`` serves that ``data.gpu.storage`` instead."""
 
     formats = ("gpu",)
+    reads = "gpu"
     storage: ClassVar[Optional[str]] = None
     loader_class: ClassVar[type[GPUBatchLoader]] = GPUBatchLoader
-
-    @classmethod
-    def read_settings(cls, cfg: DictConfig, data_format: str) -> DataSettings:
-        """The ``data.gpu`` keys (:func:`~solo_diet.launch.settings.gpu_settings`); a ``dali``
-        section is refused."""
-        if OmegaConf.select(cfg, "dali") is not None:
-            raise KeyReader(cfg).fail(
-                "dali",
-                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
-                "section.",
-            )
-        return DataSettings(data_format, gpu_settings(cfg))
 
     @classmethod
     def serving(cls, settings: DataSettings) -> type[DataPath]:
