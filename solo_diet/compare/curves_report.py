@@ -159,7 +159,8 @@ def learning_curve_lines(
         ]
     _write_csv(curves, out / CURVES_CSV)
     lines += [
-        "Linear probe and kNN top-1 (%) at evenly spaced epochs of each run's own budget, mean "
+        "Linear probe, logistic-regression probe and kNN top-1 (%) at evenly spaced epochs of "
+        "each run's own budget, mean "
         f"± std over seeds (`{CURVES_CSV}`: also min, max and samples seen). "
         f"{_cost_line(results, out)} "
         "The last interval's change is read like the † marks: beyond two pooled standard "
@@ -174,7 +175,7 @@ def learning_curve_lines(
         references = aggregate([r for r in results if r["run"] in REFERENCE_ROWS])
         plot_learning_curves(curves, references, out / CURVES_PNG)
         lines += [
-            f"![learning curves: linear and kNN against epochs and samples seen]({CURVES_PNG})",
+            f"![learning curves: the probes and kNN against epochs and samples seen]({CURVES_PNG})",
             "",
             "Mean over seeds, band from their minimum to maximum; samples seen count every view "
             "(a two-view method sees twice the samples of a one-view one per epoch); dashed: the "
