@@ -237,12 +237,14 @@ class SDIET(IndexMethod):
 
     def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
         """This node's part of the rows with ``row_sharding=node`` over several nodes; None
-        otherwise. One process per node serves its rows: the shared store's writer, else the
-        node's first process."""
-        if self.row_sharding != "node" or self._trainer is None or self.trainer.num_nodes == 1:
+        otherwise. One process per node serves its rows: the shared store's writer. With ``gpu``
+        placement every GPU holds a table of its own, so each process holds a part."""
+        trainer = self.trainer if self._trainer is not None else None
+        if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
-        contributes = sharing.writer if sharing is not None else self.trainer.local_rank == 0
-        return node_shard(node, self.trainer.num_nodes, contributes, self.device)
+        if sharing is None:
+            return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
+        return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def _node_directory(self, node: int) -> Optional[str]:
         """``row_dir``; over several nodes its subfolder ``node<k>``: a folder on a file system

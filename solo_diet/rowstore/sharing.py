@@ -99,5 +99,6 @@ class RowShard:
 
 
 def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -> RowShard:
-    """:class:`RowShard` over the initialised ``torch.distributed`` group."""
+    """:class:`RowShard` over the initialised ``torch.distributed`` group (``node`` and ``nodes``
+    may count processes instead: then each process holds a part)."""
     return RowShard(node, nodes, contributes, dist.all_reduce, torch.device(device))

@@ -42,20 +42,22 @@ def new_store(mode: str, shard=None) -> RowStore:
     return ShardedRowStore(N, D, optimizer, shard=shard, **options)
 
 
-def on_two_nodes(work) -> list:
-    """``work(shard)`` on nodes 0 and 1, each a thread with its own gloo group; their results."""
+def on_two_nodes(work, places=((0, True), (1, True))) -> list:
+    """``work(shard)`` in one thread per process, each with its own gloo group, at its ``places``
+    (node, serves the node's rows); their results."""
     rendezvous = dist.HashStore()
-    results: list = [None, None]
+    results: list = [None] * len(places)
 
     def node(rank: int) -> None:
-        group = dist.ProcessGroupGloo(rendezvous, rank, NODES, timedelta(seconds=60))
-        shard = RowShard(rank, NODES, True, lambda tensor: group.allreduce([tensor]).wait())
+        group = dist.ProcessGroupGloo(rendezvous, rank, len(places), timedelta(seconds=60))
+        node, serves = places[rank]
+        shard = RowShard(node, NODES, serves, lambda tensor: group.allreduce([tensor]).wait())
         try:
             results[rank] = work(shard)
         except Exception as error:  # noqa: BLE001 - handed to the test's thread
             results[rank] = error
 
-    threads = [threading.Thread(target=node, args=(rank,)) for rank in range(NODES)]
+    threads = [threading.Thread(target=node, args=(rank,)) for rank in range(len(places))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -92,6 +94,23 @@ def test_two_shards_equal_one_whole_store_and_resume_exactly(mode):
         assert got["global_step"] == expected["global_step"] == len(steps)
         assert not torch.equal(saved["rows"], got["rows"])  # the resumed part moved the rows
     assert [owned for _, owned, _ in results] == [4, 3]
+
+
+def test_a_second_process_of_a_node_adds_nothing_and_gets_every_row():
+    """Node 0 of two processes (the second serves nothing, as a shared store's reader) and node 1:
+    all three load and checkpoint what one whole store does."""
+    steps = batches(epochs=2)
+    whole = new_store("lazy")
+    train(whole, steps)
+    expected = whole.state_dict()
+
+    def run(shard: RowShard) -> dict:
+        store = new_store("lazy", shard)
+        train(store, steps)
+        return store.state_dict()
+
+    for got in on_two_nodes(run, places=((0, True), (0, False), (1, True))):
+        assert all(torch.equal(got[name], expected[name]) for name in ("rows", "exp_avg_sq"))
 
 
 def test_shards_start_from_the_whole_tables_rows():
