@@ -91,6 +91,7 @@ class RowShard:
         return len(range(node, num_rows, self.nodes))
 
     def owns(self, indices: Tensor) -> Tensor:
+        """Which ``indices`` this node owns (a bool mask)."""
         return indices % self.nodes == self.node
 
     def local(self, indices: Tensor) -> Tensor:
