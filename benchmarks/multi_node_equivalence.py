@@ -23,6 +23,15 @@ It prints one table (``--json`` also writes it).
 
 ``--float64`` (the tests) trains with ``precision=64-true`` and float64 head tables, as the DDP
 equivalence test (benchmarks/sdiet_ddp_equivalence.py) does.
+
+``--row-sharding node`` runs s-DIET's two-node runs with their head rows sharded (each node holds
+the rows it owns), against the unsharded one-node run; ``--zero-grad-steps lazy`` picks s-DIET's
+lazy mode, ``--row-placement`` where its rows live (``gpu``: on the training device); ``--kill-at
+S`` makes the run that is resumed a third two-node run killed with ``kill -9`` at the start of
+global step ``S`` (both nodes), resumed from its last checkpoint:
+
+    python benchmarks/multi_node_equivalence.py --accelerator cpu --float64 --methods sdiet \
+        --row-sharding node --zero-grad-steps lazy --kill-at 3
 """
 
 from __future__ import annotations
@@ -31,12 +40,14 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -52,12 +63,35 @@ METHOD_OVERRIDES = {
     "diet": [],
 }
 CLASSES, PER_CLASS, BATCH, STEPS = 4, 6, 4, 2
+# a pretrain that kills itself (kill -9) at the start of global step ``at``
+KILLER = """
+import os, signal, sys
+from lightning.pytorch.callbacks import Callback
+from solo_diet.launch.common import compose_cfg
+from solo_diet.launch.errors import run_guarded
+from solo_diet.launch.pretrain import run_pretrain
+
+at, config_path, method, *argv = sys.argv[1:]
+
+class KillAtStep(Callback):
+    def on_train_batch_start(self, trainer, *args):
+        if trainer.global_step == int(at):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+cfg = compose_cfg(config_path, method, argv)
+sys.exit(run_guarded("pretrain", lambda: run_pretrain(cfg, extra_callbacks=[KillAtStep()])))
+"""
 
 
 def overrides(args: argparse.Namespace, method: str, data: Path, out: Path) -> list[str]:
     """A tiny run of ``method``: CP-ResNet-8 of width 8 at 32 px, ``STEPS`` steps of two epochs."""
     precision = "64-true" if args.float64 else "32"
     extra = ["++method_kwargs.row_dtype=float64"] if args.float64 and method == "sdiet" else []
+    if method == "sdiet" and args.zero_grad_steps:
+        extra.append(f"++method_kwargs.zero_grad_steps={args.zero_grad_steps}")
+    if method == "sdiet":
+        extra.append(f"++method_kwargs.row_placement={args.row_placement}")
+        extra += [f"++method_kwargs.row_dir={out}-rows"] if args.row_placement == "disk" else []
     return [
         f"data.train_path={data}",
         "data.val_path=null",
@@ -117,11 +151,22 @@ def run_one_node(args: argparse.Namespace, method: str, data: Path, out: Path) -
 
 
 def run_two_nodes(
-    args: argparse.Namespace, method: str, data: Path, out: Path, extra: list[str] = ()
+    args: argparse.Namespace,
+    method: str,
+    data: Path,
+    out: Path,
+    extra: list[str] = (),
+    kill_at: Optional[int] = None,
 ) -> None:
-    """The two "nodes" on this host: NODE_RANK 0 and 1, one device each, one main address."""
+    """The two "nodes" on this host: NODE_RANK 0 and 1, one device each, one main address; with
+    ``kill_at``, both are killed (-9) at the start of that global step."""
     port = str(free_port())
-    argv = command(method, overrides(args, method, data, out) + ["devices=1", "++num_nodes=2"])
+    run = overrides(args, method, data, out) + ["devices=1", "++num_nodes=2"]
+    if method == "sdiet":
+        run.append(f"++method_kwargs.row_sharding={args.row_sharding}")
+    argv = command(method, run)
+    if kill_at is not None:
+        argv = [sys.executable, "-c", KILLER, str(kill_at), str(CONFIGS), method, *run]
     nodes = []
     for node in (0, 1):
         env = base_environment() | {
@@ -152,7 +197,7 @@ def run_two_nodes(
             process.kill()
         code = process.wait()
         log.close()
-        if code != 0:
+        if code != (0 if kill_at is None else -signal.SIGKILL):
             failed.append(f"node {node} ({code}):\n{Path(log.name).read_text()[-4000:]}")
     if failed:
         sys.exit("two nodes failed: " + "\n".join(failed))
@@ -205,7 +250,11 @@ def compare_method(args: argparse.Namespace, method: str, work: Path, data: Path
     }
     if method in args.resume:
         copied = work / f"{method}-epoch0.ckpt"  # from elsewhere: the resumed run gets its folder
-        shutil.copy(last_checkpoint(two, epoch=0), copied)
+        source = two
+        if args.kill_at is not None:  # the resumed run starts from what a killed one left
+            source = work / f"{method}-two-nodes-killed"
+            run_two_nodes(args, method, data, source, kill_at=args.kill_at)
+        shutil.copy(last_checkpoint(source, epoch=0), copied)
         resumed = work / f"{method}-two-nodes-resumed"
         run_two_nodes(args, method, data, resumed, [f"++resume_from_checkpoint={copied}"])
         result["resumed vs uninterrupted"] = gaps(
@@ -213,6 +262,7 @@ def compare_method(args: argparse.Namespace, method: str, work: Path, data: Path
         )
     trained = json.loads((last_checkpoint(two).parent / "args.json").read_text())
     result["two-node run"] = {key: trained[key] for key in ("num_nodes", "devices")}
+    result["row sharding"] = trained["method_kwargs"].get("row_sharding")
     result["seconds"] = time.monotonic() - started
     return result
 
@@ -248,6 +298,12 @@ def main() -> None:
         "--resume", nargs="*", default=["sdiet"], help="methods whose resume is checked too"
     )
     parser.add_argument("--float64", action="store_true", help="precision 64-true, float64 rows")
+    parser.add_argument("--row-sharding", choices=["none", "node"], default="none")
+    parser.add_argument("--zero-grad-steps", choices=["eager", "lazy"], default=None)
+    parser.add_argument("--row-placement", choices=["cpu", "gpu", "disk"], default="cpu")
+    parser.add_argument(
+        "--kill-at", type=int, default=None, help="resume a run killed (-9) at this global step"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--json", default=None, help="also write the gaps to this file")
     args = parser.parse_args()

@@ -15,6 +15,15 @@ target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last
 from the case's launch: listing N files and setting up the row store count here). Each case's
 progress lines and the seconds its process took to exit go to stderr.
 
+``--two-nodes`` runs each 2-GPU case as two nodes of one GPU on this host (two processes,
+``NODE_RANK`` 0 and 1, ``CUDA_VISIBLE_DEVICES`` 0 and 1, ``++num_nodes=2``), and ``--row-sharding``
+the cases once per value of ``method_kwargs.row_sharding`` (``node``: each node holds the rows it
+owns); the row-store column then lists each node's table MiB. The 2-node row at N = 1.28 M, sharded
+against unsharded (issue 46; not yet measured):
+
+    python benchmarks/sdiet_imagenet_scale.py --gpus 2 --sizes 1281167 --two-nodes \
+        --row-sharding none node
+
     python benchmarks/sdiet_imagenet_scale.py                  # 1 and 2 GPUs where visible
     python benchmarks/sdiet_imagenet_scale.py --gpus 1 --steps 200
     python benchmarks/sdiet_imagenet_scale.py --smoke          # CPU plumbing, tiny
@@ -25,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,21 +85,49 @@ def peak_resident_mib() -> float:
     return float("nan")
 
 
+def start_second_node(case: dict) -> Optional[subprocess.Popen]:
+    """A case of ``"nodes": 2``: this process becomes node 0 (GPU 0) and starts node 1 (GPU 1) on
+    this host, as benchmarks/multi_node_equivalence.py does; None for one node."""
+    if case.get("nodes", 1) == 1:
+        return None
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
+    launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    os.environ.update(launch, NODE_RANK="0", CUDA_VISIBLE_DEVICES="0")
+    second = os.environ | launch | {"NODE_RANK": "1", "CUDA_VISIBLE_DEVICES": "1"}
+    command = [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)]
+    return subprocess.Popen(command, env=second, stdout=subprocess.DEVNULL)
+
+
 def sdiet_case(case: dict) -> Optional[dict]:
-    """One case: the window's figures plus the row store's host tables and resident memory."""
+    """One case: the window's figures plus the row store's host tables (each node's) and resident
+    memory."""
+    import torch.distributed as dist
+
+    second = start_second_node(case) if "NODE_RANK" not in os.environ else None
     callback = window(case)
 
     def extra(trainer, module) -> None:
         store = module.row_store
+        mib = (store.table.nbytes + store.last_step.nbytes) / 2**20
+        per_rank = [mib]
+        if dist.is_initialized():
+            per_rank = [None] * dist.get_world_size()
+            dist.all_gather_object(per_rank, mib)
         callback.result.update(
             rows=int(store.table.shape[0]),
-            row_store_mib=(store.table.nbytes + store.last_step.nbytes) / 2**20,
+            row_store_mib=mib,
+            row_store_mib_per_rank=per_rank,
             row_store_device=str(store.table.device),
             resident_mib=peak_resident_mib(),
         )
 
     callback.extra = extra
-    return run_training_case({**case, "config": "sdiet"}, callback)
+    result = run_training_case({**case, "config": "sdiet"}, callback)
+    if second is not None:
+        second.wait()
+    return result
 
 
 def main(argv: Optional[list] = None) -> None:
@@ -104,6 +143,8 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, default=0, help="per GPU; 0: cores / GPUs")
     parser.add_argument("--row-placement", default="cpu", choices=["cpu", "gpu", "disk"])
+    parser.add_argument("--two-nodes", action="store_true", help="2-GPU cases as 2 nodes")
+    parser.add_argument("--row-sharding", nargs="+", default=["none"], choices=["none", "node"])
     parser.add_argument("--case-timeout", type=float, default=600.0)
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -115,7 +156,8 @@ def main(argv: Optional[list] = None) -> None:
     args.gpus = args.gpus or [g for g in (1, 2) if g <= max(1, visible_gpus())]
     accelerator, precision, overrides = "gpu", "bf16-mixed", ["backbone.name=resnet50"]
     if args.smoke:
-        accelerator, precision, args.gpus = "cpu", "32", [1]
+        accelerator, precision = "cpu", "32"
+        args.gpus = [2] if args.two_nodes else [1]
         args.images, args.sizes, args.batch_size, args.warmup, args.steps = 24, [40, 400], 4, 1, 2
         overrides = ["backbone.name=resnet18", "augmentations.0.crop_size=32"]
     overrides += [f"method_kwargs.row_placement={args.row_placement}"]
@@ -133,29 +175,35 @@ def main(argv: Optional[list] = None) -> None:
             f"over {args.images} distinct JPEGs, {args.warmup} + {args.steps} timed steps"
         )
         print(
-            "| GPUs | N | samples/s | GPU busy % | peak GPU MiB | vs smallest N | row store host "
-            "MiB | peak resident MiB | first step at s | case s |"
+            "| GPUs | nodes | row sharding | N | samples/s | GPU busy % | peak GPU MiB | vs "
+            "smallest N | row store MiB (each node) | peak resident MiB | first step at s | "
+            "case s |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for gpus in args.gpus:
+        print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for gpus, sharding in [(g, s) for g in args.gpus for s in args.row_sharding]:
+            nodes = 2 if args.two_nodes and gpus == 2 else 1
             first_peak = None
             for n in args.sizes:
                 case = {
-                    "method": "sdiet", "source": "stream", "gpus": gpus,
+                    "method": "sdiet", "source": "stream", "gpus": gpus // nodes, "nodes": nodes,
                     "workers": args.workers or max(1, cores // gpus), "folder": str(folders[n]),
                     "batch_size": args.batch_size, "precision": precision,
                     "accelerator": accelerator, "warmup": args.warmup, "steps": args.steps,
-                    "overrides": overrides, "out": str(Path(scratch) / "out"),
+                    "out": str(Path(scratch) / "out"),
+                    "overrides": [*overrides, f"++method_kwargs.row_sharding={sharding}",
+                                  *(["++num_nodes=2"] if nodes == 2 else [])],
                 }  # fmt: skip
                 result = run_case(__file__, case, args.case_timeout)
                 peak = result.get("peak_mib")
                 first_peak = first_peak or peak
                 ratio = f"{peak / first_peak:.3f}" if peak and first_peak else "-"
+                each = result.get("row_store_mib_per_rank")
+                tables = " / ".join(f"{m:.0f}" for m in each) if each else "-"
                 print(
-                    f"| {gpus} | {n} | {cell(result, 'samples_s', '.0f')} "
+                    f"| {gpus} | {nodes} | {sharding} | {n} | {cell(result, 'samples_s', '.0f')} "
                     f"| {cell(result, 'busy', '.0f')} | {cell(result, 'peak_mib', '.0f')} "
                     f"| {ratio} "
-                    f"| {cell(result, 'row_store_mib', '.0f')} "
+                    f"| {tables} "
                     f"| {cell(result, 'resident_mib', '.0f')} "
                     f"| {cell(result, 'first_step_s', '.0f')} | {cell(result, 'case_s', '.0f')} |",
                     flush=True,

@@ -42,7 +42,16 @@ from solo_diet.methods.index_method import (
 )
 from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.rowhead import RowHead
-from solo_diet.rowstore import MODES, PLACEMENTS, RowStore, host_sharing
+from solo_diet.rowstore import (
+    MODES,
+    PLACEMENTS,
+    HostSharing,
+    RowShard,
+    RowStore,
+    ShardedRowStore,
+    host_sharing,
+    node_shard,
+)
 from solo_diet.samplers import SuperBatch, SuperBatchOrder, SuperBatchSampler, check_sampler
 
 CHECKPOINT_KEY = "sdiet_row_store"
@@ -78,6 +87,9 @@ class SDIETKwargs(IndexKwargs):
         super-batch; needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
     prefetch: with a SuperBatchSampler, move the next super-batch's rows to the device while
         the current one trains.
+    row_sharding: ``none`` (every node holds all N rows) or ``node``: over several nodes each
+        holds the rows it owns (index modulo nodes), exchanged per step by one collective
+        (:mod:`solo_diet.rowstore.shards`; no prefetch).
     """
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
@@ -98,6 +110,7 @@ class SDIETKwargs(IndexKwargs):
     row_dtype: str = setting("float32", choices=("float32", "float64"))
     rows_per_step: int = setting(1, minimum=1, hint="1 is the paper's batch CE.")
     prefetch: bool = True
+    row_sharding: str = setting("none", choices=("none", "node"))
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
         """The head's betas, and the settings s-DIET refuses together: rows on disk without a
@@ -171,6 +184,7 @@ class SDIET(IndexMethod):
             dtype=getattr(torch, kwargs.row_dtype),
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
+        self.row_sharding: str = kwargs.row_sharding
         self.row_head = RowHead(
             kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch
         )
@@ -214,18 +228,34 @@ class SDIET(IndexMethod):
                     "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
                     "late, and class rows recur in consecutive batches."
                 )
-            self._row_store = RowStore(
+            options = dict(self._store_kwargs, directory=self._node_directory(node))
+            shard = self._node_shard(node, sharing)
+            # sharded: each node's rows only (rowstore.shards), exchanged at every load
+            sharded = {} if shard is None else {"shard": shard}
+            self._row_store = (RowStore if shard is None else ShardedRowStore)(
                 self.label_source.num_rows,
                 self.z_dim,
                 self.head_optimizer,
                 device=self.device,
                 sharing=sharing,
-                **{**self._store_kwargs, "directory": self._node_directory(node)},
+                **options,
+                **sharded,
             )
             if self._pending_snapshot is not None:
                 self._row_store.load_state_dict(self._pending_snapshot)
                 self._pending_snapshot = None
         return self._row_store
+
+    def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
+        """This node's part of the rows with ``row_sharding=node`` over several nodes; None
+        otherwise. One process per node serves its rows: the shared store's writer. With ``gpu``
+        placement every GPU holds a table of its own, so each process holds a part."""
+        trainer = self.trainer if self._trainer is not None else None
+        if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
+            return None
+        if sharing is None:
+            return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
+        return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def _node_directory(self, node: int) -> Optional[str]:
         """``row_dir``; over several nodes its subfolder ``node<k>``: a folder on a file system
@@ -323,9 +353,14 @@ class SDIET(IndexMethod):
         """The rows, their optimiser state and counters travel with the checkpoint (exact resume).
 
         Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table
-        copy."""
-        if self._trainer is None or self.trainer.is_global_zero:
-            checkpoint[CHECKPOINT_KEY] = self.row_store.state_dict()
+        copy; sharded, they send it their rows (collective)."""
+        keep = self._trainer is None or self.trainer.is_global_zero
+        if isinstance(self.row_store, ShardedRowStore):
+            state = self.row_store.state_dict(keep=keep)
+        elif keep:
+            state = self.row_store.state_dict()
+        if keep:
+            checkpoint[CHECKPOINT_KEY] = state
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         snapshot = checkpoint.get(CHECKPOINT_KEY)

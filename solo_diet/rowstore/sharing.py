@@ -9,7 +9,9 @@ disjoint from those of step ``t`` within an epoch (our design), and the caller s
 boundaries (:meth:`~solo_diet.rowstore.RowStore.synchronize`).
 
 A run over several nodes keeps one store per node, each written by its own writer (every process
-computes the same update, so the nodes' stores stay equal).
+computes the same update, so the nodes' stores stay equal), or, sharded (:class:`RowShard`), one
+part of the rows per node: node ``k`` of ``nodes`` owns the rows whose index is ``k`` modulo
+``nodes``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import torch
 import torch.distributed as dist
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,46 @@ def host_sharing(
     rank = dist.get_rank()
     writer = places.index(places[rank]) == rank
     return HostSharing(f"{prefix}_{token[0]}_node{node}", writer, dist.barrier, directory)
+
+
+@dataclass(frozen=True)
+class RowShard:
+    """This node's part of the rows: node ``node`` of ``nodes`` owns the rows ``index % nodes ==
+    node``, at table row ``index // nodes`` (each node's table has ``ceil(N / nodes)`` rows).
+
+    Args:
+        node: this process's node.
+        nodes: how many nodes share the rows out.
+        contributes: this process serves its node's rows to the others (one per node: the shared
+            store's writer).
+        all_reduce: sums a tensor over every process, in place (``torch.distributed.all_reduce``).
+        device: where the collective's tensors live (the CUDA device under NCCL).
+    """
+
+    node: int
+    nodes: int
+    contributes: bool
+    all_reduce: Callable[[Tensor], None]
+    device: torch.device = torch.device("cpu")
+
+    def table_rows(self, num_rows: int) -> int:
+        """``ceil(N / nodes)``: the rows of every node's table."""
+        return -(-num_rows // self.nodes)
+
+    def owned_rows(self, num_rows: int, node: int) -> int:
+        """How many of the ``N`` rows ``node`` owns."""
+        return len(range(node, num_rows, self.nodes))
+
+    def owns(self, indices: Tensor) -> Tensor:
+        """Which ``indices`` this node owns (a bool mask)."""
+        return indices % self.nodes == self.node
+
+    def local(self, indices: Tensor) -> Tensor:
+        """Table rows of owned ``indices``."""
+        return indices // self.nodes
+
+
+def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -> RowShard:
+    """:class:`RowShard` over the initialised ``torch.distributed`` group (``node`` and ``nodes``
+    may count processes instead: then each process holds a part)."""
+    return RowShard(node, nodes, contributes, dist.all_reduce, torch.device(device))

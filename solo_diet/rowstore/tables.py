@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from solo_diet.rowstore.sharing import HostSharing
+from solo_diet.rowstore.sharing import HostSharing, RowShard
 
 PLACEMENTS = ("cpu", "gpu", "disk")
 INIT_CHUNK_ELEMENTS = 1 << 24
@@ -43,6 +43,8 @@ class RowTables:
             paper is silent; state starts at 0).
         dtype: dtype of the table (``torch.float32``; ``float64`` for exact tests).
         sharing: share a ``"cpu"`` or ``"disk"`` table between the processes of a host.
+        shard: hold only this node's part of the ``num_rows`` rows (``ceil(N / nodes)`` table rows,
+            initialised as the same rows of a whole table).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class RowTables:
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         sharing: Optional[HostSharing] = None,
+        shard: Optional[RowShard] = None,
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -66,7 +69,8 @@ class RowTables:
             raise ValueError(
                 "placement='gpu' cannot be shared between processes: each GPU holds its own table"
             )
-        self.num_rows, self.dim = num_rows, dim
+        self.num_rows = num_rows if shard is None else shard.table_rows(num_rows)
+        self.dim = dim
         self.names = tuple(names)
         self.placement = placement
         self.dtype = dtype
@@ -87,7 +91,7 @@ class RowTables:
 
         if self.writer:
             self._allocate_all(directory)
-            self._initialise_rows(seed)
+            self._initialise_rows(seed, num_rows, shard)
             for name in self.names[1:]:
                 self.tables[name].zero_()
             self.last_step.fill_(-1)
@@ -102,18 +106,25 @@ class RowTables:
                 ):  # memory stays mapped; nothing is left in /dev/shm after a crash
                     os.unlink(path)
 
-    def _initialise_rows(self, seed: int) -> None:
+    def _initialise_rows(self, seed: int, num_rows: int, shard: Optional[RowShard]) -> None:
         """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks (one seeded stream, the same values as one
-        draw): no ``N x D`` temporary next to the table."""
+        draw): no ``N x D`` temporary next to the table. A shard draws the whole stream and keeps
+        its rows (a node's padding row, if any, is zero)."""
         bound = 1.0 / math.sqrt(self.dim)
         generator = torch.Generator().manual_seed(seed)
         chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
-        for chunk in self.tables["rows"].split(chunk_rows):
-            chunk.copy_(
-                torch.empty(chunk.shape, dtype=self.dtype).uniform_(
-                    -bound, bound, generator=generator
-                )
-            )
+        rows = self.tables["rows"]
+        for start in range(0, num_rows, chunk_rows):
+            drawn = torch.empty((min(chunk_rows, num_rows - start), self.dim), dtype=self.dtype)
+            drawn.uniform_(-bound, bound, generator=generator)
+            if shard is None:
+                rows[start : start + len(drawn)].copy_(drawn)
+                continue
+            first = start + (shard.node - start) % shard.nodes  # this node's first row in the chunk
+            kept = drawn[first - start :: shard.nodes]
+            rows[first // shard.nodes : first // shard.nodes + len(kept)].copy_(kept)
+        if shard is not None:
+            rows[shard.owned_rows(num_rows, shard.node) :].zero_()
 
     def _check_shared_memory(self, directory: str) -> None:
         """Refuse a too small ``/dev/shm`` (touching a page beyond its size would kill the

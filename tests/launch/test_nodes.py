@@ -139,16 +139,19 @@ def test_the_launchers_refuse_a_cluster_without_its_variables_in_one_line(
     assert len(err) == 1 and "`num_nodes=2` without a scheduler needs MASTER_ADDR" in err[0], err
 
 
-def two_nodes_equal_one_node(tmp_path: Path, accelerator: str, resume: list) -> dict:
-    """Run benchmarks/multi_node_equivalence.py; check what it measured and return it."""
+def two_nodes_equal_one_node(
+    tmp_path: Path, accelerator: str, resume: list, methods=("sdiet", "diet"), options=()
+) -> dict:
+    """Run benchmarks/multi_node_equivalence.py (with its ``options``); check what it measured and
+    return it."""
     out = tmp_path / "gaps.json"
     script = REPO / "benchmarks" / "multi_node_equivalence.py"
     argv = [sys.executable, str(script), "--accelerator", accelerator, "--float64"]
-    argv += ["--methods", "sdiet", "diet", "--resume", *resume, "--json", str(out)]
+    argv += ["--methods", *methods, "--resume", *resume, "--json", str(out), *options]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(out.read_text())
-    for method in ("sdiet", "diet"):
+    for method in methods:
         result = results[method]
         assert result["two-node run"] == {"num_nodes": 2, "devices": [0]}
         compared = [result["two nodes vs one node"]]
@@ -175,6 +178,24 @@ def test_two_cpu_nodes_equal_one_node_of_two_processes_and_resume_exactly(tmp_pa
     node of ``devices=2`` does (float64, 2 epochs of 2 steps); s-DIET's two-node run resumed from
     its epoch-0 checkpoint ends where the uninterrupted one does."""
     two_nodes_equal_one_node(tmp_path, "cpu", resume=["sdiet"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, placement", [("eager", "cpu"), ("lazy", "disk"), ("eager", "gpu")])
+def test_two_cpu_nodes_with_sharded_rows_equal_one_unsharded_node_and_resume_after_kill_9(
+    tmp_path, mode, placement
+):
+    """``row_sharding=node`` (each node holds the rows whose index it owns) on two gloo "nodes"
+    trains s-DIET as one unsharded node of ``devices=2`` does, to float64 precision, in weights,
+    rows, AdamW state and counters across the epoch boundary; a sharded run killed (-9) by both
+    nodes at epoch 1's second step and resumed from its epoch-0 checkpoint ends where the
+    uninterrupted sharded run does (``gpu`` placement: the table on the training device, here the
+    CPU)."""
+    options = ["--row-sharding", "node", "--zero-grad-steps", mode, "--row-placement", placement]
+    results = two_nodes_equal_one_node(
+        tmp_path, "cpu", resume=["sdiet"], methods=["sdiet"], options=[*options, "--kill-at", "3"]
+    )
+    assert results["sdiet"]["row sharding"] == "node"
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

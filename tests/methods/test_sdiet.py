@@ -423,6 +423,7 @@ def test_stop_and_resume_equals_uninterrupted_run(tmp_path, mode):
         ({"rows_per_step": 0}, "rows_per_step"),
         ({"prefetch": "yes"}, "prefetch"),
         ({"temperature": 0.0}, "temperature"),
+        ({"row_sharding": "host"}, "method_kwargs.row_sharding"),
     ],
 )
 def test_invalid_config_names_the_key(kwargs, key):

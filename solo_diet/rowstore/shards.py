@@ -1,0 +1,124 @@
+"""The row store sharded over nodes: each node holds only the rows it owns (our design; the sharded
+embedding tables of recommender systems).
+
+Node ``k`` of ``nodes`` owns the rows whose index is ``k`` modulo ``nodes``
+(:class:`~solo_diet.rowstore.sharing.RowShard`), with their optimiser state and last-step counters.
+Every process still computes the update of the whole global batch, as unsharded:
+
+- **load**: one process per node (the shard's contributor) loads the batch's rows that its node
+  owns (lazy rows caught up by their owner), the others contribute zeros, and one ``all_reduce``
+  (a sum with a single non-zero term per element: exact) gives every process all the batch's rows;
+- **store**: each node's contributor writes back only its own rows (eager zero-gradient steps
+  included, applied to every row before the write as unsharded).
+
+A checkpoint holds the whole table, as unsharded (gathered node by node to the process that keeps
+it), so a sharded run resumes on any number of nodes, each node keeping its rows. Sharded stores do
+not prefetch: the rows arrive through the collective at load.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from solo_diet.optim import RowOptimizer
+from solo_diet.rowstore.sharing import RowShard
+from solo_diet.rowstore.store import RowStore
+from solo_diet.rowstore.tables import Device
+
+EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
+
+
+class ShardedRowStore(RowStore):
+    """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows; indices stay global.
+
+    Args:
+        num_rows: N, the rows of all nodes together.
+        dim, optimizer, store_options: as :class:`~solo_diet.rowstore.RowStore`.
+        shard: this node's part and the collective that exchanges rows.
+    """
+
+    def __init__(
+        self, num_rows: int, dim: int, optimizer: RowOptimizer, *, shard: RowShard, **store_options
+    ):
+        super().__init__(num_rows, dim, optimizer, shard=shard, **store_options)
+        self.shard = shard
+        self.total_rows = num_rows
+
+    def prefetch(self, indices: Tensor, device: Device) -> None:
+        """Nothing: sharded rows arrive through the collective of :meth:`load`."""
+
+    def load(
+        self, indices: Tensor, device: Device, *, lr: Optional[float] = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The rows and state of the global ``indices`` from their owners (collective)."""
+        device = torch.device(device)
+        shape = (indices.numel(), len(self.names), self.dim)
+        values = torch.zeros(shape, dtype=self.dtype, device=device)
+        if self.shard.contributes:
+            owned = self.shard.owns(indices)
+            rows, state = super().load(self.shard.local(indices[owned]), device, lr=lr)
+            values[owned.to(device)] = torch.stack([rows, *state], dim=1)
+        self.shard.all_reduce(values)
+        rows, *state = values.unbind(1)
+        return rows, tuple(state)
+
+    def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
+        """The contributor writes back its node's rows of ``indices``."""
+        if not self.shard.contributes:
+            return
+        owned = self.shard.owns(indices)
+        on_device = owned.to(rows.device)
+        owned_state = tuple(s[on_device] for s in state)
+        super().store(self.shard.local(indices[owned]), rows[on_device], owned_state)
+
+    def state_dict(self, keep: bool = True) -> dict:
+        """The whole table, as :meth:`RowStore.state_dict` (collective); a process that does not
+        ``keep`` it only sends its rows and gets an empty dict."""
+        self.commit()
+        local = self.snapshot() if self.shard.contributes else None
+        whole = {
+            name: self._gather(name, None if local is None else local[name], keep)
+            for name in (*self.names, "last_step")
+        }
+        return {**whole, "global_step": self.global_step, "mode": self.mode} if keep else {}
+
+    def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
+        """Every node's rows of table ``name``, node by node and in chunks, through sums in which
+        only the owner's contributor adds non-zeros."""
+        counters = name == "last_step"
+        width, dtype = ((), torch.int64) if counters else ((self.dim,), self.dtype)
+        whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
+        chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))
+        for node in range(self.shard.nodes):
+            owned = self.shard.owned_rows(self.total_rows, node)
+            for start in range(0, owned, chunk):
+                stop = min(start + chunk, owned)
+                part = torch.zeros((stop - start, *width), dtype=dtype, device=self.shard.device)
+                if local is not None and node == self.shard.node:
+                    part.copy_(local[start:stop])
+                self.shard.all_reduce(part)
+                if whole is not None:
+                    first = node + start * self.shard.nodes
+                    whole[first : node + stop * self.shard.nodes : self.shard.nodes] = part.cpu()
+        return whole
+
+    def load_state_dict(self, snapshot: dict) -> None:
+        """Keep this node's rows of a whole :meth:`state_dict` (saved sharded on any number of
+        nodes, or unsharded)."""
+        rows = snapshot.get("rows")
+        if rows is not None and tuple(rows.shape) != (self.total_rows, self.dim):
+            raise ValueError(
+                f"row-store snapshot has {tuple(rows.shape)} rows, this store "
+                f"{(self.total_rows, self.dim)} (num_samples x proj_output_dim)"
+            )
+        mine = dict(snapshot)
+        for name in (*self.names, "last_step"):
+            if name in snapshot:
+                kept = snapshot[name][self.shard.node :: self.shard.nodes]
+                padding = -1 if name == "last_step" else 0
+                mine[name] = torch.full((self.num_rows, *kept.shape[1:]), padding, dtype=kept.dtype)
+                mine[name][: len(kept)] = kept
+        super().load_state_dict(mine)
