@@ -19,7 +19,7 @@ progress lines and the seconds its process took to exit go to stderr.
 ``NODE_RANK`` 0 and 1, ``CUDA_VISIBLE_DEVICES`` 0 and 1, ``++num_nodes=2``), and ``--row-sharding``
 the cases once per value of ``method_kwargs.row_sharding`` (``node``: each node holds the rows it
 owns); the row-store column then lists each node's table MiB. The 2-node row at N = 1.28 M, sharded
-against unsharded (issue 46; not yet measured):
+against unsharded (issue 46; measured in docs/benchmarks.md, "Sharded rows on two nodes"):
 
     python benchmarks/sdiet_imagenet_scale.py --gpus 2 --sizes 1281167 --two-nodes \
         --row-sharding none node
