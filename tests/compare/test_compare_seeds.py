@@ -135,7 +135,8 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     stds = [float(means[run]["linear_acc1_std"]) for run in ("diet", "simclr")]
     two_std = 2 * pooled_std(stds[0], 2, stds[1], 2)
     outcome = "held" if gap > two_std else "reversed" if -gap > two_std else "not resolved"
-    assert lines[3].startswith("- **") and ": diet beats simclr (`linear_acc1`): " in lines[3]
+    assert lines[3].startswith("- **")
+    assert ": diet beats simclr (`linear_acc1`; solo-learn's LinearModel probe" in lines[3]
     assert f"diet − simclr = {gap:+.2f} (2 pooled std {two_std:.2f}: {outcome})" in lines[3]
     assert ": diet learns faster (`val_acc1` after 2 epochs): diet − simclr = " in lines[4]
 
