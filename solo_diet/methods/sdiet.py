@@ -231,15 +231,15 @@ class SDIET(IndexMethod):
             options = dict(self._store_kwargs, directory=self._node_directory(node))
             shard = self._node_shard(node, sharing)
             # sharded: each node's rows only (rowstore.shards), exchanged at every load
-            sharded = {} if shard is None else {"shard": shard}
-            self._row_store = (RowStore if shard is None else ShardedRowStore)(
+            store_class = RowStore if shard is None else ShardedRowStore
+            self._row_store = store_class(
                 self.label_source.num_rows,
                 self.z_dim,
                 self.head_optimizer,
                 device=self.device,
                 sharing=sharing,
+                shard=shard,
                 **options,
-                **sharded,
             )
             if self._pending_snapshot is not None:
                 self._row_store.load_state_dict(self._pending_snapshot)
