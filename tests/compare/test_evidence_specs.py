@@ -109,8 +109,8 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
 
 @pytest.mark.slow  # over 2 s
 def test_the_paper_budget_spec_gives_each_run_its_papers_budget(data_root, tmp_path):
-    """DIET and s-DIET at 5000 epochs, the baselines at 1000, DIET once more at SimCLR's
-    compute (samples, views counted), and SimCLR on two views of DIET's augmentation."""
+    """DIET and s-DIET at 5000 epochs, the baselines at 1000, DIET and s-DIET once more at
+    SimCLR's compute (samples, views counted), and SimCLR on two views of DIET's augmentation."""
     solo_diet.register()
     spec_path = COMPARE / "evidence_paper_budget_animal_mnist.yaml"
     spec = load_spec(spec_path, [f"data.root={data_root}", f"output_dir={tmp_path}"])
@@ -124,9 +124,11 @@ def test_the_paper_budget_spec_gives_each_run_its_papers_budget(data_root, tmp_p
         "vicreg": 1000,
         "simclr_diet_aug": 1000,
         "diet_matched": 2000,
+        "sdiet_matched": 2000,
     }
-    assert jobs["diet_matched"].budget.samples == jobs["simclr"].budget.samples == 15_872_000
-    assert jobs["diet_matched"].budget.matched == "samples"
+    for matched in ("diet_matched", "sdiet_matched"):
+        assert jobs[matched].budget.samples == jobs["simclr"].budget.samples == 15_872_000
+        assert jobs[matched].budget.matched == "samples"
     diet_views, simclr_views = (
         jobs["diet"].cfg.augmentations,
         jobs["simclr_diet_aug"].cfg.augmentations,
