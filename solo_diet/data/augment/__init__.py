@@ -15,17 +15,11 @@ Use them through this package: ``from solo_diet.data import augment as ops``.
 """
 
 from solo_diet.data.augment.photometric import (
-    GRAY_WEIGHTS,
-    SOLARIZE_THRESHOLD,
-    adjust_brightness,
-    adjust_contrast,
     adjust_hue,
-    adjust_saturation,
     color_jitter,
     equalize,
     gaussian_blur,
     grayscale,
-    luma,
     solarize,
 )
 from solo_diet.data.augment.resample import (
@@ -34,30 +28,20 @@ from solo_diet.data.augment.resample import (
     image_sides,
     resize_center_crop,
     resized_crop,
-    resized_shape,
 )
 from solo_diet.data.augment.sampling import (
     BLUR_SIGMA,
-    CROP_RATIO,
     sample_erasing_boxes,
     sample_order,
     sample_resized_crop_boxes,
     uniform,
 )
-from solo_diet.data.augment.tensors import Box, Tensor, constant, erase, normalize, to_float
+from solo_diet.data.augment.tensors import constant, erase, normalize, to_float
 
 __all__ = [
     "BLUR_SIGMA",
-    "CROP_RATIO",
-    "GRAY_WEIGHTS",
-    "SOLARIZE_THRESHOLD",
-    "Box",
     "Images",
-    "Tensor",
-    "adjust_brightness",
-    "adjust_contrast",
     "adjust_hue",
-    "adjust_saturation",
     "color_jitter",
     "constant",
     "equalize",
@@ -66,11 +50,9 @@ __all__ = [
     "grayscale",
     "horizontal_flip",
     "image_sides",
-    "luma",
     "normalize",
     "resize_center_crop",
     "resized_crop",
-    "resized_shape",
     "sample_erasing_boxes",
     "sample_order",
     "sample_resized_crop_boxes",

@@ -38,27 +38,6 @@ def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
     return gray.contiguous() if apply is None else torch.where(apply[:, None, None, None], gray, x)
 
 
-def adjust_brightness(images: Tensor, factor: Tensor) -> Tensor:
-    """Scale by ``factor`` (B,), clamped to 0..1 (torchvision ``adjust_brightness``)."""
-    return (to_float(images) * _per_sample(factor, images.float())).clamp_(0, 1)
-
-
-def adjust_contrast(images: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the image's mean luma (torchvision ``adjust_contrast``)."""
-    x = to_float(images)
-    _require_rgb(x)
-    f = _per_sample(factor, x)
-    return (f * x + (1 - f) * luma(x).mean((-2, -1), keepdim=True)).clamp_(0, 1)
-
-
-def adjust_saturation(images: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the per-pixel luma (torchvision ``adjust_saturation``)."""
-    x = to_float(images)
-    _require_rgb(x)
-    f = _per_sample(factor, x)
-    return (f * x + (1 - f) * luma(x)).clamp_(0, 1)
-
-
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
     computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
