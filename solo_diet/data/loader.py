@@ -36,9 +36,8 @@ from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.samplers import SuperBatchSampler, world_and_rank
 
 STORAGES = ("auto", "device", "pinned")
-AUTO_DEVICE_SHARE = (
-    0.5  # "auto" keeps the data on the device when it takes at most this share of free memory
-)
+# "auto" keeps the data on the device when it takes at most this share of the free memory
+AUTO_DEVICE_SHARE = 0.5
 Transform = Callable[[Tensor, Optional[torch.Generator]], Union[Tensor, list]]
 DeviceSpec = Union[str, torch.device, Callable[[], torch.device]]
 
@@ -150,6 +149,8 @@ class GPUBatchLoader:
     ``ValueError`` naming the argument (the launchers' settings name the config key).
     """
 
+    storages: tuple[str, ...] = STORAGES
+
     def __init__(
         self,
         data: ImageTensors,
@@ -162,9 +163,9 @@ class GPUBatchLoader:
         device: DeviceSpec = "cuda",
         cuda_graphs: bool = True,
     ):
-        if storage not in STORAGES:
+        if storage not in self.storages:
             raise ArgumentError(
-                Argument("storage"), f" must be one of {list(STORAGES)}, got {storage!r}."
+                Argument("storage"), f" must be one of {list(self.storages)}, got {storage!r}."
             )
         if not isinstance(cuda_graphs, bool):
             raise ArgumentError(

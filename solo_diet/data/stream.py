@@ -199,24 +199,17 @@ class StreamLoader(GPUBatchLoader):
     ``on_corrupt`` is ``"stop"`` or ``"skip"``. ``storage`` must be ``"stream"`` and
     ``cuda_graphs`` is not used (the decoded images differ in size)."""
 
+    storages = ("stream",)
+
     def __init__(
         self,
-        data: EncodedFiles,
-        transform: Any,
-        batch_sampler: Any,
-        *,
-        pretraining: bool,
-        seed: int = 0,
-        storage: str = "stream",
-        device: Any = "cuda",
-        cuda_graphs: bool = False,
+        *args: Any,
         num_workers: int = DEFAULT_WORKERS,
         on_corrupt: str = "stop",
+        storage: str = "stream",
+        cuda_graphs: bool = False,
+        **kwargs: Any,
     ) -> None:
-        if storage != "stream":
-            raise ArgumentError(
-                Argument("storage"), f" of a StreamLoader must be 'stream', got {storage!r}."
-            )
         if on_corrupt not in ON_CORRUPT:
             raise ArgumentError(
                 Argument("on_corrupt"), f" must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
@@ -225,11 +218,8 @@ class StreamLoader(GPUBatchLoader):
             raise ArgumentError(
                 Argument("num_workers"), f" must be an integer >= 0, got {num_workers!r}."
             )
-        super().__init__(
-            data, transform, batch_sampler, pretraining=pretraining, seed=seed, device=device,
-            cuda_graphs=False,
-        )  # fmt: skip
-        self.storage, self.num_workers, self.on_corrupt = "stream", num_workers, on_corrupt
+        super().__init__(*args, storage=storage, cuda_graphs=False, **kwargs)
+        self.num_workers, self.on_corrupt = num_workers, on_corrupt
         self.skipped: dict[str, str] = {}  # path -> problem, for on_corrupt="skip"
         self._host_loader: Optional[torch.utils.data.DataLoader] = None
 

@@ -44,7 +44,6 @@ from solo_diet.data.decode_cache import cached_decode
 FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
 ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
 DATASETS = FOLDER_DATASETS + ARRAY_DATASETS
-SPLITS = ("pretrain", "train", "val")
 FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for its fraction of a folder
 STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}
 DECODE_CHUNK = 128  # images per thread task
@@ -101,10 +100,6 @@ def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
             f"{available / GIB:.2f} GiB are available. ",
             *fix,
         )
-
-
-def default_threads() -> int:
-    return max(1, min(16, len(os.sched_getaffinity(0))))
 
 
 def fit_size(image: Image.Image, image_size: Optional[int]) -> Image.Image:
@@ -166,7 +161,8 @@ def decode_all(
             out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
     with ThreadPoolExecutor(
-        max_workers=threads or default_threads(), thread_name_prefix="solo-diet-decode"
+        max_workers=threads or min(16, len(os.sched_getaffinity(0))),
+        thread_name_prefix="solo-diet-decode",
     ) as pool:
         list(pool.map(decode, range(0, count, DECODE_CHUNK)))
     return out
@@ -339,8 +335,6 @@ def load_images(
             Argument("dataset", f": {dataset}"),
             f" has no GPU data path; choose one of {list(DATASETS)}.",
         )
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if image_size is not None and (
         isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0
     ):
