@@ -1,10 +1,8 @@
-"""A disk cache of decoded image folders, so a set is decoded once, not once per run.
+"""A disk cache of decoded image folders, so a set is decoded once, not once per run (torch only).
 
-The entry of a set is its ``(N, 3, H, W)`` uint8 tensor, keyed by every file's path, target, size
-and modification time and by the decoding settings: a changed, added, removed or moved file is a
-new key, so a stale entry is never read. Entries live in ``$SOLO_DIET_CACHE``, else
-``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache/solo-diet/decoded``); delete the folder to
-reclaim the space. Torch only.
+An entry is keyed by every file's path, target, size and modification time and by the decoding
+settings, so a stale entry is never read; where entries live: docs/data-path.md
+(``data.gpu.decode_cache``).
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ ENTRY_VERSION = 1  # bump when the decoding itself changes
 
 
 def cache_root() -> Path:
+    """``$SOLO_DIET_CACHE``, else ``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache`` unset)."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit)

@@ -1,23 +1,13 @@
-"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device.
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device
+(docs/data-path.md: storage, memory, order, seeds, CUDA graphs).
 
-The dataset (:class:`~solo_diet.data.tensor_data.ImageTensors`) is kept on the device when it fits
-(``storage="device"``) or in pinned host memory (``storage="pinned"``): then a worker thread gathers
-the next batch's rows into one of two page-locked staging buffers and copies them to the device on a
-side stream while the current batch trains. ``storage="auto"`` keeps it on the device when it takes
-at most half of the device's free memory. The device is resolved when the loader is iterated
-(``"cuda"`` means the process's current CUDA device), so one loader object serves any DDP rank.
-
-Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset indices;
-classification batches are ``[images, targets]``. The order comes from a batch sampler: by default
-:class:`~solo_diet.samplers.SuperBatchSampler` with one batch per step (a permutation seeded by
-``seed + epoch``, the global batch split over the DDP ranks read at iteration time, incomplete
-global batches dropped as solo-learn's pretraining loader does), or a method's own, or
-:class:`OrderedBatchSampler` for evaluation. Lightning's fit loop calls ``set_epoch`` on
-``loader.sampler`` / ``loader.batch_sampler.sampler`` each epoch. The loader keeps one
-augmentation generator per device and reseeds it from ``(seed, epoch, rank)`` each time it is
-iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws. On CUDA the
-transform is replayed as CUDA graphs (:class:`~solo_diet.data.pipeline.CapturedAugmentation`, one
-graph per batch shape, drawing from that generator) unless ``cuda_graphs=False``.
+The dataset is kept on the device or in pinned host memory (``storage``), the device resolved when
+the loader is iterated (``"cuda"``: the process's current device), so one loader serves any DDP
+rank. Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset
+indices, classification batches ``[images, targets]``, in the order of a batch sampler
+(:class:`~solo_diet.samplers.SuperBatchSampler` by default, :class:`OrderedBatchSampler` for
+evaluation). The augmentation generator is reseeded from ``(seed, epoch, rank)`` each time the
+loader is iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
-"""The streaming source (the GPU data path's ``stream`` storage): image files read as encoded
-bytes by host workers and decoded and augmented on the GPU, batch by batch, every epoch (torch
-only).
+"""The streaming source (the GPU data path's ``stream`` storage; docs/data-path.md): image files
+read as encoded bytes by host workers, then decoded and augmented on the training device, batch by
+batch, every epoch (torch only).
 
-For folders too large to keep decoded (ImageNet at 224 px is about 180 GiB as uint8), or whose
-images differ in size and should be cropped at full resolution:
-
-- :class:`EncodedFiles` lists an image folder in solo-learn's order (row ``i`` is the sample its
-  ``dataset_with_index`` gives index ``i``) and reads file ``i`` as its encoded bytes: no decoding,
-  no augmentation in the DataLoader workers. Paths are kept in one byte buffer, so a 1.28 M-file
-  listing costs tens of MiB and pickles fast to the workers.
-- :func:`decode_images` decodes a batch: JPEGs by nvJPEG on the GPU in one batched call
-  (``torchvision.io.decode_jpeg(list, device="cuda")``), everything else (PNG, a JPEG that nvJPEG
-  refuses, any file without CUDA) by ``torchvision.io.decode_image`` on the host, then PIL. All in
-  RGB. A file none of them decodes is reported with its problem.
-- :class:`StreamLoader` is a :class:`~solo_diet.data.loader.GPUBatchLoader` whose rows come from a
-  DataLoader over :class:`EncodedFiles` (``num_workers`` processes, pinned batches) and are decoded
-  on the device; the transform receives the list of full-resolution images, so each random resized
-  crop is drawn from its image's own size (:mod:`solo_diet.data.augment.resample`). Order, DDP
-  split, epochs and augmentation seeds are the GPU data path's; memory is bounded by the batch.
-- A file that cannot be read or decoded stops the run with :class:`CorruptImage` naming it
-  (``on_corrupt="stop"``), or (``"skip"``) is named on stderr and its slot in the batch takes
-  another sample of the same batch (its true index, image and target), so every batch keeps its
-  size on every rank.
+:class:`EncodedFiles` lists a folder in solo-learn's order and reads a file's bytes;
+:func:`decode_images` decodes a batch (nvJPEG on a GPU, else the host); :class:`StreamLoader` is a
+:class:`~solo_diet.data.loader.GPUBatchLoader` over them whose transform receives the
+full-resolution images. A corrupt file stops the run (:class:`CorruptImage`) or gives its slot to
+another sample of its batch (``on_corrupt="skip"``).
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
-"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets.
+"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets (-1: no
+label), for the GPU data path (docs/data-path.md: datasets, ``fraction``, sizes, memory).
 
-The GPU data path (docs/data-path.md) decodes a training or validation set here, once, and then
-only indexes it. Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index
-``i`` for the same configuration, so index-based methods (DIET, s-DIET) see the same labels:
-
-- ``custom``/``imagenet``/``imagenet100`` folders: torchvision ``ImageFolder`` order (classes
-  sorted, files sorted within a class); ``custom`` with ``no_labels`` lists the folder with
-  ``os.listdir`` as solo-learn does and gives every target ``-1``;
-- ``cifar10``/``cifar100``: torchvision's files under the data path (``download=False``);
-- ``stl10``: ``train+unlabeled`` for pretraining (targets ``-1`` for the unlabelled part),
-  ``train`` / ``test`` for the probe's training / validation sets, as solo-learn's loaders use;
-- ``fraction`` keeps the samples solo-learn keeps for that fraction, in its order: scikit-learn's
-  ``train_test_split(..., train_size=fraction, random_state=42)``, stratified by class unless the
-  folder has no labels. solo-learn has no fraction for the torchvision sets; neither do we.
-
-Every image is converted to RGB (as solo-learn's loaders do). Sizes: with ``image_size=None`` (the
-default) the images are stored as they are and must all have one size; with ``image_size=S`` each
-image whose size is not ``S x S`` is resized so that its shorter side is ``S`` (bicubic, with
-antialiasing, like ``torchvision.transforms.Resize`` on a PIL image) and center-cropped to
-``S x S``. Files are decoded by a pool of threads (PIL releases the GIL while decoding); a file
-that cannot be decoded is a :class:`~solo_diet.config.ConfigError` naming its path.
-
-Errors speak of the arguments (``argument `fraction```); the launchers' settings name the config
-keys that set them.
+Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index ``i`` for the same
+configuration, so index-based methods (DIET, s-DIET) see the same labels. Errors speak of the
+arguments (``argument `fraction```); the launchers' settings name the config keys that set them.
 """
 
 from __future__ import annotations
