@@ -29,7 +29,7 @@ STORAGES = ("auto", "device", "pinned")
 # "auto" keeps the data on the device when it takes at most this share of the free memory
 AUTO_DEVICE_SHARE = 0.5
 Transform = Callable[[Tensor, Optional[torch.Generator]], Union[Tensor, list]]
-DeviceSpec = Union[str, torch.device, Callable[[], torch.device]]
+DeviceSpec = Union[str, torch.device]
 
 
 def derive_seed(*parts: int) -> int:
@@ -40,7 +40,7 @@ def derive_seed(*parts: int) -> int:
 
 def resolve_device(device: DeviceSpec) -> torch.device:
     """A concrete device; ``"cuda"`` alone is the current CUDA device (set per DDP rank)."""
-    device = device() if callable(device) else torch.device(device)
+    device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -59,8 +59,6 @@ class OrderedBatchSampler:
         num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
     ):
-        if num_samples <= 0 or batch_size <= 0:
-            raise ValueError("num_samples and batch_size must be positive")
         self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
         self._num_replicas, self._rank = num_replicas, rank
 
@@ -85,11 +83,9 @@ class OrderedBatchSampler:
 
 
 class _PinnedRows:
-    """Rows of a host tensor reaching the device through two staging buffers, one batch ahead.
-
-    A worker thread gathers a batch's rows into a staging buffer (page-locked on CUDA) and starts
-    its copy on a side stream; the training stream waits for that copy only when it uses the batch.
-    A buffer is refilled only after its previous copy has finished."""
+    """Rows of a host tensor reaching the device through two staging buffers (page-locked on CUDA),
+    gathered and copied on a side stream by a worker thread one batch ahead; a buffer is refilled
+    only after its previous copy has finished."""
 
     def __init__(self, host: Tensor, device: torch.device, max_rows: int):
         self.cuda = device.type == "cuda"
@@ -131,12 +127,11 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """An iterable of batches of ``data`` transformed on the device; see the module docstring.
+    """An iterable of batches of ``data`` transformed on the device (module docstring).
 
     ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
-    float tensor. ``batch_sampler`` yields this process's index lists; ``len(loader)`` is its
-    length. ``cuda_graphs``: replay the transform as CUDA graphs on CUDA. Invalid arguments raise
-    ``ValueError`` naming the argument (the launchers' settings name the config key).
+    float tensor; ``batch_sampler`` yields this process's index lists; ``cuda_graphs``: replay the
+    transform as CUDA graphs on CUDA. Invalid arguments raise ``ValueError`` naming the argument.
     """
 
     storages: tuple[str, ...] = STORAGES
@@ -185,12 +180,9 @@ class GPUBatchLoader:
     ) -> "GPUBatchLoader":
         """Shuffled, incomplete global batches dropped, split over DDP ranks (or
         ``batch_sampler``)."""
-        sampler = (
-            batch_sampler
-            if batch_sampler is not None
-            else SuperBatchSampler(len(data), batch_size, seed=seed)
-        )
-        return cls(data, augment, sampler, pretraining=True, seed=seed, **kwargs)
+        if batch_sampler is None:
+            batch_sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
+        return cls(data, augment, batch_sampler, pretraining=True, seed=seed, **kwargs)
 
     @classmethod
     def for_classification(
