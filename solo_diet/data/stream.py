@@ -119,11 +119,8 @@ def decode_on_host(data: Tensor) -> Tensor:
 def _is_whole_jpeg(data: Tensor) -> bool:
     """Starts as a JPEG and ends with its end-of-image marker (a truncated file goes to the host
     decoders, which notice the truncation)."""
-    return (
-        len(data) > 4
-        and tuple(data[:3].tolist()) == JPEG_START
-        and (tuple(data[-2:].tolist()) == JPEG_END)
-    )
+    head, tail = tuple(data[:3].tolist()), tuple(data[-2:].tolist())
+    return len(data) > 4 and head == JPEG_START and tail == JPEG_END
 
 
 def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
@@ -212,29 +209,26 @@ class StreamLoader(GPUBatchLoader):
         """The DataLoader of encoded batches, made once (its workers persist across epochs); it
         iterates the batch sampler when each epoch starts, in this process."""
         if self._host_loader is None:
-            workers = self.num_workers
             self._host_loader = torch.utils.data.DataLoader(
                 self.dataset,
                 batch_sampler=self.batch_sampler,
-                num_workers=workers,
+                num_workers=self.num_workers,
                 collate_fn=collate_encoded,
                 pin_memory=device.type == "cuda",
-                persistent_workers=workers > 0,
-                prefetch_factor=4 if workers > 0 else None,
+                persistent_workers=self.num_workers > 0,
+                prefetch_factor=4 if self.num_workers > 0 else None,
             )
         return self._host_loader
 
     def close(self) -> None:
-        """Stop the host workers now (the next iteration starts new ones). Persistent workers
-        with pinned batches that are left to the interpreter's exit hold it about 5 s per worker
-        on CUDA (pytorch/pytorch#81794; 84 to 165 s measured with 16 to 32 workers); stopped
-        while the program runs, they end at once."""
+        """Stop the host workers now (the next iteration starts new ones): left to the
+        interpreter's exit, they hold it about 5 s each on CUDA (pytorch/pytorch#81794)."""
         loader, self._host_loader = self._host_loader, None
         iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers' iterator
         if iterator is not None:
             iterator._shutdown_workers()
 
-    def _corrupt(self, failed: dict[int, str], indices: Tensor) -> list[tuple[int, str]]:
+    def _corrupt(self, failed: dict[int, str], indices: Tensor) -> None:
         named = [(self.dataset.path(int(indices[i])), problem) for i, problem in failed.items()]
         listing = "; ".join(f"{path} ({problem})" for path, problem in named)
         if self.on_corrupt == "stop" or len(failed) == len(indices):
@@ -252,7 +246,6 @@ class StreamLoader(GPUBatchLoader):
                     flush=True,
                 )
             self.skipped[path] = problem
-        return named
 
     def decoded_batch(
         self, batch: HostBatch, device: torch.device

@@ -305,12 +305,9 @@ def load_images(
     threads: Optional[int] = None,
     cache: bool = False,
 ) -> ImageTensors:
-    """Decode one split of a solo-learn dataset.
-
-    ``split``: ``pretrain`` (what solo-learn's pretraining loader reads: ``no_labels`` honoured,
-    STL10's unlabelled part included), ``train`` / ``val`` (the classification loaders' sets).
-    ``cache``: keep an image folder's decoded tensor on disk for the next run
-    (:mod:`solo_diet.data.decode_cache`)."""
+    """Decode one split of a solo-learn dataset: ``pretrain`` (what its pretraining loader reads:
+    ``no_labels`` honoured, STL10's unlabelled part included), ``train`` or ``val`` (the
+    classification sets); ``cache``: keep an image folder's decoded tensor on disk for next time."""
     if dataset not in DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),

@@ -80,17 +80,9 @@ def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> f
             m = np.arange(max(1, a + b - n), min(a, b) + 1)
             if m.size == 0:
                 continue
-            log_prob = (
-                log_fact[a]
-                + log_fact[b]
-                + log_fact[n - a]
-                + log_fact[n - b]
-                - log_fact[n]
-                - log_fact[m]
-                - log_fact[a - m]
-                - log_fact[b - m]
-                - log_fact[n - a - b + m]
-            )
+            # log of the hypergeometric probability of a cell count m
+            log_prob = log_fact[[a, b, n - a, n - b]].sum() - log_fact[n] - log_fact[m]
+            log_prob -= log_fact[a - m] + log_fact[b - m] + log_fact[n - a - b + m]
             cell_mi = m / n * (np.log(n * m) - math.log(a * b))
             expected += a_count * b_count * float((cell_mi * np.exp(log_prob)).sum())
     return expected
