@@ -14,11 +14,6 @@ SOLARIZE_THRESHOLD = 128 / 255
 """PIL ``ImageOps.solarize``'s default threshold 128 on the 0..1 scale."""
 
 
-def _per_sample(values: Tensor | float, x: Tensor) -> Tensor:
-    """Per-sample values (B,) (or a scalar) shaped (B, 1, 1, 1) for broadcasting over x."""
-    return torch.as_tensor(values, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
-
-
 def luma(x: Tensor) -> Tensor:
     """(B, 1, H, W) ITU-R 601 luma of float RGB images."""
     r, g, b = x.unbind(1)
@@ -49,7 +44,8 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     chroma = value - x.amin(1, keepdim=True)
     # channel c's hue within its sector: (x[c + 1] - x[c + 2]) / chroma, sector c starts at 2 c
     within = (x.roll(-1, 1) - x.roll(-2, 1)).gather(1, top)
-    hue6 = within / torch.where(chroma > 0, chroma, 1.0) + 2 * top + 6 * _per_sample(shift, x)
+    turns = shift.to(x).reshape(-1, 1, 1, 1)
+    hue6 = within / torch.where(chroma > 0, chroma, 1.0) + 2 * top + 6 * turns
     sector = (hue6 + constant((5.0, 3.0, 1.0), x.device, (1, 3, 1, 1))).remainder_(6)
     ramp = torch.minimum(sector, 4 - sector).clamp_(0, 1)
     return value - chroma * ramp
