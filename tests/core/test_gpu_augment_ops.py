@@ -117,14 +117,6 @@ def test_resize_center_crop_matches_torchvision(shape, resize_size, crop_size):
     torch.testing.assert_close(whole, reference, atol=1e-5, rtol=0)
 
 
-def test_horizontal_flip_is_exact():
-    images = random_images((3, 3, 5, 7))
-    flip = torch.tensor([True, False, True])
-    out = ops.horizontal_flip(images, flip)
-    assert torch.equal(out[0], TF.horizontal_flip(images[0]).float() / 255)
-    assert torch.equal(out[1], images[1].float() / 255)
-
-
 FACTORS = torch.tensor([0.0, 0.6, 1.0, 1.4, 2.5])
 
 

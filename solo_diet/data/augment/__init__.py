@@ -19,7 +19,6 @@ from solo_diet.data.augment.photometric import (
 )
 from solo_diet.data.augment.resample import (
     Images,
-    horizontal_flip,
     image_sides,
     resize_center_crop,
     resized_crop,
@@ -43,7 +42,6 @@ __all__ = [
     "erase",
     "gaussian_blur",
     "grayscale",
-    "horizontal_flip",
     "image_sides",
     "normalize",
     "resize_center_crop",

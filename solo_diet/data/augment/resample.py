@@ -12,7 +12,7 @@ from typing import Union
 
 import torch
 
-from solo_diet.data.augment.tensors import Tensor, to_float
+from solo_diet.data.augment.tensors import Tensor
 
 Images = Union[Tensor, Sequence[Tensor]]
 """A (B, C, H, W) batch, or B (C, H, W) images of different sizes."""
@@ -213,9 +213,3 @@ def resize_center_crop(
         in_w, zeros, zeros + in_w, new_w, round((new_w - out_w) / 2), out_w, interpolation, flip
     )
     return _apply_separable(images, rows, cols)
-
-
-def horizontal_flip(images: Tensor, flip: Tensor) -> Tensor:
-    """Mirror the samples where ``flip`` (B,) is True."""
-    x = to_float(images)
-    return torch.where(flip[:, None, None, None], x.flip(-1), x)
