@@ -7,7 +7,6 @@ settings, so a stale entry is never read; where entries live: docs/data-path.md
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import pickle
@@ -16,6 +15,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
+
+from solo_diet._atomic import atomic_write
 
 CACHE_ENV = "SOLO_DIET_CACHE"
 ENTRY_VERSION = 1  # bump when the decoding itself changes
@@ -60,13 +61,10 @@ def cached_decode(
     if images is not None:
         return images
     images = decode()
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(images, partial)
-        partial.replace(path)
+        with atomic_write(path, binary=True) as file:
+            torch.save(images, file)
     except OSError as err:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
         print(f"[solo-diet] decode cache not written ({err}); set {CACHE_ENV} to a writable folder")
     return images
