@@ -8,6 +8,7 @@ arguments (``argument `fraction```); the launchers' settings name the config key
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,13 +62,10 @@ class ImageTensors:
 
 def available_host_bytes() -> Optional[int]:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where the kernel does not say."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return None
 
 

@@ -57,10 +57,9 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
     no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
     2 saturation, 3 hue; (B, 3) of 0..2 without hue), the order the ops run in.
 
-    Each of brightness, contrast and saturation is a per-sample 3 x 3 colour matrix plus an offset
-    (contrast's: the current mean luma), clamped to 0..1 like torchvision's blends. They run in
-    slots before and after the hue rotation, so a batch costs one rotation, not one per position;
-    an identity slot (factor 1) leaves the values exactly as they are."""
+    Brightness, contrast and saturation are per-sample 3 x 3 colour matrices plus an offset
+    (docs/gpu-augmentations.md) run in slots around the one hue rotation; an identity slot (factor
+    1) leaves the values exactly as they are."""
     x = to_float(images)
     _require_rgb(x)
     batch, channels, height, width = x.shape
