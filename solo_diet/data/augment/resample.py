@@ -139,21 +139,13 @@ def resized_crop(
     row r reads image ``r % B``, so several views of a batch come out in one call. ``images`` may
     be a list of images of different sizes (module docstring)."""
     if not isinstance(images, Tensor):
-        return _by_shape(
-            images,
-            top.shape[0],
-            size,
-            lambda group, rows: resized_crop(
-                group,
-                top[rows],
-                left[rows],
-                height[rows],
-                width[rows],
-                size,
-                None if flip is None else flip[rows],
-                interpolation,
-            ),
-        )
+
+        def crop(group: Tensor, rows: Tensor) -> Tensor:
+            box = (top[rows], left[rows], height[rows], width[rows])
+            mirror = None if flip is None else flip[rows]
+            return resized_crop(group, *box, size, mirror, interpolation)
+
+        return _by_shape(images, top.shape[0], size, crop)
     in_h, in_w = images.shape[-2:]
     rows = _axis_weights(in_h, top, height, size[0], 0, size[0], interpolation)
     cols = _axis_weights(in_w, left, width, size[1], 0, size[1], interpolation, flip)
