@@ -22,11 +22,28 @@ from pathlib import Path
 import torch
 
 from solo_diet.nn import rademacher_codes
-from solo_diet.toys.quasi_orthogonal import code_cosines, cosine_statistics
 
 EMBED_DIMS = (50, 100)
 NUM_CODES = (10, 100, 1000)
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "toys" / "cplearn_fig3.png"
+
+
+def code_cosines(codes: torch.Tensor) -> torch.Tensor:
+    """``W^T W / f``: the ``(c, c)`` cosines between the ``c`` codes (columns) of ``W`` (``f x c``),
+    all of norm ``sqrt(f)``."""
+    return codes.T @ codes / codes.shape[0]
+
+
+def cosine_statistics(cosines: torch.Tensor) -> dict[str, float]:
+    """Diagonal range and off-diagonal mean and standard deviation of a square cosine matrix."""
+    diagonal = cosines.diagonal()
+    off = cosines[~torch.eye(cosines.shape[0], dtype=torch.bool)]
+    return {
+        "diagonal_min": diagonal.min().item(),
+        "diagonal_max": diagonal.max().item(),
+        "off_diagonal_mean": off.mean().item(),
+        "off_diagonal_std": off.std().item(),
+    }
 
 
 def panels(seed: int = 0) -> list[dict]:

@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from solo_diet.data.decode_cache import CACHE_ENV
-from solo_diet.data.synthetic import write_image_folder
 from solo_diet.data.tensor_data import load_images
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/_helpers/
+from tests._helpers.synthetic import write_image_folder  # noqa: E402
 
 
 def median_wall(run, repeats: int) -> float:

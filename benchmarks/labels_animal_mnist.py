@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 from solo_diet.cli.data import write_dataset
-from solo_diet.cli.demo import DEMO_CONFIGS, save_untrained
+from solo_diet.cli.demo import DEMO_CONFIGS
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.linear import run_linear
 from solo_diet.launch.pretrain import run_pretrain
+from solo_diet.launch.references import save_random_init
 
 CF_KWARGS = {"lam": 0.1, "proj_layers": 2, "proj_hidden_dim": 512, "proj_output_dim": 256}
 
@@ -153,7 +154,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         rows.append((name, method, views, probe(args, data, workdir, ckpt), seconds))
         print(f"[labels] {name}: {rows[-1][3]:.2f}% top-1 ({seconds:.0f}s pretraining)", flush=True)
 
-    untrained = save_untrained(first_cfg, workdir / "random_init" / "untrained.ckpt")
+    untrained = save_random_init(first_cfg, workdir / "random_init" / "untrained.ckpt")
     rows.append(("random init", "-", 1, probe(args, data, workdir, str(untrained)), 0.0))
 
     print(

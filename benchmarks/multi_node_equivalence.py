@@ -51,6 +51,8 @@ from typing import Optional
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/_helpers/
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "scripts" / "pretrain" / "custom"
 # what an earlier distributed run in the calling process may have left in its environment
@@ -309,7 +311,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.accelerator == "gpu" and torch.cuda.device_count() < 2:
         sys.exit("--accelerator gpu needs 2 GPUs (or use --accelerator cpu)")
-    from solo_diet.data.synthetic import write_image_folder
+    from tests._helpers.synthetic import write_image_folder
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 """solo-learn's loader against the streaming source on ImageNet-like JPEGs, 1 and 2 GPUs.
 
 The script writes a synthetic ImageNet-like folder (``--images`` JPEGs of quality 90 in
-``--classes`` class folders, sizes around 500x375: ``solo_diet.data.synthetic.IMAGENET_LIKE_SIZES``;
+``--classes`` class folders, sizes around 500x375: ``tests._helpers.synthetic.IMAGENET_LIKE_SIZES``;
 pixels made and encoded on the GPU with torchvision, or reused from ``--folder``). Then DIET and
 SimCLR with ResNet-50 at 224 px, batch 256 per GPU, ``bf16-mixed``, train through
 ``solo-diet pretrain``'s ``run_pretrain`` (ImageNet-100 DIET recipe; SimCLR: the same with two
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/_helpers
 from data_path import cell, print_case_result, print_phase, run_case, since_launch  # noqa: E402
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "imagenet-100"
@@ -73,7 +74,7 @@ def write_folder_case(case: dict) -> dict:
     """The ``make`` case: the JPEGs generated and encoded on the GPU (the CPU without one)."""
     import torch
 
-    from solo_diet.data.synthetic import IMAGENET_LIKE_SIZES, write_jpeg_folder
+    from tests._helpers.synthetic import IMAGENET_LIKE_SIZES, write_jpeg_folder
 
     scale = case["size_scale"]
     sizes = [(round(h * scale), round(w * scale)) for h, w in IMAGENET_LIKE_SIZES]

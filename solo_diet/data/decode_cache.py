@@ -1,15 +1,12 @@
-"""A disk cache of decoded image folders, so a set is decoded once, not once per run.
+"""A disk cache of decoded image folders, so a set is decoded once, not once per run (torch only).
 
-The entry of a set is its ``(N, 3, H, W)`` uint8 tensor, keyed by every file's path, target, size
-and modification time and by the decoding settings: a changed, added, removed or moved file is a
-new key, so a stale entry is never read. Entries live in ``$SOLO_DIET_CACHE``, else
-``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache/solo-diet/decoded``); delete the folder to
-reclaim the space. Torch only.
+An entry is keyed by every file's path, target, size and modification time and by the decoding
+settings, so a stale entry is never read; where entries live: docs/data-path.md
+(``data.gpu.decode_cache``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import pickle
@@ -19,11 +16,14 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from solo_diet._atomic import atomic_write
+
 CACHE_ENV = "SOLO_DIET_CACHE"
 ENTRY_VERSION = 1  # bump when the decoding itself changes
 
 
 def cache_root() -> Path:
+    """``$SOLO_DIET_CACHE``, else ``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache`` unset)."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit)
@@ -61,13 +61,10 @@ def cached_decode(
     if images is not None:
         return images
     images = decode()
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(images, partial)
-        partial.replace(path)
+        with atomic_write(path, binary=True) as file:
+            torch.save(images, file)
     except OSError as err:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
         print(f"[solo-diet] decode cache not written ({err}); set {CACHE_ENV} to a writable folder")
     return images

@@ -1,23 +1,13 @@
-"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device.
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device
+(docs/data-path.md: storage, memory, order, seeds, CUDA graphs).
 
-The dataset (:class:`~solo_diet.data.tensor_data.ImageTensors`) is kept on the device when it fits
-(``storage="device"``) or in pinned host memory (``storage="pinned"``): then a worker thread gathers
-the next batch's rows into one of two page-locked staging buffers and copies them to the device on a
-side stream while the current batch trains. ``storage="auto"`` keeps it on the device when it takes
-at most half of the device's free memory. The device is resolved when the loader is iterated
-(``"cuda"`` means the process's current CUDA device), so one loader object serves any DDP rank.
-
-Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset indices;
-classification batches are ``[images, targets]``. The order comes from a batch sampler: by default
-:class:`~solo_diet.samplers.SuperBatchSampler` with one batch per step (a permutation seeded by
-``seed + epoch``, the global batch split over the DDP ranks read at iteration time, incomplete
-global batches dropped as solo-learn's pretraining loader does), or a method's own, or
-:class:`OrderedBatchSampler` for evaluation. Lightning's fit loop calls ``set_epoch`` on
-``loader.sampler`` / ``loader.batch_sampler.sampler`` each epoch. The loader keeps one
-augmentation generator per device and reseeds it from ``(seed, epoch, rank)`` each time it is
-iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws. On CUDA the
-transform is replayed as CUDA graphs (:class:`~solo_diet.data.pipeline.CapturedAugmentation`, one
-graph per batch shape, drawing from that generator) unless ``cuda_graphs=False``.
+The dataset is kept on the device or in pinned host memory (``storage``), the device resolved when
+the loader is iterated (``"cuda"``: the process's current device), so one loader serves any DDP
+rank. Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset
+indices, classification batches ``[images, targets]``, in the order of a batch sampler
+(:class:`~solo_diet.samplers.SuperBatchSampler` by default, :class:`OrderedBatchSampler` for
+evaluation). The augmentation generator is reseeded from ``(seed, epoch, rank)`` each time the
+loader is iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws.
 """
 
 from __future__ import annotations
@@ -36,11 +26,10 @@ from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.samplers import SuperBatchSampler, world_and_rank
 
 STORAGES = ("auto", "device", "pinned")
-AUTO_DEVICE_SHARE = (
-    0.5  # "auto" keeps the data on the device when it takes at most this share of free memory
-)
+# "auto" keeps the data on the device when it takes at most this share of the free memory
+AUTO_DEVICE_SHARE = 0.5
 Transform = Callable[[Tensor, Optional[torch.Generator]], Union[Tensor, list]]
-DeviceSpec = Union[str, torch.device, Callable[[], torch.device]]
+DeviceSpec = Union[str, torch.device]
 
 
 def derive_seed(*parts: int) -> int:
@@ -51,7 +40,7 @@ def derive_seed(*parts: int) -> int:
 
 def resolve_device(device: DeviceSpec) -> torch.device:
     """A concrete device; ``"cuda"`` alone is the current CUDA device (set per DDP rank)."""
-    device = device() if callable(device) else torch.device(device)
+    device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -70,8 +59,6 @@ class OrderedBatchSampler:
         num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
     ):
-        if num_samples <= 0 or batch_size <= 0:
-            raise ValueError("num_samples and batch_size must be positive")
         self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
         self._num_replicas, self._rank = num_replicas, rank
 
@@ -96,11 +83,9 @@ class OrderedBatchSampler:
 
 
 class _PinnedRows:
-    """Rows of a host tensor reaching the device through two staging buffers, one batch ahead.
-
-    A worker thread gathers a batch's rows into a staging buffer (page-locked on CUDA) and starts
-    its copy on a side stream; the training stream waits for that copy only when it uses the batch.
-    A buffer is refilled only after its previous copy has finished."""
+    """Rows of a host tensor reaching the device through two staging buffers (page-locked on CUDA),
+    gathered and copied on a side stream by a worker thread one batch ahead; a buffer is refilled
+    only after its previous copy has finished."""
 
     def __init__(self, host: Tensor, device: torch.device, max_rows: int):
         self.cuda = device.type == "cuda"
@@ -142,13 +127,14 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """An iterable of batches of ``data`` transformed on the device; see the module docstring.
+    """An iterable of batches of ``data`` transformed on the device (module docstring).
 
     ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
-    float tensor. ``batch_sampler`` yields this process's index lists; ``len(loader)`` is its
-    length. ``cuda_graphs``: replay the transform as CUDA graphs on CUDA. Invalid arguments raise
-    ``ValueError`` naming the argument (the launchers' settings name the config key).
+    float tensor; ``batch_sampler`` yields this process's index lists; ``cuda_graphs``: replay the
+    transform as CUDA graphs on CUDA. Invalid arguments raise ``ValueError`` naming the argument.
     """
+
+    storages: tuple[str, ...] = STORAGES
 
     def __init__(
         self,
@@ -162,9 +148,9 @@ class GPUBatchLoader:
         device: DeviceSpec = "cuda",
         cuda_graphs: bool = True,
     ):
-        if storage not in STORAGES:
+        if storage not in self.storages:
             raise ArgumentError(
-                Argument("storage"), f" must be one of {list(STORAGES)}, got {storage!r}."
+                Argument("storage"), f" must be one of {list(self.storages)}, got {storage!r}."
             )
         if not isinstance(cuda_graphs, bool):
             raise ArgumentError(
@@ -194,12 +180,9 @@ class GPUBatchLoader:
     ) -> "GPUBatchLoader":
         """Shuffled, incomplete global batches dropped, split over DDP ranks (or
         ``batch_sampler``)."""
-        sampler = (
-            batch_sampler
-            if batch_sampler is not None
-            else SuperBatchSampler(len(data), batch_size, seed=seed)
-        )
-        return cls(data, augment, sampler, pretraining=True, seed=seed, **kwargs)
+        if batch_sampler is None:
+            batch_sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
+        return cls(data, augment, batch_sampler, pretraining=True, seed=seed, **kwargs)
 
     @classmethod
     def for_classification(

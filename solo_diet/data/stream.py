@@ -1,27 +1,12 @@
-"""The streaming source (the GPU data path's ``stream`` storage): image files read as encoded
-bytes by host workers and decoded and augmented on the GPU, batch by batch, every epoch (torch
-only).
+"""The streaming source (the GPU data path's ``stream`` storage; docs/data-path.md): image files
+read as encoded bytes by host workers, then decoded and augmented on the training device, batch by
+batch, every epoch (torch only).
 
-For folders too large to keep decoded (ImageNet at 224 px is about 180 GiB as uint8), or whose
-images differ in size and should be cropped at full resolution:
-
-- :class:`EncodedFiles` lists an image folder in solo-learn's order (row ``i`` is the sample its
-  ``dataset_with_index`` gives index ``i``) and reads file ``i`` as its encoded bytes: no decoding,
-  no augmentation in the DataLoader workers. Paths are kept in one byte buffer, so a 1.28 M-file
-  listing costs tens of MiB and pickles fast to the workers.
-- :func:`decode_images` decodes a batch: JPEGs by nvJPEG on the GPU in one batched call
-  (``torchvision.io.decode_jpeg(list, device="cuda")``), everything else (PNG, a JPEG that nvJPEG
-  refuses, any file without CUDA) by ``torchvision.io.decode_image`` on the host, then PIL. All in
-  RGB. A file none of them decodes is reported with its problem.
-- :class:`StreamLoader` is a :class:`~solo_diet.data.loader.GPUBatchLoader` whose rows come from a
-  DataLoader over :class:`EncodedFiles` (``num_workers`` processes, pinned batches) and are decoded
-  on the device; the transform receives the list of full-resolution images, so each random resized
-  crop is drawn from its image's own size (:mod:`solo_diet.data.augment.resample`). Order, DDP
-  split, epochs and augmentation seeds are the GPU data path's; memory is bounded by the batch.
-- A file that cannot be read or decoded stops the run with :class:`CorruptImage` naming it
-  (``on_corrupt="stop"``), or (``"skip"``) is named on stderr and its slot in the batch takes
-  another sample of the same batch (its true index, image and target), so every batch keeps its
-  size on every rank.
+:class:`EncodedFiles` lists a folder in solo-learn's order and reads a file's bytes;
+:func:`decode_images` decodes a batch (nvJPEG on a GPU, else the host); :class:`StreamLoader` is a
+:class:`~solo_diet.data.loader.GPUBatchLoader` over them whose transform receives the
+full-resolution images. A corrupt file stops the run (:class:`CorruptImage`) or gives its slot to
+another sample of its batch (``on_corrupt="skip"``).
 """
 
 from __future__ import annotations
@@ -134,11 +119,8 @@ def decode_on_host(data: Tensor) -> Tensor:
 def _is_whole_jpeg(data: Tensor) -> bool:
     """Starts as a JPEG and ends with its end-of-image marker (a truncated file goes to the host
     decoders, which notice the truncation)."""
-    return (
-        len(data) > 4
-        and tuple(data[:3].tolist()) == JPEG_START
-        and (tuple(data[-2:].tolist()) == JPEG_END)
-    )
+    head, tail = tuple(data[:3].tolist()), tuple(data[-2:].tolist())
+    return len(data) > 4 and head == JPEG_START and tail == JPEG_END
 
 
 def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
@@ -199,24 +181,17 @@ class StreamLoader(GPUBatchLoader):
     ``on_corrupt`` is ``"stop"`` or ``"skip"``. ``storage`` must be ``"stream"`` and
     ``cuda_graphs`` is not used (the decoded images differ in size)."""
 
+    storages = ("stream",)
+
     def __init__(
         self,
-        data: EncodedFiles,
-        transform: Any,
-        batch_sampler: Any,
-        *,
-        pretraining: bool,
-        seed: int = 0,
-        storage: str = "stream",
-        device: Any = "cuda",
-        cuda_graphs: bool = False,
+        *args: Any,
         num_workers: int = DEFAULT_WORKERS,
         on_corrupt: str = "stop",
+        storage: str = "stream",
+        cuda_graphs: bool = False,
+        **kwargs: Any,
     ) -> None:
-        if storage != "stream":
-            raise ArgumentError(
-                Argument("storage"), f" of a StreamLoader must be 'stream', got {storage!r}."
-            )
         if on_corrupt not in ON_CORRUPT:
             raise ArgumentError(
                 Argument("on_corrupt"), f" must be one of {list(ON_CORRUPT)}, got {on_corrupt!r}."
@@ -225,11 +200,8 @@ class StreamLoader(GPUBatchLoader):
             raise ArgumentError(
                 Argument("num_workers"), f" must be an integer >= 0, got {num_workers!r}."
             )
-        super().__init__(
-            data, transform, batch_sampler, pretraining=pretraining, seed=seed, device=device,
-            cuda_graphs=False,
-        )  # fmt: skip
-        self.storage, self.num_workers, self.on_corrupt = "stream", num_workers, on_corrupt
+        super().__init__(*args, storage=storage, cuda_graphs=False, **kwargs)
+        self.num_workers, self.on_corrupt = num_workers, on_corrupt
         self.skipped: dict[str, str] = {}  # path -> problem, for on_corrupt="skip"
         self._host_loader: Optional[torch.utils.data.DataLoader] = None
 
@@ -237,29 +209,26 @@ class StreamLoader(GPUBatchLoader):
         """The DataLoader of encoded batches, made once (its workers persist across epochs); it
         iterates the batch sampler when each epoch starts, in this process."""
         if self._host_loader is None:
-            workers = self.num_workers
             self._host_loader = torch.utils.data.DataLoader(
                 self.dataset,
                 batch_sampler=self.batch_sampler,
-                num_workers=workers,
+                num_workers=self.num_workers,
                 collate_fn=collate_encoded,
                 pin_memory=device.type == "cuda",
-                persistent_workers=workers > 0,
-                prefetch_factor=4 if workers > 0 else None,
+                persistent_workers=self.num_workers > 0,
+                prefetch_factor=4 if self.num_workers > 0 else None,
             )
         return self._host_loader
 
     def close(self) -> None:
-        """Stop the host workers now (the next iteration starts new ones). Persistent workers
-        with pinned batches that are left to the interpreter's exit hold it about 5 s per worker
-        on CUDA (pytorch/pytorch#81794; 84 to 165 s measured with 16 to 32 workers); stopped
-        while the program runs, they end at once."""
+        """Stop the host workers now (the next iteration starts new ones): left to the
+        interpreter's exit, they hold it about 5 s each on CUDA (pytorch/pytorch#81794)."""
         loader, self._host_loader = self._host_loader, None
         iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers' iterator
         if iterator is not None:
             iterator._shutdown_workers()
 
-    def _corrupt(self, failed: dict[int, str], indices: Tensor) -> list[tuple[int, str]]:
+    def _corrupt(self, failed: dict[int, str], indices: Tensor) -> None:
         named = [(self.dataset.path(int(indices[i])), problem) for i, problem in failed.items()]
         listing = "; ".join(f"{path} ({problem})" for path, problem in named)
         if self.on_corrupt == "stop" or len(failed) == len(indices):
@@ -277,7 +246,6 @@ class StreamLoader(GPUBatchLoader):
                     flush=True,
                 )
             self.skipped[path] = problem
-        return named
 
     def decoded_batch(
         self, batch: HostBatch, device: torch.device

@@ -1,32 +1,14 @@
-"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets.
+"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets (-1: no
+label), for the GPU data path (docs/data-path.md: datasets, ``fraction``, sizes, memory).
 
-The GPU data path (docs/data-path.md) decodes a training or validation set here, once, and then
-only indexes it. Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index
-``i`` for the same configuration, so index-based methods (DIET, s-DIET) see the same labels:
-
-- ``custom``/``imagenet``/``imagenet100`` folders: torchvision ``ImageFolder`` order (classes
-  sorted, files sorted within a class); ``custom`` with ``no_labels`` lists the folder with
-  ``os.listdir`` as solo-learn does and gives every target ``-1``;
-- ``cifar10``/``cifar100``: torchvision's files under the data path (``download=False``);
-- ``stl10``: ``train+unlabeled`` for pretraining (targets ``-1`` for the unlabelled part),
-  ``train`` / ``test`` for the probe's training / validation sets, as solo-learn's loaders use;
-- ``fraction`` keeps the samples solo-learn keeps for that fraction, in its order: scikit-learn's
-  ``train_test_split(..., train_size=fraction, random_state=42)``, stratified by class unless the
-  folder has no labels. solo-learn has no fraction for the torchvision sets; neither do we.
-
-Every image is converted to RGB (as solo-learn's loaders do). Sizes: with ``image_size=None`` (the
-default) the images are stored as they are and must all have one size; with ``image_size=S`` each
-image whose size is not ``S x S`` is resized so that its shorter side is ``S`` (bicubic, with
-antialiasing, like ``torchvision.transforms.Resize`` on a PIL image) and center-cropped to
-``S x S``. Files are decoded by a pool of threads (PIL releases the GIL while decoding); a file
-that cannot be decoded is a :class:`~solo_diet.config.ConfigError` naming its path.
-
-Errors speak of the arguments (``argument `fraction```); the launchers' settings name the config
-keys that set them.
+Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index ``i`` for the same
+configuration, so index-based methods (DIET, s-DIET) see the same labels. Errors speak of the
+arguments (``argument `fraction```); the launchers' settings name the config keys that set them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,7 +26,6 @@ from solo_diet.data.decode_cache import cached_decode
 FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
 ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
 DATASETS = FOLDER_DATASETS + ARRAY_DATASETS
-SPLITS = ("pretrain", "train", "val")
 FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for its fraction of a folder
 STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}
 DECODE_CHUNK = 128  # images per thread task
@@ -81,13 +62,10 @@ class ImageTensors:
 
 def available_host_bytes() -> Optional[int]:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where the kernel does not say."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
@@ -101,10 +79,6 @@ def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
             f"{available / GIB:.2f} GiB are available. ",
             *fix,
         )
-
-
-def default_threads() -> int:
-    return max(1, min(16, len(os.sched_getaffinity(0))))
 
 
 def fit_size(image: Image.Image, image_size: Optional[int]) -> Image.Image:
@@ -166,7 +140,8 @@ def decode_all(
             out[i] = torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
     with ThreadPoolExecutor(
-        max_workers=threads or default_threads(), thread_name_prefix="solo-diet-decode"
+        max_workers=threads or min(16, len(os.sched_getaffinity(0))),
+        thread_name_prefix="solo-diet-decode",
     ) as pool:
         list(pool.map(decode, range(0, count, DECODE_CHUNK)))
     return out
@@ -328,19 +303,14 @@ def load_images(
     threads: Optional[int] = None,
     cache: bool = False,
 ) -> ImageTensors:
-    """Decode one split of a solo-learn dataset.
-
-    ``split``: ``pretrain`` (what solo-learn's pretraining loader reads: ``no_labels`` honoured,
-    STL10's unlabelled part included), ``train`` / ``val`` (the classification loaders' sets).
-    ``cache``: keep an image folder's decoded tensor on disk for the next run
-    (:mod:`solo_diet.data.decode_cache`)."""
+    """Decode one split of a solo-learn dataset: ``pretrain`` (what its pretraining loader reads:
+    ``no_labels`` honoured, STL10's unlabelled part included), ``train`` or ``val`` (the
+    classification sets); ``cache``: keep an image folder's decoded tensor on disk for next time."""
     if dataset not in DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),
             f" has no GPU data path; choose one of {list(DATASETS)}.",
         )
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if image_size is not None and (
         isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0
     ):

@@ -9,24 +9,15 @@ from solo_diet.metrics.clustering import (
     contingency_table,
     dimensional_collapse_report,
     embedding_spectrum,
-    expected_mutual_information,
     hungarian_accuracy,
+    kmeans,
     many_to_one_accuracy,
     normalized_mutual_info,
 )
-from solo_diet.metrics.kmeans import (
-    KMeansResult,
-    kmeans,
-)
-from solo_diet.metrics.rank import (
-    lidar,
-    rankme,
-    singular_values,
-)
+from solo_diet.metrics.rank import lidar, rankme, singular_values
 
 __all__ = [
     "contingency_table",
-    "expected_mutual_information",
     "normalized_mutual_info",
     "adjusted_mutual_info",
     "adjusted_rand_index",
@@ -39,6 +30,5 @@ __all__ = [
     "singular_values",
     "rankme",
     "lidar",
-    "KMeansResult",
     "kmeans",
 ]

@@ -1,21 +1,22 @@
-"""Clustering scores of code assignments and collapse diagnostics of embeddings (numpy / torch)."""
+"""Clustering scores of code assignments, collapse diagnostics of embeddings and the k-means that
+clusters frozen features for them (numpy / torch).
+
+The CPLearn paper reports NMI only (Tabs. 1-3); AMI, ARI, the accuracies, code usage and chance NMI
+are ours, because raw NMI grows with the number of codes. Cluster ids are arbitrary integers
+(argmax codes); scores follow scikit-learn's conventions (natural logs, arithmetic-mean
+normalisation for NMI / AMI) and are tested against it. k-means is Lloyd's (1982) with k-means++
+seeding (Arthur and Vassilvitskii, 2007), torch only (``solo-diet compare``'s clusters).
+"""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple, Union
 
 import numpy as np
 import torch
 
-from solo_diet.metrics._arrays import ArrayLike
-
-# ==================================================================================================
-# Clustering evaluation (CPLearn). The CPLearn paper reports NMI only (Tabs. 1-3); AMI, ARI, the
-# accuracies, code usage and chance NMI are ours, because raw NMI grows with the number of codes.
-#
-# Cluster ids are arbitrary integers (argmax codes); scores follow scikit-learn's conventions
-# (natural logs, arithmetic-mean normalisation for NMI / AMI) and are tested against it.
-# ==================================================================================================
+ArrayLike = Union[np.ndarray, torch.Tensor, list]
 
 
 def _int_labels(values: ArrayLike) -> np.ndarray:
@@ -79,31 +80,18 @@ def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> f
             m = np.arange(max(1, a + b - n), min(a, b) + 1)
             if m.size == 0:
                 continue
-            log_prob = (
-                log_fact[a]
-                + log_fact[b]
-                + log_fact[n - a]
-                + log_fact[n - b]
-                - log_fact[n]
-                - log_fact[m]
-                - log_fact[a - m]
-                - log_fact[b - m]
-                - log_fact[n - a - b + m]
-            )
+            # log of the hypergeometric probability of a cell count m
+            log_prob = log_fact[[a, b, n - a, n - b]].sum() - log_fact[n] - log_fact[m]
+            log_prob -= log_fact[a - m] + log_fact[b - m] + log_fact[n - a - b + m]
             cell_mi = m / n * (np.log(n * m) - math.log(a * b))
             expected += a_count * b_count * float((cell_mi * np.exp(log_prob)).sum())
     return expected
 
 
-def _single_partition_pair(table: np.ndarray) -> bool:
-    """Both labelings put all samples in one group (sklearn's perfect-match limit case)."""
-    return table.shape == (1, 1)
-
-
 def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
     """NMI = MI / ((H(Y) + H(C)) / 2), scikit-learn's arithmetic form (CPLearn's released code)."""
     table = contingency_table(labels, clusters)
-    if _single_partition_pair(table):
+    if table.shape == (1, 1):  # one group in both (scikit-learn's perfect-match limit case)
         return 1.0
     mi = _mutual_information(table)
     if mi == 0.0:
@@ -115,7 +103,7 @@ def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
     """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any
     c."""
     table = contingency_table(labels, clusters)
-    if _single_partition_pair(table):
+    if table.shape == (1, 1):
         return 1.0
     row_sums, col_sums = table.sum(1), table.sum(0)
     expected = expected_mutual_information(row_sums, col_sums)
@@ -233,3 +221,76 @@ def dimensional_collapse_report(
         "significant_dims": float((eigenvalues > rel_threshold * eigenvalues[0]).sum()),
         "mean_abs_offdiag_corr": float(offdiag),
     }
+
+
+class KMeansResult(NamedTuple):
+    assignments: torch.Tensor  # (N,) int64 cluster ids
+    centroids: torch.Tensor  # (k, d)
+    inertia: float  # sum of squared distances of the points to their centroid
+
+
+def _squared_distances(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    return (
+        (x * x).sum(1, keepdim=True) - 2 * x @ centroids.T + (centroids * centroids).sum(1)
+    ).clamp_min(0.0)
+
+
+def _kmeans_plus_plus(x: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """Greedy k-means++: each next centroid is the best (least potential) of 2 + ln k candidates
+    drawn with probability proportional to D(x)^2, the squared distance to the nearest centroid."""
+    trials = 2 + int(math.log(k))
+    chosen = [int(torch.randint(x.shape[0], (1,), generator=generator))]
+    nearest = _squared_distances(x, x[chosen]).squeeze(1)
+    for _ in range(1, k):
+        weights = nearest if nearest.sum() > 0 else torch.ones_like(nearest)
+        candidates = torch.multinomial(weights, trials, replacement=True, generator=generator)
+        potentials = torch.minimum(nearest.unsqueeze(1), _squared_distances(x, x[candidates]))
+        best = int(potentials.sum(0).argmin())
+        chosen.append(int(candidates[best]))
+        nearest = potentials[:, best]
+    return x[chosen].clone()
+
+
+def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) -> KMeansResult:
+    for _ in range(max_iter):
+        distances = _squared_distances(x, centroids)
+        assignments = distances.argmin(1)
+        sums = torch.zeros_like(centroids).index_add_(0, assignments, x)
+        counts = torch.bincount(assignments, minlength=centroids.shape[0]).unsqueeze(1).to(x.dtype)
+        # an emptied cluster takes the point farthest from its centroid
+        empty = (counts.squeeze(1) == 0).nonzero().flatten()
+        updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
+        if empty.numel():
+            farthest = (
+                distances.gather(1, assignments.unsqueeze(1)).squeeze(1).topk(empty.numel()).indices
+            )
+            updated[empty] = x[farthest]
+        shift = ((updated - centroids) ** 2).sum()
+        centroids = updated
+        if shift <= tol:
+            break
+    distances = _squared_distances(x, centroids)
+    inertia, assignments = distances.min(1)
+    return KMeansResult(assignments, centroids, float(inertia.sum()))
+
+
+def kmeans(
+    features: ArrayLike,
+    k: int,
+    n_init: int = 5,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    seed: int = 0,
+) -> KMeansResult:
+    """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd's iterations (stopping when the
+    centroids move less than ``tol`` in total squared distance); the run of least inertia wins."""
+    x = torch.as_tensor(features).detach().to("cpu", torch.float64)
+    if x.dim() != 2 or not 1 <= k <= x.shape[0]:
+        raise ValueError(
+            f"k-means needs (N, d) features with 1 <= k <= N, got shape {tuple(x.shape)} and k={k}"
+        )
+    if n_init < 1 or max_iter < 1:
+        raise ValueError(f"n_init and max_iter must be >= 1, got {n_init} and {max_iter}")
+    generator = torch.Generator().manual_seed(seed)
+    runs = [_lloyd(x, _kmeans_plus_plus(x, k, generator), max_iter, tol) for _ in range(n_init)]
+    return min(runs, key=lambda run: run.inertia)

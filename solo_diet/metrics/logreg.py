@@ -1,13 +1,8 @@
 """A linear probe that cannot be under-trained: multinomial logistic regression on frozen features,
 fitted to convergence by full-batch L-BFGS, its L2 strength chosen on a part of the training set
-held out from the fit. This is CLIP's linear-probe protocol (CLIP paper, Appendix A.3: L-BFGS
-logistic regression, the L2 strength swept on a validation split of the training set).
-
-The objective is the mean cross-entropy plus ``l2 / 2 * ||W||^2`` (the bias is not penalised) on
-features standardised with the fit set's mean and standard deviation: scikit-learn's
-``LogisticRegression(C=1 / (l2 * n))`` on the same standardised features. Everything is
-deterministic: the fit starts from zeros and the held-out split is a fixed function of the labels,
-so no seed enters. Torch only; works on CPU and CUDA tensors, in float64.
+held out from the fit: CLIP's linear-probe protocol (CLIP paper, Appendix A.3; docs/compare.md,
+``logreg_acc1``). The objective equals scikit-learn's ``LogisticRegression(C=1 / (l2 * n))`` on the
+same standardised features. Deterministic (no seed enters); torch only, CPU or CUDA, float64.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
-"""RankMe and LiDAR: the rank of a representation (torch, float64)."""
+"""RankMe and LiDAR: the rank of a representation (torch, float64).
+
+As reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula: RankMe (Garrido et
+al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers. Both are exp(entropy) of a
+normalised spectrum: RankMe of the singular values of raw (uncentred) embeddings, LiDAR of the
+eigenvalues of the whitened between-class covariance of augmented views grouped by their clean
+sample (the surrogate class).
+"""
 
 from __future__ import annotations
 
 import torch
 
-from solo_diet.metrics._arrays import ArrayLike
-
-# ==================================================================================================
-# Rank metrics, as reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula:
-# RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers.
-#
-# Both are exp(entropy) of a normalised spectrum, computed in float64: RankMe of the singular values
-# of raw (uncentred) embeddings, LiDAR of the eigenvalues of the whitened between-class covariance
-# of augmented views grouped by their clean sample (the surrogate class).
-# ==================================================================================================
+from solo_diet.metrics.clustering import ArrayLike
 
 
 def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from solo_diet.data.synthetic import write_image_folder
+from tests._helpers.synthetic import write_image_folder
 
 SHIPPED_SPEC = Path(__file__).resolve().parents[2] / "benchmarks" / "compare" / "animal_mnist.yaml"
 

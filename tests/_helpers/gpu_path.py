@@ -10,7 +10,6 @@ import torch
 from lightning.pytorch import Callback
 from solo.methods import METHODS
 
-from solo_diet.data.synthetic import write_image_folder
 from solo_diet.launch.common import fit_or_raise
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.loader_settings import (
@@ -22,6 +21,7 @@ from tests._helpers import SCRIPTS
 from tests._helpers.methods import (
     solo_learn_kwargs,
 )
+from tests._helpers.synthetic import write_image_folder
 from tests._helpers.tiny import smoke_cfg, tiny_trainer
 
 CLASSES, PER_CLASS, BATCH = 5, 4, 8

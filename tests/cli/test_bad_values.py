@@ -19,7 +19,7 @@ pytestmark = pytest.mark.solo
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from solo_diet.data.synthetic import write_image_folder
+    from tests._helpers.synthetic import write_image_folder
 
     root = tmp_path_factory.mktemp("data")
     write_image_folder(root / "train", num_classes=5, per_class=6, seed=0)

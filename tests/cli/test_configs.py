@@ -73,7 +73,7 @@ CPU = [
 @requires_solo()
 def test_written_configs_launch(tmp_path, capsys):
     """pretrain -> linear from the copied custom configs, and the copied comparison spec."""
-    from solo_diet.data.synthetic import write_image_folder
+    from tests._helpers.synthetic import write_image_folder
 
     data = tmp_path / "data"
     write_image_folder(data / "train", num_classes=5, per_class=6, seed=0)

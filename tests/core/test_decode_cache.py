@@ -10,8 +10,8 @@ import torch
 
 from solo_diet.data import tensor_data
 from solo_diet.data.decode_cache import CACHE_ENV, cache_root
-from solo_diet.data.synthetic import write_image_folder
 from solo_diet.data.tensor_data import load_images
+from tests._helpers.synthetic import write_image_folder
 
 
 @pytest.fixture

@@ -1,20 +1,20 @@
 """The papers' data-free figures (benchmarks/sdiet_toy.py, benchmarks/cplearn_toy.py): the property
-each figure shows, on the core functions the scripts draw."""
+each figure shows, on the functions the scripts draw it with."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from solo_diet.nn import rademacher_codes
-from solo_diet.toys.content_style import (
+from benchmarks.cplearn_toy import code_cosines, cosine_statistics
+from benchmarks.sdiet_toy import (
     ToySetup,
     isometric_embedding,
     procrustes_distance,
     spectral_contrastive_loss,
     train_toy,
 )
-from solo_diet.toys.quasi_orthogonal import code_cosines, cosine_statistics
+from solo_diet.nn import rademacher_codes
 
 
 @pytest.fixture(scope="module")

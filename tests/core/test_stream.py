@@ -13,9 +13,9 @@ from torchvision.io import ImageReadMode, decode_image
 from solo_diet.data import augment as ops
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader, decode_images
-from solo_diet.data.synthetic import write_jpeg_folder
 from solo_diet.data.tensor_data import folder_samples
 from solo_diet.samplers import SuperBatchSampler
+from tests._helpers.synthetic import write_jpeg_folder
 
 SIZES = ((40, 56), (48, 32), (64, 64), (36, 44))
 CLASSES, PER_CLASS, BATCH = 3, 5, 4

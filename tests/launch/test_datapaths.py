@@ -142,7 +142,7 @@ def test_only_the_settings_parser_and_the_factory_read_the_format_key():
 def test_image_folder_and_gpu_paths_give_the_evaluation_the_same_images(tmp_path):
     """compare's feature loaders: every image once, in the same order with the same targets, and
     LiDAR's views of the same chosen images, through either path."""
-    from solo_diet.data.synthetic import write_image_folder
+    from tests._helpers.synthetic import write_image_folder
 
     write_image_folder(tmp_path / "train", num_classes=5, per_class=3, seed=0)
     write_image_folder(tmp_path / "val", num_classes=5, per_class=2, seed=1)

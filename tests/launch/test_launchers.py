@@ -16,11 +16,11 @@ from solo.methods import METHODS
 
 from solo_diet.cli.main import main
 from solo_diet.config import ConfigError
-from solo_diet.data.synthetic import write_image_folder
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.linear import build_backbone, load_backbone_weights
 from solo_diet.launch.pretrain import run_pretrain
 from solo_diet.launch.settings import dali_installed
+from tests._helpers.synthetic import write_image_folder
 
 pytestmark = pytest.mark.solo
 

@@ -27,7 +27,6 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.data.synthetic import write_image_folder
 from tests._helpers.methods import fits_of
 from tests._helpers.read_back import (
     CLASSES,
@@ -37,6 +36,7 @@ from tests._helpers.read_back import (
     check_cpu_stand_in_sees_no_read_back,
     fit_guarded,
 )
+from tests._helpers.synthetic import write_image_folder
 
 pytestmark = pytest.mark.solo
 

@@ -19,7 +19,6 @@ from solo.methods import METHODS
 from solo_diet.cli.main import main
 from solo_diet.config import ConfigError
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
-from solo_diet.data.synthetic import write_jpeg_folder
 from solo_diet.launch.common import compose_cfg, fit_or_raise
 from solo_diet.launch.pretrain import run_pretrain
 from solo_diet.samplers import SuperBatchSampler
@@ -37,6 +36,7 @@ from tests._helpers.gpu_path import (
     settings_of,
 )
 from tests._helpers.methods import fits_of, registered_methods
+from tests._helpers.synthetic import write_jpeg_folder
 from tests._helpers.tiny import tiny_trainer
 
 pytestmark = pytest.mark.solo

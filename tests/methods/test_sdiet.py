@@ -588,9 +588,9 @@ class KeepModel(Callback):
 def test_launcher_trains_multi_batch_ce_on_the_methods_batch_sampler(tmp_path):
     from pathlib import Path
 
-    from solo_diet.data.synthetic import write_image_folder
     from solo_diet.launch.common import compose_cfg
     from solo_diet.launch.pretrain import run_pretrain
+    from tests._helpers.synthetic import write_image_folder
 
     write_image_folder(tmp_path / "train", num_classes=2, per_class=8)
     overrides = [

@@ -14,11 +14,6 @@ SOLARIZE_THRESHOLD = 128 / 255
 """PIL ``ImageOps.solarize``'s default threshold 128 on the 0..1 scale."""
 
 
-def _per_sample(values: Tensor | float, x: Tensor) -> Tensor:
-    """Per-sample values (B,) (or a scalar) shaped (B, 1, 1, 1) for broadcasting over x."""
-    return torch.as_tensor(values, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
-
-
 def luma(x: Tensor) -> Tensor:
     """(B, 1, H, W) ITU-R 601 luma of float RGB images."""
     r, g, b = x.unbind(1)
@@ -38,27 +33,6 @@ def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
     return gray.contiguous() if apply is None else torch.where(apply[:, None, None, None], gray, x)
 
 
-def adjust_brightness(images: Tensor, factor: Tensor) -> Tensor:
-    """Scale by ``factor`` (B,), clamped to 0..1 (torchvision ``adjust_brightness``)."""
-    return (to_float(images) * _per_sample(factor, images.float())).clamp_(0, 1)
-
-
-def adjust_contrast(images: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the image's mean luma (torchvision ``adjust_contrast``)."""
-    x = to_float(images)
-    _require_rgb(x)
-    f = _per_sample(factor, x)
-    return (f * x + (1 - f) * luma(x).mean((-2, -1), keepdim=True)).clamp_(0, 1)
-
-
-def adjust_saturation(images: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the per-pixel luma (torchvision ``adjust_saturation``)."""
-    x = to_float(images)
-    _require_rgb(x)
-    f = _per_sample(factor, x)
-    return (f * x + (1 - f) * luma(x)).clamp_(0, 1)
-
-
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
     computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
@@ -70,7 +44,8 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
     chroma = value - x.amin(1, keepdim=True)
     # channel c's hue within its sector: (x[c + 1] - x[c + 2]) / chroma, sector c starts at 2 c
     within = (x.roll(-1, 1) - x.roll(-2, 1)).gather(1, top)
-    hue6 = within / torch.where(chroma > 0, chroma, 1.0) + 2 * top + 6 * _per_sample(shift, x)
+    turns = shift.to(x).reshape(-1, 1, 1, 1)
+    hue6 = within / torch.where(chroma > 0, chroma, 1.0) + 2 * top + 6 * turns
     sector = (hue6 + constant((5.0, 3.0, 1.0), x.device, (1, 3, 1, 1))).remainder_(6)
     ramp = torch.minimum(sector, 4 - sector).clamp_(0, 1)
     return value - chroma * ramp
@@ -82,10 +57,9 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
     no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
     2 saturation, 3 hue; (B, 3) of 0..2 without hue), the order the ops run in.
 
-    Each of brightness, contrast and saturation is a per-sample 3 x 3 colour matrix plus an offset
-    (contrast's: the current mean luma), clamped to 0..1 like torchvision's blends. They run in
-    slots before and after the hue rotation, so a batch costs one rotation, not one per position;
-    an identity slot (factor 1) leaves the values exactly as they are."""
+    Brightness, contrast and saturation are per-sample 3 x 3 colour matrices plus an offset
+    (docs/gpu-augmentations.md) run in slots around the one hue rotation; an identity slot (factor
+    1) leaves the values exactly as they are."""
     x = to_float(images)
     _require_rgb(x)
     batch, channels, height, width = x.shape

@@ -12,7 +12,7 @@ from typing import Union
 
 import torch
 
-from solo_diet.data.augment.tensors import Tensor, to_float
+from solo_diet.data.augment.tensors import Tensor
 
 Images = Union[Tensor, Sequence[Tensor]]
 """A (B, C, H, W) batch, or B (C, H, W) images of different sizes."""
@@ -139,21 +139,13 @@ def resized_crop(
     row r reads image ``r % B``, so several views of a batch come out in one call. ``images`` may
     be a list of images of different sizes (module docstring)."""
     if not isinstance(images, Tensor):
-        return _by_shape(
-            images,
-            top.shape[0],
-            size,
-            lambda group, rows: resized_crop(
-                group,
-                top[rows],
-                left[rows],
-                height[rows],
-                width[rows],
-                size,
-                None if flip is None else flip[rows],
-                interpolation,
-            ),
-        )
+
+        def crop(group: Tensor, rows: Tensor) -> Tensor:
+            box = (top[rows], left[rows], height[rows], width[rows])
+            mirror = None if flip is None else flip[rows]
+            return resized_crop(group, *box, size, mirror, interpolation)
+
+        return _by_shape(images, top.shape[0], size, crop)
     in_h, in_w = images.shape[-2:]
     rows = _axis_weights(in_h, top, height, size[0], 0, size[0], interpolation)
     cols = _axis_weights(in_w, left, width, size[1], 0, size[1], interpolation, flip)
@@ -213,9 +205,3 @@ def resize_center_crop(
         in_w, zeros, zeros + in_w, new_w, round((new_w - out_w) / 2), out_w, interpolation, flip
     )
     return _apply_separable(images, rows, cols)
-
-
-def horizontal_flip(images: Tensor, flip: Tensor) -> Tensor:
-    """Mirror the samples where ``flip`` (B,) is True."""
-    x = to_float(images)
-    return torch.where(flip[:, None, None, None], x.flip(-1), x)

@@ -8,15 +8,10 @@ import torch
 
 
 class CapturedAugmentation:
-    """Replays a CUDA graph of ``transform(images, generator)``, one per input shape (captured on
-    its first call, after warm-up calls), so a batch costs one graph launch instead of a few hundred
-    kernel launches: at 32 px these dominate the eager time. The batch is copied into the graph's
-    input and the outputs are copied out, so results stay valid while later batches run. The
-    generator is the graph's and advances with every replay; reseeding it (``manual_seed``) between
-    replays restarts its stream. Capturing leaves the generator's state as it found it, so replay
-    ``k`` after a seed draws what eager call ``k`` after that seed draws, whenever the capture
-    happened. Graphs captured under ``torch.inference_mode`` are kept apart from the others (their
-    tensors cannot be written outside it). CPU batches run ``transform`` as is."""
+    """Replays a CUDA graph of ``transform(images, generator)``, one per input shape and inference
+    mode, captured on its first call after warm-up calls (docs/data-path.md, *CUDA graphs*). The
+    outputs are copied out of the graph. Capturing leaves the generator's state as it found it, so
+    replay ``k`` after a seed draws what eager call ``k`` draws. CPU batches run ``transform``."""
 
     def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
         self.transform, self.generator, self.warmup = transform, generator, warmup

@@ -1,8 +1,6 @@
-"""solo-learn's augmentation nodes (mappings of its pipeline's keys), parsed and checked:
-:class:`AugmentationNode`, and the per-dataset normalisation statistics solo-learn uses.
-
-Errors speak of the arguments: ``argument `node.rrc.crop_min_scale``` (a key inside the node),
-``argument `dataset```; the launchers' settings name the config keys that set them."""
+"""solo-learn's augmentation nodes parsed and checked (:class:`AugmentationNode`), and its
+per-dataset normalisation statistics. Errors name the arguments (``argument `node.rrc.enabled```);
+the launchers' settings name the config keys that set them."""
 
 from __future__ import annotations
 

@@ -1,1 +1,0 @@
-"""Small data-free experiments of the papers, reproduced in plain torch."""
