@@ -5,12 +5,12 @@ SEM sits between the backbone and the method's projector (or DINO head's MLP), p
 
 How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
 
-- ``SEM<M>`` has bases ``(_SEMTwin, M, _DimHook)`` where ``_DimHook`` subclasses solo-learn's
-  ``BaseMethod``/``BaseMomentumMethod``. The MRO runs the hook right after solo-learn's base
-  ``__init__`` (backbone and online classifier built with the real D) and before ``M``'s body, and
-  the hook sets ``features_dim = L*V``: ``M`` builds its projector/head for L*V inputs with its own
-  initialisation. The twin then restores ``features_dim = D`` and wraps the slot as
-  ``SEMThenHead(embedder, original)``; momentum methods get a copy-initialised momentum embedder in
+- ``SEM<M>`` is ``(_SEMTwin, M)``. A twin declares its embedding width: its ``features_dim``, what
+  ``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property
+  ``L*V`` of ``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's
+  base ``__init__`` assigns to ``features_dim``, lands in ``backbone_dim``. The twin then wraps the
+  slot as ``SEMThenHead(embedder, original)`` and gives the online classifier the backbone's D (or
+  the SEM probe); momentum methods get a copy-initialised momentum embedder in
   ``momentum_projector``/``momentum_head.mlp``, covered by the method's own momentum pair.
 - The loss code, ``z``/``p`` and the optimiser groups are untouched: the embedder lands in the
   projector/head group (as in the official code).
@@ -34,9 +34,10 @@ from torch import nn
 
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import Contract, ExtraRepresentation, method_contract
-from solo_diet.methods.sem_config import fill_sem_kwargs, with_sem
+from solo_diet.methods.sem_config import SEMKwargs, fill_sem_kwargs, with_sem
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
+    SEMProbe,
     SEMThenHead,
     SimplicialEmbedding,
     simplex_statistics,
@@ -91,38 +92,6 @@ def _build_backbone(
     factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs
 ) -> nn.Module:
     return factory(method_name, **kwargs)
-
-
-def _make_dim_hook(root: type) -> type:
-    class _DimHook(root):
-        """Runs between solo-learn's base ``__init__`` and the method's: the head is built for L*V.
-
-        Also the base ``forward`` when the online classifier probes the SEM representation.
-        """
-
-        def __init__(self, cfg: omegaconf.DictConfig):
-            super().__init__(cfg)
-            sem = self.cfg.method_kwargs.sem
-            self.sem_in_dim = self.features_dim
-            self.features_dim = sem.num_simplices * sem.simplex_dim
-            if sem.probe == "sem":
-                self.classifier = nn.Linear(self.features_dim, self.num_classes)
-
-        def forward(self, X: torch.Tensor) -> dict[str, Any]:
-            sem = self.cfg.method_kwargs.sem
-            if sem.probe == "backbone":
-                return super().forward(X)
-            if not self.no_channel_last:
-                X = X.to(memory_format=torch.channels_last)
-            feats = self.backbone(X)
-            probe_input = self.sem_embedder.frozen_forward(feats.detach(), sem.probe_tau)
-            return {"logits": self.classifier(probe_input), "feats": feats}
-
-    _DimHook.__qualname__ = _DimHook.__name__ = f"_SEMDimHook{root.__name__}"
-    return _DimHook
-
-
-_DIM_HOOKS = {root: _make_dim_hook(root) for root in (BaseMethod, BaseMomentumMethod)}
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
@@ -186,10 +155,29 @@ class _SEMTwin:
     _sem_online: str
     _sem_momentum: str | None
 
+    @property
+    def features_dim(self) -> int:
+        """The width the base method builds its projector/head for: the SEM representation's L*V,
+        declared by ``method_kwargs.sem`` (never the backbone's D)."""
+        return SEMKwargs(**self.cfg.method_kwargs.sem).width
+
+    @features_dim.setter
+    def features_dim(self, backbone_dim: int) -> None:
+        """solo-learn's base ``__init__`` assigns the backbone's width here: kept as
+        ``backbone_dim``."""
+        self.backbone_dim = backbone_dim
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """The base method's keys, then ``method_kwargs.sem`` (which the contract's ``kwargs`` of
+        our methods' twins already hold)."""
+        cfg = super().add_and_assert_specific_cfg(cfg)
+        return fill_sem_kwargs(cfg) if method_contract(cls).kwargs is None else cfg
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         sem = self.cfg.method_kwargs.sem
-        width, self.features_dim = self.features_dim, self.sem_in_dim
+        width, backbone_dim = self.features_dim, self.backbone_dim
         self._sem_online, self._sem_momentum = _slot_paths(self)
         if not _reads_width(self.get_submodule(self._sem_online), self, width):
             raise SEMUnsupported(
@@ -197,12 +185,12 @@ class _SEMTwin:
                 f"(its first Linear does not take L*V = {width} inputs)."
             )
         embedder = SimplicialEmbedding(
-            self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
+            backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
         )
         self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
             momentum_embedder = SimplicialEmbedding(
-                self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
+                backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
             )
             self._wrap(self._sem_momentum, momentum_embedder)
             initialize_momentum_params(
@@ -220,6 +208,13 @@ class _SEMTwin:
             raise SEMUnsupported(
                 f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
             )
+        # solo-learn built its classifiers for features_dim: they read the backbone (or SEM)
+        if sem.probe == "sem":
+            self.classifier = SEMProbe(embedder, sem.probe_tau, self.num_classes)
+        else:
+            self.classifier = nn.Linear(backbone_dim, self.num_classes)
+        if getattr(self, "momentum_classifier", None) is not None:
+            self.momentum_classifier = nn.Linear(backbone_dim, self.num_classes)
         self._sem_large_crops: list[torch.Tensor] = []
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
@@ -281,11 +276,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     reason = sem_refusal(name, method_cls)
     if reason is not None:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
-    root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
-
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        return fill_sem_kwargs(method_cls.add_and_assert_specific_cfg(cfg))
-
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
@@ -298,9 +288,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
     }
-    if method_contract(method_cls).kwargs is None:  # solo-learn's method: only `sem` is ours
-        namespace["add_and_assert_specific_cfg"] = staticmethod(add_and_assert_specific_cfg)
-    return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
+    return type(class_name, (_SEMTwin, method_cls), namespace)
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:

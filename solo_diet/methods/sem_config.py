@@ -31,6 +31,11 @@ class SEMKwargs:
     probe: str = setting("backbone", choices=("backbone", "sem"))
     probe_tau: float = 0.1
 
+    @property
+    def width(self) -> int:
+        """L*V: the width of the SEM representation, which a twin's projector/head reads."""
+        return self.num_simplices * self.simplex_dim
+
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
         taus = {"tau_online": False, "tau_target": False, "probe_tau": True}

@@ -128,6 +128,20 @@ class SEMFeatureExtractor(nn.Module):
         return self.embedder.frozen_forward(self.backbone(X), self.tau)
 
 
+class SEMProbe(nn.Linear):
+    """The online classifier of a twin with ``probe: sem``: a Linear over the frozen SEM
+    representation of the backbone features at ``tau`` (SEM paper, §4). ``embedder`` is not a
+    submodule: it trains, and is saved, where the twin put it (before the projector)."""
+
+    def __init__(self, embedder: SimplicialEmbedding, tau: float, num_classes: int):
+        super().__init__(embedder.out_dim, num_classes)
+        self.embedders = (embedder,)
+        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.embedders[0].frozen_forward(feats, self.tau))
+
+
 class SEMThenHead(nn.Module):
     """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a
     list.
