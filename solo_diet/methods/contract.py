@@ -1,34 +1,11 @@
 """The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method.
 
-Each method class declares its contract in its own body, as the class attribute
-``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's contract); every field has a
-default:
-
-- ``uses_sample_indexes``: the method reads the dataset index of each sample (``batch[0]``), so
-  ``solo-diet pretrain`` sets ``method_kwargs.num_samples`` to the training set's size and refuses
-  data paths that do not deliver real indices (DALI without ``encode_indexes_into_labels``).
-- ``kwargs``: the method's own settings, a frozen dataclass of :func:`solo_diet.config.setting`
-  fields (with their defaults and checks). :func:`fill_method_kwargs`, which the method's
-  ``add_and_assert_specific_cfg`` calls, builds it from ``method_kwargs``, refuses a key that is no
-  field (``method_kwargs.label_smooting`` names ``label_smoothing``) and writes the defaults back.
-  None (solo-learn's own methods): the method reads its keys itself.
-- ``sem_unsupported``: why the method gets no ``<name>_sem`` twin, or None when it gets one.
-- ``train_batch_sampler(cfg, dataset)``: the batch sampler of the training DataLoader, or None for
-  solo-learn's shuffled batches. A sampler returned here also splits the data over DDP ranks.
-- ``extra_evaluations(checkpoint, settings)``: representations ``solo-diet compare`` measures
-  besides the backbone (:class:`ExtraRepresentation`).
-- ``views``: the large crops per sample the method trains on in its recipe (DIET and s-DIET one,
-  CPLearn two); the suite's smoke runs use it.
-- ``smoke_kwargs``: ``method_kwargs`` that make the method small enough for a CPU smoke run; the
-  suite runs every registered method through each data path, its SEM twin and the read-back guard
-  with them (plus ``num_samples`` when it uses sample indexes).
-
-The registry checks a declaration when it registers the class (:func:`registered_class`): a plugin
-class must declare its own, and one that inherits two different contracts is refused, so the order
-of the base classes never decides.
-
-Launchers read a class's contract through :func:`method_contract`, which also answers for classes
-that declare none (solo-learn's own methods): they get :data:`DEFAULT_CONTRACT`.
+Each method class declares ``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's) in
+its own body; docs/adding-a-method.md has a line per field. The registry checks it when it
+registers the class (:func:`registered_class`): a plugin class must declare its own, and one that
+inherits two different contracts is refused, so the order of the base classes never decides.
+Launchers read it through :func:`method_contract` (:data:`DEFAULT_CONTRACT` for solo-learn's
+methods).
 """
 
 from __future__ import annotations
