@@ -114,7 +114,7 @@ class LabelSource(nn.Module):
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
         indexes = indexes.long()
-        _check_range(
+        check_range(
             indexes,
             0,
             self.num_samples,
@@ -127,7 +127,7 @@ class LabelSource(nn.Module):
         if self.source == "groups":
             return self.group_rows[indexes]
         targets = targets.long()
-        _check_range(
+        check_range(
             targets,
             -1,
             self.num_classes,
@@ -147,7 +147,7 @@ def device_range_message(what: str, low: int, high: int, key: str) -> str:
     return f"batch has a {what} outside [{low}, {high}) (argument `{key}`)"[:254]
 
 
-def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
+def check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
     """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
     ``IndexError`` for values on the host, an
     asynchronous device assert (no wait for the GPU; CUDA's "device-side assert triggered" at the

@@ -20,7 +20,7 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch import nn
 
 from solo_diet.config import ConfigError, core_errors_named, setting
-from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
+from solo_diet.labels import LABEL_DEFAULTS, check_range, label_source_from_kwargs
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
@@ -116,34 +116,19 @@ def projector_from_cfg(
     return projector, method_kwargs.proj_output_dim
 
 
-_INDEX_ERROR = (
-    "batch has dataset index {index} outside [0, {n}) = [0, method_kwargs.num_samples). The head "
-    "has one row per training sample: launch with `solo-diet pretrain` (it sets num_samples from "
-    "the real dataset), or set method_kwargs.num_samples to len(train_dataset) after "
-    "data.fraction. With DALI, set dali.encode_indexes_into_labels=True."
-)
-# CUDA's asynchronous assert takes messages under 255 characters
-DEVICE_INDEX_ERROR = (
-    "dataset index outside [0, {n}) = [0, method_kwargs.num_samples): see solo-diet pretrain"
+SET_NUM_SAMPLES = (
+    "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
+    "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
+    "DALI, set dali.encode_indexes_into_labels=True."
 )
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)`` with an error that says what to fix.
-
-    Indices on the host are checked there (an ``IndexError``). Indices on a GPU are checked by an
-    asynchronous device assert (``torch._assert_async``), so the step never waits for the GPU: an
-    index out of range stops the run at its next synchronisation with CUDA's "device-side assert
-    triggered" (the message below is the CPU's; ``CUDA_LAUNCH_BLOCKING=1`` names the step). Our
-    launchers set ``num_samples`` from the dataset they load, so only a hand-made set-up can hit
-    it."""
-    if indexes.device.type != "cpu":
-        in_range = ((indexes >= 0) & (indexes < num_samples)).all()
-        torch._assert_async(in_range, DEVICE_INDEX_ERROR.format(n=num_samples))
-        return
-    low, high = torch.stack(torch.aminmax(indexes)).tolist()
-    if low < 0 or high >= num_samples:
-        raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
+    """Refuse dataset indices outside ``[0, num_samples)`` naming ``method_kwargs.num_samples``: an
+    ``IndexError`` on the host, an asynchronous device assert on a GPU, so the step never waits
+    (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
+    with core_errors_named(INDEX_ARGUMENT_KEYS):
+        check_range(indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES)
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
