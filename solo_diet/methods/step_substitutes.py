@@ -1,23 +1,13 @@
-"""Same-math substitutes, per model instance, for the read-backs inside solo-learn's own steps.
+"""Same-math substitutes, per model instance, for the read-backs inside solo-learn's own steps
+(docs/data-path.md): VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
+:func:`barlow_twins_step`, with the terms of :mod:`solo_diet.losses.decorrelation`), W-MSE's
+Cholesky status and host permutations (:class:`~solo_diet.nn.whitening.CholeskyWhitening`,
+:func:`wmse_step`) and the queue methods' pointer (:func:`solo_diet.queue.enqueue_`).
 
-- VICReg's covariance term and Barlow Twins' loss index with a boolean mask (the host learns how
-  many entries it keeps). The instance gets a ``training_step`` (:func:`vicreg_step`,
-  :func:`barlow_twins_step`) that runs the base method's step and then the method's loss with our
-  mask-free terms from :mod:`solo_diet.losses.decorrelation`: the same floats, the same logged name.
-- W-MSE: the model's ``whitening`` (solo-learn's ``Whitening2d``, whose Cholesky reads its status
-  back) becomes :class:`solo_diet.nn.whitening.CholeskyWhitening`, and its step
-  (:func:`wmse_step`) draws each slice permutation with :func:`device_randperm`: the host
-  generator's ``randperm``, sent to the device without a wait.
-- The queue methods (MoCo V2+, NNBYOL, NNCLR, NNSiam, ReSSL, All4One) read their queue pointer as
-  a Python number; the instance gets a bound ``dequeue_and_enqueue`` (``_dequeue_and_enqueue`` for
-  MoCo) writing through :func:`solo_diet.queue.enqueue_`, pointer on the device, same contents.
-
-Only an instance whose class runs solo-learn's own method (no override below it) is substituted;
-SEM twins qualify, as their SEM hooks sit outside ``training_step``. Nothing here assigns into a
-solo-learn module: a model the launcher did not substitute, and any code of the user's, runs
-solo-learn's own functions. The substitutes are :class:`InstanceSubstitute` objects (not
-``types.MethodType``, which pickles as a lookup by its function's name): a deep copy or a pickle
-of the model keeps them, bound to the copy.
+Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
+nothing here assigns into a solo-learn module. The substitutes are :class:`InstanceSubstitute`
+objects, not ``types.MethodType`` (which pickles as a lookup by name), so a deep copy or a pickle of
+the model keeps them.
 """
 
 from __future__ import annotations
@@ -53,8 +43,9 @@ WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_si
 
 
 def device_randperm(n: int, device: torch.device) -> Tensor:
-    """``torch.randperm(n)`` drawn from the host generator (the same numbers as solo-learn's call),
-    on ``device``: for CUDA through pinned memory and an asynchronous copy, so nothing waits."""
+    """``torch.randperm(n)`` from the host generator (solo-learn's numbers), on ``device``
+    without a wait.
+    """
     permutation = torch.randperm(n)
     if device.type != "cuda":
         return permutation.to(device)
@@ -111,9 +102,10 @@ def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) 
 
 
 def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """W-MSE's step as solo-learn runs it: each of ``whitening_iters`` permutations of the batch,
-    from :func:`device_randperm`, cut into slices of ``whitening_size`` rows; every large crop's
-    rows of a slice whitened together; the loss averaged over the pairs of large crops."""
+    """W-MSE's step as solo-learn runs it: ``whitening_iters`` permutations
+    (:func:`device_randperm`) cut into slices of ``whitening_size`` rows, each slice whitened over
+    every large crop, the loss averaged over the pairs of large crops.
+    """
     out = super(WMSE, model).training_step(batch, batch_idx)
     views = torch.stack(out["z"])  # crops x batch x dim
     pairs = list(itertools.combinations(range(model.num_large_crops), 2))
@@ -142,15 +134,15 @@ STEP_SUBSTITUTES: dict[type, Callable] = {
 @torch.no_grad()
 def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
     """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
-    ``values`` (features, then labels, then dataset indexes) as rows of the queues."""
+    ``values`` (features, labels, dataset indexes) as rows of the queues.
+    """
     writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
     enqueue_(self.queue_ptr, self.queue_size, writes)
 
 
 @torch.no_grad()
 def enqueue_keys(self: nn.Module, keys: torch.Tensor) -> None:
-    """MoCo V2+'s ``_dequeue_and_enqueue``: ``keys`` (views x B x D) as columns of the
-    (views x D x size) queue."""
+    """MoCo V2+'s ``_dequeue_and_enqueue``: ``keys`` (views x B x D) as columns of the queue."""
     enqueue_(self.queue_ptr, self.queue_size, [(self.queue, 2, keys.permute(0, 2, 1))])
 
 
@@ -174,8 +166,9 @@ def _qualified(obj: Union[Callable, type]) -> str:
 
 
 def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
-    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU
-    for ours; returns one description per substitute made."""
+    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU;
+    returns one description per substitute.
+    """
     made = []
     for cls, ours in STEP_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, "training_step"):

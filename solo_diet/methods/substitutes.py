@@ -1,21 +1,9 @@
-"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU.
-
-solo-learn's ``LARS`` asks ``p_norm != 0 and g_norm != 0`` in Python for every parameter, and its
-``MomentumUpdater`` walks the momentum network parameter by parameter; ``BaseMomentumMethod`` logs
-``tau`` as a Python float, which Lightning copies host -> device (a stream wait) every step. Our
-launchers swap them, for every method alike (baselines included), for:
-
-- ``solo_diet.lars.ForeachLARS``: solo-learn's LARS update with the decisions taken on the device;
-- :class:`ForeachMomentumUpdater`: solo-learn's EMA (``solo_diet.ema.ema_update_``, the same floats)
-  with the same tau schedule, whose ``cur_tau`` reads as a device scalar once it knows the device.
-
-The config keeps solo-learn's names (``optimizer.name: lars``, so ``args.json`` and compare's
-fingerprints are unchanged); the run's log names each substitute in one line.
-
-The read-backs inside solo-learn's own method steps (VICReg's and Barlow Twins' boolean masks,
-W-MSE's Cholesky status, the queue methods' pointer) get same-math substitutes per model instance
-from ``solo_diet.methods.step_substitutes``, under the same key and in the same line.
-``performance.foreach_substitutes: False`` keeps solo-learn's own classes.
+"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU, for
+every method alike (docs/data-path.md): ``solo_diet.lars.ForeachLARS`` for its ``LARS`` (decisions
+on the device), :class:`ForeachMomentumUpdater` for its ``MomentumUpdater`` (``_foreach`` EMA,
+``tau`` logged as a device scalar) and, per model instance, ``solo_diet.methods.step_substitutes``
+for the read-backs inside its method steps. The config keeps solo-learn's names; the run's log names
+each substitute in one line; ``performance.foreach_substitutes: False`` keeps solo-learn's own.
 """
 
 from __future__ import annotations
@@ -32,21 +20,16 @@ from solo_diet.ema import ema_update_
 from solo_diet.methods.step_substitutes import substitute_solo_learn_steps
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
-"""True (default): swap solo-learn's ``LARS`` and ``MomentumUpdater`` for their same-math foreach
-versions, and the read-backs of its VICReg, Barlow Twins, W-MSE and queue steps for same-math
-ones (no host sync in a step); False: solo-learn's own."""
 
 SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 """solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it."""
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
-    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) updating the whole
-    momentum network with ``_foreach`` ops.
-
-    ``cur_tau`` is stored as a Python float; once an update has seen the momentum network's device,
-    reading it gives that float as a 0-dim tensor on that device, made by a fill kernel, so that
-    ``BaseMomentumMethod``'s ``self.log("tau", cur_tau)`` copies nothing host -> device."""
+    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) with ``_foreach``
+    ops; once an update has seen the device, ``cur_tau`` reads as a 0-dim tensor there, so
+    ``self.log("tau", cur_tau)`` copies nothing host -> device.
+    """
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
@@ -85,9 +68,9 @@ def substitutes_on(cfg: DictConfig) -> bool:
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
-    for a :class:`ForeachMomentumUpdater` and the read-backs of solo-learn's own step
-    (``substitute_solo_learn_steps``) when ``performance.foreach_substitutes`` is on; returns one
-    description per substitute made (none when off or nothing applies)."""
+    for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
+    ``performance.foreach_substitutes`` is on; returns one description per substitute made.
+    """
     if not substitutes_on(cfg):
         return []
     made = []
