@@ -1,23 +1,19 @@
-"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms.
+"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (pure functions).
 
-s-DIET (s-DIET paper, App. D.2) updates only the head rows of the current batch. A full-table
-optimiser would still move every other row (momentum and decoupled weight decay act with a zero
-gradient); the closed forms below give the state after ``T`` such zero-gradient steps in one shot.
-
-Sign: the s-DIET paper prints Eq. 18 (AdamW) and Eq. 20 (SGDW) with a **plus** before the momentum
-term. That is a sign error: with ``a = 1 - lr*wd`` each zero-gradient step is
-``theta_k = a*theta_{k-1} - lr*mu^k*u`` (the optimiser *subtracts* the step), whose sum is
-``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * u``. Listing 1 of the paper uses the minus
-sign, and so does this module (docs/references.md lists this deviation).
-
-All functions are pure: they return new tensors and never modify their inputs.
+s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; a full-table optimiser
+would still move the others (momentum and decoupled weight decay act with a zero gradient), and the
+closed forms give the state after ``T`` such steps in one shot. The paper prints Eq. 18 (AdamW) and
+Eq. 20 (SGDW) with a **plus** before the momentum term, a sign error: each zero-gradient step is
+``theta_k = a*theta_{k-1} - lr*mu^k*u`` (``a = 1 - lr*wd``), whose sum is ``theta_T = a^T theta_0 -
+lr*mu*(a^T - mu^T)/(a - mu) * u``, the minus of its Listing 1 and of this module
+(docs/references.md).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Union
 
 import torch
 from torch import Tensor
@@ -28,9 +24,9 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` checked ``>= 0``: a Python float stays one (no device scalar, no host sync per
-    step); a tensor (one count per row, leading dim) is moved to ``like`` and shaped to broadcast
-    over it."""
+    """``steps`` checked ``>= 0``: a Python float stays one (no host sync per step); a tensor
+    (one count per row) is moved to ``like`` and shaped to broadcast over it.
+    """
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
@@ -146,22 +142,6 @@ def sgdw_row_step(
 RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
 
 
-class RowOptimizer(Protocol):
-    """A row-wise optimiser whose state is a tuple of tensors shaped like the rows."""
-
-    state_names: tuple[str, ...]
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        """One real step; returns ``(rows, state)``."""
-
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        """``steps`` zero-gradient steps in closed form; returns ``(rows, state)``."""
-
-
 @dataclass(frozen=True)
 class RowAdamW:
     """AdamW (psi = 1) on head rows; state ``(exp_avg, exp_avg_sq)``."""
@@ -209,3 +189,8 @@ class RowSGDW:
     ) -> tuple[Tensor, RowState]:
         rows, buffer = sgdw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
         return rows, (buffer,)
+
+
+RowOptimizer = Union[RowAdamW, RowSGDW]
+"""A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state, steps,
+lr)`` return the new ``(rows, state)``; ``state_names`` name the state tensors."""
