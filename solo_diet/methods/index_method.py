@@ -1,11 +1,7 @@
-"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once.
-
-An index-based method maps each sample to a label id through a label source (``solo_diet.labels``:
-by default its dataset index) and reads ``z``, the output of an optional ReLU MLP projector over the
-backbone features. :class:`IndexMethod` fills and checks their shared ``method_kwargs``, builds the
-projector and the label source, and declares the contract index-based methods share
-(:mod:`solo_diet.methods.contract`): ``uses_sample_indexes`` (``solo-diet pretrain`` then sets
-``num_samples``) and the shared ``method_kwargs`` (:class:`IndexKwargs`).
+"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once:
+the label source (``solo_diet.labels``, by default the dataset index), the optional ReLU MLP
+projector giving ``z``, the shared ``method_kwargs`` (:class:`IndexKwargs`) and contract
+(``uses_sample_indexes``: ``solo-diet pretrain`` sets ``num_samples``).
 """
 
 from __future__ import annotations
@@ -42,14 +38,11 @@ INDEX_ARGUMENT_KEYS = {
 @dataclass(frozen=True)
 class IndexKwargs:
     """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
-    num_samples: N, dataset size; set by ``solo-diet pretrain`` from the dataset.
-    labels: ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
-        (``solo_diet.labels``); labelled_fraction: of the data whose class is kept
-        (class/mix); label_seed: of that subset; groups_path: ``.npy``/``.pt``/``.txt`` index
-        -> group id array (groups).
-    proj_layers: layers of the ReLU MLP projector, 0 = none (a subclass redeclares it for its
-        own default and minimum); proj_hidden_dim, proj_output_dim (the width of ``z``);
-        proj_use_bn: BatchNorm1d after each hidden projector layer.
+    num_samples: N, the training set's size (``solo-diet pretrain`` sets it).
+    labels: ``index`` | ``class`` | ``mix`` | ``groups`` (``solo_diet.labels``); labelled_fraction,
+    label_seed: the kept targets (class/mix); groups_path: the index -> group id array (groups).
+    proj_layers (0 = none; a subclass redeclares it), proj_hidden_dim, proj_output_dim (the width of
+    ``z``), proj_use_bn: the ReLU MLP projector.
     """
 
     num_samples: int = setting(
@@ -132,15 +125,9 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
-    """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
-    its label id.
-
-    Sets ``num_samples``, ``label_source``, ``projector`` and ``z_dim`` (the width of ``z``);
-    ``forward``/``multicrop_forward`` add ``z = head_input(feats)`` to solo-learn's outputs, and the
-    projector trains with the backbone's optimizer. Subclasses choose the projector's default and
-    minimal depth by redeclaring ``proj_layers`` in their kwargs dataclass.
-
-    ``method_kwargs``: :class:`IndexKwargs`.
+    """Backbone -> optional ReLU MLP projector -> ``z`` (``z_dim`` wide, added to solo-learn's
+    outputs by ``forward``/``multicrop_forward``), and a label source mapping each sample to its
+    label id; ``method_kwargs``: :class:`IndexKwargs`.
     """
 
     contract = Contract(

@@ -73,17 +73,10 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
-
-    Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
-    ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to the optimizers of ``BaseMethod`` and
-    of the linear probe's ``LinearModel``.
-
-    Each class's method contract is checked as it is added
-    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body
-    (its ``kwargs`` dataclass refuses unknown ``method_kwargs`` keys when it is built).
-
-    Idempotent: a second call re-adds the same classes. Returns the registered names.
+    """Add every plugin method (and generated twin) to ``solo.methods.METHODS``, each contract
+    checked (:func:`solo_diet.methods.contract.registered_class`), the plugin backbones to
+    ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod`` and
+    ``LinearModel``. Idempotent; returns the registered names.
     """
     require_solo()
     import solo.methods as methods_module
