@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 import torch
 from torch import Tensor
@@ -142,55 +142,48 @@ def sgdw_row_step(
 RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
 
 
+class RowOptimizer:
+    """A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state,
+    steps, lr)`` return the new ``(rows, state)``, ``state`` the tensors ``state_names`` names."""
+
+    state_names: tuple[str, ...]
+    step_rule: Callable[..., tuple[Tensor, ...]]
+    zero_grad_rule: Callable[..., tuple[Tensor, ...]]
+
+    def hyper(self, lr: float) -> dict:
+        return {"lr": lr, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+
+    def step(
+        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
+    ) -> tuple[Tensor, RowState]:
+        rows, *new_state = self.step_rule(rows, *state, grad, **self.hyper(lr))
+        return rows, tuple(new_state)
+
+    def zero_grad_steps(
+        self, rows: Tensor, state: RowState, steps: Steps, lr: float
+    ) -> tuple[Tensor, RowState]:
+        rows, *new_state = self.zero_grad_rule(rows, *state, steps, **self.hyper(lr))
+        return rows, tuple(new_state)
+
+
 @dataclass(frozen=True)
-class RowAdamW:
+class RowAdamW(RowOptimizer):
     """AdamW (psi = 1) on head rows; state ``(exp_avg, exp_avg_sq)``."""
 
     weight_decay: float
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     state_names = ("exp_avg", "exp_avg_sq")
-
-    def _hyper(self, lr: float) -> dict:
-        return dict(lr=lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps)
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = adamw_row_step(rows, *state, grad, **self._hyper(lr))
-        return rows, tuple(new_state)
-
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = adamw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
-        return rows, tuple(new_state)
+    step_rule = staticmethod(adamw_row_step)
+    zero_grad_rule = staticmethod(adamw_zero_grad_steps)
 
 
 @dataclass(frozen=True)
-class RowSGDW:
+class RowSGDW(RowOptimizer):
     """SGDW (s-DIET paper, Eq. 19) on head rows; state ``(momentum_buffer,)``."""
 
     weight_decay: float
     momentum: float = 0.9
     state_names = ("momentum_buffer",)
-
-    def _hyper(self, lr: float) -> dict:
-        return dict(lr=lr, weight_decay=self.weight_decay, momentum=self.momentum)
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, buffer = sgdw_row_step(rows, *state, grad, **self._hyper(lr))
-        return rows, (buffer,)
-
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, buffer = sgdw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
-        return rows, (buffer,)
-
-
-RowOptimizer = Union[RowAdamW, RowSGDW]
-"""A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state, steps,
-lr)`` return the new ``(rows, state)``; ``state_names`` name the state tensors."""
+    step_rule = staticmethod(sgdw_row_step)
+    zero_grad_rule = staticmethod(sgdw_zero_grad_steps)

@@ -28,14 +28,10 @@ Checkpoint = Any
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
-    """A representation ``solo-diet compare`` measures besides the backbone; its result columns are
-    prefixed with ``name``.
-
-    ``kind="features"``: ``encoder(images)`` are features; compare reports their kNN top-1, RankMe,
-    LiDAR and spectrum (``<name>_knn_acc1``, ...) and, when ``probe_overrides`` is not empty, the
-    top-1 of ``solo-diet linear`` run with those overrides (``<name>_linear_acc1``).
-    ``kind="codes"``: ``encoder(images)`` is one integer code per image (shape ``(B, 1)``), scored
-    as a clustering of the val split (``<name>_nmi``, ``<name>_ami``, ``<name>_used``).
+    """A representation ``solo-diet compare`` measures besides the backbone, its result columns
+    prefixed with ``name``: ``kind="features"`` (kNN, RankMe, LiDAR, spectrum, and ``solo-diet
+    linear`` with ``probe_overrides`` when given) or ``kind="codes"`` (one integer code per image,
+    scored as a clustering: ``<name>_nmi``, ...).
     """
 
     name: str
@@ -162,10 +158,10 @@ def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str])
 
 
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
-    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (its keys checked,
-    an unknown one refused naming the closest, a renamed one naming its new name, then the
-    dataclass's own ``checked(cfg)``) and write every value back, defaults included. Returns
-    ``cfg``."""
+    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
+    refused naming the closest, a renamed one its new name, then its ``checked(cfg)``) and write
+    every value back; returns ``cfg``.
+    """
     schema = method_contract(method_cls).kwargs
     if schema is not None:
         refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
@@ -176,9 +172,9 @@ def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf
 
 
 class DeclaredKwargs:
-    """Mixin of our method classes (before solo-learn's base): the one form of their
-    ``add_and_assert_specific_cfg``, solo-learn's keys then the contract's ``kwargs``
-    (:func:`fill_method_kwargs`), which solo-learn's ``parse_cfg`` calls."""
+    """Mixin of our method classes: the one form of their ``add_and_assert_specific_cfg``
+    (solo-learn's keys, then the contract's ``kwargs``).
+    """
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

@@ -1,7 +1,5 @@
-"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring only.
-
-The projector, frozen code dictionary and temperature live in ``solo_diet.nn.cplearn``; the loss
-and its diagnostics in ``solo_diet.losses.cplearn``.
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring of ``solo_diet.nn.cplearn``
+(projector, codes, temperature) and ``solo_diet.losses.cplearn`` (loss, diagnostics).
 """
 
 from __future__ import annotations
@@ -97,9 +95,10 @@ class Embedding(_ForwardOf):
 def cplearn_representations(
     checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
-    """Contract hook ``extra_evaluations``: compare scores the argmax codes as a clustering
-    (``codes_*``) and measures the embedding H like features (``embedding_*``: its RankMe reads the
-    dimensional collapse the CPLearn paper, §3.2, rules out for H)."""
+    """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and
+    the embedding H as features (``embedding_*``; its RankMe reads the dimensional collapse the
+    CPLearn paper, §3.2, rules out).
+    """
     model = checkpoint.method()
     return [
         ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
@@ -141,22 +140,21 @@ class CPLearn(DeclaredKwargs, BaseMethod):
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
-        """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight
-        decay)."""
+        """The projector's Linear and BN (the code matrix W is a frozen buffer)."""
         return super().learnable_params + [
             {"name": "projector", "params": self.projector.parameters()}
         ]
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits
-        ``z``."""
+        """Backbone ``feats``, probe ``logits``, embedding ``h`` and float32 code logits ``z``."""
         out = super().forward(X)
         out["h"], out["z"] = self.projector(out["feats"])
         return out
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """CPLearn loss between the two views' code logits + online probe; logs collapse
-        monitors."""
+        monitors.
+        """
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
         terms = cplearn_loss_terms(
@@ -185,8 +183,9 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         return out
 
     def on_validation_epoch_end(self):
-        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, chance NMI, ...)
-        of the argmax codes over the whole validation split, gathered from every rank."""
+        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, ...) of the
+        argmax codes over the whole validation split, gathered from every rank.
+        """
         if self._val_codes and not self.trainer.sanity_checking:
             codes = self.all_gather(torch.cat(self._val_codes)).flatten().cpu()
             targets = self.all_gather(torch.cat(self._val_targets)).flatten().cpu()

@@ -1,21 +1,13 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method.
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
+sits between the backbone and the method's projector (or DINO head's MLP), paper §3
+(docs/methods/sem.md).
 
-SEM sits between the backbone and the method's projector (or DINO head's MLP), paper §3:
-``x -> backbone -> e -> SimplicialEmbedding -> z_hat -> projector -> ... -> the method's loss``.
-
-How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
-
-- ``SEM<M>`` is ``(_SEMTwin, M)``. A twin declares its embedding width: its ``features_dim``, what
-  ``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property
-  ``L*V`` of ``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's
-  base ``__init__`` assigns to ``features_dim``, lands in ``backbone_dim``. The twin then wraps the
-  slot as ``SEMThenHead(embedder, original)`` and gives the online classifier the backbone's D (or
-  the SEM probe); momentum methods get a copy-initialised momentum embedder in
-  ``momentum_projector``/``momentum_head.mlp``, covered by the method's own momentum pair.
-- The loss code, ``z``/``p`` and the optimiser groups are untouched: the embedder lands in the
-  projector/head group (as in the official code).
-- Backbone factories receive the base method's name (ViT picks its ``mocov3``/``mae`` variant by
-  it).
+``SEM<M>`` is ``(_SEMTwin, M)`` and declares its embedding width: its ``features_dim``, which
+``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property L*V of
+``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's base ``__init__``
+assigns to ``features_dim``, lands in ``backbone_dim``. The twin wraps the slot as
+``SEMThenHead(embedder, original)`` (a copy-initialised momentum embedder in a momentum slot) and
+gives the online classifier D, or the SEM probe. Backbone factories receive the base method's name.
 """
 
 from __future__ import annotations
@@ -59,9 +51,8 @@ class SEMUnsupported(ValueError):
 
 
 def sem_refusal(name: str, method_cls: type) -> str | None:
-    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it does.
-
-    Methods opt out through their contract: ``Contract(sem_unsupported="reason")``.
+    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it
+    does; a method opts out by its contract's ``sem_unsupported``.
     """
     if name in REFUSED:
         return REFUSED[name]
@@ -127,9 +118,9 @@ def _with_sem_representation(
     checkpoint: PretrainedCheckpoint,
     settings: Mapping[str, Any],
 ) -> list[ExtraRepresentation]:
-    """A twin's ``extra_evaluations``: the base method's extra representations, then the SEM
-    representation at ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe
-    (``probe: sem``)."""
+    """A twin's ``extra_evaluations``: the base method's, then the SEM representation at
+    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe.
+    """
     tau = settings.get("sem_tau")
     probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
     sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
@@ -247,9 +238,9 @@ class _SEMTwin:
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        """Large crop 0 at ``tau_online``; without a momentum branch the other large crops use
-        ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper,
-        §3.1)."""
+        """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
+        (the official per-view temperatures; SEM paper, §3.1).
+        """
         sem = self.cfg.method_kwargs.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -259,9 +250,9 @@ class _SEMTwin:
         return out
 
     def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
-        """After the method's own step: logs simplex statistics of its large crops (paper §3.1,
-        Fig. 2b). A hook, not a ``training_step`` override, so the twin runs its base method's
-        step (and any same-math substitute the launcher gives it)."""
+        """Logs simplex statistics of the step's large crops (paper §3.1, Fig. 2b): a hook, so
+        the twin runs its base method's step (and its same-math substitutes).
+        """
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
@@ -305,11 +296,9 @@ def sem_feature_extractor(
     cfg: omegaconf.DictConfig | str | Path | None = None,
     tau: float | None = None,
 ) -> SEMFeatureExtractor:
-    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe backbone.
-
-    ``cfg`` is the pretraining config or the path of its ``args.json`` (default: the one next to the
-    checkpoint); ``tau`` defaults to ``method_kwargs.sem.probe_tau`` (0 = one-hot argmax per
-    simplex). Every checkpoint key must load.
+    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe
+    backbone (every key loaded); ``cfg``: the pretraining config or its ``args.json`` (default:
+    beside the checkpoint); ``tau``: default ``method_kwargs.sem.probe_tau`` (0 = one-hot).
     """
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)
