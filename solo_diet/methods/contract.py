@@ -79,28 +79,23 @@ class Contract:
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.uses_sample_indexes, bool):
-            raise ContractError(
-                f"Contract.uses_sample_indexes must be True or False, got "
-                f"{self.uses_sample_indexes!r}"
-            )
-        if self.kwargs is not None and not is_dataclass(self.kwargs):
-            raise ContractError(f"Contract.kwargs must be a dataclass or None, got {self.kwargs!r}")
-        if self.sem_unsupported is not None and not isinstance(self.sem_unsupported, str):
-            raise ContractError(
-                f"Contract.sem_unsupported must be a reason or None, got {self.sem_unsupported!r}"
-            )
-        for name in ("train_batch_sampler", "extra_evaluations"):
-            if not callable(getattr(self, name)):
+        checks = {  # field: (what it must be, whether it is)
+            "uses_sample_indexes": ("True or False", isinstance(self.uses_sample_indexes, bool)),
+            "kwargs": ("a dataclass or None", self.kwargs is None or is_dataclass(self.kwargs)),
+            "sem_unsupported": (
+                "a reason or None",
+                isinstance(self.sem_unsupported, (str, type(None))),
+            ),
+            "train_batch_sampler": ("callable", callable(self.train_batch_sampler)),
+            "extra_evaluations": ("callable", callable(self.extra_evaluations)),
+            "views": ("a positive integer", type(self.views) is int and self.views >= 1),
+            "smoke_kwargs": ("a mapping", isinstance(self.smoke_kwargs, Mapping)),
+        }
+        for name, (expected, ok) in checks.items():
+            if not ok:
                 raise ContractError(
-                    f"Contract.{name} must be callable, got {getattr(self, name)!r}"
+                    f"Contract.{name} must be {expected}, got {getattr(self, name)!r}"
                 )
-        if isinstance(self.views, bool) or not isinstance(self.views, int) or self.views < 1:
-            raise ContractError(f"Contract.views must be a positive integer, got {self.views!r}")
-        if not isinstance(self.smoke_kwargs, Mapping):
-            raise ContractError(
-                f"Contract.smoke_kwargs must be a mapping, got {self.smoke_kwargs!r}"
-            )
 
 
 DEFAULT_CONTRACT = Contract()
