@@ -69,8 +69,7 @@ def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
 class RawPixels(nn.Module):
     """The input image itself, flattened (``num_features = channels * size * size``): the linear
     probe and kNN of a pretrained backbone run on the pixels. The expected shape is a buffer (a
-    state to save; another shape is an error naming both).
-    """
+    state to save; another shape is an error naming both)."""
 
     def __init__(self, size: int = 32, channels: int = 3):
         super().__init__()

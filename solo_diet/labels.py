@@ -133,8 +133,7 @@ def device_range_message(what: str, low: int, high: int, key: str) -> str:
 def check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
     """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
     ``IndexError`` on the host; on a GPU an asynchronous device assert (no wait; CUDA's "device-side
-    assert triggered" at the next synchronisation).
-    """
+    assert triggered" at the next synchronisation)."""
     if values.numel() == 0:
         return
     if values.device.type != "cpu":

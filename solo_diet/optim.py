@@ -25,8 +25,7 @@ _EQUAL_RATES = 1e-12
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
     """``steps`` checked ``>= 0``: a Python float stays one (no host sync per step); a tensor
-    (one count per row) is moved to ``like`` and shaped to broadcast over it.
-    """
+    (one count per row) is moved to ``like`` and shaped to broadcast over it."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")

@@ -14,8 +14,7 @@ from torch import Tensor
 def enqueue_(pointer: Tensor, size: int, writes: Sequence[tuple[Tensor, int, Tensor]]) -> None:
     """Write each ``(queue, dim, values)``'s ``values`` (cast) at positions ``pointer ... pointer
     + B - 1`` along ``dim``, then advance ``pointer`` (a long tensor on the device) by B modulo
-    ``size``, a multiple of B (a write never wraps).
-    """
+    ``size``, a multiple of B (a write never wraps)."""
     if not writes:
         return
     _, first_dim, first_values = writes[0]

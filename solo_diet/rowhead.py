@@ -57,8 +57,7 @@ class RowHead:
     ) -> torch.Tensor:
         """Multi-batch CE of the global batch ``z`` (row ``j``: the sample at ``place * B + j``
         of its super-batch) over the resident rows, all stepped; written back after the
-        super-batch's last batch.
-        """
+        super-batch's last batch."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
             rows, state = store.load(group, z.device, lr=lr)
@@ -92,8 +91,7 @@ class RowHead:
         self, store: RowStore, z: torch.Tensor, ids: torch.Tensor, lr: float
     ) -> torch.Tensor:
         """Batch CE over the batch's distinct label rows (class / mix / groups): a row is the
-        positive of every datum sharing its id (Birth-of-SSL paper, Thm. 1); id -1 adds nothing.
-        """
+        positive of every datum sharing its id (Birth-of-SSL paper, Thm. 1); id -1 adds nothing."""
         row_ids, positions = batch_rows(ids)
         if row_ids.numel() == 0:
             store.global_step += 1  # a step with no real row update: absent rows still age

@@ -167,8 +167,7 @@ class SuperBatch:
 
 class SuperBatchOrder:
     """Follows a :class:`SuperBatchSampler` from the training loop: each step's super-batch, and
-    a check that each batch is the sampler's (on CUDA deferred by one step: no host sync).
-    """
+    a check that each batch is the sampler's (on CUDA deferred by one step: no host sync)."""
 
     def __init__(self, rows_per_step: int):
         self.rows_per_step = rows_per_step
@@ -184,8 +183,7 @@ class SuperBatchOrder:
     ) -> SuperBatch:
         """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
         of ``min(len(sampler), steps_limit)`` steps; nothing is prefetched across epochs (our
-        design).
-        """
+        design)."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]

@@ -30,8 +30,7 @@ def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tens
 
 def _same_label(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(same, n)``: ``same_ij = 1[id_i = id_j >= 0]`` (float64) and ``n_i``, the count of row
-    ``i``'s id (1 for id -1), without reading the ids back.
-    """
+    ``i``'s id (1 for id -1), without reading the ids back."""
     labelled = ids >= 0
     same = (ids.unsqueeze(1) == ids.unsqueeze(0)) & labelled.unsqueeze(1) & labelled.unsqueeze(0)
     same = same.to(torch.float64)
@@ -40,8 +39,7 @@ def _same_label(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
     """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no
-    edge), ``label_onehot(ids, p) @ label_onehot(ids, p).T`` without its ``unique``.
-    """
+    edge), ``label_onehot(ids, p) @ label_onehot(ids, p).T`` without its ``unique``."""
     same, counts = _same_label(ids)
     return same / counts.pow(label_norm_power).unsqueeze(1)
 
@@ -49,8 +47,7 @@ def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tenso
 def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
     """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)``, made without reading the
     ids back: column ``k`` is the indicator of the rows sharing row ``k``'s id over ``n_k^((p + 1) /
-    2)``. Lemma 1's loss sees targets only through ``Y Y^T``, so it equals the one-hot loss.
-    """
+    2)``. Lemma 1's loss sees targets only through ``Y Y^T``, so it equals the one-hot loss."""
     same, counts = _same_label(ids)
     return same / counts.pow((label_norm_power + 1.0) / 2.0).unsqueeze(0)
 
@@ -61,8 +58,7 @@ def _compute_dtype(z: torch.Tensor) -> torch.dtype:
 
 def _solve(ridge: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     """``ridge^-1 rhs`` (positive definite for ``lam > 0``) without ``torch.linalg.solve``'s
-    read-back.
-    """
+    read-back."""
     return torch.linalg.solve_ex(ridge, rhs)[0]
 
 

@@ -16,8 +16,7 @@ BARLOW_BATCH_NORM_EPS = 1e-5
 
 def off_diagonal(matrix: Tensor) -> Tensor:
     """The ``n * (n - 1)`` off-diagonal entries of a square matrix, row by row (a strided view,
-    the order of a ``~eye`` mask).
-    """
+    the order of a ``~eye`` mask)."""
     n, m = matrix.shape
     if n != m:
         raise ValueError(f"off_diagonal: a square matrix is needed, got {n} x {m}")

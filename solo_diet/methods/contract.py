@@ -155,8 +155,7 @@ def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str])
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
     """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
     refused naming the closest, a renamed one its new name, then its ``checked(cfg)``) and write
-    every value back; returns ``cfg``.
-    """
+    every value back; returns ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:
         refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
@@ -168,8 +167,7 @@ def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf
 
 class DeclaredKwargs:
     """Mixin of our method classes: the one form of their ``add_and_assert_specific_cfg``
-    (solo-learn's keys, then the contract's ``kwargs``).
-    """
+    (solo-learn's keys, then the contract's ``kwargs``)."""
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

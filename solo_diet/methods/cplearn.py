@@ -97,8 +97,7 @@ def cplearn_representations(
 ) -> list[ExtraRepresentation]:
     """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and
     the embedding H as features (``embedding_*``; its RankMe reads the dimensional collapse the
-    CPLearn paper, §3.2, rules out).
-    """
+    CPLearn paper, §3.2, rules out)."""
     model = checkpoint.method()
     return [
         ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
@@ -153,8 +152,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """CPLearn loss between the two views' code logits + online probe; logs collapse
-        monitors.
-        """
+        monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
         terms = cplearn_loss_terms(
@@ -184,8 +182,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
 
     def on_validation_epoch_end(self):
         """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, ...) of the
-        argmax codes over the whole validation split, gathered from every rank.
-        """
+        argmax codes over the whole validation split, gathered from every rank."""
         if self._val_codes and not self.trainer.sanity_checking:
             codes = self.all_gather(torch.cat(self._val_codes)).flatten().cpu()
             targets = self.all_gather(torch.cat(self._val_targets)).flatten().cpu()

@@ -92,23 +92,6 @@ class LabelledProjectionKwargs(IndexKwargs):
         return self
 
 
-def projector_from_cfg(
-    features_dim: int, method_kwargs: omegaconf.DictConfig
-) -> tuple[nn.Module, int]:
-    """``(projector, output width)`` from the projector keys of :class:`IndexKwargs`; identity
-    for 0 layers."""
-    if method_kwargs.proj_layers == 0:
-        return nn.Identity(), features_dim
-    projector = mlp_projector(
-        features_dim,
-        method_kwargs.proj_hidden_dim,
-        method_kwargs.proj_output_dim,
-        num_layers=method_kwargs.proj_layers,
-        use_bn=method_kwargs.proj_use_bn,
-    )
-    return projector, method_kwargs.proj_output_dim
-
-
 SET_NUM_SAMPLES = (
     "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
     "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
@@ -142,7 +125,17 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         kwargs = cfg.method_kwargs
         self.num_samples: int = kwargs.num_samples
         self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
-        self.projector, self.z_dim = projector_from_cfg(self.features_dim, kwargs)
+        self.projector: nn.Module = nn.Identity()
+        self.z_dim: int = self.features_dim
+        if kwargs.proj_layers > 0:
+            self.projector = mlp_projector(
+                self.features_dim,
+                kwargs.proj_hidden_dim,
+                kwargs.proj_output_dim,
+                num_layers=kwargs.proj_layers,
+                use_bn=kwargs.proj_use_bn,
+            )
+            self.z_dim = kwargs.proj_output_dim
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

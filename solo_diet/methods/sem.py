@@ -119,8 +119,7 @@ def _with_sem_representation(
     settings: Mapping[str, Any],
 ) -> list[ExtraRepresentation]:
     """A twin's ``extra_evaluations``: the base method's, then the SEM representation at
-    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe.
-    """
+    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe."""
     tau = settings.get("sem_tau")
     probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
     sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
@@ -239,8 +238,7 @@ class _SEMTwin:
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
-        (the official per-view temperatures; SEM paper, §3.1).
-        """
+        (the official per-view temperatures; SEM paper, §3.1)."""
         sem = self.cfg.method_kwargs.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -251,8 +249,7 @@ class _SEMTwin:
 
     def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
         """Logs simplex statistics of the step's large crops (paper §3.1, Fig. 2b): a hook, so
-        the twin runs its base method's step (and its same-math substitutes).
-        """
+        the twin runs its base method's step (and its same-math substitutes)."""
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:

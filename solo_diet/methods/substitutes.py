@@ -52,8 +52,7 @@ SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 class ForeachMomentumUpdater(MomentumUpdater):
     """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) with ``_foreach``
     ops; once an update has seen the device, ``cur_tau`` reads as a 0-dim tensor there, so
-    ``self.log("tau", cur_tau)`` copies nothing host -> device.
-    """
+    ``self.log("tau", cur_tau)`` copies nothing host -> device."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
@@ -93,8 +92,7 @@ def substitutes_on(cfg: DictConfig) -> bool:
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
     for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
-    ``performance.foreach_substitutes`` is on; returns one description per substitute made.
-    """
+    ``performance.foreach_substitutes`` is on; returns one description per substitute made."""
     if not substitutes_on(cfg):
         return []
     made = []
@@ -133,8 +131,7 @@ WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_si
 
 def device_randperm(n: int, device: torch.device) -> Tensor:
     """``torch.randperm(n)`` from the host generator (solo-learn's numbers), on ``device``
-    without a wait.
-    """
+    without a wait."""
     permutation = torch.randperm(n)
     if device.type != "cuda":
         return permutation.to(device)
@@ -193,8 +190,7 @@ def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) 
 def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
     """W-MSE's step as solo-learn runs it: ``whitening_iters`` permutations
     (:func:`device_randperm`) cut into slices of ``whitening_size`` rows, each slice whitened over
-    every large crop, the loss averaged over the pairs of large crops.
-    """
+    every large crop, the loss averaged over the pairs of large crops."""
     out = super(WMSE, model).training_step(batch, batch_idx)
     views = torch.stack(out["z"])  # crops x batch x dim
     pairs = list(itertools.combinations(range(model.num_large_crops), 2))
@@ -223,8 +219,7 @@ STEP_SUBSTITUTES: dict[type, Callable] = {
 @torch.no_grad()
 def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
     """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
-    ``values`` (features, labels, dataset indexes) as rows of the queues.
-    """
+    ``values`` (features, labels, dataset indexes) as rows of the queues."""
     writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
     enqueue_(self.queue_ptr, self.queue_size, writes)
 
@@ -256,8 +251,7 @@ def _qualified(obj: Union[Callable, type]) -> str:
 
 def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
     """Swap, on one built solo-learn method, the parts of its step that read back from the GPU;
-    returns one description per substitute.
-    """
+    returns one description per substitute."""
     made = []
     for cls, ours in STEP_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, "training_step"):

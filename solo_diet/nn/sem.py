@@ -109,8 +109,7 @@ class SimplicialEmbedding(nn.Module):
 
 class SEMFeatureExtractor(nn.Module):
     """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)``, a probe backbone
-    (§4).
-    """
+    (§4)."""
 
     def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
         super().__init__()
@@ -159,8 +158,7 @@ class SEMThenHead(nn.Module):
 
     def __getitem__(self, index: int) -> nn.Module:
         """``projector[-1]`` reaches the wrapped head, as code written for an nn.Sequential
-        expects.
-        """
+        expects."""
         return self.head[index]
 
     @contextmanager

@@ -18,8 +18,7 @@ RAISE_EPS = "raise argument `eps` or the slice size"
 class CholeskyWhitening(nn.Module):
     """Whitens a slice ``x`` (N x D): centred, mapped by ``L^-1`` with ``L L^T = (1 - eps) * cov
     + eps * I`` (unbiased covariance), in float32 under CUDA autocast. A covariance that is not
-    positive definite fails a device assert whose message ``fix`` ends.
-    """
+    positive definite fails a device assert whose message ``fix`` ends."""
 
     def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
         super().__init__()

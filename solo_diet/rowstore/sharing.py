@@ -38,8 +38,7 @@ def host_sharing(
 ) -> Optional[HostSharing]:
     """:class:`HostSharing` for the initialised ``torch.distributed`` group (None without one or
     for one process): the processes of one host and ``node`` share a store, the lowest global rank
-    writes, the prefix carries rank 0's random token and the node. Collective.
-    """
+    writes, the prefix carries rank 0's random token and the node. Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
     places: list = [None] * dist.get_world_size()

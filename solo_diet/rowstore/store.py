@@ -108,8 +108,7 @@ class RowStore(RowTables):
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
         """The prefetched rows if they are those of ``indices`` on ``device`` (a write after the
-        prefetch invalidated it; one before it was gathered after).
-        """
+        prefetch invalidated it; one before it was gathered after)."""
         if self._prefetched is None:
             return None
         fetched_indices, gathered = self._prefetched

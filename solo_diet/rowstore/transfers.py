@@ -39,8 +39,7 @@ class TransferQueue:
 
     def write(self, write: Callable[[], None], *, deferred: bool) -> None:
         """Queue a write-back (a ``deferred`` one, a shared store's writer's, waits for
-        :meth:`submit_deferred_write`); at most ``MAX_PENDING_WRITES`` are in flight.
-        """
+        :meth:`submit_deferred_write`); at most ``MAX_PENDING_WRITES`` are in flight."""
         if deferred:
             self._deferred_write = write
             return
@@ -88,8 +87,7 @@ class TransferQueue:
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
         """``values`` for a table on ``device`` in ``dtype``: from CUDA to host tables into a pinned
-        buffer on the side stream (with the copy's event), otherwise now.
-        """
+        buffer on the side stream (with the copy's event), otherwise now."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
         self.stream.wait_stream(torch.cuda.current_stream(values.device))
