@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from solo_diet.config import ConfigError
-from solo_diet.methods.renamed import with_current_kwargs
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
@@ -95,9 +94,25 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 
 
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, the ``method_kwargs`` keys its method renamed since under their new names
-    (:mod:`~solo_diet.methods.renamed`)."""
-    return with_current_kwargs(omegaconf.OmegaConf.create(json.loads(args_path.read_text())))
+    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
+    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
+    there wins."""
+    from solo.methods import METHODS
+
+    from solo_diet.methods.registry import register
+
+    args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    register()
+    method = METHODS.get(str(args.get("method")))
+    kwargs = args.get("method_kwargs")
+    if method is None or not isinstance(kwargs, omegaconf.DictConfig):
+        return args  # an unknown method: loading it names the problem
+    for old, new in getattr(method, "renamed_method_kwargs", {}).items():
+        if old in kwargs:
+            value = kwargs.pop(old)
+            if new not in kwargs:
+                kwargs[new] = value
+    return args
 
 
 def checkpoint_safe_globals() -> list:

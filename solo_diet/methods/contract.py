@@ -141,7 +141,8 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 
 def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str]) -> None:
-    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it."""
+    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it (a method's
+    ``renamed_method_kwargs``, {old: new}; a checkpoint saved with the old key still loads)."""
     given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
     for old, new in renamed.items():
         if old in given:

@@ -88,9 +88,8 @@ class SDIETKwargs(IndexKwargs):
     row_sharding: str = setting("none", choices=("none", "node"))
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
-        """The head's betas, and the settings s-DIET refuses together: rows on disk without a
-        folder; eager steps or super-batches with labels other than ``index``; more than one view
-        per sample."""
+        """The head's betas, and what s-DIET refuses together: disk rows without a folder; eager
+        steps or super-batches with labels other than ``index``; more than one view per sample."""
         super().checked(cfg)
         betas = self.head_betas
         betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
@@ -126,13 +125,9 @@ class SDIETKwargs(IndexKwargs):
 
 
 class SDIET(IndexMethod):
-    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7,
-    §5.2).
-
-    The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
-    D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
-
-    ``method_kwargs``: :class:`SDIETKwargs`.
+    """s-DIET: projector (3 layers by default, s-DIET paper, §6), L2 normalisation, CE against
+    the resident head rows (Eq. 7, §5.2); a datum's label id (by default its index) is its head row,
+    ``proj_output_dim`` the width D of a row. ``method_kwargs``: :class:`SDIETKwargs`.
     """
 
     registered_as = "sdiet"
@@ -187,11 +182,9 @@ class SDIET(IndexMethod):
 
     @property
     def row_store(self) -> RowStore:
-        """The head rows and their optimiser state, created on first use on the module's device.
-
-        Under DDP a ``cpu`` or ``disk`` store is shared by the processes of a node (one copy in host
-        memory, written by one of them; one per node over several nodes); creating it is then
-        collective, as is every first use.
+        """The head rows and their optimiser state, created on first use on the module's device;
+        under DDP a ``cpu``/``disk`` store is shared by the processes of a node (created
+        collectively).
         """
         if self._row_store is None:
             placement = self._store_kwargs["placement"]
@@ -222,9 +215,9 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
-        """This node's part of the rows with ``row_sharding=node`` over several nodes; None
-        otherwise. One process per node serves its rows: the shared store's writer. With ``gpu``
-        placement every GPU holds a table of its own, so each process holds a part."""
+        """This node's part of the rows with ``row_sharding=node`` over several nodes (one
+        process per node serves them, the shared store's writer; with ``gpu`` placement each process
+        holds a part), else None."""
         trainer = self.trainer if self._trainer is not None else None
         if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
@@ -264,9 +257,8 @@ class SDIET(IndexMethod):
         self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
-        """The super-batch of this (global) batch. Without a SuperBatchSampler it is the batch
-        itself (m = 1), whose indices are checked here; the sampler's are in range and distinct by
-        construction."""
+        """The super-batch of this global batch; without a SuperBatchSampler the batch itself (m
+        = 1), its indices checked here (the sampler's are in range and distinct by construction)."""
         sampler = self.super_batch_sampler
         if sampler is not None:
             steps = math.inf if self._trainer is None else self.trainer.num_training_batches
@@ -280,9 +272,8 @@ class SDIET(IndexMethod):
         return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the head rows of the batch's label ids (by default the super-batch's dataset
-        indices), hand-made update of all of them, online probe. The forward is queued first, so the
-        host's row work overlaps it."""
+        """CE over the head rows of the batch's label ids, a hand-made update of them all, online
+        probe; the forward is queued first, so the host's row work overlaps it."""
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])
@@ -312,10 +303,8 @@ class SDIET(IndexMethod):
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        """The rows, their optimiser state and counters travel with the checkpoint (exact resume).
-
-        Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table
-        copy; sharded, they send it their rows (collective)."""
+        """The rows, their optimiser state and counters travel with the checkpoint (exact
+        resume); only global rank 0 keeps them (sharded, the others send it their rows)."""
         keep = self._trainer is None or self.trainer.is_global_zero
         if isinstance(self.row_store, ShardedRowStore):
             state = self.row_store.state_dict(keep=keep)

@@ -5,8 +5,7 @@ Listing 1): :class:`RowStore` (tables, transfers, sharing) and :class:`ShardedRo
 from solo_diet.rowstore.shards import ShardedRowStore
 from solo_diet.rowstore.sharing import HostSharing, RowShard, host_sharing, node_shard
 from solo_diet.rowstore.store import MODES, RowStore
-from solo_diet.rowstore.tables import PLACEMENTS, RowTables
-from solo_diet.rowstore.transfers import TransferQueue
+from solo_diet.rowstore.tables import PLACEMENTS
 
 __all__ = [
     "MODES",
@@ -14,9 +13,7 @@ __all__ = [
     "HostSharing",
     "RowShard",
     "RowStore",
-    "RowTables",
     "ShardedRowStore",
-    "TransferQueue",
     "host_sharing",
     "node_shard",
 ]
