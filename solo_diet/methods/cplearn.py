@@ -70,26 +70,17 @@ class CPLearnKwargs:
         return self
 
 
-class _ForwardOf(torch.nn.Module):
-    """Wraps a method model; subclasses pick one part of its forward output."""
+class ForwardOutput(torch.nn.Module):
+    """Output ``key`` of a method model's forward (``h``: CPLearn's embedding), or with ``argmax``
+    its argmax code id, one column (``z``: the code logits)."""
 
-    def __init__(self, method_model: torch.nn.Module):
+    def __init__(self, method_model: torch.nn.Module, key: str, argmax: bool = False):
         super().__init__()
-        self.method_model = method_model
-
-
-class ArgmaxCodes(_ForwardOf):
-    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+        self.method_model, self.key, self.argmax = method_model, key, argmax
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.method_model(images)["z"].argmax(1, keepdim=True)
-
-
-class Embedding(_ForwardOf):
-    """The embedding ``h`` (f wide, before the codes) of a method whose forward returns it."""
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.method_model(images)["h"]
+        out = self.method_model(images)[self.key]
+        return out.argmax(1, keepdim=True) if self.argmax else out
 
 
 def cplearn_representations(
@@ -100,8 +91,8 @@ def cplearn_representations(
     CPLearn paper, §3.2, rules out)."""
     model = checkpoint.method()
     return [
-        ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
-        ExtraRepresentation("embedding", Embedding(model)),
+        ExtraRepresentation("codes", ForwardOutput(model, "z", argmax=True), kind="codes"),
+        ExtraRepresentation("embedding", ForwardOutput(model, "h")),
     ]
 
 

@@ -84,16 +84,11 @@ class ForeachMomentumUpdater(MomentumUpdater):
         ema_update_(momentum, online_net.parameters(), self._tau)
 
 
-def substitutes_on(cfg: DictConfig) -> bool:
-    """``performance.foreach_substitutes`` (default True), True or False."""
-    return KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True)
-
-
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
     for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
     ``performance.foreach_substitutes`` is on; returns one description per substitute made."""
-    if not substitutes_on(cfg):
+    if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
     name = getattr(model, "optimizer", None)
