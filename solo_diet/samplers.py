@@ -190,8 +190,7 @@ class SuperBatchOrder:
         if batch_idx >= len(batches):
             raise RuntimeError(
                 f"batch {batch_idx} is past the SuperBatchSampler's {len(batches)} batches of "
-                f"epoch "
-                f"{sampler.epoch}: {ITERATE_THE_SAMPLER}"
+                f"epoch {sampler.epoch}: {ITERATE_THE_SAMPLER}"
             )
         self._check(indexes, batches[batch_idx], batch_idx, sampler.epoch)
         steps, m = int(min(len(batches), steps_limit)), self.rows_per_step

@@ -72,8 +72,6 @@ def cplearn_loss_terms(
     estimates pbar over all DDP ranks (the all-gather's backward sums the prior's gradient, so DDP's
     average is the one-process gradient on the global batch).
     """
-    if prior not in PRIORS:
-        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
     if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
         raise ValueError(
             f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "

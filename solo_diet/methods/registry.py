@@ -42,19 +42,15 @@ def plugin_methods() -> dict[str, type]:
     return found
 
 
-def is_plugin_method(cls: type) -> bool:
-    return cls.__module__.startswith("solo_diet.")
-
-
 def _add(methods_module, name: str, cls: type) -> None:
     registry = methods_module.METHODS
-    present = registry.get(name)
-    if present is not None and present is not cls:
-        if not is_plugin_method(present) or present.__qualname__ != cls.__qualname__:
-            raise RuntimeError(
-                f"solo-diet cannot register method '{name}': solo-learn already has "
-                f"{present.__module__}.{present.__qualname__} under that name."
-            )
+    present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
+    same = present.__module__ == cls.__module__ and present.__qualname__ == cls.__qualname__
+    if not same:
+        raise RuntimeError(
+            f"solo-diet cannot register method '{name}': solo-learn already has "
+            f"{present.__module__}.{present.__qualname__} under that name."
+        )
     registry[name] = registered_class(cls, plugin=True)
     setattr(methods_module, cls.__name__, cls)
 

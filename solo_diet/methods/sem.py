@@ -109,10 +109,6 @@ def _reads_width(slot: nn.Module, model: nn.Module, width: int) -> bool:
     return first == width
 
 
-def _parameter_ids(groups: Sequence[dict[str, Any]]) -> set[int]:
-    return {id(p) for group in groups for p in group["params"]}
-
-
 def _with_sem_representation(
     base_evaluations: Callable[..., list[ExtraRepresentation]],
     checkpoint: PretrainedCheckpoint,
@@ -194,7 +190,8 @@ class _SEMTwin:
                 raise SEMUnsupported(
                     f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs."
                 )
-        if not {id(p) for p in embedder.parameters()} <= _parameter_ids(self.learnable_params):
+        trained = {id(p) for group in self.learnable_params for p in group["params"]}
+        if not {id(p) for p in embedder.parameters()} <= trained:
             raise SEMUnsupported(
                 f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
             )

@@ -64,12 +64,9 @@ class RowTables:
         self.placement = placement
         self.dtype = dtype
         self.cuda = torch.cuda.is_available()
-        on_gpu = placement == "gpu"
-        self.device = (
-            torch.device(device or ("cuda" if self.cuda else "cpu"))
-            if on_gpu
-            else torch.device("cpu")
-        )
+        self.device = torch.device("cpu")
+        if placement == "gpu":
+            self.device = torch.device(device or ("cuda" if self.cuda else "cpu"))
         self.sharing = sharing
         self.writer = sharing is None or sharing.writer
         self.shared_files: list[str] = []
