@@ -242,12 +242,9 @@ def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def multi_positive_target(
     positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq. 7).
-
-    Row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``; a head row is the positive of every datum
-    that shares its id (several positives per row when ids repeat). An unlabelled datum
-    (``positions = -1``) gets a zero target row, so it adds nothing to the loss. With all ids
-    distinct (``index``) this is s-DIET's smoothed identity target.
+    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq.
+    7): row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``, a zero row for an unlabelled datum
+    (``positions = -1``); with all ids distinct (``index``), s-DIET's smoothed identity target.
     """
     labelled = positions >= 0
     target = F.one_hot(positions.clamp_min(0), num_rows).to(torch.float32)

@@ -116,10 +116,6 @@ class SuperBatchSampler(Sampler[list[int]]):
         steps, size = len(self), self.global_batch_size
         return self.sampler.order()[: steps * size].view(steps, size)
 
-    def super_batches(self) -> list[torch.Tensor]:
-        """The epoch's super-batches: up to ``m`` consecutive global batches each."""
-        return list(self.global_batches().split(self.rows_per_step))
-
     def __iter__(self) -> Iterator[list[int]]:
         start = self.replicas()[1] * self.batch_size
         for batch in self.global_batches():

@@ -13,11 +13,6 @@ from solo_diet.methods import PLUGIN_FACTORIES
 from solo_diet.methods.contract import ContractError, registered_class
 
 
-def _resolve(target: str):
-    module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 def plugin_methods() -> dict[str, type]:
     """Every class that a module of this package (``solo_diet/methods/<module>.py``, not
     ``_private``) defines with ``registered_as = "<name>"`` in its body, by name."""
@@ -92,7 +87,9 @@ def register() -> list[str]:
         _add(methods_module, name, cls)
         names.append(name)
     for target in PLUGIN_FACTORIES:
-        generated = _resolve(target)(dict(methods_module.METHODS))
+        module_name, attr = target.split(":")
+        factory = getattr(importlib.import_module(module_name), attr)
+        generated = factory(dict(methods_module.METHODS))
         for name, cls in generated.items():
             _add(methods_module, name, cls)
             names.append(name)

@@ -196,7 +196,10 @@ class SDIET(IndexMethod):
                     "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
                     "late, and class rows recur in consecutive batches."
                 )
-            options = dict(self._store_kwargs, directory=self._node_directory(node))
+            options = dict(self._store_kwargs)
+            if options["directory"] and self._trainer is not None and self.trainer.num_nodes > 1:
+                # over several nodes each keeps its row files in its own subfolder of row_dir
+                options["directory"] = os.path.join(options["directory"], f"node{node}")
             shard = self._node_shard(node, sharing)
             # sharded: each node's rows only (rowstore.shards), exchanged at every load
             store_class = RowStore if shard is None else ShardedRowStore
@@ -224,13 +227,6 @@ class SDIET(IndexMethod):
         if sharing is None:
             return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
         return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
-
-    def _node_directory(self, node: int) -> Optional[str]:
-        """``row_dir``; over several nodes its subfolder ``node<k>``: a folder on a file system
-        that the nodes share holds each node's row files apart."""
-        directory = self._store_kwargs["directory"]
-        several = self._trainer is not None and self.trainer.num_nodes > 1
-        return os.path.join(directory, f"node{node}") if directory and several else directory
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
         """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:

@@ -24,13 +24,10 @@ MODES = ("eager", "lazy")
 
 
 class RowStore(RowTables):
-    """Head rows + row-wise optimiser state + per-row last-step counters.
-
-    Args:
-        num_rows, dim: N and D; optimizer: :class:`solo_diet.optim.RowAdamW` or ``RowSGDW``.
-        mode: ``"eager"`` or ``"lazy"`` zero-gradient steps, ``eager_steps`` of them in eager mode.
-        table_options: ``placement``, ``device``, ``directory``, ``seed``, ``dtype``, ``sharing``,
-            ``shard`` (:class:`~solo_diet.rowstore.tables.RowTables`).
+    """Head rows + row-wise optimiser state (``optimizer``, :class:`solo_diet.optim.RowAdamW` or
+    ``RowSGDW``) + per-row last-step counters; ``mode``: ``"eager"`` (``eager_steps`` after each
+    visit) or ``"lazy"`` zero-gradient steps; ``table_options``:
+    :class:`~solo_diet.rowstore.tables.RowTables`'.
     """
 
     def __init__(

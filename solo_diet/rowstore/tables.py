@@ -24,16 +24,12 @@ Device = Union[str, torch.device]
 
 
 class RowTables:
-    """The table of head rows and their optimiser state, and each row's last real step.
-
-    Args:
-        num_rows: N; dim: D, width of a row; names: the K slots, ``"rows"`` then the optimiser's.
-        placement: ``"cpu"``, ``"gpu"`` (``device``, default cuda when available) or ``"disk"``
-            (memory-mapped files in ``directory``).
-        seed: of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET paper
-            is silent; state starts at 0); dtype: of the table.
-        sharing: share a ``cpu``/``disk`` table between the processes of a host.
-        shard: hold only this node's ``ceil(N / nodes)`` rows (initialised as in a whole table).
+    """The table of head rows and their optimiser state, and each row's last real step:
+    ``num_rows`` N, ``dim`` D, ``names`` the K slots (``"rows"``, then the optimiser's), on
+    ``placement`` ``"cpu"``, ``"gpu"`` (``device``) or ``"disk"`` (files in ``directory``); rows
+    start at ``U(-1/sqrt(D), 1/sqrt(D))`` drawn from ``seed`` (our choice, the s-DIET paper is
+    silent), state at 0. ``sharing``: one table for the processes of a host; ``shard``: only this
+    node's ``ceil(N / nodes)`` rows.
     """
 
     def __init__(
