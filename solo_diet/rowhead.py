@@ -27,9 +27,9 @@ class ResidentRows:
 
 
 class RowHead:
-    """One cross-entropy step at a time against head rows held in a row store: ``rows_per_step``
-    is m (1: batch CE), ``label_smoothing`` spreads over the resident rows, ``temperature`` divides
-    the logits, ``prefetch`` loads the next super-batch's rows early.
+    """Cross-entropy steps against head rows held in a row store: ``rows_per_step`` m (1: batch
+    CE), ``label_smoothing`` over the resident rows, logits divided by ``temperature``, the next
+    super-batch's rows loaded early with ``prefetch``.
     """
 
     def __init__(

@@ -150,9 +150,9 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """Where a training step sits in the data order: the global ``indexes`` of its super-batch
-    (the resident rows), its ``place`` k there, the super-batch's ``length`` (m, fewer at an epoch's
-    end) and the ``following`` super-batch's indices (None at an epoch's end).
+    """Where a step sits in the data order: the ``indexes`` of its super-batch (the resident
+    rows), its ``place`` k there, the super-batch's ``length`` (m or fewer) and the ``following``
+    super-batch's indices (None at an epoch's end).
     """
 
     indexes: torch.Tensor

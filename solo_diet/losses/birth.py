@@ -16,10 +16,9 @@ SOLVE_SIDES = ("auto", "features", "samples")
 
 
 def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` (id ``-1``: a zero row),
-    column ``c`` divided by ``n_c^(p/2)``: ``Y Y^T = G~``, ``G~_ij = 1[c_i = c_j] / n_c^p`` (``p =
-    0`` raw, ``p = 1`` class-normalised: our knob for the label imbalance the paper's abstract
-    mentions).
+    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` (-1: a zero row), column
+    ``c`` over ``n_c^(p/2)``, so ``Y Y^T = G~``, ``G~_ij = 1[c_i = c_j] / n_c^p`` (``p``: our knob
+    for the label imbalance the paper's abstract mentions).
     """
     labelled = ids >= 0
     _, inverse, counts = torch.unique(ids[labelled], return_inverse=True, return_counts=True)
@@ -65,13 +64,12 @@ def _solve(ridge: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 def closed_form_head_loss_from_targets(
     z: torch.Tensor, y: torch.Tensor, lam: float, *, center: bool = True, side: str = "auto"
 ) -> torch.Tensor:
-    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form.
-
-    ``= (1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P =
-    Z_c^T y`` (``side="features"``, a ``K x K`` solve), or ``(1/N)[ ||H y||^2 - Tr(y^T H (M + lam N
-    I_N)^{-1} M H y) ]`` with ``M = Z_c Z_c^T`` (``side="samples"``); ``auto`` takes the smaller.
-    ``center=False`` drops the bias. ``lam = 0`` is the least-squares residual, constant in ``z``
-    once ``rank(Z_c) = N - 1``. ``z``: ``(N, K)``, all views; ``y``: ``(N, C)`` real targets.
+    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed
+    form, for ``(N, K)`` ``z`` (all views) and ``(N, C)`` real targets ``y``: ``(1/N)[ ||H y||^2 -
+    Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P = Z_c^T y``
+    (``side="features"``), or with the ``N x N`` solve of ``M = Z_c Z_c^T`` (``side="samples"``);
+    ``auto`` takes the smaller. ``center=False`` drops the bias; ``lam = 0`` is the least-squares
+    residual, constant in ``z`` once ``rank(Z_c) = N - 1``.
     """
     if lam < 0:
         raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
@@ -133,13 +131,11 @@ def graph_vicreg_loss(
     var_loss_weight: float = 25.0,
     cov_loss_weight: float = 1.0,
 ) -> torch.Tensor:
-    """VICReg over any label graph (Corollary 1 in its exact form (★), docs/references.md).
-
-    With ``z = cat(views)`` (``V B`` rows, view-major) and degrees ``d_i = sum_j G_ij``: invariance
-    ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` (0 without pairs); VICReg's std hinge
-    and off-diagonal covariance ``/ K`` per view, each sample weighted by its degree (the weight (★)
-    puts on its spread). For the same-image graph of two views this is solo-learn's
-    ``vicreg_loss_func(z1, z2)`` exactly; a sample of degree 0 is left out of the regularisers.
+    """VICReg over any label graph (Corollary 1 in its exact form (★), docs/references.md): with
+    ``z = cat(views)`` (view-major) and degrees ``d_i = sum_j G_ij``, the invariance ``sum_ij G_ij
+    ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` (0 without pairs) and VICReg's std hinge and
+    covariance ``/ K`` per view, each sample weighted by its degree (a degree-0 sample left out).
+    The same-image graph of two views gives solo-learn's ``vicreg_loss_func(z1, z2)`` exactly.
     ``graph``: ``(V B, V B)`` symmetric non-negative weights (:func:`label_graph`).
     """
     with torch.autocast(device_type=views[0].device.type, enabled=False):

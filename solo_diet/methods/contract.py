@@ -28,10 +28,10 @@ Checkpoint = Any
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
-    """A representation ``solo-diet compare`` measures besides the backbone, its result columns
-    prefixed with ``name``: ``kind="features"`` (kNN, RankMe, LiDAR, spectrum, and ``solo-diet
-    linear`` with ``probe_overrides`` when given) or ``kind="codes"`` (one integer code per image,
-    scored as a clustering: ``<name>_nmi``, ...).
+    """A representation ``solo-diet compare`` measures besides the backbone (columns
+    ``<name>_...``): ``features`` (kNN, RankMe, LiDAR, spectrum; a linear probe with
+    ``probe_overrides`` when given) or ``codes`` (one integer code per image, scored as a
+    clustering).
     """
 
     name: str

@@ -38,11 +38,10 @@ INDEX_ARGUMENT_KEYS = {
 @dataclass(frozen=True)
 class IndexKwargs:
     """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
-    num_samples: N, the training set's size (``solo-diet pretrain`` sets it).
-    labels: ``index`` | ``class`` | ``mix`` | ``groups`` (``solo_diet.labels``); labelled_fraction,
-    label_seed: the kept targets (class/mix); groups_path: the index -> group id array (groups).
+    num_samples (N, set by ``solo-diet pretrain``); labels (``index``, ``class``, ``mix``,
+    ``groups``: ``solo_diet.labels``) with labelled_fraction, label_seed and groups_path;
     proj_layers (0 = none; a subclass redeclares it), proj_hidden_dim, proj_output_dim (the width of
-    ``z``), proj_use_bn: the ReLU MLP projector.
+    ``z``) and proj_use_bn of the ReLU MLP projector.
     """
 
     num_samples: int = setting(

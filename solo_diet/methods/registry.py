@@ -64,10 +64,10 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method (and generated twin) to ``solo.methods.METHODS``, each contract
-    checked (:func:`solo_diet.methods.contract.registered_class`), the plugin backbones to
-    ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod`` and
-    ``LinearModel``. Idempotent; returns the registered names.
+    """Add every plugin method and generated twin (contracts checked) to
+    ``solo.methods.METHODS``, the plugin backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach``
+    to the optimizers of ``BaseMethod`` and ``LinearModel``. Idempotent; returns the registered
+    names.
     """
     require_solo()
     import solo.methods as methods_module

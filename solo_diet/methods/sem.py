@@ -182,11 +182,8 @@ class _SEMTwin:
             initialize_momentum_params(
                 self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
             )
-            if not any(
-                momentum_embedder.linear.weight is p
-                for _, m in self.momentum_pairs
-                for p in m.parameters()
-            ):
+            paired = {id(p) for _, m in self.momentum_pairs for p in m.parameters()}
+            if id(momentum_embedder.linear.weight) not in paired:
                 raise SEMUnsupported(
                     f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs."
                 )

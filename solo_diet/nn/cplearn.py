@@ -31,9 +31,8 @@ def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float
 
 
 def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
-    """Frozen ``W in {-1, +1}^{f x c}``, fair signs from a generator seeded by ``seed`` only
-    (every DDP rank builds the same W, other RNG use does not move it); columns neither scaled nor
-    orthogonalised (Eq. 5).
+    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5), fair signs from a generator seeded by ``seed``
+    only: every DDP rank builds the same W, other RNG use does not move it.
     """
     generator = torch.Generator().manual_seed(seed)
     bits = torch.randint(0, 2, (embed_dim, num_codes), generator=generator, dtype=torch.int8)

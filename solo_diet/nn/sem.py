@@ -46,10 +46,9 @@ def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch
 
 @torch.no_grad()
 def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch.Tensor]:
-    """Sparsity of a SEM representation ``(B, L*V)`` in nats (SEM paper, §3.1, Fig. 2b):
-    ``entropy``, the mean per-simplex entropy (0 = one-hot, ln V = uniform); ``max_prob``, the mean
-    largest probability per simplex; ``marginal_entropy``, the entropy of each simplex's batch
-    average (low = collapse).
+    """Sparsity of a ``(B, L*V)`` SEM representation in nats (SEM paper, §3.1, Fig. 2b):
+    ``entropy`` per simplex (0 = one-hot, ln V = uniform), ``max_prob`` per simplex, and
+    ``marginal_entropy`` of each simplex's batch average (low = collapse), all averaged.
     """
     simplices = probs.float().reshape(probs.shape[0], -1, simplex_dim)
     per_simplex = -torch.special.xlogy(simplices, simplices).sum(-1)
@@ -63,8 +62,7 @@ def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch
 
 class SimplicialEmbedding(nn.Module):
     """Embedder ``z = BN(W e)`` (Linear without bias, BatchNorm1d over L*V) and Eq. 1:
-    ``forward(x, tau=None)`` is the ``(B, L*V)`` SEM representation at ``tau`` (default
-    ``self.tau``).
+    ``forward(x, tau=None)`` is the ``(B, L*V)`` SEM representation at ``tau`` (``self.tau``).
     """
 
     def __init__(self, in_dim: int, num_simplices: int, simplex_dim: int, tau: float = 1.0):

@@ -133,9 +133,8 @@ class RowTables:
         if self.sharing is not None:
             path = os.path.join(self.sharing.directory, f"{self.sharing.name}.{name}.bin")
             self.shared_files.append(path)
-            return torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype).view(
-                shape
-            )
+            flat = torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype)
+            return flat.view(shape)
         if self.placement == "gpu":
             return torch.empty(shape, dtype=dtype, device=self.device)
         return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
