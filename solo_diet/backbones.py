@@ -1,8 +1,6 @@
-"""Backbones the plugin adds to solo-learn's ``BaseMethod._BACKBONES`` (torch-only).
-
-Names must not start with ``resnet``: solo-learn would then apply its torchvision-ResNet surgery
-(``.inplanes``, ``.fc``, CIFAR stem). Each factory is called as ``fn(method_name, **kwargs)`` and
-the returned module exposes ``num_features``.
+"""Backbones the plugin adds to solo-learn's ``BaseMethod._BACKBONES`` (torch-only): factories
+``fn(method_name, **kwargs)`` of modules exposing ``num_features``, under names not starting with
+``resnet`` (solo-learn would apply its ResNet surgery).
 """
 
 from __future__ import annotations
@@ -32,10 +30,9 @@ class _ResidualBlock(nn.Module):
 
 
 class ResNet8(nn.Module):
-    """ResNet-8 of CPLearn (paper Table 5): 8 convs of ``width`` channels, LeakyReLU(0.2), no BN.
-
-    Spatial size 32 -> 16 -> 8 -> 8 -> global average pool; ``num_features == width``.
-    The shortcuts of blocks 2-4 are not drawn in the paper: identity (+AvgPool2 on block 2).
+    """ResNet-8 of CPLearn (paper Table 5): 8 convs of ``width`` channels, LeakyReLU(0.2), no BN,
+    32 -> 16 -> 8 -> 8 -> global average pool; the shortcuts the paper does not draw (blocks 2-4)
+    are identity (+AvgPool2 on block 2).
     """
 
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
@@ -70,11 +67,9 @@ def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
 
 
 class RawPixels(nn.Module):
-    """The input image itself, flattened: ``num_features = channels * size * size``. With it, the
-    linear probe and kNN of a pretrained backbone run unchanged on the (normalised) pixels.
-
-    The expected input shape is a buffer, so the backbone has a state to save and load, and a
-    differently sized input is an error that names both shapes."""
+    """The input image itself, flattened (``num_features = channels * size * size``): the linear
+    probe and kNN of a pretrained backbone run on the pixels. The expected shape is a buffer (a
+    state to save; another shape is an error naming both)."""
 
     def __init__(self, size: int = 32, channels: int = 3):
         super().__init__()
@@ -98,9 +93,9 @@ def raw_pixels(method: str, size: int = 32, channels: int = 3) -> RawPixels:
 
 
 def cifar_resnet18(method: str, **kwargs) -> nn.Module:
-    """torchvision's ResNet-18 with solo-learn's CIFAR stem (3x3 stride-1 first convolution with
-    padding 2, no max-pool) and no ``fc``, for any 32 px data set: solo-learn puts that stem on
-    ``resnet18`` only for ``cifar10``/``cifar100``. ``num_features`` is 512."""
+    """torchvision's ResNet-18 with solo-learn's CIFAR stem (which solo-learn gives ``resnet18``
+    on ``cifar10``/``cifar100`` only) and no ``fc``, for any 32 px data set; ``num_features`` 512.
+    """
     from torchvision.models import resnet18
 
     network = resnet18(**kwargs)

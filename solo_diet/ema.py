@@ -1,11 +1,6 @@
-"""Exponential moving average of a network's parameters (the momentum encoder of BYOL, MoCo, DINO,
-...) with torch's ``_foreach`` ops: a few launches for the whole network instead of three per
-parameter.
-
-The update is solo-learn's ``MomentumUpdater.update`` (BYOL paper, Eq. 1:
-``xi <- tau * xi + (1 - tau) * theta``) with its rounding: both products are rounded to the
-parameter's dtype before the sum, so the result is the same float, element by element (float32,
-float64 and bfloat16 tested on the CPU).
+"""The momentum encoder's EMA (BYOL paper, Eq. 1: ``xi <- tau * xi + (1 - tau) * theta``) with
+``_foreach`` ops, rounded as solo-learn's ``MomentumUpdater.update`` (both products in the
+parameter's dtype before the sum): the same floats.
 """
 
 from __future__ import annotations
@@ -18,10 +13,7 @@ from torch import Tensor
 
 @torch.no_grad()
 def ema_update_(momentum_params: Iterable[Tensor], online_params: Iterable[Tensor], tau: float):
-    """``m <- tau * m + (1 - tau) * o`` in place for each pair, as solo-learn's per-parameter loop
-    computes it. Pairs are taken as ``zip`` takes them (the shorter list ends the update). ``tau``
-    is a Python float (a device tensor would need no read-back either, but solo-learn's schedule
-    gives a float)."""
+    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them)."""
     if not 0.0 <= tau <= 1.0:
         raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
     pairs = list(zip(momentum_params, online_params))

@@ -1,23 +1,10 @@
 """Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1 and Prop. 1).
 
-A :class:`LabelSource` maps a solo-learn batch's ``(indexes, targets)`` to one integer id per datum,
-the row of a persistent head (DIET) or a node label of the batch graph ``G_ij = 1[id_i = id_j]``
-(closed-form head, graph-VICReg). ``-1`` means "no label": such a datum gets no head row and no
-edge.
-
-- ``index``: the datum index (SSL = each sample is its own class, Proposition 1). ``num_samples``
-  rows.
-- ``class``: the dataset target (supervised); ``-1`` targets stay unlabelled. ``num_classes`` rows.
-- ``mix``: the class where known, else the datum index (semi-supervised DIET); row ``c`` for class
-  ``c`` and row ``num_classes + n`` for unlabelled datum ``n``. ``num_classes + num_samples`` rows.
-- ``groups``: a precomputed ``index -> group id`` array (merged duplicates, cluster codes); the
-  distinct group ids are renumbered ``0..G-1``, one row each.
-
-``labelled_fraction < 1`` keeps the target of a fixed, seeded subset of the data only (``class``
-and ``mix``), to simulate a partly labelled dataset.
-
-Torch only: no solo-learn, no lightning. Errors name the arguments (``argument `num_classes```,
-``argument `kwargs.labels```); the method adapters name the config keys that set them.
+A :class:`LabelSource` maps a batch's ``(indexes, targets)`` to one id per datum (a head row, or a
+node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge):
+``index`` (Prop. 1), ``class``, ``mix`` (the class where known, else ``num_classes`` + the index) or
+``groups`` (a precomputed ``index -> group id`` array); docs/methods/label-sources.md tells more.
+Torch only: errors name the arguments, the method adapters the config keys that set them.
 """
 
 from __future__ import annotations
@@ -46,13 +33,9 @@ LABEL_DEFAULTS: dict[str, Any] = {
 class LabelSource(nn.Module):
     """``(indexes, targets) -> ids``; ``num_rows`` is the number of distinct ids (head rows).
 
-    Args:
-        source: one of :data:`LABEL_SOURCES`.
-        num_samples: N, dataset size; dataset indices must lie in ``[0, N)``.
-        num_classes: C, number of dataset classes (``class``/``mix``).
-        groups: ``(N,)`` integer group id per datum (``groups`` only).
-        labelled_fraction: fraction of the data whose target is kept (``class``/``mix``).
-        label_seed: seed of the kept subset.
+    ``num_samples`` (N) bounds the dataset indices, ``num_classes`` the targets (``class``/``mix``);
+    ``groups``: the ``(N,)`` group ids (``groups``); ``labelled_fraction``: of the data whose target
+    is kept, a subset seeded by ``label_seed`` (``class``/``mix``).
     """
 
     def __init__(
@@ -114,7 +97,7 @@ class LabelSource(nn.Module):
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
         indexes = indexes.long()
-        _check_range(
+        check_range(
             indexes,
             0,
             self.num_samples,
@@ -127,7 +110,7 @@ class LabelSource(nn.Module):
         if self.source == "groups":
             return self.group_rows[indexes]
         targets = targets.long()
-        _check_range(
+        check_range(
             targets,
             -1,
             self.num_classes,
@@ -147,11 +130,10 @@ def device_range_message(what: str, low: int, high: int, key: str) -> str:
     return f"batch has a {what} outside [{low}, {high}) (argument `{key}`)"[:254]
 
 
-def _check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
+def check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
     """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
-    ``IndexError`` for values on the host, an
-    asynchronous device assert (no wait for the GPU; CUDA's "device-side assert triggered" at the
-    next synchronisation) for values on a GPU."""
+    ``IndexError`` on the host; on a GPU an asynchronous device assert (no wait; CUDA's "device-side
+    assert triggered" at the next synchronisation)."""
     if values.numel() == 0:
         return
     if values.device.type != "cpu":
@@ -214,12 +196,8 @@ def load_groups(groups_path: Union[str, Path]) -> torch.Tensor:
 def label_source_from_kwargs(
     kwargs: Mapping[str, Any], num_classes: Optional[int], has_labels: bool = True
 ) -> LabelSource:
-    """The label source a method's keyword arguments ask for (keys of :data:`LABEL_DEFAULTS`).
-
-    Args:
-        kwargs: needs ``num_samples`` and the keys of :data:`LABEL_DEFAULTS`.
-        num_classes: the dataset's number of classes.
-        has_labels: False when the dataset has no targets; ``class``/``mix`` are refused then.
+    """The label source that ``kwargs`` (``num_samples`` and the keys of :data:`LABEL_DEFAULTS`)
+    ask for; ``class``/``mix`` are refused without ``has_labels``.
     """
     source = kwargs["labels"]
     if source in ("class", "mix") and not has_labels:
@@ -251,12 +229,8 @@ def label_source_from_kwargs(
 
 
 def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's distinct labelled ids and each datum's position among them (s-DIET with any
-    source).
-
-    Returns:
-        rows: ``(M,)`` sorted distinct ids ``>= 0``: the head rows the batch loads.
-        positions: ``(B,)`` index of each datum's id in ``rows``; ``-1`` for an unlabelled datum.
+    """``(rows, positions)``: the batch's sorted distinct ids ``>= 0`` (the head rows it loads)
+    and each datum's position among them, ``-1`` for an unlabelled one.
     """
     labelled = ids >= 0
     rows, inverse = torch.unique(ids[labelled], return_inverse=True)
@@ -268,12 +242,9 @@ def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def multi_positive_target(
     positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq. 7).
-
-    Row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``; a head row is the positive of every datum
-    that shares its id (several positives per row when ids repeat). An unlabelled datum
-    (``positions = -1``) gets a zero target row, so it adds nothing to the loss. With all ids
-    distinct (``index``) this is s-DIET's smoothed identity target.
+    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq.
+    7): row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``, a zero row for an unlabelled datum
+    (``positions = -1``); with all ids distinct (``index``), s-DIET's smoothed identity target.
     """
     labelled = positions >= 0
     target = F.one_hot(positions.clamp_min(0), num_rows).to(torch.float32)

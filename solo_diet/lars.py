@@ -1,20 +1,11 @@
 """LARS (You et al., 2017, Eq. 6) with solo-learn's semantics, batched and without host syncs.
 
-solo-learn's ``LARS`` walks the parameters one by one and asks ``p_norm != 0 and g_norm != 0`` in
-Python, which on a GPU waits for the device twice per parameter: the host cannot queue the next
-step's work while the GPU finishes this one. ``ForeachLARS`` takes the same decisions on the device
-(``torch.where``) and applies them with torch's ``_foreach`` ops, a few launches per parameter
-group. The update, per parameter ``p`` with gradient ``g``, weight decay ``wd``, trust coefficient
-``eta``:
-
-- ``trust = eta * |p| / (|g| + wd * |p| + eps)`` (with ``clip_lr``: ``min(trust / lr, 1)``);
-- ``d = trust * (g + wd * p)`` when ``|p| != 0`` and ``|g| != 0``, else ``d = g`` (no weight decay);
-  one-dimensional parameters skip both when ``exclude_bias_n_norm`` is set;
-- SGD momentum as torch's (``buf = momentum * buf + (1 - dampening) * d``, the first ``buf = d``),
-  Nesterov optional, then ``p -= lr * d``.
-
-Registered for solo-learn as ``optimizer.name: lars_foreach`` with the defaults solo-learn gives
-``lars`` (momentum 0.9, eta 1e-3).
+solo-learn's ``LARS`` asks ``p_norm != 0 and g_norm != 0`` in Python per parameter (two waits for
+the GPU each); ``ForeachLARS`` takes the same decisions on the device and applies them with
+``_foreach`` ops. Per parameter: ``trust = eta * |p| / (|g| + wd * |p| + eps)`` (``clip_lr``:
+``min(trust / lr, 1)``); ``d = trust * (g + wd * p)`` when both norms are non-zero (and not an
+excluded 1-D parameter), else ``d = g``; torch's SGD momentum (Nesterov optional); ``p -= lr * d``.
+Registered as ``optimizer.name: lars_foreach``.
 """
 
 from __future__ import annotations
@@ -73,8 +64,7 @@ class ForeachLARS(torch.optim.Optimizer):
         return loss
 
     def _directions(self, group: dict, params: list[Tensor]) -> list[Tensor]:
-        """``d`` of every parameter: the trust-scaled, weight-decayed gradient where both norms are
-        non-zero (and the parameter is not an excluded bias or norm), else the gradient."""
+        """``d`` of every parameter (module docstring)."""
         wd, eta, eps = group["weight_decay"], group["eta"], group["eps"]
         exclude = group["exclude_bias_n_norm"]
         scaled = [i for i, p in enumerate(params) if p.ndim != 1 or not exclude]

@@ -1,23 +1,19 @@
-"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms.
+"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (pure functions).
 
-s-DIET (s-DIET paper, App. D.2) updates only the head rows of the current batch. A full-table
-optimiser would still move every other row (momentum and decoupled weight decay act with a zero
-gradient); the closed forms below give the state after ``T`` such zero-gradient steps in one shot.
-
-Sign: the s-DIET paper prints Eq. 18 (AdamW) and Eq. 20 (SGDW) with a **plus** before the momentum
-term. That is a sign error: with ``a = 1 - lr*wd`` each zero-gradient step is
-``theta_k = a*theta_{k-1} - lr*mu^k*u`` (the optimiser *subtracts* the step), whose sum is
-``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * u``. Listing 1 of the paper uses the minus
-sign, and so does this module (docs/references.md lists this deviation).
-
-All functions are pure: they return new tensors and never modify their inputs.
+s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; a full-table optimiser
+would still move the others (momentum and decoupled weight decay act with a zero gradient), and the
+closed forms give the state after ``T`` such steps in one shot. The paper prints Eq. 18 (AdamW) and
+Eq. 20 (SGDW) with a **plus** before the momentum term, a sign error: each zero-gradient step is
+``theta_k = a*theta_{k-1} - lr*mu^k*u`` (``a = 1 - lr*wd``), whose sum is ``theta_T = a^T theta_0 -
+lr*mu*(a^T - mu^T)/(a - mu) * u``, the minus of its Listing 1 and of this module
+(docs/references.md).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Callable, Union
 
 import torch
 from torch import Tensor
@@ -28,9 +24,8 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` checked ``>= 0``: a Python float stays one (no device scalar, no host sync per
-    step); a tensor (one count per row, leading dim) is moved to ``like`` and shaped to broadcast
-    over it."""
+    """``steps`` checked ``>= 0``: a Python float stays one (no host sync per step); a tensor
+    (one count per row) is moved to ``like`` and shaped to broadcast over it."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
@@ -70,13 +65,11 @@ def adamw_zero_grad_steps(
     betas: tuple[float, float],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """State after ``steps`` AdamW steps with zero gradient (psi = 1, no bias correction).
-
-    s-DIET paper, Eq. 18 with the sign corrected (it prints ``+``; the recursion gives ``-``):
-    ``m_T = b1^T m_0``, ``v_T = b2^T v_0``,
-    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0/(sqrt(v_0) + eps)``,
-    ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``. Exact for ``eps -> 0`` (eps is kept at the
-    initial state as in the paper). ``steps``: a float ``T >= 0`` or one count per row.
+    """State after ``steps`` (a float ``T >= 0`` or one count per row) AdamW steps with zero
+    gradient (psi = 1, no bias correction): s-DIET paper, Eq. 18 with the sign corrected, ``m_T =
+    b1^T m_0``, ``v_T = b2^T v_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
+    m_0/(sqrt(v_0) + eps)``, ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``; exact for ``eps ->
+    0`` (eps kept at the initial state, as in the paper).
     """
     beta1, beta2 = betas
     steps = _steps_like(steps, theta)
@@ -98,11 +91,9 @@ def sgdw_zero_grad_steps(
     weight_decay: float,
     momentum: float,
 ) -> tuple[Tensor, Tensor]:
-    """State after ``steps`` SGDW steps (s-DIET paper, Eq. 19) with zero gradient.
-
-    Eq. 20 with the sign corrected: ``m_T = mu^T m_0``,
-    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0``, ``a = 1 - lr*weight_decay``,
-    ``mu = momentum``.
+    """State after ``steps`` SGDW steps (s-DIET paper, Eq. 19) with zero gradient: Eq. 20 with
+    the sign corrected, ``m_T = mu^T m_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
+    m_0``, ``a = 1 - lr*weight_decay``, ``mu = momentum``.
     """
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
@@ -146,66 +137,48 @@ def sgdw_row_step(
 RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
 
 
-class RowOptimizer(Protocol):
-    """A row-wise optimiser whose state is a tuple of tensors shaped like the rows."""
+class RowOptimizer:
+    """A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state,
+    steps, lr)`` return the new ``(rows, state)``, ``state`` the tensors ``state_names`` names."""
 
     state_names: tuple[str, ...]
+    step_rule: Callable[..., tuple[Tensor, ...]]
+    zero_grad_rule: Callable[..., tuple[Tensor, ...]]
+
+    def hyper(self, lr: float) -> dict:
+        return {"lr": lr, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
 
     def step(
         self, rows: Tensor, state: RowState, grad: Tensor, lr: float
     ) -> tuple[Tensor, RowState]:
-        """One real step; returns ``(rows, state)``."""
+        rows, *new_state = self.step_rule(rows, *state, grad, **self.hyper(lr))
+        return rows, tuple(new_state)
 
     def zero_grad_steps(
         self, rows: Tensor, state: RowState, steps: Steps, lr: float
     ) -> tuple[Tensor, RowState]:
-        """``steps`` zero-gradient steps in closed form; returns ``(rows, state)``."""
+        rows, *new_state = self.zero_grad_rule(rows, *state, steps, **self.hyper(lr))
+        return rows, tuple(new_state)
 
 
 @dataclass(frozen=True)
-class RowAdamW:
+class RowAdamW(RowOptimizer):
     """AdamW (psi = 1) on head rows; state ``(exp_avg, exp_avg_sq)``."""
 
     weight_decay: float
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     state_names = ("exp_avg", "exp_avg_sq")
-
-    def _hyper(self, lr: float) -> dict:
-        return dict(lr=lr, weight_decay=self.weight_decay, betas=tuple(self.betas), eps=self.eps)
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = adamw_row_step(rows, *state, grad, **self._hyper(lr))
-        return rows, tuple(new_state)
-
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = adamw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
-        return rows, tuple(new_state)
+    step_rule = staticmethod(adamw_row_step)
+    zero_grad_rule = staticmethod(adamw_zero_grad_steps)
 
 
 @dataclass(frozen=True)
-class RowSGDW:
+class RowSGDW(RowOptimizer):
     """SGDW (s-DIET paper, Eq. 19) on head rows; state ``(momentum_buffer,)``."""
 
     weight_decay: float
     momentum: float = 0.9
     state_names = ("momentum_buffer",)
-
-    def _hyper(self, lr: float) -> dict:
-        return dict(lr=lr, weight_decay=self.weight_decay, momentum=self.momentum)
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, buffer = sgdw_row_step(rows, *state, grad, **self._hyper(lr))
-        return rows, (buffer,)
-
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, buffer = sgdw_zero_grad_steps(rows, *state, steps, **self._hyper(lr))
-        return rows, (buffer,)
+    step_rule = staticmethod(sgdw_row_step)
+    zero_grad_rule = staticmethod(sgdw_zero_grad_steps)

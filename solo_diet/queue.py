@@ -12,11 +12,9 @@ from torch import Tensor
 
 @torch.no_grad()
 def enqueue_(pointer: Tensor, size: int, writes: Sequence[tuple[Tensor, int, Tensor]]) -> None:
-    """Write, for each ``(queue, dim, values)``, ``values`` into ``queue`` at positions
-    ``pointer, ..., pointer + B - 1`` (modulo ``size``) along ``dim``, B being ``values``'s size
-    along ``dim``, cast to the queue's dtype; then advance ``pointer`` (a one-element long tensor on
-    the queues' device) by B, modulo ``size``. ``size`` must be a multiple of B, so a write never
-    wraps and the queues hold what a slice assignment at the pointer writes."""
+    """Write each ``(queue, dim, values)``'s ``values`` (cast) at positions ``pointer ... pointer
+    + B - 1`` along ``dim``, then advance ``pointer`` (a long tensor on the device) by B modulo
+    ``size``, a multiple of B (a write never wraps)."""
     if not writes:
         return
     _, first_dim, first_values = writes[0]

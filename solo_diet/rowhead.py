@@ -1,12 +1,7 @@
 """s-DIET's head step over rows kept in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper,
-§5.2).
-
-The head is not a module parameter: for each step, the rows of the batch's label ids are loaded
-from the store, scored against ``z`` with cross-entropy, stepped by the store's row-wise optimiser
-with their gradient (the current lr) and written back. With the dataset index as label and
-``rows_per_step = m`` (multi-batch CE), the ``m*B`` rows of a super-batch stay resident on the
-device for its ``m`` steps, every resident row takes a real step at each of them, and they are
-written back when the super-batch ends, while the next super-batch's rows are prefetched.
+§5.2): the rows of the batch's label ids are loaded, scored against ``z`` with cross-entropy,
+stepped with their gradient and written back; with multi-batch CE a super-batch's ``m*B`` rows stay
+resident for its ``m`` steps while the next one's are prefetched.
 """
 
 from __future__ import annotations
@@ -32,13 +27,9 @@ class ResidentRows:
 
 
 class RowHead:
-    """One cross-entropy step at a time against head rows held in a row store.
-
-    Args:
-        rows_per_step: m of multi-batch CE (1: the paper's batch CE).
-        label_smoothing: PyTorch smoothing, spread over the resident rows.
-        temperature: logits are divided by it.
-        prefetch: load the next super-batch's rows while the current one trains.
+    """Cross-entropy steps against head rows held in a row store: ``rows_per_step`` m (1: batch
+    CE), ``label_smoothing`` over the resident rows, logits divided by ``temperature``, the next
+    super-batch's rows loaded early with ``prefetch``.
     """
 
     def __init__(
@@ -64,9 +55,9 @@ class RowHead:
     def index_step(
         self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
     ) -> torch.Tensor:
-        """Multi-batch CE of the global batch ``z`` over its super-batch's resident rows; ``z``'s
-        row ``j`` is the sample at ``place * B + j`` of the super-batch. Every resident row is
-        stepped; they are written back after the super-batch's last batch."""
+        """Multi-batch CE of the global batch ``z`` (row ``j``: the sample at ``place * B + j``
+        of its super-batch) over the resident rows, all stepped; written back after the
+        super-batch's last batch."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
             rows, state = store.load(group, z.device, lr=lr)
@@ -99,9 +90,8 @@ class RowHead:
     def labelled_step(
         self, store: RowStore, z: torch.Tensor, ids: torch.Tensor, lr: float
     ) -> torch.Tensor:
-        """Batch CE over the batch's distinct label rows (class / mix / groups): every datum sharing
-        an id is a positive of its row (Birth-of-SSL paper, Thm. 1); unlabelled data (id -1) add
-        nothing."""
+        """Batch CE over the batch's distinct label rows (class / mix / groups): a row is the
+        positive of every datum sharing its id (Birth-of-SSL paper, Thm. 1); id -1 adds nothing."""
         row_ids, positions = batch_rows(ids)
         if row_ids.numel() == 0:
             store.global_step += 1  # a step with no real row update: absent rows still age

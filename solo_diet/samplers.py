@@ -1,16 +1,10 @@
 """Samplers for s-DIET: a known, seeded data order (multi-batch CE, s-DIET paper, §5.2).
 
-Each epoch shuffles ``0..N-1`` with a generator seeded by ``seed + epoch`` (the same on every
-process) and cuts the order into super-batches of ``m`` global batches; the ``m`` batches of a
-super-batch cover its ``m*B`` indices exactly, without overlap. A global batch of
-``batch_size * num_replicas`` indices is split into ``num_replicas`` contiguous slices in rank
-order, so gathering the ranks' indices (rank 0 first) rebuilds the global batch. Incomplete global
-batches at the end of an epoch are dropped. Because the order is known in advance, the method can
-load a whole super-batch at once and prefetch the next one.
-
-:class:`SuperBatchOrder` follows that order from the training loop (which super-batch a step
-belongs to) and checks that each batch is the sampler's; :func:`check_sampler` checks a sampler
-against the method's settings.
+Each epoch shuffles ``0..N-1`` (seed ``seed + epoch``, the same on every process) into super-batches
+of ``m`` global batches covering ``m*B`` indices exactly; a global batch is split into contiguous
+slices in rank order, so gathering the ranks' indices rebuilds it; incomplete global batches are
+dropped. :class:`SuperBatchOrder` follows that order from the training loop and checks each batch
+against it; :func:`check_sampler` checks a sampler against the method's settings.
 """
 
 from __future__ import annotations
@@ -61,10 +55,9 @@ class EpochPermutation(Sampler[int]):
 
 
 class SuperBatchSampler(Sampler[list[int]]):
-    """Yields this rank's index list for each step; use as ``DataLoader(batch_sampler=...)``.
-
-    ``num_replicas``/``rank`` default to the initialised ``torch.distributed`` group (else 1/0),
-    read when iterated, so the sampler can be built before the DDP processes start.
+    """Yields this rank's index list for each step (``DataLoader(batch_sampler=...)``);
+    ``num_replicas``/``rank`` default to the ``torch.distributed`` group's when iterated, so it can
+    be built before the processes start.
     """
 
     def __init__(
@@ -123,11 +116,6 @@ class SuperBatchSampler(Sampler[list[int]]):
         steps, size = len(self), self.global_batch_size
         return self.sampler.order()[: steps * size].view(steps, size)
 
-    def super_batches(self) -> list[torch.Tensor]:
-        """The epoch's super-batches: up to ``m`` consecutive global batches each (the last may be
-        shorter)."""
-        return list(self.global_batches().split(self.rows_per_step))
-
     def __iter__(self) -> Iterator[list[int]]:
         start = self.replicas()[1] * self.batch_size
         for batch in self.global_batches():
@@ -162,13 +150,9 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """Where a training step sits in the data order.
-
-    Attributes:
-        indexes: the global dataset indices of its super-batch (the rows resident for it).
-        place: this batch's place ``k`` in the super-batch.
-        length: the super-batch's number of batches (``m``, fewer at the end of an epoch).
-        following: the next super-batch's indices, or None at the end of the epoch.
+    """Where a step sits in the data order: the ``indexes`` of its super-batch (the resident
+    rows), its ``place`` k there, the super-batch's ``length`` (m or fewer) and the ``following``
+    super-batch's indices (None at an epoch's end).
     """
 
     indexes: torch.Tensor
@@ -178,10 +162,8 @@ class SuperBatch:
 
 
 class SuperBatchOrder:
-    """Follows a :class:`SuperBatchSampler` from the training loop: the super-batch of each step,
-    and a check that each batch is the sampler's. On a CUDA device that check is deferred by one
-    step (an asynchronous copy of the indices, checked at the next step or :meth:`check_pending`):
-    no host sync."""
+    """Follows a :class:`SuperBatchSampler` from the training loop: each step's super-batch, and
+    a check that each batch is the sampler's (on CUDA deferred by one step: no host sync)."""
 
     def __init__(self, rows_per_step: int):
         self.rows_per_step = rows_per_step
@@ -195,17 +177,16 @@ class SuperBatchOrder:
         batch_idx: int,
         steps_limit: float = math.inf,
     ) -> SuperBatch:
-        """The super-batch of step ``batch_idx`` whose (global) batch is ``indexes``; the epoch has
-        ``min(len(sampler), steps_limit)`` steps. Nothing is prefetched across an epoch boundary
-        (our design: the next epoch's rows may be written before then)."""
+        """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
+        of ``min(len(sampler), steps_limit)`` steps; nothing is prefetched across epochs (our
+        design)."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]
         if batch_idx >= len(batches):
             raise RuntimeError(
                 f"batch {batch_idx} is past the SuperBatchSampler's {len(batches)} batches of "
-                f"epoch "
-                f"{sampler.epoch}: {ITERATE_THE_SAMPLER}"
+                f"epoch {sampler.epoch}: {ITERATE_THE_SAMPLER}"
             )
         self._check(indexes, batches[batch_idx], batch_idx, sampler.epoch)
         steps, m = int(min(len(batches), steps_limit)), self.rows_per_step

@@ -1,9 +1,8 @@
-"""Losses of the Birth-of-SSL paper (Balestriero & LeCun, "The Birth of Self Supervised Learning").
-
-Lemma, theorem and equation numbers are that paper's. Rows are samples here (solo-learn's
-``torch.cat(out["z"])``): ``z`` is ``(N, K)``, labels ``y`` are ``(N, C)``, the label graph is
-``G = y y^T`` (``N x N``). Errata of the paper applied (listed in docs/references.md):
-``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates samples, not classes.
+"""Losses of the Birth-of-SSL paper (Balestriero & LeCun, "The Birth of Self Supervised
+Learning"), with its lemma, theorem and equation numbers. Rows are samples: ``z`` is ``(N, K)``,
+labels ``y`` ``(N, C)``, the label graph ``G = y y^T`` ``(N x N)``. Errata applied
+(docs/references.md): ``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates
+samples, not classes.
 """
 
 from __future__ import annotations
@@ -17,12 +16,9 @@ SOLVE_SIDES = ("auto", "features", "samples")
 
 
 def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` of ``ids``; id ``-1`` gives a
-    zero row.
-
-    Each column is divided by ``n_c^(p/2)`` (``n_c`` = its count), so ``Y Y^T = G~`` with
-    ``G~_ij = 1[c_i = c_j] / n_c^p``: ``p = 0`` raw labels, ``p = 1`` class-normalised (our knob for
-    the label imbalance that the paper's abstract mentions; it gives no rule).
+    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` (-1: a zero row), column
+    ``c`` over ``n_c^(p/2)``, so ``Y Y^T = G~``, ``G~_ij = 1[c_i = c_j] / n_c^p`` (``p``: our knob
+    for the label imbalance the paper's abstract mentions).
     """
     labelled = ids >= 0
     _, inverse, counts = torch.unique(ids[labelled], return_inverse=True, return_counts=True)
@@ -33,7 +29,7 @@ def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tens
 
 def _same_label(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(same, n)``: ``same_ij = 1[id_i = id_j >= 0]`` (float64) and ``n_i``, the count of row
-    ``i``'s id (1 for id -1), made on the ids' device without reading them back."""
+    ``i``'s id (1 for id -1), without reading the ids back."""
     labelled = ids >= 0
     same = (ids.unsqueeze(1) == ids.unsqueeze(0)) & labelled.unsqueeze(1) & labelled.unsqueeze(0)
     same = same.to(torch.float64)
@@ -42,18 +38,15 @@ def _same_label(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
     """``(N, N)`` graph ``G~_ij = 1[id_i = id_j >= 0] / n_c^p`` (self-loops included; id -1: no
-    edge); ``label_onehot(ids, p) @ label_onehot(ids, p).T`` without its ``unique``."""
+    edge), ``label_onehot(ids, p) @ label_onehot(ids, p).T`` without its ``unique``."""
     same, counts = _same_label(ids)
     return same / counts.pow(label_norm_power).unsqueeze(1)
 
 
 def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)``, made without reading the ids
-    back (``label_onehot`` needs the number of distinct ids): column ``k`` is the indicator of the
-    rows sharing row ``k``'s id, divided by ``n_k^((p + 1) / 2)``; a class's ``n_c`` equal columns
-    stand for its one-hot column. Lemma 1's loss sees the targets only through ``Y Y^T``
-    (``||H y||^2 = Tr(H Y Y^T H)``, ``Tr(P^T A^-1 P) = Tr(Z_c A^-1 Z_c^T Y Y^T)``), so it equals
-    the one-hot loss."""
+    """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)``, made without reading the
+    ids back: column ``k`` is the indicator of the rows sharing row ``k``'s id over ``n_k^((p + 1) /
+    2)``. Lemma 1's loss sees targets only through ``Y Y^T``, so it equals the one-hot loss."""
     same, counts = _same_label(ids)
     return same / counts.pow((label_norm_power + 1.0) / 2.0).unsqueeze(0)
 
@@ -63,27 +56,20 @@ def _compute_dtype(z: torch.Tensor) -> torch.dtype:
 
 
 def _solve(ridge: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """``ridge^-1 rhs`` for a ridge matrix (positive definite for ``lam > 0``), without
-    ``torch.linalg.solve``'s singularity check, which reads its status back from the GPU."""
+    """``ridge^-1 rhs`` (positive definite for ``lam > 0``) without ``torch.linalg.solve``'s
+    read-back."""
     return torch.linalg.solve_ex(ridge, rhs)[0]
 
 
 def closed_form_head_loss_from_targets(
     z: torch.Tensor, y: torch.Tensor, lam: float, *, center: bool = True, side: str = "auto"
 ) -> torch.Tensor:
-    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form.
-
-    ``= (1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``,
-    ``P = Z_c^T y`` (``K x K`` solve, ``side="features"``), or
-    ``(1/N)[ ||H y||^2 - Tr(y^T H (M + lam N I_N)^{-1} M H y) ]`` with ``M = Z_c Z_c^T``
-    (``N x N`` solve, ``side="samples"``); ``auto`` takes the smaller. ``center=False`` drops the
-    bias (``H -> I``). ``lam = 0`` is the least-squares residual (pseudo-inverse), constant in ``z``
-    once ``rank(Z_c) = N - 1``: training needs ``lam > 0``.
-
-    Args:
-        z: ``(N, K)`` embeddings, all views concatenated.
-        y: ``(N, C)`` real targets (one-hot, soft, or any labelling of a PSD graph).
-        lam: ridge ``lambda >= 0``.
+    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed
+    form, for ``(N, K)`` ``z`` (all views) and ``(N, C)`` real targets ``y``: ``(1/N)[ ||H y||^2 -
+    Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P = Z_c^T y``
+    (``side="features"``), or with the ``N x N`` solve of ``M = Z_c Z_c^T`` (``side="samples"``);
+    ``auto`` takes the smaller. ``center=False`` drops the bias; ``lam = 0`` is the least-squares
+    residual, constant in ``z`` once ``rank(Z_c) = N - 1``.
     """
     if lam < 0:
         raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
@@ -119,12 +105,10 @@ def closed_form_head_loss(
     label_norm_power: float = 0.0,
     side: str = "auto",
 ) -> torch.Tensor:
-    """Lemma 1 (Eq. 2) with integer labels: supervised ridge regression onto ``label_onehot(ids)``,
-    computed with :func:`label_targets` (the same ``Y Y^T``; no read-back of the ids).
-
-    With the datum index as id and ``V >= 2`` views per index in the batch this is a
-    VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1); with one view per index it depends on
-    the spectrum of ``Z_c`` only (our corollary of Proposition 1).
+    """Lemma 1 (Eq. 2) with integer labels, through :func:`label_targets`: a VICReg/W-MSE-like
+    SSL loss with the datum index as id and ``V >= 2`` views per index (Theorem 1, Proposition 1);
+    with one view per index it depends on the spectrum of ``Z_c`` only (our corollary of Proposition
+    1).
     """
     return closed_form_head_loss_from_targets(
         z, label_targets(ids, label_norm_power).to(z.device), lam, center=center, side=side
@@ -132,10 +116,7 @@ def closed_form_head_loss(
 
 
 def _weighted_covariance(z: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Unbiased covariance with reliability weights: ``sum w (z - mu)(z - mu)^T / (V1 - V2/V1)``.
-
-    Equal weights give the usual ``(N - 1)`` covariance.
-    """
+    """Unbiased covariance with reliability weights, ``sum w (z - mu)(z - mu)^T / (V1 - V2/V1)``."""
     total = weights.sum()
     mean = (weights.unsqueeze(1) * z).sum(dim=0) / total
     centered = z - mean
@@ -150,27 +131,12 @@ def graph_vicreg_loss(
     var_loss_weight: float = 25.0,
     cov_loss_weight: float = 1.0,
 ) -> torch.Tensor:
-    """VICReg over any label graph (Corollary 1 in its exact form (★), see docs/references.md).
-
-    With ``z = cat(views)`` (``N = V B`` rows, view-major) and degrees ``d_i = sum_j G_ij``:
-
-    - invariance: ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)``, the ``G``-weighted mean
-      squared difference over positive pairs (0 when the batch has no pair);
-    - variance / covariance: VICReg's std hinge (eps 1e-4) and off-diagonal covariance ``/ K``, per
-      view, with each sample weighted by its degree ``d_i`` (the weight (★) puts on its spread);
-      weights enter through the unbiased reliability-weighted covariance.
-
-    For ``G`` = same-image indicator of two views (any ``label_norm_power``, a regular graph) this
-    is exactly solo-learn's ``vicreg_loss_func(z1, z2)``. For class labels of sizes ``n_c`` the raw
-    graph (``p = 0``) weights a sample's pairs and spread by ``n_c``; ``p = 1`` weights every sample
-    equally. A sample of degree 0 (unlabelled with ``labels=class``) is left out of the
-    regularisers.
-
-    Args:
-        views: ``V`` tensors ``(B, K)``, the embeddings of each view; row ``b`` of every view is
-            datum ``b``.
-        graph: ``(V B, V B)`` symmetric non-negative weights over ``cat(views)`` (see
-            :func:`label_graph`).
+    """VICReg over any label graph (Corollary 1 in its exact form (★), docs/references.md): with
+    ``z = cat(views)`` (view-major) and degrees ``d_i = sum_j G_ij``, the invariance ``sum_ij G_ij
+    ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` (0 without pairs) and VICReg's std hinge and
+    covariance ``/ K`` per view, each sample weighted by its degree (a degree-0 sample left out).
+    The same-image graph of two views gives solo-learn's ``vicreg_loss_func(z1, z2)`` exactly.
+    ``graph``: ``(V B, V B)`` symmetric non-negative weights (:func:`label_graph`).
     """
     with torch.autocast(device_type=views[0].device.type, enabled=False):
         z = torch.cat(list(views)).to(_compute_dtype(views[0]))

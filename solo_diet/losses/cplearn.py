@@ -8,6 +8,7 @@ never produce inf or NaN.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,11 +38,9 @@ def log_batch_marginal(log_p: torch.Tensor, gather: bool = False) -> torch.Tenso
 
 
 def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
-    """Prior matching on the batch marginal.
-
-    ``reverse_kl``: KL(pbar || u) = sum_j pbar_j log(c pbar_j) (App. N, released code),
-    in [0, log c].
-    ``forward_ce``: CE(u, pbar) = -(1/c) sum_j log pbar_j (Eq. 2).
+    """Prior matching on the batch marginal: ``reverse_kl``, KL(pbar || u) = sum_j pbar_j log(c
+    pbar_j) in [0, log c] (App. N, released code), or ``forward_ce``, CE(u, pbar) = -(1/c) sum_j log
+    pbar_j (Eq. 2).
     """
     if prior == "reverse_kl":
         return (log_pbar.exp() * (log_pbar + math.log(log_pbar.shape[0]))).sum()
@@ -65,17 +64,14 @@ def cplearn_loss_terms(
     symmetric: bool = True,
     gather_marginal: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """CPLearn loss with its two terms: ``{"loss", "invariance", "prior"}``.
+    """``{"loss", "invariance", "prior"}`` of the CPLearn loss, ``loss = prior + beta *
+    invariance``.
 
-    ``half(t, s) = prior(pbar_t) + beta * CE(p_t -> log p_s)`` (view t target, view s prediction).
-    ``symmetric=True`` averages ``half(a, b)`` and ``half(b, a)`` (released code); ``False`` returns
-    ``half(a, b)`` (Alg. 1). ``invariance`` and ``prior`` are the averaged unweighted terms, so
-    ``loss = prior + beta * invariance``. ``gather_marginal`` estimates pbar over all DDP ranks; the
-    all-gather's backward sums the prior's gradient over ranks, so DDP's gradient average equals the
-    one-process gradient on the global batch.
+    ``half(t, s) = prior(pbar_t) + beta * CE(p_t -> log p_s)``; ``symmetric`` averages ``half(a,
+    b)`` and ``half(b, a)`` (released code), else ``half(a, b)`` (Alg. 1). ``gather_marginal``
+    estimates pbar over all DDP ranks (the all-gather's backward sums the prior's gradient, so DDP's
+    average is the one-process gradient on the global batch).
     """
-    if prior not in PRIORS:
-        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
     if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
         raise ValueError(
             f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "
@@ -95,29 +91,18 @@ def cplearn_loss_terms(
     return {"loss": prior_value + beta * invariance, "invariance": invariance, "prior": prior_value}
 
 
-def cplearn_loss(
-    logits_a: torch.Tensor,
-    logits_b: torch.Tensor,
-    *,
-    beta: float,
-    prior: str = "reverse_kl",
-    symmetric: bool = True,
-    gather_marginal: bool = False,
-) -> torch.Tensor:
-    """Scalar CPLearn loss on two views' code logits (already divided by tau); see
-    :func:`cplearn_loss_terms`."""
-    options = dict(beta=beta, prior=prior, symmetric=symmetric, gather_marginal=gather_marginal)
+def cplearn_loss(logits_a: torch.Tensor, logits_b: torch.Tensor, **options: Any) -> torch.Tensor:
+    """Scalar CPLearn loss on two views' code logits (already divided by tau); ``options`` and the
+    terms: :func:`cplearn_loss_terms`."""
     return cplearn_loss_terms(logits_a, logits_b, **options)["loss"]
 
 
 @torch.no_grad()
 def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Collapse monitors on one batch, averaged over the two views (ours: the CPLearn paper defines
-    cluster collapse in App. C but gives no batch metric).
-
-    ``entropy``: mean_i H(p_i); ``marginal_entropy``: H(pbar); ``codes_used``: distinct argmax
-    codes; ``max_prob``: mean_i max_j p_ij; ``agreement``: fraction of rows with the same argmax
-    in both views.
+    """Collapse monitors on one batch, averaged over the two views (ours: the CPLearn paper
+    defines cluster collapse in App. C, no batch metric): ``entropy`` mean_i H(p_i),
+    ``marginal_entropy`` H(pbar), ``codes_used`` distinct argmax codes, ``max_prob`` mean_i max_j
+    p_ij, ``agreement`` of the two views' argmax.
     """
     stats: dict[str, list[torch.Tensor]] = {
         "entropy": [],

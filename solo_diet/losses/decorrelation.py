@@ -1,10 +1,6 @@
-"""The decorrelation terms of VICReg and Barlow Twins without a boolean mask, so a step never
-reads back from the GPU (a boolean mask asks the host how many elements it keeps).
-
-VICReg's covariance term takes the off-diagonal entries with :func:`off_diagonal`, a strided view
-that lists them in row-major order, the order a boolean mask ``~eye`` lists them in; Barlow Twins'
-loss weighs the off-diagonal entries with ``torch.where``. The sums add the same floats in the
-same order as solo-learn's ``covariance_loss`` and ``barlow_loss_func``.
+"""The decorrelation terms of VICReg and Barlow Twins without a boolean mask (which asks the host
+how many elements it keeps): the same floats, summed in the same order, as solo-learn's
+``covariance_loss`` and ``barlow_loss_func``.
 """
 
 from __future__ import annotations
@@ -19,8 +15,8 @@ BARLOW_BATCH_NORM_EPS = 1e-5
 
 
 def off_diagonal(matrix: Tensor) -> Tensor:
-    """The ``n * (n - 1)`` off-diagonal entries of a square ``n x n`` matrix, row by row, in one
-    contiguous vector (a view of ``matrix`` where its layout allows; gradients flow back)."""
+    """The ``n * (n - 1)`` off-diagonal entries of a square matrix, row by row (a strided view,
+    the order of a ``~eye`` mask)."""
     n, m = matrix.shape
     if n != m:
         raise ValueError(f"off_diagonal: a square matrix is needed, got {n} x {m}")

@@ -9,10 +9,7 @@ SOLO_LEARN_SEED = 5
 
 
 def online_probe_loss(targets: torch.Tensor, class_loss: torch.Tensor) -> torch.Tensor:
-    """solo-learn's online-probe loss, or 0 when no sample of the batch is labelled (it is NaN
-    then).
-
-    Chosen on the device, without a host sync; the NaN branch gets a zero gradient, and
-    cross-entropy's backward writes nothing for ignored (-1) targets, so no NaN reaches the
-    classifier."""
+    """solo-learn's online-probe loss, or 0 (chosen on the device, no host sync) when no sample
+    of the batch is labelled: its NaN then gets a zero gradient, and no NaN reaches the classifier.
+    """
     return torch.where((targets != -1).any(), class_loss, class_loss.new_zeros(()))

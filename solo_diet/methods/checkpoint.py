@@ -1,15 +1,10 @@
 """Pretraining checkpoints and their ``args.json``: the one loader every launcher uses.
 
-solo-learn's ``Checkpointer`` writes ``<run>/<name>-ep=<epoch>.ckpt`` next to ``<run>/args.json``,
-the full pretraining config. :class:`PretrainedCheckpoint` reads both and rebuilds what a launcher
-needs from them: the backbone (linear probe, kNN, RankMe), or the whole method (projector and heads
-included, e.g. for SEM or code evaluations).
-
-Checkpoints load without pickle (``torch.load(weights_only=True)``), so opening a checkpoint someone
-shared cannot run code it carries. solo-learn's checkpoints hold only tensors, numbers, strings,
-lists and dicts; OmegaConf's config containers are allow-listed too
-(:func:`checkpoint_safe_globals`). Anything else is refused, unless the caller opts out with
-``allow_pickle`` (the launchers' ``allow_pickle_checkpoint`` key), which loads it with a warning.
+:class:`PretrainedCheckpoint` rebuilds the backbone or the whole method from solo-learn's
+``<run>/<name>-ep=<epoch>.ckpt`` and the ``<run>/args.json`` beside it. Checkpoints load without
+pickle (``torch.load(weights_only=True)``, OmegaConf's containers allow-listed), so opening a
+shared checkpoint runs no code it carries; ``allow_pickle`` (the launchers'
+``allow_pickle_checkpoint``) opts out, with a warning.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ import torch
 from torch import nn
 
 from solo_diet.config import ConfigError
-from solo_diet.methods.renamed import with_current_kwargs
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
@@ -100,17 +94,31 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 
 
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, the ``method_kwargs`` keys its method renamed since under their new names
-    (:mod:`~solo_diet.methods.renamed`)."""
-    return with_current_kwargs(omegaconf.OmegaConf.create(json.loads(args_path.read_text())))
+    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
+    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
+    there wins."""
+    from solo.methods import METHODS
+
+    from solo_diet.methods.registry import register
+
+    args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    register()
+    method = METHODS.get(str(args.get("method")))
+    kwargs = args.get("method_kwargs")
+    if method is None or not isinstance(kwargs, omegaconf.DictConfig):
+        return args  # an unknown method: loading it names the problem
+    for old, new in getattr(method, "renamed_method_kwargs", {}).items():
+        if old in kwargs:
+            value = kwargs.pop(old)
+            if new not in kwargs:
+                kwargs[new] = value
+    return args
 
 
 def checkpoint_safe_globals() -> list:
     """The non-tensor types a checkpoint may hold and still load without pickle: OmegaConf's
-    containers (a config stored among a checkpoint's hyper-parameters) and the plain types their
-    metadata names. solo-learn's own checkpoints need none of them: they hold tensors, numbers,
-    strings, lists and dicts only. (Lightning's ``AttributeDict`` cannot be allow-listed: torch's
-    weights-only unpickler fills no dict subclass.)"""
+    containers (a config among a checkpoint's hyper-parameters) and the types their metadata
+    names."""
     from omegaconf import base, dictconfig, listconfig, nodes
 
     return [
@@ -181,9 +189,7 @@ def _needs_pickle(path: Path, error: BaseException) -> str:
 
 
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
-    """``torch.load`` on the CPU; a file that does not load is one :class:`CorruptCheckpoint`, one
-    that needs pickle (without ``allow_pickle``) one :class:`UnsafeCheckpoint`, whatever
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says."""
+    """``torch.load`` on the CPU, or one :class:`CorruptCheckpoint` / :class:`UnsafeCheckpoint`."""
     mmap = mmap and zipfile.is_zipfile(path)  # legacy-format files cannot be memory-mapped
     try:
         if allow_pickle:
@@ -199,11 +205,8 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
 
 
 def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optional[str]:
-    """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads: the one
-    check behind the choice of a checkpoint to resume from, a finished run's last checkpoint and
-    the launchers' errors. The tensors are memory-mapped, not read, so a large checkpoint is
-    checked in a moment. A file that needs pickle does not load (no code of it runs) unless
-    ``allow_pickle``."""
+    """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads (the
+    tensors memory-mapped, not read; one that needs pickle loads only with ``allow_pickle``)."""
     path = Path(path)
     if not path.is_file():
         return "the file does not exist"
@@ -217,14 +220,8 @@ def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optiona
 
 
 def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
-    """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry.
-
-    Tensors, plain containers and :func:`checkpoint_safe_globals` load with
-    ``torch.load(weights_only=True)``; a checkpoint that needs any other type is refused, unless
-    ``allow_pickle`` (the ``allow_pickle_checkpoint`` option), which unpickles it with a warning.
-    A file that does not load (empty, cut short, not a checkpoint) is one
-    :class:`CorruptCheckpoint`.
-    """
+    """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry
+    (module docstring); a file that does not load is one :class:`CorruptCheckpoint`."""
     path = Path(path)
     check_checkpoint_file(path)
     if allow_pickle:
@@ -277,10 +274,8 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
 def load_backbone_weights(
     backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
 ) -> int:
-    """Load the ``backbone.*`` tensors of a pretraining checkpoint; every backbone key must load.
-
-    Returns the number of tensors loaded.
-    """
+    """Load the ``backbone.*`` tensors of a pretraining checkpoint, every backbone key; returns
+    how many."""
     if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
@@ -290,15 +285,9 @@ def load_backbone_weights(
 
 
 class PretrainedCheckpoint:
-    """A pretraining checkpoint with the config it was trained with.
-
-    Args:
-        path: the ``.ckpt`` file.
-        args: the pretraining config, or the path of its ``args.json``; default: the ``args.json``
-            next to ``path``.
-        allow_pickle: load a checkpoint that needs pickle, with a warning
-            (:func:`load_checkpoint_file`).
-    """
+    """The ``.ckpt`` file ``path`` with ``args``, the config it was trained with (or the path of
+    its ``args.json``; default: the one next to ``path``); ``allow_pickle``: as
+    :func:`load_checkpoint_file`."""
 
     def __init__(
         self,

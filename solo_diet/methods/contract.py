@@ -1,34 +1,11 @@
 """The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method.
 
-Each method class declares its contract in its own body, as the class attribute
-``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's contract); every field has a
-default:
-
-- ``uses_sample_indexes``: the method reads the dataset index of each sample (``batch[0]``), so
-  ``solo-diet pretrain`` sets ``method_kwargs.num_samples`` to the training set's size and refuses
-  data paths that do not deliver real indices (DALI without ``encode_indexes_into_labels``).
-- ``kwargs``: the method's own settings, a frozen dataclass of :func:`solo_diet.config.setting`
-  fields (with their defaults and checks). :func:`fill_method_kwargs`, which the method's
-  ``add_and_assert_specific_cfg`` calls, builds it from ``method_kwargs``, refuses a key that is no
-  field (``method_kwargs.label_smooting`` names ``label_smoothing``) and writes the defaults back.
-  None (solo-learn's own methods): the method reads its keys itself.
-- ``sem_unsupported``: why the method gets no ``<name>_sem`` twin, or None when it gets one.
-- ``train_batch_sampler(cfg, dataset)``: the batch sampler of the training DataLoader, or None for
-  solo-learn's shuffled batches. A sampler returned here also splits the data over DDP ranks.
-- ``extra_evaluations(checkpoint, settings)``: representations ``solo-diet compare`` measures
-  besides the backbone (:class:`ExtraRepresentation`).
-- ``views``: the large crops per sample the method trains on in its recipe (DIET and s-DIET one,
-  CPLearn two); the suite's smoke runs use it.
-- ``smoke_kwargs``: ``method_kwargs`` that make the method small enough for a CPU smoke run; the
-  suite runs every registered method through each data path, its SEM twin and the read-back guard
-  with them (plus ``num_samples`` when it uses sample indexes).
-
-The registry checks a declaration when it registers the class (:func:`registered_class`): a plugin
-class must declare its own, and one that inherits two different contracts is refused, so the order
-of the base classes never decides.
-
-Launchers read a class's contract through :func:`method_contract`, which also answers for classes
-that declare none (solo-learn's own methods): they get :data:`DEFAULT_CONTRACT`.
+Each method class declares ``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's) in
+its own body; docs/adding-a-method.md has a line per field. The registry checks it when it
+registers the class (:func:`registered_class`): a plugin class must declare its own, and one that
+inherits two different contracts is refused, so the order of the base classes never decides.
+Launchers read it through :func:`method_contract` (:data:`DEFAULT_CONTRACT` for solo-learn's
+methods).
 """
 
 from __future__ import annotations
@@ -51,14 +28,10 @@ Checkpoint = Any
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
-    """A representation ``solo-diet compare`` measures besides the backbone; its result columns are
-    prefixed with ``name``.
-
-    ``kind="features"``: ``encoder(images)`` are features; compare reports their kNN top-1, RankMe,
-    LiDAR and spectrum (``<name>_knn_acc1``, ...) and, when ``probe_overrides`` is not empty, the
-    top-1 of ``solo-diet linear`` run with those overrides (``<name>_linear_acc1``).
-    ``kind="codes"``: ``encoder(images)`` is one integer code per image (shape ``(B, 1)``), scored
-    as a clustering of the val split (``<name>_nmi``, ``<name>_ami``, ``<name>_used``).
+    """A representation ``solo-diet compare`` measures besides the backbone (columns
+    ``<name>_...``): ``features`` (kNN, RankMe, LiDAR, spectrum; a linear probe with
+    ``probe_overrides`` when given) or ``codes`` (one integer code per image, scored as a
+    clustering).
     """
 
     name: str
@@ -106,28 +79,23 @@ class Contract:
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.uses_sample_indexes, bool):
-            raise ContractError(
-                f"Contract.uses_sample_indexes must be True or False, got "
-                f"{self.uses_sample_indexes!r}"
-            )
-        if self.kwargs is not None and not is_dataclass(self.kwargs):
-            raise ContractError(f"Contract.kwargs must be a dataclass or None, got {self.kwargs!r}")
-        if self.sem_unsupported is not None and not isinstance(self.sem_unsupported, str):
-            raise ContractError(
-                f"Contract.sem_unsupported must be a reason or None, got {self.sem_unsupported!r}"
-            )
-        for name in ("train_batch_sampler", "extra_evaluations"):
-            if not callable(getattr(self, name)):
+        checks = {  # field: (what it must be, whether it is)
+            "uses_sample_indexes": ("True or False", isinstance(self.uses_sample_indexes, bool)),
+            "kwargs": ("a dataclass or None", self.kwargs is None or is_dataclass(self.kwargs)),
+            "sem_unsupported": (
+                "a reason or None",
+                isinstance(self.sem_unsupported, (str, type(None))),
+            ),
+            "train_batch_sampler": ("callable", callable(self.train_batch_sampler)),
+            "extra_evaluations": ("callable", callable(self.extra_evaluations)),
+            "views": ("a positive integer", type(self.views) is int and self.views >= 1),
+            "smoke_kwargs": ("a mapping", isinstance(self.smoke_kwargs, Mapping)),
+        }
+        for name, (expected, ok) in checks.items():
+            if not ok:
                 raise ContractError(
-                    f"Contract.{name} must be callable, got {getattr(self, name)!r}"
+                    f"Contract.{name} must be {expected}, got {getattr(self, name)!r}"
                 )
-        if isinstance(self.views, bool) or not isinstance(self.views, int) or self.views < 1:
-            raise ContractError(f"Contract.views must be a positive integer, got {self.views!r}")
-        if not isinstance(self.smoke_kwargs, Mapping):
-            raise ContractError(
-                f"Contract.smoke_kwargs must be a mapping, got {self.smoke_kwargs!r}"
-            )
 
 
 DEFAULT_CONTRACT = Contract()
@@ -173,7 +141,8 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 
 def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str]) -> None:
-    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it."""
+    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it (a method's
+    ``renamed_method_kwargs``, {old: new}; a checkpoint saved with the old key still loads)."""
     given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
     for old, new in renamed.items():
         if old in given:
@@ -185,10 +154,9 @@ def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str])
 
 
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
-    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (its keys checked,
-    an unknown one refused naming the closest, a renamed one naming its new name, then the
-    dataclass's own ``checked(cfg)``) and write every value back, defaults included. Returns
-    ``cfg``."""
+    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
+    refused naming the closest, a renamed one its new name, then its ``checked(cfg)``) and write
+    every value back; returns ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:
         refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
@@ -199,9 +167,8 @@ def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf
 
 
 class DeclaredKwargs:
-    """Mixin of our method classes (before solo-learn's base): the one form of their
-    ``add_and_assert_specific_cfg``, solo-learn's keys then the contract's ``kwargs``
-    (:func:`fill_method_kwargs`), which solo-learn's ``parse_cfg`` calls."""
+    """Mixin of our method classes: the one form of their ``add_and_assert_specific_cfg``
+    (solo-learn's keys, then the contract's ``kwargs``)."""
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:

@@ -1,7 +1,5 @@
-"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring only.
-
-The projector, frozen code dictionary and temperature live in ``solo_diet.nn.cplearn``; the loss
-and its diagnostics in ``solo_diet.losses.cplearn``.
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring of ``solo_diet.nn.cplearn``
+(projector, codes, temperature) and ``solo_diet.losses.cplearn`` (loss, diagnostics).
 """
 
 from __future__ import annotations
@@ -29,15 +27,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CPLearnKwargs:
     """CPLearn's ``method_kwargs`` (the defaults are the fields'):
-    proj_hidden_dim: f, embedding size and rows of W (default: the released config's).
-    proj_output_dim: c, number of codes.
-    beta: weight of the invariance cross-entropy.
-    eps: extreme-probability slack of Lemma 1, sets tau; in (0, 1/c).
-    activation: ``tanh`` (released code) or ``l2`` (paper Eq. 1).
-    prior: ``reverse_kl`` (App. N, code) or ``forward_ce`` (Eq. 2).
-    symmetric: average both target/prediction directions (code) or Alg. 1's one.
+    proj_hidden_dim: f, the embedding size and rows of W; proj_output_dim: c, the number of codes.
+    beta: weight of the invariance cross-entropy; eps: Lemma 1's slack, sets tau, in (0, 1/c).
+    activation: ``tanh`` (released code) or ``l2`` (Eq. 1); prior: ``reverse_kl`` (App. N) or
+    ``forward_ce`` (Eq. 2).
+    symmetric: both target/prediction directions (code) or Alg. 1's one.
     gather_marginal: batch marginal over all DDP ranks (tau stays local).
-    codes_seed: seed of W's own generator (default: the run's ``seed``, solo-learn's 5).
+    codes_seed: of W's own generator (default: the run's ``seed``).
     """
 
     proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
@@ -72,38 +68,29 @@ class CPLearnKwargs:
         return self
 
 
-class _ForwardOf(torch.nn.Module):
-    """Wraps a method model; subclasses pick one part of its forward output."""
+class ForwardOutput(torch.nn.Module):
+    """Output ``key`` of a method model's forward (``h``: CPLearn's embedding), or with ``argmax``
+    its argmax code id, one column (``z``: the code logits)."""
 
-    def __init__(self, method_model: torch.nn.Module):
+    def __init__(self, method_model: torch.nn.Module, key: str, argmax: bool = False):
         super().__init__()
-        self.method_model = method_model
-
-
-class ArgmaxCodes(_ForwardOf):
-    """The argmax code id (one column) of a method whose forward returns code logits ``z``."""
+        self.method_model, self.key, self.argmax = method_model, key, argmax
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.method_model(images)["z"].argmax(1, keepdim=True)
-
-
-class Embedding(_ForwardOf):
-    """The embedding ``h`` (f wide, before the codes) of a method whose forward returns it."""
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.method_model(images)["h"]
+        out = self.method_model(images)[self.key]
+        return out.argmax(1, keepdim=True) if self.argmax else out
 
 
 def cplearn_representations(
     checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
-    """Contract hook ``extra_evaluations``: compare scores the argmax codes as a clustering
-    (``codes_*``) and measures the embedding H like features (``embedding_*``: its RankMe reads the
-    dimensional collapse the CPLearn paper, §3.2, rules out for H)."""
+    """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and
+    the embedding H as features (``embedding_*``; its RankMe reads the dimensional collapse the
+    CPLearn paper, §3.2, rules out)."""
     model = checkpoint.method()
     return [
-        ExtraRepresentation("codes", ArgmaxCodes(model), kind="codes"),
-        ExtraRepresentation("embedding", Embedding(model)),
+        ExtraRepresentation("codes", ForwardOutput(model, "z", argmax=True), kind="codes"),
+        ExtraRepresentation("embedding", ForwardOutput(model, "h")),
     ]
 
 
@@ -141,15 +128,13 @@ class CPLearn(DeclaredKwargs, BaseMethod):
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
-        """Linear and BN of the projector; the code matrix W is a frozen buffer (no weight
-        decay)."""
+        """The projector's Linear and BN (the code matrix W is a frozen buffer)."""
         return super().learnable_params + [
             {"name": "projector", "params": self.projector.parameters()}
         ]
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Backbone ``feats``, online-probe ``logits``, embedding ``h`` and float32 code logits
-        ``z``."""
+        """Backbone ``feats``, probe ``logits``, embedding ``h`` and float32 code logits ``z``."""
         out = super().forward(X)
         out["h"], out["z"] = self.projector(out["feats"])
         return out
@@ -185,8 +170,8 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         return out
 
     def on_validation_epoch_end(self):
-        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, chance NMI, ...)
-        of the argmax codes over the whole validation split, gathered from every rank."""
+        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, ...) of the
+        argmax codes over the whole validation split, gathered from every rank."""
         if self._val_codes and not self.trainer.sanity_checking:
             codes = self.all_gather(torch.cat(self._val_codes)).flatten().cpu()
             targets = self.all_gather(torch.cat(self._val_targets)).flatten().cpu()

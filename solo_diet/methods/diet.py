@@ -28,18 +28,12 @@ class DIETKwargs(IndexKwargs):
 
 
 class DIET(IndexMethod):
-    """DIET: bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output.
-
-    ``R`` is the label source's number of ids (``solo_diet.labels``): N for ``index`` (the paper),
-    the number of classes for ``class`` (supervised), classes + N for ``mix`` (semi-supervised
-    DIET).
-
-    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (whose ``proj_layers``
-    defaults to 0 here: no projector, as in the paper):
-        loss (str): ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (MSE-DIET, s-DIET
-            paper, Eq. 5). Default ce.
-        label_smoothing (float): smoothing of the ``ce`` target, in [0, 1). Default 0.8.
-        normalize (bool): L2-normalise what the head sees. Default False (paper's DIET).
+    """DIET: bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output, ``R``
+    the label source's number of ids (N for ``index``, the paper); ``method_kwargs`` besides
+    :class:`IndexMethod`'s (``proj_layers`` 0 here, as in the paper):
+        loss: ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (s-DIET paper, Eq. 5).
+        label_smoothing: of the ``ce`` target, in [0, 1). Default 0.8.
+        normalize: L2-normalise what the head sees. Default False (paper's DIET).
     """
 
     registered_as = "diet"

@@ -40,11 +40,9 @@ class DIETCFKwargs(LabelledProjectionKwargs):
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (Birth-of-SSL paper, Eq. 2), any label source.
-
-    Extra cfg settings (``method_kwargs``), besides
-    :class:`~solo_diet.methods.index_method.IndexMethod`'s:
-        lam (float): ridge lambda > 0 of the head, the loss's one knob. Default 0.1.
+    """Closed-form ridge head over the batch (Birth-of-SSL paper, Eq. 2), any label source;
+    ``method_kwargs`` besides :class:`~solo_diet.methods.index_method.IndexMethod`'s: lam, the ridge
+    lambda > 0 (default 0.1).
     """
 
     registered_as = "diet_cf"

@@ -33,16 +33,11 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance.
-
-    Extra cfg settings (``method_kwargs``), besides
+    variance/covariance; ``method_kwargs`` besides
     :class:`~solo_diet.methods.index_method.IndexMethod`'s:
-        sim_loss_weight (float): weight of the invariance term. Default 25.0.
-        var_loss_weight (float): weight of the std hinge. Default 25.0.
-        cov_loss_weight (float): weight of the off-diagonal covariance. Default 1.0.
-        label_norm_power (float): p in [0, 1]: 0 weights each sample by its group size n_c (raw
-            labels), 1 weights every sample equally (class-normalised, the regular case). No effect
-            on the index graph (all groups have the same size). Default 1.0.
+        sim_loss_weight, var_loss_weight, cov_loss_weight: VICReg's weights (25, 25, 1).
+        label_norm_power: p in [0, 1]: 0 weights each sample by its group size n_c, 1 every sample
+        equally (class-normalised; the default).
     """
 
     registered_as = "graph_vicreg"

@@ -1,11 +1,7 @@
-"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once.
-
-An index-based method maps each sample to a label id through a label source (``solo_diet.labels``:
-by default its dataset index) and reads ``z``, the output of an optional ReLU MLP projector over the
-backbone features. :class:`IndexMethod` fills and checks their shared ``method_kwargs``, builds the
-projector and the label source, and declares the contract index-based methods share
-(:mod:`solo_diet.methods.contract`): ``uses_sample_indexes`` (``solo-diet pretrain`` then sets
-``num_samples``) and the shared ``method_kwargs`` (:class:`IndexKwargs`).
+"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once:
+the label source (``solo_diet.labels``, by default the dataset index), the optional ReLU MLP
+projector giving ``z``, the shared ``method_kwargs`` (:class:`IndexKwargs`) and contract
+(``uses_sample_indexes``: ``solo-diet pretrain`` sets ``num_samples``).
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch import nn
 
 from solo_diet.config import ConfigError, core_errors_named, setting
-from solo_diet.labels import LABEL_DEFAULTS, label_source_from_kwargs
+from solo_diet.labels import LABEL_DEFAULTS, check_range, label_source_from_kwargs
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
@@ -42,14 +38,10 @@ INDEX_ARGUMENT_KEYS = {
 @dataclass(frozen=True)
 class IndexKwargs:
     """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
-    num_samples: N, dataset size; set by ``solo-diet pretrain`` from the dataset.
-    labels: ``index`` | ``class`` | ``mix`` | ``groups``: the label id of each datum
-        (``solo_diet.labels``); labelled_fraction: of the data whose class is kept
-        (class/mix); label_seed: of that subset; groups_path: ``.npy``/``.pt``/``.txt`` index
-        -> group id array (groups).
-    proj_layers: layers of the ReLU MLP projector, 0 = none (a subclass redeclares it for its
-        own default and minimum); proj_hidden_dim, proj_output_dim (the width of ``z``);
-        proj_use_bn: BatchNorm1d after each hidden projector layer.
+    num_samples (N, set by ``solo-diet pretrain``); labels (``index``, ``class``, ``mix``,
+    ``groups``: ``solo_diet.labels``) with labelled_fraction, label_seed and groups_path;
+    proj_layers (0 = none; a subclass redeclares it), proj_hidden_dim, proj_output_dim (the width of
+    ``z``) and proj_use_bn of the ReLU MLP projector.
     """
 
     num_samples: int = setting(
@@ -99,63 +91,25 @@ class LabelledProjectionKwargs(IndexKwargs):
         return self
 
 
-def projector_from_cfg(
-    features_dim: int, method_kwargs: omegaconf.DictConfig
-) -> tuple[nn.Module, int]:
-    """``(projector, output width)`` from the projector keys of :class:`IndexKwargs`; identity
-    for 0 layers."""
-    if method_kwargs.proj_layers == 0:
-        return nn.Identity(), features_dim
-    projector = mlp_projector(
-        features_dim,
-        method_kwargs.proj_hidden_dim,
-        method_kwargs.proj_output_dim,
-        num_layers=method_kwargs.proj_layers,
-        use_bn=method_kwargs.proj_use_bn,
-    )
-    return projector, method_kwargs.proj_output_dim
-
-
-_INDEX_ERROR = (
-    "batch has dataset index {index} outside [0, {n}) = [0, method_kwargs.num_samples). The head "
-    "has one row per training sample: launch with `solo-diet pretrain` (it sets num_samples from "
-    "the real dataset), or set method_kwargs.num_samples to len(train_dataset) after "
-    "data.fraction. With DALI, set dali.encode_indexes_into_labels=True."
-)
-# CUDA's asynchronous assert takes messages under 255 characters
-DEVICE_INDEX_ERROR = (
-    "dataset index outside [0, {n}) = [0, method_kwargs.num_samples): see solo-diet pretrain"
+SET_NUM_SAMPLES = (
+    "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
+    "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
+    "DALI, set dali.encode_indexes_into_labels=True."
 )
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)`` with an error that says what to fix.
-
-    Indices on the host are checked there (an ``IndexError``). Indices on a GPU are checked by an
-    asynchronous device assert (``torch._assert_async``), so the step never waits for the GPU: an
-    index out of range stops the run at its next synchronisation with CUDA's "device-side assert
-    triggered" (the message below is the CPU's; ``CUDA_LAUNCH_BLOCKING=1`` names the step). Our
-    launchers set ``num_samples`` from the dataset they load, so only a hand-made set-up can hit
-    it."""
-    if indexes.device.type != "cpu":
-        in_range = ((indexes >= 0) & (indexes < num_samples)).all()
-        torch._assert_async(in_range, DEVICE_INDEX_ERROR.format(n=num_samples))
-        return
-    low, high = torch.stack(torch.aminmax(indexes)).tolist()
-    if low < 0 or high >= num_samples:
-        raise IndexError(_INDEX_ERROR.format(index=low if low < 0 else high, n=num_samples))
+    """Refuse dataset indices outside ``[0, num_samples)`` naming ``method_kwargs.num_samples``: an
+    ``IndexError`` on the host, an asynchronous device assert on a GPU, so the step never waits
+    (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
+    with core_errors_named(INDEX_ARGUMENT_KEYS):
+        check_range(indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES)
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
-    """Backbone -> optional ReLU MLP projector -> ``z``, plus a label source mapping each sample to
-    its label id.
-
-    Sets ``num_samples``, ``label_source``, ``projector`` and ``z_dim`` (the width of ``z``);
-    ``forward``/``multicrop_forward`` add ``z = head_input(feats)`` to solo-learn's outputs, and the
-    projector trains with the backbone's optimizer. Subclasses choose the projector's default and
-    minimal depth by redeclaring ``proj_layers`` in their kwargs dataclass.
-
-    ``method_kwargs``: :class:`IndexKwargs`.
+    """Backbone -> optional ReLU MLP projector -> ``z`` (``z_dim`` wide, added to solo-learn's
+    outputs by ``forward``/``multicrop_forward``), and a label source mapping each sample to its
+    label id; ``method_kwargs``: :class:`IndexKwargs`.
     """
 
     contract = Contract(
@@ -170,7 +124,17 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         kwargs = cfg.method_kwargs
         self.num_samples: int = kwargs.num_samples
         self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
-        self.projector, self.z_dim = projector_from_cfg(self.features_dim, kwargs)
+        self.projector: nn.Module = nn.Identity()
+        self.z_dim: int = self.features_dim
+        if kwargs.proj_layers > 0:
+            self.projector = mlp_projector(
+                self.features_dim,
+                kwargs.proj_hidden_dim,
+                kwargs.proj_output_dim,
+                num_layers=kwargs.proj_layers,
+                use_bn=kwargs.proj_use_bn,
+            )
+            self.z_dim = kwargs.proj_output_dim
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

@@ -13,11 +13,6 @@ from solo_diet.methods import PLUGIN_FACTORIES
 from solo_diet.methods.contract import ContractError, registered_class
 
 
-def _resolve(target: str):
-    module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 def plugin_methods() -> dict[str, type]:
     """Every class that a module of this package (``solo_diet/methods/<module>.py``, not
     ``_private``) defines with ``registered_as = "<name>"`` in its body, by name."""
@@ -42,19 +37,15 @@ def plugin_methods() -> dict[str, type]:
     return found
 
 
-def is_plugin_method(cls: type) -> bool:
-    return cls.__module__.startswith("solo_diet.")
-
-
 def _add(methods_module, name: str, cls: type) -> None:
     registry = methods_module.METHODS
-    present = registry.get(name)
-    if present is not None and present is not cls:
-        if not is_plugin_method(present) or present.__qualname__ != cls.__qualname__:
-            raise RuntimeError(
-                f"solo-diet cannot register method '{name}': solo-learn already has "
-                f"{present.__module__}.{present.__qualname__} under that name."
-            )
+    present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
+    same = present.__module__ == cls.__module__ and present.__qualname__ == cls.__qualname__
+    if not same:
+        raise RuntimeError(
+            f"solo-diet cannot register method '{name}': solo-learn already has "
+            f"{present.__module__}.{present.__qualname__} under that name."
+        )
     registry[name] = registered_class(cls, plugin=True)
     setattr(methods_module, cls.__name__, cls)
 
@@ -73,17 +64,10 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method (and generated twin) to ``solo.methods.METHODS``.
-
-    Also adds the plugin backbones (``solo_diet.backbones``) to ``BaseMethod._BACKBONES`` and
-    ``lars_foreach`` (:class:`solo_diet.lars.ForeachLARS`) to the optimizers of ``BaseMethod`` and
-    of the linear probe's ``LinearModel``.
-
-    Each class's method contract is checked as it is added
-    (:func:`solo_diet.methods.contract.registered_class`): declared in its own body
-    (its ``kwargs`` dataclass refuses unknown ``method_kwargs`` keys when it is built).
-
-    Idempotent: a second call re-adds the same classes. Returns the registered names.
+    """Add every plugin method and generated twin (contracts checked) to
+    ``solo.methods.METHODS``, the plugin backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach``
+    to the optimizers of ``BaseMethod`` and ``LinearModel``. Idempotent; returns the registered
+    names.
     """
     require_solo()
     import solo.methods as methods_module
@@ -103,7 +87,9 @@ def register() -> list[str]:
         _add(methods_module, name, cls)
         names.append(name)
     for target in PLUGIN_FACTORIES:
-        generated = _resolve(target)(dict(methods_module.METHODS))
+        module_name, attr = target.split(":")
+        factory = getattr(importlib.import_module(module_name), attr)
+        generated = factory(dict(methods_module.METHODS))
         for name, cls in generated.items():
             _add(methods_module, name, cls)
             names.append(name)

@@ -1,23 +1,9 @@
 """s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
 
-The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore` (host RAM
-by default), outside the module's parameters, buffers, torch optimiser and DDP: only the rows of the
-(global) super-batch are loaded, updated by hand with the backbone group's current lr and written
-back. With ``rows_per_step = m`` (multi-batch CE, s-DIET paper, §5.2) the data order comes from a
-:class:`solo_diet.samplers.SuperBatchSampler` (``solo-diet pretrain`` installs it through
-:meth:`SDIET.train_batch_sampler`): the ``m*B`` rows of a super-batch stay on the device for its
-``m`` steps, every resident row takes a real step at each of them, and on leaving the rows get the
-closed-form zero-gradient steps until their next visit (``T = N/B - m``) and are written back.
-Knowing the order also lets the next super-batch's rows be prefetched while the current one trains.
-
-Any label source of :mod:`solo_diet.labels` can replace the dataset index (``labels``): the head
-then has one row per label id, a batch loads the rows of its distinct ids and each datum's target is
-the row of its id (several positives per row for ``class``); this path uses batch CE (m = 1), lazy
-zero-gradient steps and no prefetch (the next batch's ids depend on its targets).
-
-This class is the wiring into solo-learn: the head step (loss, head gradient, row-wise optimiser
-step, write-back) is :class:`solo_diet.rowhead.RowHead`, the data order and its checks are
-:class:`solo_diet.samplers.SuperBatchOrder`, both torch-only.
+The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore`, outside
+the module's parameters, torch optimiser and DDP; the head step is
+:class:`solo_diet.rowhead.RowHead`, the data order of multi-batch CE (``rows_per_step = m``, §5.2)
+:class:`solo_diet.samplers.SuperBatchOrder`, both torch-only. docs/methods/sdiet.md tells the rest.
 """
 
 from __future__ import annotations
@@ -62,34 +48,20 @@ def _optimizer_kwarg(name: str, default: Any) -> Callable[[omegaconf.DictConfig]
     return lambda cfg: (omegaconf_select(cfg, "optimizer.kwargs", {}) or {}).get(name, default)
 
 
-def _by_index(cfg: omegaconf.DictConfig) -> bool:
-    return omegaconf_select(cfg, "method_kwargs.labels", "index") == "index"
-
-
 @dataclass(frozen=True)
 class SDIETKwargs(IndexKwargs):
-    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (the defaults are the fields'):
+    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (docs/methods/sdiet.md has more):
     label_smoothing: PyTorch smoothing, spread over the m*B resident classes.
     temperature: logits are divided by it (paper: none).
     head_optimizer: ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19).
-    head_weight_decay: decoupled weight decay of the head (default optimizer.weight_decay).
-    head_betas, head_eps: AdamW's (default optimizer.kwargs'); head_momentum: SGDW's.
-    zero_grad_steps: ``eager`` (paper: N/B - m closed-form steps after each visit; only with
-        ``labels=index``, the default there) or ``lazy`` (exact: steps since the row's last
-        visit, applied when it is loaded).
-    row_placement: where the rows live: ``cpu`` (pinned host RAM), ``gpu`` or ``disk``. Under
-        DDP a ``cpu``/``disk`` store is shared by the processes of a node (one copy per node).
-    row_dir: folder of the ``disk`` placement's memory-mapped files (over several nodes, each
-        node's in its subfolder ``node<k>``).
-    row_dtype: of the head rows and their optimiser state, ``float32`` or ``float64`` (exact
-        checks, e.g. distributed equivalence under ``precision: 64-true``).
-    rows_per_step: m of multi-batch CE (s-DIET paper, §5.2): logits over the m*B rows of the
-        super-batch; needs the SuperBatchSampler (``solo-diet pretrain`` installs it).
-    prefetch: with a SuperBatchSampler, move the next super-batch's rows to the device while
-        the current one trains.
-    row_sharding: ``none`` (every node holds all N rows) or ``node``: over several nodes each
-        holds the rows it owns (index modulo nodes), exchanged per step by one collective
-        (:mod:`solo_diet.rowstore.shards`; no prefetch).
+    head_weight_decay, head_betas, head_eps, head_momentum: the head optimiser's, by default the
+        backbone optimizer's.
+    zero_grad_steps: ``eager`` (paper, App. D.2; ``labels=index`` only) or ``lazy`` (exact).
+    row_placement: ``cpu``, ``gpu`` or ``disk``; row_dir: the ``disk`` files' folder.
+    row_dtype: of the rows and their state, ``float32`` or ``float64`` (exact checks).
+    rows_per_step: m of multi-batch CE (s-DIET paper, §5.2).
+    prefetch: move the next super-batch's rows while the current one trains.
+    row_sharding: ``none`` or ``node`` (each node holds the rows it owns).
     """
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
@@ -103,7 +75,10 @@ class SDIETKwargs(IndexKwargs):
     head_eps: float = setting(within=(0.0, math.inf), derive=_optimizer_kwarg("eps", 1e-8))
     head_momentum: float = setting(within=(0.0, 1.0), derive=_optimizer_kwarg("momentum", 0.9))
     zero_grad_steps: str = setting(
-        choices=MODES, derive=lambda cfg: "eager" if _by_index(cfg) else "lazy"
+        choices=MODES,
+        derive=lambda cfg: (
+            "eager" if omegaconf_select(cfg, "method_kwargs.labels", "index") == "index" else "lazy"
+        ),
     )
     row_placement: str = setting("cpu", choices=PLACEMENTS)
     row_dir: Optional[str] = None
@@ -113,9 +88,8 @@ class SDIETKwargs(IndexKwargs):
     row_sharding: str = setting("none", choices=("none", "node"))
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
-        """The head's betas, and the settings s-DIET refuses together: rows on disk without a
-        folder; eager steps or super-batches with labels other than ``index``; more than one view
-        per sample."""
+        """The head's betas, and what s-DIET refuses together: disk rows without a folder; eager
+        steps or super-batches with labels other than ``index``; more than one view per sample."""
         super().checked(cfg)
         betas = self.head_betas
         betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
@@ -151,13 +125,9 @@ class SDIETKwargs(IndexKwargs):
 
 
 class SDIET(IndexMethod):
-    """s-DIET: projector, L2 normalisation, CE against the resident head rows (s-DIET paper, Eq. 7,
-    §5.2).
-
-    The label id of a datum (``labels``, default its index) is its head row; ``proj_output_dim`` is
-    D, the width of a head row; the projector has 3 layers by default (s-DIET paper, §6).
-
-    ``method_kwargs``: :class:`SDIETKwargs`.
+    """s-DIET: projector (3 layers by default, s-DIET paper, §6), L2 normalisation, CE against
+    the resident head rows (Eq. 7, §5.2); a datum's label id (by default its index) is its head row,
+    ``proj_output_dim`` the width D of a row. ``method_kwargs``: :class:`SDIETKwargs`.
     """
 
     registered_as = "sdiet"
@@ -212,11 +182,9 @@ class SDIET(IndexMethod):
 
     @property
     def row_store(self) -> RowStore:
-        """The head rows and their optimiser state, created on first use on the module's device.
-
-        Under DDP a ``cpu`` or ``disk`` store is shared by the processes of a node (one copy in host
-        memory, written by one of them; one per node over several nodes); creating it is then
-        collective, as is every first use.
+        """The head rows and their optimiser state, created on first use on the module's device;
+        under DDP a ``cpu``/``disk`` store is shared by the processes of a node (created
+        collectively).
         """
         if self._row_store is None:
             placement = self._store_kwargs["placement"]
@@ -228,7 +196,10 @@ class SDIET(IndexMethod):
                     "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
                     "late, and class rows recur in consecutive batches."
                 )
-            options = dict(self._store_kwargs, directory=self._node_directory(node))
+            options = dict(self._store_kwargs)
+            if options["directory"] and self._trainer is not None and self.trainer.num_nodes > 1:
+                # over several nodes each keeps its row files in its own subfolder of row_dir
+                options["directory"] = os.path.join(options["directory"], f"node{node}")
             shard = self._node_shard(node, sharing)
             # sharded: each node's rows only (rowstore.shards), exchanged at every load
             store_class = RowStore if shard is None else ShardedRowStore
@@ -247,22 +218,15 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
-        """This node's part of the rows with ``row_sharding=node`` over several nodes; None
-        otherwise. One process per node serves its rows: the shared store's writer. With ``gpu``
-        placement every GPU holds a table of its own, so each process holds a part."""
+        """This node's part of the rows with ``row_sharding=node`` over several nodes (one
+        process per node serves them, the shared store's writer; with ``gpu`` placement each process
+        holds a part), else None."""
         trainer = self.trainer if self._trainer is not None else None
         if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
         if sharing is None:
             return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
         return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
-
-    def _node_directory(self, node: int) -> Optional[str]:
-        """``row_dir``; over several nodes its subfolder ``node<k>``: a folder on a file system
-        that the nodes share holds each node's row files apart."""
-        directory = self._store_kwargs["directory"]
-        several = self._trainer is not None and self.trainer.num_nodes > 1
-        return os.path.join(directory, f"node{node}") if directory and several else directory
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
         """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:
@@ -289,9 +253,8 @@ class SDIET(IndexMethod):
         self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
-        """The super-batch of this (global) batch. Without a SuperBatchSampler it is the batch
-        itself (m = 1), whose indices are checked here; the sampler's are in range and distinct by
-        construction."""
+        """The super-batch of this global batch; without a SuperBatchSampler the batch itself (m
+        = 1), its indices checked here (the sampler's are in range and distinct by construction)."""
         sampler = self.super_batch_sampler
         if sampler is not None:
             steps = math.inf if self._trainer is None else self.trainer.num_training_batches
@@ -305,17 +268,22 @@ class SDIET(IndexMethod):
         return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the head rows of the batch's label ids (by default the super-batch's dataset
-        indices), hand-made update of all of them, online probe. The forward is queued first, so the
-        host's row work overlaps it."""
+        """CE over the head rows of the batch's label ids, a hand-made update of them all, online
+        probe; the forward is queued first, so the host's row work overlaps it."""
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])
         lr = self.head_lr()
         if self.label_source.source == "index":
-            loss = self._index_rows_loss(z, indexes, batch_idx, lr)
-        else:
-            loss = self._labelled_rows_loss(z, indexes, targets, lr)
+            # multi-batch CE over the super-batch rows (m = 1: batch CE); gathering the indices is
+            # a collective: every process has loaded the previous step's rows before a shared
+            # store's writer stores them (rowstore.sharing)
+            indexes = concat_all_gather_no_grad(indexes)
+            super_batch = self._super_batch(indexes, batch_idx)
+            loss = self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)
+        else:  # batch CE over the distinct label rows, lazy zero-gradient steps
+            ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
+            loss = self.row_head.labelled_step(self.row_store, z, ids, lr)
         # the lr as a device tensor made by a fill kernel: logging a Python float would copy it
         # host -> device and wait for the stream every step
         head_lr = torch.full((), lr, device=z.device)
@@ -324,25 +292,6 @@ class SDIET(IndexMethod):
         )
         return loss + online_probe_loss(targets, out["loss"])
 
-    def _index_rows_loss(
-        self, z: torch.Tensor, indexes: torch.Tensor, batch_idx: int, lr: float
-    ) -> torch.Tensor:
-        """Multi-batch CE over the resident super-batch rows (s-DIET paper, §5.2); m = 1 is the
-        s-DIET paper's batch CE (§5.1)."""
-        # a collective: every process has loaded the previous step's rows before a shared store's
-        # writer stores them (rowstore.sharing)
-        indexes = concat_all_gather_no_grad(indexes)
-        super_batch = self._super_batch(indexes, batch_idx)
-        return self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)
-
-    def _labelled_rows_loss(
-        self, z: torch.Tensor, indexes: torch.Tensor, targets: torch.Tensor, lr: float
-    ) -> torch.Tensor:
-        """Batch CE over the batch's distinct label rows (class / mix / groups), lazy zero-grad
-        steps."""
-        ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
-        return self.row_head.labelled_step(self.row_store, z, ids, lr)
-
     def on_train_epoch_end(self) -> None:
         """Epoch boundary: the last batch's order check; the last write-back completes on every
         process before the next epoch reads."""
@@ -350,10 +299,8 @@ class SDIET(IndexMethod):
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        """The rows, their optimiser state and counters travel with the checkpoint (exact resume).
-
-        Only global rank 0's checkpoint is written under DDP, so the other ranks skip the table
-        copy; sharded, they send it their rows (collective)."""
+        """The rows, their optimiser state and counters travel with the checkpoint (exact
+        resume); only global rank 0 keeps them (sharded, the others send it their rows)."""
         keep = self._trainer is None or self.trainer.is_global_zero
         if isinstance(self.row_store, ShardedRowStore):
             state = self.row_store.state_dict(keep=keep)

@@ -1,21 +1,13 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method.
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
+sits between the backbone and the method's projector (or DINO head's MLP), paper §3
+(docs/methods/sem.md).
 
-SEM sits between the backbone and the method's projector (or DINO head's MLP), paper §3:
-``x -> backbone -> e -> SimplicialEmbedding -> z_hat -> projector -> ... -> the method's loss``.
-
-How a twin is built, for any ``BaseMethod`` subclass ``M`` (our design):
-
-- ``SEM<M>`` has bases ``(_SEMTwin, M, _DimHook)`` where ``_DimHook`` subclasses solo-learn's
-  ``BaseMethod``/``BaseMomentumMethod``. The MRO runs the hook right after solo-learn's base
-  ``__init__`` (backbone and online classifier built with the real D) and before ``M``'s body, and
-  the hook sets ``features_dim = L*V``: ``M`` builds its projector/head for L*V inputs with its own
-  initialisation. The twin then restores ``features_dim = D`` and wraps the slot as
-  ``SEMThenHead(embedder, original)``; momentum methods get a copy-initialised momentum embedder in
-  ``momentum_projector``/``momentum_head.mlp``, covered by the method's own momentum pair.
-- The loss code, ``z``/``p`` and the optimiser groups are untouched: the embedder lands in the
-  projector/head group (as in the official code).
-- Backbone factories receive the base method's name (ViT picks its ``mocov3``/``mae`` variant by
-  it).
+``SEM<M>`` is ``(_SEMTwin, M)`` and declares its embedding width: its ``features_dim``, which
+``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property L*V of
+``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's base ``__init__``
+assigns to ``features_dim``, lands in ``backbone_dim``. The twin wraps the slot as
+``SEMThenHead(embedder, original)`` (a copy-initialised momentum embedder in a momentum slot) and
+gives the online classifier D, or the SEM probe. Backbone factories receive the base method's name.
 """
 
 from __future__ import annotations
@@ -34,9 +26,10 @@ from torch import nn
 
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import Contract, ExtraRepresentation, method_contract
-from solo_diet.methods.sem_config import fill_sem_kwargs, with_sem
+from solo_diet.methods.sem_config import SEMKwargs, fill_sem_kwargs, with_sem
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
+    SEMProbe,
     SEMThenHead,
     SimplicialEmbedding,
     simplex_statistics,
@@ -58,9 +51,8 @@ class SEMUnsupported(ValueError):
 
 
 def sem_refusal(name: str, method_cls: type) -> str | None:
-    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it does.
-
-    Methods opt out through their contract: ``Contract(sem_unsupported="reason")``.
+    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it
+    does; a method opts out by its contract's ``sem_unsupported``.
     """
     if name in REFUSED:
         return REFUSED[name]
@@ -93,38 +85,6 @@ def _build_backbone(
     return factory(method_name, **kwargs)
 
 
-def _make_dim_hook(root: type) -> type:
-    class _DimHook(root):
-        """Runs between solo-learn's base ``__init__`` and the method's: the head is built for L*V.
-
-        Also the base ``forward`` when the online classifier probes the SEM representation.
-        """
-
-        def __init__(self, cfg: omegaconf.DictConfig):
-            super().__init__(cfg)
-            sem = self.cfg.method_kwargs.sem
-            self.sem_in_dim = self.features_dim
-            self.features_dim = sem.num_simplices * sem.simplex_dim
-            if sem.probe == "sem":
-                self.classifier = nn.Linear(self.features_dim, self.num_classes)
-
-        def forward(self, X: torch.Tensor) -> dict[str, Any]:
-            sem = self.cfg.method_kwargs.sem
-            if sem.probe == "backbone":
-                return super().forward(X)
-            if not self.no_channel_last:
-                X = X.to(memory_format=torch.channels_last)
-            feats = self.backbone(X)
-            probe_input = self.sem_embedder.frozen_forward(feats.detach(), sem.probe_tau)
-            return {"logits": self.classifier(probe_input), "feats": feats}
-
-    _DimHook.__qualname__ = _DimHook.__name__ = f"_SEMDimHook{root.__name__}"
-    return _DimHook
-
-
-_DIM_HOOKS = {root: _make_dim_hook(root) for root in (BaseMethod, BaseMomentumMethod)}
-
-
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
     """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for
     DINO)."""
@@ -149,18 +109,13 @@ def _reads_width(slot: nn.Module, model: nn.Module, width: int) -> bool:
     return first == width
 
 
-def _parameter_ids(groups: Sequence[dict[str, Any]]) -> set[int]:
-    return {id(p) for group in groups for p in group["params"]}
-
-
 def _with_sem_representation(
     base_evaluations: Callable[..., list[ExtraRepresentation]],
     checkpoint: PretrainedCheckpoint,
     settings: Mapping[str, Any],
 ) -> list[ExtraRepresentation]:
-    """A twin's ``extra_evaluations``: the base method's extra representations, then the SEM
-    representation at ``settings["sem_tau"]`` (None: ``probe_tau``), with its own linear probe
-    (``probe: sem``)."""
+    """A twin's ``extra_evaluations``: the base method's, then the SEM representation at
+    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe."""
     tau = settings.get("sem_tau")
     probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
     sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
@@ -186,10 +141,29 @@ class _SEMTwin:
     _sem_online: str
     _sem_momentum: str | None
 
+    @property
+    def features_dim(self) -> int:
+        """The width the base method builds its projector/head for: the SEM representation's L*V,
+        declared by ``method_kwargs.sem`` (never the backbone's D)."""
+        return SEMKwargs(**self.cfg.method_kwargs.sem).width
+
+    @features_dim.setter
+    def features_dim(self, backbone_dim: int) -> None:
+        """solo-learn's base ``__init__`` assigns the backbone's width here: kept as
+        ``backbone_dim``."""
+        self.backbone_dim = backbone_dim
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
+        """The base method's keys, then ``method_kwargs.sem`` (which the contract's ``kwargs`` of
+        our methods' twins already hold)."""
+        cfg = super().add_and_assert_specific_cfg(cfg)
+        return fill_sem_kwargs(cfg) if method_contract(cls).kwargs is None else cfg
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         sem = self.cfg.method_kwargs.sem
-        width, self.features_dim = self.features_dim, self.sem_in_dim
+        width, backbone_dim = self.features_dim, self.backbone_dim
         self._sem_online, self._sem_momentum = _slot_paths(self)
         if not _reads_width(self.get_submodule(self._sem_online), self, width):
             raise SEMUnsupported(
@@ -197,29 +171,34 @@ class _SEMTwin:
                 f"(its first Linear does not take L*V = {width} inputs)."
             )
         embedder = SimplicialEmbedding(
-            self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
+            backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
         )
         self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
             momentum_embedder = SimplicialEmbedding(
-                self.sem_in_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
+                backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
             )
             self._wrap(self._sem_momentum, momentum_embedder)
             initialize_momentum_params(
                 self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
             )
-            if not any(
-                momentum_embedder.linear.weight is p
-                for _, m in self.momentum_pairs
-                for p in m.parameters()
-            ):
+            paired = {id(p) for _, m in self.momentum_pairs for p in m.parameters()}
+            if id(momentum_embedder.linear.weight) not in paired:
                 raise SEMUnsupported(
                     f"{self.sem_base_method}: `{self._sem_momentum}` is not in momentum_pairs."
                 )
-        if not {id(p) for p in embedder.parameters()} <= _parameter_ids(self.learnable_params):
+        trained = {id(p) for group in self.learnable_params for p in group["params"]}
+        if not {id(p) for p in embedder.parameters()} <= trained:
             raise SEMUnsupported(
                 f"{self.sem_base_method}: `{self._sem_online}` is not in learnable_params."
             )
+        # solo-learn built its classifiers for features_dim: they read the backbone (or SEM)
+        if sem.probe == "sem":
+            self.classifier = SEMProbe(embedder, sem.probe_tau, self.num_classes)
+        else:
+            self.classifier = nn.Linear(backbone_dim, self.num_classes)
+        if getattr(self, "momentum_classifier", None) is not None:
+            self.momentum_classifier = nn.Linear(backbone_dim, self.num_classes)
         self._sem_large_crops: list[torch.Tensor] = []
 
     def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
@@ -252,9 +231,8 @@ class _SEMTwin:
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        """Large crop 0 at ``tau_online``; without a momentum branch the other large crops use
-        ``tau_target`` (the official code's per-view temperatures for SimCLR/Barlow/SwAV; SEM paper,
-        §3.1)."""
+        """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
+        (the official per-view temperatures; SEM paper, §3.1)."""
         sem = self.cfg.method_kwargs.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -264,9 +242,8 @@ class _SEMTwin:
         return out
 
     def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
-        """After the method's own step: logs simplex statistics of its large crops (paper §3.1,
-        Fig. 2b). A hook, not a ``training_step`` override, so the twin runs its base method's
-        step (and any same-math substitute the launcher gives it)."""
+        """Logs simplex statistics of the step's large crops (paper §3.1, Fig. 2b): a hook, so
+        the twin runs its base method's step (and its same-math substitutes)."""
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
@@ -281,11 +258,6 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     reason = sem_refusal(name, method_cls)
     if reason is not None:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
-    root = BaseMomentumMethod if issubclass(method_cls, BaseMomentumMethod) else BaseMethod
-
-    def add_and_assert_specific_cfg(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        return fill_sem_kwargs(method_cls.add_and_assert_specific_cfg(cfg))
-
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
@@ -298,9 +270,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
     }
-    if method_contract(method_cls).kwargs is None:  # solo-learn's method: only `sem` is ours
-        namespace["add_and_assert_specific_cfg"] = staticmethod(add_and_assert_specific_cfg)
-    return type(class_name, (_SEMTwin, method_cls, _DIM_HOOKS[root]), namespace)
+    return type(class_name, (_SEMTwin, method_cls), namespace)
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
@@ -317,11 +287,9 @@ def sem_feature_extractor(
     cfg: omegaconf.DictConfig | str | Path | None = None,
     tau: float | None = None,
 ) -> SEMFeatureExtractor:
-    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe backbone.
-
-    ``cfg`` is the pretraining config or the path of its ``args.json`` (default: the one next to the
-    checkpoint); ``tau`` defaults to ``method_kwargs.sem.probe_tau`` (0 = one-hot argmax per
-    simplex). Every checkpoint key must load.
+    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe
+    backbone (every key loaded); ``cfg``: the pretraining config or its ``args.json`` (default:
+    beside the checkpoint); ``tau``: default ``method_kwargs.sem.probe_tau`` (0 = one-hot).
     """
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)

@@ -14,12 +14,9 @@ from solo_diet.nn.sem import check_temperature
 
 @dataclass(frozen=True)
 class SEMKwargs:
-    """The ``method_kwargs.sem`` settings (SEM paper defaults: L=5000, V=13 on CIFAR-100, App. C).
-
-    ``tau_online`` is tau_p (online embedder, large crop 0 and small crops); ``tau_target`` is
-    tau'_p (momentum embedder, or large crops >= 1 without one; None = ``tau_online``); ``probe``
-    is what the online classifier reads (backbone output e, or SEM at ``probe_tau``, tau_d of the
-    SEM probe, paper Table 2 for BYOL; 0 = one-hot argmax)."""
+    """The ``method_kwargs.sem`` settings (SEM paper defaults, App. C; docs/methods/sem.md):
+    ``tau_online`` is tau_p, ``tau_target`` tau'_p (None: ``tau_online``), ``probe`` what the online
+    classifier reads (the backbone's e, or SEM at ``probe_tau``, tau_d; 0 = one-hot argmax)."""
 
     owner: ClassVar[str] = "SEM"
     num_simplices: int = setting(5000, minimum=1, hint="It is L, the number of simplices.")
@@ -30,6 +27,11 @@ class SEMKwargs:
     tau_target: Optional[float] = None
     probe: str = setting("backbone", choices=("backbone", "sem"))
     probe_tau: float = 0.1
+
+    @property
+    def width(self) -> int:
+        """L*V: the width of the SEM representation, which a twin's projector/head reads."""
+        return self.num_simplices * self.simplex_dim
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""

@@ -1,52 +1,58 @@
-"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU.
+"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU
+(docs/data-path.md), for every method alike: ``solo_diet.lars.ForeachLARS`` for its ``LARS``
+(decisions on the device), :class:`ForeachMomentumUpdater` for its ``MomentumUpdater``
+(``_foreach`` EMA, ``tau`` logged as a device scalar); and per model instance, for the read-backs
+inside its own steps: VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
+:func:`barlow_twins_step`), W-MSE's Cholesky status and host permutations (:func:`wmse_step`) and
+the queue methods' pointer (:func:`solo_diet.queue.enqueue_`).
 
-solo-learn's ``LARS`` asks ``p_norm != 0 and g_norm != 0`` in Python for every parameter, and its
-``MomentumUpdater`` walks the momentum network parameter by parameter; ``BaseMomentumMethod`` logs
-``tau`` as a Python float, which Lightning copies host -> device (a stream wait) every step. Our
-launchers swap them, for every method alike (baselines included), for:
-
-- ``solo_diet.lars.ForeachLARS``: solo-learn's LARS update with the decisions taken on the device;
-- :class:`ForeachMomentumUpdater`: solo-learn's EMA (``solo_diet.ema.ema_update_``, the same floats)
-  with the same tau schedule, whose ``cur_tau`` reads as a device scalar once it knows the device.
-
-The config keeps solo-learn's names (``optimizer.name: lars``, so ``args.json`` and compare's
-fingerprints are unchanged); the run's log names each substitute in one line.
-
-The read-backs inside solo-learn's own method steps (VICReg's and Barlow Twins' boolean masks,
-W-MSE's Cholesky status, the queue methods' pointer) get same-math substitutes per model instance
-from ``solo_diet.methods.step_substitutes``, under the same key and in the same line.
-``performance.foreach_substitutes: False`` keeps solo-learn's own classes.
+Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
+nothing here assigns into a solo-learn module. The instance substitutes are
+:class:`InstanceSubstitute` objects, not ``types.MethodType`` (which pickles as a lookup by name),
+so a deep copy or a pickle of the model keeps them. The config keeps solo-learn's names; the run's
+log names each substitute in one line; ``performance.foreach_substitutes: False`` keeps
+solo-learn's own.
 """
 
 from __future__ import annotations
 
-from typing import Union
+import itertools
+from typing import Any, Callable, Sequence, Union
 
 import torch
 from omegaconf import DictConfig
+from solo.losses.vicreg import invariance_loss, variance_loss
+from solo.losses.wmse import wmse_loss_func
+from solo.methods.all4one import All4One
+from solo.methods.barlow_twins import BarlowTwins
+from solo.methods.mocov2plus import MoCoV2Plus
+from solo.methods.nnbyol import NNBYOL
+from solo.methods.nnclr import NNCLR
+from solo.methods.nnsiam import NNSiam
+from solo.methods.ressl import ReSSL
+from solo.methods.vicreg import VICReg
+from solo.methods.wmse import WMSE
+from solo.utils.misc import gather
 from solo.utils.momentum import MomentumUpdater
+from solo.utils.whitening import Whitening2d
 from torch import Tensor, nn
 
 from solo_diet.config import KeyReader
 from solo_diet.ema import ema_update_
-from solo_diet.methods.step_substitutes import substitute_solo_learn_steps
+from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
+from solo_diet.nn.whitening import CholeskyWhitening
+from solo_diet.queue import enqueue_
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
-"""True (default): swap solo-learn's ``LARS`` and ``MomentumUpdater`` for their same-math foreach
-versions, and the read-backs of its VICReg, Barlow Twins, W-MSE and queue steps for same-math
-ones (no host sync in a step); False: solo-learn's own."""
 
 SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 """solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it."""
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
-    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) updating the whole
-    momentum network with ``_foreach`` ops.
-
-    ``cur_tau`` is stored as a Python float; once an update has seen the momentum network's device,
-    reading it gives that float as a 0-dim tensor on that device, made by a fill kernel, so that
-    ``BaseMomentumMethod``'s ``self.log("tau", cur_tau)`` copies nothing host -> device."""
+    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) with ``_foreach``
+    ops; once an update has seen the device, ``cur_tau`` reads as a 0-dim tensor there, so
+    ``self.log("tau", cur_tau)`` copies nothing host -> device."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
@@ -78,17 +84,11 @@ class ForeachMomentumUpdater(MomentumUpdater):
         ema_update_(momentum, online_net.parameters(), self._tau)
 
 
-def substitutes_on(cfg: DictConfig) -> bool:
-    """``performance.foreach_substitutes`` (default True), True or False."""
-    return KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True)
-
-
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
-    for a :class:`ForeachMomentumUpdater` and the read-backs of solo-learn's own step
-    (``substitute_solo_learn_steps``) when ``performance.foreach_substitutes`` is on; returns one
-    description per substitute made (none when off or nothing applies)."""
-    if not substitutes_on(cfg):
+    for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
+    ``performance.foreach_substitutes`` is on; returns one description per substitute made."""
+    if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
     name = getattr(model, "optimizer", None)
@@ -115,3 +115,149 @@ def substitutes_line(made: list[str]) -> str:
         f"solo-diet: same-math substitutes (no host sync per step): {'; '.join(made)} "
         f"(`{SUBSTITUTES_KEY}=False` keeps solo-learn's)"
     )
+
+
+QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
+"""The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
+
+WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_size"
+"""How W-MSE's keys fix a whitening slice whose covariance is not positive definite."""
+
+
+def device_randperm(n: int, device: torch.device) -> Tensor:
+    """``torch.randperm(n)`` from the host generator (solo-learn's numbers), on ``device``
+    without a wait."""
+    permutation = torch.randperm(n)
+    if device.type != "cuda":
+        return permutation.to(device)
+    return permutation.pin_memory().to(device, non_blocking=True)
+
+
+class InstanceSubstitute:
+    """``function`` bound to the model ``owner``, set as an attribute of that one instance."""
+
+    def __init__(self, function: Callable, owner: nn.Module):
+        self.function, self.owner = function, owner
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(self.owner, *args)
+
+    def __repr__(self) -> str:
+        return f"<{_qualified(self.function)} of {type(self.owner).__name__}>"
+
+
+class StepSubstitute(InstanceSubstitute):
+    """A substitute ``training_step`` (its signature is the one Lightning inspects)."""
+
+    @property
+    def __wrapped__(self) -> Callable:
+        """Our step function, for Lightning's ``is_overridden`` (it follows ``__wrapped__``)."""
+        return self.function
+
+    def __call__(self, batch: Sequence[Any], batch_idx: int) -> Any:
+        return self.function(self.owner, batch, batch_idx)
+
+
+def vicreg_step(model: VICReg, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """VICReg's step (the VICReg paper's loss, solo-learn's weights) with the covariance term of
+    :func:`~solo_diet.losses.decorrelation.vicreg_covariance_loss`."""
+    out = super(VICReg, model).training_step(batch, batch_idx)
+    z1, z2 = out["z"]
+    invariance = invariance_loss(z1, z2)
+    z1, z2 = gather(z1), gather(z2)  # as solo-learn: the regularisers see every process's rows
+    loss = (
+        model.sim_loss_weight * invariance
+        + model.var_loss_weight * variance_loss(z1, z2)
+        + model.cov_loss_weight * vicreg_covariance_loss(z1, z2)
+    )
+    model.log("train_vicreg_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """Barlow Twins' step with :func:`~solo_diet.losses.decorrelation.barlow_twins_loss`."""
+    out = super(BarlowTwins, model).training_step(batch, batch_idx)
+    loss = barlow_twins_loss(*out["z"], lamb=model.lamb, scale_loss=model.scale_loss)
+    model.log("train_barlow_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
+    """W-MSE's step as solo-learn runs it: ``whitening_iters`` permutations
+    (:func:`device_randperm`) cut into slices of ``whitening_size`` rows, each slice whitened over
+    every large crop, the loss averaged over the pairs of large crops."""
+    out = super(WMSE, model).training_step(batch, batch_idx)
+    views = torch.stack(out["z"])  # crops x batch x dim
+    pairs = list(itertools.combinations(range(model.num_large_crops), 2))
+    total = 0
+    for _ in range(model.whitening_iters):
+        whitened = torch.empty_like(views)
+        slices = device_randperm(model.batch_size, views.device).view(-1, model.whitening_size)
+        for rows in slices:
+            for crop in range(model.num_large_crops):
+                whitened[crop, rows] = model.whitening(views[crop, rows]).type_as(whitened)
+        for first, second in pairs:
+            total = total + wmse_loss_func(whitened[first], whitened[second])
+    loss = total / (len(pairs) * model.whitening_iters)
+    model.log("train_wmse_loss", loss, on_epoch=True, sync_dist=True)
+    return loss + out["loss"]
+
+
+STEP_SUBSTITUTES: dict[type, Callable] = {
+    VICReg: vicreg_step,
+    BarlowTwins: barlow_twins_step,
+    WMSE: wmse_step,
+}
+"""solo-learn method -> our same-math ``training_step`` for an instance of it."""
+
+
+@torch.no_grad()
+def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
+    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
+    ``values`` (features, labels, dataset indexes) as rows of the queues."""
+    writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
+    enqueue_(self.queue_ptr, self.queue_size, writes)
+
+
+@torch.no_grad()
+def enqueue_keys(self: nn.Module, keys: torch.Tensor) -> None:
+    """MoCo V2+'s ``_dequeue_and_enqueue``: ``keys`` (views x B x D) as columns of the queue."""
+    enqueue_(self.queue_ptr, self.queue_size, [(self.queue, 2, keys.permute(0, 2, 1))])
+
+
+QUEUE_SUBSTITUTES: dict[type, tuple[str, Callable]] = {
+    MoCoV2Plus: ("_dequeue_and_enqueue", enqueue_keys),
+    **{
+        cls: ("dequeue_and_enqueue", enqueue_rows)
+        for cls in (NNBYOL, NNCLR, NNSiam, ReSSL, All4One)
+    },
+}
+"""solo-learn queue method -> (the method that reads the pointer back, our bound substitute)."""
+
+
+def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
+    """Whether ``model`` is a ``cls`` and runs ``cls``'s own ``name`` (no subclass override)."""
+    return isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]
+
+
+def _qualified(obj: Union[Callable, type]) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
+    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU;
+    returns one description per substitute."""
+    made = []
+    for cls, ours in STEP_SUBSTITUTES.items():
+        if _uses_solo_learns(model, cls, "training_step"):
+            model.training_step = StepSubstitute(ours, model)
+            made.append(f"`{_qualified(cls)}.training_step` -> {_qualified(ours)}")
+    for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
+        if _uses_solo_learns(model, cls, name):
+            setattr(model, name, InstanceSubstitute(ours, model))
+            made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")
+    whitening = getattr(model, "whitening", None)
+    if isinstance(model, WMSE) and type(whitening) is Whitening2d:
+        model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps, WHITENING_FIX)
+        made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
+    return made

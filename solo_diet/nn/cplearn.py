@@ -1,9 +1,7 @@
-"""CPLearn projector (CPLearn paper, Eq. 1 and §3.3): torch-only.
-
-``Linear -> BatchNorm1d -> squashing`` gives the embedding ``H`` (n x f); the code logits are
-``H @ W / tau`` with ``W`` a frozen Rademacher dictionary (f x c, entries +-1, MAP encoding, Eq. 5)
-and the fixed temperature ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))`` (§3 below Eq. 1;
-the gap is Lemma 1's extreme probability).
+"""CPLearn projector (CPLearn paper, Eq. 1 and §3.3): ``Linear -> BatchNorm1d -> squashing``
+gives the embedding ``H`` (n x f); the code logits are ``H @ W / tau``, ``W`` a frozen Rademacher
+dictionary (f x c, MAP encoding, Eq. 5) and ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))``
+(§3, Lemma 1's extreme probability). Torch-only.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ ACTIVATIONS = ("tanh", "l2")
 
 
 def logit_range(num_codes: int, eps: float = 1e-8) -> float:
-    """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap giving the extreme probability of
-    Lemma 1."""
+    """``L = ln((1 - eps (c - 1)) / eps)``: the logit gap of Lemma 1's extreme probability."""
     if not 0.0 < eps < 1.0 / num_codes:
         raise ValueError(
             f"eps must lie in (0, 1/num_codes) = (0, {1.0 / num_codes:.3g}), got {eps}"
@@ -27,19 +24,15 @@ def logit_range(num_codes: int, eps: float = 1e-8) -> float:
 
 
 def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float = 1e-8) -> float:
-    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3 and Alg. 1).
-
-    ``n`` is the batch seen by the head, ``f`` the rows of ``W``.
+    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3 and Alg. 1), ``n`` the head's batch, ``f``
+    W's rows.
     """
     return embed_dim / (math.sqrt(batch_size) * logit_range(num_codes, eps))
 
 
 def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
-    """Frozen dictionary ``W in {-1, +1}^{f x c}``, i.i.d. fair signs from a dedicated generator.
-
-    The generator is seeded by ``seed`` only, so every DDP rank builds the same W and other RNG
-    use (``seed_everything``, data order) does not move it. Columns are neither scaled nor
-    orthogonalised: each has norm sqrt(f) and pairwise cosines have mean 0, variance 1/f (Eq. 5).
+    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5), fair signs from a generator seeded by ``seed``
+    only: every DDP rank builds the same W, other RNG use does not move it.
     """
     generator = torch.Generator().manual_seed(seed)
     bits = torch.randint(0, 2, (embed_dim, num_codes), generator=generator, dtype=torch.int8)
@@ -47,12 +40,9 @@ def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
 
 
 class CPLearnProjector(nn.Module):
-    """Projector of CPLearn returning ``(H, code logits)`` in the module's dtype (float32) whatever
-    the autocast.
-
-    ``activation="tanh"`` (released code, default): ``H = tanh(BN(Linear(z)))``.
-    ``activation="l2"`` (paper Eq. 1): ``H = sqrt(f/n) U / ||U||`` with ``U = BN(Linear(z))``, so
-    that ``logits_ij = L cos(u_i, w_j)`` whatever n.
+    """CPLearn's projector returning ``(H, code logits)`` in float32 whatever the autocast:
+    ``tanh`` (released code) ``H = tanh(BN(Linear(z)))``; ``l2`` (paper Eq. 1) ``H = sqrt(f/n) U /
+    ||U||``, ``U = BN(Linear(z))``.
     """
 
     def __init__(

@@ -12,8 +12,6 @@ def mlp_projector(
 
     ``num_layers=3`` is the s-DIET projector (s-DIET paper, §6: "three-layer ReLU MLP").
     """
-    if num_layers < 1:
-        raise ValueError(f"projector num_layers must be >= 1, got {num_layers}")
     layers: list[nn.Module] = []
     width = in_dim
     for _ in range(num_layers - 1):

@@ -25,11 +25,9 @@ def check_temperature(tau: float, key: str, allow_zero: bool) -> float:
 
 
 def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch.Tensor:
-    """Paper Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates, flattened
-    back.
-
-    ``logits`` is ``(B, L*V)``, row-major ``Z[i, j] = z[i*V + j]``. Computed in float32 with
-    autocast off (``z / tau`` overflows fp16 for small tau); ``tau = 0`` gives the one-hot argmax.
+    """SEM paper, Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates of
+    ``(B, L*V)`` ``logits`` (row-major ``Z[i, j] = z[i*V + j]``), in float32 with autocast off (``z
+    / tau`` overflows fp16); ``tau = 0`` gives the one-hot argmax.
     """
     tau = check_temperature(tau, "SEM tau", allow_zero=True)
     batch, width = logits.shape
@@ -48,12 +46,9 @@ def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch
 
 @torch.no_grad()
 def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch.Tensor]:
-    """Sparsity of a SEM representation ``(B, L*V)`` (SEM paper, §3.1, Fig. 2b), all in nats.
-
-    - ``entropy``: mean per-simplex entropy ``-sum_j p_j ln p_j`` (0 = one-hot, ln V = uniform);
-    - ``max_prob``: mean largest probability per simplex;
-    - ``marginal_entropy``: entropy of the batch-averaged distribution of each simplex, averaged
-      over simplices (low values = every sample picks the same code, i.e. collapse).
+    """Sparsity of a ``(B, L*V)`` SEM representation in nats (SEM paper, §3.1, Fig. 2b):
+    ``entropy`` per simplex (0 = one-hot, ln V = uniform), ``max_prob`` per simplex, and
+    ``marginal_entropy`` of each simplex's batch average (low = collapse), all averaged.
     """
     simplices = probs.float().reshape(probs.shape[0], -1, simplex_dim)
     per_simplex = -torch.special.xlogy(simplices, simplices).sum(-1)
@@ -66,10 +61,8 @@ def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch
 
 
 class SimplicialEmbedding(nn.Module):
-    """Embedder ``z = BN(W e)`` (Linear without bias, BatchNorm1d over L*V) followed by Eq. 1.
-
-    ``forward(x, tau=None)`` returns the SEM representation ``(B, L*V)``: each block of V entries
-    is a probability vector. ``tau=None`` uses ``self.tau``.
+    """Embedder ``z = BN(W e)`` (Linear without bias, BatchNorm1d over L*V) and Eq. 1:
+    ``forward(x, tau=None)`` is the ``(B, L*V)`` SEM representation at ``tau`` (``self.tau``).
     """
 
     def __init__(self, in_dim: int, num_simplices: int, simplex_dim: int, tau: float = 1.0):
@@ -93,9 +86,8 @@ class SimplicialEmbedding(nn.Module):
 
     @torch.no_grad()
     def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
-        """The SEM paper's probe input (§4): BN with running stats, no gradient, fp32, any mode.
-
-        Does not update the running statistics, so it can run on a training batch.
+        """The SEM paper's probe input (§4): BN with running stats (not updated), no gradient,
+        fp32.
         """
         bn = self.bn
         with torch.autocast(device_type=x.device.type, enabled=False):
@@ -114,7 +106,7 @@ class SimplicialEmbedding(nn.Module):
 
 
 class SEMFeatureExtractor(nn.Module):
-    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)`` for linear probing
+    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)``, a probe backbone
     (§4)."""
 
     def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
@@ -128,12 +120,24 @@ class SEMFeatureExtractor(nn.Module):
         return self.embedder.frozen_forward(self.backbone(X), self.tau)
 
 
-class SEMThenHead(nn.Module):
-    """``head(SEM(feats))`` at temperature ``tau``; records its SEM outputs while ``recorded`` is a
-    list.
+class SEMProbe(nn.Linear):
+    """The online classifier of a twin with ``probe: sem``: a Linear over the frozen SEM
+    representation of the backbone features at ``tau`` (SEM paper, §4). ``embedder`` is not a
+    submodule: it trains, and is saved, where the twin put it (before the projector)."""
 
-    The momentum twin is structurally identical, so solo-learn's EMA (which zips parameter lists)
-    pairs the embedders too.
+    def __init__(self, embedder: SimplicialEmbedding, tau: float, num_classes: int):
+        super().__init__(embedder.out_dim, num_classes)
+        self.embedders = (embedder,)
+        self.tau = check_temperature(tau, "probe tau", allow_zero=True)
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.embedders[0].frozen_forward(feats, self.tau))
+
+
+class SEMThenHead(nn.Module):
+    """``head(SEM(feats))`` at temperature ``tau``, recording its SEM outputs in
+    :meth:`recording`; the momentum twin has the same structure, so solo-learn's EMA pairs the
+    embedders too.
     """
 
     def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
@@ -151,8 +155,8 @@ class SEMThenHead(nn.Module):
         return self.head(sem.to(feats.dtype))
 
     def __getitem__(self, index: int) -> nn.Module:
-        """Indexing reaches the wrapped head (``projector[-1]``), as code written for an
-        nn.Sequential expects."""
+        """``projector[-1]`` reaches the wrapped head, as code written for an nn.Sequential
+        expects."""
         return self.head[index]
 
     @contextmanager

@@ -1,10 +1,6 @@
-"""The W-MSE paper's whitening, its Cholesky factorisation reporting failure on the device, so a
-step never waits for the GPU.
-
-``torch.linalg.cholesky`` reads its status back to raise on a matrix that is not positive
-definite; ``torch.linalg.cholesky_ex`` returns the same factor and leaves the status on the device,
-where an asynchronous assert stops the run if it failed (on a GPU: "device-side assert triggered"
-at the next synchronisation; on the CPU: a ``RuntimeError`` with the message below).
+"""The W-MSE paper's whitening with ``torch.linalg.cholesky_ex``: the status stays on the device,
+where an asynchronous assert stops the run if the factorisation failed, so a step never waits for
+the GPU.
 """
 
 from __future__ import annotations
@@ -20,13 +16,9 @@ RAISE_EPS = "raise argument `eps` or the slice size"
 
 
 class CholeskyWhitening(nn.Module):
-    """Whitens a slice ``x`` (N x D) of projected features: centres it on its mean and maps it by
-    ``L^-1``, where ``L L^T`` is its unbiased covariance shrunk towards the identity,
-    ``(1 - eps) * cov + eps * I``. Under CUDA autocast it computes in float32.
-
-    A covariance that is not positive definite fails a device assert (raised at the next
-    synchronisation, so no caller can rename it): ``fix`` ends its message (a settings layer names
-    its own keys there)."""
+    """Whitens a slice ``x`` (N x D): centred, mapped by ``L^-1`` with ``L L^T = (1 - eps) * cov
+    + eps * I`` (unbiased covariance), in float32 under CUDA autocast. A covariance that is not
+    positive definite fails a device assert whose message ``fix`` ends."""
 
     def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
         super().__init__()

@@ -1,19 +1,11 @@
 """The row store sharded over nodes: each node holds only the rows it owns (our design; the sharded
 embedding tables of recommender systems).
 
-Node ``k`` of ``nodes`` owns the rows whose index is ``k`` modulo ``nodes``
-(:class:`~solo_diet.rowstore.sharing.RowShard`), with their optimiser state and last-step counters.
-Every process still computes the update of the whole global batch, as unsharded:
-
-- **load**: one process per node (the shard's contributor) loads the batch's rows that its node
-  owns (lazy rows caught up by their owner), the others contribute zeros, and one ``all_reduce``
-  (a sum with a single non-zero term per element: exact) gives every process all the batch's rows;
-- **store**: each node's contributor writes back only its own rows (eager zero-gradient steps
-  included, applied to every row before the write as unsharded).
-
-A checkpoint holds the whole table, as unsharded (gathered node by node to the process that keeps
-it), so a sharded run resumes on any number of nodes, each node keeping its rows. Sharded stores do
-not prefetch: the rows arrive through the collective at load.
+Every process still computes the update of the whole global batch. At a load, each node's
+contributor loads the batch's rows its node owns, the others zeros, and one ``all_reduce`` (a sum
+with one non-zero term per element: exact) gives every process all of them; at a store each
+contributor writes back its node's rows. A checkpoint holds the whole table, so a sharded run
+resumes on any number of nodes. No prefetch: rows arrive through the collective.
 """
 
 from __future__ import annotations
@@ -32,12 +24,8 @@ EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 
 
 class ShardedRowStore(RowStore):
-    """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows; indices stay global.
-
-    Args:
-        num_rows: N, the rows of all nodes together.
-        dim, optimizer, store_options: as :class:`~solo_diet.rowstore.RowStore`.
-        shard: this node's part and the collective that exchanges rows.
+    """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows of ``num_rows``
+    (indices stay global); the other arguments are ``RowStore``'s.
     """
 
     def __init__(
@@ -86,8 +74,8 @@ class ShardedRowStore(RowStore):
         return {**whole, "global_step": self.global_step, "mode": self.mode} if keep else {}
 
     def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
-        """Every node's rows of table ``name``, node by node and in chunks, through sums in which
-        only the owner's contributor adds non-zeros."""
+        """Every node's rows of table ``name``, node by node in chunks, through sums in which only
+        the owner's contributor adds non-zeros."""
         counters = name == "last_step"
         width, dtype = ((), torch.int64) if counters else ((self.dim,), self.dtype)
         whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None

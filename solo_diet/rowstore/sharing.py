@@ -1,17 +1,11 @@
-"""One row store per host for its DDP processes.
+"""One row store per host for its DDP processes, or one part of the rows per node.
 
-Several DDP processes of one host share one ``"cpu"`` (a file in ``/dev/shm``) or ``"disk"`` store:
-one process of the host creates and writes the tables, the others map the same files and only read.
-Every process computes the same update (the batch is gathered), so only the writer stores it, one
-step late: a row written at step ``t`` is written during step ``t + 1``, after a collective that
-every process passes only once it has loaded step ``t``'s rows; the rows of step ``t + 1`` are
-disjoint from those of step ``t`` within an epoch (our design), and the caller synchronises at epoch
-boundaries (:meth:`~solo_diet.rowstore.RowStore.synchronize`).
-
-A run over several nodes keeps one store per node, each written by its own writer (every process
-computes the same update, so the nodes' stores stay equal), or, sharded (:class:`RowShard`), one
-part of the rows per node: node ``k`` of ``nodes`` owns the rows whose index is ``k`` modulo
-``nodes``.
+The processes of a host share one ``cpu`` (a ``/dev/shm`` file) or ``disk`` store: one writes, the
+others map the same files and read. Every process computes the same update (the batch is
+gathered), so the writer stores it one step late, after a collective that every process passes
+only once it has loaded the rows; a step's rows are disjoint from the previous step's within an
+epoch (our design), and the caller synchronises at epoch boundaries. Sharded (:class:`RowShard`),
+node ``k`` of ``nodes`` owns the rows whose index is ``k`` modulo ``nodes``.
 """
 
 from __future__ import annotations
@@ -28,13 +22,9 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class HostSharing:
-    """One store per host for its DDP processes (module docstring).
-
-    Args:
-        name: file-name prefix, the same on every process of the host and unique to the run.
-        writer: whether this process creates and writes the tables (one per host).
-        barrier: waits for every process (``torch.distributed.barrier``).
-        directory: folder of the shared ``"cpu"`` tables (memory-backed ``/dev/shm``).
+    """One store per host (module docstring): the file-name prefix ``name`` (the same on every
+    process of the host, unique to the run), whether this process is the ``writer``, a ``barrier``
+    over every process and the ``directory`` of shared ``cpu`` tables.
     """
 
     name: str
@@ -46,11 +36,9 @@ class HostSharing:
 def host_sharing(
     prefix: str = "solo_diet_rows", directory: str = "/dev/shm", node: int = 0
 ) -> Optional[HostSharing]:
-    """:class:`HostSharing` for the initialised ``torch.distributed`` group; None without one or for
-    one process. The processes of one node (same host name and ``node``, the node rank of a run
-    over several machines) share a store; the lowest global rank of each writes. The file prefix
-    carries rank 0's random token and the node, so two nodes on one host keep apart. Collective:
-    every process must call it."""
+    """:class:`HostSharing` for the initialised ``torch.distributed`` group (None without one or
+    for one process): the processes of one host and ``node`` share a store, the lowest global rank
+    writes, the prefix carries rank 0's random token and the node. Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
     places: list = [None] * dist.get_world_size()
@@ -64,16 +52,9 @@ def host_sharing(
 
 @dataclass(frozen=True)
 class RowShard:
-    """This node's part of the rows: node ``node`` of ``nodes`` owns the rows ``index % nodes ==
-    node``, at table row ``index // nodes`` (each node's table has ``ceil(N / nodes)`` rows).
-
-    Args:
-        node: this process's node.
-        nodes: how many nodes share the rows out.
-        contributes: this process serves its node's rows to the others (one per node: the shared
-            store's writer).
-        all_reduce: sums a tensor over every process, in place (``torch.distributed.all_reduce``).
-        device: where the collective's tensors live (the CUDA device under NCCL).
+    """Node ``node`` of ``nodes`` owns the rows ``index % nodes == node``, at table row
+    ``index // nodes``; ``contributes``: this process serves its node's rows (the shared store's
+    writer); ``all_reduce`` sums in place over every process, on ``device``.
     """
 
     node: int

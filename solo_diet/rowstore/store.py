@@ -1,19 +1,10 @@
 """The row store: s-DIET's head rows and their optimiser state, outside ``nn.Parameter`` s.
 
-Rows are loaded for a batch, stepped by a row-wise optimiser and written back; only the rows of a
-batch travel to the device (placement: :mod:`~solo_diet.rowstore.tables`; copies off the training
-thread: :mod:`~solo_diet.rowstore.transfers`). A load that was not prefetched first waits for every
-pending write.
-
-Zero-gradient steps of rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-20, sign corrected
-as docs/references.md says; the exact lazy variant is ours):
-
-* ``"eager"`` (paper, App. D.2): right after a row's real step, apply ``eager_steps`` zero-gradient
-  steps in closed form (``T = N/B - m`` for ``m`` batches of rows resident per step, a float) as
-  if the row were absent until its next visit.
-* ``"lazy"`` (exact): remember each row's last real step; when the row is next loaded at global step
-  ``s``, apply ``T = s - last - 1`` zero-gradient steps with the current lr. Reproduces a full-table
-  optimiser whose absent rows get zero gradients (up to the paper's eps approximation and lr drift).
+Rows are loaded for a batch, stepped by a row-wise optimiser and written back. Zero-gradient steps
+of the rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-20, sign corrected as
+docs/references.md says): ``"eager"`` (paper) applies ``eager_steps`` (``T = N/B - m``) in closed
+form right after a row's real step; ``"lazy"`` (exact, ours) applies ``T = s - last - 1`` when the
+row is next loaded at step ``s``.
 """
 
 from __future__ import annotations
@@ -33,16 +24,10 @@ MODES = ("eager", "lazy")
 
 
 class RowStore(RowTables):
-    """Head rows + row-wise optimiser state + per-row last-step counters.
-
-    Args:
-        num_rows: N, one row per label id (per training sample with ``index`` labels).
-        dim: D, width of a row (the projector output).
-        optimizer: row-wise optimiser (:class:`solo_diet.optim.RowAdamW` or ``RowSGDW``).
-        mode: ``"eager"`` or ``"lazy"`` zero-gradient steps (module docstring).
-        eager_steps: zero-gradient steps applied after each write-back in eager mode (``N/B - m``).
-        table_options: where and how the table lives: ``placement``, ``device``, ``directory``,
-            ``seed``, ``dtype``, ``sharing`` (:class:`~solo_diet.rowstore.tables.RowTables`).
+    """Head rows + row-wise optimiser state (``optimizer``, :class:`solo_diet.optim.RowAdamW` or
+    ``RowSGDW``) + per-row last-step counters; ``mode``: ``"eager"`` (``eager_steps`` after each
+    visit) or ``"lazy"`` zero-gradient steps; ``table_options``:
+    :class:`~solo_diet.rowstore.tables.RowTables`'.
     """
 
     def __init__(
@@ -72,24 +57,19 @@ class RowStore(RowTables):
         self.prefetch_hits = 0
 
     def commit(self) -> None:
-        """Finish every pending write-back (device -> pinned buffers -> table; the writer's shared
-        write)."""
+        """Finish every pending write-back (the writer's deferred one included)."""
         self.transfers.commit()
 
     def synchronize(self) -> None:
-        """:meth:`commit`, then wait for every process of a shared store (call it at epoch
-        boundaries)."""
+        """:meth:`commit`, then wait for every process of a shared store (at epoch boundaries)."""
         self.commit()
         if self.sharing is not None:
             self.sharing.barrier()
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
-        """Start moving the rows of a coming batch to ``device``; :meth:`load` of the same indices
-        uses them.
-
-        From host tables the rows are gathered on the worker thread after the pending write-backs,
-        and copied to a CUDA device on a side stream, overlapping the current step. Rows stored in
-        between invalidate the prefetch.
+        """Start moving the rows of a coming batch to ``device`` (gathered on the worker thread
+        after the pending writes, copied on the side stream); :meth:`load` of the same indices uses
+        them, rows stored in between invalidate them.
         """
         device = torch.device(device)
         self.transfers.submit_deferred_write()
@@ -104,11 +84,8 @@ class RowStore(RowTables):
     def load(
         self, indices: Tensor, device: Device, *, lr: Optional[float] = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """Rows and optimiser state of ``indices`` on ``device``; in lazy mode caught up to the
-        current step.
-
-        ``lr`` (the current learning rate) is required in lazy mode. The returned tensors are fresh
-        copies: the table changes only through :meth:`store` / :meth:`update`.
+        """Fresh copies of the rows and state of ``indices`` on ``device``; in lazy mode caught up
+        to the current step with ``lr`` (required then).
         """
         device = torch.device(device)
         self.transfers.submit_deferred_write()
@@ -127,9 +104,8 @@ class RowStore(RowTables):
         return rows, state
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
-        """The prefetched rows if they are those of ``indices`` on ``device``. Rows written after
-        the prefetch was submitted invalidated it (:meth:`_invalidate_prefetch`); rows written
-        before it were gathered after their write, so no pending write has to finish here."""
+        """The prefetched rows if they are those of ``indices`` on ``device`` (a write after the
+        prefetch invalidated it; one before it was gathered after)."""
         if self._prefetched is None:
             return None
         fetched_indices, gathered = self._prefetched
@@ -143,12 +119,9 @@ class RowStore(RowTables):
         return values
 
     def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
-        """Write rows and state back, marking them as last stepped at ``global_step - 1``.
-
-        From a CUDA device to host tables the copy is asynchronous and the scatter into the table
-        runs on the worker thread; a shared store's writer submits it only at the next :meth:`load`,
-        :meth:`prefetch` or :meth:`commit` (:mod:`~solo_diet.rowstore.sharing`); the other processes
-        of a shared store write nothing.
+        """Write rows and state back as last stepped at ``global_step - 1``: to host tables
+        asynchronously on the worker thread (a shared store's writer one step late, the other
+        processes not at all; :mod:`~solo_diet.rowstore.sharing`).
         """
         self._invalidate_prefetch(indices)
         if not self.writer:
@@ -162,15 +135,14 @@ class RowStore(RowTables):
         self.transfers.write(write, deferred=self.sharing is not None)
 
     def _invalidate_prefetch(self, indices: Tensor) -> None:
-        """A prefetch that read rows now being stored is stale (possible across an epoch
-        boundary)."""
+        """Drop a prefetch that read rows now being stored (possible across an epoch boundary)."""
         if self._prefetched is not None and bool(
             torch.isin(self._prefetched[0], indices.detach().cpu()).any()
         ):
             self._drop_prefetch()
 
     def _drop_prefetch(self) -> None:
-        """Forget the prefetch once its gather has finished (it reads the tables)."""
+        """Forget the prefetch once its gather (which reads the tables) has finished."""
         if self._prefetched is not None:
             self._prefetched[1].result()
             self._prefetched = None
@@ -186,12 +158,9 @@ class RowStore(RowTables):
         write_back: bool = True,
         eager_steps: Optional[float] = None,
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """One real optimiser step of resident rows at the current global step, then the step count
-        advances.
-
-        With ``write_back`` (default) the rows are stored after the step (eager mode first applies
-        ``eager_steps`` zero-gradient steps, default ``self.eager_steps``). ``write_back=False``
-        keeps them resident for another step (multi-batch CE). Returns the new ``(rows, state)``.
+        """One real optimiser step of resident rows; the step count advances. With ``write_back``
+        the rows are stored (in eager mode after ``eager_steps``, default ``self.eager_steps``);
+        without, they stay resident (multi-batch CE). Returns the new ``(rows, state)``.
         """
         with torch.no_grad():
             rows, state = self.optimizer.step(
@@ -211,8 +180,7 @@ class RowStore(RowTables):
         return {**self.snapshot(), "global_step": self.global_step, "mode": self.mode}
 
     def load_state_dict(self, snapshot: dict) -> None:
-        """Restore a :meth:`state_dict`; shapes and optimiser state names must match. Collective
-        when shared."""
+        """Restore a :meth:`state_dict` of the same shapes and state names (collective)."""
         missing = [
             name for name in (*self.names, "last_step", "global_step") if name not in snapshot
         ]

@@ -1,10 +1,6 @@
-"""The row store's table where its placement says (``cpu``, ``gpu`` or ``disk``): one ``N x K x D``
-table and per-row last-step counters.
-
-A head row and its ``K - 1`` optimiser states sit side by side in one ``N x K x D`` table, so a
-batch travels in one gather, one copy and one scatter. The table lives in host RAM (``"cpu"``,
-pinned when CUDA is available; a ``/dev/shm`` file when the processes of a host share it), on the
-accelerator (``"gpu"``) or in memory-mapped files (``"disk"``).
+"""The row store's ``N x K x D`` table (a head row beside its ``K - 1`` optimiser states: a batch
+travels in one gather, one copy and one scatter) and per-row last-step counters, in host RAM
+(``cpu``; a ``/dev/shm`` file when shared), on the accelerator (``gpu``) or on ``disk`` (mmap).
 """
 
 from __future__ import annotations
@@ -28,23 +24,12 @@ Device = Union[str, torch.device]
 
 
 class RowTables:
-    """The table of head rows and their optimiser state, and each row's last real step.
-
-    Args:
-        num_rows: N, one row per training sample (or label id).
-        dim: D, width of a row.
-        names: the K slots of a row: ``"rows"``, then the optimiser's state names.
-        placement: ``"cpu"`` (default), ``"gpu"`` (the ``device`` argument) or ``"disk"``
-            (``directory``).
-        device: device of the ``"gpu"`` placement (default ``cuda`` when available, else ``cpu``).
-        directory: folder of the ``"disk"`` placement's memory-mapped files (created, files
-            overwritten).
-        seed: seed of the row initialisation ``U(-1/sqrt(D), 1/sqrt(D))`` (our choice, the s-DIET
-            paper is silent; state starts at 0).
-        dtype: dtype of the table (``torch.float32``; ``float64`` for exact tests).
-        sharing: share a ``"cpu"`` or ``"disk"`` table between the processes of a host.
-        shard: hold only this node's part of the ``num_rows`` rows (``ceil(N / nodes)`` table rows,
-            initialised as the same rows of a whole table).
+    """The table of head rows and their optimiser state, and each row's last real step:
+    ``num_rows`` N, ``dim`` D, ``names`` the K slots (``"rows"``, then the optimiser's), on
+    ``placement`` ``"cpu"``, ``"gpu"`` (``device``) or ``"disk"`` (files in ``directory``); rows
+    start at ``U(-1/sqrt(D), 1/sqrt(D))`` drawn from ``seed`` (our choice, the s-DIET paper is
+    silent), state at 0. ``sharing``: one table for the processes of a host; ``shard``: only this
+    node's ``ceil(N / nodes)`` rows.
     """
 
     def __init__(
@@ -75,12 +60,9 @@ class RowTables:
         self.placement = placement
         self.dtype = dtype
         self.cuda = torch.cuda.is_available()
-        on_gpu = placement == "gpu"
-        self.device = (
-            torch.device(device or ("cuda" if self.cuda else "cpu"))
-            if on_gpu
-            else torch.device("cpu")
-        )
+        self.device = torch.device("cpu")
+        if placement == "gpu":
+            self.device = torch.device(device or ("cuda" if self.cuda else "cpu"))
         self.sharing = sharing
         self.writer = sharing is None or sharing.writer
         self.shared_files: list[str] = []
@@ -101,15 +83,13 @@ class RowTables:
                 self._allocate_all(directory)
             sharing.barrier()  # every process has mapped them
             if self.writer and placement == "cpu":
-                for path in (
-                    self.shared_files
-                ):  # memory stays mapped; nothing is left in /dev/shm after a crash
+                for path in self.shared_files:  # stays mapped; no /dev/shm file left on a crash
                     os.unlink(path)
 
     def _initialise_rows(self, seed: int, num_rows: int, shard: Optional[RowShard]) -> None:
-        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks (one seeded stream, the same values as one
-        draw): no ``N x D`` temporary next to the table. A shard draws the whole stream and keeps
-        its rows (a node's padding row, if any, is zero)."""
+        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream (the values of one
+        draw, no ``N x D`` temporary); a shard keeps its rows of the stream, its padding row zero.
+        """
         bound = 1.0 / math.sqrt(self.dim)
         generator = torch.Generator().manual_seed(seed)
         chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
@@ -127,8 +107,7 @@ class RowTables:
             rows[shard.owned_rows(num_rows, shard.node) :].zero_()
 
     def _check_shared_memory(self, directory: str) -> None:
-        """Refuse a too small ``/dev/shm`` (touching a page beyond its size would kill the
-        process)."""
+        """Refuse a too small ``/dev/shm`` (touching a page beyond its size kills the process)."""
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         needed = self.num_rows * (self.dim * itemsize * len(self.names) + 8)
         free = shutil.disk_usage(directory).free
@@ -140,9 +119,7 @@ class RowTables:
             )
 
     def _allocate_all(self, directory: Optional[str]) -> None:
-        """One ``N x K x D`` table (K = 1 + optimiser states): a row and its state are adjacent, so
-        a batch travels in one gather, one copy and one scatter; ``tables[name]`` are its ``N x D``
-        views."""
+        """One ``N x K x D`` table; ``tables[name]`` are its ``N x D`` views."""
         shape = (self.num_rows, len(self.names), self.dim)
         self.table = self._allocate("table", shape, self.dtype, directory)
         self.tables = {name: self.table[:, k] for k, name in enumerate(self.names)}
@@ -156,17 +133,14 @@ class RowTables:
         if self.sharing is not None:
             path = os.path.join(self.sharing.directory, f"{self.sharing.name}.{name}.bin")
             self.shared_files.append(path)
-            return torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype).view(
-                shape
-            )
+            flat = torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype)
+            return flat.view(shape)
         if self.placement == "gpu":
             return torch.empty(shape, dtype=dtype, device=self.device)
         return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
 
     def _map_file(self, path: str, shape: tuple, dtype: torch.dtype) -> Tensor:
-        """A table memory-mapped from ``path`` (the writer creates it at full size). The kernel is
-        told the access is random: a batch touches scattered rows, so read-ahead around each page
-        fault would only read rows nobody asked for."""
+        """A table memory-mapped from ``path`` (the writer creates it), no read-ahead."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         np_dtype = torch.empty((), dtype=dtype).numpy().dtype
         size = math.prod(shape) * np_dtype.itemsize
@@ -178,16 +152,14 @@ class RowTables:
         return torch.from_numpy(np.frombuffer(mapped, dtype=np_dtype).reshape(shape))
 
     def table_index(self, indices: Tensor) -> Tensor:
-        """``indices`` as long on the table's device; host indices reach a CUDA table through pinned
-        memory, without waiting for the stream (a pageable copy would)."""
+        """``indices`` as long on the table's device (to CUDA via pinned memory: no wait)."""
         indices = indices.to(dtype=torch.long)
         if self.device.type == "cuda" and indices.device.type == "cpu":
             return indices.pin_memory().to(self.device, non_blocking=True)
         return indices.to(self.device)
 
     def gather(self, indices: Tensor, pinned: bool = False) -> Tensor:
-        """``B x K x D`` rows and state of ``indices``; with ``pinned``, gathered straight into a
-        page-locked buffer."""
+        """``B x K x D`` rows and state of ``indices`` (page-locked when ``pinned``)."""
         idx = self.table_index(indices)
         if not pinned:
             return self.table.index_select(0, idx)
@@ -199,8 +171,7 @@ class RowTables:
     def scatter(
         self, idx: Tensor, values: Tensor, last_step: int, event: Optional[torch.cuda.Event]
     ) -> None:
-        """Write ``B x K x D`` rows and state into the table, once ``event`` (their copy) is
-        done."""
+        """Write ``B x K x D`` rows and state into the table once ``event`` (their copy) is done."""
         if event is not None:
             event.synchronize()
         self.table.index_copy_(0, idx, values)

@@ -1,11 +1,6 @@
-"""The row store's transfer queue: row copies off the training thread.
-
-With host tables, the gathers of prefetched rows and the scatters of written-back rows run on one
-worker thread, in submission order (a prefetch submitted after a write reads the written rows), so
-the training thread neither copies rows on the host nor waits for a device -> host copy to finish.
-The copies between a CUDA device and host memory run on a side stream. A store shared by the
-processes of a host (:mod:`~solo_diet.rowstore.sharing`) defers its writer's write by one step.
-With ``gpu`` tables everything runs at once on the training thread (CUDA is asynchronous already).
+"""The row store's transfer queue: host-table gathers and scatters run in order on one worker
+thread, device copies on a CUDA side stream, so the training thread neither copies rows nor waits
+for them; with ``gpu`` tables everything runs at once (CUDA is asynchronous already).
 """
 
 from __future__ import annotations
@@ -16,19 +11,13 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-MAX_PENDING_WRITES = (
-    2  # write-backs in flight before a new one waits for the oldest (bounds pinned buffers)
-)
+# write-backs in flight before a new one waits for the oldest (bounds pinned buffers)
+MAX_PENDING_WRITES = 2
 
 
 class TransferQueue:
-    """The worker thread, the writes in flight and the CUDA side stream of one row store.
-
-    Args:
-        host_tables: the tables are in host memory (``cpu``/``disk``): work runs on the worker
-            thread.
-        side_stream: copies between the tables and a CUDA device run on a side stream (CUDA is
-            available and the tables are on the CPU).
+    """The worker thread, the writes in flight and the CUDA side stream of one row store
+    (``host_tables``: ``cpu``/``disk``; ``side_stream``: CUDA with host tables).
     """
 
     def __init__(self, host_tables: bool, side_stream: bool):
@@ -49,8 +38,8 @@ class TransferQueue:
         return self._worker.submit(work)
 
     def write(self, write: Callable[[], None], *, deferred: bool) -> None:
-        """Queue a write-back; a ``deferred`` one (a shared store's writer) is submitted only at the
-        next :meth:`submit_deferred_write`. At most ``MAX_PENDING_WRITES`` writes are in flight."""
+        """Queue a write-back (a ``deferred`` one, a shared store's writer's, waits for
+        :meth:`submit_deferred_write`); at most ``MAX_PENDING_WRITES`` are in flight."""
         if deferred:
             self._deferred_write = write
             return
@@ -59,8 +48,7 @@ class TransferQueue:
             self._writes.pop(0).result()
 
     def submit_deferred_write(self) -> None:
-        """A shared store's writer submits the previous step's write once it has passed this step's
-        collective."""
+        """Submit the previous step's deferred write (after this step's collective)."""
         if self._deferred_write is not None:
             self._writes.append(self.submit(self._deferred_write))
             self._deferred_write = None
@@ -90,7 +78,7 @@ class TransferQueue:
     def wait_on_current_stream(
         self, values: Tensor, event: torch.cuda.Event, device: torch.device
     ) -> None:
-        """Make ``device``'s current stream wait for a side copy before it uses ``values``."""
+        """Make ``device``'s current stream wait for a side copy of ``values``."""
         current = torch.cuda.current_stream(device)
         current.wait_event(event)
         values.record_stream(current)  # allocated on the side stream, used on the current one
@@ -98,9 +86,8 @@ class TransferQueue:
     def to_table(
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
-        """``values`` for a table on ``device`` in ``dtype``: from a CUDA device to host tables,
-        copied asynchronously into a pinned buffer on the side stream (with the event that ends the
-        copy); otherwise copied now."""
+        """``values`` for a table on ``device`` in ``dtype``: from CUDA to host tables into a pinned
+        buffer on the side stream (with the copy's event), otherwise now."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
         self.stream.wait_stream(torch.cuda.current_stream(values.device))

@@ -99,7 +99,7 @@ def check_twin_builds_and_fits(method: str):
     solo-learn's pipeline and trains its embedder."""
     cfg = sem_cfg(method, tau_online=0.5, tau_target=2.0)
     model = METHODS[f"{method}_sem"](cfg)
-    assert model.features_dim == D and model.classifier.in_features == D
+    assert (model.backbone_dim, model.features_dim, model.classifier.in_features) == (D, L * V, D)
     online, momentum = slot_embedders(model)
     assert (online.linear.in_features, online.out_dim, online.tau) == (D, L * V, 0.5)
     if isinstance(model, BaseMomentumMethod):

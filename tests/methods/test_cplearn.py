@@ -60,19 +60,19 @@ def test_forward_keys_shapes_and_defaults():
 
 
 def test_compare_measures_the_codes_and_the_embedding_h():
-    from solo_diet.methods.cplearn import ArgmaxCodes, Embedding
+    from solo_diet.methods.cplearn import ForwardOutput
 
     model = CPLearn(tiny_cfg("cplearn", dict(SMALL))).eval()
     images = torch.randn(4, 3, 32, 32)
     with torch.no_grad():
         h = model.projector.embed(model.backbone(images))
-        assert Embedding(model)(images).shape == (4, 16)
+        assert ForwardOutput(model, "h")(images).shape == (4, 16)
         # Two eval passes of the same model differ by float32 rounding only: seeds 0-39 at 1 and 2
         # threads gave at most 1.2e-7 (1-2 ulps of tanh's [-1, 1]) and failed the default rtol
         # 1 to 3 times in 40 where h is near 0; atol 1e-6 is 8x that, far below any real change.
-        assert torch.allclose(Embedding(model)(images), h, rtol=0, atol=1e-6)
+        assert torch.allclose(ForwardOutput(model, "h")(images), h, rtol=0, atol=1e-6)
         codes = (h @ model.projector.codes).argmax(1, keepdim=True)  # tau > 0 keeps the argmax
-        assert torch.equal(ArgmaxCodes(model)(images), codes)
+        assert torch.equal(ForwardOutput(model, "z", argmax=True)(images), codes)
 
 
 def test_training_step_returns_loss_plus_probe():

@@ -180,10 +180,3 @@ def test_online_probe_loss_is_zero_with_zero_gradient_when_nothing_is_labelled()
             assert (
                 torch.isnan(class_loss) and float(loss.detach()) == 0.0 and grads.abs().sum() == 0
             )
-
-
-def test_device_index_assert_message_fits_cuda_limit():
-    """CUDA's asynchronous assert refuses messages of 255 characters or more."""
-    from solo_diet.methods.index_method import DEVICE_INDEX_ERROR
-
-    assert len(DEVICE_INDEX_ERROR.format(n=2**63 - 1)) < 255

@@ -60,6 +60,20 @@ def test_builds_and_fits_fast_dev_run(method):
     check_twin_builds_and_fits(method)
 
 
+@pytest.mark.parametrize("simplices, size", [(L, V), (3, 5)])
+def test_a_twin_declares_its_embedding_width(simplices, size):
+    """The projector is built for the L*V of `method_kwargs.sem`, not the backbone's D; the online
+    and momentum classifiers read the backbone's D."""
+    cfg = sem_cfg("byol", num_simplices=simplices, simplex_dim=size)
+    OmegaConf.update(cfg, "momentum.classifier", True)
+    model = METHODS["byol_sem"](cfg)
+    assert "features_dim" not in vars(model)  # the twin's declared property, never reassigned
+    assert (model.features_dim, model.backbone_dim) == (simplices * size, D)
+    assert model.get_submodule(model._sem_online).head[0].in_features == simplices * size
+    assert model.sem_embedder.linear.in_features == D
+    assert model.classifier.in_features == model.momentum_classifier.in_features == D
+
+
 def test_momentum_embedder_follows_the_online_one_by_ema():
     cfg = sem_cfg("byol")
     model = METHODS["byol_sem"](cfg)
@@ -130,7 +144,9 @@ def test_sem_probe_reads_softmax_of_eval_bn_logits():
     )  # the projector pass then updates them
     out = model(batch_of(cfg, batch_size=B)[1][0])
     logits = (online.linear(out["feats"]) - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias
-    torch.testing.assert_close(out["logits"], model.classifier(simplex_softmax(logits, V, 0.3)))
+    classifier = model.classifier
+    probe = F.linear(simplex_softmax(logits, V, 0.3), classifier.weight, classifier.bias)
+    torch.testing.assert_close(out["logits"], probe)
     tiny_trainer(cfg).fit(model, fake_pretrain_loader(cfg, num_samples=16), fake_val_loader(cfg))
 
 

@@ -30,14 +30,15 @@ from solo_diet.losses.decorrelation import (
     off_diagonal,
     vicreg_covariance_loss,
 )
-from solo_diet.methods import step_substitutes
-from solo_diet.methods.step_substitutes import (
+from solo_diet.methods import substitutes as substitutes_module
+from solo_diet.methods.substitutes import (
     QUEUE_BUFFERS,
     WHITENING_FIX,
     InstanceSubstitute,
     device_randperm,
+    substitute_step_parts,
+    substitutes_line,
 )
-from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 from solo_diet.nn.whitening import CholeskyWhitening
 from tests._helpers.methods import KWARGS
 from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
@@ -186,7 +187,7 @@ def test_only_a_substituted_model_runs_our_losses():
         cfg = tiny_cfg(method, KWARGS[method])
         ours, theirs = METHODS[method](cfg), METHODS[method](cfg)
         line = substitutes_line(substitute_step_parts(cfg, ours))
-        assert f"`{cls}.training_step` -> solo_diet.methods.step_substitutes.{step}" in line
+        assert f"`{cls}.training_step` -> solo_diet.methods.substitutes.{step}" in line
         cfg_off = copy.deepcopy(cfg)
         cfg_off.performance = {"foreach_substitutes": False}
         assert substitute_step_parts(cfg_off, theirs) == []
@@ -299,7 +300,7 @@ def test_wmse_step_equals_solo_learns_and_draws_through_ours(method, monkeypatch
     theirs.whitening = CholeskyWhitening(theirs.whitening.output_dim, theirs.whitening.eps)
     drawn = []
     monkeypatch.setattr(
-        step_substitutes,
+        substitutes_module,
         "device_randperm",
         lambda n, device: drawn.append(n) or device_randperm(n, device),
     )
