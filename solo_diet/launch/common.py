@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.loader_settings import ProbeAugmentation
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 
@@ -274,30 +273,3 @@ def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> No
             "with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True, or "
             "turn wandb off with wandb.enabled=False."
         ) from None
-
-
-def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
-    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
-    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
-    is fixed at 224 px and ImageNet statistics."""
-    from solo.data.classification_dataloader import prepare_transforms
-    from torchvision import transforms
-
-    if dataset != "custom":
-        return prepare_transforms(dataset)
-    assert probe is not None, "parse_loader_settings requires it for custom data"
-    crop_size, crop_min_scale, mean, std = probe
-    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
-    train = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
-            transforms.RandomHorizontalFlip(),
-        ]
-        + normalize
-    )
-    val = transforms.Compose(
-        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
-        + normalize
-    )
-    return train, val

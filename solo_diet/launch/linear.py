@@ -115,7 +115,7 @@ def _loss_and_mixup(cfg: DictConfig):
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
     """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
     when the training set was smaller than one batch, ``fitted_batch``
-    (:func:`~solo_diet.launch.gpu_data.fit_probe_batch`)."""
+    (:meth:`~solo_diet.launch.loader_settings.LoaderSettings.fit_probe_batch`)."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel

@@ -1,32 +1,7 @@
-"""What the data paths read of a run besides its data format: the Hydra config read and checked
-once, at the launcher's boundary (after solo-learn's ``parse_cfg`` filled its defaults), into a
-frozen :class:`LoaderSettings`; every error is one line naming the key and the fix
-(:class:`~solo_diet.config.KeyReader`). The data paths (:mod:`solo_diet.launch.datapaths`) and
-:mod:`solo_diet.launch.gpu_data` take these settings, never the config.
-
-Keys (defaults in brackets; solo-learn's YAML files set most of them):
-
-- ``data.dataset``: solo-learn's dataset name (``custom`` for an image folder).
-- ``data.train_path``, ``data.val_path`` [null]: the training and validation sets.
-- ``data.fraction`` [-1]: the fraction of the training set used, as solo-learn's ``data_fraction``
-  (-1: all of it).
-- ``data.no_labels`` [false]: a custom training set without class folders.
-- ``data.num_workers`` [null]: loader worker processes; null leaves each loader its own default.
-- ``optimizer.batch_size`` [null]: the batch size per device (compare's feature loaders take
-  their own).
-- ``optimizer.lr`` [null]: the learning rate, scaled with a probe batch fitted to a small set.
-- ``seed`` [5, solo-learn's methods' default]: seeds the GPU data path's batch order and views.
-- ``devices`` x ``num_nodes`` [1 x 1]: the world size (one global batch is ``batch_size`` x it).
-- ``augmentations``: the pretraining views' nodes, handed as they are to solo-learn's pipeline
-  builders (``image_folder``, ``dali``); with the GPU data path also parsed into its
-  :class:`~solo_diet.data.pipeline.MultiCropAugmentation` here.
-- the probe's node (``augmentations[0]`` when pretraining, ``data.augmentations`` for a linear
-  probe): ``crop_size``, ``crop_min_scale`` [0.08], ``mean`` and ``std`` [ImageNet's], read
-  into a :class:`ProbeAugmentation` (custom data needs ``crop_size``; solo-learn's named sets use
-  their own pipelines).
-- ``data.num_large_crops``, ``data.num_small_crops`` [0]: counted by solo-learn's ``parse_cfg``.
-- ``debug_augmentations`` [false]: print the pretraining transforms.
-"""
+"""What the data paths read of a run besides its data format, read and checked once at the
+launcher's boundary (after solo-learn's ``parse_cfg`` filled its defaults) into a frozen
+:class:`LoaderSettings`; every error is one line naming the key and the fix. The keys and their
+defaults: docs/launchers.md, "Settings and data paths"."""
 
 from __future__ import annotations
 
@@ -82,6 +57,30 @@ class LoaderSettings:
         """``data.num_workers``, or ``default`` when the config leaves it out."""
         return default if self.num_workers is None else self.num_workers
 
+    def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
+        """A probe's training set smaller than one global batch would give no training batch (the
+        incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device,
+        scale the learning rate with it (solo-learn's linear scaling) and say so in one line.
+        Returns what was fitted (the launcher writes it into the probe's config), or None."""
+        world, batch = self.world_size, self.batch_size
+        if num_samples >= batch * world:
+            return None
+        fitted = num_samples // world
+        if fitted < 1:
+            raise ConfigError(
+                f"the probe's training set has {num_samples} images, fewer than the {world} "
+                "devices: add images or use fewer devices."
+            )
+        scaled = self.lr * fitted / batch
+        devices = f" x {world} devices" if world > 1 else ""
+        print(
+            f"solo-diet linear: the training set has {num_samples} images, fewer than one batch "
+            f"(optimizer.batch_size={batch}{devices}, incomplete batches dropped): the probe "
+            f"trains at optimizer.batch_size={fitted}, learning rate {self.lr:g} -> {scaled:g}.",
+            flush=True,
+        )
+        return FittedBatch(num_samples, fitted, batch, scaled)
+
     def check_one_global_batch(self, num_samples: int) -> None:
         """Refuse a pretraining set smaller than one global batch: it would give no batch (the
         incomplete one is dropped), or stop a method's own batch sampler mid-run."""
@@ -96,7 +95,7 @@ class LoaderSettings:
 @dataclass(frozen=True)
 class FittedBatch:
     """A probe batch lowered to a training set smaller than one global batch, and its learning
-    rate scaled with it (``fit_probe_batch``); the launcher writes both into the probe's config."""
+    rate scaled with it (:meth:`LoaderSettings.fit_probe_batch`)."""
 
     train_images: int
     batch_size: int

@@ -11,10 +11,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError
-from solo_diet.launch.common import classification_transforms
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
-from solo_diet.launch.gpu_data import fit_probe_batch
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 
 
@@ -33,6 +31,32 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
     if erasing > 0:
         pipeline = transforms.Compose([pipeline, transforms.RandomErasing(p=erasing)])
     return pipeline
+
+
+def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
+    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
+    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
+    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
+    is fixed at 224 px and ImageNet statistics."""
+    from solo.data.classification_dataloader import prepare_transforms
+    from torchvision import transforms
+
+    if dataset != "custom":
+        return prepare_transforms(dataset)
+    crop_size, crop_min_scale, mean, std = probe
+    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
+    train = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
+        + normalize
+    )
+    val = transforms.Compose(
+        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
+        + normalize
+    )
+    return train, val
 
 
 class ImageFolderPath(DataPath):
@@ -134,7 +158,7 @@ class ImageFolderPath(DataPath):
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
         datasets = self._classification_datasets(run, run.probe, run.fraction)
-        fitted = fit_probe_batch(run, len(datasets[0]))
+        fitted = run.fit_probe_batch(len(datasets[0]))
         batch = fitted.batch_size if fitted else run.batch_size
         return (*self._classification_loaders(run, *datasets, batch), fitted)
 
