@@ -47,9 +47,6 @@ SAME_RUN_KEYS = (
     "data.fraction",
     "method_kwargs.num_samples",
 )
-# How to fix a refused run ``name`` (:func:`~solo_diet.config.check_run_name`): the run's folder
-# goes under ``checkpoint.dir``, never where a path in the name points.
-RUN_NAME_FIX = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:

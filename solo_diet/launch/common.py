@@ -1,5 +1,5 @@
-"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume,
-transforms."""
+"""Pieces shared by our launchers: Hydra composition, the checks before ``parse_cfg``, devices,
+Trainer, callbacks, resume."""
 
 from __future__ import annotations
 
@@ -14,8 +14,14 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.config import ConfigError, check_run_name, closest_name
 from solo_diet.launch.errors import Interrupted
+from solo_diet.launch.launch_checks import (
+    check_data_paths,
+    check_key_typos,
+    check_training_basics,
+    known_top_level_keys,
+)
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 
@@ -54,8 +60,6 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
 def _unknown_override(base: DictConfig, key: str) -> str:
     """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
     own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
-    from solo_diet.launch.launch_checks import known_top_level_keys
-
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
@@ -83,6 +87,18 @@ def quote_equals(override: str) -> str:
     if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
         return override
     return f"{key}='{value}'"
+
+
+def check_launch_cfg(cfg: DictConfig) -> None:
+    """What ``solo-diet pretrain`` and ``linear`` check before solo-learn's ``parse_cfg``: the run
+    name, devices and nodes, key typos, batch size, epochs and lr, and the data folders."""
+    OmegaConf.set_struct(cfg, False)
+    fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
+    check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
+    normalize_devices(cfg)
+    check_key_typos(cfg)
+    check_training_basics(cfg)
+    check_data_paths(cfg)
 
 
 def normalize_devices(cfg: DictConfig) -> None:

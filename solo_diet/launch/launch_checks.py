@@ -26,15 +26,6 @@ from solo_diet.config import (
 )
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
-
-def check_launch_cfg(cfg: DictConfig) -> None:
-    """The checks ``solo-diet pretrain`` and ``linear`` share before solo-learn's ``parse_cfg``:
-    top-level typos, batch size, epochs and lr, and the data folders."""
-    check_key_typos(cfg)
-    check_training_basics(cfg)
-    check_data_paths(cfg)
-
-
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
 # _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
 PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")

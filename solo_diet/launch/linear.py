@@ -22,19 +22,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_diet.config import ConfigError, KeyReader, check_run_name
-from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
+from solo_diet.config import ConfigError, KeyReader
+from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
+    check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
-    normalize_devices,
     trainer_kwargs,
 )
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_class_count,
-    check_launch_cfg,
     check_solo_learn_choices,
 )
 from solo_diet.launch.loader_settings import parse_loader_settings
@@ -121,12 +120,6 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     from solo.methods.linear import LinearModel
     from solo.utils.misc import make_contiguous
 
-    import solo_diet
-
-    solo_diet.register()
-    OmegaConf.set_struct(cfg, False)
-    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
-    normalize_devices(cfg)
     check_launch_cfg(cfg)
     check_accelerator_present(cfg)
     fill_from_pretrain_args(cfg)

@@ -17,22 +17,20 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
+from solo_diet.config import ConfigError, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
-from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
+from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
     already_finished,
+    check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
-    normalize_devices,
     trainer_kwargs,
 )
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
-from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_class_count,
-    check_launch_cfg,
     check_solo_learn_choices,
 )
 from solo_diet.launch.loader_settings import (
@@ -87,9 +85,6 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
-    OmegaConf.set_struct(cfg, False)
-    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
-    normalize_devices(cfg)
     check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
@@ -131,9 +126,6 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     reached ``max_epochs`` trains nothing and returns its checkpoint."""
     from lightning.pytorch import Trainer, seed_everything
 
-    import solo_diet
-
-    solo_diet.register()
     check_accelerator_present(cfg)
     cfg, method_cls, contract, data_path, loader_settings = prepare_run(cfg)
     seed_everything(cfg.seed)
@@ -141,7 +133,6 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     # the method's batch order reads its own keys: its hook gets the config solo-learn's model gets
     batch_sampler = functools.partial(contract.train_batch_sampler, cfg)
     train_data = data_path.pretrain_data(loader_settings, batch_sampler)
-    name_unreadable_images(getattr(train_data.source, "dataset", None))
     set_num_samples(cfg, contract, train_data.num_samples)
     val_loader = data_path.val_loader(loader_settings)
 

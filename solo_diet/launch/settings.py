@@ -132,33 +132,23 @@ def loader_device(cfg: DictConfig) -> str:
     raise ConfigError(f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
 
 
-def choose_data_format(requested: str, on_gpu: bool) -> str:
-    """``auto`` is the GPU data path on a GPU and solo-learn's image-folder loader otherwise."""
+def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
+    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
+    error): ``auto`` is the GPU data path on a GPU, solo-learn's image-folder loader otherwise."""
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
     if requested == "auto":
         return "gpu" if on_gpu else "image_folder"
     return requested
 
 
-def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
-    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
-    error), ``auto`` resolved by :func:`choose_data_format`."""
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ValueError(f"{key} must be one of {LAUNCH_DATA_FORMATS}, got {requested!r}.")
-    return choose_data_format(requested, on_gpu)
-
-
 def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
-    """A compare spec's data format: ``auto`` is the GPU data path (docs/data-path.md) when torch
-    sees a GPU, solo-learn's image-folder loader otherwise; written back into the spec."""
+    """A compare spec's data format (:func:`resolve_launch_format`), written back into the spec."""
     import torch
 
     requested = OmegaConf.select(spec, FORMAT_KEY)
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ConfigError(
-            f"{spec_path}: `{FORMAT_KEY}` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
-            f"{requested!r}."
-        )
-    resolved = choose_data_format(requested, torch.cuda.is_available())
+    key = f"{spec_path}: `{FORMAT_KEY}`"
+    resolved = resolve_launch_format(requested, torch.cuda.is_available(), key)
     OmegaConf.update(spec, FORMAT_KEY, resolved)
     return resolved
 

@@ -97,6 +97,7 @@ class ImageFolderPath(DataPath):
                 data_fraction=run.fraction,
             )
         run.check_one_global_batch(len(train_dataset))
+        name_unreadable_images(train_dataset)
         sampler = None if batch_sampler is None else batch_sampler(train_dataset)
         if sampler is not None:
             from torch.utils.data import DataLoader
