@@ -1,9 +1,5 @@
-"""How a ``solo-diet`` command ends: user errors as one line with exit status 2, Ctrl-C and SIGTERM
-as 130 and 143 with where to resume from, a full disk during a save as one line with exit status 1,
-everything else (a bug) as Python's traceback.
-
-``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback to user errors and interruptions.
-"""
+"""How a ``solo-diet`` command ends (:func:`run_guarded`), and the errors that name a data file or
+a full disk."""
 
 from __future__ import annotations
 
@@ -42,8 +38,8 @@ class UnreadableImage(DataError):
 
 
 class NamedImageLoader:
-    """Wraps an ImageFolder's ``loader`` so that a file it cannot read raises ``UnreadableImage``
-    naming that file (PIL's ``OSError: image file is truncated`` names none)."""
+    """An ImageFolder's ``loader`` whose unreadable files raise ``UnreadableImage`` naming the file
+    (PIL's ``OSError: image file is truncated`` names none)."""
 
     def __init__(self, loader: Callable[[str], Any]):
         self.loader = loader
@@ -61,11 +57,7 @@ class NamedImageLoader:
 def name_unreadable_images(dataset: Any) -> None:
     """Make an ImageFolder-style dataset (``loader``, ``samples``) name the files it cannot read."""
     loader = getattr(dataset, "loader", None)
-    if (
-        loader is not None
-        and hasattr(dataset, "samples")
-        and not isinstance(loader, NamedImageLoader)
-    ):
+    if hasattr(dataset, "samples") and loader and not isinstance(loader, NamedImageLoader):
         dataset.loader = NamedImageLoader(loader)
 
 
@@ -149,49 +141,43 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that are the user's to fix: printed as one line, exit status 2."""
+def user_message(err: Exception) -> Optional[str]:
+    """What a user error ends with: one line (Hydra's messages span two), the install hint for a
+    missing solo-learn, or a failed assertion of solo-learn's; None for a bug."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from solo_diet._host import SoloLearnMissing
+    from solo_diet._host import INSTALL_HINT, SoloLearnMissing
 
-    return (
-        ConfigError,
-        SoloLearnMissing,
-        FileNotFoundError,
-        NotADirectoryError,
-        IsADirectoryError,
-        PermissionError,
-        HydraException,
-        OmegaConfBaseException,
-        YAMLError,
-    )
-
-
-def _solo_missing(err: ModuleNotFoundError) -> bool:
-    return (err.name or "").split(".")[0] == "solo"
-
-
-def debug_requested(flag: bool = False) -> bool:
-    return flag or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0")
-
-
-def _report(command: str, message: str, debug: bool) -> None:
-    if debug:
-        traceback.print_exc()
-    print(f"solo-diet {command}: {message}", file=sys.stderr)
+    if isinstance(err, (SoloLearnMissing, DiskFull)):
+        return str(err).strip()
+    if isinstance(err, ModuleNotFoundError):
+        missing = (err.name or "").split(".")[0] == "solo"
+        return f"solo-learn is not installed ({err}).\n{INSTALL_HINT}" if missing else None
+    if isinstance(err, AssertionError):
+        return solo_rejection(err)
+    files = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+    if isinstance(err, (ConfigError, *files, HydraException, OmegaConfBaseException, YAMLError)):
+        text = str(err).strip() or type(err).__name__
+        return " ".join(part.strip() for part in text.splitlines())
+    return None
 
 
 def run_guarded(
     command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
 ) -> int:
-    """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
+    """Run one command; map user errors to exit 2 (a full disk to 1) and interruptions to 128 +
+    signal number; ``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback.
 
     ``resume`` is the command's own advice after an interruption (``compare`` resumes itself); it
     replaces the checkpoint hint that an interrupted fit carries."""
-    debug = debug_requested(debug)
+
+    def report(message: str) -> None:
+        if debug or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"solo-diet {command}: {message}", file=sys.stderr)
+
     try:
         with sigterm_interrupts():
             return func()
@@ -200,39 +186,14 @@ def run_guarded(
         where = (
             resume or stop.resume or "nothing was saved; run the same command again to start over."
         )
-        _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
+        report(f"interrupted by {signal.Signals(stop.signum).name}; {where}")
         return stop.exit_code
-    except ModuleNotFoundError as err:
-        if not _solo_missing(err):
+    except Exception as err:
+        message = user_message(err)
+        if message is None:
             raise
-        from solo_diet._host import INSTALL_HINT
-
-        _report(command, f"solo-learn is not installed ({err}).\n{INSTALL_HINT}", debug)
-        return EXIT_USER_ERROR
-    except AssertionError as err:
-        rejection = solo_rejection(err)
-        if rejection is None:
-            raise
-        _report(command, rejection, debug)
-        return EXIT_USER_ERROR
-    except user_errors() as err:
-        _report(command, _one_line(err), debug)
-        return EXIT_USER_ERROR
-    except DiskFull as err:
-        _report(command, str(err), debug)
-        return EXIT_DISK_FULL
-
-
-def _one_line(err: BaseException) -> str:
-    """The message on one line (Hydra's span two); the solo-learn install hint keeps its lines."""
-    from solo_diet._host import SoloLearnMissing
-
-    text = str(err).strip() or type(err).__name__
-    return (
-        text
-        if isinstance(err, SoloLearnMissing)
-        else " ".join(part.strip() for part in text.splitlines())
-    )
+        report(message)
+        return EXIT_DISK_FULL if isinstance(err, DiskFull) else EXIT_USER_ERROR
 
 
 def solo_rejection(err: AssertionError) -> Optional[str]:
