@@ -4,14 +4,13 @@ epochs and lr, the data folders, a missing GPU. Each error names the key and the
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -62,9 +61,16 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 
 
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
-    """The backbone as solo-learn builds it, on the meta device (no memory, no weights)."""
-    with torch.device("meta"), _quiet():
-        return build(method, **kwargs)
+    """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
+    the warnings and log lines it prints (the real build prints them once)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build(method, **kwargs)
+    finally:
+        logging.disable(previous)
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
@@ -97,20 +103,6 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
             f"backbone.kwargs.{key}",
             f"is not a setting of {owner} ({refused}): remove it or correct its name.",
         ) from None
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Hold back the warnings and log lines a backbone prints while it is built (the real build
-    prints them once)."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(previous)
 
 
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
@@ -160,15 +152,12 @@ class TrainingSettings:
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """A learning rate > 0 and a precision Lightning knows."""
-        read = KeyReader(cfg)
         if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
-            raise read.fail("optimizer.lr", f"must be a positive number, got {self.lr!r}.")
-        if self.precision is not None and str(self.precision) not in PRECISIONS:
-            close = closest_name(str(self.precision), PRECISIONS)
-            hint = f"; did you mean {close!r}?" if close else "."
-            raise read.fail(
-                "precision", f"must be one of {list(PRECISIONS)}, got {self.precision!r}{hint}"
+            raise KeyReader(cfg).fail(
+                "optimizer.lr", f"must be a positive number, got {self.lr!r}."
             )
+        if self.precision is not None:  # Lightning takes 32 and "32" alike
+            KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
 
 
