@@ -202,19 +202,25 @@ def auto_resume_checkpoint(
     return (chosen, runs[chosen.parent]) if chosen is not None else (None, None)
 
 
+def check_checkpoint_key(key: str, ckpt: str, allow_pickle: bool = False) -> None:
+    """Refuse, in one line naming the config ``key``, a checkpoint that is no file or does not
+    load."""
+    try:
+        check_checkpoint_file(Path(ckpt))
+        problem = checkpoint_problem(ckpt, allow_pickle=allow_pickle)
+        if problem is not None:
+            raise CorruptCheckpoint(ckpt, problem)
+    except ConfigError as err:
+        raise ConfigError(f"`{key}`: {err}") from None
+
+
 def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
     """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` (refused in one line when it
     does not load) or auto-resume (the newest checkpoint that loads, ``auto_resume_checkpoint``)."""
     if cfg.resume_from_checkpoint is not None:
         ckpt = str(cfg.resume_from_checkpoint)
         del cfg.resume_from_checkpoint
-        try:
-            check_checkpoint_file(Path(ckpt))
-            problem = checkpoint_problem(ckpt)
-            if problem is not None:
-                raise CorruptCheckpoint(ckpt, problem)
-        except ConfigError as err:
-            raise ConfigError(f"`resume_from_checkpoint`: {err}") from None
+        check_checkpoint_key("resume_from_checkpoint", ckpt)
         return ckpt, None
     if cfg.auto_resume.enabled:
         found, run_id = auto_resume_checkpoint(cfg, logdir)

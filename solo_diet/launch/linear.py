@@ -1,21 +1,11 @@
 """``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
-LinearModel.
-
-Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
-backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
-for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 accuracy).
-
-Keys of our own, besides solo-learn's linear config:
-    probe (str): ``backbone`` (default) or ``sem`` (the SEM representation of a ``<name>_sem`` run).
-    sem_tau (float): temperature of the SEM probe; default the run's ``probe_tau``.
-    allow_pickle_checkpoint (bool): load a checkpoint that needs pickle, with a warning; by default
-        it is refused, since unpickling runs any code the file carries. Default False.
-"""
+``LinearModel``, through our own launcher. What it does beyond solo-learn's ``main_linear.py``, and
+its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``allow_pickle_checkpoint: True`` loads a
+checkpoint that needs pickle, with a warning (refused by default: unpickling runs any code)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_diet.config import ConfigError, KeyReader
-from solo_diet.launch.checkpointing import resume_checkpoint
+from solo_diet.launch.checkpointing import check_checkpoint_key, resume_checkpoint
 from solo_diet.launch.common import (
     check_launch_cfg,
     fit_or_raise,
@@ -39,11 +29,8 @@ from solo_diet.launch.launch_checks import (
 from solo_diet.launch.loader_settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
-    CorruptCheckpoint,
     PretrainedCheckpoint,
     build_backbone,
-    check_checkpoint_file,
-    checkpoint_problem,
     load_backbone_weights,
     read_pretrain_args,
 )
@@ -55,14 +42,8 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
-    try:
-        check_checkpoint_file(Path(str(ckpt)))
-        allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
-        problem = checkpoint_problem(str(ckpt), allow_pickle=allow_pickle)
-        if problem is not None:
-            raise CorruptCheckpoint(str(ckpt), problem)
-    except ConfigError as err:
-        raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
+    allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
+    check_checkpoint_key("pretrained_feature_extractor", str(ckpt), allow_pickle)
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args = read_pretrain_args(str(ckpt))

@@ -1,12 +1,6 @@
-"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included.
-
-Our own launcher calling solo-learn's library functions. Differences from solo-learn's script:
-single-view methods are allowed; ``method_kwargs.num_samples`` is computed from the real training
-set for methods that use dataset indices; DALI is refused for them unless indices are encoded;
-wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported;
-solo-learn's ``LARS`` and ``MomentumUpdater`` run as their same-math foreach versions unless
-``performance.foreach_substitutes: False`` (``solo_diet.methods.substitutes``).
-"""
+"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included,
+through our own launcher. What it does beyond solo-learn's ``main_pretrain.py``:
+docs/launchers.md."""
 
 from __future__ import annotations
 
