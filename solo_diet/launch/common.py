@@ -249,13 +249,7 @@ def logger_and_callbacks(
         callbacks.append(TimedProgressBar())
     checkpointer = None
     if cfg.checkpoint.enabled:
-        checkpointer = RunCheckpointer(
-            cfg,
-            logdir=logdir,
-            frequency=cfg.checkpoint.frequency,
-            keep_prev=cfg.checkpoint.keep_prev,
-            resume_from=resume_from,
-        )
+        checkpointer = RunCheckpointer(cfg, logdir, resume_from)
         callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None
     if cfg.wandb.enabled:
