@@ -23,30 +23,8 @@ import numpy as np
 from solo_diet.config import ConfigError
 from solo_diet.launch.errors import DataError
 
-ANIMAL_CLASSES = [
-    "bear",
-    "bird",
-    "cat",
-    "cow",
-    "dog",
-    "elephant",
-    "giraffe",
-    "horse",
-    "sheep",
-    "zebra",
-]
-FASHION_CLASSES = [
-    "tshirt",
-    "trouser",
-    "pullover",
-    "dress",
-    "coat",
-    "sandal",
-    "shirt",
-    "sneaker",
-    "bag",
-    "boot",
-]
+ANIMAL_CLASSES = "bear bird cat cow dog elephant giraffe horse sheep zebra".split()
+FASHION_CLASSES = "tshirt trouser pullover dress coat sandal shirt sneaker bag boot".split()
 FASHION_DIRS = ("/usr/share/datasets/fashion-mnist",)
 
 Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -15,8 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
-
-SOLO_DEFAULT_SEED = 5  # solo-learn's parse_cfg default for a config without `seed`
+from solo_diet.methods._common import SOLO_LEARN_SEED
 
 
 def _save(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
@@ -35,7 +34,7 @@ def save_random_init(cfg: DictConfig, path: Path) -> Path:
 
     from solo_diet.methods.checkpoint import build_backbone
 
-    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_DEFAULT_SEED))
+    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_LEARN_SEED))
     kwargs = OmegaConf.select(cfg, "backbone.kwargs", default=None)
     args = {
         "method": str(cfg.method),
