@@ -5,6 +5,7 @@ defaults: docs/launchers.md, "Settings and data paths"."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
@@ -104,11 +105,7 @@ class FittedBatch:
 
     def report(self) -> dict[str, int]:
         """What ``solo-diet linear`` returns as ``fitted_batch`` (and compare's report says)."""
-        return {
-            "train_images": self.train_images,
-            "batch_size": self.batch_size,
-            "configured_batch_size": self.configured_batch_size,
-        }
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "lr"}
 
 
 def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
@@ -159,7 +156,6 @@ def parse_loader_settings(
     fraction = read.value("data.fraction", -1)
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
-    batch_size = read.value("optimizer.batch_size", None)
     lr = read.value("optimizer.lr", None)
     nodes = tuple(read.value("augmentations", ()))
     views = None
@@ -173,12 +169,8 @@ def parse_loader_settings(
         val_path=None if paths[1] is None else str(paths[1]),
         fraction=float(fraction),
         no_labels=read.bool("data.no_labels", default=False),
-        num_workers=(
-            None
-            if read.value("data.num_workers", None) is None
-            else read.int("data.num_workers", 0)
-        ),
-        batch_size=None if batch_size is None else read.int("optimizer.batch_size", 1),
+        num_workers=read.int("data.num_workers", 0, default=None),
+        batch_size=read.int("optimizer.batch_size", 1, default=None),
         lr=None if lr is None else float(lr),
         seed=read.int("seed", 0, default=SOLO_LEARN_SEED),
         world_size=world_size(cfg),
