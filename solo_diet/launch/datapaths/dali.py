@@ -32,10 +32,6 @@ class DaliPath(ImageFolderPath):
     reads = "dali"
 
     @property
-    def solo_format(self) -> str:
-        return "image_folder"  # solo-learn's classification loaders read the same folder
-
-    @property
     def dali(self) -> DaliSettings:
         """The run's ``dali`` settings (solo-learn's defaults for settings built by hand)."""
         return self.settings.dali or DaliSettings()
