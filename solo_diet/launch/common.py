@@ -102,9 +102,8 @@ def check_launch_cfg(cfg: DictConfig) -> None:
 
 
 def normalize_devices(cfg: DictConfig) -> None:
-    """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
-    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes
-    ``auto``. ``num_nodes`` and the cluster it needs are checked (``solo_diet.launch.nodes``)."""
+    """``devices: 2`` / ``"2"`` becomes ``[0, 1]`` (solo-learn scales the lr by ``len(devices)``),
+    ``strategy: null`` becomes ``auto``; ``num_nodes`` and its cluster are checked."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -121,9 +120,8 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy
-    (``ddp``: ``OneProcessAwareDDP``, no per-step barrier of logged values on one process) and the
-    checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger, callbacks, strategy
+    (``ddp``: ``OneProcessAwareDDP``) and the checkpoint writer (``AtomicCheckpointIO``)."""
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO
@@ -200,12 +198,10 @@ def fit_or_raise(
     data_path: Optional[Any] = None,
     **fit_kwargs: Any,
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where
-    to resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first
-    checkpoint leaves no empty run folder behind. A core error raised during the fit (a set too
-    large for its storage, a corrupt image file, a dataset index beyond ``num_samples``) names the
-    config keys of the arguments it names. The run's ``data_path`` (a
-    :class:`~solo_diet.launch.datapaths.DataPath`) is closed when the fit ends, however it ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` with where
+    to resume from (Lightning swallows KeyboardInterrupt), a core error names the config keys of
+    the arguments it names, no empty run folder stays behind, and ``data_path`` is closed however
+    the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -213,19 +209,20 @@ def fit_or_raise(
     try:
         with core_errors_named(GPU_ARGUMENT_KEYS | INDEX_ARGUMENT_KEYS):
             trainer.fit(model, **fit_kwargs)
+        stopped = trainer.interrupted and (
+            signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        )
     except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
-        _drop_empty_run_folder(checkpointer)
-        raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None
+        stopped = signal.SIGTERM
     except BaseException:
         _drop_empty_run_folder(checkpointer)
         raise
     finally:
         if data_path is not None:
             data_path.close()
-    if trainer.interrupted:
+    if stopped:
         _drop_empty_run_folder(checkpointer)
-        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
-        raise Interrupted(signum, resume_hint(cfg, checkpointer))
+        raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
 
 
 def logger_and_callbacks(
@@ -235,10 +232,8 @@ def logger_and_callbacks(
     wandb_run_id: Optional[str],
     resume_from: Optional[str] = None,
 ):
-    """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
-    in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
-    optional gradient watching and lr monitor); the progress bar, unless turned off, redrawn by the
-    clock (``TimedProgressBar``), not after every step."""
+    """The run's checkpointer (:class:`RunCheckpointer`, and at the last epoch), wandb logger (with
+    optional gradient watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
@@ -269,8 +264,7 @@ def logger_and_callbacks(
 
 
 def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> None:
-    """Start the wandb run (config, optional gradient watching); a run wandb refuses to start
-    (no API key, say) is one ConfigError naming the three ways on."""
+    """Start the wandb run; one wandb refuses (no API key, say) is one ConfigError."""
     from wandb.errors import UsageError
 
     try:
