@@ -15,14 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    closest_name,
-    is_number,
-    parse_section,
-    setting,
-)
+from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
