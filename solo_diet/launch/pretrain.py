@@ -41,14 +41,6 @@ from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
 
-def check_augmentations(cfg: DictConfig) -> None:
-    """Every augmentation node holds only keys of solo-learn's pipeline, whatever the data path
-    (solo-learn's own transforms ignore the others)."""
-    for index, node in enumerate(cfg.augmentations):
-        with core_errors_named(GPU_ARGUMENT_KEYS):
-            check_augmentation_keys(node, f"nodes[{index}]")
-
-
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
     """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong
     value."""
@@ -82,7 +74,9 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
-    check_augmentations(cfg)
+    with core_errors_named(GPU_ARGUMENT_KEYS):  # solo-learn's transforms ignore unknown keys
+        for index, node in enumerate(cfg.augmentations):
+            check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
     check_class_count(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
