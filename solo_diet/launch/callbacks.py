@@ -18,15 +18,6 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.metrics import rankme
 
-EPOCH_COLUMNS = (
-    "epoch",
-    "train_seconds",
-    "epoch_seconds",
-    "samples",
-    "samples_per_s",
-    "peak_gpu_mib",
-    "train_loss",
-)
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
@@ -136,7 +127,7 @@ class EpochCostLogger(Callback):
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         before = self.csv_path.read_text() if self.csv_path.is_file() else ""
         line = io.StringIO()
-        writer = csv.DictWriter(line, fieldnames=list(EPOCH_COLUMNS) + list(self.logged_metrics))
+        writer = csv.DictWriter(line, fieldnames=list(row))
         if not before:
             writer.writeheader()
         writer.writerow(row)
