@@ -78,9 +78,8 @@ class ArgumentIndexError(NamesArguments, IndexError):
 
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, an error of the core naming one of ``keys``' arguments
-    (:class:`NamesArguments`) names ``keys[name]`` in its place, with the core's traceback: an
-    ArgumentError as a ConfigError, other errors as themselves. Other errors pass unchanged."""
+    """Within the block, a core error naming an argument of ``keys`` (:class:`NamesArguments`)
+    names ``keys[name]`` instead (an ArgumentError as a ConfigError); other errors pass."""
     try:
         yield
     except NamesArguments as error:

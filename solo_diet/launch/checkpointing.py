@@ -108,9 +108,8 @@ class RunCheckpointer(Checkpointer):
 def newest_loading(
     checkpoints: Iterable[Path], say: Callable[[str], None] = print
 ) -> Optional[Path]:
-    """The newest of ``checkpoints`` that loads: the highest epoch (the ``ep=<epoch>`` of
-    solo-learn's names; one epoch, one checkpoint, so also the highest step), the newer file on a
-    tie. Each newer one that does not load is named in one line (``say``) and skipped."""
+    """The newest of ``checkpoints`` that loads, by epoch (``ep=<epoch>``), then file time; each
+    newer one that does not load is named in one line (``say``) and skipped."""
     ranked = sorted(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
     for path in reversed(ranked):
         problem = checkpoint_problem(path)

@@ -25,10 +25,8 @@ class DataError(ConfigError):
 
 
 class UnreadableImage(DataError):
-    """An image file could not be decoded; the message names the file.
-
-    Raised inside a DataLoader worker, torch re-creates it in the main process from the worker's
-    whole traceback text: only that text's last line, our own message, is kept."""
+    """An image file could not be decoded; the message names the file (of the worker's traceback
+    text torch re-creates it from in the main process, only our own last line is kept)."""
 
     def __init__(self, message: str):
         lines = [line for line in str(message).strip().splitlines() if line.strip()]
@@ -63,11 +61,9 @@ def name_unreadable_images(dataset: Any) -> None:
 
 @contextlib.contextmanager
 def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
-    """Within the block, a torchvision dataset (cifar10, cifar100, stl10) that solo-learn downloads
-    because its files are not under the config's ``data.<path_keys>`` (``train_path``,
-    ``val_path``), and whose download fails (offline, say), is one ``DataError`` naming the keys and
-    the fix, not a traceback. ``data`` holds ``dataset`` and the paths as attributes (the run's
-    :class:`~solo_diet.launch.loader_settings.LoaderSettings`)."""
+    """Within the block, a failed download of a torchvision dataset whose files are not under
+    ``data.<path_keys>`` is one ``DataError`` naming the keys and the fix; ``data``: the run's
+    :class:`~solo_diet.launch.loader_settings.LoaderSettings`."""
     from urllib.error import URLError
 
     try:
@@ -108,10 +104,8 @@ def disk_full_named(path: Path) -> Iterator[None]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from.
-
-    It is a KeyboardInterrupt, so Lightning's ``trainer.fit`` stops gracefully on it; the launchers
-    raise it again after the fit (Lightning swallows KeyboardInterrupts)."""
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from. A
+    KeyboardInterrupt, so that Lightning's ``trainer.fit`` stops gracefully on it."""
 
     def __init__(self, signum: int = signal.SIGINT, resume: Optional[str] = None):
         super().__init__(signal.Signals(signum).name)
@@ -129,8 +123,7 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within the block SIGTERM (a scheduler's pre-emption) raises ``Interrupted`` like Ctrl-C does;
-    the previous handler comes back afterwards. Lightning chains this handler behind its own."""
+    """Within the block SIGTERM (a pre-emption) raises ``Interrupted`` as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -167,11 +160,9 @@ def user_message(err: Exception) -> Optional[str]:
 def run_guarded(
     command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
 ) -> int:
-    """Run one command; map user errors to exit 2 (a full disk to 1) and interruptions to 128 +
-    signal number; ``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback.
-
-    ``resume`` is the command's own advice after an interruption (``compare`` resumes itself); it
-    replaces the checkpoint hint that an interrupted fit carries."""
+    """Run one command: user errors exit 2 (a full disk 1), interruptions 128 + signal number, each
+    with one line (``--debug``/``SOLO_DIET_DEBUG=1``: and the traceback); ``resume`` replaces an
+    interrupted fit's checkpoint hint (``compare`` resumes itself)."""
 
     def report(message: str) -> None:
         if debug or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0"):

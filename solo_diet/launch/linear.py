@@ -93,9 +93,8 @@ def _loss_and_mixup(cfg: DictConfig):
 
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
-    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
-    when the training set was smaller than one batch, ``fitted_batch``
-    (:meth:`~solo_diet.launch.loader_settings.LoaderSettings.fit_probe_batch`)."""
+    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and
+    ``fitted_batch`` when the training set was smaller than one batch."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel

@@ -22,9 +22,7 @@ LINEAR_PROBE_NODE = "data.augmentations"  # a linear probe's (and compare's eval
 
 
 class ProbeAugmentation(NamedTuple):
-    """A probe's transforms on custom data: random resized crop to ``crop_size`` (scale from
-    ``min_scale``) for training, resize and center crop for evaluation; normalised by
-    ``mean``/``std``."""
+    """A probe's crop and statistics on custom data."""
 
     crop_size: int
     min_scale: float
@@ -146,9 +144,8 @@ def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmen
 def parse_loader_settings(
     cfg: DictConfig, data: DataSettings, probe_node: str = LINEAR_PROBE_NODE
 ) -> LoaderSettings:
-    """Read and check what the data paths read (module docstring) of a parsed cfg; ``probe_node``
-    is the key of the probe's augmentation node. With the GPU data path (``data.gpu`` set) the
-    pretraining nodes are parsed into its augmentation here, once."""
+    """What the data paths read of a parsed cfg, checked (``probe_node``: the probe's augmentation
+    node; with the GPU data path the pretraining nodes are parsed into its augmentation)."""
     read = KeyReader(cfg)
     dataset = read.value("data.dataset")
     if not isinstance(dataset, str):

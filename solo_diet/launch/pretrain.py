@@ -58,16 +58,14 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 
 
 def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
-    """What ``run_pretrain`` does to a composed cfg before reading any data: devices, data
-    settings, solo-learn's ``parse_cfg``; returns it with the registered method class and its
-    contract."""
+    """:func:`prepare_run`'s parsed cfg, method class and contract."""
     cfg, method_cls, contract, *_ = prepare_run(cfg)
     return cfg, method_cls, contract
 
 
 def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:
-    """:func:`prepare_cfg`, the run's data path, chosen once from its checked settings, and the
-    settings its loaders read, parsed once from the parsed cfg."""
+    """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
+    the method class and contract, the data path and its loader settings, each made once."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
@@ -91,9 +89,8 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
-    """The method as the launcher trains it: built from the parsed cfg, with our same-math
-    substitutes (named in one printed line); contiguous, channels-last unless
-    ``performance.disable_channel_last``."""
+    """The method as the launcher trains it: our same-math substitutes (named in one printed
+    line), contiguous, channels-last unless ``performance.disable_channel_last``."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)
@@ -107,11 +104,8 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
-    """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
-
-    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``).
-    An interrupted fit raises ``solo_diet.launch.errors.Interrupted``; resuming a run that already
-    reached ``max_epochs`` trains nothing and returns its checkpoint."""
+    """Pretrain ``cfg.method`` with ``extra_callbacks`` besides ours; returns the last checkpoint
+    path (or None). An interrupted fit raises ``Interrupted``; a finished run trains nothing."""
     from lightning.pytorch import Trainer, seed_everything
 
     check_accelerator_present(cfg)

@@ -113,9 +113,8 @@ class ImageFolderPath(DataPath):
         return PretrainData(loader, len(train_dataset), sampler is not None)
 
     def _datasets(self, run: LoaderSettings, train_transform, val_transform, fraction=-1.0):
-        """solo-learn's classification (train, val) datasets of the probe's paths, with these
-        transforms (None: raw PIL images), ``fraction`` of the training set, each unreadable
-        image named."""
+        """solo-learn's classification (train, val) datasets, with these transforms (None: PIL
+        images) and ``fraction`` of the training set, each unreadable image named."""
         from solo.data.classification_dataloader import prepare_datasets
 
         with download_failure_named(run, "train_path", "val_path"):
