@@ -159,14 +159,9 @@ class KeyReader:
             return default
         return value
 
-    def int(
-        self, key: str, minimum: int = 1, *, default: Any = _ABSENT, hint: str = ""
-    ) -> Optional[int]:
-        """An integer (not a bool) ``>= minimum`` (or a None ``default``); ``hint`` ends the error
-        message."""
+    def int(self, key: str, minimum: int = 1, *, default: Any = _ABSENT, hint: str = "") -> int:
+        """An integer (not a bool) ``>= minimum``; ``hint`` ends the error message."""
         value = self.value(key, default)
-        if value is None and default is None:
-            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
                 minimum, f"an integer >= {minimum}" if minimum > -math.inf else "an integer"

@@ -130,6 +130,10 @@ def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[
     return tuple(float(v) for v in value)
 
 
+def _optional_int(read: KeyReader, key: str, minimum: int) -> Optional[int]:
+    return None if read.value(key, None) is None else read.int(key, minimum)
+
+
 def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
     """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
     node = OmegaConf.select(cfg, node_key)
@@ -166,8 +170,8 @@ def parse_loader_settings(
         val_path=None if paths[1] is None else str(paths[1]),
         fraction=float(fraction),
         no_labels=read.bool("data.no_labels", default=False),
-        num_workers=read.int("data.num_workers", 0, default=None),
-        batch_size=read.int("optimizer.batch_size", 1, default=None),
+        num_workers=_optional_int(read, "data.num_workers", 0),
+        batch_size=_optional_int(read, "optimizer.batch_size", 1),
         lr=None if lr is None else float(lr),
         seed=read.int("seed", 0, default=SOLO_LEARN_SEED),
         world_size=world_size(cfg),
