@@ -73,13 +73,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from solo_diet.cli.demo import run_demo
 
-    run_demo(
-        method=args.method,
-        epochs=args.epochs,
-        workdir=args.workdir,
-        accelerator=args.accelerator,
-        data_format=args.data_format,
-    )
+    run_demo(args.method, args.epochs, args.workdir, args.accelerator, args.data_format)
     return 0
 
 
