@@ -239,8 +239,7 @@ def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Ma
     if kind is bool:
         return read.bool(key, default=default)
     if kind is int:
-        minimum = checks.get("minimum")
-        minimum = -math.inf if minimum is None else minimum
+        minimum = checks.get("minimum", -math.inf)
         return read.int(key, minimum, default=default, hint=checks.get("hint", ""))
     if checks.get("choices"):
         return read.choice(key, checks["choices"], default=default)
