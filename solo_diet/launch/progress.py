@@ -27,8 +27,6 @@ class OverallProgress:
         clock: Callable[[], float] = time.monotonic,
         from_epochs: bool = False,
     ) -> None:
-        if min(weights, default=1) <= 0:
-            raise ValueError(f"step weights must be positive, got {list(weights)}")
         self.prefix, self.weights, self.say, self.clock = prefix, list(weights), say, clock
         self.started = clock()
         self.skipped = 0.0  # weight done before this process started (a resumed fit's epochs)

@@ -81,7 +81,6 @@ class GPUPath(DataPath):
 
     @property
     def gpu(self) -> GPUDataSettings:
-        assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
         return self.settings.gpu
 
     def load_split(self, run: LoaderSettings, split: str, fraction: float = -1.0) -> Any:
