@@ -1,9 +1,5 @@
-"""Reference checkpoints: an untrained backbone and the raw pixels, probed like a pretraining run.
-
-Each is a ``.ckpt`` file with ``backbone.*`` tensors next to an ``args.json``, the layout of
-solo-learn's pretraining checkpoints, so ``solo-diet linear`` and ``solo-diet compare``'s
-evaluation take them unchanged.
-"""
+"""Reference checkpoints, an untrained backbone and the raw pixels, in the layout of solo-learn's
+pretraining checkpoints (``backbone.*`` tensors beside an ``args.json``), probed like a run."""
 
 from __future__ import annotations
 
