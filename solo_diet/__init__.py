@@ -1,14 +1,8 @@
 """solo-diet: DIET, s-DIET, Simplicial Embeddings and CPLearn inside solo-learn.
 
-The torch-only core (``solo_diet.losses``, ``solo_diet.nn``, ``solo_diet.optim``, ...) imports
-without solo-learn. When solo-learn ``main`` is installed, importing this package registers every
-plugin method in ``solo.methods.METHODS``; ``register()`` does it explicitly.
-
-The registration costs the import of solo-learn (torch, Lightning, timm: seconds), so it happens
-when ``solo.methods`` is imported: at once when it already is, else as soon as anything imports
-it (``METHODS`` cannot be read before). ``import solo_diet`` alone is therefore quick, and
-``solo-diet --help`` never loads solo-learn.
-"""
+The torch-only core imports without solo-learn. With solo-learn ``main`` installed, every plugin
+method is registered in ``solo.methods.METHODS`` when ``solo.methods`` is imported (at once when it
+already is), so ``import solo_diet`` alone stays quick; ``register()`` does it explicitly."""
 
 from __future__ import annotations
 

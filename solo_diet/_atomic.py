@@ -1,6 +1,5 @@
-"""Files written whole or not at all: a unique temporary file in the target's folder, flushed and
-fsynced, then renamed over the target (``os.replace``), so a kill, a crash or a full disk leaves
-either the previous file or the new one, never a cut one. Torch-free: every floor uses it."""
+"""Files written whole or not at all (a temporary file beside the target, fsynced, renamed over
+it): a kill, a crash or a full disk leaves the previous file or the new one. Torch-free."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ INSTALL_HINT = (
 )
 
 
-# Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm,
-# torch.cuda.amp).
+# Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm, torch.cuda.amp)
 IMPORT_NOISE = (
     "pkg_resources is deprecated",
     "Importing from timm",

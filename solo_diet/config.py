@@ -1,8 +1,5 @@
-"""Config errors and the checks that raise them: no solo-learn, no Lightning.
-
-Launchers, method adapters and the torch-only core share them; every message names the key and the
-fix.
-"""
+"""Config errors and the checks that raise them, shared by the launchers, the method adapters and
+the torch-only core (no solo-learn, no Lightning); every message names the key and the fix."""
 
 from __future__ import annotations
 
@@ -42,8 +39,8 @@ def check_run_name(name: object, what: str, fix: str) -> str:
 
 @dataclass(frozen=True)
 class Argument:
-    """An argument of a core function named in its error: ``name``, then ``rest`` (a key inside a
-    mapping argument, ``[0].rrc.crop_min_scale``, or a value, ``: pinned``)."""
+    """An argument of a core function named in its error: ``name``, then ``rest`` (a key inside it,
+    ``[0].rrc.crop_min_scale``, or a value, ``: pinned``)."""
 
     name: str
     rest: str = ""
@@ -56,9 +53,8 @@ class Argument:
 
 
 class NamesArguments(Exception):
-    """An error of the torch-only core whose message is made of text and :class:`Argument` parts,
-    so that the settings layers can name the config keys that set the arguments
-    (:func:`core_errors_named`) without reading its text."""
+    """An error of the torch-only core made of text and :class:`Argument` parts, so that
+    :func:`core_errors_named` can name the config keys that set the arguments."""
 
     def __init__(self, *parts: Any):
         self.parts = parts
@@ -82,11 +78,8 @@ class ArgumentIndexError(NamesArguments, IndexError):
 
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Name config keys in the errors of the torch-only core, which speaks of its own arguments:
-    an error naming one of ``keys`` (:class:`NamesArguments`) is raised again with ``keys[name]``
-    wherever it named the argument ``name``, with the core's traceback: an ArgumentError as a
-    ConfigError, an index error or a subclass (a corrupt image) as the same error. Other errors
-    pass unchanged. The settings layers hold the tables: the core never names a key."""
+    """Within the block, a core error naming an argument of ``keys`` (:class:`NamesArguments`)
+    names ``keys[name]`` instead (an ArgumentError as a ConfigError); other errors pass."""
     try:
         yield
     except NamesArguments as error:
@@ -138,12 +131,9 @@ def is_number(value: Any) -> bool:
 
 
 class KeyReader:
-    """Reads and checks the values of one config node: the one style of every config check
-    (launchers' settings, augmentation nodes, methods' keys). Each error is one ConfigError line
-    naming the full key (``<prefix>.<key>``) and the fix.
-
-    A value is read as it stands, or with ``default`` when given: then an absent key, None and the
-    string "None" (as solo-learn's ``omegaconf_select`` reads it) give the default."""
+    """Reads and checks the values of one config node; each error is one ConfigError line naming the
+    full key (``<prefix>.<key>``) and the fix. With a ``default``, an absent key, None and "None"
+    (as solo-learn's ``omegaconf_select`` reads them) give the default."""
 
     def __init__(self, node: Any, prefix: str = ""):
         self.node, self.prefix = node, prefix
@@ -233,10 +223,9 @@ class KeyReader:
 
 def setting(default: Any = None, **checks: Any) -> Any:
     """A field of a settings schema (:func:`parse_section`): its ``default``, and ``checks``:
-    ``choices`` (one of them), ``minimum`` (an integer >= it), ``within=(low, high)`` (a number in
-    ``[low, high)``, or ``[low, high]`` with ``high_inclusive=True``), ``derive`` (a function of the
-    whole config giving the default when the key is absent), ``hint`` (ends the error message) and
-    ``key`` (the field's full key when it lies outside the schema's section)."""
+    ``choices``, ``minimum`` (an integer >= it), ``within=(low, high)`` (``[low, high)``, ``]`` with
+    ``high_inclusive=True``), ``derive`` (the default from the whole config), ``hint`` (ends the
+    error) and ``key`` (the full key, when it lies outside the schema's section)."""
     return dataclasses.field(default=default, metadata=checks)
 
 
@@ -250,8 +239,7 @@ def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Ma
     if kind is bool:
         return read.bool(key, default=default)
     if kind is int:
-        minimum = checks.get("minimum")
-        minimum = -math.inf if minimum is None else minimum
+        minimum = checks.get("minimum", -math.inf)
         return read.int(key, minimum, default=default, hint=checks.get("hint", ""))
     if checks.get("choices"):
         return read.choice(key, checks["choices"], default=default)
@@ -279,13 +267,11 @@ def schema_keys(schema: type) -> list[str]:
 def parse_section(
     schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
 ) -> _Schema:
-    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas) built
-    from the mapping at ``path`` of ``cfg``: absent keys, None and "None" get the field's default.
-    With ``strict`` a key that is no field is refused, naming the closest (``owner`` names whose
-    settings they are). A nested schema names its own owner in its class attribute ``owner``.
-    What the fields cannot check alone, a schema checks in a ``checked(cfg)`` method of its own,
-    which the caller runs on the result (it returns the schema to keep, derived values filled in):
-    the parser never calls back into the schema's module."""
+    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas, which
+    name their ``owner`` in a class attribute) built from the mapping at ``path`` of ``cfg``;
+    absent keys, None and "None" get the default. With ``strict`` a key that is no field is
+    refused, naming the closest (``owner``: whose settings). What the fields cannot check alone, a
+    schema's own ``checked(cfg)`` checks, run by the caller on the result."""
     read = KeyReader(cfg)
     given = read.value(path) if path else cfg
     names = schema_keys(schema)
@@ -311,8 +297,8 @@ def parse_section(
 
 
 def write_section(cfg: omegaconf.DictConfig, path: str, parsed: Any) -> None:
-    """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn,
-    the model and a run's ``args.json`` see the defaults filled in)."""
+    """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn and
+    ``args.json`` see the defaults)."""
     values = dataclasses.asdict(parsed)
     for key in schema_keys(type(parsed)):
         value = list(values[key]) if isinstance(values[key], tuple) else values[key]

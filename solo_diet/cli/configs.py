@@ -1,11 +1,6 @@
-"""``solo-diet configs DIR``: copy the shipped launch configs (package data) into ``DIR``.
-
-The YAMLs live in ``solo_diet/configs/`` so that a wheel carries them; a git checkout reaches the
-same files through ``scripts/pretrain``, ``scripts/linear`` and
-``benchmarks/compare/{animal_mnist.yaml,configs}``, which link there. ``DIR`` gets
-``pretrain/<dataset>/``, ``linear/<dataset>/`` and ``compare/``, each ready for ``--config-path``
-(or as a ``solo-diet compare`` spec).
-"""
+"""``solo-diet configs DIR``: copy the shipped launch configs (``solo_diet/configs/``, package
+data; ``scripts/`` and ``benchmarks/compare/`` link there) into ``DIR``: ``pretrain/<dataset>/``,
+``linear/<dataset>/`` and ``compare/``, each ready for ``--config-path``."""
 
 from __future__ import annotations
 
@@ -23,8 +18,6 @@ DATASET_CHOICES = ("cifar", "imagenet-100", "custom")
 def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
     """The shipped config folders, relative to ``SHIPPED``: pretrain and linear of ``dataset`` (all
     datasets when None) and, for custom data, the side-by-side comparison."""
-    if dataset is not None and dataset not in DATASET_CHOICES:
-        raise ConfigError(f"--dataset must be one of {list(DATASET_CHOICES)}, got {dataset!r}.")
     datasets = DATASET_CHOICES if dataset is None else (dataset,)
     folders = [Path(stage) / name for name in datasets for stage in ("pretrain", "linear")]
     if dataset in (None, "custom"):

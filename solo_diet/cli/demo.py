@@ -37,10 +37,13 @@ def _data_format(requested: str, accelerator: str) -> str:
     return resolve_launch_format(requested, accelerator == "gpu", "--data-format")
 
 
-def _device_overrides(accelerator: str, data_format: str) -> list[str]:
+def _overrides(data: Path, accelerator: str, data_format: str) -> list[str]:
+    """What the demo's pretraining and probes share: the data, the device, the data path."""
     precision = "bf16-mixed" if accelerator == "gpu" else "32"
     workers = min(8, len(os.sched_getaffinity(0)))
     return [
+        f"data.train_path={data / 'train'}",
+        f"data.val_path={data / 'val'}",
         f"accelerator={accelerator}",
         "devices=1",
         f"precision={precision}",
@@ -52,12 +55,8 @@ def _device_overrides(accelerator: str, data_format: str) -> list[str]:
 def _probe(workdir: Path, data: Path, ckpt: str, accelerator: str, data_format: str) -> float:
     from solo_diet.launch.linear import run_linear
 
-    overrides = [
-        f"data.train_path={data / 'train'}",
-        f"data.val_path={data / 'val'}",
-        f"pretrained_feature_extractor='{ckpt}'",
-        f"++checkpoint.dir={workdir / 'linear'}",
-    ] + _device_overrides(accelerator, data_format)
+    overrides = [f"pretrained_feature_extractor='{ckpt}'", f"++checkpoint.dir={workdir / 'linear'}"]
+    overrides += _overrides(data, accelerator, data_format)
     return run_linear(compose_cfg(str(DEMO_CONFIGS), "linear", overrides))["val_acc1"]
 
 
@@ -91,16 +90,9 @@ def run_demo(
     data = write_dataset("animal-mnist", str(root / "data"))
     print(f"[demo] data ready in {data} ({time.time() - start:.0f}s)")
 
+    overrides = [f"checkpoint.dir={root / 'pretrain'}", f"max_epochs={epochs}"]
     cfg = compose_cfg(
-        str(DEMO_CONFIGS),
-        method,
-        [
-            f"data.train_path={data / 'train'}",
-            f"data.val_path={data / 'val'}",
-            f"checkpoint.dir={root / 'pretrain'}",
-            f"max_epochs={epochs}",
-        ]
-        + _device_overrides(accelerator, data_format),
+        str(DEMO_CONFIGS), method, overrides + _overrides(data, accelerator, data_format)
     )
     progress.step(2, f"pretraining {method} for {epochs} epochs")
     epoch_lines = progress.epoch_callback(2, f"pretraining {method}")

@@ -73,13 +73,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from solo_diet.cli.demo import run_demo
 
-    run_demo(
-        method=args.method,
-        epochs=args.epochs,
-        workdir=args.workdir,
-        accelerator=args.accelerator,
-        data_format=args.data_format,
-    )
+    run_demo(args.method, args.epochs, args.workdir, args.accelerator, args.data_format)
     return 0
 
 
@@ -147,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hydra_args(linear)
     linear.set_defaults(func=_cmd_linear)
 
+    from solo_diet.cli import solo_script
     from solo_diet.cli.data import DATASETS
 
     data = sub.add_parser(
@@ -165,12 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
             "run a solo-learn script that reads checkpoints (main_knn.py, main_umap.py) with "
             "plugin methods registered"
         ),
-        description=(
-            "Runs one of solo-learn's own scripts with solo-diet's methods registered. It is "
-            "meant for main_knn.py and main_umap.py, which evaluate pretrained checkpoints. "
-            "Pretrain and probe with `solo-diet pretrain` and `solo-diet linear` (every method, "
-            "ours included); solo-learn's main_pretrain.py cannot train a solo-diet method."
-        ),
+        description=solo_script.__doc__.replace("``", "`"),
     )
     script.add_argument(
         "script", help="path of main_knn.py or main_umap.py in a solo-learn checkout"

@@ -1,10 +1,7 @@
-"""``solo-diet solo-script``: a solo-learn script run with the plugin methods registered.
-
-It is meant for the scripts that read pretrained checkpoints (``main_knn.py``, ``main_umap.py``).
-solo-learn's ``main_pretrain.py`` builds a method without what solo-diet's methods need from their
-launcher (one-crop pipelines, per-image indices, the data set size), so a config of one of them is
-refused in one line that names ``solo-diet pretrain``.
-"""
+"""Runs one of solo-learn's own scripts with solo-diet's methods registered. It is meant for
+main_knn.py and main_umap.py, which evaluate pretrained checkpoints. Pretrain and probe with
+``solo-diet pretrain`` and ``solo-diet linear`` (every method, ours included): solo-learn's
+main_pretrain.py cannot set up a solo-diet method, and a config of one is refused in one line."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Lightning callbacks for pretraining runs: cost/curve recording, an optional RankMe monitor, a
-last-epoch checkpoint and a progress bar redrawn by the clock.
-
-Launcher floor (imports Lightning, not solo-learn). The launchers and ``solo-diet compare`` add
-them; any Lightning ``Trainer`` can take them.
-"""
+"""Lightning callbacks for pretraining runs (any Trainer takes them): cost/curve recording, a RankMe
+monitor, a last-epoch checkpoint and a progress bar redrawn by the clock (docs/compare.md, "Building
+blocks")."""
 
 from __future__ import annotations
 
@@ -21,21 +18,11 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.metrics import rankme
 
-EPOCH_COLUMNS = (
-    "epoch",
-    "train_seconds",
-    "epoch_seconds",
-    "samples",
-    "samples_per_s",
-    "peak_gpu_mib",
-    "train_loss",
-)
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
 def _batch_size(batch: Any) -> int:
-    """Images in a solo-learn training batch ``[indexes, views, targets]`` (one per sample, not per
-    view)."""
+    """Samples (not views) in a solo-learn training batch ``[indexes, views, targets]``."""
     targets = batch[-1] if isinstance(batch, (list, tuple)) else batch
     return int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 0
 
@@ -47,26 +34,13 @@ def _loss_tensor(outputs: Any) -> Optional[torch.Tensor]:
 
 
 class EpochCostLogger(Callback):
-    """Appends one CSV row per training epoch to ``csv_path``, readable without any logger (the
-    file is rewritten whole with each row, :mod:`solo_diet._atomic`, so a kill never cuts a row).
-
-    Columns: ``train_seconds`` (epoch start to its last optimisation batch), ``epoch_seconds`` (to
-    the end of the epoch, validation and checkpointing included), ``samples`` and ``samples_per_s``
-    (images per train second, summed over devices), ``peak_gpu_mib``
-    (``torch.cuda.max_memory_allocated`` of this process over the epoch, empty on CPU),
-    ``train_loss`` (mean of the loss ``training_step`` returned: the method loss plus the online
-    probe's cross-entropy) and the logged ``LOGGED_METRICS`` (empty in epochs without validation:
-    ``check_val_every_n_epoch > 1``). When training starts, the rows of the epochs it will train
-    are dropped (every row, and the file, when it starts from epoch 0), so a resumed run keeps the
-    epochs up to its checkpoint and a run started over logs only its own; readers keep the last row
-    of each epoch.
-
-    Nothing waits for the GPU during the epoch, so the logger does not slow what it measures: on
-    CUDA the end of training is a CUDA event recorded after each batch and read at the epoch's end
-    (the time from the epoch's start until the GPU finished the last batch), and the losses stay on
-    the device until then. ``print_rows`` also prints each row as one line (a log's progress, in
-    place of a progress bar).
-    """
+    """One CSV row per training epoch in ``csv_path``, the file rewritten whole with each row
+    (:mod:`solo_diet._atomic`): ``train_seconds`` (epoch start to its last batch), ``epoch_seconds``
+    (validation and checkpointing included), ``samples``, ``samples_per_s`` (over all devices),
+    ``peak_gpu_mib`` (empty on CPU), ``train_loss`` (the mean returned loss) and the logged
+    ``logged_metrics`` (empty in epochs without validation); ``print_rows`` also prints each row.
+    The rows of the epochs about to train are dropped when training starts. Nothing waits for the
+    GPU inside an epoch: a CUDA event after each batch is read at the epoch's end."""
 
     def __init__(
         self,
@@ -122,8 +96,7 @@ class EpochCostLogger(Callback):
             self._losses.append(loss)
 
     def _train_seconds(self) -> float:
-        """From the epoch's start to the end of its last batch (on CUDA: to when the GPU ended
-        it)."""
+        """From the epoch's start to the end of its last batch (on CUDA: as the GPU ran it)."""
         if self._start_event is None:
             return self._last_batch_end - self._epoch_start
         self._end_event.synchronize()
@@ -154,7 +127,7 @@ class EpochCostLogger(Callback):
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         before = self.csv_path.read_text() if self.csv_path.is_file() else ""
         line = io.StringIO()
-        writer = csv.DictWriter(line, fieldnames=list(EPOCH_COLUMNS) + list(self.logged_metrics))
+        writer = csv.DictWriter(line, fieldnames=list(row))
         if not before:
             writer.writeheader()
         writer.writerow(row)
@@ -176,8 +149,7 @@ def _row_line(row: dict[str, Any], metrics: Sequence[str]) -> str:
 
 
 def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
-    """Rows of an ``EpochCostLogger`` CSV, one per epoch (the last written wins), sorted by epoch;
-    empty cells become NaN."""
+    """An ``EpochCostLogger`` CSV's rows, one per epoch (the last wins), empty cells NaN."""
     rows: dict[int, dict[str, float]] = {}
     with Path(csv_path).open(newline="") as f:
         for raw in csv.DictReader(f):
@@ -188,8 +160,7 @@ def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
 
 def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
     """Drop the rows of the epochs after ``last_epoch`` from an ``EpochCostLogger`` CSV (every row,
-    and the file, for -1), so that a run resumed from that epoch's checkpoint, or started over,
-    logs only the epochs it trains."""
+    and the file, for -1)."""
     path = Path(csv_path)
     if not path.is_file():
         return
@@ -208,8 +179,8 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
 
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` validation images, in the validations of every ``every_n_epochs``-th epoch
-    (epochs n-1, 2n-1, ..., Lightning's ``check_val_every_n_epoch`` convention) and of the last."""
+    ``max_samples`` validation images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the
+    last."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -229,10 +200,8 @@ class RankMeMonitor(Callback):
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._features = []
-        if not self._active(trainer):
-            trainer.callback_metrics.pop(
-                "val_rankme", None
-            )  # no stale value in epochs without RankMe
+        if not self._active(trainer):  # no stale value in epochs without RankMe
+            trainer.callback_metrics.pop("val_rankme", None)
 
     @torch.no_grad()
     def on_validation_batch_end(
@@ -257,9 +226,8 @@ class RankMeMonitor(Callback):
 
 
 class FinalEpochCheckpoint(Callback):
-    """Saves the last epoch through ``checkpointer`` (solo-learn's ``Checkpointer``, which saves
-    only epochs divisible by its ``frequency``), so a run checkpointed every K epochs still ends
-    with the checkpoint of its last epoch. Place it after ``checkpointer`` in the callbacks."""
+    """Saves the last epoch through ``checkpointer`` (solo-learn's ``Checkpointer`` saves only
+    epochs divisible by its ``frequency``); place it after ``checkpointer`` in the callbacks."""
 
     def __init__(self, checkpointer: Any):
         super().__init__()
@@ -273,12 +241,8 @@ class FinalEpochCheckpoint(Callback):
 
 
 class TimedProgressBar(TQDMProgressBar):
-    """Lightning's tqdm progress bar, redrawn (count and logged metrics) at most once every
-    ``interval`` seconds and at each loop's last batch, instead of after every batch.
-
-    Lightning's bar redraws after each batch (two terminal writes, the metrics formatted), a host
-    cost paid by every step; a person reads the bar a few times a second at most. The drawn lines
-    are Lightning's own."""
+    """Lightning's tqdm progress bar, redrawn at most once every ``interval`` seconds and at each
+    loop's last batch instead of after every batch (a host cost of every step)."""
 
     def __init__(self, interval: float = 0.5):
         super().__init__()

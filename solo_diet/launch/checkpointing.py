@@ -1,17 +1,6 @@
-"""Checkpoints that survive a crash, and the choice of the checkpoint a run resumes from.
-
-- :class:`AtomicCheckpointIO`: Lightning's checkpoint writer, each checkpoint written whole or not
-  at all (:mod:`solo_diet._atomic`). solo-learn's ``Checkpointer`` deletes the previous checkpoint
-  after saving the new one; with this writer the new one is complete on disk by then.
-- :class:`RunCheckpointer`: solo-learn's ``Checkpointer`` with ``args.json`` written whole, one run
-  folder for every process (rank 0's), and a resumed run continuing in the folder of the checkpoint
-  it resumes from (its ``args.json``, checkpoints and logs stay together).
-- :func:`newest_loading` and :func:`auto_resume_checkpoint`: the newest checkpoint that loads, by
-  epoch, never by directory order; one that does not load, or only with pickle, is named in one
-  line and skipped.
-- :func:`resume_checkpoint`: what a launcher resumes from (``resume_from_checkpoint`` or
-  auto-resume), refused in one line when it does not load or was trained on other data.
-"""
+"""Checkpoints that survive a crash (:class:`AtomicCheckpointIO`, :class:`RunCheckpointer`) and
+the choice of the checkpoint a run resumes from: the newest that loads, by epoch, and of the same
+data (docs/cli.md, "What survives a crash")."""
 
 from __future__ import annotations
 
@@ -38,18 +27,9 @@ from solo_diet.methods.checkpoint import (
     load_checkpoint_file,
 )
 
-# args.json keys an auto-resumed checkpoint must share with the run (solo-learn's AutoResumer
-# compares neither the data nor N, so it would resume a run trained on another dataset).
-SAME_RUN_KEYS = (
-    "method",
-    "data.train_path",
-    "data.val_path",
-    "data.fraction",
-    "method_kwargs.num_samples",
-)
-# How to fix a refused run ``name`` (:func:`~solo_diet.config.check_run_name`): the run's folder
-# goes under ``checkpoint.dir``, never where a path in the name points.
-RUN_NAME_FIX = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
+# args.json keys an auto-resumed checkpoint must share with the run besides those solo-learn's
+# AutoResumer compares (neither the data nor N: it would resume a run trained on other data)
+SAME_RUN_KEYS = ("data.train_path", "data.val_path", "data.fraction", "method_kwargs.num_samples")
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
@@ -60,15 +40,9 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint reader and writer, made safe:
-
-    - a save goes into a unique temporary file beside the checkpoint, fsynced, then renamed over
-      it: a kill or a full disk during a save leaves the previous file, never a cut one; a full
-      disk is one :class:`~solo_diet.launch.errors.DiskFull` naming the folder and its free space;
-    - a resume loads without pickle (:func:`~solo_diet.methods.checkpoint.load_checkpoint_file`),
-      whatever ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says, so no code a checkpoint carries runs.
-
-    Remote paths (``s3://...``) and ``storage_options`` go to Lightning's own writer."""
+    """Lightning's checkpoint reader and writer: each save written whole or not at all
+    (:mod:`solo_diet._atomic`; a full disk is one :class:`~solo_diet.launch.errors.DiskFull`), each
+    load without pickle. Remote paths and ``storage_options`` go to Lightning's own writer."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None
@@ -88,21 +62,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 class RunCheckpointer(Checkpointer):
     """solo-learn's ``Checkpointer`` (``<logdir>/<run>/<name>-<run>-ep=<epoch>.ckpt`` beside
-    ``args.json``), with three changes: ``args.json`` is written whole; every process (of every
-    node) names global rank 0's run folder; and a run resumed from a checkpoint in a run folder of
-    ``logdir`` continues in that folder, where the resumed checkpoint counts as the previous one
-    (deleted after the next save unless ``keep_prev``), as if the run had never stopped. A
-    checkpoint from elsewhere starts a new run folder."""
+    ``args.json``), every ``checkpoint.frequency`` epochs, with ``args.json`` written whole, global
+    rank 0's run folder on every process, and a run resumed from a checkpoint in a run folder of
+    ``logdir`` going on in that folder (the resumed checkpoint counts as the previous one)."""
 
-    def __init__(
-        self,
-        cfg: DictConfig,
-        logdir: str | Path,
-        frequency: int = 1,
-        keep_prev: bool = False,
-        resume_from: Optional[str | Path] = None,
-    ):
-        super().__init__(cfg, logdir=logdir, frequency=frequency, keep_prev=keep_prev)
+    def __init__(self, cfg: DictConfig, logdir: str | Path, resume_from: Optional[str] = None):
+        checkpoint = cfg.checkpoint
+        super().__init__(cfg, logdir, checkpoint.frequency, keep_prev=checkpoint.keep_prev)
         self.resume_from = Path(resume_from) if resume_from is not None else None
 
     def resumed_folder(self) -> Optional[Path]:
@@ -142,9 +108,8 @@ class RunCheckpointer(Checkpointer):
 def newest_loading(
     checkpoints: Iterable[Path], say: Callable[[str], None] = print
 ) -> Optional[Path]:
-    """The newest of ``checkpoints`` that loads: the highest epoch (the ``ep=<epoch>`` of
-    solo-learn's names; one epoch, one checkpoint, so also the highest step), the newer file on a
-    tie. Each newer one that does not load is named in one line (``say``) and skipped."""
+    """The newest of ``checkpoints`` that loads, by epoch (``ep=<epoch>``), then file time; each
+    newer one that does not load is named in one line (``say``) and skipped."""
     ranked = sorted(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
     for path in reversed(ranked):
         problem = checkpoint_problem(path)
@@ -156,8 +121,10 @@ def newest_loading(
     return None
 
 
-def _matching_runs(cfg: DictConfig, logdir: Path, say: Callable[[str], None]) -> dict[Path, Any]:
-    """{run folder under ``logdir`` holding a checkpoint: its wandb run id}, for the folders whose
+def _matching_runs(
+    cfg: DictConfig, logdir: Path, say: Callable[[str], None]
+) -> dict[Path, DictConfig]:
+    """{run folder under ``logdir`` holding a checkpoint: its ``args.json``}, for the folders whose
     ``args.json`` matches ``cfg`` in the keys solo-learn's AutoResumer compares."""
     from solo.utils.auto_resumer import AutoResumer
     from solo.utils.misc import omegaconf_select
@@ -175,18 +142,24 @@ def _matching_runs(cfg: DictConfig, logdir: Path, say: Callable[[str], None]) ->
             omegaconf_select(previous, key, None) == omegaconf_select(cfg, key, None)
             for key in AutoResumer.SHOULD_MATCH
         ):
-            runs[args_path.parent] = previous.get("wandb_run_id")
+            runs[args_path.parent] = previous
     return runs
+
+
+def _comparable(value: Any) -> Any:
+    if value in (None, "None"):
+        return None
+    return os.path.normpath(value) if isinstance(value, str) and os.sep in value else value
 
 
 def auto_resume_checkpoint(
     cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
 ) -> tuple[Optional[Path], Optional[str]]:
     """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: among the run
-    folders under ``logdir`` that solo-learn's AutoResumer would match (name, backbone, method,
-    dataset, epochs, optimizer, ...), the newest checkpoint that loads (:func:`newest_loading`)
-    of those written within ``auto_resume.max_hours``. When only older ones match, the run starts
-    over and ``say`` tells so in one line, with the value that would resume it."""
+    folders under ``logdir`` that solo-learn's AutoResumer would match, the newest checkpoint that
+    loads (:func:`newest_loading`) of those written within ``auto_resume.max_hours`` (``say``
+    names an older one in one line). One trained on other data (:data:`SAME_RUN_KEYS`) is
+    refused."""
     runs = _matching_runs(cfg, Path(logdir), say)
     now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
     recent, old = [], []
@@ -202,51 +175,43 @@ def auto_resume_checkpoint(
             f"auto_resume.max_hours={cfg.auto_resume.max_hours}, so this run starts over; pass ++"
             f"auto_resume.max_hours={math.ceil(hours) + 1} to resume from it."
         )
-    return (chosen, runs[chosen.parent]) if chosen is not None else (None, None)
+    if chosen is None:
+        return None, None
+    previous = runs[chosen.parent]
+    for key in SAME_RUN_KEYS:
+        before, given = OmegaConf.select(previous, key), OmegaConf.select(cfg, key)
+        if _comparable(before) != _comparable(given):
+            raise ConfigError(
+                f"auto-resume found {chosen}, trained with {key}={before!r}, but this run has "
+                f"{key}={given!r}: pass auto_resume.enabled=False (new run) or another "
+                "checkpoint.dir."
+            )
+    return chosen, previous.get("wandb_run_id")
+
+
+def check_checkpoint_key(key: str, ckpt: str, allow_pickle: bool = False) -> None:
+    """Refuse, in one line naming the config ``key``, a checkpoint that is no file or does not
+    load."""
+    try:
+        check_checkpoint_file(Path(ckpt))
+        problem = checkpoint_problem(ckpt, allow_pickle=allow_pickle)
+        if problem is not None:
+            raise CorruptCheckpoint(ckpt, problem)
+    except ConfigError as err:
+        raise ConfigError(f"`{key}`: {err}") from None
 
 
 def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
     """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` (refused in one line when it
-    does not load) or auto-resume (the newest checkpoint that loads, ``auto_resume_checkpoint``)."""
+    does not load) or auto-resume (:func:`auto_resume_checkpoint`)."""
     if cfg.resume_from_checkpoint is not None:
         ckpt = str(cfg.resume_from_checkpoint)
         del cfg.resume_from_checkpoint
-        try:
-            check_checkpoint_file(Path(ckpt))
-            problem = checkpoint_problem(ckpt)
-            if problem is not None:
-                raise CorruptCheckpoint(ckpt, problem)
-        except ConfigError as err:
-            raise ConfigError(f"`resume_from_checkpoint`: {err}") from None
+        check_checkpoint_key("resume_from_checkpoint", ckpt)
         return ckpt, None
     if cfg.auto_resume.enabled:
         found, run_id = auto_resume_checkpoint(cfg, logdir)
-        if found is None:
-            return None, None
-        check_same_run(cfg, found)
-        print(f"Resuming from previous checkpoint that matches specifications: '{found}'")
-        return str(found), run_id
+        if found is not None:
+            print(f"Resuming from previous checkpoint that matches specifications: '{found}'")
+            return str(found), run_id
     return None, None
-
-
-def _comparable(value: Any) -> Any:
-    if value in (None, "None"):
-        return None
-    return os.path.normpath(value) if isinstance(value, str) and os.sep in value else value
-
-
-def check_same_run(cfg: DictConfig, ckpt: Path) -> None:
-    """Refuse to auto-resume ``ckpt`` when its ``args.json`` differs from ``cfg`` in data or
-    method."""
-    args_path = ckpt.parent / "args.json"
-    if not args_path.is_file():
-        return
-    previous = OmegaConf.create(json.loads(args_path.read_text()))
-    for key in SAME_RUN_KEYS:
-        before, now = OmegaConf.select(previous, key), OmegaConf.select(cfg, key)
-        if _comparable(before) != _comparable(now):
-            raise ConfigError(
-                f"auto-resume found {ckpt}, trained with {key}={before!r}, but this run has "
-                f"{key}={now!r}: pass auto_resume.enabled=False (new run) or another "
-                "checkpoint.dir."
-            )

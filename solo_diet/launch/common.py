@@ -1,5 +1,5 @@
-"""Pieces shared by our launchers: Hydra composition, devices, Trainer, callbacks, resume,
-transforms."""
+"""Pieces shared by our launchers: Hydra composition, the checks before ``parse_cfg``, devices,
+Trainer, callbacks, resume."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.config import ConfigError, check_run_name, closest_name
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.loader_settings import ProbeAugmentation
+from solo_diet.launch.launch_checks import (
+    check_data_paths,
+    check_key_typos,
+    check_training_basics,
+    known_top_level_keys,
+)
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 
@@ -55,8 +60,6 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
 def _unknown_override(base: DictConfig, key: str) -> str:
     """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
     own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
-    from solo_diet.launch.launch_checks import known_top_level_keys
-
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
@@ -86,10 +89,21 @@ def quote_equals(override: str) -> str:
     return f"{key}='{value}'"
 
 
+def check_launch_cfg(cfg: DictConfig) -> None:
+    """What ``solo-diet pretrain`` and ``linear`` check before solo-learn's ``parse_cfg``: the run
+    name, devices and nodes, key typos, batch size, epochs and lr, and the data folders."""
+    OmegaConf.set_struct(cfg, False)
+    fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
+    check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
+    normalize_devices(cfg)
+    check_key_typos(cfg)
+    check_training_basics(cfg)
+    check_data_paths(cfg)
+
+
 def normalize_devices(cfg: DictConfig) -> None:
-    """Accept ``devices: 2`` / ``"2"`` / ``[0, 1]``; solo-learn scales the lr by ``len(devices)``,
-    so a count becomes the list ``[0, .., n-1]`` before ``parse_cfg``; ``strategy: null`` becomes
-    ``auto``. ``num_nodes`` and the cluster it needs are checked (``solo_diet.launch.nodes``)."""
+    """``devices: 2`` / ``"2"`` becomes ``[0, 1]`` (solo-learn scales the lr by ``len(devices)``),
+    ``strategy: null`` becomes ``auto``; ``num_nodes`` and its cluster are checked."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -106,9 +120,8 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger/callbacks/strategy
-    (``ddp``: ``OneProcessAwareDDP``, no per-step barrier of logged values on one process) and the
-    checkpoint writer that saves each checkpoint whole (``AtomicCheckpointIO``)."""
+    """Every top-level cfg key that is a ``Trainer`` argument, plus logger, callbacks, strategy
+    (``ddp``: ``OneProcessAwareDDP``) and the checkpoint writer (``AtomicCheckpointIO``)."""
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO
@@ -185,12 +198,10 @@ def fit_or_raise(
     data_path: Optional[Any] = None,
     **fit_kwargs: Any,
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``. An interrupted fit raises ``Interrupted`` with where
-    to resume from (Lightning swallows KeyboardInterrupt); a fit that stops before its first
-    checkpoint leaves no empty run folder behind. A core error raised during the fit (a set too
-    large for its storage, a corrupt image file, a dataset index beyond ``num_samples``) names the
-    config keys of the arguments it names. The run's ``data_path`` (a
-    :class:`~solo_diet.launch.datapaths.DataPath`) is closed when the fit ends, however it ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` with where
+    to resume from (Lightning swallows KeyboardInterrupt), a core error names the config keys of
+    the arguments it names, no empty run folder stays behind, and ``data_path`` is closed however
+    the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -198,19 +209,20 @@ def fit_or_raise(
     try:
         with core_errors_named(GPU_ARGUMENT_KEYS | INDEX_ARGUMENT_KEYS):
             trainer.fit(model, **fit_kwargs)
+        stopped = trainer.interrupted and (
+            signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        )
     except SIGTERMException:  # Lightning's own graceful SIGTERM stop: a SystemExit with status 0
-        _drop_empty_run_folder(checkpointer)
-        raise Interrupted(signal.SIGTERM, resume_hint(cfg, checkpointer)) from None
+        stopped = signal.SIGTERM
     except BaseException:
         _drop_empty_run_folder(checkpointer)
         raise
     finally:
         if data_path is not None:
             data_path.close()
-    if trainer.interrupted:
+    if stopped:
         _drop_empty_run_folder(checkpointer)
-        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
-        raise Interrupted(signum, resume_hint(cfg, checkpointer))
+        raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
 
 
 def logger_and_callbacks(
@@ -220,10 +232,8 @@ def logger_and_callbacks(
     wandb_run_id: Optional[str],
     resume_from: Optional[str] = None,
 ):
-    """solo-learn's Checkpointer (``RunCheckpointer``: a run resumed from ``resume_from`` goes on
-    in its folder), every ``checkpoint.frequency`` epochs and at the last one (+ wandb logger with
-    optional gradient watching and lr monitor); the progress bar, unless turned off, redrawn by the
-    clock (``TimedProgressBar``), not after every step."""
+    """The run's checkpointer (:class:`RunCheckpointer`, and at the last epoch), wandb logger (with
+    optional gradient watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
@@ -234,13 +244,7 @@ def logger_and_callbacks(
         callbacks.append(TimedProgressBar())
     checkpointer = None
     if cfg.checkpoint.enabled:
-        checkpointer = RunCheckpointer(
-            cfg,
-            logdir=logdir,
-            frequency=cfg.checkpoint.frequency,
-            keep_prev=cfg.checkpoint.keep_prev,
-            resume_from=resume_from,
-        )
+        checkpointer = RunCheckpointer(cfg, logdir, resume_from)
         callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None
     if cfg.wandb.enabled:
@@ -260,8 +264,7 @@ def logger_and_callbacks(
 
 
 def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> None:
-    """Start the wandb run (config, optional gradient watching); a run wandb refuses to start
-    (no API key, say) is one ConfigError naming the three ways on."""
+    """Start the wandb run; one wandb refuses (no API key, say) is one ConfigError."""
     from wandb.errors import UsageError
 
     try:
@@ -274,30 +277,3 @@ def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> No
             "with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True, or "
             "turn wandb off with wandb.enabled=False."
         ) from None
-
-
-def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
-    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
-    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
-    is fixed at 224 px and ImageNet statistics."""
-    from solo.data.classification_dataloader import prepare_transforms
-    from torchvision import transforms
-
-    if dataset != "custom":
-        return prepare_transforms(dataset)
-    assert probe is not None, "parse_loader_settings requires it for custom data"
-    crop_size, crop_min_scale, mean, std = probe
-    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
-    train = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
-            transforms.RandomHorizontalFlip(),
-        ]
-        + normalize
-    )
-    val = transforms.Compose(
-        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
-        + normalize
-    )
-    return train, val

@@ -1,9 +1,5 @@
-"""How a ``solo-diet`` command ends: user errors as one line with exit status 2, Ctrl-C and SIGTERM
-as 130 and 143 with where to resume from, a full disk during a save as one line with exit status 1,
-everything else (a bug) as Python's traceback.
-
-``--debug`` or ``SOLO_DIET_DEBUG=1`` adds the traceback to user errors and interruptions.
-"""
+"""How a ``solo-diet`` command ends (:func:`run_guarded`), and the errors that name a data file or
+a full disk."""
 
 from __future__ import annotations
 
@@ -29,10 +25,8 @@ class DataError(ConfigError):
 
 
 class UnreadableImage(DataError):
-    """An image file could not be decoded; the message names the file.
-
-    Raised inside a DataLoader worker, torch re-creates it in the main process from the worker's
-    whole traceback text: only that text's last line, our own message, is kept."""
+    """An image file could not be decoded; the message names the file (of the worker's traceback
+    text torch re-creates it from in the main process, only our own last line is kept)."""
 
     def __init__(self, message: str):
         lines = [line for line in str(message).strip().splitlines() if line.strip()]
@@ -42,8 +36,8 @@ class UnreadableImage(DataError):
 
 
 class NamedImageLoader:
-    """Wraps an ImageFolder's ``loader`` so that a file it cannot read raises ``UnreadableImage``
-    naming that file (PIL's ``OSError: image file is truncated`` names none)."""
+    """An ImageFolder's ``loader`` whose unreadable files raise ``UnreadableImage`` naming the file
+    (PIL's ``OSError: image file is truncated`` names none)."""
 
     def __init__(self, loader: Callable[[str], Any]):
         self.loader = loader
@@ -61,21 +55,15 @@ class NamedImageLoader:
 def name_unreadable_images(dataset: Any) -> None:
     """Make an ImageFolder-style dataset (``loader``, ``samples``) name the files it cannot read."""
     loader = getattr(dataset, "loader", None)
-    if (
-        loader is not None
-        and hasattr(dataset, "samples")
-        and not isinstance(loader, NamedImageLoader)
-    ):
+    if hasattr(dataset, "samples") and loader and not isinstance(loader, NamedImageLoader):
         dataset.loader = NamedImageLoader(loader)
 
 
 @contextlib.contextmanager
 def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
-    """Within the block, a torchvision dataset (cifar10, cifar100, stl10) that solo-learn downloads
-    because its files are not under the config's ``data.<path_keys>`` (``train_path``,
-    ``val_path``), and whose download fails (offline, say), is one ``DataError`` naming the keys and
-    the fix, not a traceback. ``data`` holds ``dataset`` and the paths as attributes (the run's
-    :class:`~solo_diet.launch.loader_settings.LoaderSettings`)."""
+    """Within the block, a failed download of a torchvision dataset whose files are not under
+    ``data.<path_keys>`` is one ``DataError`` naming the keys and the fix; ``data``: the run's
+    :class:`~solo_diet.launch.loader_settings.LoaderSettings`."""
     from urllib.error import URLError
 
     try:
@@ -116,10 +104,8 @@ def disk_full_named(path: Path) -> Iterator[None]:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from.
-
-    It is a KeyboardInterrupt, so Lightning's ``trainer.fit`` stops gracefully on it; the launchers
-    raise it again after the fit (Lightning swallows KeyboardInterrupts)."""
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from. A
+    KeyboardInterrupt, so that Lightning's ``trainer.fit`` stops gracefully on it."""
 
     def __init__(self, signum: int = signal.SIGINT, resume: Optional[str] = None):
         super().__init__(signal.Signals(signum).name)
@@ -137,8 +123,7 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within the block SIGTERM (a scheduler's pre-emption) raises ``Interrupted`` like Ctrl-C does;
-    the previous handler comes back afterwards. Lightning chains this handler behind its own."""
+    """Within the block SIGTERM (a pre-emption) raises ``Interrupted`` as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -149,49 +134,41 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that are the user's to fix: printed as one line, exit status 2."""
+def user_message(err: Exception) -> Optional[str]:
+    """What a user error ends with: one line (Hydra's messages span two), the install hint for a
+    missing solo-learn, or a failed assertion of solo-learn's; None for a bug."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from solo_diet._host import SoloLearnMissing
+    from solo_diet._host import INSTALL_HINT, SoloLearnMissing
 
-    return (
-        ConfigError,
-        SoloLearnMissing,
-        FileNotFoundError,
-        NotADirectoryError,
-        IsADirectoryError,
-        PermissionError,
-        HydraException,
-        OmegaConfBaseException,
-        YAMLError,
-    )
-
-
-def _solo_missing(err: ModuleNotFoundError) -> bool:
-    return (err.name or "").split(".")[0] == "solo"
-
-
-def debug_requested(flag: bool = False) -> bool:
-    return flag or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0")
-
-
-def _report(command: str, message: str, debug: bool) -> None:
-    if debug:
-        traceback.print_exc()
-    print(f"solo-diet {command}: {message}", file=sys.stderr)
+    if isinstance(err, (SoloLearnMissing, DiskFull)):
+        return str(err).strip()
+    if isinstance(err, ModuleNotFoundError):
+        missing = (err.name or "").split(".")[0] == "solo"
+        return f"solo-learn is not installed ({err}).\n{INSTALL_HINT}" if missing else None
+    if isinstance(err, AssertionError):
+        return solo_rejection(err)
+    files = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+    if isinstance(err, (ConfigError, *files, HydraException, OmegaConfBaseException, YAMLError)):
+        text = str(err).strip() or type(err).__name__
+        return " ".join(part.strip() for part in text.splitlines())
+    return None
 
 
 def run_guarded(
     command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
 ) -> int:
-    """Run one command; map user errors to exit 2 and interruptions to 128 + signal number.
+    """Run one command: user errors exit 2 (a full disk 1), interruptions 128 + signal number, each
+    with one line (``--debug``/``SOLO_DIET_DEBUG=1``: and the traceback); ``resume`` replaces an
+    interrupted fit's checkpoint hint (``compare`` resumes itself)."""
 
-    ``resume`` is the command's own advice after an interruption (``compare`` resumes itself); it
-    replaces the checkpoint hint that an interrupted fit carries."""
-    debug = debug_requested(debug)
+    def report(message: str) -> None:
+        if debug or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"solo-diet {command}: {message}", file=sys.stderr)
+
     try:
         with sigterm_interrupts():
             return func()
@@ -200,39 +177,14 @@ def run_guarded(
         where = (
             resume or stop.resume or "nothing was saved; run the same command again to start over."
         )
-        _report(command, f"interrupted by {signal.Signals(stop.signum).name}; {where}", debug)
+        report(f"interrupted by {signal.Signals(stop.signum).name}; {where}")
         return stop.exit_code
-    except ModuleNotFoundError as err:
-        if not _solo_missing(err):
+    except Exception as err:
+        message = user_message(err)
+        if message is None:
             raise
-        from solo_diet._host import INSTALL_HINT
-
-        _report(command, f"solo-learn is not installed ({err}).\n{INSTALL_HINT}", debug)
-        return EXIT_USER_ERROR
-    except AssertionError as err:
-        rejection = solo_rejection(err)
-        if rejection is None:
-            raise
-        _report(command, rejection, debug)
-        return EXIT_USER_ERROR
-    except user_errors() as err:
-        _report(command, _one_line(err), debug)
-        return EXIT_USER_ERROR
-    except DiskFull as err:
-        _report(command, str(err), debug)
-        return EXIT_DISK_FULL
-
-
-def _one_line(err: BaseException) -> str:
-    """The message on one line (Hydra's span two); the solo-learn install hint keeps its lines."""
-    from solo_diet._host import SoloLearnMissing
-
-    text = str(err).strip() or type(err).__name__
-    return (
-        text
-        if isinstance(err, SoloLearnMissing)
-        else " ".join(part.strip() for part in text.splitlines())
-    )
+        report(message)
+        return EXIT_DISK_FULL if isinstance(err, DiskFull) else EXIT_USER_ERROR
 
 
 def solo_rejection(err: AssertionError) -> Optional[str]:

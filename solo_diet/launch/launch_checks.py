@@ -1,39 +1,21 @@
 """What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo: keys (top level and solo-learn's sections), names solo-learn does not build, batch size,
-epochs and lr, the data folders, a missing GPU. Each error names the key and the fix."""
+a typo; each error names the key and the fix."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    closest_name,
-    is_number,
-    parse_section,
-    setting,
-)
+from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
 from solo_diet.data.tensor_data import FOLDER_DATASETS
-
-
-def check_launch_cfg(cfg: DictConfig) -> None:
-    """The checks ``solo-diet pretrain`` and ``linear`` share before solo-learn's ``parse_cfg``:
-    top-level typos, batch size, epochs and lr, and the data folders."""
-    check_key_typos(cfg)
-    check_training_basics(cfg)
-    check_data_paths(cfg)
-
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
 # _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
@@ -44,11 +26,8 @@ SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
     """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
-    ``model_cls`` (a method class, or ``LinearModel`` for a probe) does not build (solo-learn
-    stops on a bare ``assert`` or a ``ValueError``), and a ``backbone.kwargs`` or
-    ``optimizer.kwargs`` key the backbone or optimizer does not take (a ``TypeError`` deep in the
-    model or the first step), naming the closest and every choice. Plugin backbones and optimizers
-    count once :func:`solo_diet.register` has run."""
+    ``model_cls`` (a method class, or ``LinearModel``) does not build, and a ``backbone.kwargs`` or
+    ``optimizer.kwargs`` key the backbone or optimizer does not take, naming the closest."""
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
@@ -71,17 +50,22 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 
 
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
-    """The backbone as solo-learn builds it, on the meta device (no memory, no weights)."""
-    with torch.device("meta"), _quiet():
-        return build(method, **kwargs)
+    """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
+    the warnings and log lines it prints (the real build prints them once)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build(method, **kwargs)
+    finally:
+        logging.disable(previous)
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Build the backbone as solo-learn does, on the meta device, so that a ``backbone.kwargs``
-    key its constructor does not take is refused naming the key and, from the signature of the
-    class built without it, the closest setting. The key is found by leaving each out in turn (a
-    ``TypeError`` that leaving one out does not cure, or any other failure, is left to the real
-    build, which reports it itself)."""
+    """Refuse a ``backbone.kwargs`` key the backbone's constructor does not take, found by building
+    it on the meta device leaving each key out in turn, naming the closest of the signature of the
+    class built without it. Other failures are left to the real build."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
@@ -106,20 +90,6 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
             f"backbone.kwargs.{key}",
             f"is not a setting of {owner} ({refused}): remove it or correct its name.",
         ) from None
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Hold back the warnings and log lines a backbone prints while it is built (the real build
-    prints them once)."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(previous)
 
 
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
@@ -149,9 +119,8 @@ PRECISIONS = (
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """The training keys that solo-learn or Lightning would otherwise fail on deep inside a run
-    (a ``ZeroDivisionError`` after the first epoch, a ``ValueError`` traceback) or take silently:
-    checked once, before solo-learn's ``parse_cfg``. None leaves a key to solo-learn's default."""
+    """The training keys solo-learn or Lightning would fail on deep inside a run or take silently,
+    checked before solo-learn's ``parse_cfg``; None leaves a key to solo-learn's default."""
 
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
@@ -169,28 +138,23 @@ class TrainingSettings:
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """A learning rate > 0 and a precision Lightning knows."""
-        read = KeyReader(cfg)
         if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
-            raise read.fail("optimizer.lr", f"must be a positive number, got {self.lr!r}.")
-        if self.precision is not None and str(self.precision) not in PRECISIONS:
-            close = closest_name(str(self.precision), PRECISIONS)
-            hint = f"; did you mean {close!r}?" if close else "."
-            raise read.fail(
-                "precision", f"must be one of {list(PRECISIONS)}, got {self.precision!r}{hint}"
+            raise KeyReader(cfg).fail(
+                "optimizer.lr", f"must be a positive number, got {self.lr!r}."
             )
+        if self.precision is not None:  # Lightning takes 32 and "32" alike
+            KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
 
 
 def check_training_basics(cfg: DictConfig) -> TrainingSettings:
-    """Refuse, naming the key and its allowed range, a training value solo-learn or Lightning would
-    fail on deep inside a run (:class:`TrainingSettings`)."""
+    """The checked :class:`TrainingSettings` of ``cfg``."""
     return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
 
 
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
-    """A labelled training set with fewer than ``needed`` classes (solo-learn counts the folder's
-    subfolders into ``data.num_classes``) is refused naming ``data.train_path``; ``reader`` says
-    who needs them."""
+    """Refuse a labelled training set with fewer than ``needed`` classes (``data.num_classes``, as
+    solo-learn counts the subfolders), naming ``data.train_path``; ``reader`` needs them."""
     classes = OmegaConf.select(cfg, "data.num_classes")
     labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
     if labelled and isinstance(classes, int) and classes < needed:
@@ -238,12 +202,7 @@ SECTION_KEYS = {
     ),
     "performance": ("disable_channel_last", "foreach_substitutes"),
     "scheduler": (
-        "interval",
-        "lr_decay_steps",
-        "min_lr",
-        "name",
-        "warmup_epochs",
-        "warmup_start_lr",
+        *("interval", "lr_decay_steps", "min_lr", "name", "warmup_epochs", "warmup_start_lr"),
     ),
     "wandb": ("enabled", "entity", "offline", "project", "watch_gradients"),
 }
@@ -251,9 +210,8 @@ SECTION_KEYS = {
 
 def check_key_typos(cfg: DictConfig) -> None:
     """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
-    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``
-    would leave ``max_epochs`` at the YAML's value, ``++optimizer.weight_decy=0`` the weight decay).
-    Keys far from every known one pass: solo-learn's configs are open to additions."""
+    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``);
+    keys far from every known one pass (solo-learn's configs are open to additions)."""
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -268,8 +226,7 @@ def check_key_typos(cfg: DictConfig) -> None:
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:
-    """Refuse ``accelerator: gpu`` on a machine where torch sees no CUDA device (Lightning would
-    stop deep inside the run), naming the fix."""
+    """Refuse ``accelerator: gpu`` where torch sees no CUDA device, naming the fix."""
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(

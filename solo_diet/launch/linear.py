@@ -1,50 +1,36 @@
 """``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
-LinearModel.
-
-Our own launcher calling solo-learn's library functions. Unlike solo-learn's script it fails when a
-backbone weight is missing from the checkpoint, honours ``data.augmentations.{crop_size,mean,std}``
-for custom data, and refuses fewer than 5 classes (LinearModel reports top-5 accuracy).
-
-Keys of our own, besides solo-learn's linear config:
-    probe (str): ``backbone`` (default) or ``sem`` (the SEM representation of a ``<name>_sem`` run).
-    sem_tau (float): temperature of the SEM probe; default the run's ``probe_tau``.
-    allow_pickle_checkpoint (bool): load a checkpoint that needs pickle, with a warning; by default
-        it is refused, since unpickling runs any code the file carries. Default False.
-"""
+``LinearModel``, through our own launcher. What it does beyond solo-learn's ``main_linear.py``, and
+its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``allow_pickle_checkpoint: True`` loads a
+checkpoint that needs pickle, with a warning (refused by default: unpickling runs any code)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_diet.config import ConfigError, KeyReader, check_run_name
-from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
+from solo_diet.config import ConfigError, KeyReader
+from solo_diet.launch.checkpointing import check_checkpoint_key, resume_checkpoint
 from solo_diet.launch.common import (
+    check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
-    normalize_devices,
     trainer_kwargs,
 )
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_class_count,
-    check_launch_cfg,
     check_solo_learn_choices,
 )
 from solo_diet.launch.loader_settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
-    CorruptCheckpoint,
     PretrainedCheckpoint,
     build_backbone,
-    check_checkpoint_file,
-    checkpoint_problem,
     load_backbone_weights,
     read_pretrain_args,
 )
@@ -56,14 +42,8 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
-    try:
-        check_checkpoint_file(Path(str(ckpt)))
-        allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
-        problem = checkpoint_problem(str(ckpt), allow_pickle=allow_pickle)
-        if problem is not None:
-            raise CorruptCheckpoint(str(ckpt), problem)
-    except ConfigError as err:
-        raise ConfigError(f"`pretrained_feature_extractor`: {err}") from None
+    allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
+    check_checkpoint_key("pretrained_feature_extractor", str(ckpt), allow_pickle)
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args = read_pretrain_args(str(ckpt))
@@ -113,20 +93,13 @@ def _loss_and_mixup(cfg: DictConfig):
 
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
-    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and,
-    when the training set was smaller than one batch, ``fitted_batch``
-    (:func:`~solo_diet.launch.gpu_data.fit_probe_batch`)."""
+    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and
+    ``fitted_batch`` when the training set was smaller than one batch."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
     from solo.utils.misc import make_contiguous
 
-    import solo_diet
-
-    solo_diet.register()
-    OmegaConf.set_struct(cfg, False)
-    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
-    normalize_devices(cfg)
     check_launch_cfg(cfg)
     check_accelerator_present(cfg)
     fill_from_pretrain_args(cfg)

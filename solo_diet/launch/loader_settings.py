@@ -1,35 +1,11 @@
-"""What the data paths read of a run besides its data format: the Hydra config read and checked
-once, at the launcher's boundary (after solo-learn's ``parse_cfg`` filled its defaults), into a
-frozen :class:`LoaderSettings`; every error is one line naming the key and the fix
-(:class:`~solo_diet.config.KeyReader`). The data paths (:mod:`solo_diet.launch.datapaths`) and
-:mod:`solo_diet.launch.gpu_data` take these settings, never the config.
-
-Keys (defaults in brackets; solo-learn's YAML files set most of them):
-
-- ``data.dataset``: solo-learn's dataset name (``custom`` for an image folder).
-- ``data.train_path``, ``data.val_path`` [null]: the training and validation sets.
-- ``data.fraction`` [-1]: the fraction of the training set used, as solo-learn's ``data_fraction``
-  (-1: all of it).
-- ``data.no_labels`` [false]: a custom training set without class folders.
-- ``data.num_workers`` [null]: loader worker processes; null leaves each loader its own default.
-- ``optimizer.batch_size`` [null]: the batch size per device (compare's feature loaders take
-  their own).
-- ``optimizer.lr`` [null]: the learning rate, scaled with a probe batch fitted to a small set.
-- ``seed`` [5, solo-learn's methods' default]: seeds the GPU data path's batch order and views.
-- ``devices`` x ``num_nodes`` [1 x 1]: the world size (one global batch is ``batch_size`` x it).
-- ``augmentations``: the pretraining views' nodes, handed as they are to solo-learn's pipeline
-  builders (``image_folder``, ``dali``); with the GPU data path also parsed into its
-  :class:`~solo_diet.data.pipeline.MultiCropAugmentation` here.
-- the probe's node (``augmentations[0]`` when pretraining, ``data.augmentations`` for a linear
-  probe): ``crop_size``, ``crop_min_scale`` [0.08], ``mean`` and ``std`` [ImageNet's], read
-  into a :class:`ProbeAugmentation` (custom data needs ``crop_size``; solo-learn's named sets use
-  their own pipelines).
-- ``data.num_large_crops``, ``data.num_small_crops`` [0]: counted by solo-learn's ``parse_cfg``.
-- ``debug_augmentations`` [false]: print the pretraining transforms.
-"""
+"""What the data paths read of a run besides its data format, read and checked once at the
+launcher's boundary (after solo-learn's ``parse_cfg`` filled its defaults) into a frozen
+:class:`LoaderSettings`; every error is one line naming the key and the fix. The keys and their
+defaults: docs/launchers.md, "Settings and data paths"."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
@@ -46,9 +22,7 @@ LINEAR_PROBE_NODE = "data.augmentations"  # a linear probe's (and compare's eval
 
 
 class ProbeAugmentation(NamedTuple):
-    """A probe's transforms on custom data: random resized crop to ``crop_size`` (scale from
-    ``min_scale``) for training, resize and center crop for evaluation; normalised by
-    ``mean``/``std``."""
+    """A probe's crop and statistics on custom data."""
 
     crop_size: int
     min_scale: float
@@ -82,6 +56,30 @@ class LoaderSettings:
         """``data.num_workers``, or ``default`` when the config leaves it out."""
         return default if self.num_workers is None else self.num_workers
 
+    def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
+        """A probe's training set smaller than one global batch would give no training batch (the
+        incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device,
+        scale the learning rate with it (solo-learn's linear scaling) and say so in one line.
+        Returns what was fitted (the launcher writes it into the probe's config), or None."""
+        world, batch = self.world_size, self.batch_size
+        if num_samples >= batch * world:
+            return None
+        fitted = num_samples // world
+        if fitted < 1:
+            raise ConfigError(
+                f"the probe's training set has {num_samples} images, fewer than the {world} "
+                "devices: add images or use fewer devices."
+            )
+        scaled = self.lr * fitted / batch
+        devices = f" x {world} devices" if world > 1 else ""
+        print(
+            f"solo-diet linear: the training set has {num_samples} images, fewer than one batch "
+            f"(optimizer.batch_size={batch}{devices}, incomplete batches dropped): the probe "
+            f"trains at optimizer.batch_size={fitted}, learning rate {self.lr:g} -> {scaled:g}.",
+            flush=True,
+        )
+        return FittedBatch(num_samples, fitted, batch, scaled)
+
     def check_one_global_batch(self, num_samples: int) -> None:
         """Refuse a pretraining set smaller than one global batch: it would give no batch (the
         incomplete one is dropped), or stop a method's own batch sampler mid-run."""
@@ -96,7 +94,7 @@ class LoaderSettings:
 @dataclass(frozen=True)
 class FittedBatch:
     """A probe batch lowered to a training set smaller than one global batch, and its learning
-    rate scaled with it (``fit_probe_batch``); the launcher writes both into the probe's config."""
+    rate scaled with it (:meth:`LoaderSettings.fit_probe_batch`)."""
 
     train_images: int
     batch_size: int
@@ -105,11 +103,7 @@ class FittedBatch:
 
     def report(self) -> dict[str, int]:
         """What ``solo-diet linear`` returns as ``fitted_batch`` (and compare's report says)."""
-        return {
-            "train_images": self.train_images,
-            "batch_size": self.batch_size,
-            "configured_batch_size": self.configured_batch_size,
-        }
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "lr"}
 
 
 def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
@@ -136,6 +130,10 @@ def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[
     return tuple(float(v) for v in value)
 
 
+def _optional_int(read: KeyReader, key: str, minimum: int) -> Optional[int]:
+    return None if read.value(key, None) is None else read.int(key, minimum)
+
+
 def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
     """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
     node = OmegaConf.select(cfg, node_key)
@@ -150,9 +148,8 @@ def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmen
 def parse_loader_settings(
     cfg: DictConfig, data: DataSettings, probe_node: str = LINEAR_PROBE_NODE
 ) -> LoaderSettings:
-    """Read and check what the data paths read (module docstring) of a parsed cfg; ``probe_node``
-    is the key of the probe's augmentation node. With the GPU data path (``data.gpu`` set) the
-    pretraining nodes are parsed into its augmentation here, once."""
+    """What the data paths read of a parsed cfg, checked (``probe_node``: the probe's augmentation
+    node; with the GPU data path the pretraining nodes are parsed into its augmentation)."""
     read = KeyReader(cfg)
     dataset = read.value("data.dataset")
     if not isinstance(dataset, str):
@@ -160,7 +157,6 @@ def parse_loader_settings(
     fraction = read.value("data.fraction", -1)
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
-    batch_size = read.value("optimizer.batch_size", None)
     lr = read.value("optimizer.lr", None)
     nodes = tuple(read.value("augmentations", ()))
     views = None
@@ -174,12 +170,8 @@ def parse_loader_settings(
         val_path=None if paths[1] is None else str(paths[1]),
         fraction=float(fraction),
         no_labels=read.bool("data.no_labels", default=False),
-        num_workers=(
-            None
-            if read.value("data.num_workers", None) is None
-            else read.int("data.num_workers", 0)
-        ),
-        batch_size=None if batch_size is None else read.int("optimizer.batch_size", 1),
+        num_workers=_optional_int(read, "data.num_workers", 0),
+        batch_size=_optional_int(read, "optimizer.batch_size", 1),
         lr=None if lr is None else float(lr),
         seed=read.int("seed", 0, default=SOLO_LEARN_SEED),
         world_size=world_size(cfg),

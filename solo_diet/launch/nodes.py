@@ -1,13 +1,6 @@
-"""Runs over several machines: the checks behind ``num_nodes`` (docs/multi-node.md).
-
-solo-learn reads ``num_nodes`` at the top level of its config (default 1), scales the lr by
-``batch_size * devices * num_nodes / 256`` and hands it to Lightning's ``Trainer``, which runs one
-process per device on every node. Lightning learns each process's place from the scheduler that
-started it (torchrun, SLURM's ``srun``, LSF, MPI) or, on plain machines, from ``MASTER_ADDR``,
-``MASTER_PORT`` and ``NODE_RANK``. A mistake there does not fail: the nodes wait for each other
-forever, or each trains alone. :func:`check_nodes` refuses those set-ups in one line before any data
-is read.
-"""
+"""Runs over several machines (docs/multi-node.md): a mistake in ``num_nodes``, ``devices`` or the
+cluster's variables does not fail, the nodes wait for each other forever or each trains alone, so
+:func:`check_nodes` refuses those set-ups in one line before any data is read."""
 
 from __future__ import annotations
 
@@ -51,8 +44,7 @@ def devices_per_node(cfg: DictConfig) -> Optional[int]:
 
 def scheduler(environ: Mapping[str, str]) -> str:
     """The cluster environment Lightning will read ranks from, in its own order: ``torchrun``,
-    ``slurm`` (``srun``, not an interactive job), ``lsf``, ``mpi``, else ``plain``
-    (LightningEnvironment: the variables above, or one machine)."""
+    ``slurm`` (``srun``, not an interactive job), ``lsf``, ``mpi``, else ``plain``."""
     if all(k in environ for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")):
         return "torchrun"
     if "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
@@ -69,11 +61,7 @@ def scheduler(environ: Mapping[str, str]) -> str:
 
 def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) -> None:
     """Refuse, in one line naming the key or variable and the fix, what would hang a run over
-    several nodes or split it into lone runs: ``num_nodes`` not a positive integer; a ``trainer``
-    section holding it (solo-learn reads it at the top level); without a scheduler, ``NODE_RANK``
-    outside ``num_nodes``; with ``num_nodes > 1``: a one-process strategy, ``devices: auto``, more
-    GPUs per node than the machine has, a plain cluster's missing variables, or a scheduler's counts
-    that differ from ``num_nodes`` and ``devices``."""
+    several nodes or split it into lone runs (docs/multi-node.md lists them)."""
     environ = os.environ if environ is None else environ
     nested = OmegaConf.select(cfg, "trainer.num_nodes", default=None)
     if nested is not None:
@@ -143,7 +131,7 @@ def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> None:
 
 def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
     """Machines without a scheduler: every node needs the main node's address and port and its own
-    number (without them each node would wait on a port of its own choosing, forever)."""
+    number."""
     missing = [
         name
         for name in PLAIN_CLUSTER_VARIABLES
@@ -201,8 +189,8 @@ def _check_torchrun(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> 
 
 
 def check_one_node(cfg: DictConfig) -> None:
-    """``solo-diet compare`` schedules every job on the GPUs of the machine it runs on (one job per
-    GPU slot, a lock in its output folder): ``num_nodes > 1`` is refused, naming what to run."""
+    """``solo-diet compare`` runs its jobs on the GPUs of one machine: ``num_nodes > 1`` is refused,
+    naming what to run."""
     nodes = num_nodes(cfg)
     if nodes > 1:
         raise ConfigError(

@@ -1,12 +1,6 @@
-"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included.
-
-Our own launcher calling solo-learn's library functions. Differences from solo-learn's script:
-single-view methods are allowed; ``method_kwargs.num_samples`` is computed from the real training
-set for methods that use dataset indices; DALI is refused for them unless indices are encoded;
-wandb gradient watching is optional; ``augmentations[i].random_erasing.prob`` is supported;
-solo-learn's ``LARS`` and ``MomentumUpdater`` run as their same-math foreach versions unless
-``performance.foreach_substitutes: False`` (``solo_diet.methods.substitutes``).
-"""
+"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included,
+through our own launcher. What it does beyond solo-learn's ``main_pretrain.py``:
+docs/launchers.md."""
 
 from __future__ import annotations
 
@@ -17,22 +11,20 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
+from solo_diet.config import ConfigError, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
-from solo_diet.launch.checkpointing import RUN_NAME_FIX, resume_checkpoint
+from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
     already_finished,
+    check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
-    normalize_devices,
     trainer_kwargs,
 )
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
-from solo_diet.launch.errors import name_unreadable_images
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_class_count,
-    check_launch_cfg,
     check_solo_learn_choices,
 )
 from solo_diet.launch.loader_settings import (
@@ -47,14 +39,6 @@ from solo_diet.launch.settings import (
 )
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
-
-
-def check_augmentations(cfg: DictConfig) -> None:
-    """Every augmentation node holds only keys of solo-learn's pipeline, whatever the data path
-    (solo-learn's own transforms ignore the others)."""
-    for index, node in enumerate(cfg.augmentations):
-        with core_errors_named(GPU_ARGUMENT_KEYS):
-            check_augmentation_keys(node, f"nodes[{index}]")
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
@@ -74,26 +58,23 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 
 
 def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
-    """What ``run_pretrain`` does to a composed cfg before reading any data: devices, data
-    settings, solo-learn's ``parse_cfg``; returns it with the registered method class and its
-    contract."""
+    """:func:`prepare_run`'s parsed cfg, method class and contract."""
     cfg, method_cls, contract, *_ = prepare_run(cfg)
     return cfg, method_cls, contract
 
 
 def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:
-    """:func:`prepare_cfg`, the run's data path, chosen once from its checked settings, and the
-    settings its loaders read, parsed once from the parsed cfg."""
+    """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
+    the method class and contract, the data path and its loader settings, each made once."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
-    OmegaConf.set_struct(cfg, False)
-    check_run_name(OmegaConf.select(cfg, "name"), "`name`", RUN_NAME_FIX)
-    normalize_devices(cfg)
     check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
-    check_augmentations(cfg)
+    with core_errors_named(GPU_ARGUMENT_KEYS):  # solo-learn's transforms ignore unknown keys
+        for index, node in enumerate(cfg.augmentations):
+            check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
     check_class_count(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
@@ -108,9 +89,8 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
-    """The method as the launcher trains it: built from the parsed cfg, with our same-math
-    substitutes (named in one printed line); contiguous, channels-last unless
-    ``performance.disable_channel_last``."""
+    """The method as the launcher trains it: our same-math substitutes (named in one printed
+    line), contiguous, channels-last unless ``performance.disable_channel_last``."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)
@@ -124,16 +104,10 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
-    """Pretrain ``cfg.method`` as solo-learn would; returns the last checkpoint path (or None).
-
-    ``extra_callbacks`` (Lightning callbacks) are added to the Trainer's (``solo-diet compare``).
-    An interrupted fit raises ``solo_diet.launch.errors.Interrupted``; resuming a run that already
-    reached ``max_epochs`` trains nothing and returns its checkpoint."""
+    """Pretrain ``cfg.method`` with ``extra_callbacks`` besides ours; returns the last checkpoint
+    path (or None). An interrupted fit raises ``Interrupted``; a finished run trains nothing."""
     from lightning.pytorch import Trainer, seed_everything
 
-    import solo_diet
-
-    solo_diet.register()
     check_accelerator_present(cfg)
     cfg, method_cls, contract, data_path, loader_settings = prepare_run(cfg)
     seed_everything(cfg.seed)
@@ -141,7 +115,6 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     # the method's batch order reads its own keys: its hook gets the config solo-learn's model gets
     batch_sampler = functools.partial(contract.train_batch_sampler, cfg)
     train_data = data_path.pretrain_data(loader_settings, batch_sampler)
-    name_unreadable_images(getattr(train_data.source, "dataset", None))
     set_num_samples(cfg, contract, train_data.num_samples)
     val_loader = data_path.val_loader(loader_settings)
 

@@ -1,8 +1,6 @@
-"""The overall progress line of a command made of several steps (``demo``, ``compare``): step k of
-n, time elapsed and an estimate of the time left, from the time so far and each step's weight
-(its share of the work, e.g. its epochs). With ``from_epochs`` (``demo``) the estimate is made
-only from measured training epochs (:meth:`OverallProgress.epoch_callback`): the time per weight
-unit of the epochs trained so far, times the weight left."""
+"""The overall progress line of a command of several steps (``demo``, ``compare``): step k of n,
+time elapsed and the time left, from the time so far and each step's weight (its share of the
+work), or with ``from_epochs`` from the measured training epochs only."""
 
 from __future__ import annotations
 
@@ -29,8 +27,6 @@ class OverallProgress:
         clock: Callable[[], float] = time.monotonic,
         from_epochs: bool = False,
     ) -> None:
-        if min(weights, default=1) <= 0:
-            raise ValueError(f"step weights must be positive, got {list(weights)}")
         self.prefix, self.weights, self.say, self.clock = prefix, list(weights), say, clock
         self.started = clock()
         self.skipped = 0.0  # weight done before this process started (a resumed fit's epochs)

@@ -1,9 +1,5 @@
-"""Reference checkpoints: an untrained backbone and the raw pixels, probed like a pretraining run.
-
-Each is a ``.ckpt`` file with ``backbone.*`` tensors next to an ``args.json``, the layout of
-solo-learn's pretraining checkpoints, so ``solo-diet linear`` and ``solo-diet compare``'s
-evaluation take them unchanged.
-"""
+"""Reference checkpoints, an untrained backbone and the raw pixels, in the layout of solo-learn's
+pretraining checkpoints (``backbone.*`` tensors beside an ``args.json``), probed like a run."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
-
-SOLO_DEFAULT_SEED = 5  # solo-learn's parse_cfg default for a config without `seed`
+from solo_diet.methods._common import SOLO_LEARN_SEED
 
 
 def _save(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
@@ -35,7 +30,7 @@ def save_random_init(cfg: DictConfig, path: Path) -> Path:
 
     from solo_diet.methods.checkpoint import build_backbone
 
-    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_DEFAULT_SEED))
+    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_LEARN_SEED))
     kwargs = OmegaConf.select(cfg, "backbone.kwargs", default=None)
     args = {
         "method": str(cfg.method),

@@ -1,19 +1,6 @@
-"""The data and performance settings of a launch: the Hydra config read, filled and checked once,
-at the launcher's boundary, into frozen dataclasses; every error is one line naming the key and the
-fix.
-
-The data format is read here and nowhere else but the data-path factory
-(:mod:`solo_diet.launch.datapaths`); everything below asks :class:`DataSettings` or the
-:class:`~solo_diet.launch.datapaths.DataPath` it chose.
-
-Keys: ``data.format`` (default ``image_folder``, a format of :mod:`solo_diet.launch.datapaths`),
-then the section its data path reads, each a frozen dataclass whose fields are the keys with their
-defaults (:class:`GPUDataSettings` for ``data.gpu``, :class:`DaliSettings` for ``dali``; their
-meaning: docs/data-path.md), and ``performance`` (:class:`PerformanceSettings`, docs/launchers.md).
-The ``data.gpu`` keys are read only with the GPU data format, the ``dali`` keys with ``dali``. What
-the data paths read besides (dataset, paths, batch, seed, augmentations) is parsed by
-:mod:`solo_diet.launch.loader_settings`.
-"""
+"""The data and performance settings of a launch, read, filled and checked once at the launcher's
+boundary into frozen dataclasses (docs/launchers.md, "Settings and data paths"). The data format is
+read here and by the data-path factory (:mod:`solo_diet.launch.datapaths`), nowhere else."""
 
 from __future__ import annotations
 
@@ -58,7 +45,9 @@ class GPUDataSettings:
 
     def checked(self, cfg: DictConfig) -> "GPUDataSettings":
         """The storage and corrupt-file choices (torch modules: imported when a GPU path is
-        parsed) and the loader's device."""
+        parsed) and where batches are made, from ``accelerator``."""
+        import torch
+
         from solo_diet.data.loader import STORAGES
         from solo_diet.data.stream import ON_CORRUPT
 
@@ -71,7 +60,14 @@ class GPUDataSettings:
             )
         read.choice("data.gpu.storage", (*STORAGES, "stream"), default=self.storage)
         read.choice("data.gpu.on_corrupt", ON_CORRUPT, default=self.on_corrupt)
-        return replace(self, device=loader_device(cfg))
+        accelerator = str(read.value("accelerator", "auto"))
+        if accelerator == "auto":
+            accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+        if accelerator not in ("gpu", "cuda", "cpu"):
+            raise ConfigError(
+                f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}."
+            )
+        return replace(self, device="cpu" if accelerator == "cpu" else "cuda")
 
 
 @dataclass(frozen=True)
@@ -117,48 +113,23 @@ DATA_PATH_SECTIONS = {
 }
 
 
-def loader_device(cfg: DictConfig) -> str:
-    """Where the GPU data path makes batches, from ``accelerator``: ``cuda`` (each process's GPU)
-    or ``cpu``."""
-    import torch
-
-    accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto"))
-    if accelerator in ("gpu", "cuda"):
-        return "cuda"
-    if accelerator == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if accelerator == "cpu":
-        return "cpu"
-    raise ConfigError(f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}.")
-
-
-def choose_data_format(requested: str, on_gpu: bool) -> str:
-    """``auto`` is the GPU data path on a GPU and solo-learn's image-folder loader otherwise."""
+def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
+    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
+    error): ``auto`` is the GPU data path on a GPU, solo-learn's image-folder loader otherwise."""
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
     if requested == "auto":
         return "gpu" if on_gpu else "image_folder"
     return requested
 
 
-def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
-    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
-    error), ``auto`` resolved by :func:`choose_data_format`."""
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ValueError(f"{key} must be one of {LAUNCH_DATA_FORMATS}, got {requested!r}.")
-    return choose_data_format(requested, on_gpu)
-
-
 def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
-    """A compare spec's data format: ``auto`` is the GPU data path (docs/data-path.md) when torch
-    sees a GPU, solo-learn's image-folder loader otherwise; written back into the spec."""
+    """A compare spec's data format (:func:`resolve_launch_format`), written back into the spec."""
     import torch
 
     requested = OmegaConf.select(spec, FORMAT_KEY)
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ConfigError(
-            f"{spec_path}: `{FORMAT_KEY}` must be one of {list(LAUNCH_DATA_FORMATS)}, got "
-            f"{requested!r}."
-        )
-    resolved = choose_data_format(requested, torch.cuda.is_available())
+    key = f"{spec_path}: `{FORMAT_KEY}`"
+    resolved = resolve_launch_format(requested, torch.cuda.is_available(), key)
     OmegaConf.update(spec, FORMAT_KEY, resolved)
     return resolved
 

@@ -1,12 +1,7 @@
-"""The strategy our launchers build for ``strategy: ddp``.
-
-solo-learn's recipes name ``ddp`` also for one GPU, and its methods log with ``sync_dist=True``.
-Lightning's ``DDPStrategy`` reduces each such value, every step, by ``torch.distributed.barrier``
-and a blocking ``all_reduce``; on NCCL the barrier waits for the whole GPU (the CUDA sync debug mode
-does not see it, the host does). Over one process every reduction is the value itself, bit for bit
-(a sum or mean of one), so :class:`OneProcessAwareDDP` returns it unreduced there and is
-Lightning's ``DDPStrategy`` everywhere else (several processes, gradients, samplers, barriers).
-"""
+"""The strategy our launchers build for ``strategy: ddp``: over one process Lightning's
+``DDPStrategy`` still reduces every value logged with ``sync_dist=True`` through a barrier that
+waits for the whole GPU, where the reduction of one value is the value itself
+(docs/data-path.md)."""
 
 from __future__ import annotations
 

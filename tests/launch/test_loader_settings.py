@@ -13,10 +13,8 @@ from omegaconf import OmegaConf
 
 from solo_diet.config import ConfigError
 from solo_diet.data.pipeline import MultiCropAugmentation
-from solo_diet.launch import gpu_data
 from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
-from solo_diet.launch.gpu_data import fit_probe_batch
 from solo_diet.launch.loader_settings import (
     PRETRAIN_PROBE_NODE,
     FittedBatch,
@@ -56,14 +54,11 @@ def test_the_data_paths_and_the_gpu_loaders_take_settings_never_a_config():
     from solo_diet.launch.datapaths.stream import StreamPath
 
     typed = {}
-    for cls in {DataPath, *REGISTRY.values(), StreamPath}:
+    for cls in {DataPath, *REGISTRY.values(), StreamPath, LoaderSettings}:
         for name, member in inspect.getmembers(cls, inspect.isfunction):
             if not name.startswith("_"):
                 typed[f"{cls.__name__}.{name}"] = _hints(member)
-    for name, member in inspect.getmembers(gpu_data, inspect.isfunction):
-        if member.__module__ == gpu_data.__name__ and not name.startswith("_"):
-            typed[f"gpu_data.{name}"] = _hints(member)
-    assert "DataPath.pretrain_data" in typed and "gpu_data.fit_probe_batch" in typed
+    assert "DataPath.pretrain_data" in typed and "LoaderSettings.fit_probe_batch" in typed
     assert "StreamPath.read_split" in typed
     assert "LoaderSettings" in typed["GPUPath.feature_loaders"]["run"]
     assert not {
@@ -131,11 +126,11 @@ def test_each_bad_key_is_one_line_naming_it(top, probe_node, message):
 
 def test_a_probe_batch_is_fitted_and_returned_not_written(capsys):
     run = LoaderSettings("custom", batch_size=8, lr=0.4, world_size=2)
-    assert fit_probe_batch(run, 16) is None  # one global batch fits
-    fitted = fit_probe_batch(run, 7)
+    assert run.fit_probe_batch(16) is None  # one global batch fits
+    fitted = run.fit_probe_batch(7)
     assert fitted == FittedBatch(7, 3, 8, fitted.lr) and fitted.lr == pytest.approx(0.15)
     assert fitted.report() == {"train_images": 7, "batch_size": 3, "configured_batch_size": 8}
     assert (run.batch_size, run.lr) == (8, 0.4)  # the settings are left as they were
     assert "learning rate 0.4 -> 0.15" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="fewer than the 2 devices"):
-        fit_probe_batch(run, 1)
+        run.fit_probe_batch(1)

@@ -1,9 +1,6 @@
 """One data path per data format, chosen once by :func:`make_data_path` from the run's
-:class:`~solo_diet.launch.settings.DataSettings`, behind :class:`DataPath`'s interface.
-
-Every module of this package is imported here, so a new format is one new module defining a
-:class:`DataPath` subclass with its ``formats`` (the settings then accept them); the three
-shipped modules come first, which keeps the formats' listed order."""
+:class:`~solo_diet.launch.settings.DataSettings`. Every module of this package is imported here
+(the shipped ones first, in the formats' listed order), so a new format is one new module."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The interface every data path gives the launchers and compare's evaluation: pretraining data,
-the online probe's val loader, the linear probe's loaders, the feature loaders and LiDAR's views,
-each from the run's checked settings (:mod:`solo_diet.launch.loader_settings`), never its config.
-
-A subclass names the data formats it serves in ``formats``; defining it registers it with the
-factory (:func:`solo_diet.launch.datapaths.make_data_path`), so a new format is one new module in
-this package."""
+"""The interface every data path gives the launchers and compare's evaluation, each method taking
+the run's checked settings, never its config. Defining a subclass registers its ``formats`` with
+the factory (:func:`solo_diet.launch.datapaths.make_data_path`)."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ REGISTRY: dict[str, type["DataPath"]] = {}
 @dataclass(frozen=True)
 class ViewRequest:
     """LiDAR's views: ``views`` augmented views (augmentation ``node``, or the probe's training
-    transform when None) of each val image ``choose(number of images)`` picks, made
-    ``batch_size`` at a time on ``device`` where the path augments there, seeded by ``seed``."""
+    transform when None) of each val image ``choose(number of images)`` picks, seeded."""
 
     node: Optional[DictConfig]
     choose: Callable[[int], torch.Tensor]
@@ -40,8 +35,8 @@ class ViewRequest:
 
 @dataclass
 class PretrainData:
-    """What pretraining reads: a loader (or a datamodule), the training set's size N and whether
-    the method's own batch sampler orders the batches (it then splits the ranks itself)."""
+    """A loader (or a datamodule), the training set's size N and whether the method's own batch
+    sampler orders the batches (it then splits the ranks itself)."""
 
     source: Any
     num_samples: int
@@ -49,12 +44,10 @@ class PretrainData:
 
 
 class DataPath:
-    """One data format's loaders, built from the run's checked :class:`DataSettings`; each
-    method takes the run's checked :class:`LoaderSettings`, never its config."""
+    """One data format's loaders, built from the run's checked :class:`DataSettings`."""
 
     formats: ClassVar[tuple[str, ...]] = ()
-    # the section of DataSettings this path reads ("gpu", "dali"; None: no keys of its own), which
-    # the settings parser (solo_diet.launch.datapaths.parse_data_settings) fills and checks
+    # the section of DataSettings this path reads ("gpu", "dali"; None: no keys of its own)
     reads: ClassVar[Optional[str]] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -67,13 +60,11 @@ class DataPath:
 
     @classmethod
     def serving(cls, settings: DataSettings) -> type["DataPath"]:
-        """The class that serves ``settings`` (this one; a path may hand its settings to a
-        subclass)."""
+        """The class that serves ``settings`` (this one, or a subclass it chooses)."""
         return cls
 
     def close(self) -> None:
-        """Release what the loaders made hold after a fit (the launchers call it when a fit
-        ends, however it ends); nothing by default."""
+        """Release what the loaders hold, once a fit ends however it ends; nothing by default."""
 
     def check(self, method: str, contract: Any) -> None:
         """Refuse, before any data is read, what this path cannot give ``method`` (its
@@ -82,9 +73,9 @@ class DataPath:
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """The pretraining batches ``[indexes, [views...], targets]``; ``batch_sampler(dataset)``
-        (the method's contract's ``train_batch_sampler`` bound to its config by the launcher:
-        s-DIET's) may order them where the path allows; None or a None sampler: shuffled."""
+        """The pretraining batches ``[indexes, [views...], targets]``, ordered by
+        ``batch_sampler(dataset)`` (the method's own, s-DIET's) where given and not None, else
+        shuffled."""
         raise NotImplementedError
 
     def val_loader(self, run: LoaderSettings) -> Optional[Any]:
@@ -103,13 +94,12 @@ class DataPath:
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
         """``solo-diet linear``'s training and validation loaders, and the batch fitted to a
-        training set smaller than one batch (``fit_probe_batch``; the launcher writes it into the
-        probe's config), or None."""
+        training set smaller than one batch (:meth:`LoaderSettings.fit_probe_batch`) or None."""
         raise NotImplementedError
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
-        """Every image of the probe's (``run``: a linear probe's settings) train and val sets once,
-        in order, eval-transformed: features for kNN, RankMe, k-means. Not split over ranks."""
+        """Every image of the probe's train and val sets once, in order, eval-transformed (for
+        kNN, RankMe, k-means); not split over ranks."""
         raise NotImplementedError
 
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:

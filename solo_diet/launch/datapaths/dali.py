@@ -11,18 +11,7 @@ from solo_diet.config import ConfigError
 from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
 from solo_diet.launch.loader_settings import LoaderSettings
-from solo_diet.launch.settings import (
-    FORMAT_KEY,
-    DaliSettings,
-    dali_installed,
-)
-
-
-def _uses_erasing(run: LoaderSettings) -> bool:
-    return any(
-        float(OmegaConf.select(a, "random_erasing.prob", default=0.0)) > 0
-        for a in run.augmentations
-    )
+from solo_diet.launch.settings import FORMAT_KEY, DaliSettings, dali_installed
 
 
 class DaliPath(ImageFolderPath):
@@ -30,10 +19,6 @@ class DaliPath(ImageFolderPath):
 
     formats = ("dali",)
     reads = "dali"
-
-    @property
-    def solo_format(self) -> str:
-        return "image_folder"  # solo-learn's classification loaders read the same folder
 
     @property
     def dali(self) -> DaliSettings:
@@ -62,14 +47,11 @@ class DaliPath(ImageFolderPath):
                 f"{FORMAT_KEY}=gpu (batched augmentations on the GPU) or "
                 f"{FORMAT_KEY}=image_folder."
             )
-        from solo.data.dali_dataloader import (
-            PretrainDALIDataModule,
-            build_transform_pipeline_dali,
-        )
+        from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
         from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation
         from solo.utils.misc import compute_dataset_size
 
-        if _uses_erasing(run):
+        if any(OmegaConf.select(a, "random_erasing.prob", default=0) for a in run.augmentations):
             raise ConfigError(
                 f"`augmentations[].random_erasing` is not available with {FORMAT_KEY}=dali."
             )

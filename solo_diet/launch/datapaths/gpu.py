@@ -12,10 +12,14 @@ from typing import Any, ClassVar, Optional
 import torch
 
 from solo_diet.data.loader import GPUBatchLoader
-from solo_diet.data.pipeline import MultiCropAugmentation
+from solo_diet.data.pipeline import (
+    IMAGENET_STATS,
+    EvalTransform,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)
 from solo_diet.data.tensor_data import load_images
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
-from solo_diet.launch.gpu_data import fit_probe_batch, probe_transforms
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
@@ -23,6 +27,28 @@ from solo_diet.launch.settings import (
     GPUDataSettings,
     core_errors_named,
 )
+
+# solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
+PROBE_PIPELINES = {
+    "cifar10": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "cifar100": (32, (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261), 32),
+    "stl10": (96, (0.4914, 0.4823, 0.4466), (0.247, 0.243, 0.261), 96),
+    "imagenet": (224, *IMAGENET_STATS, 256),
+    "imagenet100": (224, *IMAGENET_STATS, 256),
+}
+
+
+def probe_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
+    """GPU twins of :func:`~solo_diet.launch.datapaths.image_folder.classification_transforms`:
+    ``(train, eval)``; ``probe`` (custom data's crop and statistics) is unused for solo-learn's
+    named sets."""
+    if dataset in PROBE_PIPELINES:
+        crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
+        min_scale = 0.08
+    else:
+        (crop_size, min_scale, mean, std), resize_size = probe, None
+    train = ProbeTrainTransform(crop_size, mean, std, min_scale=min_scale)
+    return train, EvalTransform(crop_size, mean, std, resize_size=resize_size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +81,6 @@ class GPUPath(DataPath):
 
     @property
     def gpu(self) -> GPUDataSettings:
-        assert self.settings.gpu is not None, "parse_data_settings fills them for this path"
         return self.settings.gpu
 
     def load_split(self, run: LoaderSettings, split: str, fraction: float = -1.0) -> Any:
@@ -131,7 +156,7 @@ class GPUPath(DataPath):
         ``data.fraction`` as solo-learn) and validation loaders, and the fitted batch."""
         train_transform, _ = probe_transforms(run.dataset, run.probe)
         data = self.load_split(run, "train", fraction=run.fraction)
-        fitted = fit_probe_batch(run, len(data))
+        fitted = run.fit_probe_batch(len(data))
         if fitted:
             run = dataclasses.replace(run, batch_size=fitted.batch_size, lr=fitted.lr)
         with core_errors_named(GPU_ARGUMENT_KEYS):

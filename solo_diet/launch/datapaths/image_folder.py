@@ -3,6 +3,7 @@ worker processes, as solo-learn's scripts train."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any, Optional
 
@@ -11,10 +12,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError
-from solo_diet.launch.common import classification_transforms
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
-from solo_diet.launch.gpu_data import fit_probe_batch
 from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 
 
@@ -35,6 +34,32 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
     return pipeline
 
 
+def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
+    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
+    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
+    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
+    is fixed at 224 px and ImageNet statistics."""
+    from solo.data.classification_dataloader import prepare_transforms
+    from torchvision import transforms
+
+    if dataset != "custom":
+        return prepare_transforms(dataset)
+    crop_size, crop_min_scale, mean, std = probe
+    normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
+    train = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
+        + normalize
+    )
+    val = transforms.Compose(
+        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
+        + normalize
+    )
+    return train, val
+
+
 class ImageFolderPath(DataPath):
     """solo-learn's ``prepare_datasets`` / ``prepare_dataloader`` in the format it reads."""
 
@@ -42,8 +67,8 @@ class ImageFolderPath(DataPath):
 
     @property
     def solo_format(self) -> str:
-        """The format handed to solo-learn's dataset builders."""
-        return self.settings.format
+        """The format handed to solo-learn's dataset builders (DALI's probes read the folder)."""
+        return "h5" if self.settings.format == "h5" else "image_folder"
 
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
@@ -73,15 +98,13 @@ class ImageFolderPath(DataPath):
                 data_fraction=run.fraction,
             )
         run.check_one_global_batch(len(train_dataset))
+        name_unreadable_images(train_dataset)
         sampler = None if batch_sampler is None else batch_sampler(train_dataset)
         if sampler is not None:
             from torch.utils.data import DataLoader
 
             loader = DataLoader(
-                train_dataset,
-                batch_sampler=sampler,
-                num_workers=run.num_workers,
-                pin_memory=True,
+                train_dataset, batch_sampler=sampler, num_workers=run.num_workers, pin_memory=True
             )
         else:
             loader = prepare_dataloader(
@@ -90,12 +113,12 @@ class ImageFolderPath(DataPath):
         return PretrainData(loader, len(train_dataset), sampler is not None)
 
     def _datasets(self, run: LoaderSettings, train_transform, val_transform, fraction=-1.0):
-        """solo-learn's classification (train, val) datasets of the probe's paths, with these
-        transforms (None: raw PIL images); ``fraction`` of the training set."""
+        """solo-learn's classification (train, val) datasets, with these transforms (None: PIL
+        images) and ``fraction`` of the training set, each unreadable image named."""
         from solo.data.classification_dataloader import prepare_datasets
 
         with download_failure_named(run, "train_path", "val_path"):
-            return prepare_datasets(
+            datasets = prepare_datasets(
                 run.dataset,
                 train_transform,
                 val_transform,
@@ -104,39 +127,31 @@ class ImageFolderPath(DataPath):
                 data_format=self.solo_format,
                 data_fraction=fraction,
             )
+        for dataset in datasets:
+            name_unreadable_images(dataset)
+        return datasets
 
-    def _classification_datasets(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fraction: float = -1
-    ):
-        """The probe's datasets with our transforms (``probe``: custom data's crop and
-        statistics), each unreadable image named."""
-        train_set, val_set = self._datasets(
-            run, *classification_transforms(run.dataset, probe), fraction
-        )
-        name_unreadable_images(train_set)
-        name_unreadable_images(val_set)
-        return train_set, val_set
-
-    @staticmethod
-    def _classification_loaders(run: LoaderSettings, train_set, val_set, batch_size: int):
-        """solo-learn's loaders of the probe's datasets (train shuffled, val in order)."""
+    def _probe_loaders(
+        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fitted: bool = False
+    ) -> tuple[Any, Any, Optional[FittedBatch]]:
+        """solo-learn's loaders of the probe's datasets with our transforms (train shuffled, val
+        in order), and with ``fitted`` the batch fitted to a small training set."""
         from solo.data.classification_dataloader import prepare_dataloaders
 
-        return prepare_dataloaders(
-            train_set, val_set, batch_size=batch_size, num_workers=run.num_workers
-        )
+        fraction = run.fraction if fitted else -1.0
+        datasets = self._datasets(run, *classification_transforms(run.dataset, probe), fraction)
+        fit = run.fit_probe_batch(len(datasets[0])) if fitted else None
+        batch = fit.batch_size if fit else run.batch_size
+        loaders = prepare_dataloaders(*datasets, batch_size=batch, num_workers=run.num_workers)
+        return (*loaders, fit)
 
     def classification_val_loader(
         self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
     ) -> Any:
-        datasets = self._classification_datasets(run, probe)
-        return self._classification_loaders(run, *datasets, batch_size)[1]
+        return self._probe_loaders(dataclasses.replace(run, batch_size=batch_size), probe)[1]
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        datasets = self._classification_datasets(run, run.probe, run.fraction)
-        fitted = fit_probe_batch(run, len(datasets[0]))
-        batch = fitted.batch_size if fitted else run.batch_size
-        return (*self._classification_loaders(run, *datasets, batch), fitted)
+        return self._probe_loaders(run, run.probe, fitted=True)
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         from torch.utils.data import DataLoader
