@@ -130,15 +130,23 @@ def device_range_message(what: str, low: int, high: int, key: str) -> str:
     return f"batch has a {what} outside [{low}, {high}) (argument `{key}`)"[:254]
 
 
-def check_range(values: torch.Tensor, low: int, high: int, what: str, key: str, fix: str) -> None:
+def check_range(
+    values: torch.Tensor,
+    low: int,
+    high: int,
+    what: str,
+    key: str,
+    fix: str,
+    device_key: Optional[str] = None,
+) -> None:
     """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
     ``IndexError`` on the host; on a GPU an asynchronous device assert (no wait; CUDA's "device-side
-    assert triggered" at the next synchronisation)."""
+    assert triggered" at the next synchronisation) naming ``device_key`` (default ``key``)."""
     if values.numel() == 0:
         return
     if values.device.type != "cpu":
         inside = ((values >= low) & (values < high)).all()
-        torch._assert_async(inside, device_range_message(what, low, high, key))
+        torch._assert_async(inside, device_range_message(what, low, high, device_key or key))
         return
     smallest, largest = torch.stack(torch.aminmax(values)).tolist()
     if smallest < low or largest >= high:

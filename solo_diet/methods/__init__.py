@@ -6,3 +6,9 @@ lists ``"module:function"`` callables that take solo-learn's registry and return
 """
 
 PLUGIN_FACTORIES: list[str] = ["solo_diet.methods.sem:sem_twins"]
+
+# solo-learn's registry first: importing it registers every plugin method, each module whole,
+# before the method module a caller named runs, so that module is never found half-built.
+from solo_diet._host import solo_available  # noqa: E402
+
+solo_available()

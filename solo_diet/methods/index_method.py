@@ -103,7 +103,15 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     ``IndexError`` on the host, an asynchronous device assert on a GPU, so the step never waits
     (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
-        check_range(indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES)
+        check_range(
+            indexes,
+            0,
+            num_samples,
+            "dataset index",
+            "num_samples",
+            SET_NUM_SAMPLES,
+            device_key="method_kwargs.num_samples; launch with solo-diet pretrain",
+        )
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):

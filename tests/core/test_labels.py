@@ -190,3 +190,15 @@ def test_device_assert_messages_fit_cuda_limit():
         ("target", -1, "data.num_classes"),
     ):
         assert len(device_range_message(what, low, largest, key)) < 255
+
+
+def test_a_device_index_check_names_the_key_to_fix(monkeypatch):
+    """On a GPU the out-of-range check is an asynchronous device assert, whose message is all a user
+    sees: it names `method_kwargs.num_samples` and the launcher that sets it, not a bare argument."""
+    from solo_diet.methods.index_method import check_sample_indexes
+
+    messages: list[str] = []
+    monkeypatch.setattr(torch, "_assert_async", lambda _ok, message: messages.append(message))
+    check_sample_indexes(torch.tensor([0, 7], device="meta"), num_samples=5)
+    assert len(messages) == 1 and len(messages[0]) < 255
+    assert "method_kwargs.num_samples" in messages[0] and "solo-diet pretrain" in messages[0]
