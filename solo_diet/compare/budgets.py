@@ -74,16 +74,6 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_spec_budget(spec: DictConfig, spec_path: str | Path) -> None:
-    """``budget.samples``: null (epochs decide) or a positive sample count."""
-    samples = spec.budget.get("samples")
-    if samples is not None and not _positive_int(samples):
-        raise ConfigError(
-            f"{spec_path}: `budget.samples` must be a positive count of forward-backward samples "
-            f"(views counted), or null to match epochs; got {samples}."
-        )
-
-
 def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
     """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
     or ``samples``."""

@@ -15,13 +15,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.budgets import check_spec_budget
 from solo_diet.compare.claims import check_claims
 from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
     REFERENCE_ROWS,
-    check_curves,
     check_only,
-    check_seeds_and_workers,
+    check_sections,
+    check_seeds,
 )
 from solo_diet.config import ConfigError, closest_name, parse_section, setting
 from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
@@ -220,21 +219,7 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
         raise ConfigError(
             f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
         )
-    for key in ("max_epochs", "batch_size"):
-        value = spec.budget[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(
-                f"{spec_path}: `budget.{key}` must be a positive integer (one budget for every "
-                f"run), "
-                f"got {value}."
-            )
-    limit = spec.budget.limit_train_batches
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
-    ):
-        raise ConfigError(
-            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
-        )
+    check_sections(spec)
     if spec.linear.config_path is None or spec.linear.config_name is None:
         raise ConfigError(
             f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
@@ -264,11 +249,9 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
                 f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
                 "give it one subfolder per class."
             )
-    check_seeds_and_workers(spec, spec_path)
+    check_seeds(spec, spec_path)
     check_only(spec, spec_path)
-    check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
-    check_curves(spec, spec_path)
     resolve_spec_format(spec, spec_path)
     parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False).checked()
 
