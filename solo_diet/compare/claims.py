@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
-from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
 from solo_diet.compare.paper_budget import (
     Trained,
     budget_note,
@@ -149,12 +149,11 @@ def _compare(
         two_std = 2 * std if n >= 2 else math.nan
         return Comparison(better["run"], f"{value:g}", mean - value, two_std)
     other_metric = other_metric or metric
-    other_std = other.get(f"{other_metric}_std", math.nan)
-    spread = pooled_std(std, n, other_std, other.get("n_seeds", 1))
     names = (better["run"], other["run"])
     if other_metric != metric:  # name each side's column
         names = (f"{names[0]} ({metric})", f"{names[1]} ({other_metric})")
-    return Comparison(*names, mean - other.get(other_metric, math.nan), 2 * spread)
+    gap = mean - other.get(other_metric, math.nan)
+    return Comparison(*names, gap, two_pooled_std(better, other, metric, other_metric))
 
 
 def _probes_read(*metrics: str) -> list[str]:
