@@ -161,6 +161,17 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
+def _wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """Wait up to ``grace_s`` seconds for ``processes`` to end, then SIGKILL each one's process
+    group (it, if still alive, and what it left behind)."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
 def _stop(
     running: Sequence[_Running],
     idle: Sequence[ServedWorker],
@@ -174,14 +185,7 @@ def _stop(
     processes = [r.process for r in running] + [w.process for w in idle]
     for process in processes:
         _signal_group(process, signal.SIGINT)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        if process.poll() is None:
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
-        _signal_group(process, signal.SIGKILL)  # what the task left behind in its group
+    _wait_or_kill(processes, grace_s)
     for entry in running:
         if entry.log is not None:
             entry.log.close()
@@ -252,8 +256,7 @@ class _Workers:
         for worker in self.idle:
             self.retire(worker)
         self.idle = []
-        for worker in self.retired:
-            worker.wait(grace_s)
+        _wait_or_kill([worker.process for worker in self.retired], grace_s)
 
 
 def _next_task(

@@ -29,14 +29,13 @@ import torch
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+CUDNN_SWITCHES = ("enabled", "benchmark", "deterministic", "allow_tf32")
+
+
 def _torch_switches() -> dict[str, Any]:
-    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    return {
-        "cudnn.enabled": cudnn.enabled,
-        "cudnn.benchmark": cudnn.benchmark,
-        "cudnn.deterministic": cudnn.deterministic,
-        "cudnn.allow_tf32": cudnn.allow_tf32,
-        "matmul.allow_tf32": matmul.allow_tf32,
+    cudnn = torch.backends.cudnn
+    return {f"cudnn.{name}": getattr(cudnn, name) for name in CUDNN_SWITCHES} | {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "deterministic": (
             torch.are_deterministic_algorithms_enabled(),
@@ -49,12 +48,9 @@ def _torch_switches() -> dict[str, Any]:
 
 
 def _set_torch_switches(switches: dict[str, Any]) -> None:
-    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    cudnn.enabled = switches["cudnn.enabled"]
-    cudnn.benchmark = switches["cudnn.benchmark"]
-    cudnn.deterministic = switches["cudnn.deterministic"]
-    cudnn.allow_tf32 = switches["cudnn.allow_tf32"]
-    matmul.allow_tf32 = switches["matmul.allow_tf32"]
+    for name in CUDNN_SWITCHES:
+        setattr(torch.backends.cudnn, name, switches[f"cudnn.{name}"])
+    torch.backends.cuda.matmul.allow_tf32 = switches["matmul.allow_tf32"]
     torch.set_float32_matmul_precision(switches["float32_matmul_precision"])
     mode, warn_only = switches["deterministic"]
     torch.use_deterministic_algorithms(mode, warn_only=warn_only)

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -79,12 +78,3 @@ class ServedWorker:
             self.process.stdin.close()
         with contextlib.suppress(OSError):
             os.close(self._replies)
-
-    def wait(self, grace_s: float) -> None:
-        """Wait for a retired worker, killing it after ``grace_s`` seconds."""
-        deadline = time.monotonic() + grace_s
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()

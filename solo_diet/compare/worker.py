@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -89,37 +88,31 @@ def serve(spec_file: str, reply_fd: int) -> int:
     spec, jobs, eval_fingerprint = worker_jobs(spec_file)
     fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
-        try:
-            for line in sys.stdin:
-                request = json.loads(line)
-                send_output_to(request["log"])
-                with fresh.job():
-                    # its own evaluation data, as in a fresh process: no GPU memory kept
-                    run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                replies.write("0\n")
-                replies.flush()
-        except KeyboardInterrupt as err:  # in a job, or waiting for one
-            print(f"interrupted: {err}", file=sys.stderr)
-            return 130
-        except Exception:  # noqa: BLE001 - as a fresh process: its traceback, status 1
-            traceback.print_exc()
-            return 1
+        for line in sys.stdin:
+            request = json.loads(line)
+            send_output_to(request["log"])
+            with fresh.job():
+                # its own evaluation data, as in a fresh process: no GPU memory kept
+                run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            replies.write("0\n")
+            replies.flush()
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """A failed job ends the process with its traceback and status 1, as any Python error."""
     die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():
-        return serve(args[1], int(args[2]))
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
     try:
+        if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():
+            return serve(args[1], int(args[2]))
+        if len(args) != 2:
+            print(__doc__, file=sys.stderr)
+            return 2
         run_one_job(args[0], args[1])
-    except KeyboardInterrupt as err:
+    except KeyboardInterrupt as err:  # in a job, or a worker waiting for one
         print(f"interrupted: {err}", file=sys.stderr)
         return 130
     return 0
