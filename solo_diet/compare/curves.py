@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from solo_diet._atomic import write_text_atomic
 from solo_diet.compare._files import progress
 from solo_diet.compare.compute import samples_seen, views_per_sample
+from solo_diet.compare.record import epoch_rows
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -127,11 +128,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
     """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv``
     (images per epoch: the sum of the logged epochs, or their mean times ``epoch`` where some are
     not logged); NaN without a log."""
-    from solo_diet.compare.record import EPOCHS_FILE
-    from solo_diet.launch.callbacks import read_epoch_rows
-
-    log = run_dir / EPOCHS_FILE
-    rows = [r for r in read_epoch_rows(log) if r["epoch"] < epoch] if log.is_file() else []
+    rows = [r for r in epoch_rows(run_dir) if r["epoch"] < epoch]
     if not rows:
         return math.nan
     images = sum(r["samples"] for r in rows)

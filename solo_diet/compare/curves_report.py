@@ -5,7 +5,6 @@ spread)."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
 from solo_diet.compare.curves import CURVE_FILE, SNAPSHOT_DIR, read_points
 from solo_diet.compare.plots import CURVE_METRICS, plot_learning_curves
 from solo_diet.compare.spec import REFERENCE_ROWS
-from solo_diet.compare.tables import mean_cell, table_lines
+from solo_diet.compare.tables import mean_cell, table_lines, write_csv
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
@@ -49,14 +48,6 @@ def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, A
             rows.append(row)
         curves[run] = rows
     return curves
-
-
-def _write_csv(curves: dict[str, list[dict]], path: Path) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for rows in curves.values():
-            writer.writerows({c: row.get(c, "") for c in CSV_COLUMNS} for row in rows)
 
 
 def _last_step(rows: Sequence[dict], metric: str) -> str:
@@ -146,7 +137,7 @@ def learning_curve_lines(
             "(pretrained before `curves.points` was set, or not evaluated yet).",
             "",
         ]
-    _write_csv(curves, out / CURVES_CSV)
+    write_csv(out / CURVES_CSV, CSV_COLUMNS, (row for rows in curves.values() for row in rows))
     lines += [
         "Linear probe, logistic-regression probe and kNN top-1 (%) at evenly spaced epochs of "
         "each run's own budget, mean "

@@ -162,14 +162,15 @@ class Evaluator:
         probe = logistic_regression_probe(*on)
         return {"logreg_acc1": probe.acc1, "logreg_l2": probe.l2}
 
+    def _split_features(self, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+        """Features and labels of the train and val sets: ``train_x, train_y, val_x, val_y``."""
+        return (*self._features(model, self.train_loader), *self._features(model, self.val_loader))
+
     def curve_point(self, model: torch.nn.Module) -> dict[str, float]:
         """kNN top-1 and the logistic-regression probe of one representation (a learning-curve
         point)."""
-        model = model.to(self.device).eval()
-        train_x, train_y = self._features(model, self.train_loader)
-        val_x, val_y = self._features(model, self.val_loader)
-        logreg = self._logreg(train_x, train_y, val_x, val_y)["logreg_acc1"]
-        return {"knn_acc1": self._knn(train_x, train_y, val_x, val_y), "logreg_acc1": logreg}
+        split = self._split_features(model.to(self.device).eval())
+        return {"knn_acc1": self._knn(*split), "logreg_acc1": self._logreg(*split)["logreg_acc1"]}
 
     def measure(
         self, model: torch.nn.Module, cluster: bool = False, logreg: bool = False
@@ -177,8 +178,7 @@ class Evaluator:
         """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
         (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
         model = model.to(self.device).eval()
-        train_x, train_y = self._features(model, self.train_loader)
-        val_x, val_y = self._features(model, self.val_loader)
+        train_x, train_y, val_x, val_y = self._split_features(model)
         rank_x = val_x[: int(self.settings.rankme_samples)]
         result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
         if logreg:

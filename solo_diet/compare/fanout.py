@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Sequence
 
 from solo_diet.compare.served import ServedWorker
+from solo_diet.config import ConfigError
 
 # The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
 # it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
@@ -296,7 +297,7 @@ def run_tasks(
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
     if too_big:
-        raise ValueError(f"{too_big} need more GPUs than the {len(gpus)} visible")
+        raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
     pending, running = list(tasks), []
     slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
     threads = cpu_threads_per_task(min(workers, max(1, len(tasks))))

@@ -26,7 +26,7 @@ def _now() -> str:
     return time.strftime(TIME_FORMAT, time.gmtime())
 
 
-def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
+def epoch_rows(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
     from solo_diet.launch.callbacks import read_epoch_rows
 
@@ -37,7 +37,7 @@ def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
 def pretrain_costs(run_dir: Path) -> dict[str, float]:
     """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
     wall time of its pretraining calls."""
-    rows = _epoch_rows(run_dir)
+    rows = epoch_rows(run_dir)
     train_s = sum(r["train_seconds"] for r in rows)
     peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
     return {
@@ -53,7 +53,7 @@ def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]
     """{epoch: the column's values over the seeds that logged it in that epoch}."""
     by_epoch: dict[float, list[float]] = {}
     for folder in folders:
-        for row in _epoch_rows(folder):
+        for row in epoch_rows(folder):
             if column in row and not math.isnan(row[column]):
                 by_epoch.setdefault(row["epoch"], []).append(row[column])
     return by_epoch

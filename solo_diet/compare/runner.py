@@ -120,11 +120,6 @@ def _run_in_processes(
         )
         for job in jobs
     ]
-    too_big = [t for t in tasks if t.gpus > len(gpus)]
-    if too_big:
-        raise ConfigError(
-            f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
-        )
     say = _counting_ended_jobs(jobs)
     outcomes = run_tasks(
         tasks,
