@@ -1,14 +1,8 @@
-"""A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds.
-
-Each claim names a ``metric`` (a result column such as ``linear_acc1``, or with ``epoch`` a column
-of the jobs' ``epochs.csv``: ``val_acc1`` after 50 epochs is the online probe then), the runs it
-says are ``better`` and either the runs they beat (``than``) or a value they reach (``at_least``).
-``than_metric`` reads another column of the ``than`` runs, for a paper that probes each side
-differently (the SEM paper probes the twins' SEM representation, the baselines' backbone).
-Each pair is judged like the report's † marks: a gap beyond two pooled standard deviations of the
-seeds is resolved (the claim held, or was reversed); anything closer is not resolved. Each claim
-also names its source's budget and definition (``paper_budget``, ``definition``, ``ours``): below
-that budget a claim reads "budget-limited", never "did not hold" (:mod:`.paper_budget`).
+"""A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds
+(docs/compare.md, "Claims"). Each pair is judged like the report's † marks: a gap beyond two
+pooled standard deviations of the seeds is resolved (held, or reversed); anything closer is not.
+Below its source's budget a claim reads "budget-limited", never "did not hold"
+(:mod:`.paper_budget`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget.
-
-With ``curves.points: N`` (0: off) a run's pretraining saves its backbone's weights after
-``ceil(k * E_run / N)`` epochs, k = 1 .. N - 1, ``E_run`` being the run's own epochs (its own
-``budget.max_epochs``, the epochs its ``budget.samples`` gives, else the spec's), as
-``<job folder>/curves/epoch_<E>.ckpt`` (:class:`~solo_diet.compare.snapshots.BackboneSnapshots`;
-E counts the epochs trained). Once the job's final evaluation is done, each snapshot gets the same
-offline linear probe and kNN as the final checkpoint, whose evaluation is the curve's last point,
-at ``E_run`` epochs. Each point is a row of ``<job folder>/curve.csv``, rewritten whole after each
-point, so an interrupted job keeps its points and a rerun evaluates only the missing ones (a row
-counts for the evaluation settings it was made with). A pretraining that resumes or starts over
-drops the snapshots and rows after its starting epoch. The report gathers the rows over seeds
-(:mod:`~solo_diet.compare.curves_report`).
+"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget
+(docs/compare.md, "Learning curves"). The backbone snapshots of a run's pretraining
+(:mod:`~solo_diet.compare.snapshots`) are evaluated like its final checkpoint, the curve's last
+point; each point is a row of ``<job folder>/curve.csv``, rewritten whole after each point, so a
+rerun evaluates only the missing ones. The report gathers them (:mod:`.curves_report`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The evaluation of one checkpoint, identical for every run of a comparison.
-
-Offline linear probe (``run_linear``: solo-learn's LinearModel), a converged logistic-regression
-probe on the frozen backbone features (:mod:`solo_diet.metrics.logreg`), weighted kNN
-(``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
-clustering scores of the L2-normalised val features, on the backbone; then on the extra
-representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
-SEM representation, with a second linear probe; for CPLearn the argmax codes, scored as clusters).
+"""The evaluation of one checkpoint, identical for every run of a comparison: offline linear probe
+(solo-learn's LinearModel), converged logistic-regression probe, weighted kNN, RankMe, LiDAR and
+k-means scores on the backbone, then on the representations the method's contract declares
+(``extra_evaluations``).
 """
 
 from __future__ import annotations

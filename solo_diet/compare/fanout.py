@@ -1,17 +1,12 @@
-"""Running a comparison's jobs side by side, each in a process of its own GPUs.
+"""Running a comparison's jobs side by side, each in a process of its own GPUs
+(docs/compare.md, "Many GPUs").
 
-A task runs in a fresh subprocess, in its own process group, with ``CUDA_VISIBLE_DEVICES`` set to
-the GPUs it was given (none for a CPU task) and ``OMP_NUM_THREADS`` to its share of the host's
-cores, unless the caller set it. Otherwise torch's CPU linear algebra (RankMe, LiDAR, k-means)
-starts one thread per core in every task and oversubscribes the host. With ``serve_argv``, a task
-that has a ``request`` runs instead in a reusable worker process of the same GPUs
-(:mod:`~solo_diet.compare.served`): it imports once and runs task after task, so the start-up
-is paid once per worker, not once per task. Either way its stdout and stderr go to the task's log
-file, and the terminal gets one line per event (started, done, failed). A failed task is reported
-with its log and the others go on. Ctrl-C or SIGTERM stops every running task and worker: SIGINT to
-its process group, SIGKILL after a grace period; a task or worker ends when this process ends,
-however it ends (:func:`~solo_diet.compare.worker.die_with_parent`). No solo-learn here: the tasks
-are plain command lines and request lines.
+A task runs in its own process group with ``CUDA_VISIBLE_DEVICES`` set to its GPUs and
+``OMP_NUM_THREADS`` to its share of the cores (unless the caller set it); with ``serve_argv`` a
+task that has a ``request`` runs in a reusable worker of the same GPUs instead
+(:mod:`~solo_diet.compare.served`). Its output goes to its log, the terminal gets one line per
+event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here: the tasks are plain
+command lines and request lines.
 """
 
 from __future__ import annotations

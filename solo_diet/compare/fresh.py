@@ -1,14 +1,8 @@
 """What one job may leave behind in a process, put back before the next job of a reusable worker
-(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process.
-
-Captured once the worker has imported what the jobs use, and restored before every job: the
-environment (``PL_GLOBAL_SEED`` and the like that ``seed_everything`` sets), the working directory,
-``sys.path``, the random generators of Python, NumPy and torch (CPU, and CUDA reseeded with the
-seed a fresh process starts from), torch's global switches (cuDNN, TF32, matmul precision,
-deterministic algorithms, threads, default dtype, grad mode), the SIGINT/SIGTERM handlers, the
-levels and handlers of the loggers that existed, Hydra's global state and solo-diet's own caches.
-After every job: the warning filters as they were, garbage collected, the CUDA cache emptied and
-its peak statistics reset.
+(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process: the
+environment, working directory and ``sys.path``, the random generators, torch's global switches,
+the signal handlers and loggers, Hydra's global state and solo-diet's caches; after each job the
+warning filters, and memory given back.
 """
 
 from __future__ import annotations

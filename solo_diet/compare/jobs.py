@@ -1,14 +1,6 @@
 """The runs of a spec and the jobs of a comparison: one pretraining per run and seed, and one per
-reference row.
-
-A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``runs/<run>/seed_<s>``
-with ``seeds``, ``references/<row>`` or, for ``random_init`` with ``seeds``,
-``references/random_init/seed_<s>``) holds everything about it: ``state.json`` (the fingerprint
-of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
-(solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/``,
-``result.json`` (every metric, with the fingerprint of the evaluation settings, the device and the
-end time) and, when the jobs run in their own processes, ``job.log``. Jobs therefore run in any
-order, in one process or many.
+reference row. Each job has a folder of its own, ``<output_dir>/<job key>/`` (docs/compare.md,
+"Workflow"), holding all it writes, so jobs run in any order, in one process or many.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
 (``<job folder>/.job.lock``).
 
-The running comparison holds an exclusive ``flock`` on the file, which the kernel releases when its
-process ends however it ends, and writes its PID, host and start time into it. A second comparison
-into the folder exits with status 2 and one line naming the holder, whatever jobs it would run
-(``only=`` included): run them one call after another. A lock file that names a process of this
-host but is no longer held (a comparison killed with ``kill -9``) is taken over with a line saying
-so. One naming another host is refused too: a lock of another machine's process on a shared disk
-cannot be checked from here, so the line says to delete the file if that comparison no longer runs.
-``--report-only`` takes none (its files are written whole, so a report written beside a running
-comparison is harmless).
-
-The process that runs a job (the comparison itself or one of its workers) holds that job's lock
-while it runs. Workers end with their parent (:mod:`~solo_diet.compare.worker`); a worker that
-still holds a job's lock when a comparison takes the folder over belonged to a comparison that no
-longer runs, and :func:`stop_orphans` stops it before any job starts.
+The holder keeps an exclusive ``flock`` (released by the kernel however its process ends) and
+writes its PID, host and start time into the file. A second comparison into the folder exits 2
+naming the holder; a lock file of this host no longer held (``kill -9``) is taken over with a line
+saying so; one of another host is refused, the line saying to delete it if that comparison no
+longer runs. A worker still holding a job's lock when a comparison takes the folder over belonged
+to one that no longer runs: :func:`stop_orphans` stops it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Where, when and at what cost a comparison ran: each job's device, end time and pretraining
-costs in its ``result.json`` (read from its ``epochs.csv``, which also gives the curves over
-seeds), each ``solo-diet compare`` command in ``<output_dir>/commands.txt``, and the report's
-section that gathers them, so a report assembled over several machines and sessions still names
-its cards, commands and dates."""
+costs, each ``solo-diet compare`` command (``commands.txt``), and the report's section that
+gathers them."""
 
 from __future__ import annotations
 

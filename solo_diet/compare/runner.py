@@ -1,12 +1,7 @@
 """Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
-and evaluated once (:mod:`~solo_diet.compare.job`), in this process or side by side.
-
-With one worker (and no multi-GPU job) the jobs run one after another in this process and share
-the evaluation data. Otherwise each job runs in its own process (``python -m
-solo_diet.compare.worker``) on its own GPUs, its output in ``<job folder>/job.log``
-(:mod:`~solo_diet.compare.fanout`). Either way a failed job is reported and the others go on,
-a job whose result stands is named and not started, an interrupted one resumes from its last
-checkpoint, and the report reads the jobs' results only after every job has ended.
+and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
+side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
+every job that has one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
-"""A comparison's jobs in processes of their own (``solo-diet compare`` starts them; see
-:mod:`~solo_diet.compare.fanout`). One job, in a fresh process:
+"""A comparison's jobs in processes of their own (:mod:`~solo_diet.compare.fanout` starts them).
+One job, in a fresh process:
 
     python -m solo_diet.compare.worker <output_dir>/.spec-<pid>.yaml <job key>
 
-Exit status 0 when the job is done, 130 when interrupted, 1 with a traceback otherwise.
-
-A reusable worker (``parallel.reuse_workers``), which imports once and runs job after job:
+A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
+after another, each as in a fresh process (:mod:`~solo_diet.compare.served`,
+:mod:`~solo_diet.compare.fresh`):
 
     python -m solo_diet.compare.worker --serve <output_dir>/.spec-<pid>.yaml <reply fd>
 
-It takes one job per line of its standard input and writes ``0`` to the reply pipe when the job
-is done (the protocol: :mod:`~solo_diet.compare.served`). Before each job it puts back the
-process as it was before the first (:mod:`~solo_diet.compare.fresh`). A job that fails or is
-interrupted ends it, with the same exit status and log as the job in a fresh process.
+Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
 """
 
 from __future__ import annotations
