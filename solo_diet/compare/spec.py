@@ -39,8 +39,8 @@ class EvaluationSettings:
     knn_temperature: float = setting(0.07, within=(1e-12, math.inf))
     knn_distance: str = setting("cosine", choices=("cosine", "euclidean"))
     rankme_samples: int = setting(25600, minimum=1)
-    lidar_samples: int = 1000
-    lidar_views: int = 10
+    lidar_samples: int = setting(1000, minimum=2, hint="LiDAR's class means need two.")
+    lidar_views: int = setting(10, minimum=2, hint="LiDAR's class means need two.")
     lidar_augmentations: Optional[str] = None
     lidar_delta: float = setting(1e-4, within=(0.0, math.inf))
     max_rank_dim: int = setting(4096, minimum=1)
@@ -50,11 +50,7 @@ class EvaluationSettings:
     seed: int = 0
 
     def checked(self) -> "EvaluationSettings":
-        """LiDAR's class means need two samples of two views each; an augmentation file is one."""
-        if self.lidar_views < 2 or self.lidar_samples < 2:
-            raise ConfigError(
-                "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
-            )
+        """The LiDAR views' augmentation file is one."""
         if self.lidar_augmentations is not None and not Path(self.lidar_augmentations).is_file():
             raise ConfigError(
                 f"`evaluation.lidar_augmentations` {self.lidar_augmentations} is not a file."
@@ -253,7 +249,12 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     check_only(spec, spec_path)
     check_claims(spec, spec_path)
     resolve_spec_format(spec, spec_path)
-    parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False).checked()
+    evaluation_settings(spec).checked()
+
+
+def evaluation_settings(spec: DictConfig) -> EvaluationSettings:
+    """The spec's ``evaluation`` section, typed."""
+    return parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False)
 
 
 def checkpoint_interval(budget: DictConfig) -> int:
