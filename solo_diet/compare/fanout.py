@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from solo_diet.compare.served import ServedWorker
 from solo_diet.config import ConfigError
@@ -52,12 +52,11 @@ class Outcome:
 
 @dataclass
 class _Running:
-    """A task in its own process (``log`` open), or in ``worker`` (``process`` is the worker's)."""
+    """A task in its own process, or in ``worker`` (``process`` is the worker's)."""
 
     task: Task
     process: subprocess.Popen
     devices: tuple[str, ...]
-    log: Optional[IO[str]]
     worker: Optional[ServedWorker] = None
     start: float = field(default_factory=time.monotonic)
 
@@ -126,32 +125,6 @@ def _env(devices: tuple[str, ...], threads: str) -> dict:
     )
 
 
-def _start(task: Task, devices: tuple[str, ...], threads: str) -> _Running:
-    task.log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = task.log_path.open("a")
-    log.write(_header(task, devices))
-    log.flush()
-    process = subprocess.Popen(
-        list(task.argv),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_env(devices, threads),
-        start_new_session=True,
-    )
-    return _Running(task, process, devices, log)
-
-
-def _hand(task: Task, worker: ServedWorker) -> _Running:
-    """``task`` to a reusable worker; its log's header names the worker and how many it ran."""
-    assert task.request is not None
-    task.log_path.parent.mkdir(parents=True, exist_ok=True)
-    where = f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})"
-    with task.log_path.open("a") as log:
-        log.write(_header(task, worker.devices, where))
-    worker.hand(task.log_path, task.request)
-    return _Running(task, worker.process, worker.devices, None, worker)
-
-
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
@@ -182,9 +155,6 @@ def _stop(
     for process in processes:
         _signal_group(process, signal.SIGINT)
     _wait_or_kill(processes, grace_s)
-    for entry in running:
-        if entry.log is not None:
-            entry.log.close()
 
 
 class _Slots:
@@ -234,15 +204,36 @@ class _Workers:
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
 
-    def make_room(self, running: int) -> None:
-        while self.idle and running + len(self.idle) >= self.limit:
-            self.retire(self.idle.pop(0))
-
-    def start(self, task: Task, devices: tuple[str, ...], running: int) -> ServedWorker:
-        self.make_room(running)
+    def launch(
+        self, task: Task, devices: tuple[str, ...], worker: Optional[ServedWorker], running: int
+    ) -> _Running:
+        """Start ``task``: in ``worker`` (an idle one), else in a new worker when it is served,
+        else in a process of its own; its log's header says where."""
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        assert self.argv is not None
-        return ServedWorker(self.argv, devices, _env(devices, self.threads), task.log_path)
+        env = _env(devices, self.threads)
+        if worker is None:
+            while self.idle and running + len(self.idle) >= self.limit:  # room for a process
+                self.retire(self.idle.pop(0))
+            if self.served(task):
+                assert self.argv is not None
+                worker = ServedWorker(self.argv, devices, env, task.log_path)
+        where = (
+            f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})" if worker else ""
+        )
+        with task.log_path.open("a") as log:
+            log.write(_header(task, devices, where))
+            log.flush()
+            if worker is None:  # the task's process keeps the log open; this one need not
+                process = subprocess.Popen(
+                    list(task.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+                return _Running(task, process, devices)
+        worker.hand(task.log_path, str(task.request))
+        return _Running(task, worker.process, devices, worker)
 
     def retire(self, worker: ServedWorker) -> None:
         worker.retire()
@@ -305,12 +296,7 @@ def run_tasks(
                     if task is None:
                         break
                     pending.remove(task)
-                    if pool.served(task):
-                        worker = worker or pool.start(task, devices, len(running))
-                        running.append(_hand(task, worker))
-                    else:
-                        pool.make_room(len(running))
-                        running.append(_start(task, devices, threads))
+                    running.append(pool.launch(task, devices, worker, len(running)))
                     where = f" on GPU {','.join(devices)}" if devices else ""
                     say(
                         f"({len(tasks) - len(pending)}/{len(tasks)}) {task.label}: started{where} "
@@ -321,8 +307,6 @@ def run_tasks(
                     if status is None:
                         continue
                     running.remove(entry)
-                    if entry.log is not None:
-                        entry.log.close()
                     if entry.worker is not None:
                         pool.idle.append(entry.worker)  # the next _next_task drops a dead one
                     slots.give_back(entry.devices)
