@@ -33,9 +33,8 @@ from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
-    check_key_typos,
+    check_launch_cfg,
     check_solo_learn_choices,
-    check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.launch.progress import OverallProgress
@@ -94,11 +93,10 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 def _run_in_processes(
     jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
 ) -> dict[str, str]:
-    """Every job in a process of its own GPUs, ``workers`` at a time on the visible GPUs, at most
-    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}.
-    ``reuse``: the jobs of one GPU or the CPU run one after another in reusable workers, which
-    import once; a DDP job (Lightning starts its other ranks from its command line) and every job
-    without ``reuse`` get a fresh process."""
+    """Every job in a process of its own GPUs (:func:`~solo_diet.compare.fanout.run_tasks`), the
+    longest first; returns {failed job's key: what failed}. With ``reuse`` the jobs of one GPU or
+    the CPU run in reusable workers; a DDP job (Lightning starts its ranks from its command line)
+    gets a fresh process."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
@@ -150,8 +148,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_key_typos(cfg)
-            check_training_basics(cfg)
+            check_launch_cfg(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)
