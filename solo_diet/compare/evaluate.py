@@ -21,7 +21,6 @@ from solo_diet.compare.spec import (
     data_overrides,
     evaluation_settings,
     quoted,
-    shared_overrides,
 )
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
@@ -56,7 +55,7 @@ def compose_linear(
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
     ]
-    overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
+    overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
     overrides += data_overrides(spec) + forced
     return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 

@@ -21,7 +21,6 @@ from solo_diet.compare.spec import (
     compose,
     data_overrides,
     quoted,
-    shared_overrides,
     validation_interval,
 )
 from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
@@ -169,7 +168,7 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
-    shared = shared_overrides(spec) + [str(o) for o in spec.pretrain_overrides]
+    shared = [str(o) for o in (*spec.trainer, *spec.pretrain_overrides)]
     overrides = shared + run.overrides + budget + data_overrides(spec) + forced
     cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
     if cfg.get("method") not in METHODS:

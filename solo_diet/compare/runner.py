@@ -232,12 +232,6 @@ def remove_leftovers(out: Path) -> None:
             spec_copy.unlink(missing_ok=True)
 
 
-def _process_note(spec: DictConfig) -> str:
-    if spec.parallel.reuse_workers:
-        return " in separate processes, each running job after job"
-    return " in separate processes, a fresh one per job"
-
-
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
@@ -302,6 +296,9 @@ def _run_jobs(
     note_command(out, spec_path, overrides)
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
+    processes = " in separate processes, " + (
+        "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
+    )
     budget = spec.budget
     seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
     progress(
@@ -310,7 +307,7 @@ def _run_jobs(
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
         + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
         + f" at batch {budget.batch_size}, "
-        f"{workers} worker(s){_process_note(spec) if in_processes else ''} -> {out}"
+        f"{workers} worker(s){processes if in_processes else ''} -> {out}"
     )
     to_run = _without_standing_results(spec, chosen)
     if in_processes:

@@ -284,11 +284,6 @@ def data_overrides(spec: DictConfig) -> list[str]:
     return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
 
 
-def shared_overrides(spec: DictConfig) -> list[str]:
-    """The ``trainer`` overrides, applied to every pretraining and probe config."""
-    return [str(o) for o in spec.trainer]
-
-
 def compose(
     owner: str, config_path: str | Path, config_name: str, overrides: Sequence[str]
 ) -> DictConfig:
