@@ -38,6 +38,11 @@ CURVE_COLUMNS = (
     "fingerprint",  # the evaluation settings it was made with
 )
 TEXT_COLUMNS = ("source", "fingerprint")
+CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tables and plot)
+    ("linear_acc1", "linear probe"),
+    ("logreg_acc1", "logistic-regression probe"),
+    ("knn_acc1", "kNN"),
+)
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:
@@ -151,18 +156,21 @@ def evaluate_curve(
     if spec.curves.points == 0 or job.reference is not None:
         return
     fingerprint, views = result["fingerprint"], views_per_sample(job.cfg)
+
+    def point(epoch: int, measured: dict, source: str, wall_s: float) -> dict[str, Any]:
+        return {
+            "epoch": epoch,
+            "samples_seen": _samples_until(job.run_dir, epoch, views),
+            **measured,
+            "source": source,
+            "wall_s": wall_s,
+            "fingerprint": fingerprint,
+        }
+
     last = run_epochs(job)  # rows past it (curves made before they followed the run's budget) go
     points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
-    points[last] = {
-        "epoch": last,
-        "samples_seen": _samples_until(job.run_dir, last, views),
-        "linear_acc1": result["linear_acc1"],
-        "knn_acc1": result["knn_acc1"],
-        "logreg_acc1": result.get("logreg_acc1", math.nan),  # NaN: a result made before it
-        "source": "final",
-        "wall_s": 0.0,
-        "fingerprint": fingerprint,
-    }
+    final = {k: result.get(k, math.nan) for k, _ in CURVE_METRICS}  # NaN: a result made before it
+    points[last] = point(last, final, "final", 0.0)
     write_points(job.run_dir, points)
     missing = missing_points(spec, job, fingerprint)
     for position, epoch in enumerate(missing, 1):
@@ -170,17 +178,9 @@ def evaluate_curve(
             f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): probes, kNN"
         )
         started = time.time()
-        measured = _evaluate_snapshot(
-            spec, snapshot_path(job.run_dir, epoch), job.run_dir, shared_eval
-        )
-        points[epoch] = {
-            "epoch": epoch,
-            "samples_seen": _samples_until(job.run_dir, epoch, views),
-            **measured,
-            "source": "snapshot",
-            "wall_s": time.time() - started,
-            "fingerprint": fingerprint,
-        }
+        snapshot = snapshot_path(job.run_dir, epoch)
+        measured = _evaluate_snapshot(spec, snapshot, job.run_dir, shared_eval)
+        points[epoch] = point(epoch, measured, "snapshot", time.time() - started)
         write_points(job.run_dir, points)
     if missing:
         shown = ", ".join(

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 from omegaconf import DictConfig
 
 from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
-from solo_diet.compare.curves import CURVE_FILE, SNAPSHOT_DIR, read_points
-from solo_diet.compare.plots import CURVE_METRICS, plot_learning_curves
+from solo_diet.compare.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
+from solo_diet.compare.plots import plot_learning_curves
 from solo_diet.compare.spec import REFERENCE_ROWS
 from solo_diet.compare.tables import mean_cell, table_lines, write_csv
 
