@@ -16,7 +16,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.compute import views_per_sample
-from solo_diet.compare.paper_budget import Trained
+from solo_diet.compare.paper_budget import Trained, positive_int
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
@@ -56,10 +56,6 @@ class RunBudget:
         return f"`{run}`: {self.epochs} epochs ({views}{samples}; {self.source})"
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
     """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
     or ``samples``."""
@@ -69,7 +65,7 @@ def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
         not isinstance(entry, DictConfig)
         or not set(entry) <= set(RUN_BUDGET_KEYS)
         or len(entry) != 1
-        or not all(_positive_int(v) for v in entry.values())
+        or not all(positive_int(v) for v in entry.values())
     ):
         raise ConfigError(
             f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "

@@ -64,7 +64,8 @@ def _short(count: int) -> str:
     return f"{rounded:g}"
 
 
-def _positive_int(value: Any) -> bool:
+def positive_int(value: Any) -> bool:
+    """An integer (not a bool) above 0."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -88,7 +89,7 @@ def check_paper_budget(claim: DictConfig, key_of: str) -> None:
                 f"{key_of}paper_budget.{key}` is not a budget key; use {list(PAPER_BUDGET_KEYS)} "
                 f"{example}."
             )
-        if not _positive_int(value):
+        if not positive_int(value):
             raise ConfigError(
                 f"{key_of}paper_budget.{key}` must be a positive integer {example}; got {value}."
             )
