@@ -235,15 +235,11 @@ def remove_leftovers(out: Path) -> None:
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
-    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report.
-
-    ``spec`` is a spec file (its paths relative to its folder) or the spec itself as a mapping
-    (its paths relative to the current directory); ``overrides`` are OmegaConf dot-list overrides
-    of spec keys, as on the command line (``budget.max_epochs=2``). A failed job does not stop the
-    others: it is in the returned :attr:`~CompareResults.failures` and the report holds the
-    others. ``report_only``: run nothing, write the report from the jobs' ``result.json`` (and the
-    pretraining curves of the jobs stopped before their evaluation). A bad spec raises
-    :class:`~solo_diet.config.ConfigError` before any job starts."""
+    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report
+    (docs/compare.md, "From Python"). ``spec``: a spec file or the spec as a mapping;
+    ``overrides``: dot-list overrides of spec keys (``budget.max_epochs=2``); ``report_only``: run
+    nothing, only write the report. A failed job is in the result's ``failures``, the others go
+    on; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job starts."""
     import solo_diet
 
     solo_diet.register()
