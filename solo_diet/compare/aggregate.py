@@ -99,6 +99,14 @@ def pooled_std(std_a: float, n_a: int, std_b: float, n_b: int) -> float:
     return math.sqrt(((n_a - 1) * std_a**2 + (n_b - 1) * std_b**2) / (n_a + n_b - 2))
 
 
+def two_pooled_std(a: dict, b: dict, metric: str, b_metric: str = "") -> float:
+    """Two pooled standard deviations of aggregate rows ``a`` (its ``metric``) and ``b`` (its
+    ``b_metric``, default the same): the line a resolved gap crosses."""
+    b_metric = b_metric or metric
+    std_a, std_b = a.get(f"{metric}_std", math.nan), b.get(f"{b_metric}_std", math.nan)
+    return 2 * pooled_std(std_a, a.get("n_seeds", 1), std_b, b.get("n_seeds", 1))
+
+
 @dataclass(frozen=True)
 class Ranking:
     """The best run of one metric (the first of those tied with it in ``tied``), the runs whose gap
@@ -124,14 +132,8 @@ def rank(rows: Sequence[dict], metric: str) -> Ranking | None:
     for row in scored:
         if row is best or row["run"] in tied:
             continue
-        spread = pooled_std(
-            best.get(f"{metric}_std", math.nan),
-            best.get("n_seeds", 1),
-            row.get(f"{metric}_std", math.nan),
-            row.get("n_seeds", 1),
-        )
         gap = best[metric] - row[metric]
-        (resolved if gap > 2 * spread else unresolved).append(row["run"])
+        (resolved if gap > two_pooled_std(best, row, metric) else unresolved).append(row["run"])
     return Ranking(metric, best["run"], best[metric], tuple(resolved), tuple(unresolved), tied)
 
 

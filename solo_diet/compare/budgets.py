@@ -1,22 +1,8 @@
-"""Each run's training budget: epochs, or forward-backward samples with the views counted.
-
-``budget.max_epochs`` gives every run the same epochs. ``budget.samples`` gives every run the same
-compute instead: a run trains ``round(samples / (samples per epoch x views per sample))`` epochs,
-where
-
-- *samples per epoch* is what solo-learn's pretraining loader yields in one epoch: whole batches
-  only (it drops the last partial batch), per device ``floor(ceil(n / devices) / batch_size)``
-  batches of ``budget.batch_size``, cut by ``budget.limit_train_batches`` as Lightning cuts them,
-  times the devices; ``n`` is the number of images in ``data.train_path``;
-- *views per sample* is the sum of ``num_crops`` over the run's augmentation pipelines
-  (``augmentations`` of its config): 1 for DIET, 2 for SimCLR, 2 + 6 for a multi-crop recipe
-  with six small crops. Every crop counts as one view whatever its size: the budget counts
-  samples through the network, not FLOPs.
-
-A run may set its own ``budget: {max_epochs: N}`` or ``budget: {samples: S}`` (a paper's budget
-for that method, or one compute-matched reading beside epoch-matched ones); ``budget.max_epochs``
-is the most any run may train. The report names each run's epochs, views and samples, and which
-budget it matched.
+"""Each run's training budget: epochs, or forward-backward samples with the views counted
+(docs/compare.md, "Budgets: epochs or samples"). A run trains ``round(samples / (images per
+epoch x views per image))`` epochs under ``budget.samples``, images per epoch being what
+solo-learn's pretraining loader yields (whole batches per device, cut by
+``limit_train_batches``, times the devices); a run may set its own ``budget``.
 """
 
 from __future__ import annotations
@@ -30,7 +16,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.compute import views_per_sample
-from solo_diet.compare.paper_budget import Trained
+from solo_diet.compare.paper_budget import Trained, positive_int
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
@@ -70,20 +56,6 @@ class RunBudget:
         return f"`{run}`: {self.epochs} epochs ({views}{samples}; {self.source})"
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def check_spec_budget(spec: DictConfig, spec_path: str | Path) -> None:
-    """``budget.samples``: null (epochs decide) or a positive sample count."""
-    samples = spec.budget.get("samples")
-    if samples is not None and not _positive_int(samples):
-        raise ConfigError(
-            f"{spec_path}: `budget.samples` must be a positive count of forward-backward samples "
-            f"(views counted), or null to match epochs; got {samples}."
-        )
-
-
 def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
     """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
     or ``samples``."""
@@ -93,7 +65,7 @@ def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
         not isinstance(entry, DictConfig)
         or not set(entry) <= set(RUN_BUDGET_KEYS)
         or len(entry) != 1
-        or not all(_positive_int(v) for v in entry.values())
+        or not all(positive_int(v) for v in entry.values())
     ):
         raise ConfigError(
             f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "

@@ -1,14 +1,8 @@
-"""A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds.
-
-Each claim names a ``metric`` (a result column such as ``linear_acc1``, or with ``epoch`` a column
-of the jobs' ``epochs.csv``: ``val_acc1`` after 50 epochs is the online probe then), the runs it
-says are ``better`` and either the runs they beat (``than``) or a value they reach (``at_least``).
-``than_metric`` reads another column of the ``than`` runs, for a paper that probes each side
-differently (the SEM paper probes the twins' SEM representation, the baselines' backbone).
-Each pair is judged like the report's † marks: a gap beyond two pooled standard deviations of the
-seeds is resolved (the claim held, or was reversed); anything closer is not resolved. Each claim
-also names its source's budget and definition (``paper_budget``, ``definition``, ``ours``): below
-that budget a claim reads "budget-limited", never "did not hold" (:mod:`.paper_budget`).
+"""A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds
+(docs/compare.md, "Claims"). Each pair is judged like the report's † marks: a gap beyond two
+pooled standard deviations of the seeds is resolved (held, or reversed); anything closer is not.
+Below its source's budget a claim reads "budget-limited", never "did not hold"
+(:mod:`.paper_budget`).
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
-from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
+from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
 from solo_diet.compare.paper_budget import (
     Trained,
     budget_note,
@@ -149,12 +143,11 @@ def _compare(
         two_std = 2 * std if n >= 2 else math.nan
         return Comparison(better["run"], f"{value:g}", mean - value, two_std)
     other_metric = other_metric or metric
-    other_std = other.get(f"{other_metric}_std", math.nan)
-    spread = pooled_std(std, n, other_std, other.get("n_seeds", 1))
     names = (better["run"], other["run"])
     if other_metric != metric:  # name each side's column
         names = (f"{names[0]} ({metric})", f"{names[1]} ({other_metric})")
-    return Comparison(*names, mean - other.get(other_metric, math.nan), 2 * spread)
+    gap = mean - other.get(other_metric, math.nan)
+    return Comparison(*names, gap, two_pooled_std(better, other, metric, other_metric))
 
 
 def _probes_read(*metrics: str) -> list[str]:

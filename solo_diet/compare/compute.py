@@ -1,10 +1,5 @@
-"""Compute as the learning curves count it: forward-backward samples, views counted.
-
-An image of a batch counts once per view the method trains on (DIET and s-DIET one, SimCLR and
-most SSL methods two, multi-crop methods every crop, small crops too), so at equal epochs a
-two-view method has seen twice the samples of a one-view one. The one place that says so: a
-compute-matched budget must count the same way.
-"""
+"""Compute as the learning curves and budgets count it: forward-backward samples, an image counted
+once per view the method trains on (every crop, small ones too)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget.
-
-With ``curves.points: N`` (0: off) a run's pretraining saves its backbone's weights after
-``ceil(k * E_run / N)`` epochs, k = 1 .. N - 1, ``E_run`` being the run's own epochs (its own
-``budget.max_epochs``, the epochs its ``budget.samples`` gives, else the spec's), as
-``<job folder>/curves/epoch_<E>.ckpt`` (:class:`~solo_diet.compare.snapshots.BackboneSnapshots`;
-E counts the epochs trained). Once the job's final evaluation is done, each snapshot gets the same
-offline linear probe and kNN as the final checkpoint, whose evaluation is the curve's last point,
-at ``E_run`` epochs. Each point is a row of ``<job folder>/curve.csv``, rewritten whole after each
-point, so an interrupted job keeps its points and a rerun evaluates only the missing ones (a row
-counts for the evaluation settings it was made with). A pretraining that resumes or starts over
-drops the snapshots and rows after its starting epoch. The report gathers the rows over seeds
-(:mod:`~solo_diet.compare.curves_report`).
+"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget
+(docs/compare.md, "Learning curves"). The backbone snapshots of a run's pretraining
+(:mod:`~solo_diet.compare.snapshots`) are evaluated like its final checkpoint, the curve's last
+point; each point is a row of ``<job folder>/curve.csv``, rewritten whole after each point, so a
+rerun evaluates only the missing ones. The report gathers them (:mod:`.curves_report`).
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from omegaconf import DictConfig
 from solo_diet._atomic import write_text_atomic
 from solo_diet.compare._files import progress
 from solo_diet.compare.compute import samples_seen, views_per_sample
+from solo_diet.compare.record import epoch_rows
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -45,6 +38,11 @@ CURVE_COLUMNS = (
     "fingerprint",  # the evaluation settings it was made with
 )
 TEXT_COLUMNS = ("source", "fingerprint")
+CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tables and plot)
+    ("linear_acc1", "linear probe"),
+    ("logreg_acc1", "logistic-regression probe"),
+    ("knn_acc1", "kNN"),
+)
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:
@@ -127,11 +125,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
     """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv``
     (images per epoch: the sum of the logged epochs, or their mean times ``epoch`` where some are
     not logged); NaN without a log."""
-    from solo_diet.compare.record import EPOCHS_FILE
-    from solo_diet.launch.callbacks import read_epoch_rows
-
-    log = run_dir / EPOCHS_FILE
-    rows = [r for r in read_epoch_rows(log) if r["epoch"] < epoch] if log.is_file() else []
+    rows = [r for r in epoch_rows(run_dir) if r["epoch"] < epoch]
     if not rows:
         return math.nan
     images = sum(r["samples"] for r in rows)
@@ -162,18 +156,21 @@ def evaluate_curve(
     if spec.curves.points == 0 or job.reference is not None:
         return
     fingerprint, views = result["fingerprint"], views_per_sample(job.cfg)
+
+    def point(epoch: int, measured: dict, source: str, wall_s: float) -> dict[str, Any]:
+        return {
+            "epoch": epoch,
+            "samples_seen": _samples_until(job.run_dir, epoch, views),
+            **measured,
+            "source": source,
+            "wall_s": wall_s,
+            "fingerprint": fingerprint,
+        }
+
     last = run_epochs(job)  # rows past it (curves made before they followed the run's budget) go
     points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
-    points[last] = {
-        "epoch": last,
-        "samples_seen": _samples_until(job.run_dir, last, views),
-        "linear_acc1": result["linear_acc1"],
-        "knn_acc1": result["knn_acc1"],
-        "logreg_acc1": result.get("logreg_acc1", math.nan),  # NaN: a result made before it
-        "source": "final",
-        "wall_s": 0.0,
-        "fingerprint": fingerprint,
-    }
+    final = {k: result.get(k, math.nan) for k, _ in CURVE_METRICS}  # NaN: a result made before it
+    points[last] = point(last, final, "final", 0.0)
     write_points(job.run_dir, points)
     missing = missing_points(spec, job, fingerprint)
     for position, epoch in enumerate(missing, 1):
@@ -181,17 +178,9 @@ def evaluate_curve(
             f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): probes, kNN"
         )
         started = time.time()
-        measured = _evaluate_snapshot(
-            spec, snapshot_path(job.run_dir, epoch), job.run_dir, shared_eval
-        )
-        points[epoch] = {
-            "epoch": epoch,
-            "samples_seen": _samples_until(job.run_dir, epoch, views),
-            **measured,
-            "source": "snapshot",
-            "wall_s": time.time() - started,
-            "fingerprint": fingerprint,
-        }
+        snapshot = snapshot_path(job.run_dir, epoch)
+        measured = _evaluate_snapshot(spec, snapshot, job.run_dir, shared_eval)
+        points[epoch] = point(epoch, measured, "snapshot", time.time() - started)
         write_points(job.run_dir, points)
     if missing:
         shown = ", ".join(

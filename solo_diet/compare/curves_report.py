@@ -5,18 +5,17 @@ spread)."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig
 
-from solo_diet.compare.aggregate import aggregate, is_number, pooled_std
-from solo_diet.compare.curves import CURVE_FILE, SNAPSHOT_DIR, read_points
-from solo_diet.compare.plots import CURVE_METRICS, plot_learning_curves
+from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
+from solo_diet.compare.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
+from solo_diet.compare.plots import plot_learning_curves
 from solo_diet.compare.spec import REFERENCE_ROWS
-from solo_diet.compare.tables import cell_text, table_lines
+from solo_diet.compare.tables import mean_cell, table_lines, write_csv
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
@@ -51,20 +50,6 @@ def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, A
     return curves
 
 
-def _write_csv(curves: dict[str, list[dict]], path: Path) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for rows in curves.values():
-            writer.writerows({c: row.get(c, "") for c in CSV_COLUMNS} for row in rows)
-
-
-def _mean_std(row: dict, metric: str) -> str:
-    text = cell_text(row.get(metric, math.nan))
-    std = row.get(f"{metric}_std", math.nan)
-    return text if text == "–" or math.isnan(std) else f"{text} ± {std:.2f}"
-
-
 def _last_step(rows: Sequence[dict], metric: str) -> str:
     """The change over the curve's last interval, and whether it is beyond two pooled standard
     deviations of the two points' seeds (rising, falling) or within them (flat)."""
@@ -72,12 +57,7 @@ def _last_step(rows: Sequence[dict], metric: str) -> str:
         return "one point"
     before, last = rows[-2], rows[-1]
     gap = last[metric] - before[metric]
-    spread = 2 * pooled_std(
-        before.get(f"{metric}_std", math.nan),
-        before["n_seeds"],
-        last.get(f"{metric}_std", math.nan),
-        last["n_seeds"],
-    )
+    spread = two_pooled_std(before, last, metric)
     if math.isnan(spread):
         word = "one seed: not resolved"
     elif abs(gap) <= spread:
@@ -117,7 +97,7 @@ def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
         if column == "run":
             return run["run"]
         row = by_epoch[run["run"]].get(int(column))
-        return _mean_std(row, metric) if row else "–"
+        return mean_cell(row, metric, set(), set()) if row else "–"
 
     return table_lines([{"run": run} for run in curves], ["run", *map(str, epochs)], cell)
 
@@ -157,7 +137,7 @@ def learning_curve_lines(
             "(pretrained before `curves.points` was set, or not evaluated yet).",
             "",
         ]
-    _write_csv(curves, out / CURVES_CSV)
+    write_csv(out / CURVES_CSV, CSV_COLUMNS, (row for rows in curves.values() for row in rows))
     lines += [
         "Linear probe, logistic-regression probe and kNN top-1 (%) at evenly spaced epochs of "
         "each run's own budget, mean "

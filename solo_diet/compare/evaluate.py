@@ -1,11 +1,7 @@
-"""The evaluation of one checkpoint, identical for every run of a comparison.
-
-Offline linear probe (``run_linear``: solo-learn's LinearModel), a converged logistic-regression
-probe on the frozen backbone features (:mod:`solo_diet.metrics.logreg`), weighted kNN
-(``solo.utils.knn.WeightedKNNClassifier``), RankMe and LiDAR (``solo_diet.metrics``) and k-means
-clustering scores of the L2-normalised val features, on the backbone; then on the extra
-representations the method's contract declares (``extra_evaluations``: for ``<name>_sem`` runs the
-SEM representation, with a second linear probe; for CPLearn the argmax codes, scored as clusters).
+"""The evaluation of one checkpoint, identical for every run of a comparison: offline linear probe
+(solo-learn's LinearModel), converged logistic-regression probe, weighted kNN, RankMe, LiDAR and
+k-means scores on the backbone, then on the representations the method's contract declares
+(``extra_evaluations``).
 """
 
 from __future__ import annotations
@@ -20,7 +16,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
-from solo_diet.compare.spec import compose, data_overrides, quoted, shared_overrides
+from solo_diet.compare.spec import (
+    compose,
+    data_overrides,
+    evaluation_settings,
+    quoted,
+)
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
@@ -54,7 +55,7 @@ def compose_linear(
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
     ]
-    overrides = shared_overrides(spec) + [str(o) for o in spec.linear.overrides]
+    overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
     overrides += data_overrides(spec) + forced
     return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
@@ -64,7 +65,7 @@ class Evaluator:
     through the probe's data path (:mod:`solo_diet.launch.datapaths`)."""
 
     def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
-        self.settings = spec.evaluation
+        self.settings = evaluation_settings(spec)
         use_cuda = (
             torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
         )
@@ -72,21 +73,17 @@ class Evaluator:
         probe_cfg = copy.deepcopy(probe_cfg)
         OmegaConf.set_struct(probe_cfg, False)
         if probe_cfg.get("seed") is None:  # unused: ordered batches, no augmentation
-            probe_cfg.seed = int(self.settings.seed)
+            probe_cfg.seed = self.settings.seed
         data = parse_data_settings(probe_cfg)  # the probe's settings, parsed once here
         data_path, probe_data = make_data_path(data), parse_loader_settings(probe_cfg, data)
-        batch = int(self.settings.batch_size)
+        batch = self.settings.batch_size
         self.train_loader, self.val_loader = data_path.feature_loaders(probe_data, batch)
-        views = int(self.settings.lidar_views)
+        views = self.settings.lidar_views
         request = ViewRequest(
-            self._lidar_node(), self._chosen, views, batch, self.seed, self.device
+            self._lidar_node(), self._chosen, views, batch, self.settings.seed, self.device
         )
         self.lidar_views = data_path.lidar_views(probe_data, request)
         self.lidar_labels = torch.arange(len(self.lidar_views) // views).repeat_interleave(views)
-
-    @property
-    def seed(self) -> int:
-        return int(self.settings.seed)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -104,8 +101,8 @@ class Evaluator:
 
     def _chosen(self, count: int) -> torch.Tensor:
         """The seeded choice of LiDAR's val images (the same for every run and data path)."""
-        generator = torch.Generator().manual_seed(self.seed)
-        return torch.randperm(count, generator=generator)[: int(self.settings.lidar_samples)]
+        generator = torch.Generator().manual_seed(self.settings.seed)
+        return torch.randperm(count, generator=generator)[: self.settings.lidar_samples]
 
     @torch.no_grad()
     def _features(self, model: torch.nn.Module, loader) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,14 +115,14 @@ class Evaluator:
 
     @torch.no_grad()
     def _view_features(self, model: torch.nn.Module) -> torch.Tensor:
-        chunks = self.lidar_views.split(int(self.settings.batch_size))
+        chunks = self.lidar_views.split(self.settings.batch_size)
         return torch.cat(
             [model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks]
         )
 
     def cluster_scores(self, val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, float]:
         """k-means (k = number of classes) of the L2-normalised features, scored against labels."""
-        seed = int(self.settings.seed)
+        seed = self.settings.seed
         normalized = torch.nn.functional.normalize(val_x.double(), dim=1)
         clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
         report = clustering_report(val_y, clusters, seed=seed)
@@ -134,7 +131,7 @@ class Evaluator:
     def code_scores(self, encoder: torch.nn.Module, prefix: str) -> dict[str, float]:
         """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
         codes, val_y = self._features(encoder.to(self.device).eval(), self.val_loader)
-        report = clustering_report(val_y, codes.long().flatten(), seed=int(self.settings.seed))
+        report = clustering_report(val_y, codes.long().flatten(), seed=self.settings.seed)
         return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_MEASURES.items()}
 
     def _knn(
@@ -162,14 +159,15 @@ class Evaluator:
         probe = logistic_regression_probe(*on)
         return {"logreg_acc1": probe.acc1, "logreg_l2": probe.l2}
 
+    def _split_features(self, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+        """Features and labels of the train and val sets: ``train_x, train_y, val_x, val_y``."""
+        return (*self._features(model, self.train_loader), *self._features(model, self.val_loader))
+
     def curve_point(self, model: torch.nn.Module) -> dict[str, float]:
         """kNN top-1 and the logistic-regression probe of one representation (a learning-curve
         point)."""
-        model = model.to(self.device).eval()
-        train_x, train_y = self._features(model, self.train_loader)
-        val_x, val_y = self._features(model, self.val_loader)
-        logreg = self._logreg(train_x, train_y, val_x, val_y)["logreg_acc1"]
-        return {"knn_acc1": self._knn(train_x, train_y, val_x, val_y), "logreg_acc1": logreg}
+        split = self._split_features(model.to(self.device).eval())
+        return {"knn_acc1": self._knn(*split), "logreg_acc1": self._logreg(*split)["logreg_acc1"]}
 
     def measure(
         self, model: torch.nn.Module, cluster: bool = False, logreg: bool = False
@@ -177,9 +175,8 @@ class Evaluator:
         """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
         (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
         model = model.to(self.device).eval()
-        train_x, train_y = self._features(model, self.train_loader)
-        val_x, val_y = self._features(model, self.val_loader)
-        rank_x = val_x[: int(self.settings.rankme_samples)]
+        train_x, train_y, val_x, val_y = self._split_features(model)
+        rank_x = val_x[: self.settings.rankme_samples]
         result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
         if logreg:
             result.update(self._logreg(train_x, train_y, val_x, val_y))

@@ -1,17 +1,12 @@
-"""Running a comparison's jobs side by side, each in a process of its own GPUs.
+"""Running a comparison's jobs side by side, each in a process of its own GPUs
+(docs/compare.md, "Many GPUs").
 
-A task runs in a fresh subprocess, in its own process group, with ``CUDA_VISIBLE_DEVICES`` set to
-the GPUs it was given (none for a CPU task) and ``OMP_NUM_THREADS`` to its share of the host's
-cores, unless the caller set it. Otherwise torch's CPU linear algebra (RankMe, LiDAR, k-means)
-starts one thread per core in every task and oversubscribes the host. With ``serve_argv``, a task
-that has a ``request`` runs instead in a reusable worker process of the same GPUs
-(:mod:`~solo_diet.compare.served`): it imports once and runs task after task, so the start-up
-is paid once per worker, not once per task. Either way its stdout and stderr go to the task's log
-file, and the terminal gets one line per event (started, done, failed). A failed task is reported
-with its log and the others go on. Ctrl-C or SIGTERM stops every running task and worker: SIGINT to
-its process group, SIGKILL after a grace period; a task or worker ends when this process ends,
-however it ends (:func:`~solo_diet.compare.worker.die_with_parent`). No solo-learn here: the tasks
-are plain command lines and request lines.
+A task runs in its own process group with ``CUDA_VISIBLE_DEVICES`` set to its GPUs and
+``OMP_NUM_THREADS`` to its share of the cores (unless the caller set it); with ``serve_argv`` a
+task that has a ``request`` runs in a reusable worker of the same GPUs instead
+(:mod:`~solo_diet.compare.served`). Its output goes to its log, the terminal gets one line per
+event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here: the tasks are plain
+command lines and request lines.
 """
 
 from __future__ import annotations
@@ -24,9 +19,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from solo_diet.compare.served import ServedWorker
+from solo_diet.config import ConfigError
 
 # The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
 # it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
@@ -56,12 +52,11 @@ class Outcome:
 
 @dataclass
 class _Running:
-    """A task in its own process (``log`` open), or in ``worker`` (``process`` is the worker's)."""
+    """A task in its own process, or in ``worker`` (``process`` is the worker's)."""
 
     task: Task
     process: subprocess.Popen
     devices: tuple[str, ...]
-    log: Optional[IO[str]]
     worker: Optional[ServedWorker] = None
     start: float = field(default_factory=time.monotonic)
 
@@ -130,35 +125,20 @@ def _env(devices: tuple[str, ...], threads: str) -> dict:
     )
 
 
-def _start(task: Task, devices: tuple[str, ...], threads: str) -> _Running:
-    task.log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = task.log_path.open("a")
-    log.write(_header(task, devices))
-    log.flush()
-    process = subprocess.Popen(
-        list(task.argv),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_env(devices, threads),
-        start_new_session=True,
-    )
-    return _Running(task, process, devices, log)
-
-
-def _hand(task: Task, worker: ServedWorker) -> _Running:
-    """``task`` to a reusable worker; its log's header names the worker and how many it ran."""
-    assert task.request is not None
-    task.log_path.parent.mkdir(parents=True, exist_ok=True)
-    where = f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})"
-    with task.log_path.open("a") as log:
-        log.write(_header(task, worker.devices, where))
-    worker.hand(task.log_path, task.request)
-    return _Running(task, worker.process, worker.devices, None, worker)
-
-
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
+
+
+def _wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """Wait up to ``grace_s`` seconds for ``processes`` to end, then SIGKILL each one's process
+    group (it, if still alive, and what it left behind)."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
 
 
 def _stop(
@@ -174,17 +154,7 @@ def _stop(
     processes = [r.process for r in running] + [w.process for w in idle]
     for process in processes:
         _signal_group(process, signal.SIGINT)
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        if process.poll() is None:
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
-        _signal_group(process, signal.SIGKILL)  # what the task left behind in its group
-    for entry in running:
-        if entry.log is not None:
-            entry.log.close()
+    _wait_or_kill(processes, grace_s)
 
 
 class _Slots:
@@ -234,15 +204,36 @@ class _Workers:
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
 
-    def make_room(self, running: int) -> None:
-        while self.idle and running + len(self.idle) >= self.limit:
-            self.retire(self.idle.pop(0))
-
-    def start(self, task: Task, devices: tuple[str, ...], running: int) -> ServedWorker:
-        self.make_room(running)
+    def launch(
+        self, task: Task, devices: tuple[str, ...], worker: Optional[ServedWorker], running: int
+    ) -> _Running:
+        """Start ``task``: in ``worker`` (an idle one), else in a new worker when it is served,
+        else in a process of its own; its log's header says where."""
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        assert self.argv is not None
-        return ServedWorker(self.argv, devices, _env(devices, self.threads), task.log_path)
+        env = _env(devices, self.threads)
+        if worker is None:
+            while self.idle and running + len(self.idle) >= self.limit:  # room for a process
+                self.retire(self.idle.pop(0))
+            if self.served(task):
+                assert self.argv is not None
+                worker = ServedWorker(self.argv, devices, env, task.log_path)
+        where = (
+            f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})" if worker else ""
+        )
+        with task.log_path.open("a") as log:
+            log.write(_header(task, devices, where))
+            log.flush()
+            if worker is None:  # the task's process keeps the log open; this one need not
+                process = subprocess.Popen(
+                    list(task.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+                return _Running(task, process, devices)
+        worker.hand(task.log_path, str(task.request))
+        return _Running(task, worker.process, devices, worker)
 
     def retire(self, worker: ServedWorker) -> None:
         worker.retire()
@@ -252,8 +243,7 @@ class _Workers:
         for worker in self.idle:
             self.retire(worker)
         self.idle = []
-        for worker in self.retired:
-            worker.wait(grace_s)
+        _wait_or_kill([worker.process for worker in self.retired], grace_s)
 
 
 def _next_task(
@@ -293,7 +283,7 @@ def run_tasks(
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
     if too_big:
-        raise ValueError(f"{too_big} need more GPUs than the {len(gpus)} visible")
+        raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
     pending, running = list(tasks), []
     slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
     threads = cpu_threads_per_task(min(workers, max(1, len(tasks))))
@@ -306,12 +296,7 @@ def run_tasks(
                     if task is None:
                         break
                     pending.remove(task)
-                    if pool.served(task):
-                        worker = worker or pool.start(task, devices, len(running))
-                        running.append(_hand(task, worker))
-                    else:
-                        pool.make_room(len(running))
-                        running.append(_start(task, devices, threads))
+                    running.append(pool.launch(task, devices, worker, len(running)))
                     where = f" on GPU {','.join(devices)}" if devices else ""
                     say(
                         f"({len(tasks) - len(pending)}/{len(tasks)}) {task.label}: started{where} "
@@ -322,8 +307,6 @@ def run_tasks(
                     if status is None:
                         continue
                     running.remove(entry)
-                    if entry.log is not None:
-                        entry.log.close()
                     if entry.worker is not None:
                         pool.idle.append(entry.worker)  # the next _next_task drops a dead one
                     slots.give_back(entry.devices)

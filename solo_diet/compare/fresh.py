@@ -1,14 +1,8 @@
 """What one job may leave behind in a process, put back before the next job of a reusable worker
-(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process.
-
-Captured once the worker has imported what the jobs use, and restored before every job: the
-environment (``PL_GLOBAL_SEED`` and the like that ``seed_everything`` sets), the working directory,
-``sys.path``, the random generators of Python, NumPy and torch (CPU, and CUDA reseeded with the
-seed a fresh process starts from), torch's global switches (cuDNN, TF32, matmul precision,
-deterministic algorithms, threads, default dtype, grad mode), the SIGINT/SIGTERM handlers, the
-levels and handlers of the loggers that existed, Hydra's global state and solo-diet's own caches.
-After every job: the warning filters as they were, garbage collected, the CUDA cache emptied and
-its peak statistics reset.
+(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process: the
+environment, working directory and ``sys.path``, the random generators, torch's global switches,
+the signal handlers and loggers, Hydra's global state and solo-diet's caches; after each job the
+warning filters, and memory given back.
 """
 
 from __future__ import annotations
@@ -29,14 +23,13 @@ import torch
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+CUDNN_SWITCHES = ("enabled", "benchmark", "deterministic", "allow_tf32")
+
+
 def _torch_switches() -> dict[str, Any]:
-    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    return {
-        "cudnn.enabled": cudnn.enabled,
-        "cudnn.benchmark": cudnn.benchmark,
-        "cudnn.deterministic": cudnn.deterministic,
-        "cudnn.allow_tf32": cudnn.allow_tf32,
-        "matmul.allow_tf32": matmul.allow_tf32,
+    cudnn = torch.backends.cudnn
+    return {f"cudnn.{name}": getattr(cudnn, name) for name in CUDNN_SWITCHES} | {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "deterministic": (
             torch.are_deterministic_algorithms_enabled(),
@@ -49,12 +42,9 @@ def _torch_switches() -> dict[str, Any]:
 
 
 def _set_torch_switches(switches: dict[str, Any]) -> None:
-    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    cudnn.enabled = switches["cudnn.enabled"]
-    cudnn.benchmark = switches["cudnn.benchmark"]
-    cudnn.deterministic = switches["cudnn.deterministic"]
-    cudnn.allow_tf32 = switches["cudnn.allow_tf32"]
-    matmul.allow_tf32 = switches["matmul.allow_tf32"]
+    for name in CUDNN_SWITCHES:
+        setattr(torch.backends.cudnn, name, switches[f"cudnn.{name}"])
+    torch.backends.cuda.matmul.allow_tf32 = switches["matmul.allow_tf32"]
     torch.set_float32_matmul_precision(switches["float32_matmul_precision"])
     mode, warn_only = switches["deterministic"]
     torch.use_deterministic_algorithms(mode, warn_only=warn_only)

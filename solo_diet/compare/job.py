@@ -1,7 +1,6 @@
 """One job of a comparison: pretrained once (a finished job is reused, an interrupted one resumes
-from its latest checkpoint), then evaluated; its result goes to ``<job folder>/result.json``.
-Reference rows skip pretraining: their checkpoint is written here (untrained backbone or raw
-pixels). :mod:`~solo_diet.compare.runner` decides where and when each job runs.
+from its latest checkpoint), then evaluated into ``<job folder>/result.json``. Reference rows
+skip pretraining: their checkpoint is written here.
 """
 
 from __future__ import annotations

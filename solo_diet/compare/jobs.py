@@ -1,14 +1,6 @@
 """The runs of a spec and the jobs of a comparison: one pretraining per run and seed, and one per
-reference row.
-
-A job's folder (``<output_dir>/<job key>/``, the key being ``runs/<run>``, ``runs/<run>/seed_<s>``
-with ``seeds``, ``references/<row>`` or, for ``random_init`` with ``seeds``,
-``references/random_init/seed_<s>``) holds everything about it: ``state.json`` (the fingerprint
-of its pretraining cfg, the final checkpoint, the pretraining wall time), ``pretrain/``
-(solo-learn's checkpoints), ``epochs.csv`` (per-epoch costs and curves), ``linear/``,
-``result.json`` (every metric, with the fingerprint of the evaluation settings, the device and the
-end time) and, when the jobs run in their own processes, ``job.log``. Jobs therefore run in any
-order, in one process or many.
+reference row. Each job has a folder of its own, ``<output_dir>/<job key>/`` (docs/compare.md,
+"Workflow"), holding all it writes, so jobs run in any order, in one process or many.
 """
 
 from __future__ import annotations
@@ -29,7 +21,6 @@ from solo_diet.compare.spec import (
     compose,
     data_overrides,
     quoted,
-    shared_overrides,
     validation_interval,
 )
 from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
@@ -177,7 +168,7 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
-    shared = shared_overrides(spec) + [str(o) for o in spec.pretrain_overrides]
+    shared = [str(o) for o in (*spec.trainer, *spec.pretrain_overrides)]
     overrides = shared + run.overrides + budget + data_overrides(spec) + forced
     cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
     if cfg.get("method") not in METHODS:

@@ -1,20 +1,12 @@
 """One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
 (``<job folder>/.job.lock``).
 
-The running comparison holds an exclusive ``flock`` on the file, which the kernel releases when its
-process ends however it ends, and writes its PID, host and start time into it. A second comparison
-into the folder exits with status 2 and one line naming the holder, whatever jobs it would run
-(``only=`` included): run them one call after another. A lock file that names a process of this
-host but is no longer held (a comparison killed with ``kill -9``) is taken over with a line saying
-so. One naming another host is refused too: a lock of another machine's process on a shared disk
-cannot be checked from here, so the line says to delete the file if that comparison no longer runs.
-``--report-only`` takes none (its files are written whole, so a report written beside a running
-comparison is harmless).
-
-The process that runs a job (the comparison itself or one of its workers) holds that job's lock
-while it runs. Workers end with their parent (:mod:`~solo_diet.compare.worker`); a worker that
-still holds a job's lock when a comparison takes the folder over belonged to a comparison that no
-longer runs, and :func:`stop_orphans` stops it before any job starts.
+The holder keeps an exclusive ``flock`` (released by the kernel however its process ends) and
+writes its PID, host and start time into the file. A second comparison into the folder exits 2
+naming the holder; a lock file of this host no longer held (``kill -9``) is taken over with a line
+saying so; one of another host is refused, the line saying to delete it if that comparison no
+longer runs. A worker still holding a job's lock when a comparison takes the folder over belonged
+to one that no longer runs: :func:`stop_orphans` stops it.
 """
 
 from __future__ import annotations
@@ -73,23 +65,39 @@ def _named(holder: dict) -> str:
 
 
 @contextlib.contextmanager
+def _lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
+    """``path`` open, and its exclusive ``flock`` tried without waiting: ``taken``, ``held`` (by
+    another process) or ``unsupported`` (no file locks here). Closing the file releases it."""
+    descriptor = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        state = "taken"
+    except OSError as err:
+        state = "held" if isinstance(err, BlockingIOError) else "unsupported"
+    try:
+        yield descriptor, state
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
 def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[Path]:
     """Hold ``out``'s lock inside the block; raise :class:`OutputDirInUse` (one line: who holds
     it and what to do) when another comparison does."""
     path = out / LOCK_FILE
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with _lock_file(path) as (descriptor, state):
+        if state == "unsupported":
+            say(
+                f"cannot lock {path} (no file locks here): a second comparison into {out} is not "
+                "refused"
+            )
+            yield path
+            return
+        if state == "held":
             raise OutputDirInUse(
                 f"`output_dir` {out} is in use by {_named(_holder(descriptor))}: wait for it to "
                 "end, or pass another output_dir."
-            ) from None
-        except OSError as err:  # a file system without locks
-            say(f"cannot lock {path} ({err}): a second comparison into {out} is not refused")
-            yield path
-            return
+            )
         holder, host = _holder(descriptor), socket.gethostname()
         if holder and holder.get("host") != host:
             raise OutputDirInUse(
@@ -106,29 +114,20 @@ def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[P
             yield path
         finally:
             os.ftruncate(descriptor, 0)  # an empty lock file is a free folder
-    finally:
-        os.close(descriptor)  # releases the flock
 
 
 @contextlib.contextmanager
 def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> Iterator[None]:
     """Hold ``run_dir``'s job lock inside the block, waiting (with a line saying for whom) while
     another process holds it."""
-    descriptor = os.open(run_dir / JOB_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with _lock_file(run_dir / JOB_LOCK_FILE) as (descriptor, state):
+        if state == "held":
             holder = _holder(descriptor)
             say(f"{label}: waiting for PID {holder.get('pid', '?')}, which still runs this job")
             fcntl.flock(descriptor, fcntl.LOCK_EX)
-        except OSError:  # a file system without locks: the folder's lock is the only guard
-            yield
-            return
-        _write_holder(descriptor)
+        if state != "unsupported":  # without file locks the folder's lock is the only guard
+            _write_holder(descriptor)
         yield
-    finally:
-        os.close(descriptor)  # releases the flock
 
 
 def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
@@ -139,14 +138,8 @@ def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -
         path = run_dir / JOB_LOCK_FILE
         if not path.is_file():
             continue
-        descriptor = os.open(path, os.O_RDWR)
-        try:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                continue  # free
-            except BlockingIOError:
-                pass
-            except OSError:
+        with _lock_file(path, create=False) as (descriptor, state):
+            if state != "held":  # free, or no file locks
                 continue
             holder = _holder(descriptor)
             pid = holder.get("pid")
@@ -159,8 +152,6 @@ def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -
             else:
                 say(f"waiting for {_named(holder)}, which still runs the job in {run_dir}")
             fcntl.flock(descriptor, fcntl.LOCK_EX)  # until it (and what it forked) is gone
-        finally:
-            os.close(descriptor)
 
 
 def _kill_with_group(pid: int) -> None:

@@ -1,14 +1,7 @@
-"""A claim's source budget and definition, and the verdict they allow.
-
-Every claim of a spec carries ``paper_budget`` (what its source trained: ``epochs``, optionally
-``than_epochs`` for the runs it was compared against, ``batch_size``, and the source's ``steps``
-or ``samples`` for those epochs, the count that stays comparable on a dataset of another size)
-and ``definition`` (the source's own reading of the claim, in its words, or ours labelled
-``ours: true``). A claim checked below its source's budget, in epochs or in steps (samples), never
-reads "did not hold": it reads ``budget-limited (X of Y epochs)``, with ``A of the paper's B
-steps, S %`` where the source named them, and the gaps it had; "held" only says at how much of the
-budget it held. Only a claim checked at its source's budget and definition can fail ("did not
-hold"); a reading of ours that fails at that budget is "not met, a reading of ours".
+"""A claim's source budget (``paper_budget``) and definition, and the verdict they allow
+(docs/compare.md, "Claims"): below the source's budget, in epochs or in the steps (samples) it
+named, a claim reads ``budget-limited (X of Y epochs)``, never "did not hold"; only a claim
+checked at its source's budget and definition can fail.
 """
 
 from __future__ import annotations
@@ -71,7 +64,8 @@ def _short(count: int) -> str:
     return f"{rounded:g}"
 
 
-def _positive_int(value: Any) -> bool:
+def positive_int(value: Any) -> bool:
+    """An integer (not a bool) above 0."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -95,7 +89,7 @@ def check_paper_budget(claim: DictConfig, key_of: str) -> None:
                 f"{key_of}paper_budget.{key}` is not a budget key; use {list(PAPER_BUDGET_KEYS)} "
                 f"{example}."
             )
-        if not _positive_int(value):
+        if not positive_int(value):
             raise ConfigError(
                 f"{key_of}paper_budget.{key}` must be a positive integer {example}; got {value}."
             )

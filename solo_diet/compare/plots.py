@@ -8,14 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from solo_diet._atomic import atomic_write
+from solo_diet.compare.curves import CURVE_METRICS
 from solo_diet.compare.record import EPOCHS_FILE, seed_curves
-
-CURVE_METRICS = (
-    ("linear_acc1", "linear probe"),
-    ("logreg_acc1", "logistic-regression probe"),
-    ("knn_acc1", "kNN"),
-)
-"""The learning curves' metrics and their labels (the report's table and plot)."""
 
 CURVE_PANELS = (
     ("train_loss", "train loss"),

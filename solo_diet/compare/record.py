@@ -1,8 +1,6 @@
 """Where, when and at what cost a comparison ran: each job's device, end time and pretraining
-costs in its ``result.json`` (read from its ``epochs.csv``, which also gives the curves over
-seeds), each ``solo-diet compare`` command in ``<output_dir>/commands.txt``, and the report's
-section that gathers them, so a report assembled over several machines and sessions still names
-its cards, commands and dates."""
+costs, each ``solo-diet compare`` command (``commands.txt``), and the report's section that
+gathers them."""
 
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ def _now() -> str:
     return time.strftime(TIME_FORMAT, time.gmtime())
 
 
-def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
+def epoch_rows(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
     from solo_diet.launch.callbacks import read_epoch_rows
 
@@ -37,7 +35,7 @@ def _epoch_rows(run_dir: Path) -> list[dict[str, float]]:
 def pretrain_costs(run_dir: Path) -> dict[str, float]:
     """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
     wall time of its pretraining calls."""
-    rows = _epoch_rows(run_dir)
+    rows = epoch_rows(run_dir)
     train_s = sum(r["train_seconds"] for r in rows)
     peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
     return {
@@ -53,7 +51,7 @@ def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]
     """{epoch: the column's values over the seeds that logged it in that epoch}."""
     by_epoch: dict[float, list[float]] = {}
     for folder in folders:
-        for row in _epoch_rows(folder):
+        for row in epoch_rows(folder):
             if column in row and not math.isnan(row[column]):
                 by_epoch.setdefault(row["epoch"], []).append(row[column])
     return by_epoch

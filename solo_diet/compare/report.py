@@ -1,10 +1,5 @@
-"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``.
-
-With ``seeds`` the report shows mean ± standard deviation over the seeds, names the best run of
-each ranked metric and marks the differences to it that the seeds resolve
-(:mod:`~solo_diet.compare.aggregate`); ``results.csv`` keeps one row per seed and one
-aggregate row per run.
-"""
+"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``
+(docs/compare.md, "How to read a report")."""
 
 from __future__ import annotations
 

@@ -16,19 +16,11 @@ class JobsFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class CompareResults:
-    """A comparison after :func:`~solo_diet.compare.run_spec`.
-
-    Attributes:
-        spec: the resolved spec the jobs ran with (also ``<output_dir>/spec.yaml``).
-        report: ``report.md``; ``results.csv`` and the plots are beside it.
-        records: one per job with a result, in the spec's order (every run once per seed, then the
-            reference rows): its ``result.json`` (``run``, ``seed``, ``method``, the metrics and
-            costs), the per-seed rows of ``results.csv``. With ``report_only`` a run's job stopped
-            before its evaluation is a record marked ``unfinished`` (its costs and curves).
-        left_out: the labels of the spec's jobs without a result, as the report names them.
-        failures: {failed job's key: the job and what failed (or its log)}, empty when none did.
-        started: how many jobs this call started (those whose result stood were not).
-    """
+    """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
+    the resolved ``spec``, the ``report``'s path, the ``records`` (one ``result.json`` per job
+    with a result, in the spec's order; with ``report_only`` also the ``unfinished`` ones), the
+    labels of the jobs ``left_out``, the ``failures`` {job key: what failed} and how many jobs
+    this call ``started``."""
 
     spec: DictConfig
     report: Path

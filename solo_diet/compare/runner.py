@@ -1,12 +1,7 @@
 """Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
-and evaluated once (:mod:`~solo_diet.compare.job`), in this process or side by side.
-
-With one worker (and no multi-GPU job) the jobs run one after another in this process and share
-the evaluation data. Otherwise each job runs in its own process (``python -m
-solo_diet.compare.worker``) on its own GPUs, its output in ``<job folder>/job.log``
-(:mod:`~solo_diet.compare.fanout`). Either way a failed job is reported and the others go on,
-a job whose result stands is named and not started, an interrupted one resumes from its last
-checkpoint, and the report reads the jobs' results only after every job has ended.
+and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
+side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
+every job that has one.
 """
 
 from __future__ import annotations
@@ -38,9 +33,8 @@ from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
-    check_key_typos,
+    check_launch_cfg,
     check_solo_learn_choices,
-    check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.launch.progress import OverallProgress
@@ -99,11 +93,10 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 def _run_in_processes(
     jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
 ) -> dict[str, str]:
-    """Every job in a process of its own GPUs, ``workers`` at a time on the visible GPUs, at most
-    ``jobs_per_gpu`` on one GPU, the longest first; returns {failed job's key: what failed}.
-    ``reuse``: the jobs of one GPU or the CPU run one after another in reusable workers, which
-    import once; a DDP job (Lightning starts its other ranks from its command line) and every job
-    without ``reuse`` get a fresh process."""
+    """Every job in a process of its own GPUs (:func:`~solo_diet.compare.fanout.run_tasks`), the
+    longest first; returns {failed job's key: what failed}. With ``reuse`` the jobs of one GPU or
+    the CPU run in reusable workers; a DDP job (Lightning starts its ranks from its command line)
+    gets a fresh process."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
@@ -120,11 +113,6 @@ def _run_in_processes(
         )
         for job in jobs
     ]
-    too_big = [t for t in tasks if t.gpus > len(gpus)]
-    if too_big:
-        raise ConfigError(
-            f"{too_big[0].label} needs {too_big[0].gpus} GPUs, {len(gpus)} are visible."
-        )
     say = _counting_ended_jobs(jobs)
     outcomes = run_tasks(
         tasks,
@@ -160,8 +148,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_key_typos(cfg)
-            check_training_basics(cfg)
+            check_launch_cfg(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)
@@ -245,24 +232,14 @@ def remove_leftovers(out: Path) -> None:
             spec_copy.unlink(missing_ok=True)
 
 
-def _process_note(spec: DictConfig) -> str:
-    if spec.parallel.reuse_workers:
-        return " in separate processes, each running job after job"
-    return " in separate processes, a fresh one per job"
-
-
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
-    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report.
-
-    ``spec`` is a spec file (its paths relative to its folder) or the spec itself as a mapping
-    (its paths relative to the current directory); ``overrides`` are OmegaConf dot-list overrides
-    of spec keys, as on the command line (``budget.max_epochs=2``). A failed job does not stop the
-    others: it is in the returned :attr:`~CompareResults.failures` and the report holds the
-    others. ``report_only``: run nothing, write the report from the jobs' ``result.json`` (and the
-    pretraining curves of the jobs stopped before their evaluation). A bad spec raises
-    :class:`~solo_diet.config.ConfigError` before any job starts."""
+    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report
+    (docs/compare.md, "From Python"). ``spec``: a spec file or the spec as a mapping;
+    ``overrides``: dot-list overrides of spec keys (``budget.max_epochs=2``); ``report_only``: run
+    nothing, only write the report. A failed job is in the result's ``failures``, the others go
+    on; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job starts."""
     import solo_diet
 
     solo_diet.register()
@@ -315,6 +292,9 @@ def _run_jobs(
     note_command(out, spec_path, overrides)
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
+    processes = " in separate processes, " + (
+        "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
+    )
     budget = spec.budget
     seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
     progress(
@@ -323,7 +303,7 @@ def _run_jobs(
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
         + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
         + f" at batch {budget.batch_size}, "
-        f"{workers} worker(s){_process_note(spec) if in_processes else ''} -> {out}"
+        f"{workers} worker(s){processes if in_processes else ''} -> {out}"
     )
     to_run = _without_standing_results(spec, chosen)
     if in_processes:

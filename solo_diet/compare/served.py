@@ -1,13 +1,9 @@
-"""The fan-out's side of a reusable worker: one process that imports once and then runs task after
-task (:mod:`~solo_diet.compare.fanout` hands them out; :mod:`~solo_diet.compare.worker`
-``--serve`` is the process).
+"""The fan-out's side of a reusable worker (:mod:`~solo_diet.compare.worker` ``--serve``).
 
-The protocol: the worker's command line gets one more argument, the number of a pipe it writes
-to; each task is one JSON line on its standard input, ``{"log": <log file>, "request": <the
-task's request>}``; the worker sends its output (both streams) to that log, runs the task, and
-writes ``0`` and a newline to the pipe when it is done. A task that fails ends the worker (exit
-status 1, its traceback in the log, as a task in its own process), so a failure never leaves a
-worker in a doubtful state; the end of its standard input ends an idle worker with status 0.
+The protocol: the worker's last argument is a pipe it writes to; each task is one JSON line on its
+standard input, ``{"log": <log file>, "request": <the task's request>}``; the worker sends its
+output to that log, runs the task and writes ``0`` and a newline to the pipe. A task that fails
+ends the worker (as a task in its own process); the end of its standard input ends an idle one.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -79,12 +74,3 @@ class ServedWorker:
             self.process.stdin.close()
         with contextlib.suppress(OSError):
             os.close(self._replies)
-
-    def wait(self, grace_s: float) -> None:
-        """Wait for a retired worker, killing it after ``grace_s`` seconds."""
-        deadline = time.monotonic() + grace_s
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()

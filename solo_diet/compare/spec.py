@@ -15,13 +15,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.budgets import check_spec_budget
 from solo_diet.compare.claims import check_claims
 from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
     REFERENCE_ROWS,
-    check_curves,
     check_only,
-    check_seeds_and_workers,
+    check_sections,
+    check_seeds,
 )
 from solo_diet.config import ConfigError, closest_name, parse_section, setting
 from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
@@ -40,8 +39,8 @@ class EvaluationSettings:
     knn_temperature: float = setting(0.07, within=(1e-12, math.inf))
     knn_distance: str = setting("cosine", choices=("cosine", "euclidean"))
     rankme_samples: int = setting(25600, minimum=1)
-    lidar_samples: int = 1000
-    lidar_views: int = 10
+    lidar_samples: int = setting(1000, minimum=2, hint="LiDAR's class means need two.")
+    lidar_views: int = setting(10, minimum=2, hint="LiDAR's class means need two.")
     lidar_augmentations: Optional[str] = None
     lidar_delta: float = setting(1e-4, within=(0.0, math.inf))
     max_rank_dim: int = setting(4096, minimum=1)
@@ -51,11 +50,7 @@ class EvaluationSettings:
     seed: int = 0
 
     def checked(self) -> "EvaluationSettings":
-        """LiDAR's class means need two samples of two views each; an augmentation file is one."""
-        if self.lidar_views < 2 or self.lidar_samples < 2:
-            raise ConfigError(
-                "`evaluation.lidar_samples` and `evaluation.lidar_views` must both be >= 2."
-            )
+        """The LiDAR views' augmentation file is one."""
         if self.lidar_augmentations is not None and not Path(self.lidar_augmentations).is_file():
             raise ConfigError(
                 f"`evaluation.lidar_augmentations` {self.lidar_augmentations} is not a file."
@@ -220,21 +215,7 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
         raise ConfigError(
             f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
         )
-    for key in ("max_epochs", "batch_size"):
-        value = spec.budget[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(
-                f"{spec_path}: `budget.{key}` must be a positive integer (one budget for every "
-                f"run), "
-                f"got {value}."
-            )
-    limit = spec.budget.limit_train_batches
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
-    ):
-        raise ConfigError(
-            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
-        )
+    check_sections(spec)
     if spec.linear.config_path is None or spec.linear.config_name is None:
         raise ConfigError(
             f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
@@ -264,13 +245,16 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
                 f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
                 "give it one subfolder per class."
             )
-    check_seeds_and_workers(spec, spec_path)
+    check_seeds(spec, spec_path)
     check_only(spec, spec_path)
-    check_spec_budget(spec, spec_path)
     check_claims(spec, spec_path)
-    check_curves(spec, spec_path)
     resolve_spec_format(spec, spec_path)
-    parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False).checked()
+    evaluation_settings(spec).checked()
+
+
+def evaluation_settings(spec: DictConfig) -> EvaluationSettings:
+    """The spec's ``evaluation`` section, typed."""
+    return parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False)
 
 
 def checkpoint_interval(budget: DictConfig) -> int:
@@ -298,11 +282,6 @@ def data_overrides(spec: DictConfig) -> list[str]:
     """The spec's data set, forced on every pretraining and probe config."""
     keys = ("dataset", "train_path", "val_path", "format")
     return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
-
-
-def shared_overrides(spec: DictConfig) -> list[str]:
-    """The ``trainer`` overrides, applied to every pretraining and probe config."""
-    return [str(o) for o in spec.trainer]
 
 
 def compose(

@@ -1,30 +1,70 @@
-"""The checks of a comparison spec's ``seeds``, ``reference_rows``, ``only``, ``parallel`` and
-``curves`` sections (:func:`~solo_diet.compare.spec.load_spec` runs them)."""
+"""The checks of a comparison spec: the typed ``budget``, ``parallel`` and ``curves`` sections
+(:func:`~solo_diet.config.parse_section`), and ``seeds``, ``reference_rows`` and ``only``
+(:func:`~solo_diet.compare.spec.load_spec` runs them). A section's defaults are the spec's
+(``SPEC_DEFAULTS``); a field without one here is required."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
 
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.config import ConfigError, closest_name, parse_section, setting
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
+AUTOMATIC = "Or null (automatic)."
 
 
-def _positive_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+@dataclass(frozen=True)
+class BudgetSettings:
+    """``budget``: one budget for every run (docs/compare.md, "Budgets")."""
+
+    max_epochs: int = setting(None, minimum=1, hint="One budget for every run.")
+    samples: Optional[int] = setting(
+        None, minimum=1, hint="Forward-backward samples (views counted), or null to match epochs."
+    )
+    batch_size: int = setting(None, minimum=1, hint="One budget for every run.")
+    limit_train_batches: Optional[float] = None
+    checkpoint_every_n_epochs: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
+    val_every_n_epochs: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
 
 
-def check_curves(spec: DictConfig, spec_path: str | Path) -> None:
-    """``curves.points``: a non-negative integer (0: off)."""
-    points = spec.curves.points
-    if isinstance(points, bool) or not isinstance(points, int) or points < 0:
+@dataclass(frozen=True)
+class ParallelSettings:
+    """``parallel``: how many jobs run at once, and in which processes."""
+
+    workers: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
+    jobs_per_gpu: int = setting(
+        None, minimum=1, hint="It is how many jobs share one GPU at a time (1: a GPU each)."
+    )
+    reuse_workers: bool = setting(None)  # true: workers run job after job; false: fresh ones
+
+
+@dataclass(frozen=True)
+class CurvesSettings:
+    """``curves``: the learning curves (docs/compare.md, "Learning curves")."""
+
+    points: int = setting(
+        None,
+        minimum=0,
+        hint="It is the number of epochs of the budget where each run's linear probe and kNN "
+        "are measured (e.g. curves.points=10; 0: no learning curves).",
+    )
+
+
+SECTIONS = {"budget": BudgetSettings, "parallel": ParallelSettings, "curves": CurvesSettings}
+
+
+def check_sections(spec: DictConfig) -> None:
+    """The typed sections (``SECTIONS``), each key checked by its field."""
+    for section, schema in SECTIONS.items():
+        parse_section(schema, spec, section, f"`{section}`", strict=False)
+    limit = spec.budget.limit_train_batches
+    if limit is not None and limit <= 0:
         raise ConfigError(
-            f"{spec_path}: `curves.points` must be a non-negative integer: the number of epochs "
-            "of the budget where each run's linear probe and kNN are measured (e.g. "
-            f"curves.points=10; 0: no learning curves), got {points}."
+            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
         )
 
 
@@ -45,9 +85,8 @@ def check_only(spec: DictConfig, spec_path: str | Path) -> None:
         )
 
 
-def check_seeds_and_workers(spec: DictConfig, spec_path: str | Path) -> None:
-    """``seeds``, ``reference_rows``, ``parallel.workers``/``jobs_per_gpu`` and the budget's
-    intervals."""
+def check_seeds(spec: DictConfig, spec_path: str | Path) -> None:
+    """``seeds`` and ``reference_rows``."""
     seeds = spec.seeds
     if seeds is not None and (
         not isinstance(seeds, ListConfig)
@@ -65,26 +104,4 @@ def check_seeds_and_workers(spec: DictConfig, spec_path: str | Path) -> None:
         raise ConfigError(
             f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
             f"them off), got {rows}."
-        )
-    for key in (
-        "budget.checkpoint_every_n_epochs",
-        "budget.val_every_n_epochs",
-        "parallel.workers",
-    ):
-        if not _positive_or_none(OmegaConf.select(spec, key)):
-            raise ConfigError(
-                f"{spec_path}: `{key}` must be a positive integer or null (automatic), got "
-                f"{OmegaConf.select(spec, key)}."
-            )
-    per_gpu = spec.parallel.jobs_per_gpu
-    if per_gpu is None or not _positive_or_none(per_gpu):
-        raise ConfigError(
-            f"{spec_path}: `parallel.jobs_per_gpu` must be a positive integer (how many jobs "
-            f"share one GPU at a time; 1: a GPU each), got {per_gpu}."
-        )
-    if not isinstance(spec.parallel.reuse_workers, bool):
-        raise ConfigError(
-            f"{spec_path}: `parallel.reuse_workers` must be true (worker processes import once "
-            f"and run job after job) or false (a fresh process per job), got "
-            f"{spec.parallel.reuse_workers!r}."
         )

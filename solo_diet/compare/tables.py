@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from solo_diet._atomic import atomic_write
 from solo_diet.compare.aggregate import NOT_AGGREGATED, is_number
@@ -112,7 +112,12 @@ def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> 
         numeric = set(_numeric_columns(rows, columns))
         columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
         columns.insert(columns.index("seed") + 1, "n_seeds")
-    with atomic_write(path) as f:  # whole or not at all
+    return write_csv(path, columns, rows)
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict]) -> Path:
+    """``rows`` under ``columns`` (other keys ignored, missing ones empty), whole or not at all."""
+    with atomic_write(path) as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
         writer.writeheader()
         writer.writerows(rows)

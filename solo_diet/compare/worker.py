@@ -1,18 +1,15 @@
-"""A comparison's jobs in processes of their own (``solo-diet compare`` starts them; see
-:mod:`~solo_diet.compare.fanout`). One job, in a fresh process:
+"""A comparison's jobs in processes of their own (:mod:`~solo_diet.compare.fanout` starts them).
+One job, in a fresh process:
 
     python -m solo_diet.compare.worker <output_dir>/.spec-<pid>.yaml <job key>
 
-Exit status 0 when the job is done, 130 when interrupted, 1 with a traceback otherwise.
-
-A reusable worker (``parallel.reuse_workers``), which imports once and runs job after job:
+A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
+after another, each as in a fresh process (:mod:`~solo_diet.compare.served`,
+:mod:`~solo_diet.compare.fresh`):
 
     python -m solo_diet.compare.worker --serve <output_dir>/.spec-<pid>.yaml <reply fd>
 
-It takes one job per line of its standard input and writes ``0`` to the reply pipe when the job
-is done (the protocol: :mod:`~solo_diet.compare.served`). Before each job it puts back the
-process as it was before the first (:mod:`~solo_diet.compare.fresh`). A job that fails or is
-interrupted ends it, with the same exit status and log as the job in a fresh process.
+Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import json
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -89,37 +85,31 @@ def serve(spec_file: str, reply_fd: int) -> int:
     spec, jobs, eval_fingerprint = worker_jobs(spec_file)
     fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
-        try:
-            for line in sys.stdin:
-                request = json.loads(line)
-                send_output_to(request["log"])
-                with fresh.job():
-                    # its own evaluation data, as in a fresh process: no GPU memory kept
-                    run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                replies.write("0\n")
-                replies.flush()
-        except KeyboardInterrupt as err:  # in a job, or waiting for one
-            print(f"interrupted: {err}", file=sys.stderr)
-            return 130
-        except Exception:  # noqa: BLE001 - as a fresh process: its traceback, status 1
-            traceback.print_exc()
-            return 1
+        for line in sys.stdin:
+            request = json.loads(line)
+            send_output_to(request["log"])
+            with fresh.job():
+                # its own evaluation data, as in a fresh process: no GPU memory kept
+                run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            replies.write("0\n")
+            replies.flush()
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """A failed job ends the process with its traceback and status 1, as any Python error."""
     die_with_parent()
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():
-        return serve(args[1], int(args[2]))
-    if len(args) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
     try:
+        if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():
+            return serve(args[1], int(args[2]))
+        if len(args) != 2:
+            print(__doc__, file=sys.stderr)
+            return 2
         run_one_job(args[0], args[1])
-    except KeyboardInterrupt as err:
+    except KeyboardInterrupt as err:  # in a job, or a worker waiting for one
         print(f"interrupted: {err}", file=sys.stderr)
         return 130
     return 0

@@ -204,7 +204,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
             r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",
         ),
         (["parallel.worker=2"], r"`parallel` keys: \['jobs_per_gpu', 'reuse_workers', 'workers'\]"),
-        (["parallel.workers=0"], "`parallel.workers` must be a positive integer or null"),
+        (["parallel.workers=0"], r"`parallel.workers` must be a positive integer, got 0\. Or null"),
         (["parallel.jobs_per_gpu=null"], "`parallel.jobs_per_gpu` must be a positive integer"),
         (
             ["budget.val_every_n_epochs=-2"],

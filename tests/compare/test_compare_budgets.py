@@ -69,7 +69,7 @@ def test_a_runs_own_budget_sets_its_epochs_and_intervals(data_root, tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["budget.samples=0"], r"`budget.samples` must be a positive count"),
+        (["budget.samples=0"], r"`budget.samples` must be a positive integer, got 0"),
         (["budget.samples=400"], r"take 50 epochs .* above `budget.max_epochs` 2"),
         (
             ["runs=[{name: diet, config_name: diet, budget: {epochs: 3}}]"],
