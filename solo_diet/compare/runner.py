@@ -33,8 +33,10 @@ from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
-    check_launch_cfg,
+    check_data_paths,
+    check_key_typos,
     check_solo_learn_choices,
+    check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.launch.progress import OverallProgress
@@ -148,7 +150,9 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_launch_cfg(cfg)
+            check_key_typos(cfg)
+            check_training_basics(cfg)
+            check_data_paths(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)

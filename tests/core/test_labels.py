@@ -193,8 +193,8 @@ def test_device_assert_messages_fit_cuda_limit():
 
 
 def test_a_device_index_check_names_the_key_to_fix(monkeypatch):
-    """On a GPU the out-of-range check is an asynchronous device assert, whose message is all a user
-    sees: it names `method_kwargs.num_samples` and the launcher that sets it, not a bare argument."""
+    """On a GPU the out-of-range check is an asynchronous device assert, whose message is all a
+    user sees: it names `method_kwargs.num_samples` and the launcher that sets it."""
     from solo_diet.methods.index_method import check_sample_indexes
 
     messages: list[str] = []
