@@ -15,14 +15,22 @@ target: within 5 %), the row store's host tables on rank 0 (``table`` and ``last
 from the case's launch: listing N files and setting up the row store count here). Each case's
 progress lines and the seconds its process took to exit go to stderr.
 
-``--two-nodes`` runs each 2-GPU case as two nodes of one GPU on this host (two processes,
-``NODE_RANK`` 0 and 1, ``CUDA_VISIBLE_DEVICES`` 0 and 1, ``++num_nodes=2``), and ``--row-sharding``
-the cases once per value of ``method_kwargs.row_sharding`` (``node``: each node holds the rows it
-owns); the row-store column then lists each node's table MiB. The 2-node row at N = 1.28 M, sharded
-against unsharded (issue 46; measured in docs/benchmarks.md, "Sharded rows on two nodes"):
+``--nodes K`` runs each case of G GPUs as K nodes of G/K GPUs on this host (K processes,
+``NODE_RANK`` 0 to K-1, each with its own block of ``CUDA_VISIBLE_DEVICES``, ``++num_nodes=K``),
+and ``--row-sharding`` the cases once per value of ``method_kwargs.row_sharding`` (``node``: each
+node holds the rows it owns); the row-store column then lists each rank's table MiB. The 2-node row
+at N = 1.28 M, sharded against unsharded (issue 46; measured in docs/benchmarks.md, "Sharded rows
+on two nodes"):
 
-    python benchmarks/sdiet_imagenet_scale.py --gpus 2 --sizes 1281167 --two-nodes \
+    python benchmarks/sdiet_imagenet_scale.py --gpus 2 --sizes 1281167 --nodes 2 \
         --row-sharding none node
+
+On one host of 8 GPUs (issue 47, not yet run: the 8-GPU kind was never lent), the unsharded rows
+at 1, 2 and 8 GPUs for the scaling table, then 8 nodes of one GPU and 2 nodes of four:
+
+    python benchmarks/sdiet_imagenet_scale.py --gpus 1 2 8
+    python benchmarks/sdiet_imagenet_scale.py --gpus 8 --nodes 8 --row-sharding none node
+    python benchmarks/sdiet_imagenet_scale.py --gpus 8 --nodes 2 --row-sharding none node
 
     python benchmarks/sdiet_imagenet_scale.py                  # 1 and 2 GPUs where visible
     python benchmarks/sdiet_imagenet_scale.py --gpus 1 --steps 200
@@ -85,19 +93,32 @@ def peak_resident_mib() -> float:
     return float("nan")
 
 
-def start_second_node(case: dict) -> Optional[subprocess.Popen]:
-    """A case of ``"nodes": 2``: this process becomes node 0 (GPU 0) and starts node 1 (GPU 1) on
-    this host, as benchmarks/multi_node_equivalence.py does; None for one node."""
-    if case.get("nodes", 1) == 1:
-        return None
+def start_other_nodes(case: dict) -> list[subprocess.Popen]:
+    """A case of ``"nodes": K``: this process becomes node 0 (the first ``"gpus"`` GPUs) and starts
+    nodes 1 to K-1 on this host, each on the next block of GPUs, as
+    benchmarks/multi_node_equivalence.py does; none for one node."""
+    nodes, per_node = case.get("nodes", 1), case["gpus"]
+    if nodes == 1:
+        return []
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
     launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-    os.environ.update(launch, NODE_RANK="0", CUDA_VISIBLE_DEVICES="0")
-    second = os.environ | launch | {"NODE_RANK": "1", "CUDA_VISIBLE_DEVICES": "1"}
+
+    def gpu_block(node: int) -> str:
+        return ",".join(str(node * per_node + g) for g in range(per_node))
+
     command = [sys.executable, os.path.abspath(__file__), "--case", json.dumps(case)]
-    return subprocess.Popen(command, env=second, stdout=subprocess.DEVNULL)
+    others = [
+        subprocess.Popen(
+            command,
+            env=os.environ | launch | {"NODE_RANK": str(k), "CUDA_VISIBLE_DEVICES": gpu_block(k)},
+            stdout=subprocess.DEVNULL,
+        )
+        for k in range(1, nodes)
+    ]
+    os.environ.update(launch, NODE_RANK="0", CUDA_VISIBLE_DEVICES=gpu_block(0))
+    return others
 
 
 def sdiet_case(case: dict) -> Optional[dict]:
@@ -105,7 +126,7 @@ def sdiet_case(case: dict) -> Optional[dict]:
     memory."""
     import torch.distributed as dist
 
-    second = start_second_node(case) if "NODE_RANK" not in os.environ else None
+    others = start_other_nodes(case) if "NODE_RANK" not in os.environ else []
     callback = window(case)
 
     def extra(trainer, module) -> None:
@@ -125,8 +146,8 @@ def sdiet_case(case: dict) -> Optional[dict]:
 
     callback.extra = extra
     result = run_training_case({**case, "config": "sdiet"}, callback)
-    if second is not None:
-        second.wait()
+    for other in others:
+        other.wait()
     return result
 
 
@@ -143,7 +164,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workers", type=int, default=0, help="per GPU; 0: cores / GPUs")
     parser.add_argument("--row-placement", default="cpu", choices=["cpu", "gpu", "disk"])
-    parser.add_argument("--two-nodes", action="store_true", help="2-GPU cases as 2 nodes")
+    parser.add_argument("--nodes", type=int, default=1, help="each case as this many nodes")
     parser.add_argument("--row-sharding", nargs="+", default=["none"], choices=["none", "node"])
     parser.add_argument("--case-timeout", type=float, default=600.0)
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
@@ -157,7 +178,7 @@ def main(argv: Optional[list] = None) -> None:
     accelerator, precision, overrides = "gpu", "bf16-mixed", ["backbone.name=resnet50"]
     if args.smoke:
         accelerator, precision = "cpu", "32"
-        args.gpus = [2] if args.two_nodes else [1]
+        args.gpus = [args.nodes]
         args.images, args.sizes, args.batch_size, args.warmup, args.steps = 24, [40, 400], 4, 1, 2
         overrides = ["backbone.name=resnet18", "augmentations.0.crop_size=32"]
     overrides += [f"method_kwargs.row_placement={args.row_placement}"]
@@ -181,7 +202,9 @@ def main(argv: Optional[list] = None) -> None:
         )
         print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for gpus, sharding in [(g, s) for g in args.gpus for s in args.row_sharding]:
-            nodes = 2 if args.two_nodes and gpus == 2 else 1
+            nodes = args.nodes
+            if gpus % nodes:
+                raise SystemExit(f"--nodes {nodes} does not divide --gpus {gpus}")
             first_peak = None
             for n in args.sizes:
                 case = {
@@ -191,7 +214,7 @@ def main(argv: Optional[list] = None) -> None:
                     "accelerator": accelerator, "warmup": args.warmup, "steps": args.steps,
                     "out": str(Path(scratch) / "out"),
                     "overrides": [*overrides, f"++method_kwargs.row_sharding={sharding}",
-                                  *(["++num_nodes=2"] if nodes == 2 else [])],
+                                  *([f"++num_nodes={nodes}"] if nodes > 1 else [])],
                 }  # fmt: skip
                 result = run_case(__file__, case, args.case_timeout)
                 peak = result.get("peak_mib")

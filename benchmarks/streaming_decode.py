@@ -21,6 +21,15 @@ H100 with 16 cores (2 x 2 cases; 2 x 2 more where 2 GPUs are visible).
     python benchmarks/streaming_decode.py
     python benchmarks/streaming_decode.py --gpus 1 --methods diet      # one pair of cases
     python benchmarks/streaming_decode.py --smoke                      # CPU plumbing, tiny
+
+On one host of 8 GPUs (issue 47, not yet run: the 8-GPU kind was never lent). A window of
+(2 x workers + 8) + 40 steps of 8 x 256 images must fit one epoch, so 8 GPUs need about 170 000
+JPEGs (made once into ``--folder``); the workers per GPU default to the cores over the GPUs (16 of
+128) and a second and third call find the best count:
+
+    python benchmarks/streaming_decode.py --gpus 1 2 8 --images 170000 --folder /data/jpegs
+    python benchmarks/streaming_decode.py --gpus 8 --images 170000 --folder /data/jpegs --workers 8
+    python benchmarks/streaming_decode.py --gpus 8 --images 170000 --folder /data/jpegs --workers 12
 """
 
 from __future__ import annotations
