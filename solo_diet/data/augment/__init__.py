@@ -9,6 +9,8 @@ except :func:`normalize` and :func:`erase` (any float tensor). Rooms: :mod:`.res
 ``from solo_diet.data import augment as ops``.
 """
 
+# ruff: noqa: F401 (the imports are the package's public names)
+
 from solo_diet.data.augment.photometric import (
     adjust_hue,
     color_jitter,
@@ -31,25 +33,3 @@ from solo_diet.data.augment.sampling import (
     uniform,
 )
 from solo_diet.data.augment.tensors import constant, erase, normalize, to_float
-
-__all__ = [
-    "BLUR_SIGMA",
-    "Images",
-    "adjust_hue",
-    "color_jitter",
-    "constant",
-    "equalize",
-    "erase",
-    "gaussian_blur",
-    "grayscale",
-    "image_sides",
-    "normalize",
-    "resize_center_crop",
-    "resized_crop",
-    "sample_erasing_boxes",
-    "sample_order",
-    "sample_resized_crop_boxes",
-    "solarize",
-    "to_float",
-    "uniform",
-]
