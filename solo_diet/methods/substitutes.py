@@ -4,7 +4,7 @@
 (``_foreach`` EMA, ``tau`` logged as a device scalar); and per model instance, for the read-backs
 inside its own steps: VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
 :func:`barlow_twins_step`), W-MSE's Cholesky status and host permutations (:func:`wmse_step`) and
-the queue methods' pointer (:func:`solo_diet.queue.enqueue_`).
+the queue methods' pointer (:func:`solo_diet.momentum.enqueue_`).
 
 Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
 nothing here assigns into a solo-learn module. The instance substitutes are
@@ -38,10 +38,9 @@ from solo.utils.whitening import Whitening2d
 from torch import Tensor, nn
 
 from solo_diet.config import KeyReader
-from solo_diet.ema import ema_update_
 from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
+from solo_diet.momentum import ema_update_, enqueue_
 from solo_diet.nn.whitening import CholeskyWhitening
-from solo_diet.queue import enqueue_
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
