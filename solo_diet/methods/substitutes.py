@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from solo_diet.config import KeyReader
 from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
 from solo_diet.momentum import ema_update_, enqueue_
-from solo_diet.nn.whitening import CholeskyWhitening
+from solo_diet.nn.layers import CholeskyWhitening
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
