@@ -277,7 +277,7 @@ class SDIET(IndexMethod):
         if self.label_source.source == "index":
             # multi-batch CE over the super-batch rows (m = 1: batch CE); gathering the indices is
             # a collective: every process has loaded the previous step's rows before a shared
-            # store's writer stores them (rowstore.sharing)
+            # store's writer stores them (rowstore.tables)
             indexes = concat_all_gather_no_grad(indexes)
             super_batch = self._super_batch(indexes, batch_idx)
             loss = self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)

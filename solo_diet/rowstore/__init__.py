@@ -5,6 +5,5 @@ Listing 1): :class:`RowStore` (tables, transfers, sharing) and :class:`ShardedRo
 # ruff: noqa: F401 (the imports are the package's public names)
 
 from solo_diet.rowstore.shards import ShardedRowStore
-from solo_diet.rowstore.sharing import HostSharing, RowShard, host_sharing, node_shard
 from solo_diet.rowstore.store import MODES, RowStore
-from solo_diet.rowstore.tables import PLACEMENTS
+from solo_diet.rowstore.tables import PLACEMENTS, HostSharing, RowShard, host_sharing, node_shard
