@@ -9,9 +9,7 @@ the queue methods' pointer (:func:`solo_diet.momentum.enqueue_`).
 Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
 nothing here assigns into a solo-learn module. The instance substitutes are
 :class:`InstanceSubstitute` objects, not ``types.MethodType`` (which pickles as a lookup by name),
-so a deep copy or a pickle of the model keeps them. The config keeps solo-learn's names; the run's
-log names each substitute in one line; ``performance.foreach_substitutes: False`` keeps
-solo-learn's own.
+so a deep copy or a pickle of the model keeps them.
 """
 
 from __future__ import annotations
