@@ -19,7 +19,7 @@ SOLO_METHODS = "solo.methods"
 
 def register() -> list[str]:
     """Register every plugin method in ``solo.methods.METHODS``; idempotent; returns the names."""
-    from solo_diet.methods.registry import register as _register
+    from solo_diet.methods.contract import register as _register
 
     return _register()
 

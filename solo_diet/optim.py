@@ -1,12 +1,8 @@
 """Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (pure functions).
 
-s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; a full-table optimiser
-would still move the others (momentum and decoupled weight decay act with a zero gradient), and the
-closed forms give the state after ``T`` such steps in one shot. The paper prints Eq. 18 (AdamW) and
-Eq. 20 (SGDW) with a **plus** before the momentum term, a sign error: each zero-gradient step is
-``theta_k = a*theta_{k-1} - lr*mu^k*u`` (``a = 1 - lr*wd``), whose sum is ``theta_T = a^T theta_0 -
-lr*mu*(a^T - mu^T)/(a - mu) * u``, the minus of its Listing 1 and of this module
-(docs/references.md).
+s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; the closed forms give a
+row's state after ``T`` zero-gradient steps in one shot, with the minus sign of the paper's Listing
+1 (its Eq. 18 and Eq. 20 print a plus, a sign error: docs/references.md derives it).
 """
 
 from __future__ import annotations

@@ -56,23 +56,15 @@ class OrderedBatchSampler:
         batch_size: int,
         *,
         split_ranks: bool = False,
-        num_replicas: Optional[int] = None,
-        rank: Optional[int] = None,
     ):
         self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
-        self._num_replicas, self._rank = num_replicas, rank
-
-    def replicas(self) -> tuple[int, int]:
-        world, rank = world_and_rank()
-        world = self._num_replicas or world
-        return world, self._rank if self._rank is not None else rank
 
     def share(self) -> Tensor:
         """This process's indices: all of them, or the rank's contiguous share."""
         order = torch.arange(self.num_samples)
         if not self.split_ranks:
             return order
-        world, rank = self.replicas()
+        world, rank = world_and_rank()
         return order.tensor_split(world)[rank]
 
     def __iter__(self) -> Iterator[list[int]]:

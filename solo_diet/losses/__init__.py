@@ -1,5 +1,7 @@
 """Torch-only losses (pure functions), usable in any training loop."""
 
+# ruff: noqa: F401 (the imports are the package's public names)
+
 from solo_diet.losses.birth import (
     closed_form_head_loss,
     closed_form_head_loss_from_targets,
@@ -11,19 +13,3 @@ from solo_diet.losses.birth import (
 from solo_diet.losses.cplearn import cplearn_diagnostics, cplearn_loss, cplearn_loss_terms
 from solo_diet.losses.diet import diet_loss, mse_diet_loss
 from solo_diet.losses.sdiet import sdiet_batch_cross_entropy, sdiet_multi_batch_cross_entropy
-
-__all__ = [
-    "closed_form_head_loss",
-    "closed_form_head_loss_from_targets",
-    "graph_vicreg_loss",
-    "label_graph",
-    "label_targets",
-    "label_onehot",
-    "cplearn_diagnostics",
-    "cplearn_loss",
-    "cplearn_loss_terms",
-    "diet_loss",
-    "mse_diet_loss",
-    "sdiet_batch_cross_entropy",
-    "sdiet_multi_batch_cross_entropy",
-]

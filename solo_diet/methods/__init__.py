@@ -1,6 +1,6 @@
 """solo-learn adapters: one short file per method, wired into ``solo.methods.METHODS``: a class
 of ``solo_diet/methods/<name>.py`` naming itself ``registered_as = "<name>"`` and declaring its
-contract (:mod:`solo_diet.methods.contract`) is found by ``registry.register``. ``PLUGIN_FACTORIES``
+contract (:mod:`solo_diet.methods.contract`) is found by ``contract.register``. ``PLUGIN_FACTORIES``
 lists ``"module:function"`` callables that take solo-learn's registry and return generated classes
 (the ``<name>_sem`` twins).
 """

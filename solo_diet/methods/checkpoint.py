@@ -99,7 +99,7 @@ def _saved_args(args_path: Path) -> omegaconf.DictConfig:
     there wins."""
     from solo.methods import METHODS
 
-    from solo_diet.methods.registry import register
+    from solo_diet.methods.contract import register
 
     args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
     register()
@@ -332,7 +332,7 @@ class PretrainedCheckpoint:
     def method_class(self) -> type:
         from solo.methods import METHODS
 
-        from solo_diet.methods.registry import register
+        from solo_diet.methods.contract import register
 
         register()
         if self.method_name not in METHODS:

@@ -26,15 +26,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CPLearnKwargs:
-    """CPLearn's ``method_kwargs`` (the defaults are the fields'):
-    proj_hidden_dim: f, the embedding size and rows of W; proj_output_dim: c, the number of codes.
-    beta: weight of the invariance cross-entropy; eps: Lemma 1's slack, sets tau, in (0, 1/c).
-    activation: ``tanh`` (released code) or ``l2`` (Eq. 1); prior: ``reverse_kl`` (App. N) or
-    ``forward_ce`` (Eq. 2).
-    symmetric: both target/prediction directions (code) or Alg. 1's one.
-    gather_marginal: batch marginal over all DDP ranks (tau stays local).
-    codes_seed: of W's own generator (default: the run's ``seed``).
-    """
+    """CPLearn's ``method_kwargs`` (the defaults are the fields'; one line each in
+    docs/methods/cplearn.md): f is ``proj_hidden_dim``, c ``proj_output_dim``."""
 
     proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
     proj_output_dim: int = setting(16384, minimum=2, hint="It is c, the number of codes.")

@@ -29,11 +29,8 @@ class DIETKwargs(IndexKwargs):
 
 class DIET(IndexMethod):
     """DIET: bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output, ``R``
-    the label source's number of ids (N for ``index``, the paper); ``method_kwargs`` besides
-    :class:`IndexMethod`'s (``proj_layers`` 0 here, as in the paper):
-        loss: ``ce`` (label-smoothed cross-entropy, DIET paper) or ``mse`` (s-DIET paper, Eq. 5).
-        label_smoothing: of the ``ce`` target, in [0, 1). Default 0.8.
-        normalize: L2-normalise what the head sees. Default False (paper's DIET).
+    the label source's number of ids (N for ``index``, the paper); ``method_kwargs``:
+    :class:`DIETKwargs` (docs/methods/diet.md; ``proj_layers`` 0 here, as in the paper).
     """
 
     registered_as = "diet"

@@ -33,11 +33,8 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance; ``method_kwargs`` besides
-    :class:`~solo_diet.methods.index_method.IndexMethod`'s:
-        sim_loss_weight, var_loss_weight, cov_loss_weight: VICReg's weights (25, 25, 1).
-        label_norm_power: p in [0, 1]: 0 weights each sample by its group size n_c, 1 every sample
-        equally (class-normalised; the default).
+    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`
+    (docs/methods/label-sources.md).
     """
 
     registered_as = "graph_vicreg"

@@ -37,12 +37,8 @@ INDEX_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class IndexKwargs:
-    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'):
-    num_samples (N, set by ``solo-diet pretrain``); labels (``index``, ``class``, ``mix``,
-    ``groups``: ``solo_diet.labels``) with labelled_fraction, label_seed and groups_path;
-    proj_layers (0 = none; a subclass redeclares it), proj_hidden_dim, proj_output_dim (the width of
-    ``z``) and proj_use_bn of the ReLU MLP projector.
-    """
+    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'; one
+    line each in docs/methods/diet.md): N, the label source and the ReLU MLP projector."""
 
     num_samples: int = setting(
         None,

@@ -50,19 +50,8 @@ def _optimizer_kwarg(name: str, default: Any) -> Callable[[omegaconf.DictConfig]
 
 @dataclass(frozen=True)
 class SDIETKwargs(IndexKwargs):
-    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (docs/methods/sdiet.md has more):
-    label_smoothing: PyTorch smoothing, spread over the m*B resident classes.
-    temperature: logits are divided by it (paper: none).
-    head_optimizer: ``adamw`` (psi = 1, App. D.2) or ``sgdw`` (Eq. 19).
-    head_weight_decay, head_betas, head_eps, head_momentum: the head optimiser's, by default the
-        backbone optimizer's.
-    zero_grad_steps: ``eager`` (paper, App. D.2; ``labels=index`` only) or ``lazy`` (exact).
-    row_placement: ``cpu``, ``gpu`` or ``disk``; row_dir: the ``disk`` files' folder.
-    row_dtype: of the rows and their state, ``float32`` or ``float64`` (exact checks).
-    rows_per_step: m of multi-batch CE (s-DIET paper, §5.2).
-    prefetch: move the next super-batch's rows while the current one trains.
-    row_sharding: ``none`` or ``node`` (each node holds the rows it owns).
-    """
+    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (one line each in
+    docs/methods/sdiet.md; ``rows_per_step`` is m of multi-batch CE, s-DIET paper, §5.2)."""
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
     temperature: float = setting(1.0, within=(1e-6, math.inf))
@@ -277,7 +266,7 @@ class SDIET(IndexMethod):
         if self.label_source.source == "index":
             # multi-batch CE over the super-batch rows (m = 1: batch CE); gathering the indices is
             # a collective: every process has loaded the previous step's rows before a shared
-            # store's writer stores them (rowstore.sharing)
+            # store's writer stores them (rowstore.tables)
             indexes = concat_all_gather_no_grad(indexes)
             super_batch = self._super_batch(indexes, batch_idx)
             loss = self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)

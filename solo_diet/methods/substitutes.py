@@ -4,14 +4,12 @@
 (``_foreach`` EMA, ``tau`` logged as a device scalar); and per model instance, for the read-backs
 inside its own steps: VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
 :func:`barlow_twins_step`), W-MSE's Cholesky status and host permutations (:func:`wmse_step`) and
-the queue methods' pointer (:func:`solo_diet.queue.enqueue_`).
+the queue methods' pointer (:func:`solo_diet.momentum.enqueue_`).
 
 Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
 nothing here assigns into a solo-learn module. The instance substitutes are
 :class:`InstanceSubstitute` objects, not ``types.MethodType`` (which pickles as a lookup by name),
-so a deep copy or a pickle of the model keeps them. The config keeps solo-learn's names; the run's
-log names each substitute in one line; ``performance.foreach_substitutes: False`` keeps
-solo-learn's own.
+so a deep copy or a pickle of the model keeps them.
 """
 
 from __future__ import annotations
@@ -38,10 +36,9 @@ from solo.utils.whitening import Whitening2d
 from torch import Tensor, nn
 
 from solo_diet.config import KeyReader
-from solo_diet.ema import ema_update_
 from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
-from solo_diet.nn.whitening import CholeskyWhitening
-from solo_diet.queue import enqueue_
+from solo_diet.momentum import ema_update_, enqueue_
+from solo_diet.nn.layers import CholeskyWhitening
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 

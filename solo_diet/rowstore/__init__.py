@@ -2,18 +2,8 @@
 Listing 1): :class:`RowStore` (tables, transfers, sharing) and :class:`ShardedRowStore`.
 """
 
-from solo_diet.rowstore.shards import ShardedRowStore
-from solo_diet.rowstore.sharing import HostSharing, RowShard, host_sharing, node_shard
-from solo_diet.rowstore.store import MODES, RowStore
-from solo_diet.rowstore.tables import PLACEMENTS
+# ruff: noqa: F401 (the imports are the package's public names)
 
-__all__ = [
-    "MODES",
-    "PLACEMENTS",
-    "HostSharing",
-    "RowShard",
-    "RowStore",
-    "ShardedRowStore",
-    "host_sharing",
-    "node_shard",
-]
+from solo_diet.rowstore.shards import ShardedRowStore
+from solo_diet.rowstore.store import MODES, RowStore
+from solo_diet.rowstore.tables import PLACEMENTS, HostSharing, RowShard, host_sharing, node_shard

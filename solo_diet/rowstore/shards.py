@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from solo_diet.optim import RowOptimizer
-from solo_diet.rowstore.sharing import RowShard
 from solo_diet.rowstore.store import RowStore
-from solo_diet.rowstore.tables import Device
+from solo_diet.rowstore.tables import Device, RowShard
 
 EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 

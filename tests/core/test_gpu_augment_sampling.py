@@ -22,15 +22,15 @@ import torch
 from scipy.stats import chisquare, ks_2samp
 from torchvision import transforms
 
-from solo_diet.data import (
+from solo_diet.data import augment as ops
+from solo_diet.data import pipeline
+from solo_diet.data.pipeline import (
     AugmentationNode,
     CapturedAugmentation,
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
-    pipeline,
 )
-from solo_diet.data import augment as ops
 from tests._helpers.core import BAD_NODES
 
 N = 10_000

@@ -12,6 +12,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from solo_diet.config import ConfigError
+from solo_diet.data import loader as loader_module
 from solo_diet.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
 from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_images
 from solo_diet.samplers import SuperBatchSampler
@@ -276,14 +277,15 @@ def test_ordered_classification_batches_cover_the_set_once(storage):
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_ordered_sampler_rank_shares_are_contiguous_disjoint_and_covering(world):
-    shares = [
-        OrderedBatchSampler(23, 4, split_ranks=True, num_replicas=world, rank=r)
-        for r in range(world)
-    ]
-    flat = [i for share in shares for batch in share for i in batch]
+def test_ordered_sampler_rank_shares_are_contiguous_disjoint_and_covering(world, monkeypatch):
+    shares = []
+    for rank in range(world):  # each rank reads its place in the group at iteration time
+        monkeypatch.setattr(loader_module, "world_and_rank", lambda: (world, rank))
+        sampler = OrderedBatchSampler(23, 4, split_ranks=True)
+        shares.append((list(sampler), len(sampler), len(sampler.share())))
+    flat = [i for batches, _, _ in shares for batch in batches for i in batch]
     assert flat == list(range(23))
-    assert all(len(share) == -(-len(share.share()) // 4) for share in shares)
+    assert all(length == -(-size // 4) for _, length, size in shares)
 
 
 def test_shuffled_classification_drops_the_incomplete_batch():

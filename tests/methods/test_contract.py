@@ -23,9 +23,9 @@ from solo_diet.methods.contract import (
     ContractError,
     fill_method_kwargs,
     method_contract,
+    plugin_methods,
     registered_class,
 )
-from solo_diet.methods.registry import plugin_methods
 from tests._helpers.tiny import tiny_cfg
 
 pytestmark = pytest.mark.solo

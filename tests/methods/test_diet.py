@@ -148,7 +148,7 @@ def test_invalid_config_names_the_key(kwargs, key):
 def test_a_name_clash_with_solo_learn_is_refused():
     import solo.methods
 
-    from solo_diet.methods.registry import _add
+    from solo_diet.methods.contract import _add
 
     with pytest.raises(RuntimeError, match="already has"):
         _add(solo.methods, "simclr", METHODS["diet"])

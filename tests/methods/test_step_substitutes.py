@@ -39,7 +39,7 @@ from solo_diet.methods.substitutes import (
     substitute_step_parts,
     substitutes_line,
 )
-from solo_diet.nn.whitening import CholeskyWhitening
+from solo_diet.nn.layers import CholeskyWhitening
 from tests._helpers.methods import KWARGS
 from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 

@@ -5,17 +5,23 @@ Every random parameter is a per-sample tensor: one call transforms a whole batch
 over samples and no host synchronisation. Images are uint8 (0..255) or float (0..1), or for the
 crops a list of images of different sizes (``Images``); the ops return float32 on the 0..1 scale,
 except :func:`normalize` and :func:`erase` (any float tensor). Rooms: :mod:`.resample`,
-:mod:`.photometric`, :mod:`.tensors`, :mod:`.sampling`; use them as
+:mod:`.photometric`, :mod:`.sampling`; use them as
 ``from solo_diet.data import augment as ops``.
 """
+
+# ruff: noqa: F401 (the imports are the package's public names)
 
 from solo_diet.data.augment.photometric import (
     adjust_hue,
     color_jitter,
+    constant,
     equalize,
+    erase,
     gaussian_blur,
     grayscale,
+    normalize,
     solarize,
+    to_float,
 )
 from solo_diet.data.augment.resample import (
     Images,
@@ -30,26 +36,3 @@ from solo_diet.data.augment.sampling import (
     sample_resized_crop_boxes,
     uniform,
 )
-from solo_diet.data.augment.tensors import constant, erase, normalize, to_float
-
-__all__ = [
-    "BLUR_SIGMA",
-    "Images",
-    "adjust_hue",
-    "color_jitter",
-    "constant",
-    "equalize",
-    "erase",
-    "gaussian_blur",
-    "grayscale",
-    "image_sides",
-    "normalize",
-    "resize_center_crop",
-    "resized_crop",
-    "sample_erasing_boxes",
-    "sample_order",
-    "sample_resized_crop_boxes",
-    "solarize",
-    "to_float",
-    "uniform",
-]

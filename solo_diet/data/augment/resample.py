@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 import torch
-
-from solo_diet.data.augment.tensors import Tensor
+from torch import Tensor
 
 Images = Union[Tensor, Sequence[Tensor]]
 """A (B, C, H, W) batch, or B (C, H, W) images of different sizes."""

@@ -7,8 +7,9 @@ import math
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
-from solo_diet.data.augment.tensors import Box, Tensor
+Box = tuple[Tensor, Tensor, Tensor, Tensor]
 
 CROP_RATIO = (3 / 4, 4 / 3)
 """torchvision ``RandomResizedCrop``'s aspect-ratio range (solo-learn does not change it)."""

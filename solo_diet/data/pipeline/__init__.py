@@ -1,22 +1,17 @@
 """solo-learn's augmentation nodes as batched GPU pipelines (torch only; docs/gpu-augmentations.md).
 
-:class:`AugmentationNode` parses one node (:mod:`.nodes`), :class:`MultiCropAugmentation` turns the
-list into views as solo-learn's ``FullTransformPipeline`` (:mod:`.views`), :class:`EvalTransform`
-and :class:`ProbeTrainTransform` are the probes' transforms (:mod:`.probes`) and
-:class:`CapturedAugmentation` replays any of them as CUDA graphs (:mod:`.captured`).
+:class:`AugmentationNode` parses one node (:mod:`.nodes`); in :mod:`.views`,
+:class:`MultiCropAugmentation` turns the list into views as solo-learn's ``FullTransformPipeline``,
+:class:`EvalTransform` and :class:`ProbeTrainTransform` are the probes' transforms and
+:class:`CapturedAugmentation` replays any of them as CUDA graphs.
 """
 
-from solo_diet.data.pipeline.captured import CapturedAugmentation
-from solo_diet.data.pipeline.nodes import DATASET_STATS, IMAGENET_STATS, AugmentationNode
-from solo_diet.data.pipeline.probes import EvalTransform, ProbeTrainTransform
-from solo_diet.data.pipeline.views import MultiCropAugmentation
+# ruff: noqa: F401 (the imports are the package's public names)
 
-__all__ = [
-    "DATASET_STATS",
-    "IMAGENET_STATS",
-    "AugmentationNode",
-    "CapturedAugmentation",
-    "EvalTransform",
-    "MultiCropAugmentation",
-    "ProbeTrainTransform",
-]
+from solo_diet.data.pipeline.nodes import DATASET_STATS, IMAGENET_STATS, AugmentationNode
+from solo_diet.data.pipeline.views import (
+    CapturedAugmentation,
+    EvalTransform,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)

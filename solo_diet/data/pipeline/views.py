@@ -1,10 +1,12 @@
 """:class:`MultiCropAugmentation`: solo-learn's multi-view pipeline, views of one output shape
-transformed together in one batched pass."""
+transformed together in one batched pass; the probes' transforms (:class:`EvalTransform`,
+:class:`ProbeTrainTransform`) and :class:`CapturedAugmentation`, any of them replayed as CUDA
+graphs."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -145,3 +147,108 @@ class MultiCropAugmentation:
 
     def __repr__(self) -> str:
         return "\n".join(f"{node.num_crops} x {node}" for node in self.nodes)
+
+
+class EvalTransform:
+    """Resize the shorter side to ``resize_size`` (default ``round(crop_size * 256 / 224)``),
+    centre-crop ``crop_size``, normalise: the probes' validation transform (bilinear, antialiased,
+    as torchvision's ``Resize`` + ``CenterCrop``)."""
+
+    def __init__(
+        self,
+        crop_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        resize_size: int | None = None,
+    ) -> None:
+        self.crop_size = crop_size
+        self.resize_size = resize_size or round(crop_size * 256 / 224)
+        if self.resize_size < crop_size:
+            raise ValueError(f"resize_size {self.resize_size} is smaller than crop {crop_size}")
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
+
+    def __call__(
+        self, images: ops.Images, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """A (B, C, H, W) batch, or a list of B images of different sizes."""
+        height, width = ops.image_sides(images, len(images))
+        same = isinstance(height, int) and min(height, width) == max(height, width)
+        if same and height == self.resize_size == self.crop_size:
+            x = ops.to_float(images)
+        else:
+            x = ops.resize_center_crop(images, self.resize_size, self.crop_size)
+        return ops.normalize(x, ops.constant(self.mean, x.device), ops.constant(self.std, x.device))
+
+
+class ProbeTrainTransform:
+    """RandomResizedCrop(scale=(min_scale, 1), bilinear) + horizontal flip + normalise: the probes'
+    training transform."""
+
+    def __init__(
+        self, crop_size: int, mean: Sequence[float], std: Sequence[float], min_scale: float = 0.08
+    ) -> None:
+        self.crop_size, self.min_scale = crop_size, min_scale
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
+
+    def __call__(
+        self, images: ops.Images, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """A (B, C, H, W) batch, or a list of B images of different sizes."""
+        count, device = len(images), images[0].device
+        height, width = ops.image_sides(images, count)
+        box = ops.sample_resized_crop_boxes(
+            generator, count, height, width, (self.min_scale, 1.0), device
+        )
+        flip = ops.uniform(generator, count, device) < 0.5
+        size = (self.crop_size, self.crop_size)
+        x = ops.resized_crop(images, *box, size, flip=flip, interpolation="bilinear")
+        return ops.normalize(x, ops.constant(self.mean, device), ops.constant(self.std, device))
+
+
+class CapturedAugmentation:
+    """Replays a CUDA graph of ``transform(images, generator)``, one per input shape and inference
+    mode, captured on its first call after warm-up calls (docs/data-path.md, *CUDA graphs*). The
+    outputs are copied out of the graph. Capturing leaves the generator's state as it found it, so
+    replay ``k`` after a seed draws what eager call ``k`` draws. CPU batches run ``transform``."""
+
+    def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
+        self.transform, self.generator, self.warmup = transform, generator, warmup
+        self._graphs: dict[tuple, tuple] = {}
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self._graphs)
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None):
+        if generator is not None and generator is not self.generator:
+            raise ValueError("a captured augmentation draws from the generator it was built with")
+        if images.device.type != "cuda":
+            return self.transform(images, self.generator)
+        key = (tuple(images.shape), images.dtype, images.device, torch.is_inference_mode_enabled())
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(images)
+        graph, static_input, static_output = self._graphs[key]
+        static_input.copy_(images)
+        graph.replay()
+        if isinstance(static_output, torch.Tensor):
+            return static_output.clone()
+        return [view.clone() for view in static_output]
+
+    def _capture(self, images: torch.Tensor) -> tuple:
+        device = images.device
+        state = self.generator.get_state()  # the warm-up calls advance it; restored below
+        static_input = images.clone()
+        with torch.cuda.device(device):
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup):
+                    self.transform(static_input, self.generator)
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(self.generator)
+            # thread_local: other threads (a pinned loader's copier) may use CUDA meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                static_output = self.transform(static_input, self.generator)
+        self.generator.set_state(state)
+        return graph, static_input, static_output

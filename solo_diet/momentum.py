@@ -1,0 +1,47 @@
+"""The momentum methods' device-side helpers: the momentum encoder's EMA (BYOL paper, Eq. 1:
+``xi <- tau * xi + (1 - tau) * theta``) with ``_foreach`` ops, rounded as solo-learn's
+``MomentumUpdater.update`` (both products in the parameter's dtype before the sum: the same
+floats), and a first-in first-out write into the feature queues of MoCo, NNCLR, ReSSL, ... whose
+pointer stays on the device, so the write never waits for the GPU (reading the pointer as a Python
+number would).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+
+@torch.no_grad()
+def ema_update_(momentum_params: Iterable[Tensor], online_params: Iterable[Tensor], tau: float):
+    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them)."""
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
+    pairs = list(zip(momentum_params, online_params))
+    if not pairs:
+        return
+    momentum = [m for m, _ in pairs]
+    online = [o.detach() for _, o in pairs]
+    # out-of-place products: an in-place foreach multiply rounds bfloat16 unlike ``tau * m``
+    updated = torch._foreach_mul(momentum, tau)
+    torch._foreach_add_(updated, torch._foreach_mul(online, 1.0 - tau))
+    torch._foreach_copy_(momentum, updated)
+
+
+@torch.no_grad()
+def enqueue_(pointer: Tensor, size: int, writes: Sequence[tuple[Tensor, int, Tensor]]) -> None:
+    """Write each ``(queue, dim, values)``'s ``values`` (cast) at positions ``pointer ... pointer
+    + B - 1`` along ``dim``, then advance ``pointer`` (a long tensor on the device) by B modulo
+    ``size``, a multiple of B (a write never wraps)."""
+    if not writes:
+        return
+    _, first_dim, first_values = writes[0]
+    batch = first_values.shape[first_dim]
+    if size % batch:
+        raise ValueError(f"queue: its size {size} must be a multiple of the batch size {batch}")
+    positions = (pointer + torch.arange(batch, device=pointer.device)) % size
+    for queue, dim, values in writes:
+        queue.index_copy_(dim, positions, values.to(queue.dtype))
+    pointer.add_(batch).remainder_(size)
