@@ -20,8 +20,7 @@ from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
 from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
-from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import DataSettings, GPUDataSettings
+from solo_diet.launch.settings import DataSettings, GPUDataSettings, parse_loader_settings
 from tests._helpers import requires_solo
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solo_diet"

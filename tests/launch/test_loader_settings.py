@@ -15,7 +15,7 @@ from solo_diet.config import ConfigError
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
-from solo_diet.launch.loader_settings import (
+from solo_diet.launch.settings import (
     PRETRAIN_PROBE_NODE,
     FittedBatch,
     LoaderSettings,

@@ -236,7 +236,7 @@ def test_compare_evaluation_reads_the_stream(jpegs):
 
     from solo_diet.launch.datapaths import data_path_for
     from solo_diet.launch.datapaths.base import ViewRequest
-    from solo_diet.launch.loader_settings import parse_loader_settings
+    from solo_diet.launch.settings import parse_loader_settings
 
     data = {"dataset": "custom", "train_path": str(jpegs / "train"), "val_path": str(jpegs / "val")}
     data.update(num_workers=0, augmentations={"crop_size": 32}, format="gpu")

@@ -10,8 +10,7 @@ from omegaconf import OmegaConf
 from solo_diet.config import ConfigError
 from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
-from solo_diet.launch.loader_settings import LoaderSettings
-from solo_diet.launch.settings import FORMAT_KEY, DaliSettings, dali_installed
+from solo_diet.launch.settings import FORMAT_KEY, DaliSettings, LoaderSettings, dali_installed
 
 
 class DaliPath(ImageFolderPath):

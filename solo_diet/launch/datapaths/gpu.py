@@ -20,11 +20,13 @@ from solo_diet.data.pipeline import (
 )
 from solo_diet.data.tensor_data import load_images
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
-from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
+    FittedBatch,
     GPUDataSettings,
+    LoaderSettings,
+    ProbeAugmentation,
     core_errors_named,
 )
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import ConfigError
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
-from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
+from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmentation
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
@@ -37,7 +37,7 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
 def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
     """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
     ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
-    :func:`~solo_diet.launch.loader_settings.probe_augmentation`); solo-learn's own custom pipeline
+    :func:`~solo_diet.launch.settings.probe_augmentation`); solo-learn's own custom pipeline
     is fixed at 224 px and ImageNet statistics."""
     from solo.data.classification_dataloader import prepare_transforms
     from torchvision import transforms

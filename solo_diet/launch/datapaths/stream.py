@@ -18,7 +18,7 @@ from solo_diet.data.stream import (
 )
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.datapaths.gpu import GPUPath
-from solo_diet.launch.loader_settings import LoaderSettings
+from solo_diet.launch.settings import LoaderSettings
 
 
 class StreamPath(GPUPath):
