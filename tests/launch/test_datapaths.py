@@ -15,7 +15,12 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.launch import datapaths
-from solo_diet.launch.datapaths import DataPath, data_formats, data_path_for, make_data_path
+from solo_diet.launch.datapaths import (
+    DataPath,
+    data_formats,
+    make_data_path,
+    parse_data_settings,
+)
 from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
 from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
@@ -58,17 +63,18 @@ def test_the_stream_storage_gets_the_streaming_path():
     assert type(make_data_path(DataSettings("gpu", stream))) is StreamPath
     cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu", "gpu": {}}})
     cfg.data.gpu.storage = "stream"
-    path = data_path_for(cfg)
+    path = make_data_path(parse_data_settings(cfg))
     assert type(path) is StreamPath and path.loaders == []
     path.close()  # no loader made yet: nothing to stop
     make_data_path(DataSettings()).close()  # the default: nothing to release
 
 
-def test_data_path_for_parses_the_cfg_once_and_chooses():
+def test_data_settings_parsed_once_choose_the_data_path():
     cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu"}})
-    path = data_path_for(cfg)
+    path = make_data_path(parse_data_settings(cfg))
     assert isinstance(path, GPUPath) and path.gpu.device == "cpu"
-    assert isinstance(data_path_for(OmegaConf.create({"data": {}})), ImageFolderPath)
+    empty = OmegaConf.create({"data": {}})
+    assert isinstance(make_data_path(parse_data_settings(empty)), ImageFolderPath)
 
 
 def test_every_format_has_the_whole_interface_in_the_listed_order():
@@ -94,7 +100,8 @@ def test_a_subclass_with_formats_registers_itself():
         assert type(make_data_path(DataSettings("streaming_test"))) is Streaming
         assert data_formats()[-1] == "streaming_test"
         cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "streaming_test"}})
-        chosen = data_path_for(cfg)  # the settings accept it and read its keys through its class
+        # the settings accept it and read its keys through its class
+        chosen = make_data_path(parse_data_settings(cfg))
         assert type(chosen) is Streaming and chosen.gpu.device == "cpu"
     finally:
         del REGISTRY["streaming_test"]
@@ -150,7 +157,7 @@ def test_image_folder_and_gpu_paths_give_the_evaluation_the_same_images(tmp_path
     seen = {}
     for fmt in ("image_folder", "gpu"):
         cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": {**data, "format": fmt}})
-        path = data_path_for(cfg)
+        path = make_data_path(parse_data_settings(cfg))
         run = parse_loader_settings(cfg, path.settings)
         train, val = path.feature_loaders(run, batch_size=4)
         targets = [torch.cat([y for _, y in loader]) for loader in (train, val)]
