@@ -167,6 +167,7 @@ def dali_installed() -> bool:
         return False
 
 
+COMPUTED = {"computed": True}  # a field set by its parser, not read from the config as it stands
 PRETRAIN_PROBE_NODE = "augmentations[0]"  # the online probe's eval transform while pretraining
 LINEAR_PROBE_NODE = "data.augmentations"  # a linear probe's (and compare's evaluation's)
 
@@ -185,22 +186,23 @@ class LoaderSettings:
     """The checked values every data path reads besides its data format. Built once per run by
     :func:`parse_loader_settings`."""
 
-    dataset: str
-    train_path: Optional[str] = None
-    val_path: Optional[str] = None
-    fraction: float = -1.0
-    no_labels: bool = False
-    num_workers: Optional[int] = None
-    batch_size: Optional[int] = None
-    lr: Optional[float] = None
-    seed: int = SOLO_LEARN_SEED
-    world_size: int = 1
-    augmentations: tuple[DictConfig, ...] = ()
-    views: Optional[MultiCropAugmentation] = None  # the GPU data path's, of ``augmentations``
-    probe: Optional[ProbeAugmentation] = None
-    num_large_crops: int = 0
-    num_small_crops: int = 0
-    debug_augmentations: bool = False
+    dataset: str = field(default="", metadata=COMPUTED)
+    train_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    val_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    fraction: float = field(default=-1.0, metadata=COMPUTED)
+    no_labels: bool = setting(False, key="data.no_labels")
+    num_workers: Optional[int] = setting(None, minimum=0, key="data.num_workers")
+    batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
+    lr: Optional[float] = setting(None, key="optimizer.lr")
+    seed: int = setting(SOLO_LEARN_SEED, minimum=0, key="seed")
+    world_size: int = field(default=1, metadata=COMPUTED)
+    augmentations: tuple[DictConfig, ...] = field(default=(), metadata=COMPUTED)
+    # the GPU data path's augmentation, of ``augmentations``
+    views: Optional[MultiCropAugmentation] = field(default=None, metadata=COMPUTED)
+    probe: Optional[ProbeAugmentation] = field(default=None, metadata=COMPUTED)
+    num_large_crops: int = setting(0, minimum=0, key="data.num_large_crops")
+    num_small_crops: int = setting(0, minimum=0, key="data.num_small_crops")
+    debug_augmentations: bool = setting(False, key="debug_augmentations")
 
     def workers(self, default: int) -> int:
         """``data.num_workers``, or ``default`` when the config leaves it out."""
@@ -280,10 +282,6 @@ def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[
     return tuple(float(v) for v in value)
 
 
-def _optional_int(read: KeyReader, key: str, minimum: int) -> Optional[int]:
-    return None if read.value(key, None) is None else read.int(key, minimum)
-
-
 def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
     """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
     node = OmegaConf.select(cfg, node_key)
@@ -307,28 +305,20 @@ def parse_loader_settings(
     fraction = read.value("data.fraction", -1)
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
-    lr = read.value("optimizer.lr", None)
     nodes = tuple(read.value("augmentations", ()))
     views = None
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         with core_errors_named(GPU_ARGUMENT_KEYS):
             views = MultiCropAugmentation.from_config(list(nodes), dataset)
     paths = [read.value(f"data.{key}", None) for key in ("train_path", "val_path")]
-    return LoaderSettings(
+    return replace(
+        parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
         dataset=dataset,
         train_path=None if paths[0] is None else str(paths[0]),
         val_path=None if paths[1] is None else str(paths[1]),
         fraction=float(fraction),
-        no_labels=read.bool("data.no_labels", default=False),
-        num_workers=_optional_int(read, "data.num_workers", 0),
-        batch_size=_optional_int(read, "optimizer.batch_size", 1),
-        lr=None if lr is None else float(lr),
-        seed=read.int("seed", 0, default=SOLO_LEARN_SEED),
         world_size=world_size(cfg),
         augmentations=nodes,
         views=views,
         probe=_probe(cfg, dataset, probe_node),
-        num_large_crops=read.int("data.num_large_crops", 0, default=0),
-        num_small_crops=read.int("data.num_small_crops", 0, default=0),
-        debug_augmentations=read.bool("debug_augmentations", default=False),
     )
