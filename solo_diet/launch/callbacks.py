@@ -35,13 +35,10 @@ def _loss_tensor(outputs: Any) -> Optional[torch.Tensor]:
 
 
 class EpochCostLogger(Callback):
-    """One CSV row per training epoch in ``csv_path``, the file rewritten whole with each row
-    (:mod:`solo_diet._atomic`): ``train_seconds`` (epoch start to its last batch), ``epoch_seconds``
-    (validation and checkpointing included), ``samples``, ``samples_per_s`` (over all devices),
-    ``peak_gpu_mib`` (empty on CPU), ``train_loss`` (the mean returned loss) and the logged
-    ``logged_metrics`` (empty in epochs without validation); ``print_rows`` also prints each row.
-    The rows of the epochs about to train are dropped when training starts. Nothing waits for the
-    GPU inside an epoch: a CUDA event after each batch is read at the epoch's end."""
+    """One CSV row per training epoch in ``csv_path`` (its columns: docs/compare.md, "Building
+    blocks"), the file rewritten whole with each row; ``print_rows`` also prints each row. The rows
+    of the epochs about to train are dropped when training starts. Nothing waits for the GPU inside
+    an epoch: a CUDA event after each batch is read at the epoch's end."""
 
     def __init__(
         self,
