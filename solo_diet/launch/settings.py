@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import (
@@ -25,7 +26,9 @@ from solo_diet.config import (
     write_section,
 )
 from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
+from solo_diet.data.loader import STORAGES
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
+from solo_diet.data.stream import ON_CORRUPT
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 FORMAT_KEY = "data.format"
@@ -49,22 +52,16 @@ class GPUDataSettings:
     """The checked ``data.gpu.*`` values (docs/data-path.md) and where batches are made (``cuda``
     or ``cpu``, from ``accelerator``)."""
 
-    storage: str = "auto"
+    storage: str = setting("auto", choices=(*STORAGES, "stream"))
     image_size: Optional[int] = setting(None, minimum=1)
     decode_threads: Optional[int] = setting(None, minimum=1)
     cuda_graphs: bool = True
     decode_cache: bool = True
     device: str = field(default="cuda", metadata={"computed": True})
-    on_corrupt: str = "stop"
+    on_corrupt: str = setting("stop", choices=ON_CORRUPT)
 
     def checked(self, cfg: DictConfig) -> "GPUDataSettings":
-        """The storage and corrupt-file choices (torch modules: imported when a GPU path is
-        parsed) and where batches are made, from ``accelerator``."""
-        import torch
-
-        from solo_diet.data.loader import STORAGES
-        from solo_diet.data.stream import ON_CORRUPT
-
+        """No ``dali`` section beside it, and where batches are made, from ``accelerator``."""
         read = KeyReader(cfg)
         if read.value("dali") is not None:
             raise read.fail(
@@ -72,8 +69,6 @@ class GPUDataSettings:
                 f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
                 "section.",
             )
-        read.choice("data.gpu.storage", (*STORAGES, "stream"), default=self.storage)
-        read.choice("data.gpu.on_corrupt", ON_CORRUPT, default=self.on_corrupt)
         accelerator = str(read.value("accelerator", "auto"))
         if accelerator == "auto":
             accelerator = "cuda" if torch.cuda.is_available() else "cpu"
