@@ -276,7 +276,7 @@ def data_loader(cfg, method_cls, source: str):
 
     from solo_diet.data.loader import resolve_device
     from solo_diet.launch.datapaths import make_data_path, parse_data_settings
-    from solo_diet.launch.loader_settings import PRETRAIN_PROBE_NODE, parse_loader_settings
+    from solo_diet.launch.settings import PRETRAIN_PROBE_NODE, parse_loader_settings
     from solo_diet.methods.contract import method_contract
 
     hook = method_contract(method_cls).train_batch_sampler  # s-DIET orders its own batches

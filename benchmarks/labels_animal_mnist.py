@@ -32,10 +32,10 @@ from typing import Optional
 
 from solo_diet.cli.data import write_dataset
 from solo_diet.cli.demo import DEMO_CONFIGS
+from solo_diet.launch.checkpointing import save_random_init
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.linear import run_linear
 from solo_diet.launch.pretrain import run_pretrain
-from solo_diet.launch.references import save_random_init
 
 CF_KWARGS = {"lam": 0.1, "proj_layers": 2, "proj_hidden_dim": 512, "proj_output_dim": 256}
 

@@ -29,7 +29,7 @@ from torch import Tensor
 from torchvision.datasets import ImageFolder
 
 from solo_diet.launch.datapaths.image_folder import classification_transforms
-from solo_diet.launch.loader_settings import probe_augmentation
+from solo_diet.launch.settings import probe_augmentation
 
 PROBE_YAML = Path(__file__).resolve().parent / "compare" / "resnet18" / "linear.yaml"
 AUGMENTATIONS = ("none", "flip", "crop+flip")

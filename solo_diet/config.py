@@ -185,23 +185,6 @@ class KeyReader:
             raise self.fail(key, f"must be True or False, got {value!r}.")
         return value
 
-    def range(
-        self,
-        key: str,
-        low: float,
-        high: float,
-        high_inclusive: bool = False,
-        default: Any = _ABSENT,
-    ) -> float:
-        """A number with ``low <= value < high`` (or ``<= high`` when ``high_inclusive``)."""
-        value = self.value(key, default)
-        inside = is_number(value) and low <= value
-        inside = inside and (value <= high if high_inclusive else value < high)
-        if not inside:
-            bound = "]" if high_inclusive else ")"
-            raise self.fail(key, f"must be in [{low}, {high}{bound}, got {value!r}.")
-        return float(value)
-
     def probability(self, key: str, default: float) -> float:
         """A probability in [0, 1]."""
         value = self.value(key, default)
@@ -247,7 +230,12 @@ def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Ma
     if kind is float and checks.get("within"):
         low, high = checks["within"]
         inclusive = checks.get("high_inclusive", False)
-        read.range(key, low, high, high_inclusive=inclusive, default=default)
+        if not (
+            is_number(value) and low <= value and (value <= high if inclusive else value < high)
+        ):
+            bound = "]" if inclusive else ")"
+            raise read.fail(key, f"must be in [{low}, {high}{bound}, got {value!r}.")
+        value = float(value)
     elif kind is float and not is_number(value):
         raise read.fail(key, f"must be a number, got {value!r}.")
     elif kind is str and not isinstance(value, str):

@@ -1,6 +1,6 @@
 """``solo-diet demo``: the whole main job on a real offline dataset — data, pretraining, offline
 linear probe — and the same probe on an untrained backbone of the same architecture and on the
-raw pixels (``solo_diet.launch.references``)."""
+raw pixels (``solo_diet.launch.checkpointing``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from solo_diet.cli.data import write_dataset
 from solo_diet.config import ConfigError
+from solo_diet.launch.callbacks import OverallProgress
+from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.progress import OverallProgress
-from solo_diet.launch.references import save_random_init, save_raw_pixels
 from solo_diet.launch.settings import format_override, resolve_launch_format
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"

@@ -8,8 +8,13 @@ traceback)."""
 from __future__ import annotations
 
 import argparse
+import filecmp
+import shutil
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
+
+from solo_diet.config import ConfigError
 
 
 def _hydra_args(parser: argparse.ArgumentParser) -> None:
@@ -89,9 +94,54 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_configs(args: argparse.Namespace) -> int:
-    from solo_diet.cli.configs import write_configs
+# `solo-diet configs DIR`: the shipped launch configs (package data; `scripts/` and
+# `benchmarks/compare/` link there) copied into DIR, each folder ready for --config-path
+SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+DATASET_CHOICES = ("cifar", "imagenet-100", "custom")
 
+
+def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
+    """The shipped config folders, relative to ``SHIPPED``: pretrain and linear of ``dataset`` (all
+    datasets when None) and, for custom data, the side-by-side comparison."""
+    datasets = DATASET_CHOICES if dataset is None else (dataset,)
+    folders = [Path(stage) / name for name in datasets for stage in ("pretrain", "linear")]
+    if dataset in (None, "custom"):
+        folders.append(Path("compare"))
+    return folders
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p.relative_to(folder) for p in folder.rglob("*.yaml"))
+
+
+def write_configs(directory: str, dataset: Optional[str] = None, force: bool = False) -> list[Path]:
+    """Copy the shipped configs into ``directory``; returns the folders written.
+
+    An identical file already there is left alone; a different one is refused unless ``force``."""
+    root = Path(directory).expanduser().resolve()
+    folders = shipped_folders(dataset)
+    copies = [
+        (SHIPPED / f / name, root / f / name) for f in folders for name in _files(SHIPPED / f)
+    ]
+    if not copies:
+        raise FileNotFoundError(
+            f"no shipped configs in {SHIPPED}: the solo-diet installation is incomplete."
+        )
+    changed = [
+        dst for src, dst in copies if dst.exists() and not filecmp.cmp(src, dst, shallow=False)
+    ]
+    if changed and not force:
+        raise ConfigError(
+            f"{len(changed)} config(s) in {root} differ from the shipped ones (e.g. {changed[0]}): "
+            "pass --force to overwrite them, or choose another directory."
+        )
+    for src, dst in copies:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    return [root / f for f in folders]
+
+
+def _cmd_configs(args: argparse.Namespace) -> int:
     written = write_configs(args.directory, dataset=args.dataset, force=args.force)
     for folder in written:
         print(f"wrote {folder}")
@@ -214,8 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="run nothing: rewrite the report from the jobs' result.json files in output_dir",
     )
     compare.set_defaults(func=_cmd_compare)
-
-    from solo_diet.cli.configs import DATASET_CHOICES
 
     configs = sub.add_parser(
         "configs", help="write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"

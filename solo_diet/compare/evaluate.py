@@ -25,8 +25,7 @@ from solo_diet.compare.spec import (
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
-from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_loader_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
 from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values

@@ -110,7 +110,7 @@ def _secondary_rank() -> bool:
 
 def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluator) -> Path:
     """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
-    from solo_diet.launch.references import save_random_init, save_raw_pixels
+    from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 
     path = job.run_dir / "reference.ckpt"
     if job.reference == "random_init":

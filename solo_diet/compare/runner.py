@@ -31,6 +31,7 @@ from solo_diet.compare.report import write_report
 from solo_diet.compare.results import CompareResults, JobsFailed  # noqa: F401 - where it was
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
+from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_data_paths,
@@ -39,7 +40,6 @@ from solo_diet.launch.launch_checks import (
     check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
-from solo_diet.launch.progress import OverallProgress
 
 
 def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:

@@ -1,6 +1,7 @@
-"""Checkpoints that survive a crash (:class:`AtomicCheckpointIO`, :class:`RunCheckpointer`) and
-the choice of the checkpoint a run resumes from: the newest that loads, by epoch, and of the same
-data (docs/cli.md, "What survives a crash")."""
+"""Checkpoints that survive a crash (:class:`AtomicCheckpointIO`, :class:`RunCheckpointer`), the
+choice of the checkpoint a run resumes from: the newest that loads, by epoch, and of the same data
+(docs/cli.md, "What survives a crash"), the DDP strategy our launchers build, and the reference
+checkpoints (an untrained backbone, the raw pixels) in the layout of solo-learn's."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.strategies.ddp import DDPStrategy
 from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
+from torch.distributed import ReduceOp
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.config import ConfigError
 from solo_diet.launch.errors import disk_full_named
+from solo_diet.methods._common import SOLO_LEARN_SEED
 from solo_diet.methods.checkpoint import (
     CorruptCheckpoint,
     check_checkpoint_file,
@@ -215,3 +219,68 @@ def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Opti
             print(f"Resuming from previous checkpoint that matches specifications: '{found}'")
             return str(found), run_id
     return None, None
+
+
+class OneProcessAwareDDP(DDPStrategy):
+    """Lightning's ``DDPStrategy``, built for ``strategy: ddp``; ``reduce`` over a world of one
+    process is the identity (``DDPStrategy`` reduces every value logged with ``sync_dist=True``
+    through a barrier that waits for the whole GPU: docs/data-path.md)."""
+
+    def reduce(
+        self,
+        tensor: Any,
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Any:
+        if self.world_size == 1 and isinstance(tensor, torch.Tensor):
+            return tensor
+        return super().reduce(tensor, group, reduce_op)
+
+
+def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
+    with atomic_write(path, binary=True) as f:
+        torch.save({"state_dict": state}, f)
+    write_text_atomic(path.parent / "args.json", json.dumps(args, default=str))
+    return path
+
+
+def save_random_init(cfg: DictConfig, path: Path) -> Path:
+    """The backbone of pretraining cfg ``cfg`` (``backbone``, ``method``, ``data.dataset``),
+    initialised with the cfg's seed and never trained."""
+    from lightning.pytorch import seed_everything
+
+    from solo_diet.methods.checkpoint import build_backbone
+
+    seed = int(OmegaConf.select(cfg, "seed", default=SOLO_LEARN_SEED))
+    kwargs = OmegaConf.select(cfg, "backbone.kwargs", default=None)
+    args = {
+        "method": str(cfg.method),
+        "backbone": {
+            "name": str(cfg.backbone.name),
+            "kwargs": {} if kwargs is None else OmegaConf.to_container(kwargs, resolve=True),
+        },
+        "data": {"dataset": str(cfg.data.dataset)},
+        "seed": seed,
+    }
+    seed_everything(seed)
+    backbone = build_backbone(OmegaConf.create({**args, "pretrain_method": args["method"]}))
+    return _save_backbone(path, backbone, args)
+
+
+def save_raw_pixels(path: Path, image_shape: tuple[int, int, int], dataset: str) -> Path:
+    """The ``raw_pixels`` backbone (the flattened image, ``solo_diet.backbones.RawPixels``) for
+    images of ``image_shape`` = (channels, size, size) after the probe's eval transform."""
+    from solo_diet.backbones import RawPixels
+
+    channels, height, width = image_shape
+    if height != width:
+        raise ValueError(f"raw_pixels needs square images, got {height}x{width}")
+    backbone = RawPixels(size=height, channels=channels)
+    args = {
+        "method": "raw_pixels",
+        "backbone": {"name": "raw_pixels", "kwargs": {"size": height, "channels": channels}},
+        "data": {"dataset": dataset},
+    }
+    return _save_backbone(path, backbone, args)

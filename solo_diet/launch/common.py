@@ -124,8 +124,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     (``ddp``: ``OneProcessAwareDDP``) and the checkpoint writer (``AtomicCheckpointIO``)."""
     from lightning.pytorch import Trainer
 
-    from solo_diet.launch.checkpointing import AtomicCheckpointIO
-    from solo_diet.launch.strategies import OneProcessAwareDDP
+    from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
 
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}

@@ -63,7 +63,7 @@ def name_unreadable_images(dataset: Any) -> None:
 def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
     """Within the block, a failed download of a torchvision dataset whose files are not under
     ``data.<path_keys>`` is one ``DataError`` naming the keys and the fix; ``data``: the run's
-    :class:`~solo_diet.launch.loader_settings.LoaderSettings`."""
+    :class:`~solo_diet.launch.settings.LoaderSettings`."""
     from urllib.error import URLError
 
     try:

@@ -26,7 +26,7 @@ from solo_diet.launch.launch_checks import (
     check_class_count,
     check_solo_learn_choices,
 )
-from solo_diet.launch.loader_settings import parse_loader_settings
+from solo_diet.launch.settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
     ALLOW_PICKLE_KEY,
     PretrainedCheckpoint,

@@ -27,14 +27,12 @@ from solo_diet.launch.launch_checks import (
     check_class_count,
     check_solo_learn_choices,
 )
-from solo_diet.launch.loader_settings import (
-    PRETRAIN_PROBE_NODE,
-    LoaderSettings,
-    parse_loader_settings,
-)
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
+    PRETRAIN_PROBE_NODE,
+    LoaderSettings,
     core_errors_named,
+    parse_loader_settings,
     parse_performance_settings,
 )
 from solo_diet.methods.contract import Contract, method_contract

@@ -1,18 +1,35 @@
-"""The data and performance settings of a launch, read, filled and checked once at the launcher's
-boundary into frozen dataclasses (docs/launchers.md, "Settings and data paths"). The data format is
-read here and by the data-path factory (:mod:`solo_diet.launch.datapaths`), nowhere else."""
+"""The data, loader and performance settings of a launch, read, filled and checked once at the
+launcher's boundary (the loader's after solo-learn's ``parse_cfg`` filled its defaults) into frozen
+dataclasses; every error is one line naming the key and the fix (docs/launchers.md, "Settings and
+data paths"). The data format is read here and by the data-path factory
+(:mod:`solo_diet.launch.datapaths`), nowhere else."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, parse_section, setting, write_section
+from solo_diet.config import (
+    ConfigError,
+    KeyReader,
+    is_number,
+    parse_section,
+    setting,
+    world_size,
+    write_section,
+)
 from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
+from solo_diet.data.loader import STORAGES
+from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
+from solo_diet.data.stream import ON_CORRUPT
+from solo_diet.methods._common import SOLO_LEARN_SEED
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
@@ -35,22 +52,16 @@ class GPUDataSettings:
     """The checked ``data.gpu.*`` values (docs/data-path.md) and where batches are made (``cuda``
     or ``cpu``, from ``accelerator``)."""
 
-    storage: str = "auto"
+    storage: str = setting("auto", choices=(*STORAGES, "stream"))
     image_size: Optional[int] = setting(None, minimum=1)
     decode_threads: Optional[int] = setting(None, minimum=1)
     cuda_graphs: bool = True
     decode_cache: bool = True
     device: str = field(default="cuda", metadata={"computed": True})
-    on_corrupt: str = "stop"
+    on_corrupt: str = setting("stop", choices=ON_CORRUPT)
 
     def checked(self, cfg: DictConfig) -> "GPUDataSettings":
-        """The storage and corrupt-file choices (torch modules: imported when a GPU path is
-        parsed) and where batches are made, from ``accelerator``."""
-        import torch
-
-        from solo_diet.data.loader import STORAGES
-        from solo_diet.data.stream import ON_CORRUPT
-
+        """No ``dali`` section beside it, and where batches are made, from ``accelerator``."""
         read = KeyReader(cfg)
         if read.value("dali") is not None:
             raise read.fail(
@@ -58,8 +69,6 @@ class GPUDataSettings:
                 f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
                 "section.",
             )
-        read.choice("data.gpu.storage", (*STORAGES, "stream"), default=self.storage)
-        read.choice("data.gpu.on_corrupt", ON_CORRUPT, default=self.on_corrupt)
         accelerator = str(read.value("accelerator", "auto"))
         if accelerator == "auto":
             accelerator = "cuda" if torch.cuda.is_available() else "cpu"
@@ -151,3 +160,160 @@ def dali_installed() -> bool:
         return importlib.util.find_spec("nvidia.dali") is not None
     except ModuleNotFoundError:  # no `nvidia` package at all
         return False
+
+
+COMPUTED = {"computed": True}  # a field set by its parser, not read from the config as it stands
+PRETRAIN_PROBE_NODE = "augmentations[0]"  # the online probe's eval transform while pretraining
+LINEAR_PROBE_NODE = "data.augmentations"  # a linear probe's (and compare's evaluation's)
+
+
+class ProbeAugmentation(NamedTuple):
+    """A probe's crop and statistics on custom data."""
+
+    crop_size: int
+    min_scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The checked values every data path reads besides its data format. Built once per run by
+    :func:`parse_loader_settings`."""
+
+    dataset: str = field(default="", metadata=COMPUTED)
+    train_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    val_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    fraction: float = field(default=-1.0, metadata=COMPUTED)
+    no_labels: bool = setting(False, key="data.no_labels")
+    num_workers: Optional[int] = setting(None, minimum=0, key="data.num_workers")
+    batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
+    lr: Optional[float] = setting(None, key="optimizer.lr")
+    seed: int = setting(SOLO_LEARN_SEED, minimum=0, key="seed")
+    world_size: int = field(default=1, metadata=COMPUTED)
+    augmentations: tuple[DictConfig, ...] = field(default=(), metadata=COMPUTED)
+    # the GPU data path's augmentation, of ``augmentations``
+    views: Optional[MultiCropAugmentation] = field(default=None, metadata=COMPUTED)
+    probe: Optional[ProbeAugmentation] = field(default=None, metadata=COMPUTED)
+    num_large_crops: int = setting(0, minimum=0, key="data.num_large_crops")
+    num_small_crops: int = setting(0, minimum=0, key="data.num_small_crops")
+    debug_augmentations: bool = setting(False, key="debug_augmentations")
+
+    def workers(self, default: int) -> int:
+        """``data.num_workers``, or ``default`` when the config leaves it out."""
+        return default if self.num_workers is None else self.num_workers
+
+    def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
+        """A probe's training set smaller than one global batch would give no training batch (the
+        incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device,
+        scale the learning rate with it (solo-learn's linear scaling) and say so in one line.
+        Returns what was fitted (the launcher writes it into the probe's config), or None."""
+        world, batch = self.world_size, self.batch_size
+        if num_samples >= batch * world:
+            return None
+        fitted = num_samples // world
+        if fitted < 1:
+            raise ConfigError(
+                f"the probe's training set has {num_samples} images, fewer than the {world} "
+                "devices: add images or use fewer devices."
+            )
+        scaled = self.lr * fitted / batch
+        devices = f" x {world} devices" if world > 1 else ""
+        print(
+            f"solo-diet linear: the training set has {num_samples} images, fewer than one batch "
+            f"(optimizer.batch_size={batch}{devices}, incomplete batches dropped): the probe "
+            f"trains at optimizer.batch_size={fitted}, learning rate {self.lr:g} -> {scaled:g}.",
+            flush=True,
+        )
+        return FittedBatch(num_samples, fitted, batch, scaled)
+
+    def check_one_global_batch(self, num_samples: int) -> None:
+        """Refuse a pretraining set smaller than one global batch: it would give no batch (the
+        incomplete one is dropped), or stop a method's own batch sampler mid-run."""
+        if self.batch_size is not None and num_samples < self.batch_size * self.world_size:
+            raise ConfigError(
+                f"the training set has {num_samples} samples, fewer than one global batch "
+                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower the "
+                "batch size."
+            )
+
+
+@dataclass(frozen=True)
+class FittedBatch:
+    """A probe batch lowered to a training set smaller than one global batch, and its learning
+    rate scaled with it (:meth:`LoaderSettings.fit_probe_batch`)."""
+
+    train_images: int
+    batch_size: int
+    configured_batch_size: int
+    lr: float
+
+    def report(self) -> dict[str, int]:
+        """What ``solo-diet linear`` returns as ``fitted_batch`` (and compare's report says)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "lr"}
+
+
+def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
+    """The probe's settings of augmentation ``node`` (its config key ``key``): ``crop_size``, and
+    the optional ``crop_min_scale`` (default 0.08), ``mean`` and ``std`` (default ImageNet's)."""
+    read = KeyReader(node, key)
+    min_scale = read.value("crop_min_scale", 0.08)
+    if not (is_number(min_scale) and 0 < min_scale <= 1):
+        raise read.fail("crop_min_scale", f"must be in (0, 1], got {min_scale!r}.")
+    return ProbeAugmentation(
+        read.int("crop_size", 1),
+        float(min_scale),
+        _statistics(read, "mean", IMAGENET_STATS[0]),
+        _statistics(read, "std", IMAGENET_STATS[1]),
+    )
+
+
+def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    value = read.value(key, default)
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise read.fail(key, f"must be a list of numbers, one per channel, got {value!r}.")
+    if not all(is_number(v) for v in value):
+        raise read.fail(key, f"must be a list of numbers, one per channel, got {list(value)!r}.")
+    return tuple(float(v) for v in value)
+
+
+def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
+    """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
+    node = OmegaConf.select(cfg, node_key)
+    if dataset != "custom" and (node is None or OmegaConf.select(node, "crop_size") is None):
+        return None
+    if not isinstance(node, Mapping):
+        wanted = "must be an augmentation node with `crop_size` for custom data"
+        raise KeyReader(cfg).fail(node_key, f"{wanted}, got {node!r}.")
+    return probe_augmentation(node, node_key)
+
+
+def parse_loader_settings(
+    cfg: DictConfig, data: DataSettings, probe_node: str = LINEAR_PROBE_NODE
+) -> LoaderSettings:
+    """What the data paths read of a parsed cfg, checked (``probe_node``: the probe's augmentation
+    node; with the GPU data path the pretraining nodes are parsed into its augmentation)."""
+    read = KeyReader(cfg)
+    dataset = read.value("data.dataset")
+    if not isinstance(dataset, str):
+        raise read.fail("data.dataset", f"must be a dataset name, got {dataset!r}.")
+    fraction = read.value("data.fraction", -1)
+    if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
+        raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
+    nodes = tuple(read.value("augmentations", ()))
+    views = None
+    if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            views = MultiCropAugmentation.from_config(list(nodes), dataset)
+    paths = [read.value(f"data.{key}", None) for key in ("train_path", "val_path")]
+    return replace(
+        parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
+        dataset=dataset,
+        train_path=None if paths[0] is None else str(paths[0]),
+        val_path=None if paths[1] is None else str(paths[1]),
+        fraction=float(fraction),
+        world_size=world_size(cfg),
+        augmentations=nodes,
+        views=views,
+        probe=_probe(cfg, dataset, probe_node),
+    )

@@ -12,7 +12,7 @@ from solo.methods import METHODS
 
 from solo_diet.launch.common import fit_or_raise
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
-from solo_diet.launch.loader_settings import (
+from solo_diet.launch.settings import (
     PRETRAIN_PROBE_NODE,
     parse_loader_settings,
 )

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet.cli.configs import DATASET_CHOICES, SHIPPED
-from solo_diet.cli.main import main
+from solo_diet.cli.main import DATASET_CHOICES, SHIPPED, main
 from tests._helpers import requires_solo
 
 ROOT = Path(__file__).resolve().parents[2]

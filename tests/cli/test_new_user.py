@@ -130,7 +130,7 @@ def test_a_missing_config_names_the_folder_as_typed(monkeypatch, capsys):
 def test_a_probe_on_fewer_images_than_its_batch_fits_the_batch_and_says_so(
     data_format, data, tmp_path, capsys
 ):
-    from solo_diet.launch.references import save_raw_pixels
+    from solo_diet.launch.checkpointing import save_raw_pixels
 
     ckpt = save_raw_pixels(tmp_path / "pixels" / "pixels.ckpt", (3, 32, 32), "custom")
     argv = ["linear", "--config-path", str(ROOT / "scripts" / "linear" / "custom")]
@@ -166,9 +166,9 @@ def test_compare_reports_the_fitted_probe_batch_and_its_progress(data, tmp_path,
 
 
 def test_demo_progress_says_each_pretraining_epoch_and_skips_a_finished_fit(data, tmp_path):
+    from solo_diet.launch.callbacks import OverallProgress
     from solo_diet.launch.common import compose_cfg
     from solo_diet.launch.pretrain import run_pretrain
-    from solo_diet.launch.progress import OverallProgress
     from tests._helpers.cli import overrides
 
     said: list[str] = []

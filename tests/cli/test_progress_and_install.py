@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from solo_diet.launch.progress import OverallProgress, clock_text
+from solo_diet.launch.callbacks import OverallProgress, clock_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

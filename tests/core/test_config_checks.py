@@ -58,9 +58,15 @@ def test_bool_choice_and_range():
         read_x("xyz").choice("method_kwargs.x", ["ce", "mse"])
     with pytest.raises(ConfigError, match=r"got 3\.$"):  # not a string: no hint
         read_x(3).choice("method_kwargs.x", ["ce", "mse"])
-    assert read_x(1).range("method_kwargs.x", 0.0, 1.0, high_inclusive=True) == 1.0
+    assert parse_section(Unit, read_x(1).node, "method_kwargs", "x").x == 1.0
     with pytest.raises(ConfigError, match=r"in \[0.0, 1.0\), got 1"):
-        read_x(1).range("method_kwargs.x", 0.0, 1.0)
+        parse_section(Unit, OmegaConf.create({"y": 1}), "", "y")
+
+
+@dataclass(frozen=True)
+class Unit:
+    x: float = setting(0.5, within=(0.0, 1.0), high_inclusive=True)
+    y: float = setting(0.5, within=(0.0, 1.0))
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
 from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_images
 from solo_diet.launch.datapaths.gpu import GPUPath
-from solo_diet.launch.loader_settings import LoaderSettings
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
     GPUDataSettings,
+    LoaderSettings,
     core_errors_named,
 )
 from tests._helpers.core import BAD_NODES

@@ -15,13 +15,16 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.launch import datapaths
-from solo_diet.launch.datapaths import DataPath, data_formats, data_path_for, make_data_path
+from solo_diet.launch.datapaths import (
+    DataPath,
+    data_formats,
+    make_data_path,
+    parse_data_settings,
+)
 from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
-from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
-from solo_diet.launch.datapaths.image_folder import ImageFolderPath
-from solo_diet.launch.loader_settings import parse_loader_settings
-from solo_diet.launch.settings import DataSettings, GPUDataSettings
+from solo_diet.launch.datapaths.image_folder import DaliPath, ImageFolderPath
+from solo_diet.launch.settings import DataSettings, GPUDataSettings, parse_loader_settings
 from tests._helpers import requires_solo
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solo_diet"
@@ -53,23 +56,24 @@ def test_the_factory_picks_the_formats_class(fmt, cls, solo_format):
 
 
 def test_the_stream_storage_gets_the_streaming_path():
-    from solo_diet.launch.datapaths.stream import StreamPath
+    from solo_diet.launch.datapaths.gpu import StreamPath
 
     stream = GPUDataSettings(storage="stream", device="cpu")
     assert type(make_data_path(DataSettings("gpu", stream))) is StreamPath
     cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu", "gpu": {}}})
     cfg.data.gpu.storage = "stream"
-    path = data_path_for(cfg)
+    path = make_data_path(parse_data_settings(cfg))
     assert type(path) is StreamPath and path.loaders == []
     path.close()  # no loader made yet: nothing to stop
     make_data_path(DataSettings()).close()  # the default: nothing to release
 
 
-def test_data_path_for_parses_the_cfg_once_and_chooses():
+def test_data_settings_parsed_once_choose_the_data_path():
     cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "gpu"}})
-    path = data_path_for(cfg)
+    path = make_data_path(parse_data_settings(cfg))
     assert isinstance(path, GPUPath) and path.gpu.device == "cpu"
-    assert isinstance(data_path_for(OmegaConf.create({"data": {}})), ImageFolderPath)
+    empty = OmegaConf.create({"data": {}})
+    assert isinstance(make_data_path(parse_data_settings(empty)), ImageFolderPath)
 
 
 def test_every_format_has_the_whole_interface_in_the_listed_order():
@@ -81,7 +85,7 @@ def test_every_format_has_the_whole_interface_in_the_listed_order():
 
 def test_every_module_of_the_package_is_imported_so_a_new_format_is_one_new_file():
     names = {m.name for m in pkgutil.iter_modules(datapaths.__path__)}
-    assert {"base", "image_folder", "dali", "gpu"} <= names
+    assert {"base", "image_folder", "gpu"} <= names
     assert all(f"{datapaths.__name__}.{name}" in sys.modules for name in names)
     importlib.reload(datapaths)  # the registry stays as the modules define it
     assert data_formats() == ("image_folder", "h5", "dali", "gpu")
@@ -95,7 +99,8 @@ def test_a_subclass_with_formats_registers_itself():
         assert type(make_data_path(DataSettings("streaming_test"))) is Streaming
         assert data_formats()[-1] == "streaming_test"
         cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "streaming_test"}})
-        chosen = data_path_for(cfg)  # the settings accept it and read its keys through its class
+        # the settings accept it and read its keys through its class
+        chosen = make_data_path(parse_data_settings(cfg))
         assert type(chosen) is Streaming and chosen.gpu.device == "cpu"
     finally:
         del REGISTRY["streaming_test"]
@@ -151,7 +156,7 @@ def test_image_folder_and_gpu_paths_give_the_evaluation_the_same_images(tmp_path
     seen = {}
     for fmt in ("image_folder", "gpu"):
         cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": {**data, "format": fmt}})
-        path = data_path_for(cfg)
+        path = make_data_path(parse_data_settings(cfg))
         run = parse_loader_settings(cfg, path.settings)
         train, val = path.feature_loaders(run, batch_size=4)
         targets = [torch.cat([y for _, y in loader]) for loader in (train, val)]

@@ -82,7 +82,7 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     """The settings parser reads ``data.gpu`` once; the data path's loaders reuse the result."""
     from solo_diet.launch.datapaths import gpu as gpu_path
     from solo_diet.launch.datapaths import make_data_path
-    from solo_diet.launch.loader_settings import parse_loader_settings
+    from solo_diet.launch.settings import parse_loader_settings
 
     calls = []
     check = settings.GPUDataSettings.checked

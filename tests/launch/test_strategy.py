@@ -13,8 +13,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from omegaconf import OmegaConf
 
+from solo_diet.launch.checkpointing import OneProcessAwareDDP
 from solo_diet.launch.common import trainer_kwargs
-from solo_diet.launch.strategies import OneProcessAwareDDP
 from tests._helpers.lightning import solo_batches
 
 

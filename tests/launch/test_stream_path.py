@@ -234,15 +234,15 @@ def test_compare_evaluation_reads_the_stream(jpegs):
     its target, and the views of the chosen images (of different sizes) at the crop size."""
     from omegaconf import OmegaConf
 
-    from solo_diet.launch.datapaths import data_path_for
+    from solo_diet.launch.datapaths import make_data_path, parse_data_settings
     from solo_diet.launch.datapaths.base import ViewRequest
-    from solo_diet.launch.loader_settings import parse_loader_settings
+    from solo_diet.launch.settings import parse_loader_settings
 
     data = {"dataset": "custom", "train_path": str(jpegs / "train"), "val_path": str(jpegs / "val")}
     data.update(num_workers=0, augmentations={"crop_size": 32}, format="gpu")
     cfg = OmegaConf.create({"accelerator": "cpu", "seed": 0, "data": data})
     cfg.data.gpu = {"storage": "stream"}
-    path = data_path_for(cfg)
+    path = make_data_path(parse_data_settings(cfg))
     run = parse_loader_settings(cfg, path.settings)
     _, val = path.feature_loaders(run, batch_size=4)
     targets = torch.cat([y for _, y in val])

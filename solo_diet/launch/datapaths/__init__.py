@@ -10,21 +10,12 @@ import pkgutil
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import KeyReader, parse_section, write_section
-from solo_diet.launch.datapaths.base import REGISTRY, DataPath, PretrainData
+from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.settings import DATA_PATH_SECTIONS, FORMAT_KEY, DataSettings
 
-_SHIPPED = ("image_folder", "dali", "gpu")
+_SHIPPED = ("image_folder", "gpu")
 for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__))):
     importlib.import_module(f"{__name__}.{_module}")
-
-__all__ = [
-    "DataPath",
-    "PretrainData",
-    "data_formats",
-    "make_data_path",
-    "data_path_for",
-    "parse_data_settings",
-]
 
 
 def data_formats() -> tuple[str, ...]:
@@ -53,8 +44,3 @@ def make_data_path(settings: DataSettings) -> DataPath:
     """The data path serving the settings (its format's, or the one its class chooses for them:
     the streaming path for ``data.gpu.storage: stream``)."""
     return REGISTRY[settings.format].serving(settings)(settings)
-
-
-def data_path_for(cfg: DictConfig) -> DataPath:
-    """Parse ``cfg``'s data settings (filling their defaults in it) and choose its data path."""
-    return make_data_path(parse_data_settings(cfg))

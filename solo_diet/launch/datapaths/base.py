@@ -11,8 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from solo_diet.data.tensor_data import FOLDER_DATASETS
-from solo_diet.launch.loader_settings import FittedBatch, LoaderSettings, ProbeAugmentation
-from solo_diet.launch.settings import DataSettings
+from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings, ProbeAugmentation
 
 # a method's batch order for a training set (None: shuffled), bound to its config by the launcher
 BatchSamplerHook = Callable[[Sequence[Any]], Optional[Any]]
