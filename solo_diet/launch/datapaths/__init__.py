@@ -13,7 +13,7 @@ from solo_diet.config import KeyReader, parse_section, write_section
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.settings import DATA_PATH_SECTIONS, FORMAT_KEY, DataSettings
 
-_SHIPPED = ("image_folder", "gpu")
+_SHIPPED = ("image_folder", "dali", "gpu")
 for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__))):
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -1,7 +1,6 @@
 """The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
 training device (docs/data-path.md). ``data.gpu.storage: stream`` is served by its streaming twin,
-:class:`StreamPath`: host workers read each file's bytes, the training device decodes every batch
-(:mod:`solo_diet.data.stream`); the launchers stop its host workers when a fit ends (``close``)."""
+:class:`~solo_diet.launch.datapaths.stream.StreamPath`."""
 
 from __future__ import annotations
 
@@ -18,13 +17,6 @@ from solo_diet.data.pipeline import (
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
-)
-from solo_diet.data.stream import (
-    DEFAULT_WORKERS,
-    CorruptImage,
-    EncodedFiles,
-    StreamLoader,
-    decode_images,
 )
 from solo_diet.data.tensor_data import load_images
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
@@ -205,55 +197,3 @@ class GPUPath(DataPath):
         with core_errors_named(GPU_ARGUMENT_KEYS):
             augment = MultiCropAugmentation.from_config([request.node], run.dataset)
         return lambda x, g: augment(x, g)[0]
-
-
-class StreamPath(GPUPath):
-    """:class:`GPUPath` over encoded files (:class:`EncodedFiles`, :class:`StreamLoader`)."""
-
-    storage = "stream"
-    loader_class = StreamLoader
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.loaders: list[StreamLoader] = []
-
-    def read_split(self, run: LoaderSettings, root: Any, split: str, fraction: float) -> Any:
-        """The split's files, listed, not read."""
-        return EncodedFiles.from_folder(
-            run.dataset, root, split, no_labels=run.no_labels, fraction=fraction
-        )
-
-    def loader_kwargs(self, run: LoaderSettings) -> dict[str, Any]:
-        stream = {"num_workers": run.workers(DEFAULT_WORKERS), "on_corrupt": self.gpu.on_corrupt}
-        return super().loader_kwargs(run) | stream
-
-    def opened(self, loader: StreamLoader) -> StreamLoader:
-        self.loaders.append(loader)
-        return loader
-
-    def close(self) -> None:
-        """Stop the host workers of every loader made (persistent workers with pinned batches
-        would hold the process's exit about 5 s each, pytorch#81794)."""
-        for loader in self.loaders:
-            loader.close()
-
-    @torch.no_grad()
-    def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
-        """The views of images of their own sizes, decoded on ``device``, in lists as the
-        stream's batches."""
-        transform = self.view_transform(run, request)
-        files = self.load_split(run, "val")
-        chosen = request.choose(len(files)).tolist()
-        read = [files[index] for index in chosen]
-        images, failed = decode_images(
-            [data for _, data, _, _ in read], request.device, [p for *_, p in read]
-        )
-        if failed:
-            position, problem = next(iter(failed.items()))
-            path = files.path(chosen[position])
-            raise CorruptImage(f"cannot decode {path} ({problem}): replace or delete the file.")
-        generator = torch.Generator(request.device).manual_seed(request.seed)
-        repeated = [image for image in images for _ in range(request.views)]
-        size = request.batch_size
-        chunks = [repeated[start : start + size] for start in range(0, len(repeated), size)]
-        return torch.cat([transform(chunk, generator).cpu() for chunk in chunks])

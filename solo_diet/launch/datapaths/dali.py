@@ -1,0 +1,92 @@
+"""solo-learn's NVIDIA DALI datamodule for pretraining (``dali``); its probes read the image folder
+through solo-learn's own loaders."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+
+from solo_diet.config import ConfigError
+from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
+from solo_diet.launch.datapaths.image_folder import ImageFolderPath
+from solo_diet.launch.settings import FORMAT_KEY, DaliSettings, LoaderSettings, dali_installed
+
+
+class DaliPath(ImageFolderPath):
+    """Pretraining through ``PretrainDALIDataModule`` with the config's augmentations."""
+
+    formats = ("dali",)
+    reads = "dali"
+
+    @property
+    def dali(self) -> DaliSettings:
+        """The run's ``dali`` settings (solo-learn's defaults for settings built by hand)."""
+        return self.settings.dali or DaliSettings()
+
+    def check(self, method: str, contract: Any) -> None:
+        """Refuse set-ups that would hand an index-based method wrong dataset indices."""
+        if not contract.uses_sample_indexes:
+            return
+        if not self.dali.encode_indexes_into_labels:
+            raise ConfigError(
+                f"method '{method}' uses dataset indices as labels, but with {FORMAT_KEY}=dali "
+                "solo-learn returns dummy indices (arange(B)) unless "
+                "`dali.encode_indexes_into_labels: True`. Set it."
+            )
+
+    def pretrain_data(
+        self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
+    ) -> PretrainData:
+        """solo-learn's DALI datamodule, which orders the batches itself (``batch_sampler`` is
+        not used)."""
+        if not dali_installed():
+            raise ConfigError(
+                f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "
+                f"{FORMAT_KEY}=gpu (batched augmentations on the GPU) or "
+                f"{FORMAT_KEY}=image_folder."
+            )
+        from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
+        from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation
+        from solo.utils.misc import compute_dataset_size
+
+        if any(OmegaConf.select(a, "random_erasing.prob", default=0) for a in run.augmentations):
+            raise ConfigError(
+                f"`augmentations[].random_erasing` is not available with {FORMAT_KEY}=dali."
+            )
+        transform = FullTransformPipeline(
+            [
+                NCropAugmentation(
+                    build_transform_pipeline_dali(run.dataset, aug, dali_device=self.dali.device),
+                    aug.num_crops,
+                )
+                for aug in run.augmentations
+            ]
+        )
+        datamodule = PretrainDALIDataModule(
+            dataset=run.dataset,
+            train_data_path=run.train_path,
+            transforms=transform,
+            num_large_crops=run.num_large_crops,
+            num_small_crops=run.num_small_crops,
+            num_workers=run.num_workers,
+            batch_size=run.batch_size,
+            no_labels=run.no_labels,
+            data_fraction=run.fraction,
+            dali_device=self.dali.device,
+            encode_indexes_into_labels=self.dali.encode_indexes_into_labels,
+        )
+        num_samples = compute_dataset_size(
+            dataset=run.dataset,
+            train=True,
+            data_path=run.train_path,
+            data_format="dali",
+            no_labels=run.no_labels,
+            data_fraction=run.fraction,
+        )
+        return PretrainData(datamodule, num_samples)
+
+    def fit_kwargs(self, train: PretrainData, val_loader: Optional[Any]) -> dict[str, Any]:
+        """The datamodule, its val loader the online probe's."""
+        train.source.val_dataloader = lambda: val_loader
+        return {"datamodule": train.source}
