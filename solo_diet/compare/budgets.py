@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.compute import views_per_sample
+from solo_diet.compare.curves import views_per_sample
 from solo_diet.compare.paper_budget import Trained, positive_int
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples

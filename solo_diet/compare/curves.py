@@ -1,6 +1,6 @@
 """Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget
 (docs/compare.md, "Learning curves"). The backbone snapshots of a run's pretraining
-(:mod:`~solo_diet.compare.snapshots`) are evaluated like its final checkpoint, the curve's last
+(:class:`BackboneSnapshots`) are evaluated like its final checkpoint, the curve's last
 point; each point is a row of ``<job folder>/curve.csv``, rewritten whole after each point, so a
 rerun evaluates only the missing ones. The report gathers them (:mod:`.curves_report`).
 """
@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from omegaconf import DictConfig
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet._atomic import write_text_atomic
-from solo_diet.compare._files import progress
-from solo_diet.compare.compute import samples_seen, views_per_sample
-from solo_diet.compare.record import epoch_rows
+from solo_diet._atomic import atomic_write, write_text_atomic
+from solo_diet.compare.record import epoch_rows, progress
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -29,7 +30,7 @@ CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
 CURVE_COLUMNS = (
     "epoch",  # epochs trained
-    "samples_seen",  # forward-backward samples up to then (compute.samples_seen)
+    "samples_seen",  # forward-backward samples up to then (samples_seen)
     "linear_acc1",
     "knn_acc1",
     "logreg_acc1",  # the converged logistic-regression probe (NaN in files made before it)
@@ -43,6 +44,24 @@ CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tabl
     ("logreg_acc1", "logistic-regression probe"),
     ("knn_acc1", "kNN"),
 )
+
+
+# Compute as the learning curves and budgets count it: forward-backward samples, an image counted
+# once per view the method trains on (every crop, small ones too).
+def views_per_sample(cfg: DictConfig) -> int:
+    """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
+    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``); 1 without any."""
+    pipelines = OmegaConf.select(cfg, "augmentations")
+    if not isinstance(pipelines, ListConfig) or not pipelines:
+        return 1
+    return sum(int(p.get("num_crops", 1)) for p in pipelines)
+
+
+def samples_seen(images: float, views: int) -> float:
+    """Forward-backward samples of training on ``images`` images (optimisation steps x global
+    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
+    ``steps x batch x views``."""
+    return images * views
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:
@@ -105,6 +124,37 @@ def drop_points_after(run_dir: Path, epoch: int) -> None:
     kept = {e: row for e, row in points.items() if e <= epoch}
     if kept != points:
         write_points(run_dir, kept)
+
+
+class BackboneSnapshots(Callback):
+    """Saves the backbone after each of ``epochs`` (epochs trained, counted from 1) as
+    ``<run_dir>/curves/epoch_<E>.ckpt``; when training starts (resumed or started over) it drops
+    the snapshots and curve points after the epochs already trained. Rank 0 only: no collective
+    call, so DDP ranks never wait on it."""
+
+    def __init__(self, run_dir: str | Path, epochs: Sequence[int]):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.epochs = frozenset(int(e) for e in epochs)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.is_global_zero:  # current_epoch: the epochs already trained
+            drop_points_after(self.run_dir, trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        trained = trainer.current_epoch + 1
+        if not trainer.is_global_zero or trained not in self.epochs:
+            return
+        folder = self.run_dir / SNAPSHOT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        args = OmegaConf.to_container(pl_module.cfg)
+        write_text_atomic(folder / "args.json", json.dumps(args, default=str))
+        weights = {
+            f"backbone.{name}": tensor.detach().cpu().contiguous()
+            for name, tensor in pl_module.backbone.state_dict().items()
+        }
+        with atomic_write(snapshot_path(self.run_dir, trained), binary=True) as handle:
+            torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, handle)
 
 
 def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:

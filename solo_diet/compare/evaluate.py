@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
+from solo_diet.compare.record import progress
 from solo_diet.compare.spec import (
     compose,
     data_overrides,

@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare._files import progress, read_json
 from solo_diet.compare.budgets import RunBudget, apply_run_budget, check_run_budget, run_budget
+from solo_diet.compare.record import progress, read_json
 from solo_diet.compare.spec import (
     BUDGET_TARGETS,
     SEEDED_REFERENCES,

@@ -1,7 +1,7 @@
 """Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
 and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
 side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
-every job that has one.
+every job that has one; what ``run_spec`` returns (:class:`CompareResults`).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
-from solo_diet.compare._files import progress, read_json
 from solo_diet.compare.budgets import count_images
 from solo_diet.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.compare.fingerprints import (
@@ -26,9 +26,8 @@ from solo_diet.compare.fingerprints import (
 from solo_diet.compare.job import result_standing, run_job
 from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
 from solo_diet.compare.lock import output_dir_lock, stop_orphans
-from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs
+from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs, progress, read_json
 from solo_diet.compare.report import write_report
-from solo_diet.compare.results import CompareResults, JobsFailed  # noqa: F401 - where it was
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.launch_checks import (
@@ -40,6 +39,52 @@ from solo_diet.launch.launch_checks import (
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.launch.progress import OverallProgress
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed (the report holds the others); the message names each job and its log."""
+
+
+@dataclass(frozen=True)
+class CompareResults:
+    """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
+    the resolved ``spec``, the ``report``'s path, the ``records`` (one ``result.json`` per job
+    with a result, in the spec's order; with ``report_only`` also the ``unfinished`` ones), the
+    labels of the jobs ``left_out``, the ``failures`` {job key: what failed} and how many jobs
+    this call ``started``."""
+
+    spec: DictConfig
+    report: Path
+    records: tuple[dict[str, Any], ...]
+    left_out: tuple[str, ...] = ()
+    failures: Mapping[str, str] = field(default_factory=dict)
+    started: int = 0
+
+    @property
+    def output_dir(self) -> Path:
+        return self.report.parent
+
+    @property
+    def ok(self) -> bool:
+        """Whether every job started in this call finished."""
+        return not self.failures
+
+    def of_run(self, run: str) -> list[dict[str, Any]]:
+        """The records of ``run`` (a run's or reference row's name), one per seed."""
+        return [record for record in self.records if record["run"] == run]
+
+    def failure_message(self) -> str:
+        """One line: how many of the started jobs failed, each with what failed."""
+        return (
+            f"{len(self.failures)} of the {self.started} jobs started failed: "
+            f"{'; '.join(self.failures.values())}. The "
+            "report holds the others; rerun the same command to retry the failed ones."
+        )
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`JobsFailed` with :meth:`failure_message` when some job failed."""
+        if self.failures:
+            raise JobsFailed(self.failure_message())
 
 
 def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
