@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from solo_diet.config import is_number
+
 # Metrics where higher is better: the report names the best run of each and marks resolved gaps.
 RANKED_METRICS = (
     "linear_acc1",
@@ -49,10 +51,6 @@ def ranked_metrics(columns: Sequence[str]) -> list[str]:
         if c not in RANKED_METRICS and c.endswith(RANKED_SUFFIXES) and not c.startswith("kmeans_")
     ]
     return [*RANKED_METRICS, *extra]
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -113,7 +113,10 @@ def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
                 f"{key_of}epoch` must be an epoch count in 1..{spec.budget.max_epochs}, got "
                 f"{epoch}."
             )
-        check_paper_budget(claim, key_of)
+        try:
+            check_paper_budget(spec, i)
+        except ConfigError as err:
+            raise ConfigError(f"{spec_path}: {err}") from None
 
 
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
