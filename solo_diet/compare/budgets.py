@@ -137,12 +137,6 @@ def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> tuple[Optional[int], 
         return None, None
 
 
-def apply_run_budget(cfg: DictConfig, budget: RunBudget, intervals: tuple[int, int]) -> None:
-    """Set the composed cfg's epochs, checkpoint frequency and validation interval."""
-    cfg.max_epochs = budget.epochs
-    cfg.checkpoint.frequency, cfg.check_val_every_n_epoch = intervals
-
-
 def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:
     """The report's line on what every run trained and which budget matched."""
     matched = {b.matched for b in budgets.values()}
