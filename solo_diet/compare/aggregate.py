@@ -16,17 +16,8 @@ from solo_diet.config import is_number
 
 # Metrics where higher is better: the report names the best run of each and marks resolved gaps.
 RANKED_METRICS = (
-    "linear_acc1",
-    "logreg_acc1",
-    "knn_acc1",
-    "sem_linear_acc1",
-    "sem_knn_acc1",
-    "kmeans_nmi",
-    "kmeans_ami",
-    "kmeans_acc",
-    "codes_nmi",
-    "codes_ami",
-    "embedding_knn_acc1",
+    *("linear_acc1", "logreg_acc1", "knn_acc1", "sem_linear_acc1", "sem_knn_acc1"),
+    *("kmeans_nmi", "kmeans_ami", "kmeans_acc", "codes_nmi", "codes_ami", "embedding_knn_acc1"),
 )
 # The columns ``<name>_<measure>`` of a representation a method declares (``ExtraRepresentation``):
 # an embedding's measures (and ``<name>_linear_acc1`` where it has probe overrides), and a

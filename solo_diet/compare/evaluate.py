@@ -240,9 +240,7 @@ def evaluate_checkpoint(
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
     backbone = evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True)
-    result.update(
-        {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
-    )
+    result.update(backbone)
     if not extras:
         return result
     contract = method_contract(pretrained.method_class())
