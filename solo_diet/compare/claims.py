@@ -15,12 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
-from solo_diet.compare.paper_budget import (
-    Trained,
-    budget_note,
-    budget_verdict,
-    check_paper_budget,
-)
+from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
 from solo_diet.compare.record import seed_curves
 from solo_diet.config import ConfigError
 

@@ -72,15 +72,10 @@ def curve_epochs(points: int, epochs: int) -> list[int]:
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
-def run_epochs(job: "Job") -> int:
-    """The epochs a run's job trains: its own budget's (``budgets.run_budget``, set in its cfg)."""
-    return int(job.cfg.max_epochs)
-
-
 def snapshot_epochs(spec: DictConfig, job: "Job") -> list[int]:
     """The curve's epochs whose backbone the job's pretraining saves (all but the last: the final
     checkpoint's evaluation is that point)."""
-    return curve_epochs(spec.curves.points, run_epochs(job))[:-1]
+    return curve_epochs(spec.curves.points, int(job.cfg.max_epochs))[:-1]  # the run's own budget
 
 
 def snapshot_path(run_dir: Path, epoch: int) -> Path:
@@ -217,7 +212,7 @@ def evaluate_curve(
             "fingerprint": fingerprint,
         }
 
-    last = run_epochs(job)  # rows past it (curves made before they followed the run's budget) go
+    last = int(job.cfg.max_epochs)  # rows past it (curves made before runs had own budgets) go
     points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
     final = {k: result.get(k, math.nan) for k, _ in CURVE_METRICS}  # NaN: a result made before it
     points[last] = point(last, final, "final", 0.0)

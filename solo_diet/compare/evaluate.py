@@ -16,12 +16,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.record import progress
-from solo_diet.compare.spec import (
-    compose,
-    data_overrides,
-    evaluation_settings,
-    quoted,
-)
+from solo_diet.compare.spec import compose, data_overrides, evaluation_settings, quoted
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
