@@ -235,12 +235,10 @@ def _report_of_finished(
     report_only: bool = False,
     failed: Collection[str] = (),
 ) -> tuple[Path, list[dict], list[str]]:
-    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
-    ``failed`` aside). It names the jobs it leaves out, a result of another recipe (another
-    budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
-    pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
-    when every finished run is stale (the spec given without the overrides it ran with). Returns
-    the report's path, the results it holds and the labels of the jobs it leaves out."""
+    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (but the
+    ``failed`` keys), naming those it leaves out (another recipe's: stale); ``report_only`` adds
+    the runs' jobs that only have pretraining epochs, and refuses to replace the report when every
+    finished run is stale. Returns the report's path, its results and the labels left out."""
     results, left_out, stale = [], [], False
     for job in jobs:
         result = read_json(job.run_dir / "result.json")
@@ -305,8 +303,10 @@ def run_spec(
     chosen = [job for job in jobs if spec_cfg.only is None or job.name in spec_cfg.only]
     _check_before_any_job(spec_cfg, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
+    # as commands.txt names the spec: its file, or the resolved copy _run_jobs writes in `out`
+    command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
     with output_dir_lock(out, say=progress):  # one comparison per output folder
-        return _run_jobs(spec_cfg, _command_spec(spec, out), overrides, jobs, chosen)
+        return _run_jobs(spec_cfg, command_spec, overrides, jobs, chosen)
 
 
 def run_compare(
@@ -317,12 +317,6 @@ def run_compare(
     results = run_spec(spec_path, overrides, report_only)
     results.raise_for_failures()
     return results.report
-
-
-def _command_spec(spec: SpecSource, out: Path) -> str | Path:
-    """The spec as ``commands.txt`` names it: its file, or the resolved copy in ``out`` that
-    :func:`_run_jobs` writes for a spec given as a mapping."""
-    return spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
 
 
 def _run_jobs(
