@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
+from solo_diet.compare.budgets import samples_seen, views_per_sample
 from solo_diet.compare.record import epoch_rows, progress
 
 if TYPE_CHECKING:
@@ -44,24 +45,6 @@ CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tabl
     ("logreg_acc1", "logistic-regression probe"),
     ("knn_acc1", "kNN"),
 )
-
-
-# Compute as the learning curves and budgets count it: forward-backward samples, an image counted
-# once per view the method trains on (every crop, small ones too).
-def views_per_sample(cfg: DictConfig) -> int:
-    """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
-    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``); 1 without any."""
-    pipelines = OmegaConf.select(cfg, "augmentations")
-    if not isinstance(pipelines, ListConfig) or not pipelines:
-        return 1
-    return sum(int(p.get("num_crops", 1)) for p in pipelines)
-
-
-def samples_seen(images: float, views: int) -> float:
-    """Forward-backward samples of training on ``images`` images (optimisation steps x global
-    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
-    ``steps x batch x views``."""
-    return images * views
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:

@@ -4,9 +4,9 @@
 A task runs in its own process group with ``CUDA_VISIBLE_DEVICES`` set to its GPUs and
 ``OMP_NUM_THREADS`` to its share of the cores (unless the caller set it); with ``serve_argv`` a
 task that has a ``request`` runs in a reusable worker of the same GPUs instead
-(:class:`~solo_diet.compare.worker.ServedWorker`). Its output goes to its log, the terminal gets
-one line per event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here: the tasks
-are plain command lines and request lines.
+(:mod:`~solo_diet.compare.served`). Its output goes to its log, the terminal gets one line per
+event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here: the tasks are plain
+command lines and request lines.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from solo_diet.compare.worker import PARENT_VARIABLE, ServedWorker
+from solo_diet.compare.served import ServedWorker
 from solo_diet.config import ConfigError
+
+# The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
+# it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
+PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,7 @@ def run_tasks(
     ``gpus``, and no GPU shared by more than ``jobs_per_gpu`` running tasks; returns the outcomes
     in the order of ``tasks``. Tasks start in order, a later one first when an earlier one waits
     for more GPUs than have room. With ``serve_argv`` (a reusable worker's command line, see
-    :mod:`~solo_diet.compare.worker`) a task with a ``request`` goes to an idle worker of
+    :mod:`~solo_diet.compare.served`) a task with a ``request`` goes to an idle worker of
     free GPUs, else to a new worker; at most ``workers`` processes live at once."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
