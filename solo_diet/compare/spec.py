@@ -102,19 +102,10 @@ BUDGET_TARGETS = {
     "batch_size": "optimizer.batch_size",
     "limit_train_batches": "limit_train_batches",
 }
-SPEC_OWNED = (
-    "data.dataset",
-    FORMAT_KEY,
-    "data.train_path",
-    "data.val_path",
-    "checkpoint.dir",
-    "checkpoint.enabled",
-    "checkpoint.frequency",
-    "check_val_every_n_epoch",
-    "auto_resume.enabled",
-    "wandb.enabled",
-    "name",
-    "max_steps",
+SPEC_OWNED = (  # the data, the checkpointing, the rest
+    *("data.dataset", FORMAT_KEY, "data.train_path", "data.val_path"),
+    *("checkpoint.dir", "checkpoint.enabled", "checkpoint.frequency", "check_val_every_n_epoch"),
+    *("auto_resume.enabled", "wandb.enabled", "name", "max_steps"),
 )
 
 
