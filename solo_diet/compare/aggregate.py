@@ -12,19 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from solo_diet.config import is_number
+
 # Metrics where higher is better: the report names the best run of each and marks resolved gaps.
 RANKED_METRICS = (
-    "linear_acc1",
-    "logreg_acc1",
-    "knn_acc1",
-    "sem_linear_acc1",
-    "sem_knn_acc1",
-    "kmeans_nmi",
-    "kmeans_ami",
-    "kmeans_acc",
-    "codes_nmi",
-    "codes_ami",
-    "embedding_knn_acc1",
+    *("linear_acc1", "logreg_acc1", "knn_acc1", "sem_linear_acc1", "sem_knn_acc1"),
+    *("kmeans_nmi", "kmeans_ami", "kmeans_acc", "codes_nmi", "codes_ami", "embedding_knn_acc1"),
 )
 # The columns ``<name>_<measure>`` of a representation a method declares (``ExtraRepresentation``):
 # an embedding's measures (and ``<name>_linear_acc1`` where it has probe overrides), and a
@@ -49,10 +42,6 @@ def ranked_metrics(columns: Sequence[str]) -> list[str]:
         if c not in RANKED_METRICS and c.endswith(RANKED_SUFFIXES) and not c.startswith("kmeans_")
     ]
     return [*RANKED_METRICS, *extra]
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:

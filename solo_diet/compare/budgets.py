@@ -15,12 +15,29 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.compute import views_per_sample
 from solo_diet.compare.paper_budget import Trained, positive_int
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
 RUN_BUDGET_KEYS = ("max_epochs", "samples")
+
+
+# Compute as the budgets and learning curves count it: forward-backward samples, an image counted
+# once per view the method trains on (every crop, small ones too).
+def views_per_sample(cfg: DictConfig) -> int:
+    """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
+    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``); 1 without any."""
+    pipelines = OmegaConf.select(cfg, "augmentations")
+    if not isinstance(pipelines, ListConfig) or not pipelines:
+        return 1
+    return sum(int(p.get("num_crops", 1)) for p in pipelines)
+
+
+def samples_seen(images: float, views: int) -> float:
+    """Forward-backward samples of training on ``images`` images (optimisation steps x global
+    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
+    ``steps x batch x views``."""
+    return images * views
 
 
 @dataclass(frozen=True)
@@ -135,12 +152,6 @@ def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> tuple[Optional[int], 
         return loader_epoch(spec, cfg)
     except ConfigError:
         return None, None
-
-
-def apply_run_budget(cfg: DictConfig, budget: RunBudget, intervals: tuple[int, int]) -> None:
-    """Set the composed cfg's epochs, checkpoint frequency and validation interval."""
-    cfg.max_epochs = budget.epochs
-    cfg.checkpoint.frequency, cfg.check_val_every_n_epoch = intervals
 
 
 def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:

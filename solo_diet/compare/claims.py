@@ -15,12 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
-from solo_diet.compare.paper_budget import (
-    Trained,
-    budget_note,
-    budget_verdict,
-    check_paper_budget,
-)
+from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
 from solo_diet.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
@@ -113,7 +108,10 @@ def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
                 f"{key_of}epoch` must be an epoch count in 1..{spec.budget.max_epochs}, got "
                 f"{epoch}."
             )
-        check_paper_budget(claim, key_of)
+        try:
+            check_paper_budget(spec, i)
+        except ConfigError as err:
+            raise ConfigError(f"{spec_path}: {err}") from None
 
 
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:

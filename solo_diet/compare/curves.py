@@ -1,6 +1,6 @@
 """Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget
 (docs/compare.md, "Learning curves"). The backbone snapshots of a run's pretraining
-(:mod:`~solo_diet.compare.snapshots`) are evaluated like its final checkpoint, the curve's last
+(:class:`BackboneSnapshots`) are evaluated like its final checkpoint, the curve's last
 point; each point is a row of ``<job folder>/curve.csv``, rewritten whole after each point, so a
 rerun evaluates only the missing ones. The report gathers them (:mod:`.curves_report`).
 """
@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from omegaconf import DictConfig
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from omegaconf import DictConfig, OmegaConf
 
-from solo_diet._atomic import write_text_atomic
-from solo_diet.compare._files import progress
-from solo_diet.compare.compute import samples_seen, views_per_sample
-from solo_diet.compare.record import epoch_rows
+from solo_diet._atomic import atomic_write, write_text_atomic
+from solo_diet.compare.budgets import samples_seen, views_per_sample
+from solo_diet.compare.record import epoch_rows, progress
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -29,7 +31,7 @@ CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
 CURVE_COLUMNS = (
     "epoch",  # epochs trained
-    "samples_seen",  # forward-backward samples up to then (compute.samples_seen)
+    "samples_seen",  # forward-backward samples up to then (samples_seen)
     "linear_acc1",
     "knn_acc1",
     "logreg_acc1",  # the converged logistic-regression probe (NaN in files made before it)
@@ -53,15 +55,10 @@ def curve_epochs(points: int, epochs: int) -> list[int]:
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
-def run_epochs(job: "Job") -> int:
-    """The epochs a run's job trains: its own budget's (``budgets.run_budget``, set in its cfg)."""
-    return int(job.cfg.max_epochs)
-
-
 def snapshot_epochs(spec: DictConfig, job: "Job") -> list[int]:
     """The curve's epochs whose backbone the job's pretraining saves (all but the last: the final
     checkpoint's evaluation is that point)."""
-    return curve_epochs(spec.curves.points, run_epochs(job))[:-1]
+    return curve_epochs(spec.curves.points, int(job.cfg.max_epochs))[:-1]  # the run's own budget
 
 
 def snapshot_path(run_dir: Path, epoch: int) -> Path:
@@ -105,6 +102,37 @@ def drop_points_after(run_dir: Path, epoch: int) -> None:
     kept = {e: row for e, row in points.items() if e <= epoch}
     if kept != points:
         write_points(run_dir, kept)
+
+
+class BackboneSnapshots(Callback):
+    """Saves the backbone after each of ``epochs`` (epochs trained, counted from 1) as
+    ``<run_dir>/curves/epoch_<E>.ckpt``; when training starts (resumed or started over) it drops
+    the snapshots and curve points after the epochs already trained. Rank 0 only: no collective
+    call, so DDP ranks never wait on it."""
+
+    def __init__(self, run_dir: str | Path, epochs: Sequence[int]):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.epochs = frozenset(int(e) for e in epochs)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.is_global_zero:  # current_epoch: the epochs already trained
+            drop_points_after(self.run_dir, trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        trained = trainer.current_epoch + 1
+        if not trainer.is_global_zero or trained not in self.epochs:
+            return
+        folder = self.run_dir / SNAPSHOT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        args = OmegaConf.to_container(pl_module.cfg)
+        write_text_atomic(folder / "args.json", json.dumps(args, default=str))
+        weights = {
+            f"backbone.{name}": tensor.detach().cpu().contiguous()
+            for name, tensor in pl_module.backbone.state_dict().items()
+        }
+        with atomic_write(snapshot_path(self.run_dir, trained), binary=True) as handle:
+            torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, handle)
 
 
 def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:
@@ -167,7 +195,7 @@ def evaluate_curve(
             "fingerprint": fingerprint,
         }
 
-    last = run_epochs(job)  # rows past it (curves made before they followed the run's budget) go
+    last = int(job.cfg.max_epochs)  # rows past it (curves made before runs had own budgets) go
     points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
     final = {k: result.get(k, math.nan) for k, _ in CURVE_METRICS}  # NaN: a result made before it
     points[last] = point(last, final, "final", 0.0)

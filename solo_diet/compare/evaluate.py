@@ -14,14 +14,9 @@ from typing import Any, Optional, Sequence
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare._files import progress
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
-from solo_diet.compare.spec import (
-    compose,
-    data_overrides,
-    evaluation_settings,
-    quoted,
-)
+from solo_diet.compare.record import progress
+from solo_diet.compare.spec import compose, data_overrides, evaluation_settings, quoted
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
@@ -239,9 +234,7 @@ def evaluate_checkpoint(
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
     backbone = evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True)
-    result.update(
-        {k: v for k, v in backbone.items() if k != "spectrum"}, spectrum=backbone["spectrum"]
-    )
+    result.update(backbone)
     if not extras:
         return result
     contract = method_contract(pretrained.method_class())

@@ -14,8 +14,12 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from solo_diet.compare._files import progress, read_json, write_json
-from solo_diet.compare.curves import evaluate_curve, missing_points, snapshot_epochs
+from solo_diet.compare.curves import (
+    BackboneSnapshots,
+    evaluate_curve,
+    missing_points,
+    snapshot_epochs,
+)
 from solo_diet.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
 from solo_diet.compare.fingerprints import (
     recipe_fingerprint,
@@ -24,7 +28,14 @@ from solo_diet.compare.fingerprints import (
 )
 from solo_diet.compare.jobs import Job, latest_checkpoint
 from solo_diet.compare.lock import job_lock
-from solo_diet.compare.record import EPOCHS_FILE, job_place, pretrain_costs
+from solo_diet.compare.record import (
+    EPOCHS_FILE,
+    job_place,
+    pretrain_costs,
+    progress,
+    read_json,
+    write_json,
+)
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished
@@ -35,7 +46,6 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
     """Per-epoch costs and curves, the backbone snapshots of the learning curves (``curves``), and
     RankMe in validation epochs (``rankme_every_n_epochs`` rounded up to a multiple of the
     validation interval)."""
-    from solo_diet.compare.snapshots import BackboneSnapshots
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]

@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare._files import progress, read_json
-from solo_diet.compare.budgets import RunBudget, apply_run_budget, check_run_budget, run_budget
+from solo_diet.compare.budgets import RunBudget, check_run_budget, run_budget
+from solo_diet.compare.record import progress, read_json
 from solo_diet.compare.spec import (
     BUDGET_TARGETS,
     SEEDED_REFERENCES,
@@ -137,9 +137,8 @@ def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> N
             if key == target:
                 raise ConfigError(
                     f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                    f"`budget.{budget_key}` "
-                    f"({budget[budget_key]}) applies to every run. Remove the override or change "
-                    f"the budget."
+                    f"`budget.{budget_key}` ({budget[budget_key]}) applies to every run. Remove "
+                    "the override or change the budget."
                 )
         if key in owned:
             raise ConfigError(
@@ -177,7 +176,7 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
     if OmegaConf.select(cfg, "max_steps") not in (None, -1):
         raise ConfigError(
             f"conflicting budgets: run {run.name!r} sets max_steps={cfg.max_steps}; the budget is "
-            f"epochs."
+            "epochs."
         )
     limit = OmegaConf.select(cfg, "limit_train_batches")
     if spec.budget.limit_train_batches is None and limit not in (None, 1.0):
@@ -188,7 +187,9 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
     budget = run_budget(spec, run.name, run.budget, cfg)
     if budget.epochs != spec.budget.max_epochs:  # its own epochs, checkpoints and validations
         own = OmegaConf.merge(spec.budget, {"max_epochs": budget.epochs})
-        apply_run_budget(cfg, budget, (checkpoint_interval(own), validation_interval(own)))
+        cfg.max_epochs = budget.epochs
+        cfg.checkpoint.frequency = checkpoint_interval(own)
+        cfg.check_val_every_n_epoch = validation_interval(own)
     return cfg
 
 

@@ -42,16 +42,12 @@ def _holder(descriptor: int) -> dict:
     return holder if isinstance(holder, dict) else {}
 
 
-def _record() -> bytes:
-    """What a lock file says of its holder: this process, its host, when it took the lock."""
+def _write_holder(descriptor: int) -> None:
+    """Say in the lock file who holds it: this process, its host, when it took the lock."""
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
-    return json.dumps(record).encode()
-
-
-def _write_holder(descriptor: int) -> None:
     os.ftruncate(descriptor, 0)
-    os.pwrite(descriptor, _record(), 0)
+    os.pwrite(descriptor, json.dumps(record).encode(), 0)
     os.fsync(descriptor)
 
 

@@ -11,9 +11,12 @@ from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig
 
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, KeyReader, parse_section, setting
 
-PAPER_BUDGET_KEYS = ("epochs", "than_epochs", "batch_size", "steps", "samples")
+EXAMPLE = (
+    "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples are "
+    "the paper's for those epochs)"
+)
 # what the gaps of a claim that did not hold were, in words that decide nothing
 AT_THIS_BUDGET = {
     "did not hold": "reversed (one or more)",
@@ -69,50 +72,40 @@ def positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_paper_budget(claim: DictConfig, key_of: str) -> None:
-    """``paper_budget``: a mapping of positive integers, ``epochs`` required, ``than_epochs`` only
-    with ``than``, at most one of ``steps`` and ``samples``; ``definition``: text; ``ours``: a
-    boolean."""
-    budget = claim.get("paper_budget")
-    example = (
-        "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples "
-        "are the paper's for those epochs)"
-    )
-    if not isinstance(budget, DictConfig) or "epochs" not in budget:
+@dataclass(frozen=True)
+class PaperBudget:
+    """A claim's ``paper_budget``: the source's budget in positive integers, ``than_epochs`` that
+    of the ``than`` runs, ``steps`` or ``samples`` the source's count for those ``epochs``."""
+
+    epochs: int = setting(None, minimum=1, hint=EXAMPLE)
+    than_epochs: Optional[int] = setting(None, minimum=1)
+    batch_size: Optional[int] = setting(None, minimum=1)
+    steps: Optional[int] = setting(None, minimum=1)
+    samples: Optional[int] = setting(None, minimum=1)
+
+
+def check_paper_budget(spec: DictConfig, i: int) -> None:
+    """``claims[i]``'s ``paper_budget`` (:class:`PaperBudget`, at most one of ``steps`` and
+    ``samples``), ``definition`` (text) and ``ours`` (a boolean)."""
+    key = f"claims[{i}]"
+    budget = parse_section(PaperBudget, spec, f"{key}.paper_budget", "`paper_budget`")
+    if budget.steps and budget.samples:
         raise ConfigError(
-            f"{key_of}paper_budget` must be the source's budget, a mapping with `epochs` and "
-            f"optionally {list(PAPER_BUDGET_KEYS[1:])} {example}; got {budget}."
-        )
-    for key, value in budget.items():
-        if key not in PAPER_BUDGET_KEYS:
-            raise ConfigError(
-                f"{key_of}paper_budget.{key}` is not a budget key; use {list(PAPER_BUDGET_KEYS)} "
-                f"{example}."
-            )
-        if not positive_int(value):
-            raise ConfigError(
-                f"{key_of}paper_budget.{key}` must be a positive integer {example}; got {value}."
-            )
-    if "steps" in budget and "samples" in budget:
-        raise ConfigError(
-            f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
+            f"`{key}.paper_budget.samples` and `steps` both given: name one (the count the "
             "source states), the other follows from its batch size."
         )
-    if "than_epochs" in budget and claim.get("than") is None:
+    claim = spec.claims[i]
+    if budget.than_epochs and claim.get("than") is None:
         raise ConfigError(
-            f"{key_of}paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
+            f"`{key}.paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
             "none (remove it, or compare with `than`)."
         )
     if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
         raise ConfigError(
-            f"{key_of}definition` must be the source's own reading of the claim (its words, with "
+            f"`{key}.definition` must be the source's own reading of the claim (its words, with "
             f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
         )
-    if not isinstance(claim.get("ours", False), bool):
-        raise ConfigError(
-            f"{key_of}ours` must be true (the reading is ours, not the paper's) or false; got "
-            f"{claim.get('ours')}."
-        )
+    KeyReader(claim, key).bool("ours", default=False)
 
 
 def _unit(claim: DictConfig) -> Optional[str]:

@@ -1,9 +1,11 @@
 """Where, when and at what cost a comparison ran: each job's device, end time and pretraining
 costs, each ``solo-diet compare`` command (``commands.txt``), and the report's section that
-gathers them."""
+gathers them; also the progress lines and the small JSON files of the run folders (written
+whole or not at all: :mod:`solo_diet._atomic`)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
@@ -13,11 +15,24 @@ from pathlib import Path
 from typing import Sequence
 
 from solo_diet._atomic import write_text_atomic
-from solo_diet.compare._files import read_json
 
 COMMANDS_FILE = "commands.txt"
 EPOCHS_FILE = "epochs.csv"  # a job's EpochCostLogger rows, in its folder
 TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+def progress(message: str) -> None:
+    print(f"[compare] {message}", flush=True)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write whole or not at all, so neither an interrupted write nor two writers leave half a
+    file."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
 def _now() -> str:

@@ -1,7 +1,7 @@
 """Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
 and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
 side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
-every job that has one.
+every job that has one; what ``run_spec`` returns (:class:`CompareResults`).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
-from solo_diet.compare._files import progress, read_json
 from solo_diet.compare.budgets import count_images
 from solo_diet.compare.evaluate import SharedEvaluator, compose_linear
 from solo_diet.compare.fingerprints import (
@@ -26,9 +26,8 @@ from solo_diet.compare.fingerprints import (
 from solo_diet.compare.job import result_standing, run_job
 from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
 from solo_diet.compare.lock import output_dir_lock, stop_orphans
-from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs
+from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs, progress, read_json
 from solo_diet.compare.report import write_report
-from solo_diet.compare.results import CompareResults, JobsFailed  # noqa: F401 - where it was
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
@@ -40,6 +39,52 @@ from solo_diet.launch.launch_checks import (
     check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed (the report holds the others); the message names each job and its log."""
+
+
+@dataclass(frozen=True)
+class CompareResults:
+    """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
+    the resolved ``spec``, the ``report``'s path, the ``records`` (one ``result.json`` per job
+    with a result, in the spec's order; with ``report_only`` also the ``unfinished`` ones), the
+    labels of the jobs ``left_out``, the ``failures`` {job key: what failed} and how many jobs
+    this call ``started``."""
+
+    spec: DictConfig
+    report: Path
+    records: tuple[dict[str, Any], ...]
+    left_out: tuple[str, ...] = ()
+    failures: Mapping[str, str] = field(default_factory=dict)
+    started: int = 0
+
+    @property
+    def output_dir(self) -> Path:
+        return self.report.parent
+
+    @property
+    def ok(self) -> bool:
+        """Whether every job started in this call finished."""
+        return not self.failures
+
+    def of_run(self, run: str) -> list[dict[str, Any]]:
+        """The records of ``run`` (a run's or reference row's name), one per seed."""
+        return [record for record in self.records if record["run"] == run]
+
+    def failure_message(self) -> str:
+        """One line: how many of the started jobs failed, each with what failed."""
+        return (
+            f"{len(self.failures)} of the {self.started} jobs started failed: "
+            f"{'; '.join(self.failures.values())}. The "
+            "report holds the others; rerun the same command to retry the failed ones."
+        )
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`JobsFailed` with :meth:`failure_message` when some job failed."""
+        if self.failures:
+            raise JobsFailed(self.failure_message())
 
 
 def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
@@ -190,12 +235,10 @@ def _report_of_finished(
     report_only: bool = False,
     failed: Collection[str] = (),
 ) -> tuple[Path, list[dict], list[str]]:
-    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (the keys in
-    ``failed`` aside). It names the jobs it leaves out, a result of another recipe (another
-    budget, say) as stale. ``report_only`` (``--report-only``) adds the runs' jobs that only have
-    pretraining epochs (their curves and costs, no evaluation), and refuses to replace the report
-    when every finished run is stale (the spec given without the overrides it ran with). Returns
-    the report's path, the results it holds and the labels of the jobs it leaves out."""
+    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (but the
+    ``failed`` keys), naming those it leaves out (another recipe's: stale); ``report_only`` adds
+    the runs' jobs that only have pretraining epochs, and refuses to replace the report when every
+    finished run is stale. Returns the report's path, its results and the labels left out."""
     results, left_out, stale = [], [], False
     for job in jobs:
         result = read_json(job.run_dir / "result.json")
@@ -260,8 +303,10 @@ def run_spec(
     chosen = [job for job in jobs if spec_cfg.only is None or job.name in spec_cfg.only]
     _check_before_any_job(spec_cfg, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
+    # as commands.txt names the spec: its file, or the resolved copy _run_jobs writes in `out`
+    command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
     with output_dir_lock(out, say=progress):  # one comparison per output folder
-        return _run_jobs(spec_cfg, _command_spec(spec, out), overrides, jobs, chosen)
+        return _run_jobs(spec_cfg, command_spec, overrides, jobs, chosen)
 
 
 def run_compare(
@@ -272,12 +317,6 @@ def run_compare(
     results = run_spec(spec_path, overrides, report_only)
     results.raise_for_failures()
     return results.report
-
-
-def _command_spec(spec: SpecSource, out: Path) -> str | Path:
-    """The spec as ``commands.txt`` names it: its file, or the resolved copy in ``out`` that
-    :func:`_run_jobs` writes for a spec given as a mapping."""
-    return spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
 
 
 def _run_jobs(

@@ -18,6 +18,7 @@ from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 from solo_diet.compare.claims import check_claims
 from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
     REFERENCE_ROWS,
+    BudgetSettings,
     check_only,
     check_sections,
     check_seeds,
@@ -69,14 +70,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
         "val_path": None,
         "format": "auto",
     },
-    "budget": {
-        "max_epochs": None,
-        "samples": None,  # compute-matched budget (budgets.py)
-        "batch_size": None,
-        "limit_train_batches": None,
-        "checkpoint_every_n_epochs": None,
-        "val_every_n_epochs": None,
-    },
+    "budget": dataclasses.asdict(BudgetSettings()),  # every key required but the Optional ones
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
     "only": None,
@@ -108,19 +102,10 @@ BUDGET_TARGETS = {
     "batch_size": "optimizer.batch_size",
     "limit_train_batches": "limit_train_batches",
 }
-SPEC_OWNED = (
-    "data.dataset",
-    FORMAT_KEY,
-    "data.train_path",
-    "data.val_path",
-    "checkpoint.dir",
-    "checkpoint.enabled",
-    "checkpoint.frequency",
-    "check_val_every_n_epoch",
-    "auto_resume.enabled",
-    "wandb.enabled",
-    "name",
-    "max_steps",
+SPEC_OWNED = (  # the data, the checkpointing, the rest
+    *("data.dataset", FORMAT_KEY, "data.train_path", "data.val_path"),
+    *("checkpoint.dir", "checkpoint.enabled", "checkpoint.frequency", "check_val_every_n_epoch"),
+    *("auto_resume.enabled", "wandb.enabled", "name", "max_steps"),
 )
 
 
@@ -219,7 +204,7 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     if spec.linear.config_path is None or spec.linear.config_name is None:
         raise ConfigError(
             f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
-            f"YAML)."
+            "YAML)."
         )
     if not isinstance(spec.runs, ListConfig) or len(spec.runs) == 0:
         raise ConfigError(
@@ -234,9 +219,8 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
             if folder is None or not Path(folder).is_dir():
                 raise ConfigError(
                     f"dataset missing: `data.{split}` = {folder} is not a folder. Write one with "
-                    f"e.g. "
-                    "`solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ and "
-                    "val/ inside)."
+                    "e.g. `solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` (train/ "
+                    "and val/ inside)."
                 )
         classes = sum(entry.is_dir() for entry in Path(spec.data.train_path).iterdir())
         if classes < PROBE_CLASSES:

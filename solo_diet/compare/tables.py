@@ -12,52 +12,26 @@ from typing import Any, Callable, Iterable, Sequence
 from solo_diet._atomic import atomic_write
 from solo_diet.compare.aggregate import NOT_AGGREGATED, is_number
 
-RESULT_COLUMNS = (
-    "run",
-    "seed",
-    "method",
-    "epochs",
-    "linear_acc1",
-    "linear_loss",
-    "logreg_acc1",
-    "logreg_l2",
-    "knn_acc1",
-    "rankme",
-    "lidar",
-    "kmeans_nmi",
-    "kmeans_ami",
-    "kmeans_ari",
-    "kmeans_acc",
-    "kmeans_chance_nmi",
-    "codes_nmi",
-    "codes_ami",
-    "codes_used",
-    "embedding_knn_acc1",
-    "embedding_rankme",
-    "embedding_lidar",
-    "sem_linear_acc1",
-    "sem_knn_acc1",
-    "sem_rankme",
-    "sem_lidar",
-    "pretrain_wall_s",
-    "evaluation_wall_s",
-    "train_s",
-    "samples_per_s",
-    "peak_gpu_mib",
-    "device",
-    "finished_utc",
-    "checkpoint",
-)
+COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
+RESULT_COLUMNS = (  # by what they measure
+    *("run", "seed", "method", "epochs"),
+    *("linear_acc1", "linear_loss", "logreg_acc1", "logreg_l2", "knn_acc1", "rankme", "lidar"),
+    *("kmeans_nmi", "kmeans_ami", "kmeans_ari", "kmeans_acc", "kmeans_chance_nmi"),
+    *("codes_nmi", "codes_ami", "codes_used"),
+    *("embedding_knn_acc1", "embedding_rankme", "embedding_lidar"),
+    *("sem_linear_acc1", "sem_knn_acc1", "sem_rankme", "sem_lidar"),
+    *COST_COLUMNS,
+    *NOT_SHOWN,
+)
 NOT_COLUMNS = (
     "fingerprint",
     "recipe",
     "job",
     "n_seeds",
     "unfinished",
-)  # n_seeds, <column>_std: aggregates
+)  # n_seeds, *_std: aggregates
 RESOLVED_MARK = "†"
-COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
 # report.md's tables: each group's columns after the run (and seed); a column of none goes last
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     (

@@ -224,15 +224,19 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        ({"paper_budget": None}, r"`claims\[0\]\.paper_budget` must be the source's budget"),
-        ({"paper_budget": {"steps": 10}}, r"`claims\[0\]\.paper_budget` must be"),
+        ({"paper_budget": None}, r"`claims\[0\]\.paper_budget\.epochs` must be a positive"),
+        ({"paper_budget": {"steps": 10}}, r"`claims\[0\]\.paper_budget\.epochs` must be a"),
+        ({"paper_budget": 5}, r"`claims\[0\]\.paper_budget` must be a mapping"),
         ({"paper_budget": {"epochs": 0}}, r"`claims\[0\]\.paper_budget\.epochs` must be a"),
         ({"paper_budget": {"epochs": 5, "steps": 0}}, r"paper_budget\.steps` must be a positive"),
-        ({"paper_budget": {"epochs": 5, "step": 9}}, r"paper_budget\.step` is not a budget key"),
+        (
+            {"paper_budget": {"epochs": 5, "step": 9}},
+            r"paper_budget\.step` is not a setting of `paper_budget`",
+        ),
         ({"paper_budget": {"epochs": 5, "steps": 9, "samples": 9}}, r"both given: name one"),
         ({"paper_budget": {"epochs": 5, "than_epochs": 5}}, r"than_epochs` is the budget of"),
         ({"definition": None}, r"`claims\[0\]\.definition` must be the source's own reading"),
-        ({"ours": "yes"}, r"`claims\[0\]\.ours` must be true"),
+        ({"ours": "yes"}, r"`claims\[0\]\.ours` must be True or False"),
     ],
 )
 def test_bad_paper_budgets_name_the_key(extra, message):

@@ -17,12 +17,13 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import load_spec, parse_runs, run_compare
-from solo_diet.compare.compute import samples_seen, views_per_sample
 from solo_diet.compare.curves import (
     curve_epochs,
     evaluate_curve,
     read_points,
+    samples_seen,
     snapshot_epochs,
+    views_per_sample,
     write_points,
 )
 from solo_diet.compare.curves_report import run_curves
