@@ -33,10 +33,8 @@ from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
-    check_data_paths,
-    check_key_typos,
+    check_cfg_before_parse,
     check_solo_learn_choices,
-    check_training_basics,
 )
 from solo_diet.launch.nodes import check_one_node
 
@@ -195,9 +193,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_key_typos(cfg)
-            check_training_basics(cfg)
-            check_data_paths(cfg)
+            check_cfg_before_parse(cfg)
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)

@@ -16,12 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, check_run_name, closest_name
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.launch_checks import (
-    check_data_paths,
-    check_key_typos,
-    check_training_basics,
-    known_top_level_keys,
-)
+from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
 
@@ -96,9 +91,7 @@ def check_launch_cfg(cfg: DictConfig) -> None:
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
     normalize_devices(cfg)
-    check_key_typos(cfg)
-    check_training_basics(cfg)
-    check_data_paths(cfg)
+    check_cfg_before_parse(cfg)
 
 
 def normalize_devices(cfg: DictConfig) -> None:

@@ -247,3 +247,11 @@ def check_data_paths(cfg: DictConfig) -> None:
                 key,
                 f"{path} does not exist: point it at an image folder with one subfolder per class.",
             )
+
+
+def check_cfg_before_parse(cfg: DictConfig) -> None:
+    """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
+    ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
+    check_key_typos(cfg)
+    check_training_basics(cfg)
+    check_data_paths(cfg)
