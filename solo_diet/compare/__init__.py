@@ -8,7 +8,6 @@ run (:mod:`~solo_diet.compare.runner`), one job (:mod:`~solo_diet.compare.job`) 
 evaluation (:mod:`~solo_diet.compare.evaluate`), then the report (:mod:`~solo_diet.compare.report`).
 """
 
-# ruff: noqa: F401 - the package's public names, imported to re-export them
 from solo_diet.compare.jobs import parse_runs
 from solo_diet.compare.runner import CompareResults, JobsFailed, run_compare, run_spec
 from solo_diet.compare.spec import load_spec

@@ -1,7 +1,5 @@
 """Torch-only losses (pure functions), usable in any training loop."""
 
-# ruff: noqa: F401 (the imports are the package's public names)
-
 from solo_diet.losses.birth import (
     closed_form_head_loss,
     closed_form_head_loss_from_targets,

@@ -1,7 +1,6 @@
 """Evaluation metrics for learned representations and code assignments (torch / numpy only):
 clustering scores and collapse diagnostics, RankMe and LiDAR, k-means."""
 
-# ruff: noqa: F401 - the package's public names, imported to re-export them
 from solo_diet.metrics.clustering import (
     adjusted_mutual_info,
     adjusted_rand_index,

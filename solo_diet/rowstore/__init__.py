@@ -2,8 +2,6 @@
 Listing 1): :class:`RowStore` (tables, transfers, sharing) and :class:`ShardedRowStore`.
 """
 
-# ruff: noqa: F401 (the imports are the package's public names)
-
 from solo_diet.rowstore.shards import ShardedRowStore
 from solo_diet.rowstore.store import MODES, RowStore
 from solo_diet.rowstore.tables import PLACEMENTS, HostSharing, RowShard, host_sharing, node_shard

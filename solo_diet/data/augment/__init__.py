@@ -9,8 +9,6 @@ except :func:`normalize` and :func:`erase` (any float tensor). Rooms: :mod:`.res
 ``from solo_diet.data import augment as ops``.
 """
 
-# ruff: noqa: F401 (the imports are the package's public names)
-
 from solo_diet.data.augment.photometric import (
     adjust_hue,
     color_jitter,

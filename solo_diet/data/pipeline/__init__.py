@@ -6,8 +6,6 @@
 :class:`CapturedAugmentation` replays any of them as CUDA graphs.
 """
 
-# ruff: noqa: F401 (the imports are the package's public names)
-
 from solo_diet.data.pipeline.nodes import DATASET_STATS, IMAGENET_STATS, AugmentationNode
 from solo_diet.data.pipeline.views import (
     CapturedAugmentation,
