@@ -268,7 +268,8 @@ class RowStore(RowTables):
         return {**self.snapshot(), "global_step": self.global_step, "mode": self.mode}
 
     def load_state_dict(self, snapshot: dict) -> None:
-        """Restore a :meth:`state_dict` of the same shapes and state names (collective)."""
+        """Restore a :meth:`state_dict` of the same shapes and state names (a sharded store: saved
+        sharded on any number of nodes, or unsharded; collective)."""
         missing = [
             name for name in (*self.names, "last_step", "global_step") if name not in snapshot
         ]
@@ -276,10 +277,10 @@ class RowStore(RowTables):
             raise KeyError(
                 f"row-store snapshot lacks {missing}; was it saved with another head_optimizer?"
             )
-        if tuple(snapshot["rows"].shape) != (self.num_rows, self.dim):
+        if tuple(snapshot["rows"].shape) != (self.total_rows, self.dim):
             raise ValueError(
                 f"row-store snapshot has {tuple(snapshot['rows'].shape)} rows, this store "
-                f"{(self.num_rows, self.dim)} (num_samples x proj_output_dim)"
+                f"{(self.total_rows, self.dim)} (num_samples x proj_output_dim)"
             )
         self.commit()
         self._drop_prefetch()
