@@ -253,18 +253,13 @@ def _kmeans_plus_plus(x: torch.Tensor, k: int, generator: torch.Generator) -> to
 
 def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) -> KMeansResult:
     for _ in range(max_iter):
-        distances = _squared_distances(x, centroids)
-        assignments = distances.argmin(1)
+        nearest, assignments = _squared_distances(x, centroids).min(1)
         sums = torch.zeros_like(centroids).index_add_(0, assignments, x)
         counts = torch.bincount(assignments, minlength=centroids.shape[0]).unsqueeze(1).to(x.dtype)
+        updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
         # an emptied cluster takes the point farthest from its centroid
         empty = (counts.squeeze(1) == 0).nonzero().flatten()
-        updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
-        if empty.numel():
-            farthest = (
-                distances.gather(1, assignments.unsqueeze(1)).squeeze(1).topk(empty.numel()).indices
-            )
-            updated[empty] = x[farthest]
+        updated[empty] = x[nearest.topk(empty.numel()).indices]
         shift = ((updated - centroids) ** 2).sum()
         centroids = updated
         if shift <= tol:
