@@ -163,8 +163,6 @@ class EvalTransform:
     ) -> None:
         self.crop_size = crop_size
         self.resize_size = resize_size or round(crop_size * 256 / 224)
-        if self.resize_size < crop_size:
-            raise ValueError(f"resize_size {self.resize_size} is smaller than crop {crop_size}")
         self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
