@@ -86,14 +86,6 @@ class TransferQueue:
             event.record(self.stream)
         return values, event
 
-    def wait_on_current_stream(
-        self, values: Tensor, event: torch.cuda.Event, device: torch.device
-    ) -> None:
-        """Make ``device``'s current stream wait for a side copy of ``values``."""
-        current = torch.cuda.current_stream(device)
-        current.wait_event(event)
-        values.record_stream(current)  # allocated on the side stream, used on the current one
-
     def to_table(
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
@@ -130,8 +122,6 @@ class RowStore(RowTables):
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if eager_steps < 0:
-            raise ValueError(f"eager_steps must be >= 0, got {eager_steps}")
         super().__init__(num_rows, dim, ("rows", *optimizer.state_names), **table_options)
         self.optimizer = optimizer
         self.mode = mode
@@ -201,8 +191,10 @@ class RowStore(RowTables):
         values, event = gathered.result()
         if values.device != device or not torch.equal(fetched_indices, indices.detach().cpu()):
             return None
-        if event is not None:
-            self.transfers.wait_on_current_stream(values, event, device)
+        if event is not None:  # a side copy: allocated on the side stream, used on the current one
+            current = torch.cuda.current_stream(device)
+            current.wait_event(event)
+            values.record_stream(current)
         self.prefetch_hits += 1
         return values
 

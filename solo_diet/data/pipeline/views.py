@@ -123,10 +123,6 @@ class MultiCropAugmentation:
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
         """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
         (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
-        if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
-            raise ArgumentError(
-                Argument("nodes"), f" must be a list of nodes, got {type(nodes).__name__}."
-            )
         parsed = [
             AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
             for index, node in enumerate(nodes)
