@@ -211,9 +211,7 @@ def dimensional_collapse_report(
     p = eigenvalues[eigenvalues > 0] / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)
-    std = x.norm(dim=0)
-    live = std > 0
-    corr = (x[:, live].T @ x[:, live]) / torch.outer(std[live], std[live])
+    corr = torch.corrcoef(x[:, x.norm(dim=0) > 0].T)  # of the dimensions that vary
     d = corr.shape[0]
     offdiag = (corr.abs().sum() - corr.diagonal().abs().sum()) / max(d * (d - 1), 1)
     return {
