@@ -63,8 +63,7 @@ class ShardedRowStore(RowStore):
     def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
         """Every node's rows of table ``name``, node by node in chunks, through sums in which only
         the owner's contributor adds non-zeros."""
-        counters = name == "last_step"
-        width, dtype = ((), torch.int64) if counters else ((self.dim,), self.dtype)
+        width, dtype = ((), torch.int64) if name == "last_step" else ((self.dim,), self.dtype)
         whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
         chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))
         for node in range(self.shard.nodes):

@@ -166,8 +166,7 @@ class EvalTransform:
     ) -> torch.Tensor:
         """A (B, C, H, W) batch, or a list of B images of different sizes."""
         height, width = ops.image_sides(images, len(images))
-        same = isinstance(height, int) and min(height, width) == max(height, width)
-        if same and height == self.resize_size == self.crop_size:
+        if isinstance(height, int) and height == width == self.resize_size == self.crop_size:
             x = ops.to_float(images)
         else:
             x = ops.resize_center_crop(images, self.resize_size, self.crop_size)
