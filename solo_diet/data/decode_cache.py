@@ -40,16 +40,6 @@ def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> 
     return digest.hexdigest()[:32]
 
 
-def _read(path: Path, count: int) -> Optional[Tensor]:
-    try:
-        images = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
-        return None  # unreadable or half-written by a killed process: decode again
-    if not isinstance(images, Tensor) or images.dtype != torch.uint8 or len(images) != count:
-        return None
-    return images
-
-
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
@@ -57,9 +47,10 @@ def cached_decode(
     ``decode()``, then stored (written whole; a folder that cannot be written only costs the
     next run a decode)."""
     path = cache_root() / f"{entry_key(samples, image_size)}.pt"
-    images = _read(path, len(samples)) if path.is_file() else None
-    if images is not None:
-        return images
+    try:
+        return torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        pass  # no entry, or one left unreadable by a killed process: decode again
     images = decode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,6 @@
-"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device
-(docs/data-path.md: storage, memory, order, seeds, CUDA graphs).
-
-The dataset is kept on the device or in pinned host memory (``storage``), the device resolved when
-the loader is iterated (``"cuda"``: the process's current device), so one loader serves any DDP
-rank. Pretraining batches are solo-learn's ``[indexes, [views...], targets]`` with true dataset
-indices, classification batches ``[images, targets]``, in the order of a batch sampler
-(:class:`~solo_diet.samplers.SuperBatchSampler` by default, :class:`OrderedBatchSampler` for
-evaluation). The augmentation generator is reseeded from ``(seed, epoch, rank)`` each time the
-loader is iterated, so a run resumed at epoch ``e`` draws the crops an uninterrupted run draws.
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device, the set
+kept on the device or in pinned host memory (``storage``), the device resolved at iteration, so one
+loader serves any DDP rank (docs/data-path.md: storage, memory, order, seeds, resume, CUDA graphs).
 """
 
 from __future__ import annotations
@@ -50,13 +43,7 @@ class OrderedBatchSampler:
     """Consecutive batches of ``0..N-1``, the last one possibly short. With ``split_ranks`` each DDP
     rank (read at iteration time) takes its contiguous share of the order, for validation."""
 
-    def __init__(
-        self,
-        num_samples: int,
-        batch_size: int,
-        *,
-        split_ranks: bool = False,
-    ):
+    def __init__(self, num_samples: int, batch_size: int, *, split_ranks: bool = False):
         self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
 
     def share(self) -> Tensor:
@@ -119,12 +106,11 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """An iterable of batches of ``data`` transformed on the device (module docstring).
-
-    ``transform(uint8 batch, generator)`` returns the list of views (``pretraining=True``) or one
-    float tensor; ``batch_sampler`` yields this process's index lists; ``cuda_graphs``: replay the
-    transform as CUDA graphs on CUDA. Invalid arguments raise ``ValueError`` naming the argument.
-    """
+    """solo-learn's batches of ``data`` (``[indexes, [views...], targets]`` when ``pretraining``,
+    else ``[images, targets]``) transformed on the device, in the order of ``batch_sampler`` (this
+    process's index lists); the augmentation generator is reseeded from ``(seed, epoch, rank)`` at
+    each iteration. ``transform(uint8 batch, generator)`` returns the list of views or one float
+    tensor; ``cuda_graphs``: replay it as CUDA graphs on CUDA."""
 
     storages: tuple[str, ...] = STORAGES
 

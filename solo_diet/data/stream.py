@@ -1,12 +1,6 @@
 """The streaming source (the GPU data path's ``stream`` storage; docs/data-path.md): image files
-read as encoded bytes by host workers, then decoded and augmented on the training device, batch by
-batch, every epoch (torch only).
-
-:class:`EncodedFiles` lists a folder in solo-learn's order and reads a file's bytes;
-:func:`decode_images` decodes a batch (nvJPEG on a GPU, else the host); :class:`StreamLoader` is a
-:class:`~solo_diet.data.loader.GPUBatchLoader` over them whose transform receives the
-full-resolution images. A corrupt file stops the run (:class:`CorruptImage`) or gives its slot to
-another sample of its batch (``on_corrupt="skip"``).
+read as encoded bytes by host workers, then decoded (nvJPEG on a GPU, else the host) and augmented
+on the training device at full resolution, batch by batch, every epoch (torch only).
 """
 
 from __future__ import annotations

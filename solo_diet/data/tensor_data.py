@@ -1,9 +1,7 @@
 """Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets (-1: no
-label), for the GPU data path (docs/data-path.md: datasets, ``fraction``, sizes, memory).
-
-Row ``i`` holds the sample that solo-learn's ``dataset_with_index`` gives index ``i`` for the same
-configuration, so index-based methods (DIET, s-DIET) see the same labels. Errors speak of the
-arguments (``argument `fraction```); the launchers' settings name the config keys that set them.
+label), row ``i`` the sample solo-learn's ``dataset_with_index`` gives index ``i``
+(docs/data-path.md). Errors name the arguments (``argument `fraction```); the launchers' settings
+name their config keys.
 """
 
 from __future__ import annotations
@@ -42,14 +40,12 @@ class ImageTensors:
     source: str
 
     def __post_init__(self) -> None:
-        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+        images, targets = self.images, self.targets
+        shaped = images.dim() == 4 and targets.shape == images.shape[:1]
+        if images.dtype != torch.uint8 or targets.dtype != torch.int64 or not shaped:
             raise ValueError(
-                "images must be uint8 (N, C, H, W), "
-                f"got {self.images.dtype} {tuple(self.images.shape)}"
-            )
-        if self.targets.dtype != torch.int64 or self.targets.shape != self.images.shape[:1]:
-            raise ValueError(
-                f"targets must be int64 (N,), got {self.targets.dtype} {tuple(self.targets.shape)}"
+                f"images must be uint8 (N, C, H, W) and targets int64 (N,), got {images.dtype} "
+                f"{tuple(images.shape)} and {targets.dtype} {tuple(targets.shape)}"
             )
 
     def __len__(self) -> int:
@@ -166,20 +162,14 @@ def folder_samples(root: PathLike, no_labels: bool = False) -> list[tuple[str, i
 
 def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> list[int]:
     """Positions that solo-learn's fraction of a folder keeps, in the order it keeps them."""
-    try:
-        from sklearn.model_selection import train_test_split
-    except ImportError as err:
-        raise ArgumentError(
-            Argument("fraction"),
-            " needs scikit-learn, as solo-learn's loader does: pip install scikit-learn",
-        ) from err
-    kept, _ = train_test_split(
+    from sklearn.model_selection import train_test_split  # a requirement of solo-learn
+
+    return train_test_split(
         list(range(len(labels))),
         train_size=fraction,
         stratify=list(labels) if stratify else None,
         random_state=FRACTION_RANDOM_STATE,
-    )
-    return kept
+    )[0]
 
 
 def check_root(root: Optional[PathLike], split: str) -> None:

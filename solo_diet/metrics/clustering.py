@@ -211,9 +211,7 @@ def dimensional_collapse_report(
     p = eigenvalues[eigenvalues > 0] / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)
-    std = x.norm(dim=0)
-    live = std > 0
-    corr = (x[:, live].T @ x[:, live]) / torch.outer(std[live], std[live])
+    corr = torch.corrcoef(x[:, x.norm(dim=0) > 0].T)  # of the dimensions that vary
     d = corr.shape[0]
     offdiag = (corr.abs().sum() - corr.diagonal().abs().sum()) / max(d * (d - 1), 1)
     return {
@@ -253,18 +251,13 @@ def _kmeans_plus_plus(x: torch.Tensor, k: int, generator: torch.Generator) -> to
 
 def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) -> KMeansResult:
     for _ in range(max_iter):
-        distances = _squared_distances(x, centroids)
-        assignments = distances.argmin(1)
+        nearest, assignments = _squared_distances(x, centroids).min(1)
         sums = torch.zeros_like(centroids).index_add_(0, assignments, x)
         counts = torch.bincount(assignments, minlength=centroids.shape[0]).unsqueeze(1).to(x.dtype)
+        updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
         # an emptied cluster takes the point farthest from its centroid
         empty = (counts.squeeze(1) == 0).nonzero().flatten()
-        updated = torch.where(counts > 0, sums / counts.clamp_min(1.0), centroids)
-        if empty.numel():
-            farthest = (
-                distances.gather(1, assignments.unsqueeze(1)).squeeze(1).topk(empty.numel()).indices
-            )
-            updated[empty] = x[farthest]
+        updated[empty] = x[nearest.topk(empty.numel()).indices]
         shift = ((updated - centroids) ** 2).sum()
         centroids = updated
         if shift <= tol:

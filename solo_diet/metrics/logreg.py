@@ -49,13 +49,6 @@ class ProbeResult:
     held_out_acc1: dict[float, float]
 
 
-def _objective(
-    x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, l2: float
-) -> torch.Tensor:
-    loss = torch.nn.functional.cross_entropy(x @ weight + bias, y)
-    return loss + 0.5 * l2 * weight.square().sum()
-
-
 def fit_logistic_regression(
     x: torch.Tensor, y: torch.Tensor, l2: float, classes: int
 ) -> LinearClassifier:
@@ -67,10 +60,8 @@ def fit_logistic_regression(
     std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature stays 0
     z = (x - mean) / std
     y = y.to(device=x.device, dtype=torch.long)
-    weight = torch.zeros(x.shape[1], classes, dtype=torch.float64, device=x.device)
-    bias = torch.zeros(classes, dtype=torch.float64, device=x.device)
-    weight.requires_grad_(True)
-    bias.requires_grad_(True)
+    weight = x.new_zeros(x.shape[1], classes, requires_grad=True)
+    bias = x.new_zeros(classes, requires_grad=True)
     optimizer = torch.optim.LBFGS(
         [weight, bias],
         lr=1.0,
@@ -84,7 +75,8 @@ def fit_logistic_regression(
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = _objective(z, y, weight, bias, l2)
+        loss = torch.nn.functional.cross_entropy(z @ weight + bias, y)
+        loss = loss + 0.5 * l2 * weight.square().sum()
         loss.backward()
         return loss
 

@@ -75,9 +75,7 @@ def lidar(
             f"LiDAR needs >= 2 surrogate classes with >= 2 views each, got {num_classes} classes "
             f"with {int(views_per_class.min())} to {int(views_per_class.max())} views"
         )
-    class_means = torch.zeros(num_classes, z.shape[1], dtype=torch.float64).index_add_(
-        0, class_of_row, z
-    )
+    class_means = z.new_zeros(num_classes, z.shape[1]).index_add_(0, class_of_row, z)
     class_means /= views_per_class.unsqueeze(1).to(torch.float64)
     between = class_means - class_means.mean(0)
     sigma_b = between.T @ between / (num_classes - 1)

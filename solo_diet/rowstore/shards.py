@@ -1,11 +1,7 @@
-"""The row store sharded over nodes: each node holds only the rows it owns (our design; the sharded
-embedding tables of recommender systems).
-
-Every process still computes the update of the whole global batch. At a load, each node's
+"""The row store sharded over nodes: each node holds only the rows it owns (our design, after the
+sharded embedding tables of recommender systems; docs/methods/sdiet.md). At a load each node's
 contributor loads the batch's rows its node owns, the others zeros, and one ``all_reduce`` (a sum
-with one non-zero term per element: exact) gives every process all of them; at a store each
-contributor writes back its node's rows. A checkpoint holds the whole table, so a sharded run
-resumes on any number of nodes. No prefetch: rows arrive through the collective.
+with one non-zero term per element: exact) gives every process all of them.
 """
 
 from __future__ import annotations
@@ -15,24 +11,16 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from solo_diet.optim import RowOptimizer
 from solo_diet.rowstore.store import RowStore
-from solo_diet.rowstore.tables import Device, RowShard
+from solo_diet.rowstore.tables import Device
 
 EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 
 
 class ShardedRowStore(RowStore):
     """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows of ``num_rows``
-    (indices stay global); the other arguments are ``RowStore``'s.
+    (indices stay global); it loads a whole :meth:`state_dict` saved on any number of nodes.
     """
-
-    def __init__(
-        self, num_rows: int, dim: int, optimizer: RowOptimizer, *, shard: RowShard, **store_options
-    ):
-        super().__init__(num_rows, dim, optimizer, shard=shard, **store_options)
-        self.shard = shard
-        self.total_rows = num_rows
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
         """Nothing: sharded rows arrive through the collective of :meth:`load`."""
@@ -75,8 +63,7 @@ class ShardedRowStore(RowStore):
     def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
         """Every node's rows of table ``name``, node by node in chunks, through sums in which only
         the owner's contributor adds non-zeros."""
-        counters = name == "last_step"
-        width, dtype = ((), torch.int64) if counters else ((self.dim,), self.dtype)
+        width, dtype = ((), torch.int64) if name == "last_step" else ((self.dim,), self.dtype)
         whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
         chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))
         for node in range(self.shard.nodes):
@@ -91,21 +78,3 @@ class ShardedRowStore(RowStore):
                     first = node + start * self.shard.nodes
                     whole[first : node + stop * self.shard.nodes : self.shard.nodes] = part.cpu()
         return whole
-
-    def load_state_dict(self, snapshot: dict) -> None:
-        """Keep this node's rows of a whole :meth:`state_dict` (saved sharded on any number of
-        nodes, or unsharded)."""
-        rows = snapshot.get("rows")
-        if rows is not None and tuple(rows.shape) != (self.total_rows, self.dim):
-            raise ValueError(
-                f"row-store snapshot has {tuple(rows.shape)} rows, this store "
-                f"{(self.total_rows, self.dim)} (num_samples x proj_output_dim)"
-            )
-        mine = dict(snapshot)
-        for name in (*self.names, "last_step"):
-            if name in snapshot:
-                kept = snapshot[name][self.shard.node :: self.shard.nodes]
-                padding = -1 if name == "last_step" else 0
-                mine[name] = torch.full((self.num_rows, *kept.shape[1:]), padding, dtype=kept.dtype)
-                mine[name][: len(kept)] = kept
-        super().load_state_dict(mine)

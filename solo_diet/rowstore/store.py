@@ -86,14 +86,6 @@ class TransferQueue:
             event.record(self.stream)
         return values, event
 
-    def wait_on_current_stream(
-        self, values: Tensor, event: torch.cuda.Event, device: torch.device
-    ) -> None:
-        """Make ``device``'s current stream wait for a side copy of ``values``."""
-        current = torch.cuda.current_stream(device)
-        current.wait_event(event)
-        values.record_stream(current)  # allocated on the side stream, used on the current one
-
     def to_table(
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
@@ -130,8 +122,6 @@ class RowStore(RowTables):
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if eager_steps < 0:
-            raise ValueError(f"eager_steps must be >= 0, got {eager_steps}")
         super().__init__(num_rows, dim, ("rows", *optimizer.state_names), **table_options)
         self.optimizer = optimizer
         self.mode = mode
@@ -201,8 +191,10 @@ class RowStore(RowTables):
         values, event = gathered.result()
         if values.device != device or not torch.equal(fetched_indices, indices.detach().cpu()):
             return None
-        if event is not None:
-            self.transfers.wait_on_current_stream(values, event, device)
+        if event is not None:  # a side copy: allocated on the side stream, used on the current one
+            current = torch.cuda.current_stream(device)
+            current.wait_event(event)
+            values.record_stream(current)
         self.prefetch_hits += 1
         return values
 
@@ -268,7 +260,8 @@ class RowStore(RowTables):
         return {**self.snapshot(), "global_step": self.global_step, "mode": self.mode}
 
     def load_state_dict(self, snapshot: dict) -> None:
-        """Restore a :meth:`state_dict` of the same shapes and state names (collective)."""
+        """Restore a :meth:`state_dict` of the same shapes and state names (a sharded store: saved
+        sharded on any number of nodes, or unsharded; collective)."""
         missing = [
             name for name in (*self.names, "last_step", "global_step") if name not in snapshot
         ]
@@ -276,10 +269,10 @@ class RowStore(RowTables):
             raise KeyError(
                 f"row-store snapshot lacks {missing}; was it saved with another head_optimizer?"
             )
-        if tuple(snapshot["rows"].shape) != (self.num_rows, self.dim):
+        if tuple(snapshot["rows"].shape) != (self.total_rows, self.dim):
             raise ValueError(
                 f"row-store snapshot has {tuple(snapshot['rows'].shape)} rows, this store "
-                f"{(self.num_rows, self.dim)} (num_samples x proj_output_dim)"
+                f"{(self.total_rows, self.dim)} (num_samples x proj_output_dim)"
             )
         self.commit()
         self._drop_prefetch()

@@ -1,14 +1,11 @@
 """The row store's ``N x K x D`` table (a head row beside its ``K - 1`` optimiser states: a batch
-travels in one gather, one copy and one scatter) and per-row last-step counters, in host RAM
-(``cpu``; a ``/dev/shm`` file when shared), on the accelerator (``gpu``) or on ``disk`` (mmap).
+travels in one gather, one copy and one scatter) and per-row last-step counters, on ``cpu``, ``gpu``
+or ``disk`` (mmap), shared by the processes of a host or sharded over nodes (docs/methods/sdiet.md).
 
-One row store per host for its DDP processes, or one part of the rows per node. The processes of a
-host share one ``cpu`` (a ``/dev/shm`` file) or ``disk`` store: one writes, the others map the same
-files and read. Every process computes the same update (the batch is gathered), so the writer
-stores it one step late, after a collective that every process passes only once it has loaded the
-rows; a step's rows are disjoint from the previous step's within an epoch (our design), and the
-caller synchronises at epoch boundaries. Sharded (:class:`RowShard`), node ``k`` of ``nodes`` owns
-the rows whose index is ``k`` modulo ``nodes``.
+Shared, one process writes and the others map the same files. The writer stores a step's rows one
+step late, after a collective that every process passes only once it has loaded them: a step's rows
+are disjoint from the previous step's within an epoch (our design), and the caller synchronises at
+epoch boundaries.
 """
 
 from __future__ import annotations
@@ -130,6 +127,7 @@ class RowTables:
             raise ValueError(
                 "placement='gpu' cannot be shared between processes: each GPU holds its own table"
             )
+        self.total_rows, self.shard = num_rows, shard
         self.num_rows = num_rows if shard is None else shard.table_rows(num_rows)
         self.dim = dim
         self.names = tuple(names)
@@ -149,7 +147,7 @@ class RowTables:
 
         if self.writer:
             self._allocate_all(directory)
-            self._initialise_rows(seed, num_rows, shard)
+            self._initialise_rows(seed)
             for name in self.names[1:]:
                 self.tables[name].zero_()
             self.last_step.fill_(-1)
@@ -162,14 +160,14 @@ class RowTables:
                 for path in self.shared_files:  # stays mapped; no /dev/shm file left on a crash
                     os.unlink(path)
 
-    def _initialise_rows(self, seed: int, num_rows: int, shard: Optional[RowShard]) -> None:
+    def _initialise_rows(self, seed: int) -> None:
         """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream (the values of one
         draw, no ``N x D`` temporary); a shard keeps its rows of the stream, its padding row zero.
         """
         bound = 1.0 / math.sqrt(self.dim)
         generator = torch.Generator().manual_seed(seed)
         chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
-        rows = self.tables["rows"]
+        rows, num_rows, shard = self.tables["rows"], self.total_rows, self.shard
         for start in range(0, num_rows, chunk_rows):
             drawn = torch.empty((min(chunk_rows, num_rows - start), self.dim), dtype=self.dtype)
             drawn.uniform_(-bound, bound, generator=generator)
@@ -263,8 +261,11 @@ class RowTables:
         return snapshot
 
     def restore(self, snapshot: dict) -> None:
-        """Copy a :meth:`snapshot` back (the writer only: the others map the same memory)."""
-        if self.writer:
-            for name in self.names:
-                self.tables[name].copy_(snapshot[name])
-            self.last_step.copy_(snapshot["last_step"])
+        """Copy a :meth:`snapshot` of the whole table back, a shard only its rows (the writer only:
+        the others map the same memory)."""
+        if not self.writer:
+            return
+        own = slice(None) if self.shard is None else slice(self.shard.node, None, self.shard.nodes)
+        for name, table in (*self.tables.items(), ("last_step", self.last_step)):
+            kept = snapshot[name][own]
+            table[: len(kept)].copy_(kept)

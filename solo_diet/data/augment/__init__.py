@@ -1,12 +1,8 @@
 """Batched per-sample image augmentations on (B, C, H, W) tensors, GPU or CPU, torch only
-(docs/gpu-augmentations.md: semantics, tolerances, deviations from solo-learn's PIL pipeline).
-
-Every random parameter is a per-sample tensor: one call transforms a whole batch with no Python loop
-over samples and no host synchronisation. Images are uint8 (0..255) or float (0..1), or for the
-crops a list of images of different sizes (``Images``); the ops return float32 on the 0..1 scale,
-except :func:`normalize` and :func:`erase` (any float tensor). Rooms: :mod:`.resample`,
-:mod:`.photometric`, :mod:`.sampling`; use them as
-``from solo_diet.data import augment as ops``.
+(docs/gpu-augmentations.md): every random parameter is a per-sample tensor, so one call transforms
+a batch with no loop over samples and no host synchronisation. Images are uint8 (0..255) or float
+(0..1), or for the crops a list of images of different sizes; the ops return float32 on the 0..1
+scale, except :func:`normalize` and :func:`erase`. Callers import the package as ``ops``.
 """
 
 from solo_diet.data.augment.photometric import (
@@ -21,12 +17,7 @@ from solo_diet.data.augment.photometric import (
     solarize,
     to_float,
 )
-from solo_diet.data.augment.resample import (
-    Images,
-    image_sides,
-    resize_center_crop,
-    resized_crop,
-)
+from solo_diet.data.augment.resample import Images, image_sides, resize_center_crop, resized_crop
 from solo_diet.data.augment.sampling import (
     BLUR_SIGMA,
     sample_erasing_boxes,

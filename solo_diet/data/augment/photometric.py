@@ -179,8 +179,6 @@ def gaussian_blur(
     borders (torchvision ``gaussian_blur`` with ``kernel_size = 2 radius + 1``), where ``apply``."""
     x = to_float(images)
     batch, channels, height, width = x.shape
-    if not 0 < radius < min(height, width):
-        raise ValueError(f"blur radius {radius} needs images larger than {height}x{width}")
     offsets = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)
     kernel = torch.exp(-0.5 * (offsets / sigma.to(x)[:, None]) ** 2)
     kernel = (kernel / kernel.sum(1, keepdim=True)).repeat_interleave(channels, 0)

@@ -48,8 +48,6 @@ def _axis_weights(
     ``virtual_size`` samples and keeping outputs ``first .. first + count - 1``: PIL's antialiased
     resampling (the kernel stretched by the downscale factor, taps outside the window dropped and
     the rest renormalised), which torchvision's tensor ``resize(antialias=True)`` reproduces."""
-    if interpolation not in _KERNELS:
-        raise ValueError(f"interpolation must be one of {sorted(_KERNELS)}, got {interpolation!r}")
     device = start.device
     start, length = start.float(), length.float()
     scale = length / virtual_size
@@ -73,8 +71,6 @@ def _apply_separable(images: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     batch, channels, height, width = images.shape
     out_h, out_w = rows.shape[1], cols.shape[1]
     repeats = rows.shape[0] // batch
-    if repeats * batch != rows.shape[0]:
-        raise ValueError(f"{rows.shape[0]} parameter rows for a batch of {batch} images")
     scale = 1 / 255 if images.dtype == torch.uint8 else 1.0
     x = images.float()
     rows = rows.view(repeats, batch, out_h, height) * scale
@@ -105,8 +101,6 @@ def _by_shape(
     ``r % B`` (``count`` is a multiple of B). Images of one shape are stacked and resampled
     together by ``resample(stacked, rows)``, ``rows`` the output rows they fill (view-major)."""
     batch = len(images)
-    if batch == 0 or count % batch:
-        raise ValueError(f"{count} output rows for a list of {batch} images")
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, image in enumerate(images):
         groups.setdefault(tuple(image.shape), []).append(i)
@@ -180,8 +174,6 @@ def resize_center_crop(
     multiple R of B rows (row r reads image ``r % B``). A list of images of different sizes (module
     docstring) needs ``crop_size``."""
     if not isinstance(images, Tensor):
-        if crop_size is None:
-            raise ValueError("images of different sizes need a crop_size to be batched")
         return _by_shape(
             images,
             len(images) if flip is None else flip.shape[0],
@@ -194,8 +186,6 @@ def resize_center_crop(
     batch = batch if flip is None else flip.shape[0]
     new_h, new_w = resized_shape(in_h, in_w, resize_size)
     out_h, out_w = (new_h, new_w) if crop_size is None else (crop_size, crop_size)
-    if out_h > new_h or out_w > new_w:
-        raise ValueError(f"crop {crop_size} is larger than the resized image {new_h}x{new_w}")
     zeros = torch.zeros(batch, device=images.device)
     rows = _axis_weights(
         in_h, zeros, zeros + in_h, new_h, round((new_h - out_h) / 2), out_h, interpolation

@@ -1,9 +1,6 @@
-"""solo-learn's augmentation nodes as batched GPU pipelines (torch only; docs/gpu-augmentations.md).
-
-:class:`AugmentationNode` parses one node (:mod:`.nodes`); in :mod:`.views`,
-:class:`MultiCropAugmentation` turns the list into views as solo-learn's ``FullTransformPipeline``,
-:class:`EvalTransform` and :class:`ProbeTrainTransform` are the probes' transforms and
-:class:`CapturedAugmentation` replays any of them as CUDA graphs.
+"""solo-learn's augmentation nodes as batched GPU pipelines (torch only; docs/gpu-augmentations.md):
+nodes parsed in :mod:`.nodes`; in :mod:`.views` the multi-view pipeline, the probes' transforms and
+their replay as CUDA graphs.
 """
 
 from solo_diet.data.pipeline.nodes import DATASET_STATS, IMAGENET_STATS, AugmentationNode

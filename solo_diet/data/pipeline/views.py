@@ -123,10 +123,6 @@ class MultiCropAugmentation:
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
         """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
         (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
-        if isinstance(nodes, Mapping) or not isinstance(nodes, Sequence):
-            raise ArgumentError(
-                Argument("nodes"), f" must be a list of nodes, got {type(nodes).__name__}."
-            )
         parsed = [
             AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
             for index, node in enumerate(nodes)
@@ -163,8 +159,6 @@ class EvalTransform:
     ) -> None:
         self.crop_size = crop_size
         self.resize_size = resize_size or round(crop_size * 256 / 224)
-        if self.resize_size < crop_size:
-            raise ValueError(f"resize_size {self.resize_size} is smaller than crop {crop_size}")
         self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
 
     def __call__(
@@ -172,8 +166,7 @@ class EvalTransform:
     ) -> torch.Tensor:
         """A (B, C, H, W) batch, or a list of B images of different sizes."""
         height, width = ops.image_sides(images, len(images))
-        same = isinstance(height, int) and min(height, width) == max(height, width)
-        if same and height == self.resize_size == self.crop_size:
+        if isinstance(height, int) and height == width == self.resize_size == self.crop_size:
             x = ops.to_float(images)
         else:
             x = ops.resize_center_crop(images, self.resize_size, self.crop_size)
