@@ -22,7 +22,6 @@ from torch import nn
 import solo_diet.methods as package
 from solo_diet._host import require_solo
 from solo_diet.config import ConfigError, core_errors_named, parse_section, write_section
-from solo_diet.methods import PLUGIN_FACTORIES
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
@@ -146,26 +145,20 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
     return method_cls
 
 
-def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str]) -> None:
-    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it (a method's
-    ``renamed_method_kwargs``, {old: new}; a checkpoint saved with the old key still loads)."""
-    given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
-    for old, new in renamed.items():
-        if old in given:
-            raise ConfigError(
-                f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
-                f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the old "
-                "key still loads)."
-            )
-
-
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
     """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
-    refused naming the closest, a renamed one its new name, then its ``checked(cfg)``) and write
-    every value back; returns ``cfg``."""
+    refused naming the closest, a renamed one, of ``renamed_method_kwargs``, its new name, then
+    its ``checked(cfg)``) and write every value back; returns ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:
-        refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
+        given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
+        for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
+            if old in given:
+                raise ConfigError(
+                    f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
+                    f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
+                    "old key still loads)."
+                )
         parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
         checked = getattr(parsed, "checked", None)
         write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
@@ -205,17 +198,19 @@ def plugin_methods() -> dict[str, type]:
     return found
 
 
-def _add(methods_module, name: str, cls: type) -> None:
+def _add(methods_module, classes: Mapping[str, type]) -> list[str]:
+    """Put ``classes`` (contracts checked) in ``methods_module.METHODS``; returns their names."""
     registry = methods_module.METHODS
-    present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
-    same = present.__module__ == cls.__module__ and present.__qualname__ == cls.__qualname__
-    if not same:
-        raise RuntimeError(
-            f"solo-diet cannot register method '{name}': solo-learn already has "
-            f"{present.__module__}.{present.__qualname__} under that name."
-        )
-    registry[name] = registered_class(cls, plugin=True)
-    setattr(methods_module, cls.__name__, cls)
+    for name, cls in classes.items():
+        present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
+        if (present.__module__, present.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise RuntimeError(
+                f"solo-diet cannot register method '{name}': solo-learn already has "
+                f"{present.__module__}.{present.__qualname__} under that name."
+            )
+        registry[name] = registered_class(cls, plugin=True)
+        setattr(methods_module, cls.__name__, cls)
+    return list(classes)
 
 
 class _KeysNamed:
@@ -244,21 +239,12 @@ def register() -> list[str]:
 
     from solo_diet.backbones import PLUGIN_BACKBONES
     from solo_diet.lars import ForeachLARS
+    from solo_diet.methods.sem import sem_twins
 
     for name, factory in PLUGIN_BACKBONES.items():
         BaseMethod._BACKBONES.setdefault(name, _KeysNamed(factory))
     for model_cls in (BaseMethod, LinearModel):
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
-    names = []
-    for name, cls in plugin_methods().items():
-        _add(methods_module, name, cls)
-        names.append(name)
-    for target in PLUGIN_FACTORIES:
-        module_name, attr = target.split(":")
-        factory = getattr(importlib.import_module(module_name), attr)
-        generated = factory(dict(methods_module.METHODS))
-        for name, cls in generated.items():
-            _add(methods_module, name, cls)
-            names.append(name)
-    return names
+    names = _add(methods_module, plugin_methods())
+    return names + _add(methods_module, sem_twins(dict(methods_module.METHODS)))
