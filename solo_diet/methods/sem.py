@@ -12,7 +12,7 @@ gives the online classifier D, or the SEM probe. Backbone factories receive the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -63,20 +63,15 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
     return method_contract(method_cls).sem_unsupported
 
 
-class _BackbonesForMethod(Mapping):
-    """solo-learn's backbone registry as a twin sees it: factories get the base method's name."""
+class _BackbonesForMethod:
+    """solo-learn's backbone registry as a twin reads it (``_BACKBONES[name]``): factories get the
+    base method's name."""
 
     def __init__(self, method_name: str):
         self.method_name = method_name
 
     def __getitem__(self, name: str) -> Callable[..., nn.Module]:
         return partial(_build_backbone, BaseMethod._BACKBONES[name], self.method_name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(BaseMethod._BACKBONES)
-
-    def __len__(self) -> int:
-        return len(BaseMethod._BACKBONES)
 
 
 def _build_backbone(
@@ -170,14 +165,11 @@ class _SEMTwin:
                 f"{self.sem_base_method}: `{self._sem_online}` is not built from features_dim "
                 f"(its first Linear does not take L*V = {width} inputs)."
             )
-        embedder = SimplicialEmbedding(
-            backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
-        )
+        shape = (backbone_dim, sem.num_simplices, sem.simplex_dim)  # D, L, V
+        embedder = SimplicialEmbedding(*shape, sem.tau_online)
         self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
-            momentum_embedder = SimplicialEmbedding(
-                backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
-            )
+            momentum_embedder = SimplicialEmbedding(*shape, sem.tau_target)
             self._wrap(self._sem_momentum, momentum_embedder)
             initialize_momentum_params(
                 self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
