@@ -20,15 +20,14 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` checked ``>= 0``: a Python float stays one (no host sync per step); a tensor
-    (one count per row) is moved to ``like`` and shaped to broadcast over it."""
+    """``steps`` as a Python float checked ``>= 0`` (no host sync per step), or a tensor (one
+    count per row, a row store's counter difference, never negative) moved to ``like`` and shaped to
+    broadcast over it."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
         return float(steps)
     steps = steps.to(dtype=like.dtype, device=like.device)
-    if bool((steps < 0).any()):
-        raise ValueError(f"zero-gradient step counts must be >= 0, got min {steps.min().item()}")
     if steps.dim() == 1 and like.dim() > 1:
         steps = steps.reshape(-1, *([1] * (like.dim() - 1)))
     return steps
