@@ -55,13 +55,6 @@ class ForeachMomentumUpdater(MomentumUpdater):
         self._device: Union[torch.device, None] = None
         super().__init__(base_tau, final_tau)
 
-    @classmethod
-    def like(cls, updater: MomentumUpdater) -> "ForeachMomentumUpdater":
-        """A foreach updater in the state of ``updater`` (its taus)."""
-        substitute = cls(updater.base_tau, updater.final_tau)
-        substitute.cur_tau = float(updater.cur_tau)
-        return substitute
-
     @property
     def cur_tau(self) -> Union[float, Tensor]:
         if self._device is None:
@@ -91,15 +84,15 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     name = getattr(model, "optimizer", None)
     if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
         replacement = SUBSTITUTED_OPTIMIZERS[name]
-        chosen = type(model)._OPTIMIZERS[replacement]
         model.optimizer = replacement
-        made.append(f"optimizer `{name}` -> {chosen.__module__}.{chosen.__qualname__}")
+        made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
     updater = getattr(model, "momentum_updater", None)
     if type(updater) is MomentumUpdater:
-        model.momentum_updater = ForeachMomentumUpdater.like(updater)
+        substitute = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
+        substitute.cur_tau = updater.cur_tau  # the updater's state: its taus
+        model.momentum_updater = substitute
         made.append(
-            f"momentum updater {MomentumUpdater.__module__}.MomentumUpdater -> "
-            f"{ForeachMomentumUpdater.__module__}.ForeachMomentumUpdater"
+            f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
         )
     return made + substitute_solo_learn_steps(model)
 
