@@ -78,11 +78,9 @@ class LabelledProjectionKwargs(IndexKwargs):
         num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
         if self.labels == "index" and num_views < 2:
             raise ConfigError(
-                f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
-                f"{num_views}: with one view each index is its own singleton and the loss learns "
-                "no invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view "
-                "per index). Set `data.num_large_crops=2` (and augmentations[].num_crops), or "
-                "another label source."
+                f"`method_kwargs.labels=index` needs >= 2 views per datum, got {num_views} (one "
+                "view learns no invariance: Birth-of-SSL paper, Prop. 1): set "
+                "`data.num_large_crops=2` (and augmentations[].num_crops), or another label source."
             )
         return self
 
