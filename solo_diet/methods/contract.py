@@ -1,12 +1,6 @@
-"""The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method;
-and the registration of the plugin methods into solo-learn's method registry (:func:`register`).
-
-Each method class declares ``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's) in
-its own body; docs/adding-a-method.md has a line per field. The registry checks it when it
-registers the class (:func:`registered_class`): a plugin class must declare its own, and one that
-inherits two different contracts is refused, so the order of the base classes never decides.
-Launchers read it through :func:`method_contract` (:data:`DEFAULT_CONTRACT` for solo-learn's
-methods).
+"""The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method
+(docs/adding-a-method.md has a line per field); and the registration of the plugin methods into
+solo-learn's method registry (:func:`register`), which checks each class's contract.
 """
 
 from __future__ import annotations
@@ -34,10 +28,8 @@ Checkpoint = Any
 @dataclass(frozen=True)
 class ExtraRepresentation:
     """A representation ``solo-diet compare`` measures besides the backbone (columns
-    ``<name>_...``): ``features`` (kNN, RankMe, LiDAR, spectrum; a linear probe with
-    ``probe_overrides`` when given) or ``codes`` (one integer code per image, scored as a
-    clustering).
-    """
+    ``<name>_...``): ``features`` (a linear probe too with ``probe_overrides``) or ``codes`` (one
+    integer code per image, scored as a clustering)."""
 
     name: str
     encoder: nn.Module
@@ -227,11 +219,9 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method and generated twin (contracts checked) to
-    ``solo.methods.METHODS``, the plugin backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach``
-    to the optimizers of ``BaseMethod`` and ``LinearModel``. Idempotent; returns the registered
-    names.
-    """
+    """Add every plugin method and SEM twin to ``solo.methods.METHODS``, the plugin backbones to
+    ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod`` and
+    ``LinearModel``. Idempotent; returns the registered names."""
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod

@@ -1,13 +1,10 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
 sits between the backbone and the method's projector (or DINO head's MLP), paper §3
-(docs/methods/sem.md).
+(docs/methods/sem.md tells how a twin declares its width).
 
-``SEM<M>`` is ``(_SEMTwin, M)`` and declares its embedding width: its ``features_dim``, which
-``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property L*V of
-``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's base ``__init__``
-assigns to ``features_dim``, lands in ``backbone_dim``. The twin wraps the slot as
-``SEMThenHead(embedder, original)`` (a copy-initialised momentum embedder in a momentum slot) and
-gives the online classifier D, or the SEM probe. Backbone factories receive the base method's name.
+``SEM<M>`` is ``(_SEMTwin, M)``: ``M``'s body builds its projector/head for ``features_dim`` = L*V;
+the twin wraps that slot as ``SEMThenHead(embedder, original)`` (a copy-initialised momentum
+embedder in a momentum slot) and gives the online classifier D, or the SEM probe.
 """
 
 from __future__ import annotations
@@ -138,14 +135,12 @@ class _SEMTwin:
 
     @property
     def features_dim(self) -> int:
-        """The width the base method builds its projector/head for: the SEM representation's L*V,
-        declared by ``method_kwargs.sem`` (never the backbone's D)."""
+        """L*V of ``method_kwargs.sem``: the width the base method builds its projector/head for."""
         return SEMKwargs(**self.cfg.method_kwargs.sem).width
 
     @features_dim.setter
     def features_dim(self, backbone_dim: int) -> None:
-        """solo-learn's base ``__init__`` assigns the backbone's width here: kept as
-        ``backbone_dim``."""
+        """solo-learn's base ``__init__`` assigns the backbone's D here: kept as backbone_dim."""
         self.backbone_dim = backbone_dim
 
     @classmethod

@@ -1,10 +1,6 @@
 """Same-math substitutes for the parts of solo-learn's training step that wait on the GPU
-(docs/data-path.md), for every method alike: ``solo_diet.lars.ForeachLARS`` for its ``LARS``
-(decisions on the device), :class:`ForeachMomentumUpdater` for its ``MomentumUpdater``
-(``_foreach`` EMA, ``tau`` logged as a device scalar); and per model instance, for the read-backs
-inside its own steps: VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
-:func:`barlow_twins_step`), W-MSE's Cholesky status and host permutations (:func:`wmse_step`) and
-the queue methods' pointer (:func:`solo_diet.momentum.enqueue_`).
+(docs/data-path.md lists each): ``lars_foreach`` for ``LARS``, :class:`ForeachMomentumUpdater` for
+``MomentumUpdater``, and per model instance the steps and queue writes that read back from it.
 
 Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
 nothing here assigns into a solo-learn module. The instance substitutes are
