@@ -9,7 +9,6 @@ against it; :func:`check_sampler` checks a sampler against the method's settings
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -171,15 +170,10 @@ class SuperBatchOrder:
         self._pending: Optional[tuple] = None
 
     def locate(
-        self,
-        sampler: SuperBatchSampler,
-        indexes: torch.Tensor,
-        batch_idx: int,
-        steps_limit: float = math.inf,
+        self, sampler: SuperBatchSampler, indexes: torch.Tensor, batch_idx: int, steps: float
     ) -> SuperBatch:
         """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
-        of ``min(len(sampler), steps_limit)`` steps; nothing is prefetched across epochs (our
-        design)."""
+        of ``min(len(sampler), steps)`` steps; nothing is prefetched across epochs (our design)."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]
@@ -189,7 +183,7 @@ class SuperBatchOrder:
                 f"epoch {sampler.epoch}: {ITERATE_THE_SAMPLER}"
             )
         self._check(indexes, batches[batch_idx], batch_idx, sampler.epoch)
-        steps, m = int(min(len(batches), steps_limit)), self.rows_per_step
+        steps, m = int(min(len(batches), steps)), self.rows_per_step
         start = batch_idx - batch_idx % m
         group = batches[start : min(start + m, steps)]
         following = batches[start + m : min(start + 2 * m, steps)]

@@ -175,10 +175,8 @@ def plugin_methods() -> dict[str, type]:
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for cls in vars(module).values():
-            if not (isinstance(cls, type) and cls.__module__ == module.__name__):
-                continue
-            name = cls.__dict__.get("registered_as")
-            if name is None:
+            name = cls.__dict__.get("registered_as") if isinstance(cls, type) else None
+            if name is None or cls.__module__ != module.__name__:
                 continue
             if name in found and found[name] is not cls:
                 raise ContractError(

@@ -33,9 +33,7 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`
-    (docs/methods/label-sources.md).
-    """
+    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`."""
 
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)
