@@ -1,10 +1,9 @@
 """Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1 and Prop. 1).
 
 A :class:`LabelSource` maps a batch's ``(indexes, targets)`` to one id per datum (a head row, or a
-node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge):
-``index`` (Prop. 1), ``class``, ``mix`` (the class where known, else ``num_classes`` + the index) or
-``groups`` (a precomputed ``index -> group id`` array); docs/methods/label-sources.md tells more.
-Torch only: errors name the arguments, the method adapters the config keys that set them.
+node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge);
+docs/methods/label-sources.md tells more. Torch only: errors name the arguments, the method
+adapters the config keys that set them.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ TARGET_FIX = "Set it to the dataset's number of classes; -1 marks an unlabelled 
 
 
 class LabelSource(nn.Module):
-    """``(indexes, targets) -> ids``; ``num_rows`` is the number of distinct ids (head rows).
+    """``(indexes, targets) -> ids`` by ``source``: ``index`` (Prop. 1), ``class``, ``mix`` (the
+    class where known, else ``num_classes`` + the index) or ``groups``; ``num_rows`` ids (rows).
 
     ``num_samples`` (N) bounds the dataset indices, ``num_classes`` the targets (``class``/``mix``);
     ``groups``: the ``(N,)`` group ids (``groups``); ``labelled_fraction``: of the data whose target

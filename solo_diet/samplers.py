@@ -3,8 +3,7 @@
 Each epoch shuffles ``0..N-1`` (seed ``seed + epoch``, the same on every process) into super-batches
 of ``m`` global batches covering ``m*B`` indices exactly; a global batch is split into contiguous
 slices in rank order, so gathering the ranks' indices rebuilds it; incomplete global batches are
-dropped. :class:`SuperBatchOrder` follows that order from the training loop and checks each batch
-against it; :func:`check_sampler` checks a sampler against the method's settings.
+dropped.
 """
 
 from __future__ import annotations
