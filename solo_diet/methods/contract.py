@@ -20,9 +20,7 @@ from solo_diet.config import ConfigError, core_errors_named, parse_section, writ
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# ``extra_evaluations``' first argument: a ``solo_diet.methods.checkpoint.PretrainedCheckpoint``
-# (not imported: loading a checkpoint registers the methods, which checks their contracts)
-Checkpoint = Any
+    from solo_diet.methods.checkpoint import PretrainedCheckpoint
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ def no_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> None:
 
 
 def no_extra_evaluations(
-    checkpoint: Checkpoint, settings: Mapping[str, Any]
+    checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
     """The default ``extra_evaluations``: nothing besides the backbone."""
     return []
@@ -69,9 +67,9 @@ class Contract:
     train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
         no_batch_sampler
     )
-    extra_evaluations: Callable[[Checkpoint, Mapping[str, Any]], list[ExtraRepresentation]] = (
-        no_extra_evaluations
-    )
+    extra_evaluations: Callable[
+        [PretrainedCheckpoint, Mapping[str, Any]], list[ExtraRepresentation]
+    ] = no_extra_evaluations
     views: int = 2
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
