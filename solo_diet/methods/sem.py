@@ -249,10 +249,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     namespace = {
         "__module__": __name__,
         "__qualname__": class_name,
-        "__doc__": (
-            f"{method_cls.__name__} with Simplicial Embeddings before its projector/head "
-            f"({name}_sem)."
-        ),
+        "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),
