@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
-import torch
 from torch import Tensor
 
 Steps = Union[float, Tensor]
@@ -33,17 +32,12 @@ def _steps_like(steps: Steps, like: Tensor) -> Steps:
     return steps
 
 
-def _power(base: float, steps: Steps) -> Steps:
-    """``base ** steps`` for a float or a tensor of step counts."""
-    return base**steps if isinstance(steps, float) else torch.pow(base, steps)
-
-
 def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Steps, Steps]:
     """``(a^T, c_T)`` with ``c_T = lr * sum_{k=1..T} a^(T-k) mu^k = lr*mu*(a^T - mu^T)/(a - mu)``.
 
     For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
     """
-    a_t, mu_t = _power(a, steps), _power(mu, steps)
+    a_t, mu_t = a**steps, mu**steps
     if abs(a - mu) < _EQUAL_RATES:
         return a_t, lr * steps * mu_t
     return a_t, lr * mu * (a_t - mu_t) / (a - mu)
@@ -72,8 +66,8 @@ def adamw_zero_grad_steps(
     direction = exp_avg / (exp_avg_sq.sqrt() + eps)
     return (
         a_t * theta - drift * direction,
-        _power(beta1, steps) * exp_avg,
-        _power(beta2, steps) * exp_avg_sq,
+        beta1**steps * exp_avg,
+        beta2**steps * exp_avg_sq,
     )
 
 
@@ -92,7 +86,7 @@ def sgdw_zero_grad_steps(
     """
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
-    return a_t * theta - drift * momentum_buffer, _power(momentum, steps) * momentum_buffer
+    return a_t * theta - drift * momentum_buffer, momentum**steps * momentum_buffer
 
 
 def adamw_row_step(
