@@ -16,11 +16,14 @@ from torch import nn
 import solo_diet.methods as package
 from solo_diet._host import require_solo
 from solo_diet.config import ConfigError, core_errors_named, parse_section, write_section
+from solo_diet.methods import PLUGIN_FACTORIES
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-    from solo_diet.methods.checkpoint import PretrainedCheckpoint
+# ``extra_evaluations``' first argument: a ``solo_diet.methods.checkpoint.PretrainedCheckpoint``
+# (not imported: loading a checkpoint registers the methods, which checks their contracts)
+Checkpoint = Any
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ def no_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> None:
 
 
 def no_extra_evaluations(
-    checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
+    checkpoint: Checkpoint, settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
     """The default ``extra_evaluations``: nothing besides the backbone."""
     return []
@@ -67,9 +70,9 @@ class Contract:
     train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
         no_batch_sampler
     )
-    extra_evaluations: Callable[
-        [PretrainedCheckpoint, Mapping[str, Any]], list[ExtraRepresentation]
-    ] = no_extra_evaluations
+    extra_evaluations: Callable[[Checkpoint, Mapping[str, Any]], list[ExtraRepresentation]] = (
+        no_extra_evaluations
+    )
     views: int = 2
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -215,9 +218,9 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method and SEM twin to ``solo.methods.METHODS``, the plugin backbones to
-    ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod`` and
-    ``LinearModel``. Idempotent; returns the registered names."""
+    """Add every plugin method and generated twin to ``solo.methods.METHODS``, the plugin
+    backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod``
+    and ``LinearModel``. Idempotent; returns the registered names."""
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod
@@ -225,7 +228,6 @@ def register() -> list[str]:
 
     from solo_diet.backbones import PLUGIN_BACKBONES
     from solo_diet.lars import ForeachLARS
-    from solo_diet.methods.sem import sem_twins
 
     for name, factory in PLUGIN_BACKBONES.items():
         BaseMethod._BACKBONES.setdefault(name, _KeysNamed(factory))
@@ -233,4 +235,6 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = _add(methods_module, plugin_methods())
-    return names + _add(methods_module, sem_twins(dict(methods_module.METHODS)))
+    for factory in PLUGIN_FACTORIES:  # each "module:function" takes the registry
+        names += _add(methods_module, pkgutil.resolve_name(factory)(dict(methods_module.METHODS)))
+    return names
