@@ -297,9 +297,7 @@ class SDIET(IndexMethod):
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         snapshot = checkpoint.get(CHECKPOINT_KEY)
-        if snapshot is None:
-            return
-        if self._row_store is None:
-            self._pending_snapshot = snapshot
-        else:
+        if snapshot is not None and self._row_store is not None:
             self._row_store.load_state_dict(snapshot)
+        elif snapshot is not None:
+            self._pending_snapshot = snapshot  # loaded when the store is created
