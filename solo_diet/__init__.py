@@ -33,9 +33,6 @@ class _RegisteringLoader:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
     def exec_module(self, module: Any) -> None:
         with warnings.catch_warnings():  # as solo_available()'s import of solo-learn
             for pattern in IMPORT_NOISE:

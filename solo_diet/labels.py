@@ -1,10 +1,9 @@
 """Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1 and Prop. 1).
 
 A :class:`LabelSource` maps a batch's ``(indexes, targets)`` to one id per datum (a head row, or a
-node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge):
-``index`` (Prop. 1), ``class``, ``mix`` (the class where known, else ``num_classes`` + the index) or
-``groups`` (a precomputed ``index -> group id`` array); docs/methods/label-sources.md tells more.
-Torch only: errors name the arguments, the method adapters the config keys that set them.
+node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge);
+docs/methods/label-sources.md tells more. Torch only: errors name the arguments, the method
+adapters the config keys that set them.
 """
 
 from __future__ import annotations
@@ -29,9 +28,14 @@ LABEL_DEFAULTS: dict[str, Any] = {
 }
 """The keys (and defaults) of the mapping :func:`label_source_from_kwargs` reads."""
 
+# how to fix a batch index or target out of range (:func:`check_range`)
+INDEX_FIX = "It must be the training set's size."
+TARGET_FIX = "Set it to the dataset's number of classes; -1 marks an unlabelled datum."
+
 
 class LabelSource(nn.Module):
-    """``(indexes, targets) -> ids``; ``num_rows`` is the number of distinct ids (head rows).
+    """``(indexes, targets) -> ids`` by ``source``: ``index`` (Prop. 1), ``class``, ``mix`` (the
+    class where known, else ``num_classes`` + the index) or ``groups``; ``num_rows`` ids (rows).
 
     ``num_samples`` (N) bounds the dataset indices, ``num_classes`` the targets (``class``/``mix``);
     ``groups``: the ``(N,)`` group ids (``groups``); ``labelled_fraction``: of the data whose target
@@ -97,27 +101,13 @@ class LabelSource(nn.Module):
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
         indexes = indexes.long()
-        check_range(
-            indexes,
-            0,
-            self.num_samples,
-            "dataset index",
-            "num_samples",
-            "It must be the training set's size.",
-        )
+        check_range(indexes, 0, self.num_samples, "dataset index", "num_samples", INDEX_FIX)
         if self.source == "index":
             return indexes
         if self.source == "groups":
             return self.group_rows[indexes]
         targets = targets.long()
-        check_range(
-            targets,
-            -1,
-            self.num_classes,
-            "target",
-            "num_classes",
-            "Set it to the dataset's number of classes; -1 marks an unlabelled datum.",
-        )
+        check_range(targets, -1, self.num_classes, "target", "num_classes", TARGET_FIX)
         if self.keep_label.numel():
             targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
         if self.source == "class":

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
-import torch
 from torch import Tensor
 
 Steps = Union[float, Tensor]
@@ -20,23 +19,17 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` checked ``>= 0``: a Python float stays one (no host sync per step); a tensor
-    (one count per row) is moved to ``like`` and shaped to broadcast over it."""
+    """``steps`` as a Python float checked ``>= 0`` (no host sync per step), or a tensor (one
+    count per row, a row store's counter difference, never negative) moved to ``like`` and shaped to
+    broadcast over it."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
         return float(steps)
     steps = steps.to(dtype=like.dtype, device=like.device)
-    if bool((steps < 0).any()):
-        raise ValueError(f"zero-gradient step counts must be >= 0, got min {steps.min().item()}")
     if steps.dim() == 1 and like.dim() > 1:
         steps = steps.reshape(-1, *([1] * (like.dim() - 1)))
     return steps
-
-
-def _power(base: float, steps: Steps) -> Steps:
-    """``base ** steps`` for a float or a tensor of step counts."""
-    return base**steps if isinstance(steps, float) else torch.pow(base, steps)
 
 
 def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Steps, Steps]:
@@ -44,7 +37,7 @@ def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Step
 
     For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
     """
-    a_t, mu_t = _power(a, steps), _power(mu, steps)
+    a_t, mu_t = a**steps, mu**steps
     if abs(a - mu) < _EQUAL_RATES:
         return a_t, lr * steps * mu_t
     return a_t, lr * mu * (a_t - mu_t) / (a - mu)
@@ -73,8 +66,8 @@ def adamw_zero_grad_steps(
     direction = exp_avg / (exp_avg_sq.sqrt() + eps)
     return (
         a_t * theta - drift * direction,
-        _power(beta1, steps) * exp_avg,
-        _power(beta2, steps) * exp_avg_sq,
+        beta1**steps * exp_avg,
+        beta2**steps * exp_avg_sq,
     )
 
 
@@ -93,7 +86,7 @@ def sgdw_zero_grad_steps(
     """
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
-    return a_t * theta - drift * momentum_buffer, _power(momentum, steps) * momentum_buffer
+    return a_t * theta - drift * momentum_buffer, momentum**steps * momentum_buffer
 
 
 def adamw_row_step(

@@ -26,20 +26,18 @@ class ResidentRows:
     state: tuple[torch.Tensor, ...]
 
 
+@dataclass
 class RowHead:
     """Cross-entropy steps against head rows held in a row store: ``rows_per_step`` m (1: batch
     CE), ``label_smoothing`` over the resident rows, logits divided by ``temperature``, the next
     super-batch's rows loaded early with ``prefetch``.
     """
 
-    def __init__(
-        self, rows_per_step: int, label_smoothing: float, temperature: float, prefetch: bool
-    ):
-        self.rows_per_step = rows_per_step
-        self.label_smoothing = label_smoothing
-        self.temperature = temperature
-        self.prefetch = prefetch
-        self.resident: Optional[ResidentRows] = None
+    rows_per_step: int
+    label_smoothing: float
+    temperature: float
+    prefetch: bool
+    resident: Optional[ResidentRows] = None
 
     def _loss_and_grad(
         self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor

@@ -3,13 +3,11 @@
 Each epoch shuffles ``0..N-1`` (seed ``seed + epoch``, the same on every process) into super-batches
 of ``m`` global batches covering ``m*B`` indices exactly; a global batch is split into contiguous
 slices in rank order, so gathering the ranks' indices rebuilds it; incomplete global batches are
-dropped. :class:`SuperBatchOrder` follows that order from the training loop and checks each batch
-against it; :func:`check_sampler` checks a sampler against the method's settings.
+dropped.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -171,15 +169,10 @@ class SuperBatchOrder:
         self._pending: Optional[tuple] = None
 
     def locate(
-        self,
-        sampler: SuperBatchSampler,
-        indexes: torch.Tensor,
-        batch_idx: int,
-        steps_limit: float = math.inf,
+        self, sampler: SuperBatchSampler, indexes: torch.Tensor, batch_idx: int, steps: float
     ) -> SuperBatch:
         """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
-        of ``min(len(sampler), steps_limit)`` steps; nothing is prefetched across epochs (our
-        design)."""
+        of ``min(len(sampler), steps)`` steps; nothing is prefetched across epochs (our design)."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]
@@ -189,7 +182,7 @@ class SuperBatchOrder:
                 f"epoch {sampler.epoch}: {ITERATE_THE_SAMPLER}"
             )
         self._check(indexes, batches[batch_idx], batch_idx, sampler.epoch)
-        steps, m = int(min(len(batches), steps_limit)), self.rows_per_step
+        steps, m = int(min(len(batches), steps)), self.rows_per_step
         start = batch_idx - batch_idx % m
         group = batches[start : min(start + m, steps)]
         following = batches[start + m : min(start + 2 * m, steps)]

@@ -51,16 +51,6 @@ def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Ten
     return same / counts.pow((label_norm_power + 1.0) / 2.0).unsqueeze(0)
 
 
-def _compute_dtype(z: torch.Tensor) -> torch.dtype:
-    return torch.promote_types(z.dtype, torch.float32)
-
-
-def _solve(ridge: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """``ridge^-1 rhs`` (positive definite for ``lam > 0``) without ``torch.linalg.solve``'s
-    read-back."""
-    return torch.linalg.solve_ex(ridge, rhs)[0]
-
-
 def closed_form_head_loss_from_targets(
     z: torch.Tensor, y: torch.Tensor, lam: float, *, center: bool = True, side: str = "auto"
 ) -> torch.Tensor:
@@ -75,7 +65,7 @@ def closed_form_head_loss_from_targets(
         raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
     if side not in SOLVE_SIDES:
         raise ValueError(f"`side` must be one of {list(SOLVE_SIDES)}, got {side!r}.")
-    dtype = _compute_dtype(z)
+    dtype = torch.promote_types(z.dtype, torch.float32)
     with torch.autocast(device_type=z.device.type, enabled=False):
         z, y = z.to(dtype), y.to(dtype)
         if center:
@@ -88,11 +78,12 @@ def closed_form_head_loss_from_targets(
         elif side == "features" or (side == "auto" and dim <= num_rows):
             cross = z.T @ y
             ridge = z.T @ z + lam * num_rows * torch.eye(dim, dtype=dtype, device=z.device)
-            fit = (cross * _solve(ridge, cross)).sum()
+            # positive definite for lam > 0: solve_ex, without torch.linalg.solve's read-back
+            fit = (cross * torch.linalg.solve_ex(ridge, cross)[0]).sum()
         else:
             gram = z @ z.T
             ridge = gram + lam * num_rows * torch.eye(num_rows, dtype=dtype, device=z.device)
-            fit = (y * _solve(ridge, gram @ y)).sum()
+            fit = (y * torch.linalg.solve_ex(ridge, gram @ y)[0]).sum()
         return (y.pow(2).sum() - fit) / num_rows
 
 
@@ -139,7 +130,7 @@ def graph_vicreg_loss(
     ``graph``: ``(V B, V B)`` symmetric non-negative weights (:func:`label_graph`).
     """
     with torch.autocast(device_type=views[0].device.type, enabled=False):
-        z = torch.cat(list(views)).to(_compute_dtype(views[0]))
+        z = torch.cat(list(views)).to(torch.promote_types(views[0].dtype, torch.float32))
         graph = graph.to(z.dtype)
         num_rows, dim = z.shape
         if graph.shape != (num_rows, num_rows):

@@ -104,21 +104,16 @@ def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[
     ``marginal_entropy`` H(pbar), ``codes_used`` distinct argmax codes, ``max_prob`` mean_i max_j
     p_ij, ``agreement`` of the two views' argmax.
     """
-    stats: dict[str, list[torch.Tensor]] = {
-        "entropy": [],
-        "marginal_entropy": [],
-        "codes_used": [],
-        "max_prob": [],
-    }
+    names = ("entropy", "marginal_entropy", "codes_used", "max_prob")
+    stats = []
     for logits in (logits_a, logits_b):
         log_p = torch.log_softmax(_as_float(logits), dim=1)
         log_pbar = log_batch_marginal(log_p)
-        stats["entropy"].append(-(log_p.exp() * log_p).sum(dim=1).mean())
-        stats["marginal_entropy"].append(-(log_pbar.exp() * log_pbar).sum())
         # distinct argmax codes, counted on the device (``unique`` would wait for the GPU)
         hit = log_p.new_zeros(log_p.shape[1]).index_fill_(0, log_p.argmax(dim=1), 1.0)
-        stats["codes_used"].append(hit.sum())
-        stats["max_prob"].append(log_p.max(dim=1).values.exp().mean())
-    out = {name: torch.stack(values).mean() for name, values in stats.items()}
+        entropy = -(log_p.exp() * log_p).sum(dim=1).mean()
+        marginal_entropy = -(log_pbar.exp() * log_pbar).sum()
+        stats.append((entropy, marginal_entropy, hit.sum(), log_p.max(dim=1).values.exp().mean()))
+    out = {name: torch.stack(values).mean() for name, values in zip(names, zip(*stats))}
     out["agreement"] = (logits_a.argmax(dim=1) == logits_b.argmax(dim=1)).float().mean()
     return out

@@ -93,17 +93,22 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
         ) from None
 
 
-def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
-    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
-    there wins."""
+def _registered_methods() -> dict[str, type]:
+    """solo-learn's method registry, the plugin methods registered."""
     from solo.methods import METHODS
 
     from solo_diet.methods.contract import register
 
-    args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
     register()
-    method = METHODS.get(str(args.get("method")))
+    return METHODS
+
+
+def _saved_args(args_path: Path) -> omegaconf.DictConfig:
+    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
+    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
+    there wins."""
+    args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
+    method = _registered_methods().get(str(args.get("method")))
     kwargs = args.get("method_kwargs")
     if method is None or not isinstance(kwargs, omegaconf.DictConfig):
         return args  # an unknown method: loading it names the problem
@@ -121,35 +126,11 @@ def checkpoint_safe_globals() -> list:
     names."""
     from omegaconf import base, dictconfig, listconfig, nodes
 
-    return [
-        dictconfig.DictConfig,
-        listconfig.ListConfig,
-        base.ContainerMetadata,
-        base.Metadata,
-        nodes.AnyNode,
-        nodes.StringNode,
-        nodes.IntegerNode,
-        nodes.FloatNode,
-        nodes.BooleanNode,
-        typing.Any,
-        collections.defaultdict,
-        dict,
-        list,
-        int,
-        float,
-        str,
-        bool,
+    return [  # OmegaConf's containers, their nodes, the plain types their metadata names
+        *(dictconfig.DictConfig, listconfig.ListConfig, base.ContainerMetadata, base.Metadata),
+        *(nodes.AnyNode, nodes.StringNode, nodes.IntegerNode, nodes.FloatNode, nodes.BooleanNode),
+        *(typing.Any, collections.defaultdict, dict, list, int, float, str, bool),
     ]
-
-
-def _unsafe_globals(path: Path) -> list[str]:
-    """The globals of a checkpoint that are not allow-listed (empty when the file cannot tell)."""
-    try:
-        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # not a zip checkpoint: the load error names the first one
-        return []
-    allowed = {f"{t.__module__}.{t.__qualname__}" for t in checkpoint_safe_globals()}
-    return [name for name in found if name not in allowed]
 
 
 def _not_loading(path: Path, error: BaseException) -> str:
@@ -180,8 +161,14 @@ def _weights_only_enforced() -> Iterator[None]:
 
 
 def _needs_pickle(path: Path, error: BaseException) -> str:
-    """Why a checkpoint that only pickle loads is refused, in a few words, with the opt-in."""
-    names = _unsafe_globals(path) or [str(error).strip().splitlines()[0][:80]]
+    """Why a checkpoint that only pickle loads is refused, in a few words, with the opt-in: the
+    globals that are not allow-listed, else the load error's first line."""
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a zip checkpoint: the load error names the first one
+        found = []
+    allowed = {f"{t.__module__}.{t.__qualname__}" for t in checkpoint_safe_globals()}
+    names = [n for n in found if n not in allowed] or [str(error).strip().splitlines()[0][:80]]
     return (
         f"it holds objects only pickle can rebuild ({', '.join(names)}), and unpickling runs any "
         f"code the file carries; if you trust its source, `{ALLOW_PICKLE_KEY}=True` loads it"
@@ -263,10 +250,9 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
     missing, unexpected = backbone.load_state_dict(weights, strict=False)
     if missing or unexpected or not weights:
         raise ConfigError(
-            f"checkpoint {ckpt_path} does not match the configured backbone "
-            f"(backbone.name/kwargs): "
-            f"missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}. Use the pretraining "
-            "run's backbone settings (its args.json)."
+            f"checkpoint {ckpt_path} does not match the configured backbone (backbone.name/"
+            f"kwargs): missing {list(missing)[:5]}, unexpected {list(unexpected)[:5]}. Use the "
+            "pretraining run's backbone settings (its args.json)."
         )
     return len(weights)
 
@@ -318,29 +304,19 @@ class PretrainedCheckpoint:
 
     def backbone(self) -> nn.Module:
         """The pretrained backbone (every backbone key loaded)."""
-        cfg = omegaconf.OmegaConf.create(
-            {
-                "backbone": self.args.backbone,
-                "pretrain_method": self.method_name,
-                "data": self.args.data,
-            }
-        )
+        cfg = omegaconf.OmegaConf.create({**self.args, "pretrain_method": self.method_name})
         backbone = build_backbone(cfg)
         _load_backbone_state(backbone, self.state_dict, self.path)
         return backbone
 
     def method_class(self) -> type:
-        from solo.methods import METHODS
-
-        from solo_diet.methods.contract import register
-
-        register()
-        if self.method_name not in METHODS:
+        methods = _registered_methods()
+        if self.method_name not in methods:
             raise ConfigError(
                 f"checkpoint {self.path} was pretrained with method {self.method_name!r}, which is "
-                f"not registered; registered methods: {sorted(METHODS)}."
+                f"not registered; registered methods: {sorted(methods)}."
             )
-        return METHODS[self.method_name]
+        return methods[self.method_name]
 
     def method(self) -> nn.Module:
         """The whole pretrained method (projector and heads included), every key loaded strictly,

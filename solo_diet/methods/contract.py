@@ -1,12 +1,6 @@
-"""The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method;
-and the registration of the plugin methods into solo-learn's method registry (:func:`register`).
-
-Each method class declares ``contract = Contract(...)`` (or ``dataclasses.replace`` of a base's) in
-its own body; docs/adding-a-method.md has a line per field. The registry checks it when it
-registers the class (:func:`registered_class`): a plugin class must declare its own, and one that
-inherits two different contracts is refused, so the order of the base classes never decides.
-Launchers read it through :func:`method_contract` (:data:`DEFAULT_CONTRACT` for solo-learn's
-methods).
+"""The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method
+(docs/adding-a-method.md has a line per field); and the registration of the plugin methods into
+solo-learn's method registry (:func:`register`), which checks each class's contract.
 """
 
 from __future__ import annotations
@@ -35,10 +29,8 @@ Checkpoint = Any
 @dataclass(frozen=True)
 class ExtraRepresentation:
     """A representation ``solo-diet compare`` measures besides the backbone (columns
-    ``<name>_...``): ``features`` (kNN, RankMe, LiDAR, spectrum; a linear probe with
-    ``probe_overrides`` when given) or ``codes`` (one integer code per image, scored as a
-    clustering).
-    """
+    ``<name>_...``): ``features`` (a linear probe too with ``probe_overrides``) or ``codes`` (one
+    integer code per image, scored as a clustering)."""
 
     name: str
     encoder: nn.Module
@@ -146,26 +138,20 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
     return method_cls
 
 
-def refuse_renamed_kwargs(cfg: omegaconf.DictConfig, renamed: Mapping[str, str]) -> None:
-    """Refuse an old key of ``cfg.method_kwargs``, naming the key that replaced it (a method's
-    ``renamed_method_kwargs``, {old: new}; a checkpoint saved with the old key still loads)."""
-    given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
-    for old, new in renamed.items():
-        if old in given:
-            raise ConfigError(
-                f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
-                f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the old "
-                "key still loads)."
-            )
-
-
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
     """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
-    refused naming the closest, a renamed one its new name, then its ``checked(cfg)``) and write
-    every value back; returns ``cfg``."""
+    refused naming the closest, a renamed one, of ``renamed_method_kwargs``, its new name, then
+    its ``checked(cfg)``) and write every value back; returns ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:
-        refuse_renamed_kwargs(cfg, getattr(method_cls, "renamed_method_kwargs", {}))
+        given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
+        for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
+            if old in given:
+                raise ConfigError(
+                    f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
+                    f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
+                    "old key still loads)."
+                )
         parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
         checked = getattr(parsed, "checked", None)
         write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
@@ -190,10 +176,8 @@ def plugin_methods() -> dict[str, type]:
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for cls in vars(module).values():
-            if not (isinstance(cls, type) and cls.__module__ == module.__name__):
-                continue
-            name = cls.__dict__.get("registered_as")
-            if name is None:
+            name = cls.__dict__.get("registered_as") if isinstance(cls, type) else None
+            if name is None or cls.__module__ != module.__name__:
                 continue
             if name in found and found[name] is not cls:
                 raise ContractError(
@@ -205,17 +189,19 @@ def plugin_methods() -> dict[str, type]:
     return found
 
 
-def _add(methods_module, name: str, cls: type) -> None:
+def _add(methods_module, classes: Mapping[str, type]) -> list[str]:
+    """Put ``classes`` (contracts checked) in ``methods_module.METHODS``; returns their names."""
     registry = methods_module.METHODS
-    present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
-    same = present.__module__ == cls.__module__ and present.__qualname__ == cls.__qualname__
-    if not same:
-        raise RuntimeError(
-            f"solo-diet cannot register method '{name}': solo-learn already has "
-            f"{present.__module__}.{present.__qualname__} under that name."
-        )
-    registry[name] = registered_class(cls, plugin=True)
-    setattr(methods_module, cls.__name__, cls)
+    for name, cls in classes.items():
+        present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
+        if (present.__module__, present.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise RuntimeError(
+                f"solo-diet cannot register method '{name}': solo-learn already has "
+                f"{present.__module__}.{present.__qualname__} under that name."
+            )
+        registry[name] = registered_class(cls, plugin=True)
+        setattr(methods_module, cls.__name__, cls)
+    return list(classes)
 
 
 class _KeysNamed:
@@ -232,11 +218,9 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method and generated twin (contracts checked) to
-    ``solo.methods.METHODS``, the plugin backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach``
-    to the optimizers of ``BaseMethod`` and ``LinearModel``. Idempotent; returns the registered
-    names.
-    """
+    """Add every plugin method and generated twin to ``solo.methods.METHODS``, the plugin
+    backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod``
+    and ``LinearModel``. Idempotent; returns the registered names."""
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod
@@ -250,15 +234,7 @@ def register() -> list[str]:
     for model_cls in (BaseMethod, LinearModel):
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
-    names = []
-    for name, cls in plugin_methods().items():
-        _add(methods_module, name, cls)
-        names.append(name)
-    for target in PLUGIN_FACTORIES:
-        module_name, attr = target.split(":")
-        factory = getattr(importlib.import_module(module_name), attr)
-        generated = factory(dict(methods_module.METHODS))
-        for name, cls in generated.items():
-            _add(methods_module, name, cls)
-            names.append(name)
+    names = _add(methods_module, plugin_methods())
+    for factory in PLUGIN_FACTORIES:  # each "module:function" takes the registry
+        names += _add(methods_module, pkgutil.resolve_name(factory)(dict(methods_module.METHODS)))
     return names

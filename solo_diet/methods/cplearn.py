@@ -104,10 +104,8 @@ class CPLearn(DeclaredKwargs, BaseMethod):
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs
-        self.beta: float = kwargs.beta
-        self.prior: str = kwargs.prior
-        self.symmetric: bool = kwargs.symmetric
-        self.gather_marginal: bool = kwargs.gather_marginal
+        loss_keys = ("beta", "prior", "symmetric", "gather_marginal")
+        self.loss_options: Dict[str, Any] = {key: kwargs[key] for key in loss_keys}
         self.projector = CPLearnProjector(
             self.features_dim,
             kwargs.proj_hidden_dim,
@@ -137,22 +135,11 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
-        terms = cplearn_loss_terms(
-            z_a,
-            z_b,
-            beta=self.beta,
-            prior=self.prior,
-            symmetric=self.symmetric,
-            gather_marginal=self.gather_marginal,
+        terms = cplearn_loss_terms(z_a, z_b, **self.loss_options)
+        logs = {**terms, **cplearn_diagnostics(z_a, z_b)}
+        self.log_dict(
+            {f"train_cplearn_{k}": v for k, v in logs.items()}, on_epoch=True, sync_dist=True
         )
-        logs = {f"train_cplearn_{name}": value for name, value in terms.items()}
-        logs.update(
-            {
-                f"train_cplearn_{name}": value
-                for name, value in cplearn_diagnostics(z_a, z_b).items()
-            }
-        )
-        self.log_dict(logs, on_epoch=True, sync_dist=True)
         return terms["loss"] + online_probe_loss(batch[2], out["loss"])
 
     def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> Dict:

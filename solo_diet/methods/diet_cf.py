@@ -40,10 +40,8 @@ class DIETCFKwargs(LabelledProjectionKwargs):
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (Birth-of-SSL paper, Eq. 2), any label source;
-    ``method_kwargs`` besides :class:`~solo_diet.methods.index_method.IndexMethod`'s: lam, the ridge
-    lambda > 0 (default 0.1).
-    """
+    """Closed-form ridge head over the batch (module docstring); ``method_kwargs``:
+    :class:`DIETCFKwargs`."""
 
     registered_as = "diet_cf"
     contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)

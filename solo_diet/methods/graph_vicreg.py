@@ -33,9 +33,7 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`
-    (docs/methods/label-sources.md).
-    """
+    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`."""
 
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)
@@ -43,9 +41,8 @@ class GraphVICReg(LabelledProjectionMethod):
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         kwargs = cfg.method_kwargs
-        self.sim_loss_weight: float = kwargs.sim_loss_weight
-        self.var_loss_weight: float = kwargs.var_loss_weight
-        self.cov_loss_weight: float = kwargs.cov_loss_weight
+        weights = ("sim_loss_weight", "var_loss_weight", "cov_loss_weight")
+        self.loss_weights: dict[str, float] = {key: kwargs[key] for key in weights}
         self.label_norm_power: float = kwargs.label_norm_power
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
@@ -53,11 +50,7 @@ class GraphVICReg(LabelledProjectionMethod):
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
         loss = graph_vicreg_loss(
-            views,
-            label_graph(ids, self.label_norm_power),
-            sim_loss_weight=self.sim_loss_weight,
-            var_loss_weight=self.var_loss_weight,
-            cov_loss_weight=self.cov_loss_weight,
+            views, label_graph(ids, self.label_norm_power), **self.loss_weights
         )
         self.log("train_graph_vicreg_loss", loss, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(batch[2], out["loss"])

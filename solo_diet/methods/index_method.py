@@ -78,11 +78,9 @@ class LabelledProjectionKwargs(IndexKwargs):
         num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
         if self.labels == "index" and num_views < 2:
             raise ConfigError(
-                f"`method_kwargs.labels=index` needs >= 2 views per datum in the batch, got "
-                f"{num_views}: with one view each index is its own singleton and the loss learns "
-                "no invariance (only the spectrum of z: Birth-of-SSL paper, Prop. 1 with one view "
-                "per index). Set `data.num_large_crops=2` (and augmentations[].num_crops), or "
-                "another label source."
+                f"`method_kwargs.labels=index` needs >= 2 views per datum, got {num_views} (one "
+                "view learns no invariance: Birth-of-SSL paper, Prop. 1): set "
+                "`data.num_large_crops=2` (and augmentations[].num_crops), or another label source."
             )
         return self
 
@@ -92,6 +90,8 @@ SET_NUM_SAMPLES = (
     "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
     "DALI, set dali.encode_indexes_into_labels=True."
 )
+# what a GPU's device assert names instead (its message has under 255 characters)
+ON_DEVICE = "method_kwargs.num_samples; launch with solo-diet pretrain"
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
@@ -100,13 +100,7 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
         check_range(
-            indexes,
-            0,
-            num_samples,
-            "dataset index",
-            "num_samples",
-            SET_NUM_SAMPLES,
-            device_key="method_kwargs.num_samples; launch with solo-diet pretrain",
+            indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, ON_DEVICE
         )
 
 

@@ -94,16 +94,13 @@ class SDIETKwargs(IndexKwargs):
             )
         if self.labels != "index" and self.zero_grad_steps == "eager":
             raise ConfigError(
-                f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index`, got "
-                f"`labels={self.labels}`: eager steps assume each row is visited once per epoch, "
-                "every N/B steps, false for class/mix/groups rows. Set "
-                "`method_kwargs.zero_grad_steps=lazy`."
+                f"`method_kwargs.zero_grad_steps=eager` needs `method_kwargs.labels=index` (one "
+                f"visit per row and epoch), got `labels={self.labels}`: set `zero_grad_steps=lazy`."
             )
         if self.labels != "index" and self.rows_per_step != 1:
             raise ConfigError(
-                f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index`, got "
-                f"`labels={self.labels}`: a super-batch's rows would depend on the targets of "
-                "batches not loaded yet. Set `method_kwargs.rows_per_step=1`."
+                f"`method_kwargs.rows_per_step` > 1 needs `method_kwargs.labels=index` (rows "
+                f"known ahead), got `labels={self.labels}`: set `method_kwargs.rows_per_step=1`."
             )
         if cfg.data.num_large_crops != 1 or omegaconf_select(cfg, "data.num_small_crops", 0) != 0:
             raise ConfigError(
@@ -210,7 +207,7 @@ class SDIET(IndexMethod):
         """This node's part of the rows with ``row_sharding=node`` over several nodes (one
         process per node serves them, the shared store's writer; with ``gpu`` placement each process
         holds a part), else None."""
-        trainer = self.trainer if self._trainer is not None else None
+        trainer = self._trainer
         if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
         if sharing is None:
@@ -300,9 +297,7 @@ class SDIET(IndexMethod):
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         snapshot = checkpoint.get(CHECKPOINT_KEY)
-        if snapshot is None:
-            return
-        if self._row_store is None:
-            self._pending_snapshot = snapshot
-        else:
+        if snapshot is not None and self._row_store is not None:
             self._row_store.load_state_dict(snapshot)
+        elif snapshot is not None:
+            self._pending_snapshot = snapshot  # loaded when the store is created

@@ -1,18 +1,15 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
 sits between the backbone and the method's projector (or DINO head's MLP), paper §3
-(docs/methods/sem.md).
+(docs/methods/sem.md tells how a twin declares its width).
 
-``SEM<M>`` is ``(_SEMTwin, M)`` and declares its embedding width: its ``features_dim``, which
-``M``'s body builds its projector/head for (with ``M``'s own initialisation), is the property L*V of
-``method_kwargs.sem`` (``SEMKwargs.width``); the backbone's D, which solo-learn's base ``__init__``
-assigns to ``features_dim``, lands in ``backbone_dim``. The twin wraps the slot as
-``SEMThenHead(embedder, original)`` (a copy-initialised momentum embedder in a momentum slot) and
-gives the online classifier D, or the SEM probe. Backbone factories receive the base method's name.
+``SEM<M>`` is ``(_SEMTwin, M)``: ``M``'s body builds its projector/head for ``features_dim`` = L*V;
+the twin wraps that slot as ``SEMThenHead(embedder, original)`` (a copy-initialised momentum
+embedder in a momentum slot) and gives the online classifier D, or the SEM probe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -63,20 +60,15 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
     return method_contract(method_cls).sem_unsupported
 
 
-class _BackbonesForMethod(Mapping):
-    """solo-learn's backbone registry as a twin sees it: factories get the base method's name."""
+class _BackbonesForMethod:
+    """solo-learn's backbone registry as a twin reads it (``_BACKBONES[name]``): factories get the
+    base method's name."""
 
     def __init__(self, method_name: str):
         self.method_name = method_name
 
     def __getitem__(self, name: str) -> Callable[..., nn.Module]:
         return partial(_build_backbone, BaseMethod._BACKBONES[name], self.method_name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(BaseMethod._BACKBONES)
-
-    def __len__(self) -> int:
-        return len(BaseMethod._BACKBONES)
 
 
 def _build_backbone(
@@ -143,14 +135,12 @@ class _SEMTwin:
 
     @property
     def features_dim(self) -> int:
-        """The width the base method builds its projector/head for: the SEM representation's L*V,
-        declared by ``method_kwargs.sem`` (never the backbone's D)."""
+        """L*V of ``method_kwargs.sem``: the width the base method builds its projector/head for."""
         return SEMKwargs(**self.cfg.method_kwargs.sem).width
 
     @features_dim.setter
     def features_dim(self, backbone_dim: int) -> None:
-        """solo-learn's base ``__init__`` assigns the backbone's width here: kept as
-        ``backbone_dim``."""
+        """solo-learn's base ``__init__`` assigns the backbone's D here: kept as backbone_dim."""
         self.backbone_dim = backbone_dim
 
     @classmethod
@@ -170,14 +160,11 @@ class _SEMTwin:
                 f"{self.sem_base_method}: `{self._sem_online}` is not built from features_dim "
                 f"(its first Linear does not take L*V = {width} inputs)."
             )
-        embedder = SimplicialEmbedding(
-            backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_online
-        )
+        shape = (backbone_dim, sem.num_simplices, sem.simplex_dim)  # D, L, V
+        embedder = SimplicialEmbedding(*shape, sem.tau_online)
         self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
-            momentum_embedder = SimplicialEmbedding(
-                backbone_dim, sem.num_simplices, sem.simplex_dim, sem.tau_target
-            )
+            momentum_embedder = SimplicialEmbedding(*shape, sem.tau_target)
             self._wrap(self._sem_momentum, momentum_embedder)
             initialize_momentum_params(
                 self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
@@ -262,10 +249,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     namespace = {
         "__module__": __name__,
         "__qualname__": class_name,
-        "__doc__": (
-            f"{method_cls.__name__} with Simplicial Embeddings before its projector/head "
-            f"({name}_sem)."
-        ),
+        "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
         "contract": twin_contract(method_contract(method_cls)),
         "_BACKBONES": _BackbonesForMethod(name),

@@ -35,10 +35,9 @@ class SEMKwargs:
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
-        taus = {"tau_online": False, "tau_target": False, "probe_tau": True}
         values = dataclasses.asdict(self)
         values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
-        for key, allow_zero in taus.items():
+        for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
             try:
                 key_name = f"`method_kwargs.sem.{key}`"
                 values[key] = check_temperature(values[key], key_name, allow_zero)

@@ -1,10 +1,6 @@
 """Same-math substitutes for the parts of solo-learn's training step that wait on the GPU
-(docs/data-path.md), for every method alike: ``solo_diet.lars.ForeachLARS`` for its ``LARS``
-(decisions on the device), :class:`ForeachMomentumUpdater` for its ``MomentumUpdater``
-(``_foreach`` EMA, ``tau`` logged as a device scalar); and per model instance, for the read-backs
-inside its own steps: VICReg's and Barlow Twins' boolean masks (:func:`vicreg_step`,
-:func:`barlow_twins_step`), W-MSE's Cholesky status and host permutations (:func:`wmse_step`) and
-the queue methods' pointer (:func:`solo_diet.momentum.enqueue_`).
+(docs/data-path.md lists each): ``lars_foreach`` for ``LARS``, :class:`ForeachMomentumUpdater` for
+``MomentumUpdater``, and per model instance the steps and queue writes that read back from it.
 
 Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
 nothing here assigns into a solo-learn module. The instance substitutes are
@@ -55,13 +51,6 @@ class ForeachMomentumUpdater(MomentumUpdater):
         self._device: Union[torch.device, None] = None
         super().__init__(base_tau, final_tau)
 
-    @classmethod
-    def like(cls, updater: MomentumUpdater) -> "ForeachMomentumUpdater":
-        """A foreach updater in the state of ``updater`` (its taus)."""
-        substitute = cls(updater.base_tau, updater.final_tau)
-        substitute.cur_tau = float(updater.cur_tau)
-        return substitute
-
     @property
     def cur_tau(self) -> Union[float, Tensor]:
         if self._device is None:
@@ -91,15 +80,15 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     name = getattr(model, "optimizer", None)
     if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
         replacement = SUBSTITUTED_OPTIMIZERS[name]
-        chosen = type(model)._OPTIMIZERS[replacement]
         model.optimizer = replacement
-        made.append(f"optimizer `{name}` -> {chosen.__module__}.{chosen.__qualname__}")
+        made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
     updater = getattr(model, "momentum_updater", None)
     if type(updater) is MomentumUpdater:
-        model.momentum_updater = ForeachMomentumUpdater.like(updater)
+        substitute = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
+        substitute.cur_tau = updater.cur_tau  # the updater's state: its taus
+        model.momentum_updater = substitute
         made.append(
-            f"momentum updater {MomentumUpdater.__module__}.MomentumUpdater -> "
-            f"{ForeachMomentumUpdater.__module__}.ForeachMomentumUpdater"
+            f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
         )
     return made + substitute_solo_learn_steps(model)
 

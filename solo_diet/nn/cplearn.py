@@ -67,10 +67,6 @@ class CPLearnProjector(nn.Module):
         self.bn = nn.BatchNorm1d(embed_dim)
         self.register_buffer("codes", rademacher_codes(embed_dim, num_codes, codes_seed))
 
-    def temperature(self, batch_size: int) -> float:
-        """tau for a batch of ``batch_size`` rows, with this projector's f, c and eps."""
-        return code_temperature(self.embed_dim, batch_size, self.num_codes, self.eps)
-
     def embed(self, feats: torch.Tensor) -> torch.Tensor:
         """Embedding H (n x f), autocast off: tanh head (§3.3) or scaled L2 head (Eq. 1)."""
         with torch.autocast(device_type=feats.device.type, enabled=False):
@@ -82,8 +78,9 @@ class CPLearnProjector(nn.Module):
 
     def code_logits(self, h: torch.Tensor) -> torch.Tensor:
         """``H W / tau`` with autocast off, tau from the rows of ``h`` (the local batch)."""
+        tau = code_temperature(self.embed_dim, h.shape[0], self.num_codes, self.eps)
         with torch.autocast(device_type=h.device.type, enabled=False):
-            return (h.to(self.codes.dtype) @ self.codes) / self.temperature(h.shape[0])
+            return (h.to(self.codes.dtype) @ self.codes) / tau
 
     def forward(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.embed(feats)

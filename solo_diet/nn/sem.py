@@ -90,12 +90,10 @@ class SimplicialEmbedding(nn.Module):
         fp32.
         """
         bn = self.bn
+        tensors = (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)
+        # float32, also for a half-precision ("16-true") module
+        weight, mean, var, gamma, beta = (t.float() for t in tensors)
         with torch.autocast(device_type=x.device.type, enabled=False):
-            fp32 = [
-                t.float()
-                for t in (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)
-            ]
-            weight, mean, var, gamma, beta = fp32  # also for a half-precision ("16-true") module
             logits = F.batch_norm(
                 F.linear(x.float(), weight), mean, var, gamma, beta, training=False, eps=bn.eps
             )

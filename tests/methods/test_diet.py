@@ -151,7 +151,7 @@ def test_a_name_clash_with_solo_learn_is_refused():
     from solo_diet.methods.contract import _add
 
     with pytest.raises(RuntimeError, match="already has"):
-        _add(solo.methods, "simclr", METHODS["diet"])
+        _add(solo.methods, {"simclr": METHODS["diet"]})
     assert METHODS["simclr"].__module__ == "solo.methods.simclr"
 
 
