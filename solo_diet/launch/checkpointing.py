@@ -11,14 +11,13 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
-from torch.distributed import ReduceOp
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.config import ConfigError
@@ -226,15 +225,10 @@ class OneProcessAwareDDP(DDPStrategy):
     process is the identity (``DDPStrategy`` reduces every value logged with ``sync_dist=True``
     through a barrier that waits for the whole GPU: docs/data-path.md)."""
 
-    def reduce(
-        self,
-        tensor: Any,
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Any:
+    def reduce(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if self.world_size == 1 and isinstance(tensor, torch.Tensor):
             return tensor
-        return super().reduce(tensor, group, reduce_op)
+        return super().reduce(tensor, *args, **kwargs)
 
 
 def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:

@@ -147,11 +147,6 @@ class TrainingSettings:
         return self
 
 
-def check_training_basics(cfg: DictConfig) -> TrainingSettings:
-    """The checked :class:`TrainingSettings` of ``cfg``."""
-    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
-
-
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
     """Refuse a labelled training set with fewer than ``needed`` classes (``data.num_classes``, as
     solo-learn counts the subfolders), naming ``data.train_path``; ``reader`` needs them."""
@@ -253,5 +248,5 @@ def check_cfg_before_parse(cfg: DictConfig) -> None:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
     ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
     check_key_typos(cfg)
-    check_training_basics(cfg)
+    parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
     check_data_paths(cfg)

@@ -55,12 +55,6 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
     cfg.method_kwargs.num_samples = num_samples
 
 
-def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
-    """:func:`prepare_run`'s parsed cfg, method class and contract."""
-    cfg, method_cls, contract, *_ = prepare_run(cfg)
-    return cfg, method_cls, contract
-
-
 def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:
     """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
     the method class and contract, the data path and its loader settings, each made once."""

@@ -134,8 +134,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
 
 def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
     """A compare spec's data format (:func:`resolve_launch_format`), written back into the spec."""
-    import torch
-
     requested = OmegaConf.select(spec, FORMAT_KEY)
     key = f"{spec_path}: `{FORMAT_KEY}`"
     resolved = resolve_launch_format(requested, torch.cuda.is_available(), key)
@@ -270,10 +268,9 @@ def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
 
 def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[float, ...]:
     value = read.value(key, default)
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+    is_list = isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
+    if not (is_list and all(is_number(v) for v in value)):
         raise read.fail(key, f"must be a list of numbers, one per channel, got {value!r}.")
-    if not all(is_number(v) for v in value):
-        raise read.fail(key, f"must be a list of numbers, one per channel, got {list(value)!r}.")
     return tuple(float(v) for v in value)
 
 
