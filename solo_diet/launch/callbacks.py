@@ -22,18 +22,6 @@ from solo_diet.metrics import rankme
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
-def _batch_size(batch: Any) -> int:
-    """Samples (not views) in a solo-learn training batch ``[indexes, views, targets]``."""
-    targets = batch[-1] if isinstance(batch, (list, tuple)) else batch
-    return int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 0
-
-
-def _loss_tensor(outputs: Any) -> Optional[torch.Tensor]:
-    """The loss ``training_step`` returned, detached and left on its device (no synchronisation)."""
-    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    return loss.detach() if isinstance(loss, torch.Tensor) else None
-
-
 class EpochCostLogger(Callback):
     """One CSV row per training epoch in ``csv_path`` (its columns: docs/compare.md, "Building
     blocks"), the file rewritten whole with each row; ``print_rows`` also prints each row. The rows
@@ -88,10 +76,12 @@ class EpochCostLogger(Callback):
             self._end_event.record(torch.cuda.current_stream(trainer.strategy.root_device))
         else:
             self._last_batch_end = time.perf_counter()
-        self._samples += _batch_size(batch) * trainer.world_size
-        loss = _loss_tensor(outputs)
-        if loss is not None:
-            self._losses.append(loss)
+        targets = batch[-1] if isinstance(batch, (list, tuple)) else batch  # [indexes, views, y]
+        if isinstance(targets, torch.Tensor):  # samples, not views
+            self._samples += int(targets.shape[0]) * trainer.world_size
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):  # left on its device: no synchronisation
+            self._losses.append(loss.detach())
 
     def _train_seconds(self) -> float:
         """From the epoch's start to the end of its last batch (on CUDA: as the GPU ran it)."""

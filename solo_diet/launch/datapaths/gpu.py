@@ -110,13 +110,8 @@ class GPUPath(DataPath):
         """The keyword arguments every loader of this path gets."""
         if self.gpu.device == "cpu":
             say_cpu_batches()
-        gpu = self.gpu
-        return {
-            "seed": run.seed,
-            "storage": gpu.storage,
-            "device": gpu.device,
-            "cuda_graphs": gpu.cuda_graphs,
-        }
+        keys = ("storage", "device", "cuda_graphs")
+        return {"seed": run.seed} | {key: getattr(self.gpu, key) for key in keys}
 
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
