@@ -100,8 +100,7 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
         if key in given:
             raise KeyReader(cfg).fail(
                 f"optimizer.kwargs.{key}",
-                f": solo-learn passes the optimizer `optimizer.{key}` itself; set "
-                f"`optimizer.{key}` instead.",
+                f": solo-learn passes the optimizer `optimizer.{key}` itself; set that instead.",
             )
     parameters = inspect.signature(optimizer).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):

@@ -158,9 +158,8 @@ def _check_slurm(nodes: int, per_node: int, environ: Mapping[str, str]) -> None:
         )
     if tasks.isdigit() and int(tasks) != per_node:
         raise ConfigError(
-            f"`devices` gives {per_node} processes per node, but SLURM starts {tasks} tasks "
-            f"per node (--ntasks-per-node): set devices={tasks} or #SBATCH "
-            f"--ntasks-per-node={per_node}."
+            f"`devices` gives {per_node} processes per node, SLURM starts {tasks} tasks per node: "
+            f"set devices={tasks} or #SBATCH --ntasks-per-node={per_node}."
         )
 
 

@@ -64,11 +64,7 @@ class GPUDataSettings:
         """No ``dali`` section beside it, and where batches are made, from ``accelerator``."""
         read = KeyReader(cfg)
         if read.value("dali") is not None:
-            raise read.fail(
-                "dali",
-                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
-                "section.",
-            )
+            raise read.fail("dali", f"options apply to {FORMAT_KEY}=dali: remove them.")
         accelerator = str(read.value("accelerator", "auto"))
         if accelerator == "auto":
             accelerator = "cuda" if torch.cuda.is_available() else "cpu"
@@ -231,8 +227,7 @@ class LoaderSettings:
         if self.batch_size is not None and num_samples < self.batch_size * self.world_size:
             raise ConfigError(
                 f"the training set has {num_samples} samples, fewer than one global batch "
-                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower the "
-                "batch size."
+                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower it."
             )
 
 
