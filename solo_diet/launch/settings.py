@@ -1,15 +1,12 @@
-"""The data, loader and performance settings of a launch, read, filled and checked once at the
-launcher's boundary (the loader's after solo-learn's ``parse_cfg`` filled its defaults) into frozen
-dataclasses; every error is one line naming the key and the fix (docs/launchers.md, "Settings and
-data paths"). The data format is read here and by the data-path factory
-(:mod:`solo_diet.launch.datapaths`), nowhere else."""
+"""The data, loader and performance settings of a launch, read and checked once into frozen
+dataclasses (the loader's after solo-learn's ``parse_cfg``), each error one line naming the key and
+the fix (docs/launchers.md, "Settings and data paths")."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -104,8 +101,7 @@ class PerformanceSettings:
 
 
 def parse_performance_settings(cfg: DictConfig) -> PerformanceSettings:
-    """Fill and check the ``performance`` section (a key that is none of its fields is refused,
-    naming the closest)."""
+    """Fill and check the ``performance`` section; an unknown key is refused, naming the closest."""
     parsed = parse_section(PerformanceSettings, cfg, "performance", "`performance`")
     write_section(cfg, "performance", parsed)
     return parsed
@@ -138,8 +134,7 @@ def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
 
 
 def format_of(cfg: DictConfig) -> str:
-    """The data format a composed config or a parsed compare spec holds (for reports and
-    fingerprints; launchers use :func:`parse_data_settings`)."""
+    """The data format a composed config or a parsed compare spec holds (reports, fingerprints)."""
     return str(OmegaConf.select(cfg, FORMAT_KEY, default="image_folder"))
 
 
@@ -198,10 +193,9 @@ class LoaderSettings:
         return default if self.num_workers is None else self.num_workers
 
     def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
-        """A probe's training set smaller than one global batch would give no training batch (the
-        incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device,
-        scale the learning rate with it (solo-learn's linear scaling) and say so in one line.
-        Returns what was fitted (the launcher writes it into the probe's config), or None."""
+        """For a training set smaller than one global batch (no batch: the incomplete one is
+        dropped), the batch lowered to its size per device and the lr scaled with it, said in one
+        line (the launcher writes them into the probe's config); None when a batch fits."""
         world, batch = self.world_size, self.batch_size
         if num_samples >= batch * world:
             return None
@@ -243,7 +237,7 @@ class FittedBatch:
 
     def report(self) -> dict[str, int]:
         """What ``solo-diet linear`` returns as ``fitted_batch`` (and compare's report says)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "lr"}
+        return {k: v for k, v in asdict(self).items() if k != "lr"}
 
 
 def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
