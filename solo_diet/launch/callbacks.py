@@ -1,6 +1,5 @@
-"""Lightning callbacks for pretraining runs (any Trainer takes them): cost/curve recording, a RankMe
-monitor, a last-epoch checkpoint, a progress bar redrawn by the clock (docs/compare.md, "Building
-blocks") and the overall progress line of ``demo`` and ``compare``."""
+"""Lightning callbacks for pretraining runs: cost/curve rows, RankMe, a last-epoch checkpoint, a
+clock-paced progress bar (docs/compare.md, "Building blocks"); demo and compare progress lines."""
 
 from __future__ import annotations
 
@@ -23,10 +22,9 @@ LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
 class EpochCostLogger(Callback):
-    """One CSV row per training epoch in ``csv_path`` (its columns: docs/compare.md, "Building
-    blocks"), the file rewritten whole with each row; ``print_rows`` also prints each row. The rows
-    of the epochs about to train are dropped when training starts. Nothing waits for the GPU inside
-    an epoch: a CUDA event after each batch is read at the epoch's end."""
+    """One CSV row per epoch in ``csv_path`` (columns: docs/compare.md, "Building blocks"), the file
+    rewritten whole (``print_rows``: also printed); rows of epochs about to train are dropped first.
+    No GPU wait inside an epoch: a CUDA event after each batch is read at the epoch's end."""
 
     def __init__(
         self,
@@ -167,8 +165,7 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
 
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` validation images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the
-    last."""
+    ``max_samples`` val images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the last."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -257,10 +254,9 @@ def clock_text(seconds: float) -> str:
 
 
 class OverallProgress:
-    """The overall progress line of a command of several steps (``demo``, ``compare``): step k of
-    n, time elapsed and the time left, from the time so far and each step's ``weights`` (its share
-    of the work), or with ``from_epochs`` from the measured training epochs only; ``say`` prints
-    each line."""
+    """The progress line of a command of several steps (``demo``, ``compare``): step k of n, time
+    elapsed and left, from the time so far and each step's share of the work (``weights``), or with
+    ``from_epochs`` from the measured training epochs only; ``say`` prints each line."""
 
     def __init__(
         self,
@@ -308,9 +304,8 @@ class OverallProgress:
         self.skipped += self.weights[step - 1]
 
     def epoch_callback(self, step: int, what: str) -> Any:
-        """A Lightning callback that says the line after each training epoch of step ``step``
-        (its ``started``: whether the fit trained at all), on a line of its own (not after a
-        progress bar's), and measures the time per weight unit of the epochs trained."""
+        """A callback saying the line after each training epoch of step ``step`` (its ``started``:
+        whether the fit trained), on its own line, and measuring the time per weight trained."""
         progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):

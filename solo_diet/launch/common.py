@@ -183,17 +183,11 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 
 
 def fit_or_raise(
-    trainer: Any,
-    model: Any,
-    cfg: DictConfig,
-    checkpointer: Any,
-    data_path: Optional[Any] = None,
-    **fit_kwargs: Any,
+    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, data_path: Any, **fit_kwargs: Any
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` with where
-    to resume from (Lightning swallows KeyboardInterrupt), a core error names the config keys of
-    the arguments it names, no empty run folder stays behind, and ``data_path`` is closed however
-    the fit ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` saying where
+    to resume from (Lightning swallows KeyboardInterrupt), a core error names its config keys, no
+    empty run folder stays, and ``data_path`` is closed however the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -210,8 +204,7 @@ def fit_or_raise(
         _drop_empty_run_folder(checkpointer)
         raise
     finally:
-        if data_path is not None:
-            data_path.close()
+        data_path.close()
     if stopped:
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
