@@ -46,17 +46,10 @@ def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
         return prepare_transforms(dataset)
     crop_size, crop_min_scale, mean, std = probe
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
-    train = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
-            transforms.RandomHorizontalFlip(),
-        ]
-        + normalize
-    )
-    val = transforms.Compose(
-        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
-        + normalize
-    )
+    crop = transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0))
+    train = transforms.Compose([crop, transforms.RandomHorizontalFlip(), *normalize])
+    resize = transforms.Resize(round(crop_size * 256 / 224))
+    val = transforms.Compose([resize, transforms.CenterCrop(crop_size), *normalize])
     return train, val
 
 
