@@ -41,9 +41,8 @@ PROBE_PIPELINES = {
 
 
 def probe_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """GPU twins of :func:`~solo_diet.launch.datapaths.image_folder.classification_transforms`:
-    ``(train, eval)``; ``probe`` (custom data's crop and statistics) is unused for solo-learn's
-    named sets."""
+    """``(train, eval)``, GPU twins of ``image_folder.classification_transforms``; ``probe`` (custom
+    data's crop and statistics) is unused for solo-learn's named sets."""
     if dataset in PROBE_PIPELINES:
         crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
         min_scale = 0.08
