@@ -14,11 +14,11 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_run_name, closest_name
+from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
 from solo_diet.launch.nodes import check_nodes
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, unknown_method_hint
+from solo_diet.config import ConfigError, core_errors_named, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
@@ -31,7 +31,6 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     PRETRAIN_PROBE_NODE,
     LoaderSettings,
-    core_errors_named,
     parse_loader_settings,
     parse_performance_settings,
 )

@@ -16,13 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import (
     ConfigError,
     KeyReader,
+    core_errors_named,
     is_number,
     parse_section,
     setting,
     world_size,
     write_section,
 )
-from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 from solo_diet.data.loader import STORAGES
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.data.stream import ON_CORRUPT
@@ -31,7 +31,7 @@ from solo_diet.methods._common import SOLO_LEARN_SEED
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 # the GPU data path's core arguments and the keys that set them: the core's errors name the
-# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
+# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` names the keys
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
     "cuda_graphs": "data.gpu.cuda_graphs",

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from solo_diet.config import core_errors_named
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import (
     IMAGENET_STATS,
@@ -27,7 +28,6 @@ from solo_diet.launch.settings import (
     GPUDataSettings,
     LoaderSettings,
     ProbeAugmentation,
-    core_errors_named,
 )
 
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
