@@ -38,9 +38,7 @@ def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
     folder = Path(path).expanduser()
     if not folder.is_absolute():  # Hydra reads it relative to the script, we also try the cwd
         folder = next((f for f in (script.parent / folder, folder) if f.is_dir()), folder)
-    overrides = [
-        a for a in args if "=" in a and not a.startswith("-") and not a.startswith("hydra")
-    ]
+    overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra"))]
     try:
         return compose_cfg(str(folder), name, overrides).get("method")
     except Exception:  # noqa: BLE001 - a config we cannot compose is the script's to report

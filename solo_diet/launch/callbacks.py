@@ -190,13 +190,7 @@ class RankMeMonitor(Callback):
 
     @torch.no_grad()
     def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         collected = sum(len(f) for f in self._features)
         if not self._active(trainer) or collected >= self.max_samples:
