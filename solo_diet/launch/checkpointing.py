@@ -256,13 +256,11 @@ def save_raw_pixels(path: Path, image_shape: tuple[int, int, int], dataset: str)
     images of ``image_shape`` = (channels, size, size) after the probe's eval transform."""
     from solo_diet.backbones import RawPixels
 
-    channels, height, width = image_shape
-    if height != width:
-        raise ValueError(f"raw_pixels needs square images, got {height}x{width}")
-    backbone = RawPixels(size=height, channels=channels)
+    channels, size, _ = image_shape  # square: every probe's eval transform ends in a square crop
+    backbone = RawPixels(size=size, channels=channels)
     args = {
         "method": "raw_pixels",
-        "backbone": {"name": "raw_pixels", "kwargs": {"size": height, "channels": channels}},
+        "backbone": {"name": "raw_pixels", "kwargs": {"size": size, "channels": channels}},
         "data": {"dataset": dataset},
     }
     return _save_backbone(path, backbone, args)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
+from solo_diet.config import ConfigError, KeyReader, closest_name, parse_section, setting
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
@@ -137,7 +137,7 @@ class TrainingSettings:
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """A learning rate > 0 and a precision Lightning knows."""
-        if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
+        if self.lr is not None and self.lr <= 0:  # a number: the schema checked it
             raise KeyReader(cfg).fail(
                 "optimizer.lr", f"must be a positive number, got {self.lr!r}."
             )
