@@ -235,14 +235,9 @@ def logger_and_callbacks(
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers.wandb import WandbLogger
 
-        logger = WandbLogger(
-            name=cfg.name,
-            project=cfg.wandb.project,
-            entity=cfg.wandb.entity,
-            offline=cfg.wandb.offline,
-            resume="allow" if wandb_run_id else None,
-            id=wandb_run_id,
-        )
+        where = {key: cfg.wandb[key] for key in ("project", "entity", "offline")}
+        resume = "allow" if wandb_run_id else None
+        logger = WandbLogger(name=cfg.name, resume=resume, id=wandb_run_id, **where)
         _start_wandb_run(cfg, logger, model)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer
