@@ -61,10 +61,8 @@ def _unknown_override(base: DictConfig, key: str) -> str:
     if not parent:
         top_level = known_top_level_keys()
         if leaf in top_level:
-            return (
-                f"`{key}` is not in the YAML, though solo-learn or Lightning reads it: write "
-                f"`+{key}=...` to add it."
-            )
+            missing = "is not in the YAML, though solo-learn or Lightning reads it"
+            return f"`{key}` {missing}: write `+{key}=...` to add it."
         known = sorted({*known, *top_level})
     close = closest_name(leaf, known)
     where = f"`{parent}`" if parent else "the config"
