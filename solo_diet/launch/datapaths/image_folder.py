@@ -9,9 +9,9 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from solo_diet.config import ConfigError
+from solo_diet.config import KeyReader
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
 from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmentation
@@ -24,11 +24,7 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
     from torchvision import transforms
 
     pipeline = build_transform_pipeline(dataset, aug_cfg)
-    erasing = float(OmegaConf.select(aug_cfg, "random_erasing.prob", default=0.0))
-    if not 0.0 <= erasing <= 1.0:
-        raise ConfigError(
-            f"`augmentations[].random_erasing.prob` must be in [0, 1], got {erasing}."
-        )
+    erasing = KeyReader(aug_cfg, "augmentations[]").probability("random_erasing.prob", 0.0)
     if erasing > 0:
         pipeline = transforms.Compose([pipeline, transforms.RandomErasing(p=erasing)])
     return pipeline
