@@ -70,16 +70,9 @@ def load_fashion_mnist() -> Split:
         raise DataError(
             f"Fashion-MNIST not found in {FASHION_DIRS}: `apt-get install dataset-fashion-mnist`."
         )
-
-    def part(name: str) -> np.ndarray:
-        return read_idx(next(folder.glob(f"{name}*")))
-
-    return (
-        part("train-images"),
-        part("train-labels").astype(np.int64),
-        part("t10k-images"),
-        part("t10k-labels").astype(np.int64),
-    )
+    names = ("train-images", "train-labels", "t10k-images", "t10k-labels")
+    x_train, y_train, x_val, y_val = (read_idx(next(folder.glob(f"{n}*"))) for n in names)
+    return x_train, y_train.astype(np.int64), x_val, y_val.astype(np.int64)
 
 
 DATASETS: dict[str, tuple[Callable[[], Split], list[str]]] = {

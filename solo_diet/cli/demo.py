@@ -31,12 +31,6 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def _data_format(requested: str, accelerator: str) -> str:
-    """``auto``: the GPU data path (docs/data-path.md) on a GPU, solo-learn's image-folder loader on
-    CPU."""
-    return resolve_launch_format(requested, accelerator == "gpu", "--data-format")
-
-
 def _overrides(data: Path, accelerator: str, data_format: str) -> list[str]:
     """What the demo's pretraining and probes share: the data, the device, the data path."""
     precision = "bf16-mixed" if accelerator == "gpu" else "32"
@@ -75,7 +69,7 @@ def run_demo(
         available = sorted(p.stem for p in DEMO_CONFIGS.glob("*.yaml") if p.stem != "linear")
         raise ConfigError(f"no demo config for method {method!r}; available: {available}.")
     accelerator = _accelerator(accelerator)
-    data_format = _data_format(data_format, accelerator)
+    data_format = resolve_launch_format(data_format, accelerator == "gpu", "--data-format")
     epochs = DEMO_EPOCHS[accelerator] if epochs is None else epochs
     if epochs <= 0:
         raise ConfigError(f"--epochs must be positive, got {epochs}.")

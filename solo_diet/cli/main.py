@@ -110,19 +110,14 @@ def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
     return folders
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p.relative_to(folder) for p in folder.rglob("*.yaml"))
-
-
 def write_configs(directory: str, dataset: Optional[str] = None, force: bool = False) -> list[Path]:
     """Copy the shipped configs into ``directory``; returns the folders written.
 
     An identical file already there is left alone; a different one is refused unless ``force``."""
     root = Path(directory).expanduser().resolve()
     folders = shipped_folders(dataset)
-    copies = [
-        (SHIPPED / f / name, root / f / name) for f in folders for name in _files(SHIPPED / f)
-    ]
+    sources = sorted(p for f in folders for p in (SHIPPED / f).rglob("*.yaml"))
+    copies = [(src, root / src.relative_to(SHIPPED)) for src in sources]
     if not copies:
         raise FileNotFoundError(
             f"no shipped configs in {SHIPPED}: the solo-diet installation is incomplete."
@@ -174,42 +169,37 @@ def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
     )
 
 
+def _command(sub: argparse._SubParsersAction, name: str, func, **kwargs) -> argparse.ArgumentParser:
+    """The subcommand ``name``, run by ``func``; ``--debug`` also after its name."""
+    parser = sub.add_parser(name, **kwargs)
+    parser.set_defaults(func=func)
+    _add_debug(parser, argparse.SUPPRESS)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__.replace("``", "'"))
     _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    sub.add_parser(
-        "methods", help="list every method registered in solo.methods.METHODS"
-    ).set_defaults(func=_cmd_methods)
-
-    pretrain = sub.add_parser("pretrain", help="pretrain from a solo-learn-style YAML")
-    _hydra_args(pretrain)
-    pretrain.set_defaults(func=_cmd_pretrain)
-
-    linear = sub.add_parser("linear", help="offline linear evaluation from a solo-learn-style YAML")
-    _hydra_args(linear)
-    linear.set_defaults(func=_cmd_linear)
+    _command(sub, "methods", _cmd_methods, help="list every method in solo.methods.METHODS")
+    style = "from a solo-learn-style YAML"
+    _hydra_args(_command(sub, "pretrain", _cmd_pretrain, help=f"pretrain {style}"))
+    _hydra_args(_command(sub, "linear", _cmd_linear, help=f"offline linear evaluation {style}"))
 
     from solo_diet.cli import solo_script
     from solo_diet.cli.data import DATASETS
 
-    data = sub.add_parser(
-        "data", help="write an offline dataset as a solo-learn custom ImageFolder"
-    )
+    data_help = "write an offline dataset as a solo-learn custom ImageFolder"
+    data = _command(sub, "data", _cmd_data, help=data_help)
     data.add_argument("name", choices=sorted(DATASETS))
     data.add_argument("directory", help="where to write train/ and val/ (created if missing)")
-    data.add_argument(
-        "--limit", type=int, default=None, help="keep at most this many training images"
-    )
-    data.set_defaults(func=_cmd_data)
+    data.add_argument("--limit", type=int, help="keep at most this many training images")
 
-    script = sub.add_parser(
+    script = _command(
+        sub,
         "solo-script",
-        help=(
-            "run a solo-learn script that reads checkpoints (main_knn.py, main_umap.py) with "
-            "plugin methods registered"
-        ),
+        _cmd_solo_script,
+        help="run solo-learn's main_knn.py or main_umap.py with plugin methods registered",
         description=solo_script.__doc__.replace("``", "`"),
     )
     script.add_argument(
@@ -220,18 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # argparse marks every REMAINDER positional required, with a default or not
     script_args.required = False
-    script.set_defaults(func=_cmd_solo_script)
 
-    demo = sub.add_parser(
-        "demo",
-        help="data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels",
+    demo_help = (
+        "data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels"
     )
+    demo = _command(sub, "demo", _cmd_demo, help=demo_help)
     demo.add_argument(
         "--method", default="diet", help="a method with a shipped demo config (default: diet)"
     )
-    demo.add_argument(
-        "--epochs", type=int, default=None, help="pretraining epochs (default: per device)"
-    )
+    demo.add_argument("--epochs", type=int, help="pretraining epochs (default: per device)")
     demo.add_argument(
         "--workdir",
         default="solo-diet-demo",
@@ -244,11 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: the GPU data path on a GPU, solo-learn's image-folder loader on CPU",
     )
-    demo.set_defaults(func=_cmd_demo)
 
-    compare = sub.add_parser(
-        "compare", help="pretrain and evaluate several methods side by side from a spec YAML"
-    )
+    compare_help = "pretrain and evaluate several methods side by side from a spec YAML"
+    compare = _command(sub, "compare", _cmd_compare, help=compare_help)
     compare.add_argument(
         "spec", help="comparison spec (README.md, section 'Comparing methods'; docs/compare.md)"
     )
@@ -263,17 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run nothing: rewrite the report from the jobs' result.json files in output_dir",
     )
-    compare.set_defaults(func=_cmd_compare)
 
-    configs = sub.add_parser(
-        "configs", help="write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
-    )
+    configs_help = "write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
+    configs = _command(sub, "configs", _cmd_configs, help=configs_help)
     configs.add_argument("directory", help="where to write them (created if missing)")
     configs.add_argument("--dataset", choices=DATASET_CHOICES, help="only this dataset's configs")
     configs.add_argument("--force", action="store_true", help="overwrite files that differ")
-    configs.set_defaults(func=_cmd_configs)
-    for command in sub.choices.values():
-        _add_debug(command, argparse.SUPPRESS)  # --debug also after the command name
     return parser
 
 

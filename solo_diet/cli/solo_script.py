@@ -12,8 +12,7 @@ from typing import Optional, Sequence
 
 from solo_diet.config import ConfigError
 
-SCRIPTS_FOR = "main_knn.py, main_umap.py"
-# solo-learn's scripts that put their tensors on "cuda" whatever the config says.
+# the scripts it is for, which put their tensors on "cuda" whatever the config says
 CUDA_ONLY = ("main_knn.py", "main_umap.py")
 
 
@@ -39,9 +38,7 @@ def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
     folder = Path(path).expanduser()
     if not folder.is_absolute():  # Hydra reads it relative to the script, we also try the cwd
         folder = next((f for f in (script.parent / folder, folder) if f.is_dir()), folder)
-    overrides = [
-        a for a in args if "=" in a and not a.startswith("-") and not a.startswith("hydra")
-    ]
+    overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra"))]
     try:
         return compose_cfg(str(folder), name, overrides).get("method")
     except Exception:  # noqa: BLE001 - a config we cannot compose is the script's to report
@@ -66,23 +63,21 @@ def check_script_method(script: Path, args: Sequence[str]) -> None:
 
 def run_solo_script(script_path: str, script_args: Sequence[str]) -> None:
     """Run ``script_path`` as ``__main__`` with ``script_args``, the plugin methods registered."""
+    import torch
+
     import solo_diet
 
     script = Path(script_path)
     if not script.is_file():
         raise ConfigError(
             f"{script} does not exist: pass the path of a solo-learn checkout's script "
-            f"({SCRIPTS_FOR})."
+            f"({', '.join(CUDA_ONLY)})."
         )
-    if script.name in CUDA_ONLY:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"solo-learn's {script.name} puts its tensors on CUDA, and torch sees no CUDA "
-                "device here: run it on a machine with an NVIDIA GPU (`solo-diet linear` probes a "
-                "checkpoint on the CPU)."
-            )
+    if script.name in CUDA_ONLY and not torch.cuda.is_available():
+        raise ConfigError(
+            f"solo-learn's {script.name} puts its tensors on CUDA, and torch sees no CUDA device "
+            "here: run it on a machine with an NVIDIA GPU (`solo-diet linear` probes on the CPU)."
+        )
     solo_diet.register()
     check_script_method(script, script_args)
     sys.argv = [str(script)] + list(script_args)

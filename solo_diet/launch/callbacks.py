@@ -1,6 +1,5 @@
-"""Lightning callbacks for pretraining runs (any Trainer takes them): cost/curve recording, a RankMe
-monitor, a last-epoch checkpoint, a progress bar redrawn by the clock (docs/compare.md, "Building
-blocks") and the overall progress line of ``demo`` and ``compare``."""
+"""Lightning callbacks for pretraining runs: cost/curve rows, RankMe, a last-epoch checkpoint, a
+clock-paced progress bar (docs/compare.md, "Building blocks"); demo and compare progress lines."""
 
 from __future__ import annotations
 
@@ -22,23 +21,10 @@ from solo_diet.metrics import rankme
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
-def _batch_size(batch: Any) -> int:
-    """Samples (not views) in a solo-learn training batch ``[indexes, views, targets]``."""
-    targets = batch[-1] if isinstance(batch, (list, tuple)) else batch
-    return int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 0
-
-
-def _loss_tensor(outputs: Any) -> Optional[torch.Tensor]:
-    """The loss ``training_step`` returned, detached and left on its device (no synchronisation)."""
-    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    return loss.detach() if isinstance(loss, torch.Tensor) else None
-
-
 class EpochCostLogger(Callback):
-    """One CSV row per training epoch in ``csv_path`` (its columns: docs/compare.md, "Building
-    blocks"), the file rewritten whole with each row; ``print_rows`` also prints each row. The rows
-    of the epochs about to train are dropped when training starts. Nothing waits for the GPU inside
-    an epoch: a CUDA event after each batch is read at the epoch's end."""
+    """One CSV row per epoch in ``csv_path`` (columns: docs/compare.md, "Building blocks"), the file
+    rewritten whole (``print_rows``: also printed); rows of epochs about to train are dropped first.
+    No GPU wait inside an epoch: a CUDA event after each batch is read at the epoch's end."""
 
     def __init__(
         self,
@@ -88,10 +74,12 @@ class EpochCostLogger(Callback):
             self._end_event.record(torch.cuda.current_stream(trainer.strategy.root_device))
         else:
             self._last_batch_end = time.perf_counter()
-        self._samples += _batch_size(batch) * trainer.world_size
-        loss = _loss_tensor(outputs)
-        if loss is not None:
-            self._losses.append(loss)
+        targets = batch[-1] if isinstance(batch, (list, tuple)) else batch  # [indexes, views, y]
+        if isinstance(targets, torch.Tensor):  # samples, not views
+            self._samples += int(targets.shape[0]) * trainer.world_size
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):  # left on its device: no synchronisation
+            self._losses.append(loss.detach())
 
     def _train_seconds(self) -> float:
         """From the epoch's start to the end of its last batch (on CUDA: as the GPU ran it)."""
@@ -177,8 +165,7 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
 
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` validation images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the
-    last."""
+    ``max_samples`` val images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the last."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -203,13 +190,7 @@ class RankMeMonitor(Callback):
 
     @torch.no_grad()
     def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         collected = sum(len(f) for f in self._features)
         if not self._active(trainer) or collected >= self.max_samples:
@@ -267,10 +248,9 @@ def clock_text(seconds: float) -> str:
 
 
 class OverallProgress:
-    """The overall progress line of a command of several steps (``demo``, ``compare``): step k of
-    n, time elapsed and the time left, from the time so far and each step's ``weights`` (its share
-    of the work), or with ``from_epochs`` from the measured training epochs only; ``say`` prints
-    each line."""
+    """The progress line of a command of several steps (``demo``, ``compare``): step k of n, time
+    elapsed and left, from the time so far and each step's share of the work (``weights``), or with
+    ``from_epochs`` from the measured training epochs only; ``say`` prints each line."""
 
     def __init__(
         self,
@@ -318,9 +298,8 @@ class OverallProgress:
         self.skipped += self.weights[step - 1]
 
     def epoch_callback(self, step: int, what: str) -> Any:
-        """A Lightning callback that says the line after each training epoch of step ``step``
-        (its ``started``: whether the fit trained at all), on a line of its own (not after a
-        progress bar's), and measures the time per weight unit of the epochs trained."""
+        """A callback saying the line after each training epoch of step ``step`` (its ``started``:
+        whether the fit trained), on its own line, and measuring the time per weight trained."""
         progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):

@@ -11,14 +11,13 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
-from torch.distributed import ReduceOp
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 from solo_diet.config import ConfigError
@@ -37,8 +36,7 @@ SAME_RUN_KEYS = ("data.train_path", "data.val_path", "data.fraction", "method_kw
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
-    """The epoch in a solo-learn Checkpointer file name (``...-ep=<epoch>.ckpt``), else
-    ``default``."""
+    """The epoch in a Checkpointer file name (``...-ep=<epoch>.ckpt``), else ``default``."""
     match = re.search(r"ep=(\d+)\.ckpt$", str(path)) if path else None
     return int(match.group(1)) if match else default
 
@@ -71,22 +69,14 @@ class RunCheckpointer(Checkpointer):
     ``logdir`` going on in that folder (the resumed checkpoint counts as the previous one)."""
 
     def __init__(self, cfg: DictConfig, logdir: str | Path, resume_from: Optional[str] = None):
-        checkpoint = cfg.checkpoint
-        super().__init__(cfg, logdir, checkpoint.frequency, keep_prev=checkpoint.keep_prev)
+        super().__init__(cfg, logdir, cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev)
         self.resume_from = Path(resume_from) if resume_from is not None else None
-
-    def resumed_folder(self) -> Optional[Path]:
-        """The run folder of the resumed checkpoint, when it is one of ``logdir``'s."""
-        if self.resume_from is None:
-            return None
-        folder = self.resume_from.resolve().parent
-        return self.logdir / folder.name if folder.parent == self.logdir.resolve() else None
 
     def initial_setup(self, trainer: Any) -> None:
         if trainer.is_global_zero:  # saves killed mid-write, in any run folder, left these
             remove_stale_temporaries(self.logdir)
-        folder = self.resumed_folder()
-        if folder is None:
+        resumed = None if self.resume_from is None else self.resume_from.resolve().parent
+        if resumed is None or resumed.parent != self.logdir.resolve():  # not a run folder of logdir
             super().initial_setup(trainer)
             # each process drew its own random run name: all take global rank 0's, so every node
             # names the folder its checkpoints are in (a collective: every process calls it)
@@ -96,7 +86,7 @@ class RunCheckpointer(Checkpointer):
             return
         if trainer.logger is not None:
             self.wandb_run_id = str(trainer.logger.version)
-        self.path = folder
+        self.path = folder = self.logdir / resumed.name
         self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
         own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
         self.last_ckpt = folder / self.resume_from.name if own else None
@@ -159,11 +149,9 @@ def _comparable(value: Any) -> Any:
 def auto_resume_checkpoint(
     cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
 ) -> tuple[Optional[Path], Optional[str]]:
-    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: among the run
-    folders under ``logdir`` that solo-learn's AutoResumer would match, the newest checkpoint that
-    loads (:func:`newest_loading`) of those written within ``auto_resume.max_hours`` (``say``
-    names an older one in one line). One trained on other data (:data:`SAME_RUN_KEYS`) is
-    refused."""
+    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: of the run folders
+    solo-learn's AutoResumer would match, the newest checkpoint that loads, written within
+    ``auto_resume.max_hours``; one trained on other data (:data:`SAME_RUN_KEYS`) is refused."""
     runs = _matching_runs(cfg, Path(logdir), say)
     now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
     recent, old = [], []
@@ -194,8 +182,7 @@ def auto_resume_checkpoint(
 
 
 def check_checkpoint_key(key: str, ckpt: str, allow_pickle: bool = False) -> None:
-    """Refuse, in one line naming the config ``key``, a checkpoint that is no file or does not
-    load."""
+    """Refuse a checkpoint that is missing or does not load, in one line naming the ``key``."""
     try:
         check_checkpoint_file(Path(ckpt))
         problem = checkpoint_problem(ckpt, allow_pickle=allow_pickle)
@@ -226,15 +213,10 @@ class OneProcessAwareDDP(DDPStrategy):
     process is the identity (``DDPStrategy`` reduces every value logged with ``sync_dist=True``
     through a barrier that waits for the whole GPU: docs/data-path.md)."""
 
-    def reduce(
-        self,
-        tensor: Any,
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Any:
+    def reduce(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if self.world_size == 1 and isinstance(tensor, torch.Tensor):
             return tensor
-        return super().reduce(tensor, group, reduce_op)
+        return super().reduce(tensor, *args, **kwargs)
 
 
 def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
@@ -274,13 +256,11 @@ def save_raw_pixels(path: Path, image_shape: tuple[int, int, int], dataset: str)
     images of ``image_shape`` = (channels, size, size) after the probe's eval transform."""
     from solo_diet.backbones import RawPixels
 
-    channels, height, width = image_shape
-    if height != width:
-        raise ValueError(f"raw_pixels needs square images, got {height}x{width}")
-    backbone = RawPixels(size=height, channels=channels)
+    channels, size, _ = image_shape  # square: every probe's eval transform ends in a square crop
+    backbone = RawPixels(size=size, channels=channels)
     args = {
         "method": "raw_pixels",
-        "backbone": {"name": "raw_pixels", "kwargs": {"size": height, "channels": channels}},
+        "backbone": {"name": "raw_pixels", "kwargs": {"size": size, "channels": channels}},
         "data": {"dataset": dataset},
     }
     return _save_backbone(path, backbone, args)

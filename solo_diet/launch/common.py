@@ -14,11 +14,11 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_run_name, closest_name
+from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
 from solo_diet.launch.nodes import check_nodes
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, core_errors_named
+from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -61,10 +61,8 @@ def _unknown_override(base: DictConfig, key: str) -> str:
     if not parent:
         top_level = known_top_level_keys()
         if leaf in top_level:
-            return (
-                f"`{key}` is not in the YAML, though solo-learn or Lightning reads it: write "
-                f"`+{key}=...` to add it."
-            )
+            missing = "is not in the YAML, though solo-learn or Lightning reads it"
+            return f"`{key}` {missing}: write `+{key}=...` to add it."
         known = sorted({*known, *top_level})
     close = closest_name(leaf, known)
     where = f"`{parent}`" if parent else "the config"
@@ -183,17 +181,11 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 
 
 def fit_or_raise(
-    trainer: Any,
-    model: Any,
-    cfg: DictConfig,
-    checkpointer: Any,
-    data_path: Optional[Any] = None,
-    **fit_kwargs: Any,
+    trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, data_path: Any, **fit_kwargs: Any
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` with where
-    to resume from (Lightning swallows KeyboardInterrupt), a core error names the config keys of
-    the arguments it names, no empty run folder stays behind, and ``data_path`` is closed however
-    the fit ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` saying where
+    to resume from (Lightning swallows KeyboardInterrupt), a core error names its config keys, no
+    empty run folder stays, and ``data_path`` is closed however the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -210,8 +202,7 @@ def fit_or_raise(
         _drop_empty_run_folder(checkpointer)
         raise
     finally:
-        if data_path is not None:
-            data_path.close()
+        data_path.close()
     if stopped:
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
@@ -242,14 +233,9 @@ def logger_and_callbacks(
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers.wandb import WandbLogger
 
-        logger = WandbLogger(
-            name=cfg.name,
-            project=cfg.wandb.project,
-            entity=cfg.wandb.entity,
-            offline=cfg.wandb.offline,
-            resume="allow" if wandb_run_id else None,
-            id=wandb_run_id,
-        )
+        where = {key: cfg.wandb[key] for key in ("project", "entity", "offline")}
+        resume = "allow" if wandb_run_id else None
+        logger = WandbLogger(name=cfg.name, resume=resume, id=wandb_run_id, **where)
         _start_wandb_run(cfg, logger, model)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer

@@ -61,9 +61,8 @@ def name_unreadable_images(dataset: Any) -> None:
 
 @contextlib.contextmanager
 def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
-    """Within the block, a failed download of a torchvision dataset whose files are not under
-    ``data.<path_keys>`` is one ``DataError`` naming the keys and the fix; ``data``: the run's
-    :class:`~solo_diet.launch.settings.LoaderSettings`."""
+    """In the block, a failed download of a torchvision dataset not under ``data.<path_keys>`` (of
+    the run's ``LoaderSettings`` ``data``) is one ``DataError`` naming the keys and the fix."""
     from urllib.error import URLError
 
     try:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
+from solo_diet.config import ConfigError, KeyReader, closest_name, parse_section, setting
 from solo_diet.data.tensor_data import FOLDER_DATASETS
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
@@ -100,8 +100,7 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
         if key in given:
             raise KeyReader(cfg).fail(
                 f"optimizer.kwargs.{key}",
-                f": solo-learn passes the optimizer `optimizer.{key}` itself; set "
-                f"`optimizer.{key}` instead.",
+                f": solo-learn passes the optimizer `optimizer.{key}` itself; set that instead.",
             )
     parameters = inspect.signature(optimizer).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -138,18 +137,13 @@ class TrainingSettings:
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """A learning rate > 0 and a precision Lightning knows."""
-        if self.lr is not None and not (is_number(self.lr) and self.lr > 0):
+        if self.lr is not None and self.lr <= 0:  # a number: the schema checked it
             raise KeyReader(cfg).fail(
                 "optimizer.lr", f"must be a positive number, got {self.lr!r}."
             )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
-
-
-def check_training_basics(cfg: DictConfig) -> TrainingSettings:
-    """The checked :class:`TrainingSettings` of ``cfg``."""
-    return parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
 
 
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
@@ -253,5 +247,5 @@ def check_cfg_before_parse(cfg: DictConfig) -> None:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
     ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
     check_key_typos(cfg)
-    check_training_basics(cfg)
+    parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
     check_data_paths(cfg)

@@ -55,21 +55,20 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 def probe_features(cfg: DictConfig) -> nn.Module:
     """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
     the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
-    probe = OmegaConf.select(cfg, "probe", default="backbone")
+    read = KeyReader(cfg)
+    probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
-    allow_pickle = KeyReader(cfg).bool(ALLOW_PICKLE_KEY, default=False)
+    allow_pickle = read.bool(ALLOW_PICKLE_KEY, default=False)
     if probe == "backbone":
         backbone = build_backbone(cfg)
         load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)
         return backbone
-    if probe == "sem":
-        from solo_diet.methods.sem import sem_feature_extractor
+    from solo_diet.methods.sem import sem_feature_extractor
 
-        tau = OmegaConf.select(cfg, "sem_tau", default=None)
-        if tau is not None and tau < 0:
-            raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
-        return sem_feature_extractor(PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle), tau=tau)
-    raise ConfigError(f"`probe` must be 'backbone' or 'sem', got {probe!r}.")
+    tau = OmegaConf.select(cfg, "sem_tau", default=None)
+    if tau is not None and tau < 0:
+        raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
+    return sem_feature_extractor(PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle), tau=tau)
 
 
 def _loss_and_mixup(cfg: DictConfig):

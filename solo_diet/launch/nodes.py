@@ -24,21 +24,16 @@ def num_nodes(cfg: DictConfig) -> int:
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(
-            f"`num_nodes` must be a positive whole number of machines, got {value!r}: "
-            "++num_nodes=2 trains on two."
-        )
+        raise ConfigError(f"`num_nodes` must be a positive whole number, got {value!r}.")
     return value
 
 
 def devices_per_node(cfg: DictConfig) -> Optional[int]:
     """The processes each node runs: the length of ``devices`` or its count; None for ``auto`` or
     ``-1`` (every device the node has)."""
-    devices = OmegaConf.select(cfg, "devices", default=1)
+    devices = OmegaConf.select(cfg, "devices", default=1)  # normalize_devices made a count a list
     if isinstance(devices, (list, ListConfig)):
         return len(devices)
-    if isinstance(devices, str) and devices.isdigit():
-        return int(devices)
     return devices if isinstance(devices, int) and devices > 0 else None
 
 
@@ -66,8 +61,7 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
     nested = OmegaConf.select(cfg, "trainer.num_nodes", default=None)
     if nested is not None:
         raise ConfigError(
-            f"`trainer.num_nodes={nested}`: solo-learn reads Trainer arguments at the top level "
-            f"of its config; write ++num_nodes={nested}."
+            f"`trainer.num_nodes={nested}`: num_nodes goes at the top level: ++num_nodes={nested}."
         )
     nodes = num_nodes(cfg)
     if "num_nodes" in cfg:
@@ -81,13 +75,13 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
         )
     if nodes == 1:
         return
-    _check_strategy_and_devices(cfg, nodes)
+    per_node = _check_strategy_and_devices(cfg, nodes)
     if where == "plain":
         _check_plain_cluster(nodes, environ)
     elif where == "slurm":
-        _check_slurm(cfg, nodes, environ)
+        _check_slurm(nodes, per_node, environ)
     elif where == "torchrun":
-        _check_torchrun(cfg, nodes, environ)
+        _check_torchrun(nodes, per_node, environ)
 
 
 def _node_rank(environ: Mapping[str, str]) -> Optional[int]:
@@ -98,13 +92,12 @@ def _node_rank(environ: Mapping[str, str]) -> Optional[int]:
     if value is None:
         return None
     if not value.strip().isdigit():
-        raise ConfigError(
-            f"{name}={value!r} must be this machine's number, 0 to num_nodes - 1 ({DOCS})."
-        )
+        raise ConfigError(f"{name}={value!r} must be this machine's number, 0 to num_nodes - 1.")
     return int(value)
 
 
-def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> None:
+def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> int:
+    """A strategy that spans processes and a count of devices per node (returned)."""
     strategy = str(OmegaConf.select(cfg, "strategy", default="auto"))
     if strategy not in ("auto", "None") and not strategy.startswith(MULTI_PROCESS_STRATEGIES):
         raise ConfigError(
@@ -127,6 +120,7 @@ def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> None:
                 f"`devices` asks for {per_node} GPUs on each of the {nodes} nodes, but this "
                 f"machine has {have}: set devices={have} (the GPUs of one node)."
             )
+    return per_node
 
 
 def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
@@ -148,9 +142,8 @@ def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
         raise ConfigError(f"MASTER_PORT={port!r} must be a port number (1-65535) free on node 0.")
 
 
-def _check_slurm(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> None:
+def _check_slurm(nodes: int, per_node: int, environ: Mapping[str, str]) -> None:
     """``srun``: its node count and tasks per node must be ``num_nodes`` and ``devices``."""
-    per_node = devices_per_node(cfg)
     slurm_nodes = environ.get("SLURM_NNODES")
     if slurm_nodes is not None and slurm_nodes.isdigit() and int(slurm_nodes) != nodes:
         raise ConfigError(
@@ -165,16 +158,14 @@ def _check_slurm(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> Non
         )
     if tasks.isdigit() and int(tasks) != per_node:
         raise ConfigError(
-            f"`devices` gives {per_node} processes per node, but SLURM starts {tasks} tasks "
-            f"per node (--ntasks-per-node): set devices={tasks} or #SBATCH "
-            f"--ntasks-per-node={per_node}."
+            f"`devices` gives {per_node} processes per node, SLURM starts {tasks} tasks per node: "
+            f"set devices={tasks} or #SBATCH --ntasks-per-node={per_node}."
         )
 
 
-def _check_torchrun(cfg: DictConfig, nodes: int, environ: Mapping[str, str]) -> None:
+def _check_torchrun(nodes: int, per_node: int, environ: Mapping[str, str]) -> None:
     """``torchrun``: its processes per node and world size must be ``devices`` and
     ``num_nodes * devices``."""
-    per_node = devices_per_node(cfg)
     local, world = environ.get("LOCAL_WORLD_SIZE"), environ.get("WORLD_SIZE")
     if local is not None and local.isdigit() and int(local) != per_node:
         raise ConfigError(
@@ -194,7 +185,6 @@ def check_one_node(cfg: DictConfig) -> None:
     nodes = num_nodes(cfg)
     if nodes > 1:
         raise ConfigError(
-            f"`num_nodes={nodes}`: solo-diet compare runs its jobs on the GPUs of this machine and "
-            "does not span machines. Train over several nodes with `solo-diet pretrain` started on "
-            f"each ({DOCS}), then probe the checkpoint with `solo-diet linear`."
+            f"`num_nodes={nodes}`: solo-diet compare runs on one machine; train over several with "
+            f"`solo-diet pretrain` on each ({DOCS}), then probe with `solo-diet linear`."
         )

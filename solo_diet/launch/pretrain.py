@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, unknown_method_hint
+from solo_diet.config import ConfigError, core_errors_named, unknown_method_hint
 from solo_diet.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
@@ -31,7 +31,6 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     PRETRAIN_PROBE_NODE,
     LoaderSettings,
-    core_errors_named,
     parse_loader_settings,
     parse_performance_settings,
 )
@@ -53,12 +52,6 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
     if cfg.get("method_kwargs") is None:
         cfg.method_kwargs = {}
     cfg.method_kwargs.num_samples = num_samples
-
-
-def prepare_cfg(cfg: DictConfig) -> tuple[DictConfig, type, Contract]:
-    """:func:`prepare_run`'s parsed cfg, method class and contract."""
-    cfg, method_cls, contract, *_ = prepare_run(cfg)
-    return cfg, method_cls, contract
 
 
 def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:

@@ -1,15 +1,12 @@
-"""The data, loader and performance settings of a launch, read, filled and checked once at the
-launcher's boundary (the loader's after solo-learn's ``parse_cfg`` filled its defaults) into frozen
-dataclasses; every error is one line naming the key and the fix (docs/launchers.md, "Settings and
-data paths"). The data format is read here and by the data-path factory
-(:mod:`solo_diet.launch.datapaths`), nowhere else."""
+"""The data, loader and performance settings of a launch, read and checked once into frozen
+dataclasses (the loader's after solo-learn's ``parse_cfg``), each error one line naming the key and
+the fix (docs/launchers.md, "Settings and data paths")."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -19,13 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import (
     ConfigError,
     KeyReader,
+    core_errors_named,
     is_number,
     parse_section,
     setting,
     world_size,
     write_section,
 )
-from solo_diet.config import core_errors_named as core_errors_named  # the launchers import it here
 from solo_diet.data.loader import STORAGES
 from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.data.stream import ON_CORRUPT
@@ -34,7 +31,7 @@ from solo_diet.methods._common import SOLO_LEARN_SEED
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 # the GPU data path's core arguments and the keys that set them: the core's errors name the
-# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` (re-exported here) names the keys
+# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` names the keys
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
     "cuda_graphs": "data.gpu.cuda_graphs",
@@ -64,11 +61,7 @@ class GPUDataSettings:
         """No ``dali`` section beside it, and where batches are made, from ``accelerator``."""
         read = KeyReader(cfg)
         if read.value("dali") is not None:
-            raise read.fail(
-                "dali",
-                f"options apply to {FORMAT_KEY}=dali; with {FORMAT_KEY}=gpu remove the `dali` "
-                "section.",
-            )
+            raise read.fail("dali", f"options apply to {FORMAT_KEY}=dali: remove them.")
         accelerator = str(read.value("accelerator", "auto"))
         if accelerator == "auto":
             accelerator = "cuda" if torch.cuda.is_available() else "cpu"
@@ -108,8 +101,7 @@ class PerformanceSettings:
 
 
 def parse_performance_settings(cfg: DictConfig) -> PerformanceSettings:
-    """Fill and check the ``performance`` section (a key that is none of its fields is refused,
-    naming the closest)."""
+    """Fill and check the ``performance`` section; an unknown key is refused, naming the closest."""
     parsed = parse_section(PerformanceSettings, cfg, "performance", "`performance`")
     write_section(cfg, "performance", parsed)
     return parsed
@@ -134,8 +126,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
 
 def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
     """A compare spec's data format (:func:`resolve_launch_format`), written back into the spec."""
-    import torch
-
     requested = OmegaConf.select(spec, FORMAT_KEY)
     key = f"{spec_path}: `{FORMAT_KEY}`"
     resolved = resolve_launch_format(requested, torch.cuda.is_available(), key)
@@ -144,8 +134,7 @@ def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
 
 
 def format_of(cfg: DictConfig) -> str:
-    """The data format a composed config or a parsed compare spec holds (for reports and
-    fingerprints; launchers use :func:`parse_data_settings`)."""
+    """The data format a composed config or a parsed compare spec holds (reports, fingerprints)."""
     return str(OmegaConf.select(cfg, FORMAT_KEY, default="image_folder"))
 
 
@@ -204,10 +193,9 @@ class LoaderSettings:
         return default if self.num_workers is None else self.num_workers
 
     def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
-        """A probe's training set smaller than one global batch would give no training batch (the
-        incomplete one is dropped): lower ``optimizer.batch_size`` to the set's size per device,
-        scale the learning rate with it (solo-learn's linear scaling) and say so in one line.
-        Returns what was fitted (the launcher writes it into the probe's config), or None."""
+        """For a training set smaller than one global batch (no batch: the incomplete one is
+        dropped), the batch lowered to its size per device and the lr scaled with it, said in one
+        line (the launcher writes them into the probe's config); None when a batch fits."""
         world, batch = self.world_size, self.batch_size
         if num_samples >= batch * world:
             return None
@@ -233,8 +221,7 @@ class LoaderSettings:
         if self.batch_size is not None and num_samples < self.batch_size * self.world_size:
             raise ConfigError(
                 f"the training set has {num_samples} samples, fewer than one global batch "
-                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower the "
-                "batch size."
+                f"(optimizer.batch_size={self.batch_size} x {self.world_size} devices): lower it."
             )
 
 
@@ -250,7 +237,7 @@ class FittedBatch:
 
     def report(self) -> dict[str, int]:
         """What ``solo-diet linear`` returns as ``fitted_batch`` (and compare's report says)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "lr"}
+        return {k: v for k, v in asdict(self).items() if k != "lr"}
 
 
 def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
@@ -270,10 +257,9 @@ def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
 
 def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[float, ...]:
     value = read.value(key, default)
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+    is_list = isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
+    if not (is_list and all(is_number(v) for v in value)):
         raise read.fail(key, f"must be a list of numbers, one per channel, got {value!r}.")
-    if not all(is_number(v) for v in value):
-        raise read.fail(key, f"must be a list of numbers, one per channel, got {list(value)!r}.")
     return tuple(float(v) for v in value)
 
 

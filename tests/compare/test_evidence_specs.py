@@ -19,7 +19,7 @@ import solo_diet
 from solo_diet.compare.evaluate import compose_linear
 from solo_diet.compare.jobs import parse_runs, plan_jobs
 from solo_diet.compare.spec import load_spec
-from solo_diet.launch.pretrain import prepare_cfg, set_num_samples
+from solo_diet.launch.pretrain import prepare_run, set_num_samples
 
 pytestmark = pytest.mark.solo
 
@@ -95,7 +95,7 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
         assert cfg.scheduler.warmup_epochs < epochs, job.key
         if job.seed != seeds[0]:
             continue  # the other seeds' configs differ only in `seed`
-        checked, method_cls, contract = prepare_cfg(copy.deepcopy(cfg))
+        checked, method_cls, contract, *_ = prepare_run(copy.deepcopy(cfg))
         set_num_samples(checked, contract, train_size(spec_path))
         kwargs = method_cls.add_and_assert_specific_cfg(checked).method_kwargs
         if cfg.method == "mocov2plus":  # solo-learn asserts queue_size % batch == 0 per step

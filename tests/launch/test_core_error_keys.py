@@ -1,5 +1,5 @@
 """The torch-only core names its own arguments in its errors; the launchers' settings name the
-config keys that set them (:func:`~solo_diet.launch.settings.core_errors_named`). Each case: the
+config keys that set them (:func:`~solo_diet.config.core_errors_named`). Each case: the
 core's error as the launcher shows it, one line naming the key and the fix."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_diet.config import Argument, ConfigError
+from solo_diet.config import Argument, ConfigError, core_errors_named
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import MultiCropAugmentation
 from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
@@ -23,7 +23,6 @@ from solo_diet.launch.settings import (
     DataSettings,
     GPUDataSettings,
     LoaderSettings,
-    core_errors_named,
 )
 from tests._helpers.core import BAD_NODES
 

@@ -224,11 +224,14 @@ def test_ddp_ranks_split_each_global_batch(data, tmp_path):
 
 
 def test_demo_uses_the_gpu_path_on_a_gpu_unless_told_otherwise():
-    from solo_diet.cli.demo import _data_format
     from solo_diet.cli.main import build_parser
+    from solo_diet.launch.settings import resolve_launch_format
 
-    assert _data_format("auto", "gpu") == "gpu" and _data_format("auto", "cpu") == "image_folder"
-    assert _data_format("image_folder", "gpu") == "image_folder"
+    def demo_format(requested: str, accelerator: str) -> str:  # as run_demo resolves it
+        return resolve_launch_format(requested, accelerator == "gpu", "--data-format")
+
+    assert demo_format("auto", "gpu") == "gpu" and demo_format("auto", "cpu") == "image_folder"
+    assert demo_format("image_folder", "gpu") == "image_folder"
     assert build_parser().parse_args(["demo", "--data-format", "gpu"]).data_format == "gpu"
     with pytest.raises(ValueError, match="--data-format"):
-        _data_format("gpuu", "gpu")
+        demo_format("gpuu", "gpu")

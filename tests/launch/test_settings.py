@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, core_errors_named
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.tensor_data import ImageTensors
 from solo_diet.launch import settings
@@ -18,7 +18,6 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
     GPUDataSettings,
-    core_errors_named,
     format_of,
     format_override,
     resolve_launch_format,

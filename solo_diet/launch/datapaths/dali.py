@@ -30,9 +30,8 @@ class DaliPath(ImageFolderPath):
             return
         if not self.dali.encode_indexes_into_labels:
             raise ConfigError(
-                f"method '{method}' uses dataset indices as labels, but with {FORMAT_KEY}=dali "
-                "solo-learn returns dummy indices (arange(B)) unless "
-                "`dali.encode_indexes_into_labels: True`. Set it."
+                f"method '{method}' uses dataset indices, which {FORMAT_KEY}=dali gives only with "
+                "`dali.encode_indexes_into_labels: True` (else arange(B)): set it."
             )
 
     def pretrain_data(
@@ -43,8 +42,7 @@ class DaliPath(ImageFolderPath):
         if not dali_installed():
             raise ConfigError(
                 f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "
-                f"{FORMAT_KEY}=gpu (batched augmentations on the GPU) or "
-                f"{FORMAT_KEY}=image_folder."
+                f"{FORMAT_KEY}=gpu (augmentations on the GPU) or {FORMAT_KEY}=image_folder."
             )
         from solo.data.dali_dataloader import PretrainDALIDataModule, build_transform_pipeline_dali
         from solo.data.pretrain_dataloader import FullTransformPipeline, NCropAugmentation

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from solo_diet.config import core_errors_named
 from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.pipeline import (
     IMAGENET_STATS,
@@ -27,7 +28,6 @@ from solo_diet.launch.settings import (
     GPUDataSettings,
     LoaderSettings,
     ProbeAugmentation,
-    core_errors_named,
 )
 
 # solo-learn's classification pipelines of its named sets: crop, mean, std, eval resize size
@@ -41,9 +41,8 @@ PROBE_PIPELINES = {
 
 
 def probe_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """GPU twins of :func:`~solo_diet.launch.datapaths.image_folder.classification_transforms`:
-    ``(train, eval)``; ``probe`` (custom data's crop and statistics) is unused for solo-learn's
-    named sets."""
+    """``(train, eval)``, GPU twins of ``image_folder.classification_transforms``; ``probe`` (custom
+    data's crop and statistics) is unused for solo-learn's named sets."""
     if dataset in PROBE_PIPELINES:
         crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
         min_scale = 0.08
@@ -110,13 +109,8 @@ class GPUPath(DataPath):
         """The keyword arguments every loader of this path gets."""
         if self.gpu.device == "cpu":
             say_cpu_batches()
-        gpu = self.gpu
-        return {
-            "seed": run.seed,
-            "storage": gpu.storage,
-            "device": gpu.device,
-            "cuda_graphs": gpu.cuda_graphs,
-        }
+        keys = ("storage", "device", "cuda_graphs")
+        return {"seed": run.seed} | {key: getattr(self.gpu, key) for key in keys}
 
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None

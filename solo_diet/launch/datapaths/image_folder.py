@@ -9,9 +9,9 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from solo_diet.config import ConfigError
+from solo_diet.config import KeyReader
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
 from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmentation
@@ -24,11 +24,7 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
     from torchvision import transforms
 
     pipeline = build_transform_pipeline(dataset, aug_cfg)
-    erasing = float(OmegaConf.select(aug_cfg, "random_erasing.prob", default=0.0))
-    if not 0.0 <= erasing <= 1.0:
-        raise ConfigError(
-            f"`augmentations[].random_erasing.prob` must be in [0, 1], got {erasing}."
-        )
+    erasing = KeyReader(aug_cfg, "augmentations[]").probability("random_erasing.prob", 0.0)
     if erasing > 0:
         pipeline = transforms.Compose([pipeline, transforms.RandomErasing(p=erasing)])
     return pipeline
@@ -46,17 +42,10 @@ def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
         return prepare_transforms(dataset)
     crop_size, crop_min_scale, mean, std = probe
     normalize = [transforms.ToTensor(), transforms.Normalize(mean=list(mean), std=list(std))]
-    train = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0)),
-            transforms.RandomHorizontalFlip(),
-        ]
-        + normalize
-    )
-    val = transforms.Compose(
-        [transforms.Resize(round(crop_size * 256 / 224)), transforms.CenterCrop(crop_size)]
-        + normalize
-    )
+    crop = transforms.RandomResizedCrop(crop_size, scale=(crop_min_scale, 1.0))
+    train = transforms.Compose([crop, transforms.RandomHorizontalFlip(), *normalize])
+    resize = transforms.Resize(round(crop_size * 256 / 224))
+    val = transforms.Compose([resize, transforms.CenterCrop(crop_size), *normalize])
     return train, val
 
 

@@ -1,7 +1,6 @@
-"""The streaming data path (the GPU format with ``data.gpu.storage: stream``): host workers
-read each file's bytes, the training device decodes every batch and augments it as the GPU data
-path does (:mod:`solo_diet.data.stream`, docs/data-path.md). Its loaders' host workers are stopped
-by :meth:`StreamPath.close`, which the launchers call when a fit ends."""
+"""The streaming data path (``data.gpu.storage: stream``): host workers read each file's bytes, the
+training device decodes and augments every batch as the GPU data path does (docs/data-path.md);
+:meth:`StreamPath.close`, called when a fit ends, stops the host workers."""
 
 from __future__ import annotations
 
