@@ -211,7 +211,7 @@ def dimensional_collapse_report(
     p = eigenvalues[eigenvalues > 0] / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)
-    corr = torch.corrcoef(x[:, x.norm(dim=0) > 0].T)  # of the dimensions that vary
+    corr = torch.atleast_2d(torch.corrcoef(x[:, x.norm(dim=0) > 0].T))  # varying dims (1x1 for one)
     d = corr.shape[0]
     offdiag = (corr.abs().sum() - corr.diagonal().abs().sum()) / max(d * (d - 1), 1)
     return {

@@ -154,3 +154,8 @@ def test_dimensional_collapse_report():
     report = dimensional_collapse_report(collapsed)
     assert report["significant_dims"] == 2
     assert report["effective_rank"] <= 2.0 + 1e-6
+    # one dimension that varies (corrcoef of one variable is a scalar), the rest constant
+    line = np.concatenate([rng.normal(size=(50, 1)), np.ones((50, 3))], axis=1)
+    report = dimensional_collapse_report(line)
+    assert report["significant_dims"] == 1
+    assert report["mean_abs_offdiag_corr"] == 0.0
