@@ -137,7 +137,7 @@ class TrainingSettings:
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """A learning rate > 0 and a precision Lightning knows."""
-        if self.lr is not None and self.lr <= 0:  # a number: the schema checked it
+        if self.lr is not None and not self.lr > 0:  # a number (the schema); not NaN either
             raise KeyReader(cfg).fail(
                 "optimizer.lr", f"must be a positive number, got {self.lr!r}."
             )
