@@ -140,7 +140,7 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
     """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
-    refused naming the closest, a renamed one, of ``renamed_method_kwargs``, its new name, then
+    refused naming the closest, an old one of ``renamed_method_kwargs`` naming its new name; then
     its ``checked(cfg)``) and write every value back; returns ``cfg``."""
     schema = method_contract(method_cls).kwargs
     if schema is not None:

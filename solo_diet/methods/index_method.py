@@ -90,8 +90,8 @@ SET_NUM_SAMPLES = (
     "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
     "DALI, set dali.encode_indexes_into_labels=True."
 )
-# what a GPU's device assert names instead (its message has under 255 characters)
-ON_DEVICE = "method_kwargs.num_samples; launch with solo-diet pretrain"
+# check_range's device_key: what a GPU's device assert names (its message has < 255 characters)
+DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
@@ -100,7 +100,7 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
         check_range(
-            indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, ON_DEVICE
+            indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
         )
 
 
