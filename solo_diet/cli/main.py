@@ -182,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
     _command(sub, "methods", _cmd_methods, help="list every method in solo.methods.METHODS")
-    style = "from a solo-learn-style YAML"
-    _hydra_args(_command(sub, "pretrain", _cmd_pretrain, help=f"pretrain {style}"))
-    _hydra_args(_command(sub, "linear", _cmd_linear, help=f"offline linear evaluation {style}"))
+    from_yaml = "from a solo-learn-style YAML"
+    _hydra_args(_command(sub, "pretrain", _cmd_pretrain, help=f"pretrain {from_yaml}"))
+    _hydra_args(_command(sub, "linear", _cmd_linear, help=f"offline linear evaluation {from_yaml}"))
 
     from solo_diet.cli import solo_script
     from solo_diet.cli.data import DATASETS
