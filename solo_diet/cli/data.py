@@ -64,14 +64,16 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def load_fashion_mnist() -> Split:
-    folder = next((Path(d) for d in FASHION_DIRS if os.path.isdir(d)), None)
-    if folder is None:
-        raise DataError(
-            f"Fashion-MNIST not found in {FASHION_DIRS}: `apt-get install dataset-fashion-mnist`."
-        )
+def load_fashion_mnist(dirs: tuple[str, ...] = FASHION_DIRS) -> Split:
+    folder = next((Path(d) for d in dirs if os.path.isdir(d)), None)
     names = ("train-images", "train-labels", "t10k-images", "t10k-labels")
-    x_train, y_train, x_val, y_val = (read_idx(next(folder.glob(f"{n}*"))) for n in names)
+    files = [min(folder.glob(f"{n}*"), default=None) for n in names] if folder else [None]
+    if None in files:
+        raise DataError(
+            f"Fashion-MNIST's four IDX files not found in {dirs}: "
+            "`apt-get install dataset-fashion-mnist`."
+        )
+    x_train, y_train, x_val, y_val = (read_idx(f) for f in files)
     return x_train, y_train.astype(np.int64), x_val, y_val.astype(np.int64)
 
 

@@ -254,6 +254,16 @@ def test_data_command_replaces_its_earlier_write_and_refuses_foreign_folders(tmp
     assert (foreign / "train" / "cat" / "keep.png").exists()
 
 
+def test_fashion_mnist_without_its_files_is_one_clear_error(tmp_path):
+    from solo_diet.cli.data import load_fashion_mnist
+    from solo_diet.launch.errors import DataError
+
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")  # one of four files
+    for dirs in [(str(tmp_path / "absent"),), (str(tmp_path),)]:
+        with pytest.raises(DataError, match="four IDX files not found in .*apt-get install"):
+            load_fashion_mnist(dirs)
+
+
 def test_data_command_writes_fashion_mnist_image_folder(tmp_path):
     from solo_diet.cli.data import FASHION_DIRS, load_fashion_mnist
 
