@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Trained, positive_int
+from solo_diet.compare.paper_budget import Trained
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
@@ -82,7 +82,7 @@ def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
         not isinstance(entry, DictConfig)
         or not set(entry) <= set(RUN_BUDGET_KEYS)
         or len(entry) != 1
-        or not all(positive_int(v) for v in entry.values())
+        or not all(type(v) is int and v > 0 for v in entry.values())  # not a bool
     ):
         raise ConfigError(
             f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "
@@ -133,7 +133,10 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
     if samples is None:
         epochs = own.get("max_epochs", spec.budget.max_epochs)
         source = "the run's own budget" if own else "the spec's budget"
-        steps, per_epoch = _counted_or_none(spec, cfg)
+        try:  # the data counted where it can be, for the report
+            steps, per_epoch = loader_epoch(spec, cfg)
+        except ConfigError:
+            steps, per_epoch = None, None
         return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
     steps, per_epoch = loader_epoch(spec, cfg)
     epochs = max(1, round(samples / (per_epoch * views)))
@@ -144,14 +147,6 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
             f"{views} views, above `budget.max_epochs` {spec.budget.max_epochs}; raise it."
         )
     return RunBudget(epochs, views, per_epoch, "samples", source, steps)
-
-
-def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> tuple[Optional[int], Optional[int]]:
-    """Steps and images per epoch where the data can be counted, for the report; else None."""
-    try:
-        return loader_epoch(spec, cfg)
-    except ConfigError:
-        return None, None
 
 
 def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:

@@ -20,16 +20,8 @@ from solo_diet.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
 CLAIM_KEYS = (
-    "text",
-    "metric",
-    "better",
-    "than",
-    "than_metric",
-    "at_least",
-    "epoch",
-    "paper_budget",
-    "definition",
-    "ours",
+    *("text", "metric", "better", "than", "than_metric", "at_least", "epoch", "paper_budget"),
+    *("definition", "ours"),
 )
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's

@@ -77,10 +77,8 @@ class Job:
         devices = OmegaConf.select(self.cfg, "devices", default=1)
         if isinstance(devices, ListConfig):
             count = len(devices)
-        elif isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()):
-            count = max(int(devices), 1)
         else:  # "auto" or -1: every GPU the job is given, here one
-            count = 1
+            count = max(int(devices), 1) if str(devices).isdigit() else 1
         return min(count, 1) if self.reference is not None else count
 
 
@@ -122,24 +120,19 @@ def parse_runs(spec: DictConfig) -> list[Run]:
     return runs
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
     """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
     seed when ``seeds`` is set)."""
-    budget = spec.budget
     owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
+    budget_keys = {target: key for key, target in BUDGET_TARGETS.items()}
     for override in overrides:
-        key = _override_key(override)
-        for budget_key, target in BUDGET_TARGETS.items():
-            if key == target:
-                raise ConfigError(
-                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                    f"`budget.{budget_key}` ({budget[budget_key]}) applies to every run. Remove "
-                    "the override or change the budget."
-                )
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in budget_keys:
+            raise ConfigError(
+                f"conflicting budgets: {owner} sets `{override}` but the spec's "
+                f"`budget.{budget_keys[key]}` ({spec.budget[budget_keys[key]]}) applies to every "
+                "run. Remove the override or change the budget."
+            )
         if key in owned:
             raise ConfigError(
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "

@@ -7,7 +7,7 @@ checked at its source's budget and definition can fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from omegaconf import DictConfig
 
@@ -65,11 +65,6 @@ def _short(count: int) -> str:
         if rounded >= size:
             return f"{rounded / size:g}{suffix}"
     return f"{rounded:g}"
-
-
-def positive_int(value: Any) -> bool:
-    """An integer (not a bool) above 0."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 @dataclass(frozen=True)

@@ -136,15 +136,16 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
+    jobs: Sequence[Job], workers: int, parallel: DictConfig, spec_file: Path
 ) -> dict[str, str]:
     """Every job in a process of its own GPUs (:func:`~solo_diet.compare.fanout.run_tasks`), the
-    longest first; returns {failed job's key: what failed}. With ``reuse`` the jobs of one GPU or
-    the CPU run in reusable workers; a DDP job (Lightning starts its ranks from its command line)
-    gets a fresh process."""
+    longest first; returns {failed job's key: what failed}. With ``parallel.reuse_workers`` the
+    jobs of one GPU or the CPU run in reusable workers; a DDP job (Lightning starts its ranks from
+    its command line) gets a fresh process."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
+    reuse = parallel.reuse_workers
     jobs = longest_first(jobs)
     gpus = visible_gpus()
     worker = (sys.executable, "-m", "solo_diet.compare.worker")
@@ -158,13 +159,12 @@ def _run_in_processes(
         )
         for job in jobs
     ]
-    say = _counting_ended_jobs(jobs)
     outcomes = run_tasks(
         tasks,
         workers,
         gpus,
-        say=say,
-        jobs_per_gpu=jobs_per_gpu,
+        say=_counting_ended_jobs(jobs),
+        jobs_per_gpu=parallel.jobs_per_gpu,
         serve_argv=(*worker, "--serve", str(spec_file)) if reuse else None,
     )
     return {
@@ -350,13 +350,7 @@ def _run_jobs(
         spec_file = out / f".spec-{os.getpid()}.yaml"
         OmegaConf.save(spec, spec_file)
         try:
-            failures = _run_in_processes(
-                to_run,
-                workers,
-                spec.parallel.jobs_per_gpu,
-                spec_file,
-                reuse=spec.parallel.reuse_workers,
-            )
+            failures = _run_in_processes(to_run, workers, spec.parallel, spec_file)
         finally:
             spec_file.unlink(missing_ok=True)
     else:

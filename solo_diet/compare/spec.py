@@ -63,13 +63,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
     "output_dir": None,
     "config_path": None,
-    "data": {
-        "root": None,
-        "dataset": "custom",
-        "train_path": None,
-        "val_path": None,
-        "format": "auto",
-    },
+    "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
     "budget": dataclasses.asdict(BudgetSettings()),  # every key required but the Optional ones
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
@@ -89,13 +83,8 @@ PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
-    "output_dir",
-    "config_path",
-    "data.root",
-    "data.train_path",
-    "data.val_path",
-    "linear.config_path",
-    "evaluation.lidar_augmentations",
+    *("output_dir", "config_path", "data.root", "data.train_path", "data.val_path"),
+    *("linear.config_path", "evaluation.lidar_augmentations"),
 )
 BUDGET_TARGETS = {
     "max_epochs": "max_epochs",

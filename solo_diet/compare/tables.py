@@ -24,13 +24,8 @@ RESULT_COLUMNS = (  # by what they measure
     *COST_COLUMNS,
     *NOT_SHOWN,
 )
-NOT_COLUMNS = (
-    "fingerprint",
-    "recipe",
-    "job",
-    "n_seeds",
-    "unfinished",
-)  # n_seeds, *_std: aggregates
+# keys of a result that are no column (n_seeds and the *_std columns: aggregates)
+NOT_COLUMNS = ("fingerprint", "recipe", "job", "n_seeds", "unfinished")
 RESOLVED_MARK = "†"
 # report.md's tables: each group's columns after the run (and seed); a column of none goes last
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
