@@ -1,13 +1,6 @@
 """One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
-(``<job folder>/.job.lock``).
-
-The holder keeps an exclusive ``flock`` (released by the kernel however its process ends) and
-writes its PID, host and start time into the file. A second comparison into the folder exits 2
-naming the holder; a lock file of this host no longer held (``kill -9``) is taken over with a line
-saying so; one of another host is refused, the line saying to delete it if that comparison no
-longer runs. A worker still holding a job's lock when a comparison takes the folder over belonged
-to one that no longer runs: :func:`stop_orphans` stops it.
-"""
+(``<job folder>/.job.lock``): the holder keeps an exclusive ``flock`` (released by the kernel
+however its process ends) and writes its PID, host and start time into the file."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
-and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
-side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
-every job that has one; what ``run_spec`` returns (:class:`CompareResults`).
-"""
+"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job
+(:mod:`~solo_diet.compare.job`) in this process or in worker processes
+(:mod:`~solo_diet.compare.fanout`), then the report of every job with a result."""
 
 from __future__ import annotations
 
@@ -46,10 +44,7 @@ class JobsFailed(RuntimeError):
 @dataclass(frozen=True)
 class CompareResults:
     """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
-    the resolved ``spec``, the ``report``'s path, the ``records`` (one ``result.json`` per job
-    with a result, in the spec's order; with ``report_only`` also the ``unfinished`` ones), the
-    labels of the jobs ``left_out``, the ``failures`` {job key: what failed} and how many jobs
-    this call ``started``."""
+    ``records`` are the jobs' ``result.json`` in spec order, ``failures`` {job key: what failed}."""
 
     spec: DictConfig
     report: Path
@@ -124,8 +119,7 @@ def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
 
 
 def _check_device_lists(jobs: Sequence[Job]) -> None:
-    """A job in its own process sees only its GPUs, numbered from 0: a device list must be
-    0..n-1."""
+    """A job in its own process sees only its GPUs, numbered from 0: a device list is 0..n-1."""
     for job in jobs:
         devices = OmegaConf.select(job.cfg, "devices")
         if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
@@ -231,9 +225,8 @@ def _report_of_finished(
     report_only: bool = False,
     failed: Collection[str] = (),
 ) -> tuple[Path, list[dict], list[str]]:
-    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (but the
-    ``failed`` keys), naming those it leaves out (another recipe's: stale); ``report_only`` adds
-    the runs' jobs that only have pretraining epochs, and refuses to replace the report when every
+    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others (stale,
+    ``failed``); ``report_only`` adds the runs' unfinished jobs and keeps the report when every
     finished run is stale. Returns the report's path, its results and the labels left out."""
     results, left_out, stale = [], [], False
     for job in jobs:
@@ -278,11 +271,9 @@ def remove_leftovers(out: Path) -> None:
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
-    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report
-    (docs/compare.md, "From Python"). ``spec``: a spec file or the spec as a mapping;
-    ``overrides``: dot-list overrides of spec keys (``budget.max_epochs=2``); ``report_only``: run
-    nothing, only write the report. A failed job is in the result's ``failures``, the others go
-    on; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job starts."""
+    """Run (or finish) a comparison, then write its report (docs/compare.md, "From Python"):
+    ``spec`` a file or mapping, ``overrides`` dot-list (``budget.max_epochs=2``); a failed job is
+    in ``failures``, a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
     import solo_diet
 
     solo_diet.register()
@@ -322,8 +313,7 @@ def _run_jobs(
     jobs: Sequence[Job],
     chosen: Sequence[Job],
 ) -> CompareResults:
-    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
-    report."""
+    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, the report."""
     out = Path(spec.output_dir)
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)

@@ -50,14 +50,6 @@ class EvaluationSettings:
     clustering: bool = True
     seed: int = 0
 
-    def checked(self) -> "EvaluationSettings":
-        """The LiDAR views' augmentation file is one."""
-        if self.lidar_augmentations is not None and not Path(self.lidar_augmentations).is_file():
-            raise ConfigError(
-                f"`evaluation.lidar_augmentations` {self.lidar_augmentations} is not a file."
-            )
-        return self
-
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
@@ -222,7 +214,9 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     check_only(spec, spec_path)
     check_claims(spec, spec_path)
     resolve_spec_format(spec, spec_path)
-    evaluation_settings(spec).checked()
+    views = evaluation_settings(spec).lidar_augmentations
+    if views is not None and not Path(views).is_file():
+        raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
 
 
 def evaluation_settings(spec: DictConfig) -> EvaluationSettings:
