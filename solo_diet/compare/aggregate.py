@@ -56,12 +56,10 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def aggregate(results: Sequence[dict]) -> list[dict]:
-    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, ``n_seeds``, every
-    numeric column's mean over the run's seeds that hold it and its sample standard deviation as
-    ``<column>_std``; ``method`` is kept. ``n_seeds`` counts the evaluated seeds, the ones the
-    metrics come from: a seed stopped before its evaluation adds only its costs (and its epochs
-    where no seed of the run was evaluated), and ``unfinished`` counts such seeds where there
-    are any."""
+    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, every numeric
+    column's mean over the run's seeds and its sample standard deviation (``<column>_std``);
+    ``n_seeds`` counts the evaluated seeds, ``unfinished`` those stopped before their evaluation
+    (they add only their costs, and their epochs where no seed of the run was evaluated)."""
     by_run: dict[str, list[dict]] = {}
     for result in results:
         by_run.setdefault(result["run"], []).append(result)

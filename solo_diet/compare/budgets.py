@@ -1,9 +1,6 @@
 """Each run's training budget: epochs, or forward-backward samples with the views counted
-(docs/compare.md, "Budgets: epochs or samples"). A run trains ``round(samples / (images per
-epoch x views per image))`` epochs under ``budget.samples``, images per epoch being what
-solo-learn's pretraining loader yields (whole batches per device, cut by
-``limit_train_batches``, times the devices); a run may set its own ``budget``.
-"""
+(docs/compare.md, "Budgets: epochs or samples"): ``round(samples / (images per epoch x views per
+image))`` epochs, images per epoch being what solo-learn's pretraining loader yields."""
 
 from __future__ import annotations
 
@@ -34,9 +31,8 @@ def views_per_sample(cfg: DictConfig) -> int:
 
 
 def samples_seen(images: float, views: int) -> float:
-    """Forward-backward samples of training on ``images`` images (optimisation steps x global
-    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
-    ``steps x batch x views``."""
+    """Forward-backward samples of training on ``images`` images (``EpochCostLogger``'s
+    ``samples``: steps x global batch), each in ``views`` views."""
     return images * views
 
 
@@ -62,7 +58,7 @@ class RunBudget:
 
     def trained(self) -> Trained:
         """Epochs, steps and images drawn, for the claims' budget verdicts (paper_budget.py)."""
-        if self.samples_per_epoch is None or self.steps_per_epoch is None:
+        if self.samples_per_epoch is None:  # the data was not counted: no steps either
             return Trained(self.epochs)
         per_epoch = (self.steps_per_epoch, self.samples_per_epoch)
         return Trained(self.epochs, *(self.epochs * count for count in per_epoch))

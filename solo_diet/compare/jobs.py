@@ -41,12 +41,9 @@ class Run:
 
 @dataclass
 class Job:
-    """One job: a run's pretraining for one seed and its evaluation, or a reference row.
-
-    ``name`` is the report's ``run`` column; ``cfg`` is the pretraining cfg (for a reference row
-    the first run's at the job's seed, whose architecture and seed it takes); ``seed`` is the
-    spec's seed (None without ``seeds`` and for a reference row that no seed changes);
-    ``reference`` names the reference row."""
+    """One job: a run's pretraining for one seed and its evaluation, or a reference row (whose
+    ``cfg`` is the first run's at its seed). ``name`` is the report's ``run`` column, ``seed`` the
+    spec's seed (None without ``seeds`` and for a reference row that no seed changes)."""
 
     name: str
     key: str
@@ -219,15 +216,12 @@ def recorded_pretrain_s(job: Job) -> Optional[float]:
     seed (the job's own folder without ``seeds``); None when no job of the run finished."""
     folders = job.run_dir.parent.glob("seed_*") if job.seed is not None else [job.run_dir]
     times = [read_json(folder / "result.json").get("pretrain_wall_s") for folder in folders]
-    times = [t for t in times if isinstance(t, (int, float))]
-    return max(times) if times else None
+    return max((t for t in times if isinstance(t, (int, float))), default=None)
 
 
 def longest_first(jobs: Sequence[Job]) -> list[Job]:
-    """``jobs`` in the order that lets a fan-out end soonest, as far as it is known: runs never
-    measured first (spec order), then the others by :func:`recorded_pretrain_s`, longest first,
-    and the reference rows last. Started last, the short jobs fill the GPUs while the long ones
-    end, instead of one long job running alone at the end."""
+    """``jobs`` in the order that lets a fan-out end soonest: runs never measured first (spec
+    order), then the others by :func:`recorded_pretrain_s`, longest first, reference rows last."""
 
     def rank(job: Job) -> tuple[int, float]:
         if job.reference is not None:

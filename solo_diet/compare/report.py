@@ -224,9 +224,8 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """results.csv, spectra.png, curves.png, the learning curves and report.md (verdicts, tables
-    and settings); ``left_out`` names the spec's jobs without a result, which the report says it
-    leaves out; ``budgets`` each run's budget (:mod:`.budgets`), which the report names."""
+    """results.csv, the plots, the learning curves and report.md; ``left_out``: the labels of the
+    jobs without a result, ``budgets``: each run's budget (:mod:`.budgets`)."""
     from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
