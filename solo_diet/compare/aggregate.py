@@ -1,10 +1,6 @@
 """Seeds in a comparison: one aggregate per run (mean and standard deviation of every metric) and
-which differences to the best run the seeds resolve.
-
-A difference to the best run counts as resolved when it exceeds two pooled standard deviations of
-the two runs' seeds, ``2 * sqrt(((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2))``; with one
-seed per run nothing is resolved. Pure Python: no solo-learn, no torch.
-"""
+which differences to the best run the seeds resolve: those beyond two pooled standard deviations
+of the two runs' seeds (none with one seed per run). Pure Python: no solo-learn, no torch."""
 
 from __future__ import annotations
 

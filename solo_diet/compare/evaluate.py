@@ -134,11 +134,8 @@ class Evaluator:
         """Top-1 of the weighted kNN: train-set bank, val queries."""
         from solo.utils.knn import WeightedKNNClassifier
 
-        knn = WeightedKNNClassifier(
-            k=self.settings.knn_k,
-            T=self.settings.knn_temperature,
-            distance_fx=self.settings.knn_distance,
-        )
+        s = self.settings
+        knn = WeightedKNNClassifier(k=s.knn_k, T=s.knn_temperature, distance_fx=s.knn_distance)
         knn.update(
             train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
         )
@@ -233,8 +230,7 @@ def evaluate_checkpoint(
     clustering = bool(spec.evaluation.clustering)
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
-    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True)
-    result.update(backbone)
+    result.update(evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True))
     if not extras:
         return result
     contract = method_contract(pretrained.method_class())

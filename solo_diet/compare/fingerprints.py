@@ -1,9 +1,6 @@
 """What identifies a job's work, so that finished work is kept and changed work is redone: the
-pretraining cfg, the evaluation settings, a reference row's parts, and the data's files.
-
-Fingerprints hash content, never locations: a checkout, an ``output_dir`` or the data can move
-without losing results, while a changed config, probe, LiDAR views or data file redoes them.
-"""
+pretraining cfg, the evaluation settings, a reference row's parts, and the data's files. Content
+is hashed, never locations: a checkout, an ``output_dir`` or the data can move."""
 
 from __future__ import annotations
 

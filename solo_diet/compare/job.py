@@ -132,11 +132,9 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluat
 def result_standing(
     spec: DictConfig, job: Job, eval_fingerprint: str, curves: bool = True
 ) -> Optional[str]:
-    """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run: a
-    reference row evaluated with these settings, or a run pretrained with this config to its last
-    epoch and evaluated from that checkpoint with these settings. The checkpoint may be gone (run
-    folders copied without checkpoints, from another machine or session). With ``curves``, a run
-    with learning-curve points left to evaluate must run too."""
+    """Why ``job``'s ``result.json`` stands with nothing to run (evaluated with these settings from
+    the last checkpoint of this config, which may be gone), or None when the job must run; with
+    ``curves``, also when learning-curve points are left to evaluate."""
     previous = read_json(job.run_dir / "result.json")
     if job.reference is not None:
         wanted = reference_fingerprint(spec, job, eval_fingerprint)

@@ -246,10 +246,9 @@ def _report_of_finished(
         fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
         if not fresh:
             raise ConfigError(
-                f"--report-only: every finished run in {out} was trained with another config than "
-                "this spec with these overrides (budget, trainer or data settings), so the report "
-                "was left as it was. Rebuild it from the spec the runs recorded: solo-diet compare "
-                f"{out / 'spec.yaml'} --report-only"
+                f"--report-only: every finished run in {out} was trained with another config "
+                "(budget, trainer or data settings) than this spec, so the report was kept; "
+                f"rebuild it from their spec: solo-diet compare {out / 'spec.yaml'} --report-only"
             )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
