@@ -104,8 +104,7 @@ class Ranking:
 
 
 def rank(rows: Sequence[dict], metric: str) -> Ranking | None:
-    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None when
-    no row has a value."""
+    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None."""
     scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
     if not scored:
         return None

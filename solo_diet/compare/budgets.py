@@ -70,8 +70,7 @@ class RunBudget:
 
 
 def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
-    """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
-    or ``samples``."""
+    """A run's own ``budget``: one of ``max_epochs`` (at most the spec's) or ``samples``."""
     if entry is None:
         return
     if (
@@ -121,8 +120,7 @@ def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
 
 
 def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: DictConfig):
-    """The run's :class:`RunBudget`: its own ``budget``, else the spec's ``samples``, else the
-    spec's ``max_epochs``."""
+    """The run's :class:`RunBudget`: its own ``budget``, else the spec's."""
     views = views_per_sample(cfg)
     own = dict(entry or {})
     samples = own.get("samples", None if "max_epochs" in own else spec.budget.get("samples"))

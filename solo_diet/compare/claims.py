@@ -121,8 +121,7 @@ def _compare(
     other_metric: str = "",
     value: Any = None,
 ) -> Comparison:
-    """``better``'s ``metric`` against ``other``'s ``other_metric`` (default: the same), or
-    against ``value``."""
+    """``better``'s ``metric`` against ``other``'s ``other_metric`` (or the same), or ``value``."""
     mean = better.get(metric, math.nan)
     std, n = better.get(f"{metric}_std", math.nan), better.get("n_seeds", 1)
     if other is None:  # against a value: two of the run's own standard deviations

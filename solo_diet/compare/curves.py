@@ -79,8 +79,7 @@ def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def write_points(run_dir: Path, points: dict[int, dict[str, Any]]) -> None:
-    """Write ``curve.csv`` whole and atomically, so an interruption never leaves half a file (the
-    one place curve records are written)."""
+    """Write ``curve.csv`` whole and atomically (the one place curve records are written)."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CURVE_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -132,8 +131,7 @@ class BackboneSnapshots(Callback):
 
 
 def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:
-    """The snapshot epochs of a run's job to evaluate: a snapshot is there and ``curve.csv`` has no
-    row of these evaluation settings for it."""
+    """A run job's snapshot epochs without a ``curve.csv`` row of these evaluation settings."""
     if job.reference is not None:
         return []
     points = read_points(job.run_dir)
@@ -158,8 +156,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 def _evaluate_snapshot(
     spec: DictConfig, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
 ) -> dict[str, float]:
-    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone, measured as the
-    final checkpoint's."""
+    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone."""
     from solo_diet.compare.evaluate import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint

@@ -135,8 +135,7 @@ def _stop(
     grace_s: float,
     say: Callable[[str], None],
 ) -> None:
-    """SIGINT to every running task's and idle worker's process group; SIGKILL to those still
-    alive after ``grace_s`` seconds."""
+    """SIGINT to every running task's and idle worker's process group, SIGKILL after ``grace_s``."""
     if running:
         say(f"stopping {len(running)} running job(s): {', '.join(r.task.label for r in running)}")
     processes = [r.process for r in running] + [w.process for w in idle]

@@ -52,8 +52,7 @@ def data_signature(path: str) -> str:
 
 
 def with_data_signatures(data: dict) -> dict:
-    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
-    signature (:func:`data_signature`)."""
+    """A ``data`` section, each path replaced by its :func:`data_signature`."""
     return {
         key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
         for key, value in data.items()

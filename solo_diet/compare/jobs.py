@@ -61,8 +61,7 @@ class Job:
 
     @property
     def cfg_seed(self) -> Any:
-        """The seed the job trains with (the config's own without ``seeds``); None for a
-        reference row that no seed changes."""
+        """The seed the job trains with; None for a reference row that no seed changes."""
         if self.reference is not None and self.reference not in SEEDED_REFERENCES:
             return None
         return OmegaConf.select(self.cfg, "seed")
@@ -118,8 +117,7 @@ def parse_runs(spec: DictConfig) -> list[Run]:
 
 
 def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
-    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
-    seed when ``seeds`` is set)."""
+    """Refuse overrides of the keys the spec sets for every run (``SPEC_OWNED``, budget, seed)."""
     owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
     budget_keys = {target: key for key, target in BUDGET_TARGETS.items()}
     for override in overrides:

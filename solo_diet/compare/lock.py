@@ -71,8 +71,7 @@ def _lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
 
 @contextlib.contextmanager
 def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[Path]:
-    """Hold ``out``'s lock inside the block; raise :class:`OutputDirInUse` (one line: who holds
-    it and what to do) when another comparison does."""
+    """Hold ``out``'s lock in the block; :class:`OutputDirInUse` when another comparison does."""
     path = out / LOCK_FILE
     with _lock_file(path) as (descriptor, state):
         if state == "unsupported":
@@ -107,8 +106,7 @@ def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[P
 
 @contextlib.contextmanager
 def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> Iterator[None]:
-    """Hold ``run_dir``'s job lock inside the block, waiting (with a line saying for whom) while
-    another process holds it."""
+    """Hold ``run_dir``'s job lock inside the block, waiting while another process holds it."""
     with _lock_file(run_dir / JOB_LOCK_FILE) as (descriptor, state):
         if state == "held":
             holder = _holder(descriptor)

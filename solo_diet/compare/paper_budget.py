@@ -28,8 +28,7 @@ AT_THIS_BUDGET = {
 
 @dataclass(frozen=True)
 class Trained:
-    """What a run trained: its epochs and, where its data was counted, its optimizer steps and
-    the images its loader drew (views not counted)."""
+    """What a run trained: epochs and, where its data was counted, steps and images drawn."""
 
     epochs: int
     steps: Optional[int] = None

@@ -56,8 +56,7 @@ def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
 
 
 def plot_spectra(results: Sequence[dict], path: Path) -> Path:
-    """Singular values of each representation (val split), divided by the largest, log scale; the
-    first seed of each run."""
+    """Normalised singular values of each representation (val split), each run's first seed."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     spectra = [

@@ -30,8 +30,7 @@ def read_json(path: Path) -> dict:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write whole or not at all, so neither an interrupted write nor two writers leave half a
-    file."""
+    """Write ``payload`` whole or not at all, however the write is interrupted or raced."""
     write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
@@ -48,8 +47,7 @@ def epoch_rows(run_dir: Path) -> list[dict[str, float]]:
 
 
 def pretrain_costs(run_dir: Path) -> dict[str, float]:
-    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
-    wall time of its pretraining calls."""
+    """Totals of the job's ``epochs.csv`` and the wall time of its pretraining calls."""
     rows = epoch_rows(run_dir)
     train_s = sum(r["train_seconds"] for r in rows)
     peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]

@@ -196,8 +196,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
 
 
 def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
-    """The jobs with something left to do; each job whose result stands is named and not started
-    (no process, no GPU slot)."""
+    """The jobs with something left to do; a job whose result stands is named, not started."""
     eval_fingerprint = evaluation_fingerprint(spec)
     left = []
     for job in jobs:
@@ -210,8 +209,7 @@ def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job
 
 
 def _unfinished_row(job: Job) -> dict[str, Any]:
-    """A run's job that trained some epochs but was never evaluated: its pretraining costs and
-    curves (``epochs.csv``), marked ``unfinished``."""
+    """A run's job trained but never evaluated: its costs and curves, marked ``unfinished``."""
     row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
     costs = pretrain_costs(job.run_dir)
     del costs["pretrain_wall_s"]  # its pretraining call never returned
@@ -298,8 +296,7 @@ def run_spec(
 def run_compare(
     spec_path: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> Path:
-    """:func:`run_spec`, returning the path of report.md; raises :class:`JobsFailed` after writing
-    the report of the other jobs when some jobs failed."""
+    """:func:`run_spec`, returning report.md's path; raises :class:`JobsFailed` if a job failed."""
     results = run_spec(spec_path, overrides, report_only)
     results.raise_for_failures()
     return results.report

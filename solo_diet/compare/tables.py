@@ -141,8 +141,7 @@ def shown_columns(rows: Sequence[dict]) -> list[str]:
 def grouped_tables(
     rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
 ) -> list[str]:
-    """One table per group of ``COLUMN_GROUPS`` that has some of ``columns``, under its own
-    heading, each led by ``run`` (and ``seed`` when given)."""
+    """One table per group of ``COLUMN_GROUPS``, each led by ``run`` (and ``seed``)."""
     lead = [c for c in ("run", "seed") if c in columns]
     groups: dict[str, list[str]] = {title: [] for title, _ in COLUMN_GROUPS}
     for column in (c for c in columns if c not in lead):

@@ -49,8 +49,7 @@ def die_with_parent() -> None:
 
 
 def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
-    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
-    fingerprint of its evaluation."""
+    """The comparison saved as ``spec_file``: spec, jobs by key, evaluation fingerprint."""
     import solo_diet
     from solo_diet.compare.fingerprints import evaluation_fingerprint
     from solo_diet.compare.jobs import parse_runs, plan_jobs
