@@ -186,7 +186,6 @@ def _seeded_tables(
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
     rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
-    marks = {m: r for m, r in rankings.items() if r is not None}
     integer = integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
@@ -194,7 +193,7 @@ def _seeded_tables(
             return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
         if column in NOT_AGGREGATED:
             return _plain_cell(row, column)
-        ranking = marks.get(column)
+        ranking = rankings.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
         return mean_cell(row, column, best, resolved, column in integer)
