@@ -1,8 +1,8 @@
 """Running a comparison's jobs side by side, each in a process of its own GPUs
 (docs/compare.md, "Many GPUs"): a task runs in its own process group with
 ``CUDA_VISIBLE_DEVICES`` set to its GPUs and ``OMP_NUM_THREADS`` to its share of the cores, or in
-a reusable worker (:mod:`~solo_diet.compare.served`); its output goes to its log, the terminal
-gets one line per event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here."""
+a reusable worker (:class:`~solo_diet.compare.worker.ServedWorker`); its output goes to its log,
+the terminal gets one line per event; Ctrl-C or SIGTERM stops every task and worker."""
 
 from __future__ import annotations
 
@@ -16,12 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from solo_diet.compare.served import ServedWorker
+from solo_diet.compare.worker import PARENT_VARIABLE, ServedWorker
 from solo_diet.config import ConfigError
-
-# The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
-# it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
-PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 @dataclass(frozen=True)
@@ -262,7 +258,7 @@ def run_tasks(
 ) -> list[Outcome]:
     """Run ``tasks``, at most ``workers`` processes at a time, each on ``task.gpus`` distinct GPUs
     of ``gpus`` shared by at most ``jobs_per_gpu`` tasks, in order (a later one first when an
-    earlier one waits for GPUs); with ``serve_argv`` (:mod:`~solo_diet.compare.served`) a task with
+    earlier one waits for GPUs); with ``serve_argv`` (:class:`ServedWorker`) a task with
     a ``request`` goes to a reusable worker. Returns the outcomes in the order of ``tasks``."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
