@@ -103,8 +103,7 @@ def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
     folder = Path(str(spec.data.train_path))
     images = count_images(folder)
     devices = OmegaConf.select(cfg, "devices", default=1)
-    devices = len(devices) if isinstance(devices, ListConfig) else int(devices)
-    devices = max(devices, 1)
+    devices = max(len(devices) if isinstance(devices, ListConfig) else int(devices), 1)
     batches = math.ceil(images / devices) // spec.budget.batch_size
     limit = spec.budget.limit_train_batches
     if isinstance(limit, int):

@@ -93,12 +93,6 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _header(task: Task, devices: tuple[str, ...], where: str = "") -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    command = " ".join(task.argv)
-    return f"### {stamp} CUDA_VISIBLE_DEVICES={','.join(devices)} {command}{where}\n"
-
-
 def _env(devices: tuple[str, ...], threads: str) -> dict:
     return dict(
         os.environ,
@@ -204,7 +198,10 @@ class _Workers:
             f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})" if worker else ""
         )
         with task.log_path.open("a") as log:
-            log.write(_header(task, devices, where))
+            stamp, command = time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(task.argv)
+            log.write(
+                f"### {stamp} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} {command}{where}\n"
+            )
             log.flush()
             if worker is None:  # the task's process keeps the log open; this one need not
                 process = subprocess.Popen(
