@@ -38,9 +38,8 @@ def samples_seen(images: float, views: int) -> float:
 
 @dataclass(frozen=True)
 class RunBudget:
-    """A run's epochs, views per sample and loader samples per epoch; ``matched`` says which
-    budget set its epochs (``epochs`` or ``samples``) and ``source`` where it was given;
-    ``steps_per_epoch`` its optimizer steps per epoch (None where the data was not counted)."""
+    """A run's epochs, views per sample, loader samples and steps per epoch (None where the data
+    was not counted); ``matched``: which budget set its epochs, ``source``: where it was given."""
 
     epochs: int
     views: int

@@ -43,9 +43,8 @@ from solo_diet.methods.checkpoint import checkpoint_problem
 
 
 def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
-    """Per-epoch costs and curves, the backbone snapshots of the learning curves (``curves``), and
-    RankMe in validation epochs (``rankme_every_n_epochs`` rounded up to a multiple of the
-    validation interval)."""
+    """Per-epoch costs and curves, the learning curves' backbone snapshots and RankMe (every
+    ``rankme_every_n_epochs`` rounded up to a multiple of the validation interval)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
@@ -158,9 +157,8 @@ def result_standing(
 def run_job(
     spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
-    """Pretrain (not for reference rows) and evaluate one job, then its missing learning-curve
-    points, each step skipped when already done; returns its result, also written to
-    ``result.json``. The job's lock is held meanwhile (by rank 0 of a DDP job)."""
+    """Pretrain (not for reference rows) and evaluate one job, then its missing curve points, each
+    step skipped when done, under the job's lock (rank 0's); returns its ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
     if _secondary_rank():  # rank 0 holds the lock
         return _run_job(spec, job, shared_eval, eval_fingerprint)

@@ -118,9 +118,8 @@ def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> I
 
 
 def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
-    """Stop every process of this host that holds one of these jobs' locks (with its process
-    group: a worker and the DDP ranks it started), and wait until it is gone. Called under the
-    output folder's lock, so such a process is a worker of a comparison that no longer runs."""
+    """Stop every process of this host holding one of these jobs' locks (a worker of a comparison
+    that no longer runs, with its process group) and wait until it is gone."""
     for run_dir in run_dirs:
         path = run_dir / JOB_LOCK_FILE
         if not path.is_file():

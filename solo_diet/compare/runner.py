@@ -132,10 +132,8 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 def _run_in_processes(
     jobs: Sequence[Job], workers: int, parallel: DictConfig, spec_file: Path
 ) -> dict[str, str]:
-    """Every job in a process of its own GPUs (:func:`~solo_diet.compare.fanout.run_tasks`), the
-    longest first; returns {failed job's key: what failed}. With ``parallel.reuse_workers`` the
-    jobs of one GPU or the CPU run in reusable workers; a DDP job (Lightning starts its ranks from
-    its command line) gets a fresh process."""
+    """Every job in a process of its own GPUs, the longest first, in reusable workers with
+    ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
