@@ -78,11 +78,9 @@ def job_place() -> dict[str, str]:
     return {"device": device, "finished_utc": _now()}
 
 
-def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str]) -> None:
-    """Append this command, its time and its host to ``<out>/commands.txt`` (tab-separated)."""
-    from solo_diet.compare.fanout import visible_gpus
-
-    host = f"{len(visible_gpus())} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
+def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str], gpus: int) -> None:
+    """Append this command, its time and its host (``gpus`` visible) to ``<out>/commands.txt``."""
+    host = f"{gpus} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
     command = shlex.join(["solo-diet", "compare", str(spec_path), *overrides])
     path = out / COMMANDS_FILE
     before = path.read_text() if path.is_file() else ""

@@ -308,11 +308,13 @@ def _run_jobs(
     chosen: Sequence[Job],
 ) -> CompareResults:
     """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, the report."""
+    from solo_diet.compare.fanout import visible_gpus
+
     out = Path(spec.output_dir)
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
-    note_command(out, spec_path, overrides)
+    note_command(out, spec_path, overrides, len(visible_gpus()))
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
