@@ -1,10 +1,6 @@
 """Seeds in a comparison: one aggregate per run (mean and standard deviation of every metric) and
-which differences to the best run the seeds resolve.
-
-A difference to the best run counts as resolved when it exceeds two pooled standard deviations of
-the two runs' seeds, ``2 * sqrt(((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2))``; with one
-seed per run nothing is resolved. Pure Python: no solo-learn, no torch.
-"""
+which differences to the best run the seeds resolve: those beyond two pooled standard deviations
+of the two runs' seeds (none with one seed per run). Pure Python: no solo-learn, no torch."""
 
 from __future__ import annotations
 
@@ -56,12 +52,10 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def aggregate(results: Sequence[dict]) -> list[dict]:
-    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, ``n_seeds``, every
-    numeric column's mean over the run's seeds that hold it and its sample standard deviation as
-    ``<column>_std``; ``method`` is kept. ``n_seeds`` counts the evaluated seeds, the ones the
-    metrics come from: a seed stopped before its evaluation adds only its costs (and its epochs
-    where no seed of the run was evaluated), and ``unfinished`` counts such seeds where there
-    are any."""
+    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, every numeric
+    column's mean over the run's seeds and its sample standard deviation (``<column>_std``);
+    ``n_seeds`` counts the evaluated seeds, ``unfinished`` those stopped before their evaluation
+    (they add only their costs, and their epochs where no seed of the run was evaluated)."""
     by_run: dict[str, list[dict]] = {}
     for result in results:
         by_run.setdefault(result["run"], []).append(result)
@@ -110,8 +104,7 @@ class Ranking:
 
 
 def rank(rows: Sequence[dict], metric: str) -> Ranking | None:
-    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None when
-    no row has a value."""
+    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None."""
     scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
     if not scored:
         return None

@@ -1,9 +1,6 @@
 """Each run's training budget: epochs, or forward-backward samples with the views counted
-(docs/compare.md, "Budgets: epochs or samples"). A run trains ``round(samples / (images per
-epoch x views per image))`` epochs under ``budget.samples``, images per epoch being what
-solo-learn's pretraining loader yields (whole batches per device, cut by
-``limit_train_batches``, times the devices); a run may set its own ``budget``.
-"""
+(docs/compare.md, "Budgets: epochs or samples"): ``round(samples / (images per epoch x views per
+image))`` epochs, images per epoch being what solo-learn's pretraining loader yields."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Trained, positive_int
+from solo_diet.compare.paper_budget import Trained
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
@@ -34,17 +31,15 @@ def views_per_sample(cfg: DictConfig) -> int:
 
 
 def samples_seen(images: float, views: int) -> float:
-    """Forward-backward samples of training on ``images`` images (optimisation steps x global
-    batch, what ``EpochCostLogger``'s ``samples`` column sums), each in ``views`` views:
-    ``steps x batch x views``."""
+    """Forward-backward samples of training on ``images`` images (``EpochCostLogger``'s
+    ``samples``: steps x global batch), each in ``views`` views."""
     return images * views
 
 
 @dataclass(frozen=True)
 class RunBudget:
-    """A run's epochs, views per sample and loader samples per epoch; ``matched`` says which
-    budget set its epochs (``epochs`` or ``samples``) and ``source`` where it was given;
-    ``steps_per_epoch`` its optimizer steps per epoch (None where the data was not counted)."""
+    """A run's epochs, views per sample, loader samples and steps per epoch (None where the data
+    was not counted); ``matched``: which budget set its epochs, ``source``: where it was given."""
 
     epochs: int
     views: int
@@ -62,7 +57,7 @@ class RunBudget:
 
     def trained(self) -> Trained:
         """Epochs, steps and images drawn, for the claims' budget verdicts (paper_budget.py)."""
-        if self.samples_per_epoch is None or self.steps_per_epoch is None:
+        if self.samples_per_epoch is None:  # the data was not counted: no steps either
             return Trained(self.epochs)
         per_epoch = (self.steps_per_epoch, self.samples_per_epoch)
         return Trained(self.epochs, *(self.epochs * count for count in per_epoch))
@@ -74,15 +69,14 @@ class RunBudget:
 
 
 def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
-    """A run's own ``budget``: a mapping with exactly one of ``max_epochs`` (at most the spec's)
-    or ``samples``."""
+    """A run's own ``budget``: one of ``max_epochs`` (at most the spec's) or ``samples``."""
     if entry is None:
         return
     if (
         not isinstance(entry, DictConfig)
         or not set(entry) <= set(RUN_BUDGET_KEYS)
         or len(entry) != 1
-        or not all(positive_int(v) for v in entry.values())
+        or not all(type(v) is int and v > 0 for v in entry.values())  # not a bool
     ):
         raise ConfigError(
             f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "
@@ -108,8 +102,7 @@ def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
     folder = Path(str(spec.data.train_path))
     images = count_images(folder)
     devices = OmegaConf.select(cfg, "devices", default=1)
-    devices = len(devices) if isinstance(devices, ListConfig) else int(devices)
-    devices = max(devices, 1)
+    devices = max(len(devices) if isinstance(devices, ListConfig) else int(devices), 1)
     batches = math.ceil(images / devices) // spec.budget.batch_size
     limit = spec.budget.limit_train_batches
     if isinstance(limit, int):
@@ -125,15 +118,17 @@ def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
 
 
 def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: DictConfig):
-    """The run's :class:`RunBudget`: its own ``budget``, else the spec's ``samples``, else the
-    spec's ``max_epochs``."""
+    """The run's :class:`RunBudget`: its own ``budget``, else the spec's."""
     views = views_per_sample(cfg)
     own = dict(entry or {})
     samples = own.get("samples", None if "max_epochs" in own else spec.budget.get("samples"))
     if samples is None:
         epochs = own.get("max_epochs", spec.budget.max_epochs)
         source = "the run's own budget" if own else "the spec's budget"
-        steps, per_epoch = _counted_or_none(spec, cfg)
+        try:  # the data counted where it can be, for the report
+            steps, per_epoch = loader_epoch(spec, cfg)
+        except ConfigError:
+            steps, per_epoch = None, None
         return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
     steps, per_epoch = loader_epoch(spec, cfg)
     epochs = max(1, round(samples / (per_epoch * views)))
@@ -144,14 +139,6 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
             f"{views} views, above `budget.max_epochs` {spec.budget.max_epochs}; raise it."
         )
     return RunBudget(epochs, views, per_epoch, "samples", source, steps)
-
-
-def _counted_or_none(spec: DictConfig, cfg: DictConfig) -> tuple[Optional[int], Optional[int]]:
-    """Steps and images per epoch where the data can be counted, for the report; else None."""
-    try:
-        return loader_epoch(spec, cfg)
-    except ConfigError:
-        return None, None
 
 
 def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:

@@ -1,9 +1,6 @@
 """A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds
-(docs/compare.md, "Claims"). Each pair is judged like the report's † marks: a gap beyond two
-pooled standard deviations of the seeds is resolved (held, or reversed); anything closer is not.
-Below its source's budget a claim reads "budget-limited", never "did not hold"
-(:mod:`.paper_budget`).
-"""
+like the report's † marks (docs/compare.md, "Claims"); below its source's budget a claim reads
+"budget-limited", never "did not hold" (:mod:`.paper_budget`)."""
 
 from __future__ import annotations
 
@@ -20,16 +17,8 @@ from solo_diet.compare.record import seed_curves
 from solo_diet.config import ConfigError
 
 CLAIM_KEYS = (
-    "text",
-    "metric",
-    "better",
-    "than",
-    "than_metric",
-    "at_least",
-    "epoch",
-    "paper_budget",
-    "definition",
-    "ours",
+    *("text", "metric", "better", "than", "than_metric", "at_least", "epoch", "paper_budget"),
+    *("definition", "ours"),
 )
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
@@ -64,10 +53,9 @@ class Comparison:
 
 
 def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
-    """Each claim has a text, a metric, ``better`` runs of the spec and exactly one of ``than``
-    (runs of the spec, optionally read on ``than_metric``) or ``at_least`` (a number); ``epoch`` is
-    within the budget. A column no result has (a misspelt metric) shows in the report as ``not
-    checked``, naming the runs without it."""
+    """Each claim has a text, a metric, ``better`` runs and one of ``than`` (runs, optionally read
+    on ``than_metric``) or ``at_least``; ``epoch`` is within the budget. A metric no result has
+    shows in the report as ``not checked``."""
     claims = spec.claims
     if not isinstance(claims, ListConfig):
         raise ConfigError(f"{spec_path}: `claims` must be a list ([] for none), got {claims}.")
@@ -133,8 +121,7 @@ def _compare(
     other_metric: str = "",
     value: Any = None,
 ) -> Comparison:
-    """``better``'s ``metric`` against ``other``'s ``other_metric`` (default: the same), or
-    against ``value``."""
+    """``better``'s ``metric`` against ``other``'s ``other_metric`` (or the same), or ``value``."""
     mean = better.get(metric, math.nan)
     std, n = better.get(f"{metric}_std", math.nan), better.get("n_seeds", 1)
     if other is None:  # against a value: two of the run's own standard deviations
@@ -181,10 +168,9 @@ def claim_lines(
     out: Path,
     trained: Optional[Mapping[str, Trained]] = None,
 ) -> list[str]:
-    """One line per claim: its verdict (budget-limited below its source's budget), then every
-    pair's gap against two pooled std; with ``paper_budget``, what was run against what the
-    source ran, on the same line. ``trained``: what each run trained (default: the spec's epochs,
-    steps not counted)."""
+    """One line per claim: its verdict, every pair's gap against two pooled std and, with
+    ``paper_budget``, what was run against what the source ran; ``trained``: each run's training
+    (default: the spec's epochs)."""
     lines = []
     for claim in spec.claims:
         ran = _trained(spec, claim, trained or {})

@@ -1,9 +1,6 @@
-"""Learning curves: each run's linear probe and kNN at ``curves.points`` epochs of its own budget
-(docs/compare.md, "Learning curves"). The backbone snapshots of a run's pretraining
-(:class:`BackboneSnapshots`) are evaluated like its final checkpoint, the curve's last
-point; each point is a row of ``<job folder>/curve.csv``, rewritten whole after each point, so a
-rerun evaluates only the missing ones. The report gathers them (:mod:`.curves_report`).
-"""
+"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget
+(docs/compare.md, "Learning curves"), from backbone snapshots evaluated like the final
+checkpoint; each point is a row of ``<job folder>/curve.csv`` (:mod:`.curves_report` reads them)."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tabl
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:
-    """The curve's epochs (epochs trained) of a run that trains ``epochs``: ``ceil(k * epochs /
-    n)`` for k = 1 .. n, n being ``points`` (``curves.points``) but at most ``epochs`` (one point
-    per epoch); the last is ``epochs``. Empty when ``points`` is 0."""
+    """The curve's epochs (epochs trained) of a run that trains ``epochs``: ``points`` of them (at
+    most one per epoch) evenly spaced, the last being ``epochs``; none when ``points`` is 0."""
     points = min(points, epochs)
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
@@ -83,8 +79,7 @@ def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def write_points(run_dir: Path, points: dict[int, dict[str, Any]]) -> None:
-    """Write ``curve.csv`` whole and atomically, so an interruption never leaves half a file (the
-    one place curve records are written)."""
+    """Write ``curve.csv`` whole and atomically (the one place curve records are written)."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CURVE_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -136,8 +131,7 @@ class BackboneSnapshots(Callback):
 
 
 def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:
-    """The snapshot epochs of a run's job to evaluate: a snapshot is there and ``curve.csv`` has no
-    row of these evaluation settings for it."""
+    """A run job's snapshot epochs without a ``curve.csv`` row of these evaluation settings."""
     if job.reference is not None:
         return []
     points = read_points(job.run_dir)
@@ -150,9 +144,8 @@ def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[
 
 
 def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
-    """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv``
-    (images per epoch: the sum of the logged epochs, or their mean times ``epoch`` where some are
-    not logged); NaN without a log."""
+    """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv`` (the
+    logged epochs' mean where some are missing); NaN without a log."""
     rows = [r for r in epoch_rows(run_dir) if r["epoch"] < epoch]
     if not rows:
         return math.nan
@@ -163,8 +156,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 def _evaluate_snapshot(
     spec: DictConfig, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
 ) -> dict[str, float]:
-    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone, measured as the
-    final checkpoint's."""
+    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone."""
     from solo_diet.compare.evaluate import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint

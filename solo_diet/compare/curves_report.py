@@ -25,9 +25,8 @@ CSV_COLUMNS = ("run", "epoch", "n_seeds", "samples_seen") + tuple(
 
 
 def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, Any]]]:
-    """{run: one row per epoch}: ``epoch``, ``n_seeds``, ``samples_seen`` (mean over the seeds)
-    and, per curve metric, its mean, ``_std`` (ddof 1), ``_min`` and ``_max`` over the seeds. A
-    seed's point counts when it was made with its result's evaluation settings."""
+    """{run: one row per epoch}: ``samples_seen`` and each curve metric's mean, ``_std``, ``_min``
+    and ``_max`` over the seeds whose point has their result's evaluation settings."""
     by_run: dict[str, dict[int, list[dict]]] = {}
     for result in results:
         if result["run"] in REFERENCE_ROWS or result.get("unfinished") or "job" not in result:

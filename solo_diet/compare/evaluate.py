@@ -134,11 +134,8 @@ class Evaluator:
         """Top-1 of the weighted kNN: train-set bank, val queries."""
         from solo.utils.knn import WeightedKNNClassifier
 
-        knn = WeightedKNNClassifier(
-            k=self.settings.knn_k,
-            T=self.settings.knn_temperature,
-            distance_fx=self.settings.knn_distance,
-        )
+        s = self.settings
+        knn = WeightedKNNClassifier(k=s.knn_k, T=s.knn_temperature, distance_fx=s.knn_distance)
         knn.update(
             train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
         )
@@ -147,8 +144,7 @@ class Evaluator:
     def _logreg(
         self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
     ) -> dict[str, float]:
-        """``logreg_acc1`` and its chosen ``logreg_l2``: the converged logistic-regression probe,
-        fitted on the evaluator's device."""
+        """``logreg_acc1`` and its chosen ``logreg_l2``: the converged logistic-regression probe."""
         on = [t.to(self.device) for t in (train_x, train_y, val_x, val_y)]
         probe = logistic_regression_probe(*on)
         return {"logreg_acc1": probe.acc1, "logreg_l2": probe.l2}
@@ -158,8 +154,7 @@ class Evaluator:
         return (*self._features(model, self.train_loader), *self._features(model, self.val_loader))
 
     def curve_point(self, model: torch.nn.Module) -> dict[str, float]:
-        """kNN top-1 and the logistic-regression probe of one representation (a learning-curve
-        point)."""
+        """kNN top-1 and the logistic-regression probe of one representation (a curve point)."""
         split = self._split_features(model.to(self.device).eval())
         return {"knn_acc1": self._knn(*split), "logreg_acc1": self._logreg(*split)["logreg_acc1"]}
 
@@ -193,8 +188,7 @@ class Evaluator:
 
 
 class SharedEvaluator:
-    """The :class:`Evaluator` of every checkpoint of a comparison, built at the first evaluation
-    and then reused."""
+    """The :class:`Evaluator` of every checkpoint of a comparison, built at its first use."""
 
     def __init__(self) -> None:
         self.evaluator: Optional[Evaluator] = None
@@ -233,8 +227,7 @@ def evaluate_checkpoint(
     clustering = bool(spec.evaluation.clustering)
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
-    backbone = evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True)
-    result.update(backbone)
+    result.update(evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True))
     if not extras:
         return result
     contract = method_contract(pretrained.method_class())

@@ -1,13 +1,8 @@
 """Running a comparison's jobs side by side, each in a process of its own GPUs
-(docs/compare.md, "Many GPUs").
-
-A task runs in its own process group with ``CUDA_VISIBLE_DEVICES`` set to its GPUs and
-``OMP_NUM_THREADS`` to its share of the cores (unless the caller set it); with ``serve_argv`` a
-task that has a ``request`` runs in a reusable worker of the same GPUs instead
-(:mod:`~solo_diet.compare.served`). Its output goes to its log, the terminal gets one line per
-event; Ctrl-C or SIGTERM stops every task and worker. No solo-learn here: the tasks are plain
-command lines and request lines.
-"""
+(docs/compare.md, "Many GPUs"): a task runs in its own process group with
+``CUDA_VISIBLE_DEVICES`` set to its GPUs and ``OMP_NUM_THREADS`` to its share of the cores, or in
+a reusable worker (:class:`~solo_diet.compare.worker.ServedWorker`); its output goes to its log,
+the terminal gets one line per event; Ctrl-C or SIGTERM stops every task and worker."""
 
 from __future__ import annotations
 
@@ -21,12 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from solo_diet.compare.served import ServedWorker
+from solo_diet.compare.worker import PARENT_VARIABLE, ServedWorker
 from solo_diet.config import ConfigError
-
-# The PID of the process a worker must not outlive (set here, then by each worker for the DDP ranks
-# it starts: :func:`~solo_diet.compare.worker.die_with_parent`).
-PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 @dataclass(frozen=True)
@@ -102,19 +93,6 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def cpu_threads_per_task(workers: int) -> str:
-    """``OMP_NUM_THREADS`` for each of ``workers`` tasks running at once: the caller's own value,
-    else the cores this process may use shared out evenly (at least one)."""
-    cores = len(os.sched_getaffinity(0))
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // workers))
-
-
-def _header(task: Task, devices: tuple[str, ...], where: str = "") -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    command = " ".join(task.argv)
-    return f"### {stamp} CUDA_VISIBLE_DEVICES={','.join(devices)} {command}{where}\n"
-
-
 def _env(devices: tuple[str, ...], threads: str) -> dict:
     return dict(
         os.environ,
@@ -147,8 +125,7 @@ def _stop(
     grace_s: float,
     say: Callable[[str], None],
 ) -> None:
-    """SIGINT to every running task's and idle worker's process group; SIGKILL to those still
-    alive after ``grace_s`` seconds."""
+    """SIGINT to every running task's and idle worker's process group, SIGKILL after ``grace_s``."""
     if running:
         say(f"stopping {len(running)} running job(s): {', '.join(r.task.label for r in running)}")
     processes = [r.process for r in running] + [w.process for w in idle]
@@ -221,7 +198,10 @@ class _Workers:
             f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})" if worker else ""
         )
         with task.log_path.open("a") as log:
-            log.write(_header(task, devices, where))
+            stamp, command = time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(task.argv)
+            log.write(
+                f"### {stamp} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} {command}{where}\n"
+            )
             log.flush()
             if worker is None:  # the task's process keeps the log open; this one need not
                 process = subprocess.Popen(
@@ -273,12 +253,10 @@ def run_tasks(
     jobs_per_gpu: int = 1,
     serve_argv: Optional[Sequence[str]] = None,
 ) -> list[Outcome]:
-    """Run ``tasks`` with at most ``workers`` at a time, each given ``task.gpus`` distinct GPUs of
-    ``gpus``, and no GPU shared by more than ``jobs_per_gpu`` running tasks; returns the outcomes
-    in the order of ``tasks``. Tasks start in order, a later one first when an earlier one waits
-    for more GPUs than have room. With ``serve_argv`` (a reusable worker's command line, see
-    :mod:`~solo_diet.compare.served`) a task with a ``request`` goes to an idle worker of
-    free GPUs, else to a new worker; at most ``workers`` processes live at once."""
+    """Run ``tasks``, at most ``workers`` processes at a time, each on ``task.gpus`` distinct GPUs
+    of ``gpus`` shared by at most ``jobs_per_gpu`` tasks, in order (a later one first when an
+    earlier one waits for GPUs); with ``serve_argv`` (:class:`ServedWorker`) a task with
+    a ``request`` goes to a reusable worker. Returns the outcomes in the order of ``tasks``."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
@@ -286,7 +264,9 @@ def run_tasks(
         raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
     pending, running = list(tasks), []
     slots, outcomes = _Slots(gpus, jobs_per_gpu), {}
-    threads = cpu_threads_per_task(min(workers, max(1, len(tasks))))
+    # each task's OMP_NUM_THREADS: the caller's, else this process's cores shared out evenly
+    share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
     pool = _Workers(serve_argv, workers, threads)
     with _sigterm_raises():
         try:

@@ -1,9 +1,6 @@
 """What identifies a job's work, so that finished work is kept and changed work is redone: the
-pretraining cfg, the evaluation settings, a reference row's parts, and the data's files.
-
-Fingerprints hash content, never locations: a checkout, an ``output_dir`` or the data can move
-without losing results, while a changed config, probe, LiDAR views or data file redoes them.
-"""
+pretraining cfg, the evaluation settings, a reference row's parts, and the data's files. Content
+is hashed, never locations: a checkout, an ``output_dir`` or the data can move."""
 
 from __future__ import annotations
 
@@ -55,8 +52,7 @@ def data_signature(path: str) -> str:
 
 
 def with_data_signatures(data: dict) -> dict:
-    """A ``data`` section (a cfg's or the spec's) with each path replaced by its content's
-    signature (:func:`data_signature`)."""
+    """A ``data`` section, each path replaced by its :func:`data_signature`."""
     return {
         key: data_signature(str(value)) if key in DATA_PATH_KEYS and value is not None else value
         for key, value in data.items()

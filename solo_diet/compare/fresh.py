@@ -110,7 +110,10 @@ class FreshState:
             logger.setLevel(level)
             logger.handlers[:] = handlers
             logger.propagate, logger.disabled = propagate, disabled
-        _clear_hydra()
+        if "hydra" in sys.modules:
+            from hydra.core.global_hydra import GlobalHydra
+
+            GlobalHydra.instance().clear()
         for cache_clear in _own_caches():
             cache_clear()
 
@@ -123,13 +126,6 @@ class FreshState:
                 yield
         finally:
             free_memory()
-
-
-def _clear_hydra() -> None:
-    if "hydra" in sys.modules:
-        from hydra.core.global_hydra import GlobalHydra
-
-        GlobalHydra.instance().clear()
 
 
 def free_memory() -> None:

@@ -43,9 +43,8 @@ from solo_diet.methods.checkpoint import checkpoint_problem
 
 
 def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
-    """Per-epoch costs and curves, the backbone snapshots of the learning curves (``curves``), and
-    RankMe in validation epochs (``rankme_every_n_epochs`` rounded up to a multiple of the
-    validation interval)."""
+    """Per-epoch costs and curves, the learning curves' backbone snapshots and RankMe (every
+    ``rankme_every_n_epochs`` rounded up to a multiple of the validation interval)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
@@ -132,11 +131,9 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluat
 def result_standing(
     spec: DictConfig, job: Job, eval_fingerprint: str, curves: bool = True
 ) -> Optional[str]:
-    """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run: a
-    reference row evaluated with these settings, or a run pretrained with this config to its last
-    epoch and evaluated from that checkpoint with these settings. The checkpoint may be gone (run
-    folders copied without checkpoints, from another machine or session). With ``curves``, a run
-    with learning-curve points left to evaluate must run too."""
+    """Why ``job``'s ``result.json`` stands with nothing to run (evaluated with these settings from
+    the last checkpoint of this config, which may be gone), or None when the job must run; with
+    ``curves``, also when learning-curve points are left to evaluate."""
     previous = read_json(job.run_dir / "result.json")
     if job.reference is not None:
         wanted = reference_fingerprint(spec, job, eval_fingerprint)
@@ -160,9 +157,8 @@ def result_standing(
 def run_job(
     spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
-    """Pretrain (not for reference rows) and evaluate one job, then its missing learning-curve
-    points, each step skipped when already done; returns its result, also written to
-    ``result.json``. The job's lock is held meanwhile (by rank 0 of a DDP job)."""
+    """Pretrain (not for reference rows) and evaluate one job, then its missing curve points, each
+    step skipped when done, under the job's lock (rank 0's); returns its ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
     if _secondary_rank():  # rank 0 holds the lock
         return _run_job(spec, job, shared_eval, eval_fingerprint)

@@ -41,12 +41,9 @@ class Run:
 
 @dataclass
 class Job:
-    """One job: a run's pretraining for one seed and its evaluation, or a reference row.
-
-    ``name`` is the report's ``run`` column; ``cfg`` is the pretraining cfg (for a reference row
-    the first run's at the job's seed, whose architecture and seed it takes); ``seed`` is the
-    spec's seed (None without ``seeds`` and for a reference row that no seed changes);
-    ``reference`` names the reference row."""
+    """One job: a run's pretraining for one seed and its evaluation, or a reference row (whose
+    ``cfg`` is the first run's at its seed). ``name`` is the report's ``run`` column, ``seed`` the
+    spec's seed (None without ``seeds`` and for a reference row that no seed changes)."""
 
     name: str
     key: str
@@ -64,8 +61,7 @@ class Job:
 
     @property
     def cfg_seed(self) -> Any:
-        """The seed the job trains with (the config's own without ``seeds``); None for a
-        reference row that no seed changes."""
+        """The seed the job trains with; None for a reference row that no seed changes."""
         if self.reference is not None and self.reference not in SEEDED_REFERENCES:
             return None
         return OmegaConf.select(self.cfg, "seed")
@@ -77,10 +73,8 @@ class Job:
         devices = OmegaConf.select(self.cfg, "devices", default=1)
         if isinstance(devices, ListConfig):
             count = len(devices)
-        elif isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()):
-            count = max(int(devices), 1)
         else:  # "auto" or -1: every GPU the job is given, here one
-            count = 1
+            count = max(int(devices), 1) if str(devices).isdigit() else 1
         return min(count, 1) if self.reference is not None else count
 
 
@@ -122,24 +116,18 @@ def parse_runs(spec: DictConfig) -> list[Run]:
     return runs
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
-    """Refuse overrides of keys the spec sets for every run (budget, data, checkpointing, and the
-    seed when ``seeds`` is set)."""
-    budget = spec.budget
+    """Refuse overrides of the keys the spec sets for every run (``SPEC_OWNED``, budget, seed)."""
     owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
+    budget_keys = {target: key for key, target in BUDGET_TARGETS.items()}
     for override in overrides:
-        key = _override_key(override)
-        for budget_key, target in BUDGET_TARGETS.items():
-            if key == target:
-                raise ConfigError(
-                    f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                    f"`budget.{budget_key}` ({budget[budget_key]}) applies to every run. Remove "
-                    "the override or change the budget."
-                )
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in budget_keys:
+            raise ConfigError(
+                f"conflicting budgets: {owner} sets `{override}` but the spec's "
+                f"`budget.{budget_keys[key]}` ({spec.budget[budget_keys[key]]}) applies to every "
+                "run. Remove the override or change the budget."
+            )
         if key in owned:
             raise ConfigError(
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
@@ -226,15 +214,12 @@ def recorded_pretrain_s(job: Job) -> Optional[float]:
     seed (the job's own folder without ``seeds``); None when no job of the run finished."""
     folders = job.run_dir.parent.glob("seed_*") if job.seed is not None else [job.run_dir]
     times = [read_json(folder / "result.json").get("pretrain_wall_s") for folder in folders]
-    times = [t for t in times if isinstance(t, (int, float))]
-    return max(times) if times else None
+    return max((t for t in times if isinstance(t, (int, float))), default=None)
 
 
 def longest_first(jobs: Sequence[Job]) -> list[Job]:
-    """``jobs`` in the order that lets a fan-out end soonest, as far as it is known: runs never
-    measured first (spec order), then the others by :func:`recorded_pretrain_s`, longest first,
-    and the reference rows last. Started last, the short jobs fill the GPUs while the long ones
-    end, instead of one long job running alone at the end."""
+    """``jobs`` in the order that lets a fan-out end soonest: runs never measured first (spec
+    order), then the others by :func:`recorded_pretrain_s`, longest first, reference rows last."""
 
     def rank(job: Job) -> tuple[int, float]:
         if job.reference is not None:

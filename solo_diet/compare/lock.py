@@ -1,13 +1,6 @@
 """One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
-(``<job folder>/.job.lock``).
-
-The holder keeps an exclusive ``flock`` (released by the kernel however its process ends) and
-writes its PID, host and start time into the file. A second comparison into the folder exits 2
-naming the holder; a lock file of this host no longer held (``kill -9``) is taken over with a line
-saying so; one of another host is refused, the line saying to delete it if that comparison no
-longer runs. A worker still holding a job's lock when a comparison takes the folder over belonged
-to one that no longer runs: :func:`stop_orphans` stops it.
-"""
+(``<job folder>/.job.lock``): the holder keeps an exclusive ``flock`` (released by the kernel
+however its process ends) and writes its PID, host and start time into the file."""
 
 from __future__ import annotations
 
@@ -78,8 +71,7 @@ def _lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
 
 @contextlib.contextmanager
 def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[Path]:
-    """Hold ``out``'s lock inside the block; raise :class:`OutputDirInUse` (one line: who holds
-    it and what to do) when another comparison does."""
+    """Hold ``out``'s lock in the block; :class:`OutputDirInUse` when another comparison does."""
     path = out / LOCK_FILE
     with _lock_file(path) as (descriptor, state):
         if state == "unsupported":
@@ -114,8 +106,7 @@ def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> Iterator[P
 
 @contextlib.contextmanager
 def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> Iterator[None]:
-    """Hold ``run_dir``'s job lock inside the block, waiting (with a line saying for whom) while
-    another process holds it."""
+    """Hold ``run_dir``'s job lock inside the block, waiting while another process holds it."""
     with _lock_file(run_dir / JOB_LOCK_FILE) as (descriptor, state):
         if state == "held":
             holder = _holder(descriptor)
@@ -127,9 +118,8 @@ def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> I
 
 
 def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
-    """Stop every process of this host that holds one of these jobs' locks (with its process
-    group: a worker and the DDP ranks it started), and wait until it is gone. Called under the
-    output folder's lock, so such a process is a worker of a comparison that no longer runs."""
+    """Stop every process of this host holding one of these jobs' locks (a worker of a comparison
+    that no longer runs, with its process group) and wait until it is gone."""
     for run_dir in run_dirs:
         path = run_dir / JOB_LOCK_FILE
         if not path.is_file():

@@ -7,7 +7,7 @@ checked at its source's budget and definition can fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from omegaconf import DictConfig
 
@@ -28,8 +28,7 @@ AT_THIS_BUDGET = {
 
 @dataclass(frozen=True)
 class Trained:
-    """What a run trained: its epochs and, where its data was counted, its optimizer steps and
-    the images its loader drew (views not counted)."""
+    """What a run trained: epochs and, where its data was counted, steps and images drawn."""
 
     epochs: int
     steps: Optional[int] = None
@@ -65,11 +64,6 @@ def _short(count: int) -> str:
         if rounded >= size:
             return f"{rounded / size:g}{suffix}"
     return f"{rounded:g}"
-
-
-def positive_int(value: Any) -> bool:
-    """An integer (not a bool) above 0."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 @dataclass(frozen=True)
@@ -132,15 +126,14 @@ def _paper_count(claim: DictConfig, run: str) -> Optional[int]:
 
 
 def below_budget(claim: DictConfig, ran: Mapping[str, Trained]) -> list[Below]:
-    """The claim's runs trained below the source, in epochs or in the steps (samples) it named."""
-    runs = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
+    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples)."""
     unit = _unit(claim)
     below = []
-    for run in (r for r in runs if r in ran):
-        count, paper_count = getattr(ran[run], unit) if unit else None, _paper_count(claim, run)
+    for run, trained in ran.items():
+        count, paper_count = getattr(trained, unit) if unit else None, _paper_count(claim, run)
         if count is None or paper_count is None:
             count = paper_count = None
-        item = Below(run, ran[run].epochs, paper_epochs(claim, run), count, paper_count)
+        item = Below(run, trained.epochs, paper_epochs(claim, run), count, paper_count)
         if item.epochs < item.paper_epochs or (count is not None and count < paper_count):
             below.append(item)
     return below

@@ -56,8 +56,7 @@ def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
 
 
 def plot_spectra(results: Sequence[dict], path: Path) -> Path:
-    """Singular values of each representation (val split), divided by the largest, log scale; the
-    first seed of each run."""
+    """Normalised singular values of each representation (val split), each run's first seed."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     spectra = [
@@ -113,9 +112,8 @@ LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (vi
 def plot_learning_curves(
     curves: dict[str, list[dict]], references: Sequence[dict], path: Path
 ) -> Path:
-    """The linear probe, logistic-regression probe and kNN top-1 of every run against epochs and
-    against samples seen (:mod:`~solo_diet.compare.curves_report` rows): the mean over seeds with a
-    band from their minimum to maximum, and the reference rows' means as dashed lines."""
+    """The probes' and kNN's top-1 of every run against epochs and samples seen: the mean over
+    seeds, a band from their minimum to maximum, and the reference rows as dashed lines."""
     plt = _pyplot()
     figure, axes = plt.subplots(
         len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 4 * len(CURVE_METRICS))

@@ -30,8 +30,7 @@ def read_json(path: Path) -> dict:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write whole or not at all, so neither an interrupted write nor two writers leave half a
-    file."""
+    """Write ``payload`` whole or not at all, however the write is interrupted or raced."""
     write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
@@ -48,8 +47,7 @@ def epoch_rows(run_dir: Path) -> list[dict[str, float]]:
 
 
 def pretrain_costs(run_dir: Path) -> dict[str, float]:
-    """Totals of the job's ``epochs.csv`` (epochs, train seconds, samples/s, peak GPU MiB) and the
-    wall time of its pretraining calls."""
+    """Totals of the job's ``epochs.csv`` and the wall time of its pretraining calls."""
     rows = epoch_rows(run_dir)
     train_s = sum(r["train_seconds"] for r in rows)
     peaks = [r["peak_gpu_mib"] for r in rows if not math.isnan(r["peak_gpu_mib"])]
@@ -80,11 +78,9 @@ def job_place() -> dict[str, str]:
     return {"device": device, "finished_utc": _now()}
 
 
-def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str]) -> None:
-    """Append this command, its time and its host to ``<out>/commands.txt`` (tab-separated)."""
-    from solo_diet.compare.fanout import visible_gpus
-
-    host = f"{len(visible_gpus())} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
+def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str], gpus: int) -> None:
+    """Append this command, its time and its host (``gpus`` visible) to ``<out>/commands.txt``."""
+    host = f"{gpus} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
     command = shlex.join(["solo-diet", "compare", str(spec_path), *overrides])
     path = out / COMMANDS_FILE
     before = path.read_text() if path.is_file() else ""

@@ -186,7 +186,6 @@ def _seeded_tables(
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
     rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
-    marks = {m: r for m, r in rankings.items() if r is not None}
     integer = integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
@@ -194,7 +193,7 @@ def _seeded_tables(
             return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
         if column in NOT_AGGREGATED:
             return _plain_cell(row, column)
-        ranking = marks.get(column)
+        ranking = rankings.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
         return mean_cell(row, column, best, resolved, column in integer)
@@ -224,9 +223,8 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """results.csv, spectra.png, curves.png, the learning curves and report.md (verdicts, tables
-    and settings); ``left_out`` names the spec's jobs without a result, which the report says it
-    leaves out; ``budgets`` each run's budget (:mod:`.budgets`), which the report names."""
+    """results.csv, the plots, the learning curves and report.md; ``left_out``: the labels of the
+    jobs without a result, ``budgets``: each run's budget (:mod:`.budgets`)."""
     from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]

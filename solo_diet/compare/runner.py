@@ -1,8 +1,6 @@
-"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job pretrained
-and evaluated once (:mod:`~solo_diet.compare.job`), one after another in this process, or side by
-side in worker processes (:mod:`~solo_diet.compare.fanout`); then the report, from the results of
-every job that has one; what ``run_spec`` returns (:class:`CompareResults`).
-"""
+"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job
+(:mod:`~solo_diet.compare.job`) in this process or in worker processes
+(:mod:`~solo_diet.compare.fanout`), then the report of every job with a result."""
 
 from __future__ import annotations
 
@@ -46,10 +44,7 @@ class JobsFailed(RuntimeError):
 @dataclass(frozen=True)
 class CompareResults:
     """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
-    the resolved ``spec``, the ``report``'s path, the ``records`` (one ``result.json`` per job
-    with a result, in the spec's order; with ``report_only`` also the ``unfinished`` ones), the
-    labels of the jobs ``left_out``, the ``failures`` {job key: what failed} and how many jobs
-    this call ``started``."""
+    ``records`` are the jobs' ``result.json`` in spec order, ``failures`` {job key: what failed}."""
 
     spec: DictConfig
     report: Path
@@ -124,8 +119,7 @@ def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
 
 
 def _check_device_lists(jobs: Sequence[Job]) -> None:
-    """A job in its own process sees only its GPUs, numbered from 0: a device list must be
-    0..n-1."""
+    """A job in its own process sees only its GPUs, numbered from 0: a device list is 0..n-1."""
     for job in jobs:
         devices = OmegaConf.select(job.cfg, "devices")
         if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
@@ -136,15 +130,14 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, jobs_per_gpu: int, spec_file: Path, reuse: bool = True
+    jobs: Sequence[Job], workers: int, parallel: DictConfig, spec_file: Path
 ) -> dict[str, str]:
-    """Every job in a process of its own GPUs (:func:`~solo_diet.compare.fanout.run_tasks`), the
-    longest first; returns {failed job's key: what failed}. With ``reuse`` the jobs of one GPU or
-    the CPU run in reusable workers; a DDP job (Lightning starts its ranks from its command line)
-    gets a fresh process."""
+    """Every job in a process of its own GPUs, the longest first, in reusable workers with
+    ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
     _check_device_lists(jobs)
+    reuse = parallel.reuse_workers
     jobs = longest_first(jobs)
     gpus = visible_gpus()
     worker = (sys.executable, "-m", "solo_diet.compare.worker")
@@ -158,13 +151,12 @@ def _run_in_processes(
         )
         for job in jobs
     ]
-    say = _counting_ended_jobs(jobs)
     outcomes = run_tasks(
         tasks,
         workers,
         gpus,
-        say=say,
-        jobs_per_gpu=jobs_per_gpu,
+        say=_counting_ended_jobs(jobs),
+        jobs_per_gpu=parallel.jobs_per_gpu,
         serve_argv=(*worker, "--serve", str(spec_file)) if reuse else None,
     )
     return {
@@ -202,8 +194,7 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
 
 
 def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
-    """The jobs with something left to do; each job whose result stands is named and not started
-    (no process, no GPU slot)."""
+    """The jobs with something left to do; a job whose result stands is named, not started."""
     eval_fingerprint = evaluation_fingerprint(spec)
     left = []
     for job in jobs:
@@ -216,8 +207,7 @@ def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job
 
 
 def _unfinished_row(job: Job) -> dict[str, Any]:
-    """A run's job that trained some epochs but was never evaluated: its pretraining costs and
-    curves (``epochs.csv``), marked ``unfinished``."""
+    """A run's job trained but never evaluated: its costs and curves, marked ``unfinished``."""
     row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
     costs = pretrain_costs(job.run_dir)
     del costs["pretrain_wall_s"]  # its pretraining call never returned
@@ -231,9 +221,8 @@ def _report_of_finished(
     report_only: bool = False,
     failed: Collection[str] = (),
 ) -> tuple[Path, list[dict], list[str]]:
-    """The report of those ``jobs`` that have a ``result.json`` of their spec's recipe (but the
-    ``failed`` keys), naming those it leaves out (another recipe's: stale); ``report_only`` adds
-    the runs' jobs that only have pretraining epochs, and refuses to replace the report when every
+    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others (stale,
+    ``failed``); ``report_only`` adds the runs' unfinished jobs and keeps the report when every
     finished run is stale. Returns the report's path, its results and the labels left out."""
     results, left_out, stale = [], [], False
     for job in jobs:
@@ -253,10 +242,9 @@ def _report_of_finished(
         fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
         if not fresh:
             raise ConfigError(
-                f"--report-only: every finished run in {out} was trained with another config than "
-                "this spec with these overrides (budget, trainer or data settings), so the report "
-                "was left as it was. Rebuild it from the spec the runs recorded: solo-diet compare "
-                f"{out / 'spec.yaml'} --report-only"
+                f"--report-only: every finished run in {out} was trained with another config "
+                "(budget, trainer or data settings) than this spec, so the report was kept; "
+                f"rebuild it from their spec: solo-diet compare {out / 'spec.yaml'} --report-only"
             )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
@@ -278,11 +266,9 @@ def remove_leftovers(out: Path) -> None:
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
-    """Run (or finish) a comparison: every job pretrained and evaluated once, then the report
-    (docs/compare.md, "From Python"). ``spec``: a spec file or the spec as a mapping;
-    ``overrides``: dot-list overrides of spec keys (``budget.max_epochs=2``); ``report_only``: run
-    nothing, only write the report. A failed job is in the result's ``failures``, the others go
-    on; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job starts."""
+    """Run (or finish) a comparison, then write its report (docs/compare.md, "From Python"):
+    ``spec`` a file or mapping, ``overrides`` dot-list (``budget.max_epochs=2``); a failed job is
+    in ``failures``, a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
     import solo_diet
 
     solo_diet.register()
@@ -308,8 +294,7 @@ def run_spec(
 def run_compare(
     spec_path: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> Path:
-    """:func:`run_spec`, returning the path of report.md; raises :class:`JobsFailed` after writing
-    the report of the other jobs when some jobs failed."""
+    """:func:`run_spec`, returning report.md's path; raises :class:`JobsFailed` if a job failed."""
     results = run_spec(spec_path, overrides, report_only)
     results.raise_for_failures()
     return results.report
@@ -322,13 +307,14 @@ def _run_jobs(
     jobs: Sequence[Job],
     chosen: Sequence[Job],
 ) -> CompareResults:
-    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, then the
-    report."""
+    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, the report."""
+    from solo_diet.compare.fanout import visible_gpus
+
     out = Path(spec.output_dir)
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
-    note_command(out, spec_path, overrides)
+    note_command(out, spec_path, overrides, len(visible_gpus()))
     workers = workers_for(spec)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
@@ -350,13 +336,7 @@ def _run_jobs(
         spec_file = out / f".spec-{os.getpid()}.yaml"
         OmegaConf.save(spec, spec_file)
         try:
-            failures = _run_in_processes(
-                to_run,
-                workers,
-                spec.parallel.jobs_per_gpu,
-                spec_file,
-                reuse=spec.parallel.reuse_workers,
-            )
+            failures = _run_in_processes(to_run, workers, spec.parallel, spec_file)
         finally:
             spec_file.unlink(missing_ok=True)
     else:

@@ -50,26 +50,12 @@ class EvaluationSettings:
     clustering: bool = True
     seed: int = 0
 
-    def checked(self) -> "EvaluationSettings":
-        """The LiDAR views' augmentation file is one."""
-        if self.lidar_augmentations is not None and not Path(self.lidar_augmentations).is_file():
-            raise ConfigError(
-                f"`evaluation.lidar_augmentations` {self.lidar_augmentations} is not a file."
-            )
-        return self
-
 
 SPEC_DEFAULTS: dict[str, Any] = {
     "name": "comparison",
     "output_dir": None,
     "config_path": None,
-    "data": {
-        "root": None,
-        "dataset": "custom",
-        "train_path": None,
-        "val_path": None,
-        "format": "auto",
-    },
+    "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
     "budget": dataclasses.asdict(BudgetSettings()),  # every key required but the Optional ones
     "seeds": None,
     "reference_rows": ["random_init", "raw_pixels"],
@@ -89,13 +75,8 @@ PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
-    "output_dir",
-    "config_path",
-    "data.root",
-    "data.train_path",
-    "data.val_path",
-    "linear.config_path",
-    "evaluation.lidar_augmentations",
+    *("output_dir", "config_path", "data.root", "data.train_path", "data.val_path"),
+    *("linear.config_path", "evaluation.lidar_augmentations"),
 )
 BUDGET_TARGETS = {
     "max_epochs": "max_epochs",
@@ -233,7 +214,9 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
     check_only(spec, spec_path)
     check_claims(spec, spec_path)
     resolve_spec_format(spec, spec_path)
-    evaluation_settings(spec).checked()
+    views = evaluation_settings(spec).lidar_augmentations
+    if views is not None and not Path(views).is_file():
+        raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
 
 
 def evaluation_settings(spec: DictConfig) -> EvaluationSettings:

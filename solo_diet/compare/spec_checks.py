@@ -1,7 +1,6 @@
-"""The checks of a comparison spec: the typed ``budget``, ``parallel`` and ``curves`` sections
-(:func:`~solo_diet.config.parse_section`), and ``seeds``, ``reference_rows`` and ``only``
-(:func:`~solo_diet.compare.spec.load_spec` runs them). A section's defaults are the spec's
-(``SPEC_DEFAULTS``); a field without one here is required."""
+"""The checks of a comparison spec (:func:`~solo_diet.compare.spec.load_spec` runs them): the
+typed ``budget``, ``parallel`` and ``curves`` sections, whose defaults are ``SPEC_DEFAULTS``
+(a field without one here is required), and ``seeds``, ``reference_rows`` and ``only``."""
 
 from __future__ import annotations
 

@@ -24,13 +24,8 @@ RESULT_COLUMNS = (  # by what they measure
     *COST_COLUMNS,
     *NOT_SHOWN,
 )
-NOT_COLUMNS = (
-    "fingerprint",
-    "recipe",
-    "job",
-    "n_seeds",
-    "unfinished",
-)  # n_seeds, *_std: aggregates
+# keys of a result that are no column (n_seeds and the *_std columns: aggregates)
+NOT_COLUMNS = ("fingerprint", "recipe", "job", "n_seeds", "unfinished")
 RESOLVED_MARK = "†"
 # report.md's tables: each group's columns after the run (and seed); a column of none goes last
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
@@ -71,19 +66,14 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-def _numeric_columns(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
-    """The ``columns`` that hold a number in some row (they get a ``_std`` column)."""
-    return [
-        c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
-    ]
-
-
 def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
     """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and, after every numeric
     column, its ``_std`` (filled in the aggregate rows)."""
     columns = result_columns(rows)
     if seeds:
-        numeric = set(_numeric_columns(rows, columns))
+        numeric = {  # the columns with a number in some row
+            c for c in columns if c not in NOT_AGGREGATED and any(is_number(r.get(c)) for r in rows)
+        }
         columns = [x for c in columns for x in ((c, f"{c}_std") if c in numeric else (c,))]
         columns.insert(columns.index("seed") + 1, "n_seeds")
     return write_csv(path, columns, rows)
@@ -100,12 +90,8 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict]) -> Path:
 
 def integer_columns(rows: Sequence[dict]) -> set[str]:
     """The columns whose every per-seed value is an integer (``epochs``)."""
-    values: dict[str, list] = {}
-    for row in rows:
-        for column, value in row.items():
-            if is_number(value):
-                values.setdefault(column, []).append(value)
-    return {c for c, v in values.items() if all(isinstance(x, int) for x in v)}
+    numeric = {column for row in rows for column, value in row.items() if is_number(value)}
+    return {c for c in numeric if all(isinstance(r[c], int) for r in rows if is_number(r.get(c)))}
 
 
 def mean_cell(
@@ -146,8 +132,7 @@ def shown_columns(rows: Sequence[dict]) -> list[str]:
 def grouped_tables(
     rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
 ) -> list[str]:
-    """One table per group of ``COLUMN_GROUPS`` that has some of ``columns``, under its own
-    heading, each led by ``run`` (and ``seed`` when given)."""
+    """One table per group of ``COLUMN_GROUPS``, each led by ``run`` (and ``seed``)."""
     lead = [c for c in ("run", "seed") if c in columns]
     groups: dict[str, list[str]] = {title: [] for title, _ in COLUMN_GROUPS}
     for column in (c for c in columns if c not in lead):

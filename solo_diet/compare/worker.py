@@ -4,8 +4,7 @@ One job, in a fresh process:
     python -m solo_diet.compare.worker <output_dir>/.spec-<pid>.yaml <job key>
 
 A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
-after another, each as in a fresh process (:mod:`~solo_diet.compare.served`,
-:mod:`~solo_diet.compare.fresh`):
+after another, each as in a fresh process (:class:`ServedWorker`, :mod:`~solo_diet.compare.fresh`):
 
     python -m solo_diet.compare.worker --serve <output_dir>/.spec-<pid>.yaml <reply fd>
 
@@ -14,15 +13,15 @@ Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
-
-from solo_diet.compare.fanout import PARENT_VARIABLE
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -30,6 +29,9 @@ if TYPE_CHECKING:
     from solo_diet.compare.jobs import Job
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# The PID of the process a worker must not outlive (set by the fan-out, then by each worker for the
+# DDP ranks it starts: :func:`die_with_parent`).
+PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 def die_with_parent() -> None:
@@ -49,8 +51,7 @@ def die_with_parent() -> None:
 
 
 def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
-    """A worker's comparison, saved as ``spec_file``: the spec, its jobs by key and the
-    fingerprint of its evaluation."""
+    """The comparison saved as ``spec_file``: spec, jobs by key, evaluation fingerprint."""
     import solo_diet
     from solo_diet.compare.fingerprints import evaluation_fingerprint
     from solo_diet.compare.jobs import parse_runs, plan_jobs
@@ -96,6 +97,70 @@ def serve(spec_file: str, reply_fd: int) -> int:
             replies.write("0\n")
             replies.flush()
     return 0
+
+
+class ServedWorker:
+    """The fan-out's handle on a reusable worker process on ``devices`` (``--serve``), its output
+    in the first task's log. Protocol: its last argument is a pipe it writes to; each task is a
+    JSON line on its standard input, ``{"log": <log file>, "request": <the task's request>}``; the
+    worker sends its output to that log, runs the task and writes ``0`` and a newline to the pipe.
+    A task that fails ends the worker; the end of its standard input ends an idle one."""
+
+    def __init__(
+        self, argv: Sequence[str], devices: tuple[str, ...], env: dict, first_log: Path
+    ) -> None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        with first_log.open("a") as log:  # where its start-up says what it says
+            self.process = subprocess.Popen(
+                [*argv, str(write_end)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                pass_fds=(write_end,),
+                text=True,
+            )
+        os.close(write_end)
+        self.devices = devices
+        self.tasks_run = 0
+        self._replies = read_end
+        self._buffer = b""
+
+    def hand(self, log_path: Path, request: str) -> None:
+        """Give the worker its next task (a worker that died idle reports its exit status)."""
+        assert self.process.stdin is not None
+        line = json.dumps({"log": str(log_path), "request": request}) + "\n"
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        self.tasks_run += 1
+
+    def task_status(self) -> Optional[int]:
+        """How the task handed last ended: 0 (the worker waits for the next), the worker's exit
+        status (negative: killed by that signal; 1 when it left without a word), or None while it
+        runs."""
+        with contextlib.suppress(BlockingIOError):
+            self._buffer += os.read(self._replies, 64)
+        if b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            return int(line)
+        status = self.process.poll()
+        if status is None:
+            return None
+        return status or 1
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def retire(self) -> None:
+        """End an idle worker: it exits when its standard input ends."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        with contextlib.suppress(OSError):
+            os.close(self._replies)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

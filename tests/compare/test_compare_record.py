@@ -18,7 +18,7 @@ def test_devices_dates_and_commands(tmp_path):
         {"run": "vicreg"},  # evaluated before results recorded it
         {"run": "swav", "unfinished": True},  # stopped before its evaluation
     ]
-    note_command(tmp_path, "spec.yaml", ["data.root=/data/am", "seeds=[1]"])
+    note_command(tmp_path, "spec.yaml", ["data.root=/data/am", "seeds=[1]"], gpus=0)
     with (tmp_path / "commands.txt").open("a") as f:
         f.write("copied the seed-0 folders from another machine\n")
 

@@ -37,9 +37,8 @@ def _run(tmp_path: Path, reuse: bool) -> Path:
     spec_file = out / ".spec-test.yaml"
     OmegaConf.save(spec, spec_file)
     jobs = plan_jobs(spec, parse_runs(spec))
-    assert (
-        _run_in_processes(jobs, workers=1, jobs_per_gpu=1, spec_file=spec_file, reuse=reuse) == {}
-    )
+    parallel = OmegaConf.create({"jobs_per_gpu": 1, "reuse_workers": reuse})
+    assert _run_in_processes(jobs, 1, parallel, spec_file) == {}
     return out
 
 
