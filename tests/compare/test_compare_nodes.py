@@ -25,9 +25,7 @@ pytestmark = pytest.mark.solo
 )
 def test_several_nodes_are_refused_before_any_job(tmp_path, extra, owner):
     data_root = write_tiny_images(tmp_path / "images")
-    message = (
-        rf"{owner}: `num_nodes=2`: solo-diet compare runs its jobs on the GPUs of this machine"
-    )
+    message = rf"{owner}: `num_nodes=2`: solo-diet compare runs on one machine; train over several"
     with pytest.raises(ConfigError, match=message):
         run_compare(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path / "out") + extra)
     assert not (tmp_path / "out" / "runs").exists()
