@@ -138,33 +138,44 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
     return method_cls
 
 
-def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
-    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
-    refused naming the closest, an old one of ``renamed_method_kwargs`` naming its new name; then
-    its ``checked(cfg)``) and write every value back; returns ``cfg``."""
+def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Any:
+    """``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs``, then its
+    ``checked(cfg)``.
+
+    Args:
+        cfg: the run's config (a ``derive``d default reads other keys of it).
+        method_cls: a method class whose contract declares ``kwargs``.
+
+    Returns:
+        The frozen kwargs. An unknown key is refused naming the closest, an old one of the class's
+        ``renamed_method_kwargs`` naming its new name.
+    """
+    given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
+    for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
+        if old in given:
+            raise ConfigError(
+                f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
+                f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
+                "old key still loads)."
+            )
     schema = method_contract(method_cls).kwargs
-    if schema is not None:
-        given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
-        for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
-            if old in given:
-                raise ConfigError(
-                    f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
-                    f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
-                    "old key still loads)."
-                )
-        parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
-        checked = getattr(parsed, "checked", None)
-        write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
-    return cfg
+    parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
+    checked = getattr(parsed, "checked", None)
+    return parsed if checked is None else checked(cfg)
 
 
 class DeclaredKwargs:
-    """Mixin of our method classes: the one form of their ``add_and_assert_specific_cfg``
-    (solo-learn's keys, then the contract's ``kwargs``)."""
+    """Mixin of our method classes, first among their bases: ``self.hp``, the contract's
+    ``kwargs`` parsed once from ``cfg.method_kwargs`` (:func:`parse_method_kwargs`) before
+    solo-learn's ``BaseMethod.__init__`` builds the backbone, and written back whole so that
+    ``args.json`` rebuilds the model. The method reads ``self.hp``, never ``cfg.method_kwargs``."""
 
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        return fill_method_kwargs(super().add_and_assert_specific_cfg(cfg), cls)
+    hp: Any
+
+    def __init__(self, cfg: omegaconf.DictConfig):
+        self.hp = parse_method_kwargs(cfg, type(self))
+        write_section(cfg, "method_kwargs", self.hp)
+        super().__init__(cfg)
 
 
 def plugin_methods() -> dict[str, type]:

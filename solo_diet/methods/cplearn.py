@@ -90,7 +90,10 @@ def cplearn_representations(
 class CPLearn(DeclaredKwargs, BaseMethod):
     """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
 
-    ``method_kwargs``: :class:`CPLearnKwargs`.
+    Keys: ``self.hp`` (:class:`CPLearnKwargs`): ``proj_hidden_dim``, ``proj_output_dim``,
+    ``beta``, ``eps``, ``activation``, ``prior``, ``symmetric``, ``gather_marginal``,
+    ``codes_seed``; solo-learn's ``BaseMethod`` reads the rest (``backbone``, ``optimizer``,
+    ``scheduler``, ``data``, the online probe).
     """
 
     registered_as = "cplearn"
@@ -100,19 +103,18 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         views=2,
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 32},
     )
+    hp: CPLearnKwargs
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
-        kwargs = cfg.method_kwargs
-        loss_keys = ("beta", "prior", "symmetric", "gather_marginal")
-        self.loss_options: Dict[str, Any] = {key: kwargs[key] for key in loss_keys}
+        hp = self.hp
         self.projector = CPLearnProjector(
             self.features_dim,
-            kwargs.proj_hidden_dim,
-            kwargs.proj_output_dim,
-            activation=kwargs.activation,
-            eps=kwargs.eps,
-            codes_seed=kwargs.codes_seed,
+            hp.proj_hidden_dim,
+            hp.proj_output_dim,
+            activation=hp.activation,
+            eps=hp.eps,
+            codes_seed=hp.codes_seed,
         )
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
@@ -135,7 +137,15 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
-        terms = cplearn_loss_terms(z_a, z_b, **self.loss_options)
+        hp = self.hp
+        terms = cplearn_loss_terms(
+            z_a,
+            z_b,
+            beta=hp.beta,
+            prior=hp.prior,
+            symmetric=hp.symmetric,
+            gather_marginal=hp.gather_marginal,
+        )
         logs = {**terms, **cplearn_diagnostics(z_a, z_b)}
         self.log_dict(
             {f"train_cplearn_{k}": v for k, v in logs.items()}, on_epoch=True, sync_dist=True

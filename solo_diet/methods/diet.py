@@ -28,20 +28,19 @@ class DIETKwargs(IndexKwargs):
 
 
 class DIET(IndexMethod):
-    """DIET: bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output, ``R``
-    the label source's number of ids (N for ``index``, the paper); ``method_kwargs``:
-    :class:`DIETKwargs` (docs/methods/diet.md; ``proj_layers`` 0 here, as in the paper).
+    """DIET: a bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output,
+    ``R`` the label source's number of ids (N for ``index``, the paper; docs/methods/diet.md).
+
+    Keys: ``self.hp`` (:class:`DIETKwargs`): ``loss``, ``label_smoothing``, ``normalize`` and
+    ``proj_layers`` (0 here, as in the paper) of its own; the others from :class:`IndexMethod`.
     """
 
     registered_as = "diet"
     contract = replace(IndexMethod.contract, kwargs=DIETKwargs)
+    hp: DIETKwargs
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
-        kwargs = cfg.method_kwargs
-        self.loss_name: str = kwargs.loss
-        self.label_smoothing: float = kwargs.label_smoothing
-        self.normalize: bool = kwargs.normalize
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
 
     @property
@@ -51,7 +50,7 @@ class DIET(IndexMethod):
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
         z = self.projector(feats)
-        return F.normalize(z, dim=-1) if self.normalize else z
+        return F.normalize(z, dim=-1) if self.hp.normalize else z
 
     def head_logits(self, z: torch.Tensor) -> torch.Tensor:
         """``W_H z`` in float32 whatever the autocast, as CPLearn's code logits: the DIET and s-DIET
@@ -61,9 +60,9 @@ class DIET(IndexMethod):
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """DIET loss over every labelled view (target: its label id, by default its datum index) +
-        online probe."""
+        online probe. Args: batch, solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
         indexes, targets = batch[0], batch[2]
-        check_sample_indexes(indexes, self.num_samples)
+        check_sample_indexes(indexes, self.hp.num_samples)
 
         out = super().training_step(batch, batch_idx)
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
@@ -73,8 +72,8 @@ class DIET(IndexMethod):
             logits, ids = logits[labelled], ids[labelled]
         if ids.numel() == 0:
             loss = logits.sum()
-        elif self.loss_name == "ce":
-            loss = diet_loss(logits, ids, self.label_smoothing)
+        elif self.hp.loss == "ce":
+            loss = diet_loss(logits, ids, self.hp.label_smoothing)
         else:
             loss = mse_diet_loss(logits, ids)
         instance_acc = (logits.argmax(dim=1) == ids).float().sum() / max(ids.numel(), 1)

@@ -40,20 +40,21 @@ class DIETCFKwargs(LabelledProjectionKwargs):
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (module docstring); ``method_kwargs``:
-    :class:`DIETCFKwargs`."""
+    """Closed-form ridge head over the batch (module docstring).
+
+    Keys: ``self.hp`` (:class:`DIETCFKwargs`): ``lam`` of its own; the others from
+    :class:`LabelledProjectionMethod`.
+    """
 
     registered_as = "diet_cf"
     contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)
-
-    def __init__(self, cfg: omegaconf.DictConfig):
-        super().__init__(cfg)
-        self.lam: float = cfg.method_kwargs.lam
+    hp: DIETCFKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Closed-form-head loss over all views of the global batch + online probe."""
+        """Closed-form-head loss over all views of the global batch + online probe. Args: batch,
+        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
-        loss = closed_form_head_loss(torch.cat(views), ids, self.lam)
+        loss = closed_form_head_loss(torch.cat(views), ids, self.hp.lam)
         self.log("train_cf_loss", loss, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(batch[2], out["loss"])

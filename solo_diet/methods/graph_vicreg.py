@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-import omegaconf
 import torch
 
 from solo_diet.config import setting
@@ -33,24 +32,29 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance; ``method_kwargs``: :class:`GraphVICRegKwargs`."""
+    variance/covariance.
+
+    Keys: ``self.hp`` (:class:`GraphVICRegKwargs`): ``sim_loss_weight``, ``var_loss_weight``,
+    ``cov_loss_weight``, ``label_norm_power`` of its own; the others from
+    :class:`LabelledProjectionMethod`.
+    """
 
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)
-
-    def __init__(self, cfg: omegaconf.DictConfig):
-        super().__init__(cfg)
-        kwargs = cfg.method_kwargs
-        weights = ("sim_loss_weight", "var_loss_weight", "cov_loss_weight")
-        self.loss_weights: dict[str, float] = {key: kwargs[key] for key in weights}
-        self.label_norm_power: float = kwargs.label_norm_power
+    hp: GraphVICRegKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Graph-VICReg over all views of the global batch + online probe."""
+        """Graph-VICReg over all views of the global batch + online probe. Args: batch,
+        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
+        hp = self.hp
         loss = graph_vicreg_loss(
-            views, label_graph(ids, self.label_norm_power), **self.loss_weights
+            views,
+            label_graph(ids, hp.label_norm_power),
+            sim_loss_weight=hp.sim_loss_weight,
+            var_loss_weight=hp.var_loss_weight,
+            cov_loss_weight=hp.cov_loss_weight,
         )
         self.log("train_graph_vicreg_loss", loss, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(batch[2], out["loss"])

@@ -16,7 +16,7 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch import nn
 
 from solo_diet.config import ConfigError, core_errors_named, setting
-from solo_diet.labels import LABEL_DEFAULTS, check_range, label_source_from_kwargs
+from solo_diet.labels import LABEL_DEFAULTS, LabelSource, check_range, label_source_from_kwargs
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
@@ -55,18 +55,6 @@ class IndexKwargs:
     proj_output_dim: int = setting(2048, minimum=1)
     proj_use_bn: bool = True
 
-    def checked(self, cfg: omegaconf.DictConfig) -> "IndexKwargs":
-        """Build the label source once, so a bad source, an unreadable groups file or class labels
-        on an unlabelled dataset fail at config time."""
-        has_labels = not omegaconf_select(cfg, "data.no_labels", False)
-        num_classes = omegaconf_select(cfg, "data.num_classes", None)
-        try:
-            with core_errors_named(INDEX_ARGUMENT_KEYS):
-                label_source_from_kwargs(asdict(self), num_classes, has_labels)
-        except ValueError as error:  # an unreadable groups file, too
-            raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
-        return self
-
 
 @dataclass(frozen=True)
 class LabelledProjectionKwargs(IndexKwargs):
@@ -74,7 +62,7 @@ class LabelledProjectionKwargs(IndexKwargs):
     views per datum."""
 
     def checked(self, cfg: omegaconf.DictConfig) -> "LabelledProjectionKwargs":
-        super().checked(cfg)
+        """``labels=index`` with at least two views per datum."""
         num_views = cfg.data.num_large_crops + omegaconf_select(cfg, "data.num_small_crops", 0)
         if self.labels == "index" and num_views < 2:
             raise ConfigError(
@@ -83,6 +71,26 @@ class LabelledProjectionKwargs(IndexKwargs):
                 "`data.num_large_crops=2` (and augmentations[].num_crops), or another label source."
             )
         return self
+
+
+def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
+    """The label source ``hp`` asks for (``solo_diet.labels``), built once per model.
+
+    Args:
+        hp: the method's parsed kwargs (``num_samples`` and the label keys).
+        cfg: the run's config, for ``data.num_classes`` and ``data.no_labels``.
+
+    Returns:
+        The label source; a bad source, an unreadable groups file or class labels on an unlabelled
+        dataset is one ConfigError naming the ``method_kwargs`` key.
+    """
+    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
+    num_classes = omegaconf_select(cfg, "data.num_classes", None)
+    try:
+        with core_errors_named(INDEX_ARGUMENT_KEYS):
+            return label_source_from_kwargs(asdict(hp), num_classes, has_labels)
+    except ValueError as error:  # an unreadable groups file, too
+        raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
 
 
 SET_NUM_SAMPLES = (
@@ -105,9 +113,14 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
-    """Backbone -> optional ReLU MLP projector -> ``z`` (``z_dim`` wide, added to solo-learn's
-    outputs by ``forward``/``multicrop_forward``), and a label source mapping each sample to its
-    label id; ``method_kwargs``: :class:`IndexKwargs`.
+    """Backbone -> optional ReLU MLP projector -> ``z``, and a label source mapping each sample
+    to its label id (``label_source``; ``z_dim``: the width of ``z``, which ``forward`` and
+    ``multicrop_forward`` add to solo-learn's outputs).
+
+    Keys: ``self.hp`` (:class:`IndexKwargs`): ``num_samples``; the label source's ``labels``,
+    ``labelled_fraction``, ``label_seed``, ``groups_path``; the projector's ``proj_layers``,
+    ``proj_hidden_dim``, ``proj_output_dim``, ``proj_use_bn``. solo-learn's ``BaseMethod`` reads
+    the rest (``backbone``, ``optimizer``, ``scheduler``, ``data``, the online probe).
     """
 
     contract = Contract(
@@ -117,22 +130,23 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 8},
     )
 
+    hp: IndexKwargs
+
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
-        kwargs = cfg.method_kwargs
-        self.num_samples: int = kwargs.num_samples
-        self.label_source = label_source_from_kwargs(kwargs, cfg.data.num_classes)
+        hp = self.hp
+        self.label_source = build_label_source(hp, cfg)
         self.projector: nn.Module = nn.Identity()
         self.z_dim: int = self.features_dim
-        if kwargs.proj_layers > 0:
+        if hp.proj_layers > 0:
             self.projector = mlp_projector(
                 self.features_dim,
-                kwargs.proj_hidden_dim,
-                kwargs.proj_output_dim,
-                num_layers=kwargs.proj_layers,
-                use_bn=kwargs.proj_use_bn,
+                hp.proj_hidden_dim,
+                hp.proj_output_dim,
+                num_layers=hp.proj_layers,
+                use_bn=hp.proj_use_bn,
             )
-            self.z_dim = kwargs.proj_output_dim
+            self.z_dim = hp.proj_output_dim
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
@@ -145,12 +159,14 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         return self.projector(feats)
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Backbone features, online-probe logits and ``z``."""
+        """Args: X, a batch of images. Returns: solo-learn's outputs (``feats``, the probe's
+        ``logits``) and ``z``."""
         out = super().forward(X)
         out["z"] = self.head_input(out["feats"])
         return out
 
     def multicrop_forward(self, X: torch.Tensor) -> Dict[str, Any]:
+        """As :meth:`forward`, for solo-learn's small crops."""
         out = super().multicrop_forward(X)
         out["z"] = self.head_input(out["feats"])
         return out
@@ -158,7 +174,10 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
 
 class LabelledProjectionMethod(IndexMethod):
     """An index-based method whose loss compares the views of the global batch by label id
-    (``diet_cf``, ``graph_vicreg``): the label source ``index`` needs >= 2 views per datum."""
+    (``diet_cf``, ``graph_vicreg``). Keys: :class:`IndexMethod`'s (``self.hp``:
+    :class:`LabelledProjectionKwargs`; ``labels=index`` needs >= 2 views per datum)."""
+
+    hp: LabelledProjectionKwargs
 
     contract = replace(
         IndexMethod.contract,

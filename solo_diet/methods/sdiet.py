@@ -66,7 +66,9 @@ class SDIETKwargs(IndexKwargs):
     zero_grad_steps: str = setting(
         choices=MODES,
         derive=lambda cfg: (
-            "eager" if omegaconf_select(cfg, "method_kwargs.labels", "index") == "index" else "lazy"
+            "eager"
+            if omegaconf_select(cfg, "method_kwargs.labels", IndexKwargs.labels) == "index"
+            else "lazy"
         ),
     )
     row_placement: str = setting("cpu", choices=PLACEMENTS)
@@ -79,7 +81,6 @@ class SDIETKwargs(IndexKwargs):
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
         """The head's betas, and what s-DIET refuses together: disk rows without a folder; eager
         steps or super-batches with labels other than ``index``; more than one view per sample."""
-        super().checked(cfg)
         betas = self.head_betas
         betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
         if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
@@ -113,7 +114,12 @@ class SDIETKwargs(IndexKwargs):
 class SDIET(IndexMethod):
     """s-DIET: projector (3 layers by default, s-DIET paper, §6), L2 normalisation, CE against
     the resident head rows (Eq. 7, §5.2); a datum's label id (by default its index) is its head row,
-    ``proj_output_dim`` the width D of a row. ``method_kwargs``: :class:`SDIETKwargs`.
+    ``proj_output_dim`` the width D of a row.
+
+    Keys: ``self.hp`` (:class:`SDIETKwargs`): the head's ``label_smoothing``, ``temperature``,
+    ``head_*`` optimiser, ``zero_grad_steps``, the rows' ``row_*`` and ``rows_per_step``,
+    ``prefetch`` of its own; the others from :class:`IndexMethod`. ``seed`` seeds the rows and
+    the batch order.
     """
 
     registered_as = "sdiet"
@@ -123,42 +129,33 @@ class SDIET(IndexMethod):
         "storage_dir": "row_dir",
         "storage_dtype": "row_dtype",
     }
+    hp: SDIETKwargs
 
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
-        kwargs = cfg.method_kwargs
-        self.rows_per_step: int = kwargs.rows_per_step
+        hp = self.hp
+        self.seed: int = omegaconf_select(cfg, "seed", SOLO_LEARN_SEED)
         self.head_optimizer: RowOptimizer = (
-            RowAdamW(kwargs.head_weight_decay, tuple(kwargs.head_betas), kwargs.head_eps)
-            if kwargs.head_optimizer == "adamw"
-            else RowSGDW(kwargs.head_weight_decay, kwargs.head_momentum)
+            RowAdamW(hp.head_weight_decay, hp.head_betas, hp.head_eps)
+            if hp.head_optimizer == "adamw"
+            else RowSGDW(hp.head_weight_decay, hp.head_momentum)
         )
-        self._store_kwargs = dict(
-            mode=kwargs.zero_grad_steps,
-            placement=kwargs.row_placement,
-            directory=kwargs.row_dir,
-            dtype=getattr(torch, kwargs.row_dtype),
-            seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
-        )
-        self.row_sharding: str = kwargs.row_sharding
-        self.row_head = RowHead(
-            kwargs.rows_per_step, kwargs.label_smoothing, kwargs.temperature, kwargs.prefetch
-        )
+        self.row_head = RowHead(hp.rows_per_step, hp.label_smoothing, hp.temperature, hp.prefetch)
         # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
         self._pending_snapshot: Optional[dict] = None
         # the data order: found on the trainer's train dataloader at train start (or set by hand)
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
-        self.batch_order = SuperBatchOrder(kwargs.rows_per_step)
+        self.batch_order = SuperBatchOrder(hp.rows_per_step)
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
-        """Launcher hook: the seeded super-batch order of the training set (split over DDP
-        ranks)."""
+        """Contract hook ``train_batch_sampler``, called before the model is built. Args: the
+        run's cfg and training set. Returns: its seeded super-batch order (split over DDP ranks)."""
         return SuperBatchSampler(
             len(dataset),
             cfg.optimizer.batch_size,
-            omegaconf_select(cfg, "method_kwargs.rows_per_step", 1),
+            omegaconf_select(cfg, "method_kwargs.rows_per_step", SDIETKwargs.rows_per_step),
             seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
         )
 
@@ -173,7 +170,7 @@ class SDIET(IndexMethod):
         collectively).
         """
         if self._row_store is None:
-            placement = self._store_kwargs["placement"]
+            hp, placement = self.hp, self.hp.row_placement
             node = self.trainer.node_rank if self._trainer is not None else 0
             sharing = host_sharing(node=node) if placement in ("cpu", "disk") else None
             if sharing is not None and self.label_source.source != "index":
@@ -182,10 +179,10 @@ class SDIET(IndexMethod):
                     "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
                     "late, and class rows recur in consecutive batches."
                 )
-            options = dict(self._store_kwargs)
-            if options["directory"] and self._trainer is not None and self.trainer.num_nodes > 1:
+            directory = hp.row_dir
+            if directory and self._trainer is not None and self.trainer.num_nodes > 1:
                 # over several nodes each keeps its row files in its own subfolder of row_dir
-                options["directory"] = os.path.join(options["directory"], f"node{node}")
+                directory = os.path.join(directory, f"node{node}")
             shard = self._node_shard(node, sharing)
             # sharded: each node's rows only (rowstore.shards), exchanged at every load
             store_class = RowStore if shard is None else ShardedRowStore
@@ -194,9 +191,13 @@ class SDIET(IndexMethod):
                 self.z_dim,
                 self.head_optimizer,
                 device=self.device,
+                mode=hp.zero_grad_steps,
+                placement=placement,
+                directory=directory,
+                dtype=getattr(torch, hp.row_dtype),
+                seed=self.seed,
                 sharing=sharing,
                 shard=shard,
-                **options,
             )
             if self._pending_snapshot is not None:
                 self._row_store.load_state_dict(self._pending_snapshot)
@@ -208,7 +209,7 @@ class SDIET(IndexMethod):
         process per node serves them, the shared store's writer; with ``gpu`` placement each process
         holds a part), else None."""
         trainer = self._trainer
-        if self.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
+        if self.hp.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
         if sharing is None:
             return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
@@ -234,9 +235,10 @@ class SDIET(IndexMethod):
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
             self.super_batch_sampler = found if isinstance(found, SuperBatchSampler) else None
         with core_errors_named(INDEX_ARGUMENT_KEYS):
-            check_sampler(self.super_batch_sampler, self.num_samples, self.rows_per_step)
+            check_sampler(self.super_batch_sampler, self.hp.num_samples, self.hp.rows_per_step)
         global_batch = self.batch_size * self.trainer.world_size
-        self.row_store.eager_steps = max(self.num_samples / global_batch - self.rows_per_step, 0.0)
+        steps = self.hp.num_samples / global_batch - self.hp.rows_per_step
+        self.row_store.eager_steps = max(steps, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
         """The super-batch of this global batch; without a SuperBatchSampler the batch itself (m
@@ -245,7 +247,7 @@ class SDIET(IndexMethod):
         if sampler is not None:
             steps = math.inf if self._trainer is None else self.trainer.num_training_batches
             return self.batch_order.locate(sampler, indexes, batch_idx, steps)
-        check_sample_indexes(indexes, self.num_samples)
+        check_sample_indexes(indexes, self.hp.num_samples)
         if indexes.unique().numel() != indexes.numel():
             raise ValueError(
                 "s-DIET needs distinct dataset indices in a (global) batch: two samples would "

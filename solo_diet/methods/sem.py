@@ -22,8 +22,13 @@ from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import Contract, ExtraRepresentation, method_contract
-from solo_diet.methods.sem_config import SEMKwargs, fill_sem_kwargs, with_sem
+from solo_diet.methods.contract import (
+    Contract,
+    DeclaredKwargs,
+    ExtraRepresentation,
+    method_contract,
+)
+from solo_diet.methods.sem_config import SEMKwargs, parse_sem_only, with_sem
 from solo_diet.nn.sem import (
     SEMFeatureExtractor,
     SEMProbe,
@@ -127,32 +132,36 @@ def twin_contract(base: Contract) -> Contract:
 
 class _SEMTwin:
     """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is
-    :func:`twin_contract` of the base method's."""
+    :func:`twin_contract` of the base method's.
+
+    Keys: the base method's, and ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`): in
+    ``self.hp`` with the kwargs of our methods' twins, alone for a solo-learn method's twin.
+    """
 
     sem_base_method: str
     _sem_online: str
     _sem_momentum: str | None
 
     @property
+    def sem(self) -> SEMKwargs:
+        """The parsed ``method_kwargs.sem``."""
+        return self.hp.sem
+
+    @property
     def features_dim(self) -> int:
         """L*V of ``method_kwargs.sem``: the width the base method builds its projector/head for."""
-        return SEMKwargs(**self.cfg.method_kwargs.sem).width
+        return self.sem.width
 
     @features_dim.setter
     def features_dim(self, backbone_dim: int) -> None:
         """solo-learn's base ``__init__`` assigns the backbone's D here: kept as backbone_dim."""
         self.backbone_dim = backbone_dim
 
-    @classmethod
-    def add_and_assert_specific_cfg(cls, cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-        """The base method's keys, then ``method_kwargs.sem`` (which the contract's ``kwargs`` of
-        our methods' twins already hold)."""
-        cfg = super().add_and_assert_specific_cfg(cfg)
-        return fill_sem_kwargs(cfg) if method_contract(cls).kwargs is None else cfg
-
     def __init__(self, cfg: omegaconf.DictConfig):
+        if not isinstance(self, DeclaredKwargs):  # ours parse `sem` with their kwargs
+            self.hp = parse_sem_only(cfg)  # before the base method reads features_dim
         super().__init__(cfg)
-        sem = self.cfg.method_kwargs.sem
+        sem = self.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
         self._sem_online, self._sem_momentum = _slot_paths(self)
         if not _reads_width(self.get_submodule(self._sem_online), self, width):
@@ -220,7 +229,7 @@ class _SEMTwin:
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
         (the official per-view temperatures; SEM paper, §3.1)."""
-        sem = self.cfg.method_kwargs.sem
+        sem = self.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
         with self.get_submodule(self._sem_online).temperature(tau):
@@ -234,7 +243,7 @@ class _SEMTwin:
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
-            stats = simplex_statistics(torch.cat(crops), self.cfg.method_kwargs.sem.simplex_dim)
+            stats = simplex_statistics(torch.cat(crops), self.sem.simplex_dim)
             self.log_dict(
                 {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
             )
@@ -282,5 +291,5 @@ def sem_feature_extractor(
             f"method '{checkpoint.method_name}' of this config is not a SEM twin (<name>_sem)"
         )
     model = checkpoint.method()
-    probe_tau = checkpoint.args.method_kwargs.sem.probe_tau if tau is None else tau
+    probe_tau = model.sem.probe_tau if tau is None else tau
     return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()

@@ -65,9 +65,16 @@ def with_sem(kwargs: type) -> type:
     )
 
 
-def fill_sem_kwargs(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """Fill and check ``method_kwargs.sem`` alone (the twin of a solo-learn method, whose own keys
-    solo-learn reads)."""
+@dataclass(frozen=True)
+class SEMOnlyKwargs:
+    """The ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)."""
+
+    sem: SEMKwargs
+
+
+def parse_sem_only(cfg: omegaconf.DictConfig) -> SEMOnlyKwargs:
+    """Args: a solo-learn method's twin's cfg. Returns: its ``method_kwargs.sem`` parsed and
+    checked, once, and written back whole for ``args.json``."""
     parsed = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
     write_section(cfg, "method_kwargs.sem", parsed)
-    return cfg
+    return SEMOnlyKwargs(parsed)

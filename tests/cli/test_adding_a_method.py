@@ -211,8 +211,8 @@ def test_the_contract_chosen_tests_run_the_toy_as_they_run_every_method(toy_regi
     for method in ("toy_index", "toy_index_sem"):
         model = gpu_path.check_fast_dev_run_through_the_gpu_path(method, data)
         # the contract's smoke settings and views reached the model, not defaults or a name list
-        assert model.z_dim == 16 and model.temperature == 0.5 and model.num_crops == 1
-        assert model.num_samples == gpu_path.NUM_TRAIN
+        assert model.z_dim == 16 and model.hp.temperature == 0.5 and model.num_crops == 1
+        assert model.hp.num_samples == gpu_path.NUM_TRAIN
     guarded = tmp_path / "guarded_images"
     classes, per_class = read_back.CLASSES, read_back.PER_CLASS
     write_image_folder(guarded / "train", num_classes=classes, per_class=per_class, seed=0)

@@ -46,7 +46,6 @@ class ToyKwargs(IndexKwargs):
 
     def checked(self, cfg: omegaconf.DictConfig) -> "ToyKwargs":
         """What the fields cannot say alone: the toy trains on dataset indexes only."""
-        super().checked(cfg)
         if self.labels != "index":
             raise ConfigError(
                 f"`method_kwargs.labels` must be `index` for the toy method, got {self.labels!r}: "
@@ -58,9 +57,9 @@ class ToyKwargs(IndexKwargs):
 class ToyIndexMethod(IndexMethod):
     """Bias-free ``Linear(z_dim, N)`` head over ``z``; the target of an image is its dataset index.
 
-    Extra cfg settings (``method_kwargs``), besides :class:`IndexMethod`'s (one projector layer by
-    default):
-        temperature (float): the logits are divided by it, > 0. Default 1.0.
+    Keys: ``self.hp`` (:class:`ToyKwargs`): ``temperature`` (float, > 0, default 1.0: the logits
+    are divided by it) and ``proj_layers`` (1 by default) of its own; the others from
+    :class:`IndexMethod`.
     """
 
     registered_as = "toy_index"  # the name configs use: `method: toy_index`
@@ -73,9 +72,10 @@ class ToyIndexMethod(IndexMethod):
         smoke_kwargs={"proj_output_dim": 16, "temperature": 0.5},
     )
 
+    hp: ToyKwargs
+
     def __init__(self, cfg: omegaconf.DictConfig):
-        super().__init__(cfg)  # num_samples, label_source, projector, z_dim
-        self.temperature: float = cfg.method_kwargs.temperature
+        super().__init__(cfg)  # hp, label_source, projector, z_dim
         self.head = nn.Linear(self.z_dim, self.label_source.num_rows, bias=False)
 
     @property
@@ -86,10 +86,10 @@ class ToyIndexMethod(IndexMethod):
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """Cross-entropy of every view against its dataset index + solo-learn's online probe."""
         indexes, targets = batch[0], batch[2]
-        check_sample_indexes(indexes, self.num_samples)
+        check_sample_indexes(indexes, self.hp.num_samples)
         out = super().training_step(batch, batch_idx)  # z of every view (IndexMethod.forward)
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
-        logits = self.head(torch.cat(out["z"])) / self.temperature
+        logits = self.head(torch.cat(out["z"])) / self.hp.temperature
         loss = F.cross_entropy(logits, ids)
         self.log("train_toy_loss", loss, on_epoch=True, sync_dist=True)
         # solo-learn's online-probe loss, 0 on a batch without labelled samples (NaN otherwise)

@@ -11,7 +11,6 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 import sys
 from dataclasses import dataclass
 
-import omegaconf
 from solo.methods import METHODS, BaseMethod
 
 import solo_diet
@@ -21,7 +20,7 @@ from solo_diet.methods.contract import (
     DEFAULT_CONTRACT,
     Contract,
     ContractError,
-    fill_method_kwargs,
+    DeclaredKwargs,
     method_contract,
     plugin_methods,
     registered_class,
@@ -46,17 +45,12 @@ class DeclaresStrict:
     contract = STRICT
 
 
-def fill_declared(cfg: omegaconf.DictConfig) -> omegaconf.DictConfig:
-    """solo-learn's keys, then the contract's kwargs (as our methods' hook does)."""
-    return fill_method_kwargs(BaseMethod.add_and_assert_specific_cfg(cfg), BaseFirst)
+class BaseFirst(DeclaredKwargs, BaseMethod, DeclaresStrict):
+    pass
 
 
-class BaseFirst(BaseMethod, DeclaresStrict):
-    add_and_assert_specific_cfg = staticmethod(fill_declared)
-
-
-class ContractFirst(DeclaresStrict, BaseMethod):
-    add_and_assert_specific_cfg = staticmethod(fill_declared)
+class ContractFirst(DeclaredKwargs, DeclaresStrict, BaseMethod):
+    pass
 
 
 @pytest.mark.parametrize("method_cls", [BaseFirst, ContractFirst], ids=["base_first", "first"])
@@ -64,7 +58,8 @@ def test_base_class_order_does_not_matter(method_cls):
     registered_class(method_cls, plugin=False)
     assert method_contract(method_cls) is STRICT
     model = method_cls(tiny_cfg("probe", {"filled": 3}))
-    assert dict(model.cfg.method_kwargs) == {"filled": 3, "selected": 2.0}
+    assert model.hp == ProbeKwargs(filled=3)
+    assert dict(model.cfg.method_kwargs) == {"filled": 3, "selected": 2.0}  # for args.json
     for typo in ("filed", "selcted"):
         close = {"filed": "filled", "selcted": "selected"}[typo]
         message = rf"`method_kwargs.{typo}` is not a setting of method `probe`\. Did you mean "

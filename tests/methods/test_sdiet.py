@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 import solo_diet
 from solo_diet.config import ConfigError
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import method_contract
+from solo_diet.methods.contract import method_contract, parse_method_kwargs
 from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET
 from solo_diet.optim import adamw_row_step, sgdw_row_step
 from solo_diet.samplers import SuperBatchSampler
@@ -93,10 +93,10 @@ def test_defaults_follow_the_optimizer_config():
     cfg = sdiet_cfg()
     cfg.optimizer.weight_decay = 0.05
     cfg.optimizer.kwargs = {"betas": [0.8, 0.99], "eps": 1e-6}
-    kwargs = METHODS["sdiet"].add_and_assert_specific_cfg(cfg).method_kwargs
+    kwargs = parse_method_kwargs(cfg, METHODS["sdiet"])
     assert (
         kwargs.head_weight_decay == 0.05
-        and list(kwargs.head_betas) == [0.8, 0.99]
+        and kwargs.head_betas == (0.8, 0.99)
         and kwargs.head_eps == 1e-6
     )
     assert (
@@ -695,5 +695,5 @@ def test_a_checkpoint_saved_with_the_old_head_row_keys_loads(tmp_path):
             "float64",
         )
     loaded = pretrained.method()
-    assert loaded._store_kwargs == model._store_kwargs
+    assert loaded.hp == model.hp
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
