@@ -39,6 +39,7 @@ from solo_diet.compare.record import (
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished
+from solo_diet.launch.launch_checks import TrainingSettings
 from solo_diet.methods.checkpoint import checkpoint_problem
 
 
@@ -66,6 +67,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
     from solo_diet.launch.pretrain import run_pretrain
 
     cfg, run_dir = job.cfg, job.run_dir
+    training = TrainingSettings(max_epochs=job.budget.epochs)  # compare refuses max_steps
     state_path = run_dir / "state.json"
     state = read_json(state_path)
     pretrain_fingerprint = training_fingerprint(cfg)
@@ -91,7 +93,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
         "pretrain_wall_s": state.get("pretrain_wall_s", 0.0) if resume is not None else 0.0,
     }
     write_json(state_path, state)
-    if already_finished(resume, cfg):
+    if already_finished(resume, training):
         checkpoint = resume
     else:
         cfg = copy.deepcopy(cfg)  # run_pretrain fills it in; the job's cfg stays as composed
@@ -105,7 +107,7 @@ def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
         if last is None:
             raise RuntimeError(f"{job.label}: pretraining wrote no checkpoint.")
         checkpoint = Path(last)
-        if not already_finished(checkpoint, cfg):  # stopped early without an interruption
+        if not already_finished(checkpoint, training):  # stopped early without an interruption
             raise KeyboardInterrupt(f"{job.label}: pretraining stopped after {checkpoint.name}")
     state["checkpoint"] = str(checkpoint)
     write_json(state_path, state)

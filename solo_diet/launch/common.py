@@ -16,7 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
+from solo_diet.launch.launch_checks import (
+    TrainingSettings,
+    check_cfg_before_parse,
+    known_top_level_keys,
+)
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 
@@ -82,14 +86,14 @@ def quote_equals(override: str) -> str:
     return f"{key}='{value}'"
 
 
-def check_launch_cfg(cfg: DictConfig) -> None:
+def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
     """What ``solo-diet pretrain`` and ``linear`` check before solo-learn's ``parse_cfg``: the run
-    name, devices and nodes, key typos, batch size, epochs and lr, and the data folders."""
+    name, devices and nodes, then :func:`check_cfg_before_parse`, whose settings it returns."""
     OmegaConf.set_struct(cfg, False)
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
     normalize_devices(cfg)
-    check_cfg_before_parse(cfg)
+    return check_cfg_before_parse(cfg)
 
 
 def normalize_devices(cfg: DictConfig) -> None:
@@ -134,17 +138,19 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     return kwargs
 
 
-def already_finished(ckpt_path: Optional[str | Path], cfg: DictConfig) -> bool:
-    """Whether the checkpoint to resume from holds the run's last epoch (nothing left to train)
-    and loads (a cut one is no finished run)."""
+def already_finished(ckpt_path: Optional[str | Path], training: TrainingSettings) -> bool:
+    """Whether the checkpoint to resume from holds the run's last epoch of
+    ``training.max_epochs`` (nothing left to train; never under a ``max_steps`` limit) and loads
+    (a cut one is no finished run)."""
     from solo_diet.launch.checkpointing import checkpoint_epoch
     from solo_diet.methods.checkpoint import checkpoint_problem
 
     epoch = checkpoint_epoch(ckpt_path)
     return (
         epoch is not None
-        and OmegaConf.select(cfg, "max_steps", default=-1) in (-1, None)
-        and (epoch >= cfg.max_epochs - 1)
+        and training.max_steps in (-1, None)
+        and training.max_epochs is not None
+        and epoch >= training.max_epochs - 1
         and checkpoint_problem(ckpt_path) is None
     )
 

@@ -123,6 +123,7 @@ class TrainingSettings:
 
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
+    max_steps: Optional[int] = setting(None, minimum=-1, key="max_steps", hint="-1: no limit.")
     lr: Optional[float] = setting(None, key="optimizer.lr")
     weight_decay: Optional[float] = setting(
         None, within=(0.0, math.inf), key="optimizer.weight_decay"
@@ -243,9 +244,14 @@ def check_data_paths(cfg: DictConfig) -> None:
             )
 
 
-def check_cfg_before_parse(cfg: DictConfig) -> None:
+def check_cfg_before_parse(cfg: DictConfig) -> TrainingSettings:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
+    ``parse_cfg``: top-level key typos, the training keys and the data folders.
+
+    Returns:
+        The parsed :class:`TrainingSettings`, the launcher's one reading of those keys.
+    """
     check_key_typos(cfg)
-    parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
+    training = parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
     check_data_paths(cfg)
+    return training

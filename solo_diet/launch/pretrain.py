@@ -23,6 +23,7 @@ from solo_diet.launch.common import (
 )
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
+    TrainingSettings,
     check_accelerator_present,
     check_class_count,
     check_solo_learn_choices,
@@ -54,13 +55,16 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
     cfg.method_kwargs.num_samples = num_samples
 
 
-def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings]:
+def prepare_run(
+    cfg: DictConfig,
+) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings]:
     """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
-    the method class and contract, the data path and its loader settings, each made once."""
+    the method class and contract, the data path, its loader settings and the training settings,
+    each made once."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
-    check_launch_cfg(cfg)
+    training = check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
     with core_errors_named(GPU_ARGUMENT_KEYS):  # solo-learn's transforms ignore unknown keys
@@ -76,7 +80,7 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
-    return cfg, method_cls, contract, data_path, loader_settings
+    return cfg, method_cls, contract, data_path, loader_settings, training
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
@@ -100,7 +104,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     from lightning.pytorch import Trainer, seed_everything
 
     check_accelerator_present(cfg)
-    cfg, method_cls, contract, data_path, loader_settings = prepare_run(cfg)
+    cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
     seed_everything(cfg.seed)
 
     # the method's batch order reads its own keys: its hook gets the config solo-learn's model gets
@@ -113,8 +117,8 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
 
     logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    if already_finished(ckpt_path, cfg):
-        epochs = cfg.max_epochs
+    if already_finished(ckpt_path, training):
+        epochs = training.max_epochs
         print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
         return str(ckpt_path)
     logger, callbacks, checkpointer = logger_and_callbacks(
