@@ -205,24 +205,24 @@ def label_source_from_kwargs(
             Argument("has_labels"),
             "): use `labels=index`, or `labels=groups` with a groups file.",
         )
-    if source != "groups" and kwargs.get("groups_path") is not None:
+    if source != "groups" and kwargs["groups_path"] is not None:
         raise ArgumentError(
             Argument("kwargs", ".groups_path"),
             f" is only read with `labels=groups`, got labels={source!r}.",
         )
-    if source not in ("class", "mix") and kwargs.get("labelled_fraction", 1.0) != 1.0:
+    if source not in ("class", "mix") and kwargs["labelled_fraction"] != 1.0:
         raise ArgumentError(
             Argument("kwargs", ".labelled_fraction"),
             " only applies to `labels=class` or `labels=mix`.",
         )
-    groups_path = kwargs.get("groups_path")
+    groups_path = kwargs["groups_path"]
     return LabelSource(
         source,
         num_samples=kwargs["num_samples"],
         num_classes=num_classes,
         groups=load_groups(groups_path) if source == "groups" and groups_path is not None else None,
-        labelled_fraction=float(kwargs.get("labelled_fraction", 1.0)),
-        label_seed=int(kwargs.get("label_seed", 0)),
+        labelled_fraction=float(kwargs["labelled_fraction"]),
+        label_seed=int(kwargs["label_seed"]),
     )
 
 

@@ -93,7 +93,7 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     if substitutes:
         print(substitutes, flush=True)
     make_contiguous(model)
-    if not OmegaConf.select(cfg, "performance.disable_channel_last", default=False):
+    if not cfg.performance.disable_channel_last:  # filled by parse_performance_settings
         model = model.to(memory_format=torch.channels_last)
     return model
 

@@ -139,17 +139,9 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 
 def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Any:
-    """``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs``, then its
-    ``checked(cfg)``.
-
-    Args:
-        cfg: the run's config (a ``derive``d default reads other keys of it).
-        method_cls: a method class whose contract declares ``kwargs``.
-
-    Returns:
-        The frozen kwargs. An unknown key is refused naming the closest, an old one of the class's
-        ``renamed_method_kwargs`` naming its new name.
-    """
+    """Returns ``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs`` (``derive``d
+    defaults read other keys of ``cfg``), then its ``checked(cfg)``; an unknown key is refused
+    naming the closest, an old one of ``renamed_method_kwargs`` naming its new name."""
     given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
     for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
         if old in given:

@@ -108,6 +108,8 @@ class CPLearn(DeclaredKwargs, BaseMethod):
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         hp = self.hp
+        loss_keys = ("beta", "prior", "symmetric", "gather_marginal")
+        self.loss_options: Dict[str, Any] = {key: getattr(hp, key) for key in loss_keys}
         self.projector = CPLearnProjector(
             self.features_dim,
             hp.proj_hidden_dim,
@@ -137,15 +139,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
-        hp = self.hp
-        terms = cplearn_loss_terms(
-            z_a,
-            z_b,
-            beta=hp.beta,
-            prior=hp.prior,
-            symmetric=hp.symmetric,
-            gather_marginal=hp.gather_marginal,
-        )
+        terms = cplearn_loss_terms(z_a, z_b, **self.loss_options)
         logs = {**terms, **cplearn_diagnostics(z_a, z_b)}
         self.log_dict(
             {f"train_cplearn_{k}": v for k, v in logs.items()}, on_epoch=True, sync_dist=True

@@ -49,6 +49,7 @@ class DIET(IndexMethod):
         return super().learnable_params + [{"name": "diet_head", "params": self.head.parameters()}]
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
+        """``z``: the projector output, L2-normalised with ``normalize``."""
         z = self.projector(feats)
         return F.normalize(z, dim=-1) if self.hp.normalize else z
 

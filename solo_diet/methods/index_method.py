@@ -74,16 +74,9 @@ class LabelledProjectionKwargs(IndexKwargs):
 
 
 def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
-    """The label source ``hp`` asks for (``solo_diet.labels``), built once per model.
-
-    Args:
-        hp: the method's parsed kwargs (``num_samples`` and the label keys).
-        cfg: the run's config, for ``data.num_classes`` and ``data.no_labels``.
-
-    Returns:
-        The label source; a bad source, an unreadable groups file or class labels on an unlabelled
-        dataset is one ConfigError naming the ``method_kwargs`` key.
-    """
+    """Returns the label source ``hp`` asks for (``solo_diet.labels``; ``cfg`` gives
+    ``data.num_classes`` and ``data.no_labels``): a bad source, an unreadable groups file or class
+    labels on an unlabelled dataset is one ConfigError naming the ``method_kwargs`` key."""
     has_labels = not omegaconf_select(cfg, "data.no_labels", False)
     num_classes = omegaconf_select(cfg, "data.num_classes", None)
     try:

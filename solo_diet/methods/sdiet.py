@@ -298,6 +298,7 @@ class SDIET(IndexMethod):
             checkpoint[CHECKPOINT_KEY] = state
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        """The rows saved by :meth:`on_save_checkpoint`, loaded now or when the store is made."""
         snapshot = checkpoint.get(CHECKPOINT_KEY)
         if snapshot is not None and self._row_store is not None:
             self._row_store.load_state_dict(snapshot)

@@ -224,6 +224,7 @@ class _SEMTwin:
         return self._forward_recording_sem(super().forward, X, *args, **kwargs)
 
     def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
+        """As :meth:`forward`, for solo-learn's small crops."""
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from solo_diet.data.loader import GPUBatchLoader
 from solo_diet.data.tensor_data import ImageTensors
 from solo_diet.launch import settings
 from solo_diet.launch.datapaths import parse_data_settings
+from solo_diet.launch.launch_checks import TrainingSettings, check_cfg_before_parse
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
@@ -38,6 +39,15 @@ def test_defaults_are_filled_into_the_cfg_and_returned_as_frozen_settings():
     assert "gpu" not in cfg.data  # the GPU path's keys are read with that path only
     with pytest.raises(AttributeError):
         parsed.format = "gpu"  # frozen
+
+
+def test_the_training_settings_are_parsed_once_and_returned():
+    cfg = OmegaConf.create({"max_epochs": 3, "max_steps": -1, "optimizer": {"batch_size": 4}})
+    expected = TrainingSettings(batch_size=4, max_epochs=3, max_steps=-1)
+    assert check_cfg_before_parse(cfg) == expected
+    cfg.max_steps = -2
+    with pytest.raises(ConfigError, match=r"^`max_steps` must be an integer >= -1, got -2\."):
+        check_cfg_before_parse(cfg)
 
 
 def test_gpu_settings_are_filled_checked_and_carry_the_loader_device():
