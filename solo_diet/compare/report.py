@@ -22,7 +22,7 @@ from solo_diet.compare.aggregate import (
     ranked_metrics,
     verdict,
 )
-from solo_diet.compare.budgets import RunBudget, budget_line, count_images
+from solo_diet.compare.budgets import RunBudget, budget_line, count_val_images
 from solo_diet.compare.claims import PROBE_WORDS, claim_lines
 from solo_diet.compare.curves_report import learning_curve_lines
 from solo_diet.compare.record import run_record_lines
@@ -43,21 +43,15 @@ from solo_diet.compare.tables import (
     shown_columns,
     write_results_csv,
 )
-from solo_diet.config import ConfigError
 from solo_diet.launch.settings import FORMAT_KEY, format_of
 from solo_diet.metrics.logreg import HELD_OUT_EVERY, L2_GRID
 
 FEW_SEEDS = (
     f" With fewer than {MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "
-    "freedom and can come out near 0, so a gap of a top-1 accuracy there must also cross a floor: "
-    "two standard errors of the accuracy on the {val} val images, 200 sqrt(p (1 - p) / n) points "
-    "at the two means' average p ({example:.2f} at p = 0.5); other columns are not resolved on "
-    f"fewer than {MIN_SEEDS} seeds."
+    "freedom and can come out near 0, so a gap of a top-1 accuracy there must also cross a floor, "
+    "{floor}; other columns are not resolved on so few seeds."
 )
-UNCOUNTED = (
-    f" With fewer than {MIN_SEEDS} seeds a standard deviation can come out near 0, and the val "
-    "images could not be counted for a floor: such gaps are not resolved."
-)
+NOTES_FILE = "notes.md"  # a report's own reading, kept in `output_dir` and put under its claims
 NO_PLOTS = (
     "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
     "extra, draws `spectra.png` and `curves.png`)."
@@ -195,14 +189,6 @@ def _without_references(spec: DictConfig, references: Sequence[dict]) -> list[st
     ]
 
 
-def _val_images(spec: DictConfig) -> Optional[int]:
-    """The val split's images where they can be counted (an ImageFolder), for the floor."""
-    try:
-        return count_images(Path(str(spec.data.val_path)))
-    except ConfigError:
-        return None
-
-
 def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     """A line naming the jobs stopped before their evaluation, if any."""
     stopped = [r for r in results if r.get("unfinished")]
@@ -241,9 +227,14 @@ def _few_seeds(summary: Sequence[dict], val_images: Optional[int]) -> str:
     """The floor's statement, where a row has fewer than ``MIN_SEEDS`` seeds (but one)."""
     if not any(1 < r["n_seeds"] < MIN_SEEDS for r in summary):
         return ""
-    if not val_images:
-        return UNCOUNTED
-    return FEW_SEEDS.format(val=f"{val_images:,}", example=100 / math.sqrt(val_images))
+    floor = (
+        f"two standard errors of the accuracy on the {val_images:,} val images, "
+        f"200 sqrt(p (1 - p) / n) points at the two means' average p "
+        f"({100 / math.sqrt(val_images):.2f} at p = 0.5)"
+        if val_images
+        else "which the val images, not counted here, do not give: such gaps are not resolved"
+    )
+    return FEW_SEEDS.format(floor=floor)
 
 
 def _seeded_tables(
@@ -295,8 +286,9 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """results.csv, the plots, the learning curves and report.md; ``left_out``: the labels of the
-    jobs without a result, ``budgets``: each run's budget (:mod:`.budgets`)."""
+    """results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out`` under
+    its claims); ``left_out``: the labels of the jobs without a result, ``budgets``: each run's
+    budget (:mod:`.budgets`)."""
     from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -320,13 +312,15 @@ def write_report(
     budgets = {run: b for run, b in budgets.items() if run in {r["run"] for r in runs}}
     same = all(b.epochs == budget.max_epochs for b in budgets.values())
     whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
-    val_images = _val_images(spec)
+    val_images = count_val_images(spec)
     claims = claim_lines(spec, runs, out, trained, val_images)
+    notes = out / NOTES_FILE
     lines = [
         f"# Comparison: {spec.name}",
         "",
         *_without_references(spec, references),
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
+        *([notes.read_text(encoding="utf-8").rstrip("\n"), ""] if notes.is_file() else []),
         *_unfinished(results, budget.max_epochs),
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
