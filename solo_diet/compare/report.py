@@ -183,8 +183,9 @@ def _without_references(spec: DictConfig, references: Sequence[dict]) -> list[st
         return []
     names = ", ".join(f"`{name}`" for name in missing)
     return [
-        f"**Reference rows missing**: {names} have no result here (left out by `only=`, or not "
-        "run yet): no run is read against them.",
+        f"**Reference rows missing**: {names} {'has' if len(missing) == 1 else 'have'} no result "
+        "here (left out by `only=`, or not run yet): no run is read against "
+        f"{'it' if len(missing) == 1 else 'them'}.",
         "",
     ]
 
