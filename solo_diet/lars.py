@@ -106,4 +106,8 @@ class ForeachLARS(torch.optim.Optimizer):
                 directions = torch._foreach_add(directions, buffers, alpha=momentum)
             else:
                 directions = buffers
-        torch._foreach_add_(params, directions, alpha=-group["lr"])
+        lr = group["lr"]
+        if isinstance(lr, Tensor):  # a learning rate on the device (a replayed CUDA graph's)
+            torch._foreach_add_(params, torch._foreach_mul(directions, -lr))
+        else:
+            torch._foreach_add_(params, directions, alpha=-lr)

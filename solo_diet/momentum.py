@@ -8,16 +8,19 @@ number would).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 import torch
 from torch import Tensor
 
 
 @torch.no_grad()
-def ema_update_(momentum_params: Iterable[Tensor], online_params: Iterable[Tensor], tau: float):
-    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them)."""
-    if not 0.0 <= tau <= 1.0:
+def ema_update_(
+    momentum_params: Iterable[Tensor], online_params: Iterable[Tensor], tau: Union[float, Tensor]
+):
+    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them); a 0-dim
+    tensor ``tau`` (a replayed CUDA graph's) is not checked."""
+    if not isinstance(tau, Tensor) and not 0.0 <= tau <= 1.0:
         raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
     pairs = list(zip(momentum_params, online_params))
     if not pairs:
