@@ -143,10 +143,13 @@ def _clone(tree: Any) -> Any:
 
 
 def _optimizer_step(driver: "StepGraph", closure: Optional[Callable] = None) -> Any:
-    """The optimizer's step: its own unless the batch was replayed (the graph stepped)."""
-    if driver.replayed:
-        return closure() if closure is not None else None
-    return driver.eager_optimizer_step(closure)
+    """The optimizer's step: the closure (Lightning's: the training step, zero-grad, backward),
+    then the optimizer's own update unless the batch was replayed (the graph stepped)."""
+    with torch.enable_grad():
+        loss = closure() if closure is not None else None
+    if not driver.replayed:
+        driver.eager_optimizer_step()
+    return loss
 
 
 def _zero_grad(driver: "StepGraph", *args: Any) -> None:
@@ -177,7 +180,7 @@ class StepGraph:
         warnings.filterwarnings("ignore", message="`training_step` returned `None`")
 
     def __getstate__(self) -> dict:  # a copy of the model keeps the driver, not its graph
-        dropped = ("graph", "key", "optimizer", "eager_optimizer_step", "logs")
+        dropped = ("graph", "key", "optimizer", "eager_optimizer_step", "logs", "side")
         return {**self.__dict__, **dict.fromkeys(dropped)}
 
     def adopt(self, optimizer: torch.optim.Optimizer) -> None:
@@ -195,6 +198,7 @@ class StepGraph:
         device = next(self.model.parameters()).device
         self.lrs = [torch.zeros((), device=device) for _ in optimizer.param_groups]
         self.tau = torch.zeros((), device=device)
+        self.side = torch.cuda.Stream(device) if self.capture else None
 
     def replayed_loss(self) -> Optional[Tensor]:
         """The loss of the last step if it was replayed (a copy), else None."""
@@ -207,11 +211,11 @@ class StepGraph:
             self.adopt(model.trainer.optimizers[0])
         self.steps += 1
         if self.steps <= WARMUP_STEPS:
-            return self.eager_step(batch, batch_idx)
+            return self.eager(batch, batch_idx)
         key = tuple((t.shape, t.dtype) for t in _tensors(batch))
         key += self.epoch_key(model) if self.epoch_key is not None else ()
         if key != self.key and not self.record(batch, batch_idx, key):
-            return self.eager_step(batch, batch_idx)
+            return self.eager(batch, batch_idx)
         for to, value in zip(_tensors(self.static), _tensors(batch)):
             to.copy_(value, non_blocking=True)
         for lr, group in zip(self.lrs, self.optimizer.param_groups):
@@ -229,6 +233,17 @@ class StepGraph:
             log(*[_clone_values(a) for a in args], **kwargs)
         self.replayed = True
         return None
+
+    def eager(self, batch: Any, batch_idx: int) -> Any:
+        """An eager step, its forward (so its backward) on the capture's side stream, as
+        PyTorch's whole-network recipe warms up (autograd keeps each leaf's stream)."""
+        if not self.capture:
+            return self.eager_step(batch, batch_idx)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            out = self.eager_step(batch, batch_idx)
+        torch.cuda.current_stream().wait_stream(self.side)
+        return out
 
     def body(self, batch_idx: int) -> None:
         """The whole step on the static inputs (what the graph holds)."""
@@ -273,7 +288,7 @@ class StepGraph:
         states = {id(p): len(s) for p, s in optimizer.state.items()}
         optimizer.zero_grad(set_to_none=True)
         if self.capture:
-            graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+            graph, side = torch.cuda.CUDAGraph(), self.side
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 graph.capture_begin(capture_error_mode="thread_local")
