@@ -197,7 +197,7 @@ class StepGraph:
         optimizer.step._wrapped_by_lr_sched = True  # it calls the scheduler's counting wrapper
         device = next(self.model.parameters()).device
         self.lrs = [torch.zeros((), device=device) for _ in optimizer.param_groups]
-        self.tau = torch.zeros((), device=device)
+        self.tau, self.complement = torch.zeros((), device=device), torch.zeros((), device=device)
         self.side = torch.cuda.Stream(device) if self.capture else None
 
     def replayed_loss(self) -> Optional[Tensor]:
@@ -223,6 +223,7 @@ class StepGraph:
         updater = getattr(model, "momentum_updater", None)
         if updater is not None:
             self.tau.fill_(updater._tau)
+            self.complement.fill_(1.0 - updater._tau)
         if self.capture:
             self.graph.replay()
             for name, value in self.saved_state.items():
@@ -254,6 +255,7 @@ class StepGraph:
         model.log_dict = lambda *a, **k: self.logs.append((log_dict, a, k))
         groups = self.optimizer.param_groups
         floats = [group["lr"] for group in groups]
+        buffers = dict(model.named_buffers())
         if not self.capture:  # a captured backward writes the gradients it found unset
             self.optimizer.zero_grad(set_to_none=True)
         try:
@@ -270,9 +272,12 @@ class StepGraph:
                 type(self.optimizer).step(self.optimizer)
                 updater = getattr(model, "momentum_updater", None)
                 if updater is not None:
-                    tau = self.tau if self.capture else updater._tau
+                    tau, rest = (
+                        (self.tau, self.complement) if self.capture else (updater._tau, None)
+                    )
                     for online, momentum in model.momentum_pairs:
-                        ema_update_(momentum.parameters(), online.parameters(), tau)
+                        ema_update_(momentum.parameters(), online.parameters(), tau, rest)
+            _keep_buffers(model, buffers)
         finally:
             del model.log, model.log_dict
             model.__dict__.update(own)
@@ -308,6 +313,17 @@ class StepGraph:
             return False
         self.graph, self.key = (graph if self.capture else None), key
         return True
+
+
+def _keep_buffers(model: nn.Module, before: dict[str, Tensor]) -> None:
+    """Each buffer the step replaced by a new tensor (DINO's center) copied back into the one it
+    replaced, which stays the buffer: a graph reads and writes the same memory each replay."""
+    for name, buffer in list(model.named_buffers()):
+        old = before.get(name)
+        if old is not None and buffer is not old:
+            old.copy_(buffer)
+            owner, _, leaf = name.rpartition(".")
+            model.get_submodule(owner)._buffers[leaf] = old
 
 
 def _clone_values(value: Any) -> Any:

@@ -22,6 +22,7 @@ from solo_diet.config import ConfigError
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.pretrain import build_model
 from solo_diet.launch.step_graph import StepGraph, choose_step_graph, method_refusal
+from solo_diet.methods.substitutes import substitute_step_parts
 from tests._helpers.read_back import CLASSES, PER_CLASS, cases, cuda_cfg, settings_of
 from tests._helpers.synthetic import write_image_folder
 
@@ -111,7 +112,9 @@ def tiny_model(method: str):
 
     tiny: dict = {}
     cfg = smoke_cfg(method, solo_learn_kwargs(method, tiny), momentum=True, **tiny)
-    return cfg, METHODS[method](cfg)
+    model = METHODS[method](cfg)
+    substitute_step_parts(cfg, model)  # as build_model does
+    return cfg, model
 
 
 @pytest.mark.parametrize("method, reason", [
