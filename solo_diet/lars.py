@@ -77,7 +77,9 @@ class ForeachLARS(torch.optim.Optimizer):
         g_norms = torch.stack(torch._foreach_norm(grads))
         trust = p_norms / (g_norms + p_norms * wd + eps) * eta
         if group["clip_lr"]:
-            trust = torch.clamp(trust / group["lr"], max=1.0)
+            lr = group["lr"]  # on the device: times its reciprocal, as CUDA divides by a float
+            ratio = trust * lr.reciprocal() if isinstance(lr, Tensor) else trust / lr
+            trust = torch.clamp(ratio, max=1.0)
         active = (p_norms != 0) & (g_norms != 0)
         scale = torch.where(active, trust, torch.ones_like(trust)).unbind(0)
         decay = (active.to(trust.dtype) * wd).unbind(0)
