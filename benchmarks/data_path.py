@@ -8,8 +8,12 @@ classes; the model keeps the CIFAR stem and the config's augmentations). Sources
 (solo-learn's dataset and DataLoader with ``--workers`` workers: ``data.format: image_folder``),
 ``gpu`` (``data.format: gpu``: the set decoded once, batches augmented on the GPU, the augmentation
 replayed as CUDA graphs), ``gpu_eager`` (the same with ``data.gpu.cuda_graphs: false``; only when
-named in ``--sources``), ``ceiling`` (the same step on a few pre-made augmented GPU batches, no
-augmentation) and ``bare`` (the ceiling's batches, model, optimizer, scheduler and precision, but
+named in ``--sources``), ``gpu_graph`` (the ``gpu`` source with the whole training step replayed
+as one CUDA graph, ``performance.step_graph=on`` and ``strategy=auto``; only when named; its
+``/ step graph`` is its share of ``step_ceiling.py``'s graph of the same step, run once per
+backbone for diet and simclr), ``ceiling`` (the same step on a few pre-made augmented GPU
+batches, no augmentation) and ``bare`` (the ceiling's batches, model, optimizer, scheduler and
+precision, but
 the timed steps run outside Lightning's loop: ``training_step`` under the precision's autocast,
 ``backward``, the optimizer and scheduler steps and, for momentum methods, the EMA update and tau
 schedule, no logging, the LightningModule called itself, so a recipe's one-device DDP wrapper is
@@ -30,6 +34,8 @@ sampled every 50 ms during it by ``nvidia-smi``, and the case's peak
                                                     # issue 32's Lightning / bare ratio
     python benchmarks/data_path.py --methods diet simclr --backbones resnet18 --sources gpu \
         --sync-every-batch      # the same with a wait for the GPU after every batch
+    python benchmarks/data_path.py --methods diet simclr byol --backbones resnet18 \
+        --sources gpu gpu_graph          # the graphed step against step_ceiling.py's graph
     python benchmarks/data_path.py --smoke             # one tiny case per source on a CPU
 """
 
@@ -51,7 +57,9 @@ from typing import Optional
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "cifar"
 METHOD_NAMES = ("diet", "sdiet", "simclr", "byol", "vicreg", "simclr_sem", "cplearn")
 SOURCES = ("image_folder", "gpu", "ceiling", "bare")
-EXTRA_SOURCES = ("gpu_eager",)
+EXTRA_SOURCES = ("gpu_eager", "gpu_graph")
+GRAPH_OVERRIDES = ["++performance.step_graph=on", "strategy=auto"]  # the gpu_graph source's
+CEILING_METHODS = ("diet", "simclr")  # the steps step_ceiling.py captures
 BACKBONES = {
     "resnet18": ["backbone.name=resnet18"],
     "cp_resnet8": ["backbone.name=cp_resnet8", "++backbone.kwargs.width=128"],
@@ -284,7 +292,7 @@ def data_loader(cfg, method_cls, source: str):
         return solo_learn_loader(cfg, hook)
     cfg.data.dataset = "custom"  # the decoded folder; the model was given the CIFAR stem already
     # the ceiling's pre-made views are handed out by Python: no graph of them
-    OmegaConf.update(cfg, "data.gpu.cuda_graphs", source == "gpu", force_add=True)
+    OmegaConf.update(cfg, "data.gpu.cuda_graphs", source in ("gpu", "gpu_graph"), force_add=True)
     OmegaConf.update(cfg, "data.format", "gpu", force_add=True)
     data = parse_data_settings(cfg)
     run = parse_loader_settings(cfg, data, PRETRAIN_PROBE_NODE)
@@ -308,7 +316,8 @@ def run_throughput_case(case: dict) -> dict:
     from solo_diet.launch.pretrain import build_model
     from solo_diet.methods.contract import method_contract
 
-    cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}"])
+    graphed = GRAPH_OVERRIDES if case["source"] == "gpu_graph" else []
+    cfg = compose_method(case["method"], case, [f"data.train_path={case['folder']}", *graphed])
     cfg.data.val_path = None
     method_cls = METHODS[cfg.method]
     loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
@@ -411,15 +420,30 @@ def cell(result: dict, key: str, fmt: str) -> str:
     return result.get("error", "-") if key not in result else format(result[key], fmt)
 
 
+def step_graph_rates(args, backbone: str) -> dict:
+    """``step_ceiling.py``'s graphed samples/s of the methods it has, by method ({} if none)."""
+    methods = [m for m in CEILING_METHODS if m in args.methods]
+    if "gpu_graph" not in args.sources or not methods or args.smoke:
+        return {}
+    script = Path(__file__).with_name("step_ceiling.py")
+    command = [sys.executable, str(script), "--methods", *methods, "--backbone", backbone]
+    table = subprocess.run(
+        command + ["--batch-size", str(args.batch_size)], capture_output=True, text=True
+    ).stdout
+    rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ")]
+    return {r[0].strip(): float(r[6].replace(",", "")) for r in rows if r[0].strip() in methods}
+
+
 def throughput_table(args, common: dict) -> None:
     print(
         "| method | backbone | source | samples/s | x image_folder | / ceiling | / bare "
-        "| GPU busy % | peak MiB |"
+        "| / step graph | GPU busy % | peak MiB |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
         folder = write_folder(Path(scratch) / "train", args.images)
         for backbone in args.backbones:
+            graph_rates = step_graph_rates(args, backbone)
             for method in args.methods:
                 row = {}
                 for source in args.sources:
@@ -440,6 +464,8 @@ def throughput_table(args, common: dict) -> None:
                             for name in ("image_folder", "ceiling", "bare")
                         )
                     ]
+                    step_graph = graph_rates.get(method)
+                    ratios.append(f"{speed / step_graph:.2f}" if speed and step_graph else "-")
                     print(
                         f"| {method} | {backbone} | {source} | {cell(result, 'samples_s', '.0f')} "
                         f"| {' | '.join(ratios)} | {cell(result, 'busy', '.0f')} "

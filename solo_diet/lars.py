@@ -77,7 +77,9 @@ class ForeachLARS(torch.optim.Optimizer):
         g_norms = torch.stack(torch._foreach_norm(grads))
         trust = p_norms / (g_norms + p_norms * wd + eps) * eta
         if group["clip_lr"]:
-            trust = torch.clamp(trust / group["lr"], max=1.0)
+            lr = group["lr"]  # on the device: times its reciprocal, as CUDA divides by a float
+            ratio = trust * lr.reciprocal() if isinstance(lr, Tensor) else trust / lr
+            trust = torch.clamp(ratio, max=1.0)
         active = (p_norms != 0) & (g_norms != 0)
         scale = torch.where(active, trust, torch.ones_like(trust)).unbind(0)
         decay = (active.to(trust.dtype) * wd).unbind(0)
@@ -106,4 +108,8 @@ class ForeachLARS(torch.optim.Optimizer):
                 directions = torch._foreach_add(directions, buffers, alpha=momentum)
             else:
                 directions = buffers
-        torch._foreach_add_(params, directions, alpha=-group["lr"])
+        lr = group["lr"]
+        if isinstance(lr, Tensor):  # a learning rate on the device (a replayed CUDA graph's)
+            torch._foreach_add_(params, torch._foreach_mul(directions, -lr))
+        else:
+            torch._foreach_add_(params, directions, alpha=-lr)

@@ -8,16 +8,23 @@ number would).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 
 @torch.no_grad()
-def ema_update_(momentum_params: Iterable[Tensor], online_params: Iterable[Tensor], tau: float):
-    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them)."""
-    if not 0.0 <= tau <= 1.0:
+def ema_update_(
+    momentum_params: Iterable[Tensor],
+    online_params: Iterable[Tensor],
+    tau: Union[float, Tensor],
+    complement: Optional[Tensor] = None,
+):
+    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them); a 0-dim
+    tensor ``tau`` (a replayed CUDA graph's) comes with ``complement``, ``1 - tau`` computed on
+    the host as for a float, and is not checked."""
+    if not isinstance(tau, Tensor) and not 0.0 <= tau <= 1.0:
         raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
     pairs = list(zip(momentum_params, online_params))
     if not pairs:
@@ -26,7 +33,9 @@ def ema_update_(momentum_params: Iterable[Tensor], online_params: Iterable[Tenso
     online = [o.detach() for _, o in pairs]
     # out-of-place products: an in-place foreach multiply rounds bfloat16 unlike ``tau * m``
     updated = torch._foreach_mul(momentum, tau)
-    torch._foreach_add_(updated, torch._foreach_mul(online, 1.0 - tau))
+    torch._foreach_add_(
+        updated, torch._foreach_mul(online, 1.0 - tau if complement is None else complement)
+    )
     torch._foreach_copy_(momentum, updated)
 
 

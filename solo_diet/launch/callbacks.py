@@ -78,6 +78,8 @@ class EpochCostLogger(Callback):
         if isinstance(targets, torch.Tensor):  # samples, not views
             self._samples += int(targets.shape[0]) * trainer.world_size
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        driver = getattr(pl_module, "step_graph", None)  # a replayed step returns None
+        loss = driver.replayed_loss() if loss is None and driver is not None else loss
         if isinstance(loss, torch.Tensor):  # left on its device: no synchronisation
             self._losses.append(loss.detach())
 

@@ -195,7 +195,7 @@ SECTION_KEYS = {
         *("batch_size", "classifier_lr", "exclude_bias_n_norm_wd", "kwargs", "layer_decay", "lr"),
         *("name", "weight_decay"),
     ),
-    "performance": ("disable_channel_last", "foreach_substitutes"),
+    "performance": ("disable_channel_last", "foreach_substitutes", "step_graph"),
     "scheduler": (
         *("interval", "lr_decay_steps", "min_lr", "name", "warmup_epochs", "warmup_start_lr"),
     ),

@@ -35,6 +35,7 @@ from solo_diet.launch.settings import (
     parse_loader_settings,
     parse_performance_settings,
 )
+from solo_diet.launch.step_graph import install_step_graph
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
@@ -85,7 +86,8 @@ def prepare_run(
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     """The method as the launcher trains it: our same-math substitutes (named in one printed
-    line), contiguous, channels-last unless ``performance.disable_channel_last``."""
+    line), contiguous, channels-last unless ``performance.disable_channel_last``, its step
+    replayed as a CUDA graph where ``performance.step_graph`` says so (one printed line)."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)
@@ -95,6 +97,7 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     make_contiguous(model)
     if not cfg.performance.disable_channel_last:  # filled by parse_performance_settings
         model = model.to(memory_format=torch.channels_last)
+    install_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
     return model
 
 

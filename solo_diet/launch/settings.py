@@ -94,10 +94,11 @@ class DataSettings:
 @dataclass(frozen=True)
 class PerformanceSettings:
     """The ``performance.*`` keys of ``solo-diet pretrain`` (docs/launchers.md): our same-math
-    substitutes of solo-learn's step parts, channels-last."""
+    substitutes of solo-learn's step parts, channels-last, the whole step as a CUDA graph."""
 
     foreach_substitutes: bool = True
     disable_channel_last: bool = False
+    step_graph: str = setting("auto", choices=("auto", "on", "off"))
 
 
 def parse_performance_settings(cfg: DictConfig) -> PerformanceSettings:

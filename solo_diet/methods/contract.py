@@ -67,6 +67,7 @@ class Contract:
     uses_sample_indexes: bool = False
     kwargs: Optional[type] = None
     sem_unsupported: Optional[str] = None
+    step_graph_unsupported: Optional[str] = None
     train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
         no_batch_sampler
     )
@@ -83,6 +84,10 @@ class Contract:
             "sem_unsupported": (
                 "a reason or None",
                 isinstance(self.sem_unsupported, (str, type(None))),
+            ),
+            "step_graph_unsupported": (
+                "a reason or None",
+                isinstance(self.step_graph_unsupported, (str, type(None))),
             ),
             "train_batch_sampler": ("callable", callable(self.train_batch_sampler)),
             "extra_evaluations": ("callable", callable(self.extra_evaluations)),

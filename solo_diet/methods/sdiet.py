@@ -160,7 +160,10 @@ class SDIET(IndexMethod):
         )
 
     contract = replace(
-        IndexMethod.contract, kwargs=SDIETKwargs, train_batch_sampler=train_batch_sampler
+        IndexMethod.contract,
+        kwargs=SDIETKwargs,
+        train_batch_sampler=train_batch_sampler,
+        step_graph_unsupported="its head rows are staged from the host row store per step",
     )
 
     @property

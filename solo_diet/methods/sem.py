@@ -140,6 +140,7 @@ class _SEMTwin:
 
     sem_base_method: str
     _sem_online: str
+    step_graph_state = ("_sem_large_crops",)  # what the step leaves for on_train_batch_end
     _sem_momentum: str | None
 
     @property

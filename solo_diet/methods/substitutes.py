@@ -125,8 +125,8 @@ class InstanceSubstitute:
     def __init__(self, function: Callable, owner: nn.Module):
         self.function, self.owner = function, owner
 
-    def __call__(self, *args: Any) -> Any:
-        return self.function(self.owner, *args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(self.owner, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{_qualified(self.function)} of {type(self.owner).__name__}>"

@@ -105,3 +105,16 @@ def test_equals_solo_learns_momentum_updater_bitwise():
 
     for p, q in zip(run(foreach), run(theirs)):
         assert torch.equal(p, q)
+
+
+def test_a_tau_on_the_device_with_its_host_complement_is_the_float_update():
+    online, momentum = networks()
+    _, twin = networks()
+    for step, tau in enumerate(taus(5)):
+        perturb(online, step)
+        ema_update_(momentum.parameters(), online.parameters(), tau)
+        ema_update_(
+            twin.parameters(), online.parameters(), torch.tensor(tau), torch.tensor(1.0 - tau)
+        )
+    for p, q in zip(momentum.parameters(), twin.parameters()):
+        assert torch.equal(p, q)

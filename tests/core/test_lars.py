@@ -248,3 +248,23 @@ def test_a_checkpoint_of_solo_learns_lars_resumes_in_foreach_lars_and_back():
         after.load_state_dict(before.state_dict())
         steps(after, params, 3, 6)
         assert all(torch.equal(p, q) for p, q in zip(params, straight)), (first, then)
+
+
+class DeviceLR(ForeachLARS):
+    """ForeachLARS reading each group's learning rate from a 0-dim tensor (a replayed graph's)."""
+
+    def step(self, closure=None):
+        floats = [group["lr"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["lr"] = torch.tensor(group["lr"], dtype=torch.float32)
+        try:
+            return super().step(closure)
+        finally:
+            for group, lr in zip(self.param_groups, floats):
+                group["lr"] = lr
+
+
+def test_a_learning_rate_on_the_device_takes_the_same_steps():
+    ours, floats = run(DeviceLR, torch.float32), run(ForeachLARS, torch.float32)
+    for p, q in zip(ours, floats):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), (p - q).abs().max()
