@@ -16,7 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
+from solo_diet.launch.launch_checks import (
+    added_keys,
+    check_cfg_before_parse,
+    check_key_typos,
+    known_top_level_keys,
+)
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 
@@ -40,6 +45,11 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             f"--config-name {config_name!r}: no {name}.yaml in {config_path}; it holds "
             f"{there}.{hint}"
         )
+    if not isinstance(OmegaConf.load(config_dir / f"{name}.yaml"), DictConfig):
+        raise ConfigError(
+            f"--config-name {config_name!r}: {config_dir / name}.yaml is not a YAML mapping of "
+            "keys (`method: ...`, `backbone: ...`): pass a solo-learn-style config."
+        )
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
         try:
             cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
@@ -48,7 +58,12 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             if unknown is None:
                 raise
             raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
+        added = added_keys(overrides)
+        if added:  # keys the YAML holds, set with `++`, are its own
+            base, absent = compose(config_name=name), object()
+            added = {key for key in added if OmegaConf.select(base, key, default=absent) is absent}
     OmegaConf.set_struct(cfg, False)
+    check_key_typos(cfg, added)
     return cfg
 
 
@@ -116,6 +131,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
+    from solo_diet.methods.checkpoint import pickle_allowed
 
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
@@ -125,7 +141,10 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     kwargs.update(
         logger=logger if logger is not None else False,
         callbacks=callbacks,
-        plugins=[*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()],
+        plugins=[
+            *(plugins if isinstance(plugins, list) else [plugins]),
+            AtomicCheckpointIO(pickle_allowed(cfg)),
+        ],
         enable_checkpointing=False,
         strategy=OneProcessAwareDDP(find_unused_parameters=False)
         if cfg.strategy == "ddp"
