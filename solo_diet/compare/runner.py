@@ -41,7 +41,7 @@ from solo_diet.launch.launch_checks import (
     check_solo_learn_choices,
 )
 from solo_diet.launch.nodes import check_one_node
-from solo_diet.methods.contract import parse_method_kwargs
+from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
 
 class JobsFailed(RuntimeError):
@@ -196,9 +196,19 @@ def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> N
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)
-            parse_method_kwargs(cfg, model_cls)  # each value by its field; the rest at the job
+            _check_method_kwargs(cfg, model_cls)
         except ConfigError as err:
             raise ConfigError(f"{label}: {err}") from None
+
+
+def _check_method_kwargs(cfg: DictConfig, model_cls: type) -> None:
+    """Each ``method_kwargs`` value by its field (what needs the data waits for the job), with a
+    placeholder N where the job's pretraining fills ``num_samples`` from the data."""
+    probe = cfg.copy()
+    filled = OmegaConf.select(probe, "method_kwargs.num_samples") not in (None, "None")
+    if method_contract(model_cls).uses_sample_indexes and not filled:
+        OmegaConf.update(probe, "method_kwargs.num_samples", 1, force_add=True)
+    parse_method_kwargs(probe, model_cls)
 
 
 def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+import yaml
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,7 +46,8 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             f"--config-name {config_name!r}: no {name}.yaml in {config_path}; it holds "
             f"{there}.{hint}"
         )
-    if not isinstance(OmegaConf.load(config_dir / f"{name}.yaml"), DictConfig):
+    primary = yaml.safe_load((config_dir / f"{name}.yaml").read_text())
+    if not isinstance(primary, (dict, type(None))):
         raise ConfigError(
             f"--config-name {config_name!r}: {config_dir / name}.yaml is not a YAML mapping of "
             "keys (`method: ...`, `backbone: ...`): pass a solo-learn-style config."
