@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import (
-    added_keys,
     check_cfg_before_parse,
     check_key_typos,
     known_top_level_keys,
+    unread_added_keys,
 )
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
@@ -60,12 +60,13 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             if unknown is None:
                 raise
             raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
-        added = added_keys(overrides)
-        if added:  # keys the YAML holds, set with `++`, are its own
+        unread = unread_added_keys(overrides)
+        if unread:  # keys the YAML holds, set with `++`, are its own
             base, absent = compose(config_name=name), object()
-            added = {key for key in added if OmegaConf.select(base, key, default=absent) is absent}
+            unread = {k for k in unread if OmegaConf.select(base, k, default=absent) is absent}
     OmegaConf.set_struct(cfg, False)
-    check_key_typos(cfg, added)
+    if unread:
+        check_key_typos(cfg, unread)
     return cfg
 
 

@@ -256,14 +256,18 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
                 )
 
 
-def added_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys ``+key=...`` and ``++key=...`` overrides set, at the depth
-    :func:`check_key_typos` checks (``+optimizer.foo.bar`` is ``optimizer.foo``)."""
-    keys = set()
+def unread_added_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys ``+key=...`` and ``++key=...`` overrides set that neither solo-learn, Lightning nor
+    our launchers read, at the depth :func:`check_key_typos` checks (``+optimizer.foo.bar``:
+    ``optimizer.foo``)."""
+    keys, top_level = set(), set(known_top_level_keys())
     for override in overrides:
         if override.startswith("+"):
-            parts = override.lstrip("+").partition("=")[0].split(".")
-            keys.add(".".join(parts[: 2 if parts[0] in SECTION_KEYS else 1]))
+            head, *rest = override.lstrip("+").partition("=")[0].split(".")
+            if head not in SECTION_KEYS and head not in top_level:
+                keys.add(head)
+            elif head in SECTION_KEYS and rest and rest[0] not in SECTION_KEYS[head]:
+                keys.add(f"{head}.{rest[0]}")
     return keys
 
 
