@@ -4,6 +4,7 @@ exit 1 naming the folder and its free space), before anything trains or is writt
 from __future__ import annotations
 
 import errno
+import io
 import os
 from pathlib import Path
 from typing import Callable
@@ -163,3 +164,20 @@ def test_a_full_disk_when_args_json_is_written_is_one_line(tmp_path, capsys, mon
     line = one_line(lambda: checkpointer.save_args(trainer), capsys, code=1)
     assert line.startswith(f"no space left on the device of {tmp_path} (")
     assert "while saving args.json" in line
+
+
+def test_allow_pickle_checkpoint_reaches_pretrains_resume_reader(tmp_path):
+    from solo_diet.launch.checkpointing import check_checkpoint_key
+    from solo_diet.launch.common import normalize_devices, trainer_kwargs
+    from solo_diet.methods.checkpoint import UnsafeCheckpoint
+
+    path = tmp_path / "pickled.ckpt"
+    torch.save({"state_dict": {}, "extra": io.BytesIO(b"x")}, path)
+    cfg = compose_cfg(DEMO, "diet.yaml", ["++allow_pickle_checkpoint=True", "accelerator=cpu"])
+    normalize_devices(cfg)
+    reader = trainer_kwargs(cfg, [], None)["plugins"][-1]
+    check_checkpoint_key("resume_from_checkpoint", str(path), allow_pickle=True)
+    with pytest.warns(UserWarning, match="loading .* with pickle"):
+        assert reader.load_checkpoint(path)["extra"].getvalue() == b"x"
+    with pytest.raises(UnsafeCheckpoint):
+        type(reader)().load_checkpoint(path)
