@@ -143,10 +143,13 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
     return method_cls
 
 
-def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Any:
-    """Returns ``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs`` (``derive``d
-    defaults read other keys of ``cfg``), then its ``checked(cfg)``; an unknown key is refused
-    naming the closest, an old one of ``renamed_method_kwargs`` naming its new name."""
+def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional[Any]:
+    """``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs``, each key checked by
+    its field (an unknown key refused naming the closest, an old one of ``renamed_method_kwargs``
+    naming its new name); None for a class that declares none."""
+    schema = method_contract(method_cls).kwargs
+    if schema is None:
+        return None
     given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
     for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
         if old in given:
@@ -155,10 +158,7 @@ def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Any:
                 f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
                 "old key still loads)."
             )
-    schema = method_contract(method_cls).kwargs
-    parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
-    checked = getattr(parsed, "checked", None)
-    return parsed if checked is None else checked(cfg)
+    return parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
 
 
 class DeclaredKwargs:
@@ -170,7 +170,9 @@ class DeclaredKwargs:
     hp: Any
 
     def __init__(self, cfg: omegaconf.DictConfig):
-        self.hp = parse_method_kwargs(cfg, type(self))
+        parsed = parse_method_kwargs(cfg, type(self))
+        checked = getattr(parsed, "checked", None)
+        self.hp = parsed if checked is None else checked(cfg)
         write_section(cfg, "method_kwargs", self.hp)
         super().__init__(cfg)
 
