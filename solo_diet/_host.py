@@ -3,11 +3,16 @@ old."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.metadata
 import importlib.util
+import re
 import sys
 import warnings
 from functools import lru_cache
+from pathlib import Path
+from typing import Optional
 
 INSTALL_HINT = (
     "solo-diet needs solo-learn `main` (1.0.6, Hydra configs, Lightning 2) installed from its git "
@@ -72,3 +77,35 @@ def require_solo() -> None:
     problem = solo_problem()
     if problem is not None:
         raise SoloLearnMissing(f"{problem}\n{INSTALL_HINT}")
+
+
+# The entry-point group through which a package of one's own adds methods: in its pyproject.toml,
+# `[project.entry-points."solo_diet.methods"]` then `<method name> = "<module>:<class>"`.
+METHODS_GROUP = "solo_diet.methods"
+_REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE)
+
+
+def declared_method_names() -> Optional[set[str]]:
+    """Every method name the registry can hold, read from source without importing solo-learn or
+    torch (seconds a typo in ``method`` should not cost): solo-learn's ``METHODS`` keys, ours
+    (``registered_as``), the ``METHODS_GROUP`` entry points, and each also as ``<name>_sem`` (a
+    superset: the registry itself is checked later). None when solo-learn's source is unreadable."""
+    spec = importlib.util.find_spec("solo")
+    source = Path(spec.origin).parent / "methods" / "__init__.py" if spec and spec.origin else None
+    if source is None or not source.is_file():
+        return None
+    tree = ast.parse(source.read_text())
+    found = {
+        key.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", "") for t in node.targets] == ["METHODS"]
+        for key in getattr(node.value, "keys", ())
+        if isinstance(key, ast.Constant)
+    }
+    ours = Path(__file__).parent / "methods"
+    found |= {
+        name for path in ours.glob("*.py") for name in _REGISTERED_AS.findall(path.read_text())
+    }
+    found |= {entry.name for entry in importlib.metadata.entry_points(group=METHODS_GROUP)}
+    return found | {f"{name}_sem" for name in found}

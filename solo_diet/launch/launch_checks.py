@@ -1,21 +1,24 @@
 """What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo; each error names the key and the fix."""
+a typo; each error names the key and the fix. Neither torch nor Lightning is imported at the top:
+the CLI runs the key checks before those load (a typo answers in about a second)."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 import logging
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, KeyReader, closest_name, parse_section, setting
-from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.data import FOLDER_DATASETS
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
 # _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
@@ -52,6 +55,8 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
     """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
     the warnings and log lines it prints (the real build prints them once)."""
+    import torch
+
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
@@ -172,11 +177,21 @@ SOLO_LEARN_SECTIONS = (
 )
 
 
+@lru_cache(maxsize=None)
+def trainer_arguments() -> tuple[str, ...]:
+    """The parameters of Lightning's ``Trainer.__init__``, read from its source: importing
+    Lightning takes about 5 s."""
+    spec = importlib.util.find_spec("lightning")
+    source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
+    tree = ast.parse(source.read_text())
+    trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    init = next(n for n in trainer.body if getattr(n, "name", "") == "__init__")
+    return tuple(a.arg for a in (*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs))
+
+
 def known_top_level_keys() -> list[str]:
     """The top-level keys solo-learn or Lightning's ``Trainer`` read."""
-    from lightning.pytorch import Trainer
-
-    return sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
+    return sorted({*trainer_arguments(), *SOLO_LEARN_SECTIONS})
 
 
 # the keys solo-learn (its methods, args and main scripts) and our launchers read in its sections
@@ -221,6 +236,8 @@ def check_key_typos(cfg: DictConfig) -> None:
 
 def check_accelerator_present(cfg: DictConfig) -> None:
     """Refuse ``accelerator: gpu`` where torch sees no CUDA device, naming the fix."""
+    import torch
+
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(

@@ -65,3 +65,20 @@ def test_solo_learns_umap_callback_is_skipped_only_without_umap(tmp_path, with_u
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(not with_umap)
+
+
+@pytest.mark.skipif(solo_problem() is not None, reason="needs solo-learn main")
+def test_the_method_names_read_from_source_hold_every_registered_one():
+    """The names the CLI checks ``method`` against before importing solo-learn (a superset)."""
+    import inspect
+
+    from lightning.pytorch import Trainer
+    from solo.methods import METHODS
+
+    import solo_diet
+    from solo_diet._host import declared_method_names
+    from solo_diet.launch.launch_checks import trainer_arguments
+
+    solo_diet.register()
+    assert set(METHODS) <= declared_method_names()
+    assert trainer_arguments() == tuple(inspect.signature(Trainer.__init__).parameters)
