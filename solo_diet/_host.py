@@ -7,6 +7,7 @@ import ast
 import importlib
 import importlib.metadata
 import importlib.util
+import logging
 import re
 import sys
 import warnings
@@ -31,6 +32,35 @@ IMPORT_NOISE = (
     "Overwriting .* in registry",
     ".*torch.cuda.amp.custom_fwd",
 )
+
+
+# What every run of solo-learn's stack prints that says nothing about the run (the run's own lines
+# and every other warning stay): Lightning's banners, tips, seed line and model summary (its INFO
+# logs), torch's pin_memory warning on a CPU, Lightning 2.1's LeafSpec use under a newer torch, and
+# solo-learn's warning that `scheduler.interval: step` might not resume (our resume with it is
+# tested: tests/launch/test_crash.py).
+RUN_NOISE_LOGGERS = (
+    *("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"),
+    *("lightning.fabric.utilities.seed", "lightning.pytorch.callbacks.model_summary"),
+)
+RUN_NOISE_WARNINGS = (
+    "'pin_memory' argument is set as true but no accelerator is found",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+SCHEDULER_INTERVAL_NOISE = "Using scheduler_interval=step might generate issues when resuming"
+
+
+def _not_scheduler_interval_noise(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(SCHEDULER_INTERVAL_NOISE)
+
+
+def quiet_run_noise() -> None:
+    """Silence ``RUN_NOISE_*`` in this process (idempotent); solo-learn is left as it is."""
+    for name in RUN_NOISE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in RUN_NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    logging.getLogger().addFilter(_not_scheduler_interval_noise)  # solo-learn logs it on root
 
 
 # solo-learn's optional UMAP callback, which `solo.utils` tries to import: its module imports

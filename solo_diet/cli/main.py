@@ -338,9 +338,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from solo_diet._host import quiet_run_noise
     from solo_diet.launch.errors import run_guarded
 
     args = build_parser().parse_args(argv)
+    quiet_run_noise()
     advice = RESUME_ADVICE.get(args.command, "")
     return run_guarded(args.command, lambda: _run(args), args.debug, advice)
 

@@ -299,11 +299,12 @@ class OverallProgress:
 
     def epoch_callback(self, step: int, what: str) -> Any:
         """A callback saying the line after each training epoch of step ``step`` (its ``started``:
-        whether the fit trained), on its own line, and measuring the time per weight trained."""
+        whether the fit trained), on its own line, and measuring the time per weight trained: over
+        the first epoch, then over the epochs after it (the first also pays the start-up)."""
         progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):
-            started, since, first = False, 0.0, 0.0
+            started, since, first, past_first = False, 0.0, 0.0, False
 
             def on_train_start(self, trainer, pl_module) -> None:
                 self.started, self.since = True, progress.clock()
@@ -313,9 +314,13 @@ class OverallProgress:
             def on_train_epoch_end(self, trainer, pl_module) -> None:
                 if not trainer.is_global_zero:
                     return
-                trained = (_fraction(trainer, 1) - self.first) * weight
-                if trained > 0:
-                    progress.seconds_per_weight = (progress.clock() - self.since) / trained
+                now, done = progress.clock(), _fraction(trainer, 1)
+                if done > self.first:
+                    progress.seconds_per_weight = (now - self.since) / (
+                        (done - self.first) * weight
+                    )
+                if not self.past_first:  # the first epoch also paid the fit's start-up: time
+                    self.past_first, self.since, self.first = True, now, done  # the rest from here
                 epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
                 line = progress.line(step, f"{what}, {epoch}", _fraction(trainer, 1))
                 progress.say(("\n" if trainer.progress_bar_callback is not None else "") + line)

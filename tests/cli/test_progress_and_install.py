@@ -79,6 +79,21 @@ def test_the_demo_time_left_comes_from_measured_epochs_on_lines_of_their_own():
     ]
 
 
+def test_the_time_left_settles_by_the_second_epoch_without_the_start_up():
+    """A fit whose first epoch pays 60 s of start-up over its 20 s of work: by the second epoch
+    the time left is the true one (the remaining epochs at 20 s and the last step's 2 units)."""
+    clock, said = Clock(), []
+    progress = OverallProgress("demo", [1, 10, 2], say=said.append, clock=clock, from_epochs=True)
+    fit, callback = Fit(10, bar=False), progress.epoch_callback(2, "pretraining")
+    callback.on_train_start(fit, None)
+    for epoch, seconds in enumerate([80, 20, 20]):
+        fit.current_epoch = epoch
+        clock.now += seconds
+        callback.on_train_epoch_end(fit, None)
+    left = [line.rpartition("elapsed, about ")[2] for line in said]
+    assert left == ["14:40 left", "3:20 left", "3:00 left"]  # (9 + 2) x 80 s, then x 20 s
+
+
 def fake_python(tmp_path: Path) -> tuple[Path, Path]:
     """A $PYTHON that records its arguments instead of installing."""
     log = tmp_path / "python-calls.txt"

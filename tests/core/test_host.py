@@ -82,3 +82,33 @@ def test_the_method_names_read_from_source_hold_every_registered_one():
     solo_diet.register()
     assert set(METHODS) <= declared_method_names()
     assert trainer_arguments() == tuple(inspect.signature(Trainer.__init__).parameters)
+
+
+def test_the_known_noise_of_a_run_is_silenced_and_the_rest_stays():
+    """What every run of solo-learn's stack prints (Lightning's INFO banners, solo-learn's
+    scheduler_interval warning, torch's CPU pin_memory warning) is dropped; other lines stay."""
+    import logging
+    import warnings
+
+    from solo_diet import _host
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _host.quiet_run_noise()
+            logging.getLogger("lightning.pytorch.utilities.rank_zero").info("GPU available: False")
+            logging.getLogger("lightning.fabric.utilities.seed").info("Seed set to 5")
+            logging.warning(f"{_host.SCHEDULER_INTERVAL_NOISE} a checkpoint.")
+            logging.warning("a genuine warning")
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then")
+            warnings.warn("a genuine user warning")
+    finally:
+        root.removeHandler(handler)
+        root.removeFilter(_host._not_scheduler_interval_noise)
+    assert said == ["a genuine warning"]
+    assert [str(w.message) for w in caught] == ["a genuine user warning"]
