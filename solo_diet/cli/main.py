@@ -57,9 +57,12 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     from solo_diet.config import unknown_method_hint
     from solo_diet.launch.common import check_launch_cfg, compose_cfg
 
+    names = declared_method_names()
+    if names is None:  # no solo-learn (or none readable): its install message comes first
+        require_solo()
     cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
     check_launch_cfg(cfg)
-    method, names = OmegaConf.select(cfg, "method"), declared_method_names()
+    method = OmegaConf.select(cfg, "method")
     if args.command == "pretrain" and names is not None and method not in names:
         raise ConfigError(f"unknown `method: {method}`; {unknown_method_hint(method, names)}")
     require_solo()
