@@ -265,6 +265,7 @@ class OverallProgress:
         self.skipped = 0.0  # weight done before this process started (a resumed fit's epochs)
         self.from_epochs = from_epochs
         self.seconds_per_weight: Optional[float] = None  # measured over training epochs
+        self.after_first: Optional[tuple[float, float]] = None  # (time, weight) once one is done
 
     def line(self, step: int, what: str, fraction: float = 0.0) -> str:
         """The line at ``fraction`` (0..1) of step ``step`` (1-based) doing ``what``."""
@@ -273,14 +274,20 @@ class OverallProgress:
 
     def _line(self, head: str, done: float) -> str:
         """``head``, the time elapsed and the time left when ``done`` of the weight is done."""
-        elapsed = self.clock() - self.started
+        now = self.clock()
+        elapsed = now - self.started
         done_here, to_do = done - self.skipped, sum(self.weights) - done
         if self.seconds_per_weight is not None:
             left = f"about {clock_text(self.seconds_per_weight * to_do)} left"
         elif self.from_epochs:
             left = "time left known after the first epoch"
         elif done_here > 0 and elapsed > 0:
-            left = f"about {clock_text(elapsed * to_do / done_here)} left"
+            # the steps after the first set the rate: the first also paid the start-up
+            since, then = self.after_first or (self.started, self.skipped)
+            if done <= then:
+                since, then = self.started, self.skipped
+            left = f"about {clock_text((now - since) * to_do / (done - then))} left"
+            self.after_first = self.after_first or (now, done)
         else:
             left = "time left known after the first step"
         return f"[{self.prefix}] {head}; {clock_text(elapsed)} elapsed, {left}"

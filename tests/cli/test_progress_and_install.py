@@ -45,6 +45,19 @@ def test_work_done_before_this_process_does_not_count_as_its_speed():
     assert said == ["[demo] step 2 of 2: probe; 0:30 elapsed, about 0:30 left"]
 
 
+def test_the_steps_after_the_first_set_the_rate():
+    """compare's first job also pays the start-up (imports, data): from the second on, the rate
+    is measured from the end of the first."""
+    clock, said = Clock(), []
+    progress = OverallProgress("compare", [1, 1, 1, 1], say=said.append, clock=clock)
+    clock.now += 30  # the first job: 10 s of work and 20 s of start-up
+    progress.step(2, "b")
+    clock.now += 10
+    progress.step(3, "c")
+    left = [line.rpartition("elapsed, about ")[2] for line in said]
+    assert left == ["1:30 left", "0:20 left"]
+
+
 def test_jobs_ending_in_any_order_count_their_own_weight():
     clock, said = Clock(), []
     progress = OverallProgress("compare", [6, 2, 2], say=said.append, clock=clock)
