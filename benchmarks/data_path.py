@@ -351,7 +351,8 @@ def run_case(script: str, case: dict, timeout: float) -> dict:
             if time.time() - case["launched"] > timeout:
                 _kill_group(process)
                 err.seek(0)
-                sys.stderr.write(f"# case timed out after {timeout:.0f} s; {phases(err.read())}\n")
+                reached = phases(err.read()) or "no phase reached"
+                sys.stderr.write(f"# case timed out after {timeout:.0f} s; {reached}\n")
                 return {"error": "timeout"}
             time.sleep(0.2)
             out.seek(0)
@@ -365,7 +366,8 @@ def run_case(script: str, case: dict, timeout: float) -> dict:
             exit_s = float("inf")
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
-    sys.stderr.write(f"# case {case.get('method', '')}: {phases(stderr)}; exit {exit_s:.1f} s\n")
+    reached = "".join(f"{found}; " for found in [phases(stderr)] if found)
+    sys.stderr.write(f"# case {case.get('method', '')}: {reached}exit {exit_s:.1f} s\n")
     result = result if result is not None else _last_result(stdout)
     if result is None or (exit_s != float("inf") and process.returncode != 0):
         sys.stderr.write(stderr[-3000:])
@@ -385,9 +387,10 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def phases(stderr: str) -> str:
-    """A case's ``PHASE`` lines (:func:`print_phase`) joined on one line, for the log."""
+    """A case's ``PHASE`` lines (:func:`print_phase`) joined on one line, for the log ("" when
+    it printed none: only streaming_decode.py's cases print them)."""
     found = [line[len(PHASE) :].strip() for line in stderr.splitlines() if line.startswith(PHASE)]
-    return "; ".join(found) or "no phase reached"
+    return "; ".join(found)
 
 
 def since_launch(case: dict) -> float:

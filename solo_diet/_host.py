@@ -3,11 +3,17 @@ old."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.metadata
 import importlib.util
+import logging
+import re
 import sys
 import warnings
 from functools import lru_cache
+from pathlib import Path
+from typing import Optional
 
 INSTALL_HINT = (
     "solo-diet needs solo-learn `main` (1.0.6, Hydra configs, Lightning 2) installed from its git "
@@ -26,6 +32,35 @@ IMPORT_NOISE = (
     "Overwriting .* in registry",
     ".*torch.cuda.amp.custom_fwd",
 )
+
+
+# What every run of solo-learn's stack prints that says nothing about the run (the run's own lines
+# and every other warning stay): Lightning's banners, tips, seed line and model summary (its INFO
+# logs), torch's pin_memory warning on a CPU, Lightning 2.1's LeafSpec use under a newer torch, and
+# solo-learn's warning that `scheduler.interval: step` might not resume (our resume with it is
+# tested: tests/launch/test_crash.py).
+RUN_NOISE_LOGGERS = (
+    *("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"),
+    *("lightning.fabric.utilities.seed", "lightning.pytorch.callbacks.model_summary"),
+)
+RUN_NOISE_WARNINGS = (
+    "'pin_memory' argument is set as true but no accelerator is found",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+SCHEDULER_INTERVAL_NOISE = "Using scheduler_interval=step might generate issues when resuming"
+
+
+def _not_scheduler_interval_noise(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(SCHEDULER_INTERVAL_NOISE)
+
+
+def quiet_run_noise() -> None:
+    """Silence ``RUN_NOISE_*`` in this process (idempotent); solo-learn is left as it is."""
+    for name in RUN_NOISE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in RUN_NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    logging.getLogger().addFilter(_not_scheduler_interval_noise)  # solo-learn logs it on root
 
 
 # solo-learn's optional UMAP callback, which `solo.utils` tries to import: its module imports
@@ -72,3 +107,35 @@ def require_solo() -> None:
     problem = solo_problem()
     if problem is not None:
         raise SoloLearnMissing(f"{problem}\n{INSTALL_HINT}")
+
+
+# The entry-point group through which a package of one's own adds methods: in its pyproject.toml,
+# `[project.entry-points."solo_diet.methods"]` then `<method name> = "<module>:<class>"`.
+METHODS_GROUP = "solo_diet.methods"
+_REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE)
+
+
+def declared_method_names() -> Optional[set[str]]:
+    """Every method name the registry can hold, read from source without importing solo-learn or
+    torch (seconds a typo in ``method`` should not cost): solo-learn's ``METHODS`` keys, ours
+    (``registered_as``), the ``METHODS_GROUP`` entry points, and each also as ``<name>_sem`` (a
+    superset: the registry itself is checked later). None when solo-learn's source is unreadable."""
+    spec = importlib.util.find_spec("solo")
+    source = Path(spec.origin).parent / "methods" / "__init__.py" if spec and spec.origin else None
+    if source is None or not source.is_file():
+        return None
+    tree = ast.parse(source.read_text())
+    found = {
+        key.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", "") for t in node.targets] == ["METHODS"]
+        for key in getattr(node.value, "keys", ())
+        if isinstance(key, ast.Constant)
+    }
+    ours = Path(__file__).parent / "methods"
+    found |= {
+        name for path in ours.glob("*.py") for name in _REGISTERED_AS.findall(path.read_text())
+    }
+    found |= {entry.name for entry in importlib.metadata.entry_points(group=METHODS_GROUP)}
+    return found | {f"{name}_sem" for name in found}

@@ -105,7 +105,7 @@ def unknown_method_hint(name: object, registered: Collection[str]) -> str:
     """What follows "unknown method" in one line: the closest registered names (at most three),
     else the registered names without their ``_sem`` twins; both end with where the full list is."""
     close = difflib.get_close_matches(str(name), sorted(registered), n=3, cutoff=0.6)
-    listing = f"`solo-diet methods` lists all {len(registered)} registered methods."
+    listing = "`solo-diet methods` lists every registered method."
     if close:
         names = [f"`{c}`" for c in close]
         either = " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))

@@ -12,9 +12,12 @@ import filecmp
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from solo_diet.config import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def _hydra_args(parser: argparse.ArgumentParser) -> None:
@@ -38,26 +41,48 @@ def _cmd_methods(_: argparse.Namespace) -> int:
 
     solo_diet.register()
     for name, cls in sorted(solo.methods.METHODS.items()):
-        origin = "solo-diet" if cls.__module__.startswith("solo_diet.") else "solo-learn"
+        package = cls.__module__.partition(".")[0]  # a package of one's own: its own name
+        origin = {"solo": "solo-learn", "solo_diet": "solo-diet"}.get(package, package)
         print(f"{name:<24} {origin:<10} {cls.__module__}.{cls.__qualname__}")
     return 0
 
 
+def checked_cfg(args: argparse.Namespace) -> DictConfig:
+    """The command's composed config, checked before torch, Lightning and solo-learn load (5 to
+    10 s that a typo should not cost): the launcher's key checks and, for ``pretrain``, the method
+    name against the names solo-learn, we and the user's packages declare."""
+    from omegaconf import OmegaConf
+
+    from solo_diet._host import declared_method_names, require_solo
+    from solo_diet.config import unknown_method_hint
+    from solo_diet.launch.common import check_launch_cfg, compose_cfg
+
+    names = declared_method_names()
+    if names is None:  # no solo-learn (or none readable): its install message comes first
+        require_solo()
+    cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
+    check_launch_cfg(cfg)
+    method = OmegaConf.select(cfg, "method")
+    if args.command == "pretrain" and names is not None and method not in names:
+        raise ConfigError(f"unknown `method: {method}`; {unknown_method_hint(method, names)}")
+    require_solo()
+    return cfg
+
+
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from solo_diet.launch.common import compose_cfg
+    cfg = checked_cfg(args)
     from solo_diet.launch.pretrain import run_pretrain
 
-    ckpt = run_pretrain(compose_cfg(args.config_path, args.config_name, args.overrides))
+    ckpt = run_pretrain(cfg)
     if ckpt:  # run_pretrain returns only after a completed fit; an interrupted one raises
         print(f"last checkpoint: {ckpt}")
     return 0
 
 
 def _cmd_linear(args: argparse.Namespace) -> int:
-    from solo_diet.launch.common import compose_cfg
+    cfg = checked_cfg(args)
     from solo_diet.launch.linear import run_linear
 
-    cfg = compose_cfg(args.config_path, args.config_name, args.overrides)
     metrics = run_linear(cfg)
     if "val_acc1" in metrics:
         print(
@@ -156,8 +181,9 @@ RESUME_ADVICE = {
     "compare": "run the same command again: finished runs are reused and an interrupted run "
     "resumes from its last epoch checkpoint.",
 }
-# Commands that work without solo-learn.
-SOLO_FREE = ("data", "configs")
+# Commands that import solo-learn themselves, if at all (pretrain and linear once their config is
+# checked).
+SOLO_LATE = ("data", "configs", "pretrain", "linear")
 
 
 def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
@@ -169,9 +195,51 @@ def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
     )
 
 
+# Each subcommand's --help ends with a command that works on a CPU, from any folder once
+# `solo-diet configs cfg` and `solo-diet data animal-mnist data/am --limit 400` have run.
+CPU = "accelerator=cpu devices=1 precision=32 data.num_workers=2"
+DATA = "++data.train_path=data/am/train ++data.val_path=data/am/val"
+EXAMPLES = {
+    "methods": "solo-diet methods",
+    "pretrain": f"""solo-diet configs cfg && solo-diet data animal-mnist data/am --limit 400
+  solo-diet pretrain --config-path cfg/compare/configs --config-name diet.yaml \\
+      {DATA} \\
+      {CPU} \\
+      backbone.kwargs.width=32 optimizer.batch_size=32 max_epochs=1 ++limit_train_batches=4
+It ends with `last checkpoint: checkpoints/diet/<version>/<name>-ep=0.ckpt`; the same command
+again resumes an interrupted run (auto_resume.enabled). On a GPU, leave out the overrides after
+the data paths.""",
+    "linear": f"""solo-diet linear --config-path cfg/compare/configs --config-name linear.yaml \\
+      "pretrained_feature_extractor='checkpoints/diet/<version>/<name>-ep=0.ckpt'" \\
+      {DATA} \\
+      {CPU} optimizer.batch_size=32 max_epochs=1
+pretrained_feature_extractor is the .ckpt that `solo-diet pretrain` printed; the backbone is rebuilt
+from the args.json next to it. The inner quotes are Hydra's: the file name holds `=`.""",
+    "data": "solo-diet data animal-mnist data/am --limit 400   # data/am/train, data/am/val",
+    "demo": "solo-diet demo --accelerator cpu --workdir solo-diet-demo",
+    "configs": "solo-diet configs cfg  # writes cfg/pretrain/, cfg/linear/ and cfg/compare/",
+    "compare": """solo-diet configs cfg && solo-diet data animal-mnist data/am --limit 400
+  solo-diet compare cfg/compare/animal_mnist.yaml data.root=data/am output_dir=am-compare \\
+      'only=[diet,simclr]' 'seeds=[0]' \\
+      budget.max_epochs=1 budget.batch_size=16 budget.limit_train_batches=2 \\
+      'trainer=[accelerator=cpu,precision=32,data.num_workers=0]' \\
+      'linear.overrides=[max_epochs=1,++limit_train_batches=2,optimizer.batch_size=16]'
+only=[...] runs just those runs (or reference rows), seeds=[...] just those seeds, and
+trainer=[...] overrides every job's pretraining and probe (on a CPU: accelerator=cpu and
+precision=32). The same command again reuses finished jobs and resumes an interrupted one.""",
+}
+
+
 def _command(sub: argparse._SubParsersAction, name: str, func, **kwargs) -> argparse.ArgumentParser:
-    """The subcommand ``name``, run by ``func``; ``--debug`` also after its name."""
-    parser = sub.add_parser(name, **kwargs)
+    """The subcommand ``name``, run by ``func``, described by its ``help`` and its example;
+    ``--debug`` also after its name."""
+    kwargs.setdefault("description", kwargs["help"])
+    parser = sub.add_parser(
+        name,
+        epilog=f"example:\n  {EXAMPLES[name]}" if name in EXAMPLES else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
     parser.set_defaults(func=func)
     _add_debug(parser, argparse.SUPPRESS)
     return parser
@@ -181,17 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__.replace("``", "'"))
     _add_debug(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
-    _command(sub, "methods", _cmd_methods, help="list every method in solo.methods.METHODS")
-    from_yaml = "from a solo-learn-style YAML"
+    methods_help = "list every registered method: name, origin (solo-learn, solo-diet, a package)"
+    _command(sub, "methods", _cmd_methods, help=methods_help)
+    from_yaml = "from a solo-learn-style YAML (a Hydra config folder and name, then overrides)"
     _hydra_args(_command(sub, "pretrain", _cmd_pretrain, help=f"pretrain {from_yaml}"))
-    _hydra_args(_command(sub, "linear", _cmd_linear, help=f"offline linear evaluation {from_yaml}"))
+    linear_help = f"offline linear probe of a pretrained backbone {from_yaml}"
+    _hydra_args(_command(sub, "linear", _cmd_linear, help=linear_help))
 
     from solo_diet.cli import solo_script
     from solo_diet.cli.data import DATASETS
 
     data_help = "write an offline dataset as a solo-learn custom ImageFolder"
     data = _command(sub, "data", _cmd_data, help=data_help)
-    data.add_argument("name", choices=sorted(DATASETS))
+    data.add_argument("name", choices=sorted(DATASETS), help="the dataset to write")
     data.add_argument("directory", help="where to write train/ and val/ (created if missing)")
     data.add_argument("--limit", type=int, help="keep at most this many training images")
 
@@ -224,7 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="solo-diet-demo",
         help="where the data, checkpoints and logs go (default: ./solo-diet-demo)",
     )
-    demo.add_argument("--accelerator", choices=["auto", "cpu", "gpu"], default="auto")
+    demo.add_argument(
+        "--accelerator",
+        choices=["auto", "cpu", "gpu"],
+        default="auto",
+        help="auto: the GPU when torch sees one, else the CPU",
+    )
     demo.add_argument(
         "--data-format",
         choices=["auto", "gpu", "image_folder"],
@@ -258,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command not in SOLO_FREE:
+    if args.command not in SOLO_LATE:
         from solo_diet._host import require_solo
 
         require_solo()
@@ -266,9 +341,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from solo_diet._host import quiet_run_noise
     from solo_diet.launch.errors import run_guarded
 
     args = build_parser().parse_args(argv)
+    quiet_run_noise()
     advice = RESUME_ADVICE.get(args.command, "")
     return run_guarded(args.command, lambda: _run(args), args.debug, advice)
 

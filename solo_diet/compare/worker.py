@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from solo_diet._host import quiet_run_noise
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -166,6 +168,7 @@ class ServedWorker:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """A failed job ends the process with its traceback and status 1, as any Python error."""
     die_with_parent()
+    quiet_run_noise()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if len(args) == 3 and args[0] == "--serve" and args[2].isdigit():

@@ -1,2 +1,7 @@
 """Batched GPU data path: per-sample augmentations and solo-learn's augmentation pipelines (torch
 only)."""
+
+# the datasets solo-learn reads: image folders, and the arrays torchvision downloads
+FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
+ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
+DATASETS = FOLDER_DATASETS + ARRAY_DATASETS

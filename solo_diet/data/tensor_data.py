@@ -19,11 +19,9 @@ from PIL import Image
 from torch import Tensor
 
 from solo_diet.config import Argument, ArgumentError, ConfigError
+from solo_diet.data import ARRAY_DATASETS, DATASETS, FOLDER_DATASETS
 from solo_diet.data.decode_cache import cached_decode
 
-FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")
-ARRAY_DATASETS = ("cifar10", "cifar100", "stl10")
-DATASETS = FOLDER_DATASETS + ARRAY_DATASETS
 FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for its fraction of a folder
 STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}
 DECODE_CHUNK = 128  # images per thread task

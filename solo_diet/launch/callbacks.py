@@ -267,6 +267,7 @@ class OverallProgress:
         self.skipped = 0.0  # weight done before this process started (a resumed fit's epochs)
         self.from_epochs = from_epochs
         self.seconds_per_weight: Optional[float] = None  # measured over training epochs
+        self.after_first: Optional[tuple[float, float]] = None  # (time, weight) once one is done
 
     def line(self, step: int, what: str, fraction: float = 0.0) -> str:
         """The line at ``fraction`` (0..1) of step ``step`` (1-based) doing ``what``."""
@@ -275,14 +276,20 @@ class OverallProgress:
 
     def _line(self, head: str, done: float) -> str:
         """``head``, the time elapsed and the time left when ``done`` of the weight is done."""
-        elapsed = self.clock() - self.started
+        now = self.clock()
+        elapsed = now - self.started
         done_here, to_do = done - self.skipped, sum(self.weights) - done
         if self.seconds_per_weight is not None:
             left = f"about {clock_text(self.seconds_per_weight * to_do)} left"
         elif self.from_epochs:
             left = "time left known after the first epoch"
         elif done_here > 0 and elapsed > 0:
-            left = f"about {clock_text(elapsed * to_do / done_here)} left"
+            # the steps after the first set the rate: the first also paid the start-up
+            since, then = self.after_first or (self.started, self.skipped)
+            if done <= then:
+                since, then = self.started, self.skipped
+            left = f"about {clock_text((now - since) * to_do / (done - then))} left"
+            self.after_first = self.after_first or (now, done)
         else:
             left = "time left known after the first step"
         return f"[{self.prefix}] {head}; {clock_text(elapsed)} elapsed, {left}"
@@ -301,11 +308,12 @@ class OverallProgress:
 
     def epoch_callback(self, step: int, what: str) -> Any:
         """A callback saying the line after each training epoch of step ``step`` (its ``started``:
-        whether the fit trained), on its own line, and measuring the time per weight trained."""
+        whether the fit trained), on its own line, and measuring the time per weight trained: over
+        the first epoch, then over the epochs after it (the first also pays the start-up)."""
         progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):
-            started, since, first = False, 0.0, 0.0
+            started, since, first, past_first = False, 0.0, 0.0, False
 
             def on_train_start(self, trainer, pl_module) -> None:
                 self.started, self.since = True, progress.clock()
@@ -315,9 +323,13 @@ class OverallProgress:
             def on_train_epoch_end(self, trainer, pl_module) -> None:
                 if not trainer.is_global_zero:
                     return
-                trained = (_fraction(trainer, 1) - self.first) * weight
-                if trained > 0:
-                    progress.seconds_per_weight = (progress.clock() - self.since) / trained
+                now, done = progress.clock(), _fraction(trainer, 1)
+                if done > self.first:
+                    progress.seconds_per_weight = (now - self.since) / (
+                        (done - self.first) * weight
+                    )
+                if not self.past_first:  # the first epoch also paid the fit's start-up: time
+                    self.past_first, self.since, self.first = True, now, done  # the rest from here
                 epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
                 line = progress.line(step, f"{what}, {epoch}", _fraction(trainer, 1))
                 progress.say(("\n" if trainer.progress_bar_callback is not None else "") + line)

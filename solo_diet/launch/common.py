@@ -1,5 +1,5 @@
 """Pieces shared by our launchers: Hydra composition, the checks before ``parse_cfg``, devices,
-Trainer, callbacks, resume."""
+Trainer, callbacks, resume. Composing and checking import neither torch nor Lightning."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import re
 import shutil
 import signal
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import torch
 import yaml
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +24,9 @@ from solo_diet.launch.launch_checks import (
     unread_added_keys,
 )
 from solo_diet.launch.nodes import check_nodes
-from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
+
+if TYPE_CHECKING:
+    import torch
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
@@ -213,6 +214,7 @@ def fit_or_raise(
     empty run folder stays, and ``data_path`` is closed however the fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
 
     try:

@@ -1,17 +1,20 @@
 """What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo; each error names the key and the fix."""
+a typo; each error names the key and the fix. Neither torch nor Lightning is imported at the top:
+the CLI runs the key checks before those load (a typo answers in about a second)."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 import logging
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Collection, Optional, Sequence
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import (
@@ -22,7 +25,7 @@ from solo_diet.config import (
     parse_section,
     setting,
 )
-from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.data import FOLDER_DATASETS
 from solo_diet.launch.errors import check_destination
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
@@ -60,6 +63,8 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
     """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
     the warnings and log lines it prints (the real build prints them once)."""
+    import torch
+
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
@@ -115,6 +120,8 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         known = set(parameters) - {"params", *SOLO_LEARN_OPTIMIZER_ARGUMENTS}
         KeyReader(cfg).known("optimizer.kwargs", known, owner)
+    import torch
+
     try:  # its own checks of the values (``betas`` in [0, 1), say), on one dummy parameter
         optimizer([torch.nn.Parameter(torch.zeros(1))], lr=1e-3, **OmegaConf.to_container(given))
     except (ValueError, TypeError) as err:
@@ -200,12 +207,21 @@ SOLO_LEARN_SECTIONS = (
 OWN_TOP_LEVEL_KEYS = ("allow_pickle_checkpoint", "probe", "sem_tau")
 
 
+@lru_cache(maxsize=None)
+def trainer_arguments() -> tuple[str, ...]:
+    """The parameters of Lightning's ``Trainer.__init__``, read from its source: importing
+    Lightning takes about 5 s."""
+    spec = importlib.util.find_spec("lightning")
+    source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
+    tree = ast.parse(source.read_text())
+    trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    init = next(n for n in trainer.body if getattr(n, "name", "") == "__init__")
+    return tuple(a.arg for a in (*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs))
+
+
 def known_top_level_keys() -> list[str]:
     """The top-level keys solo-learn, Lightning's ``Trainer`` or our launchers read."""
-    from lightning.pytorch import Trainer
-
-    trainer = inspect.signature(Trainer.__init__).parameters
-    return sorted({*trainer, *SOLO_LEARN_SECTIONS, *OWN_TOP_LEVEL_KEYS})
+    return sorted({*trainer_arguments(), *SOLO_LEARN_SECTIONS, *OWN_TOP_LEVEL_KEYS})
 
 
 # the keys solo-learn (its methods, args and main scripts) and our launchers read in its sections
@@ -274,6 +290,8 @@ def unread_added_keys(overrides: Sequence[str]) -> set[str]:
 
 def check_accelerator_present(cfg: DictConfig) -> None:
     """Refuse ``accelerator: gpu`` where torch sees no CUDA device, naming the fix."""
+    import torch
+
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(

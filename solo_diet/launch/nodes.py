@@ -66,6 +66,8 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
     nodes = num_nodes(cfg)
     if "num_nodes" in cfg:
         cfg.num_nodes = nodes  # a digit string as the number solo-learn multiplies the lr by
+    if nodes == 1 and _node_rank(environ) is None:
+        return  # nothing to check (nor Lightning's cluster detection to import: about 5 s)
     where = scheduler(environ)
     node_rank = _node_rank(environ) if where == "plain" else None
     if node_rank is not None and node_rank >= nodes:

@@ -76,7 +76,11 @@ def check_checkpoint_file(path: Path) -> None:
         found = sorted((c for c in candidates if c.is_file()), key=lambda c: c.stat().st_mtime)
         where = f"; its newest .ckpt is {found[-1]}" if found else "; it holds no .ckpt file"
         raise ConfigError(f"checkpoint {path} is a folder, not a .ckpt file{where}.")
-    raise ConfigError(f"checkpoint {path} does not exist.")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"checkpoint {path} does not exist, nor does its folder {folder}.")
+    held = ", ".join(sorted(c.name for c in folder.glob("*.ckpt"))) or "no .ckpt file"
+    raise ConfigError(f"checkpoint {path} does not exist; {folder} holds {held}.")
 
 
 def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field, is_dataclass
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import omegaconf
 from torch import nn
 
 import solo_diet.methods as package
-from solo_diet._host import require_solo
+from solo_diet._host import METHODS_GROUP, require_solo
 from solo_diet.config import ConfigError, core_errors_named, parse_section, write_section
 from solo_diet.methods import PLUGIN_FACTORIES
 
@@ -179,23 +180,28 @@ class DeclaredKwargs:
 
 def plugin_methods() -> dict[str, type]:
     """Every class that a module of this package (``solo_diet/methods/<module>.py``, not
-    ``_private``) defines with ``registered_as = "<name>"`` in its body, by name."""
-    found: dict[str, type] = {}
+    ``_private``) defines with ``registered_as = "<name>"`` in its body, and every entry point of
+    the ``solo_diet.methods`` group (a package of one's own: the entry point's name), by name."""
+    declared: list[tuple[str, type]] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for cls in vars(module).values():
             name = cls.__dict__.get("registered_as") if isinstance(cls, type) else None
-            if name is None or cls.__module__ != module.__name__:
-                continue
-            if name in found and found[name] is not cls:
-                raise ContractError(
-                    f"two plugin methods are registered as '{name}': "
-                    f"{found[name].__module__}.{found[name].__qualname__} and "
-                    f"{cls.__module__}.{cls.__qualname__}; rename one's `registered_as`."
-                )
-            found[name] = cls
+            if name is not None and cls.__module__ == module.__name__:
+                declared.append((name, cls))
+    declared += [(entry.name, entry.load()) for entry in entry_points(group=METHODS_GROUP)]
+    found: dict[str, type] = {}
+    for name, cls in declared:
+        if name in found and found[name] is not cls:
+            raise ContractError(
+                f"two plugin methods are registered as '{name}': "
+                f"{found[name].__module__}.{found[name].__qualname__} and "
+                f"{cls.__module__}.{cls.__qualname__}; rename one (`registered_as`, or the "
+                f"entry point's name in the `{METHODS_GROUP}` group)."
+            )
+        found[name] = cls
     return found
 
 

@@ -1,6 +1,7 @@
 """docs/adding-a-method.md end to end: a toy index-based method, defined in one file with only the
 method contract, put where the guide says (``solo_diet/methods/<name>.py``, here a temporary folder
-on that package's path) and nothing else edited: registered, run through the code of every
+on that package's path; or a package of one's own declaring the ``solo_diet.methods`` entry point)
+and nothing else edited: registered, run through the code of every
 contract-chosen test of the suite (the GPU data path, the read-back guard's CPU stand-in, the SEM
 twin, the typo check), pretrained with `solo-diet pretrain` and compared with `solo-diet compare`
 on a tiny CPU budget."""
@@ -11,8 +12,10 @@ import ast
 import csv
 import importlib.util
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,11 +85,60 @@ def toy_registered(tmp_path, monkeypatch):
     registered = solo_diet.register()
     assert {"toy_index", "toy_index_sem"} <= set(registered)
     yield METHODS["toy_index"]
+    _unregister_toy(TOY_MODULE)
+
+
+def _unregister_toy(*modules: str) -> None:
     for name in ("toy_index", "toy_index_sem"):
         cls = METHODS.pop(name, None)
         if cls is not None and getattr(solo.methods, cls.__name__, None) is cls:
             delattr(solo.methods, cls.__name__)
-    sys.modules.pop(TOY_MODULE, None)
+    for module in modules:
+        sys.modules.pop(module, None)
+
+
+OWN_MODULE = "my_methods.toy"
+
+
+@pytest.fixture
+def own_package(tmp_path) -> Path:
+    """The guide's other way: the toy's file in a package of one's own (``my_methods``, outside
+    ``solo_diet``) whose installed metadata declares the entry point, as pip writes it from a
+    pyproject's ``[project.entry-points."solo_diet.methods"]``; returns the folder to put on the
+    path."""
+    site = tmp_path / "site"
+    (site / "my_methods").mkdir(parents=True)
+    (site / "my_methods" / "__init__.py").write_text("")
+    shutil.copy(TOY_FILE, site / "my_methods" / "toy.py")
+    info = site / "my_methods-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-methods\nVersion: 0.1\n")
+    entry = guide_block("toml", "solo_diet.methods").split("\n", 1)[1].replace('"', "")
+    (info / "entry_points.txt").write_text(f"[solo_diet.methods]\n{entry}")
+    return site
+
+
+@pytest.fixture
+def toy_from_own_package(own_package, monkeypatch):
+    """The toy registered from ``my_methods`` through its entry point (also for subprocesses)."""
+    monkeypatch.syspath_prepend(str(own_package))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(own_package), str(ROOT)]))
+    assert {"toy_index", "toy_index_sem"} <= set(solo_diet.register())
+    yield METHODS["toy_index"]
+    _unregister_toy(OWN_MODULE, "my_methods")
+
+
+def test_a_method_of_ones_own_package_is_registered_in_a_fresh_process(own_package):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(own_package), str(ROOT)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "solo_diet.cli.main", "methods"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    listed = [line.split() for line in done.stdout.splitlines()]
+    assert ["toy_index", "my_methods", f"{OWN_MODULE}.ToyIndexMethod"] in listed, done.stderr
 
 
 @pytest.fixture
@@ -125,7 +177,9 @@ def test_registration_gives_the_contract_and_a_sem_twin(toy_registered):
         toy_registered(tiny_cfg("toy_index"))
 
 
-def test_pretrain_then_compare_the_toy_method(toy_registered, configs, data, tmp_path):
+@pytest.mark.parametrize("where", ["toy_registered", "toy_from_own_package"])
+def test_pretrain_then_compare_the_toy_method(where, request, configs, data, tmp_path):
+    assert request.getfixturevalue(where).__module__ in (TOY_MODULE, OWN_MODULE)
     pretrain = [
         "pretrain",
         "--config-path",

@@ -47,7 +47,7 @@ def test_a_mistyped_method_gets_the_closest_names_not_all_of_them(data, tmp_path
     line = one_line(err)
     assert code == 2
     assert "unknown `method: dieet`; did you mean `diet`" in line
-    assert "`solo-diet methods` lists all" in line and "all4one" not in line
+    assert "`solo-diet methods` lists every registered method" in line and "all4one" not in line
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,19 @@ def test_work_done_before_this_process_does_not_count_as_its_speed():
     assert said == ["[demo] step 2 of 2: probe; 0:30 elapsed, about 0:30 left"]
 
 
+def test_the_steps_after_the_first_set_the_rate():
+    """compare's first job also pays the start-up (imports, data): from the second on, the rate
+    is measured from the end of the first."""
+    clock, said = Clock(), []
+    progress = OverallProgress("compare", [1, 1, 1, 1], say=said.append, clock=clock)
+    clock.now += 30  # the first job: 10 s of work and 20 s of start-up
+    progress.step(2, "b")
+    clock.now += 10
+    progress.step(3, "c")
+    left = [line.rpartition("elapsed, about ")[2] for line in said]
+    assert left == ["1:30 left", "0:20 left"]
+
+
 def test_jobs_ending_in_any_order_count_their_own_weight():
     clock, said = Clock(), []
     progress = OverallProgress("compare", [6, 2, 2], say=said.append, clock=clock)
@@ -77,6 +90,21 @@ def test_the_demo_time_left_comes_from_measured_epochs_on_lines_of_their_own():
         "[demo] step 2 of 3: pretraining; 0:02 elapsed, time left known after the first epoch",
         "\n[demo] step 2 of 3: pretraining, epoch 1/4; 0:32 elapsed, about 2:00 left",
     ]
+
+
+def test_the_time_left_settles_by_the_second_epoch_without_the_start_up():
+    """A fit whose first epoch pays 60 s of start-up over its 20 s of work: by the second epoch
+    the time left is the true one (the remaining epochs at 20 s and the last step's 2 units)."""
+    clock, said = Clock(), []
+    progress = OverallProgress("demo", [1, 10, 2], say=said.append, clock=clock, from_epochs=True)
+    fit, callback = Fit(10, bar=False), progress.epoch_callback(2, "pretraining")
+    callback.on_train_start(fit, None)
+    for epoch, seconds in enumerate([80, 20, 20]):
+        fit.current_epoch = epoch
+        clock.now += seconds
+        callback.on_train_epoch_end(fit, None)
+    left = [line.rpartition("elapsed, about ")[2] for line in said]
+    assert left == ["14:40 left", "3:20 left", "3:00 left"]  # (9 + 2) x 80 s, then x 20 s
 
 
 def fake_python(tmp_path: Path) -> tuple[Path, Path]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ CLI = (
     "import sys\n"
     "from solo_diet.cli.main import main\n"
     "try:\n"
-    "    main(sys.argv[1:])\n"
+    "    print('STATUS', main(sys.argv[1:]))\n"
     "except SystemExit as exit:\n"
     "    print('STATUS', exit.code)\n"
     f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
@@ -46,6 +47,55 @@ def test_help_and_argument_errors_load_neither_torch_nor_solo_learn(argv, status
     done = _python(CLI, *argv)
     assert f"STATUS {status}" in done.stdout, done.stderr[-2000:]
     assert "LOADED []" in done.stdout
+
+
+COMPARE_CONFIGS = REPO / "benchmarks" / "compare" / "configs"
+
+
+@requires_solo()
+@pytest.mark.parametrize(
+    "command, override, expected",
+    [
+        ("pretrain", "method=dieet", "unknown `method: dieet`; did you mean `diet`"),
+        ("pretrain", "max_epoch=3", "`max_epoch` is not a key of the config; did you mean `max_"),
+        ("pretrain", "+max_epoch=3", "`max_epoch` is not a key solo-learn or Lightning reads"),
+        ("pretrain", "optimizer.lr=-1", "`optimizer.lr` must be a positive number, got -1"),
+        ("linear", "optimizer.batch_size=0", "`optimizer.batch_size` must be a positive"),
+    ],
+)
+def test_a_typo_is_one_line_before_torch_lightning_or_solo_learn_loads(command, override, expected):
+    """The issue's first typo, ``solo-diet pretrain --config-path benchmarks/compare/configs
+    --config-name diet.yaml method=dieet accelerator=cpu``, and its kin: refused by the checks
+    that run before the heavy imports (seconds of start-up a typo should not cost)."""
+    config = "diet.yaml" if command == "pretrain" else "linear.yaml"
+    argv = [command, "--config-path", str(COMPARE_CONFIGS), "--config-name", config]
+    done = _python(CLI, *argv, override, "accelerator=cpu")
+    assert "STATUS 2" in done.stdout and "LOADED []" in done.stdout, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"solo-diet {command}: ") and expected in line, line
+
+
+# what each subcommand's --help must name besides its description and CPU example
+HELP_NAMES = {
+    "methods": ["origin"],
+    "pretrain": ["--config-name diet.yaml", "accelerator=cpu", "precision=32", "last checkpoint"],
+    "linear": ["pretrained_feature_extractor='", "accelerator=cpu", "precision=32"],
+    "data": ["the dataset to write", "solo-diet data animal-mnist"],
+    "demo": ["--accelerator cpu", "auto: the GPU when torch sees one, else the CPU"],
+    "compare": ["'only=[", "'seeds=[", "'trainer=[accelerator=cpu,precision=32", "only=[...] runs"],
+    "configs": ["solo-diet configs cfg"],
+}
+
+
+def test_every_subcommand_help_has_a_description_and_a_cpu_example():
+    from solo_diet.cli.main import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(HELP_NAMES) | {"solo-script"} == set(commands.choices)
+    for name, expected in HELP_NAMES.items():
+        text = commands.choices[name].format_help()
+        assert commands.choices[name].description and "\nexample:\n" in text, name
+        assert all(part in text for part in expected), (name, text)
 
 
 REGISTERED = (

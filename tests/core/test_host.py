@@ -65,3 +65,50 @@ def test_solo_learns_umap_callback_is_skipped_only_without_umap(tmp_path, with_u
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(not with_umap)
+
+
+@pytest.mark.skipif(solo_problem() is not None, reason="needs solo-learn main")
+def test_the_method_names_read_from_source_hold_every_registered_one():
+    """The names the CLI checks ``method`` against before importing solo-learn (a superset)."""
+    import inspect
+
+    from lightning.pytorch import Trainer
+    from solo.methods import METHODS
+
+    import solo_diet
+    from solo_diet._host import declared_method_names
+    from solo_diet.launch.launch_checks import trainer_arguments
+
+    solo_diet.register()
+    assert set(METHODS) <= declared_method_names()
+    assert trainer_arguments() == tuple(inspect.signature(Trainer.__init__).parameters)
+
+
+def test_the_known_noise_of_a_run_is_silenced_and_the_rest_stays():
+    """What every run of solo-learn's stack prints (Lightning's INFO banners, solo-learn's
+    scheduler_interval warning, torch's CPU pin_memory warning) is dropped; other lines stay."""
+    import logging
+    import warnings
+
+    from solo_diet import _host
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _host.quiet_run_noise()
+            logging.getLogger("lightning.pytorch.utilities.rank_zero").info("GPU available: False")
+            logging.getLogger("lightning.fabric.utilities.seed").info("Seed set to 5")
+            logging.warning(f"{_host.SCHEDULER_INTERVAL_NOISE} a checkpoint.")
+            logging.warning("a genuine warning")
+            warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then")
+            warnings.warn("a genuine user warning")
+    finally:
+        root.removeHandler(handler)
+        root.removeFilter(_host._not_scheduler_interval_noise)
+    assert said == ["a genuine warning"]
+    assert [str(w.message) for w in caught] == ["a genuine user warning"]

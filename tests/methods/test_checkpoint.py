@@ -110,8 +110,13 @@ def test_omegaconf_hyper_parameters_load_without_pickle(diet_run):
 
 def test_missing_files_say_what_is_missing(diet_run, tmp_path):
     checkpoint, _ = diet_run
-    with pytest.raises(ConfigError, match="does not exist"):
-        PretrainedCheckpoint(tmp_path / "nothing.ckpt")
+    with pytest.raises(ConfigError, match="does not exist, nor does its folder"):
+        PretrainedCheckpoint(tmp_path / "nowhere" / "nothing.ckpt")
+    held = ", ".join(sorted(c.name for c in checkpoint.parent.glob("*.ckpt")))
+    typo = checkpoint.parent / "ep=99.ckpt"
+    listing = f"checkpoint {typo} does not exist; {checkpoint.parent} holds {held}."
+    with pytest.raises(ConfigError, match=re.escape(listing)):  # the folder's, on one line
+        PretrainedCheckpoint(typo)
     newest = re.escape(f"is a folder, not a .ckpt file; its newest .ckpt is {checkpoint}.")
     with pytest.raises(ConfigError, match=newest):
         PretrainedCheckpoint(checkpoint.parent)  # the run's folder
