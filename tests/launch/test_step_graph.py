@@ -75,7 +75,7 @@ def _part(name: str, optimizer_state: bool = False) -> str:
 def snapshot(trainer, model) -> dict:
     """The model's :data:`PARTS`, each ``{name: float copy on the host}``."""
     parts: dict = {part: {} for part in PARTS}
-    take = lambda value: torch.as_tensor(value).detach().float().cpu()  # noqa: E731
+    take = lambda value: torch.as_tensor(value).detach().to("cpu", torch.float32, copy=True)  # noqa: E731
     for name, value in model.state_dict().items():
         parts[_part(name)][name] = take(value)
     names = {id(p): name for name, p in model.named_parameters()}
