@@ -14,7 +14,6 @@ method reads on the host per epoch (:data:`EPOCH_KEYS`), captures again.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import warnings
 from typing import Any, Callable, Optional
@@ -23,12 +22,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from solo.methods.deepclusterv2 import DeepClusterV2
 from solo.methods.dino import DINO
+from solo.methods.mocov2plus import MoCoV2Plus
 from solo.methods.swav import SwAV
 from solo.methods.wmse import WMSE
 from torch import Tensor, nn
 
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import method_contract
+from solo_diet.methods.diet import DIET
 from solo_diet.methods.substitutes import ForeachMomentumUpdater, InstanceSubstitute, StepSubstitute
 from solo_diet.momentum import ema_update_
 
@@ -53,6 +54,15 @@ EPOCH_KEYS: dict[type, Callable[[nn.Module], tuple]] = {
     ),
 }
 """solo-learn method -> what of its step it reads on the host per epoch: a new value captures."""
+
+SHOWN_EQUAL: dict[type, tuple[tuple[str, str], ...]] = {
+    DIET: (("32", "lars_foreach"), ("bf16-mixed", "lars_foreach")),
+    DINO: (("32", "lars_foreach"),),
+    MoCoV2Plus: (("32", "lars_foreach"),),
+}
+"""Method class (exactly: not a subclass or SEM twin) -> the (precision, optimizer) pairs whose
+graphed fit ended where its eager fit ended on a GPU (tests/launch/test_step_graph.py's table,
+one H200): the only ones ``auto`` graphs."""
 
 
 def method_refusal(model: nn.Module) -> Optional[str]:
@@ -89,15 +99,28 @@ def run_refusal(cfg: DictConfig) -> Optional[str]:
     return None
 
 
+def _precision(cfg: DictConfig) -> str:
+    precision = str(OmegaConf.select(cfg, "precision", default=32))
+    return {"bf16": "bf16-mixed", "32-true": "32"}.get(precision, precision)
+
+
 def choose_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> tuple[bool, str]:
     """Whether ``model``'s steps replay as CUDA graphs under ``setting`` (auto/on/off), and the
-    run's one log line saying so; an ``on`` that cannot be honoured is a :class:`ConfigError`."""
+    run's one log line saying so; an ``on`` that cannot be honoured is a :class:`ConfigError`;
+    ``auto`` graphs only what :data:`SHOWN_EQUAL` records."""
     if setting == "off":
         return False, f"solo-diet: training step eager ({STEP_GRAPH_KEY}=off)"
     reason = run_refusal(cfg) or method_refusal(model)
     optimizer = getattr(model, "optimizer", None)
     if reason is None and optimizer not in GRAPHED_OPTIMIZERS:
         reason = f"optimizer `{optimizer}` takes no learning rate on the device"
+    precision = _precision(cfg)
+    shown = (precision, optimizer) in SHOWN_EQUAL.get(type(model), ())
+    if reason is None and setting == "auto" and not shown:
+        reason = (
+            f"graph-vs-eager equality not yet shown on a GPU for {type(model).__name__} at "
+            f"{precision} with {optimizer}; {STEP_GRAPH_KEY}=on replays it anyway"
+        )
     if reason is None:
         return True, (
             f"solo-diet: training step replayed as one CUDA graph after {WARMUP_STEPS} eager "
@@ -118,14 +141,6 @@ def install_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> bool:
 
 
 LOGS = ("log", "log_dict")
-
-
-def _autocast(capture: bool, enabled: bool) -> Any:
-    """The step's autocast inside a capture (Lightning's dtype, no cast cache), else nothing."""
-    if not capture:
-        return contextlib.nullcontext()
-    dtype = torch.get_autocast_dtype("cuda")
-    return torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False)
 
 
 def _tensors(tree: Any) -> list[Tensor]:
@@ -163,10 +178,16 @@ def _ema_update(driver: "StepGraph", online: nn.Module, momentum: nn.Module) -> 
 
 
 class StepGraph:
-    """The graph driver of one model instance (module docstring); installs itself on it."""
+    """The graph driver of one model instance (module docstring); installs itself on it.
+    ``capture=False`` calls the step plainly where a graph would be captured and replayed;
+    ``device_scalars`` (default: ``capture``) runs it as the graph does, capturable optimizer
+    and lr/tau on the device (the same-configuration eager reference of the GPU test)."""
 
-    def __init__(self, model: nn.Module, capture: bool = True):
+    def __init__(
+        self, model: nn.Module, capture: bool = True, device_scalars: Optional[bool] = None
+    ):
         self.model, self.capture = model, capture
+        self.device_scalars = capture if device_scalars is None else device_scalars
         self.eager_step, self.eager_zero_grad = model.training_step, model.optimizer_zero_grad
         self.optimizer, self.graph, self.key, self.steps, self.replayed = None, None, None, 0, False
         self.epoch_key = next((k for c, k in EPOCH_KEYS.items() if isinstance(model, c)), None)
@@ -184,10 +205,11 @@ class StepGraph:
         return {**self.__dict__, **dict.fromkeys(dropped)}
 
     def adopt(self, optimizer: torch.optim.Optimizer) -> None:
-        """The run's optimizer: capturable, its step device counts, its step substituted."""
+        """The run's optimizer, adopted at the first step: capturable (so from the first eager
+        step on: a graph's eager reference), its step device counts, its step substituted."""
         self.optimizer, self.eager_optimizer_step = optimizer, optimizer.step
         for group in optimizer.param_groups:
-            if "capturable" in group and self.capture:
+            if "capturable" in group and self.device_scalars:
                 group["capturable"] = True
                 for p in group["params"]:
                     step = optimizer.state.get(p, {}).get("step")
@@ -259,21 +281,25 @@ class StepGraph:
         if not self.capture:  # a captured backward writes the gradients it found unset
             self.optimizer.zero_grad(set_to_none=True)
         try:
-            with _autocast(self.capture, torch.is_autocast_enabled("cuda")):
-                out = self.eager_step(self.static, batch_idx)
+            # the forward under Lightning's autocast, its cast cache emptied before and after as
+            # eager's autocast enters and exits: a weight cast once per step, as eager casts it
+            # (the grads of its uses summed in bf16 before the cast back, not each cast in fp32)
+            torch.clear_autocast_cache()
+            out = self.eager_step(self.static, batch_idx)
+            torch.clear_autocast_cache()
             loss = out["loss"] if isinstance(out, dict) else out
             self.loss = loss.detach()
-            with _autocast(self.capture, False):
+            with torch.autocast(self.lrs[0].device.type, enabled=False):  # eager's backward
                 loss.backward()
                 model.on_after_backward()  # Lightning's hook after backward (DINO's, SwAV's)
-                if self.capture:
+                if self.device_scalars:
                     for group, lr in zip(groups, self.lrs):
                         group["lr"] = lr
                 type(self.optimizer).step(self.optimizer)
                 updater = getattr(model, "momentum_updater", None)
                 if updater is not None:
                     tau, rest = (
-                        (self.tau, self.complement) if self.capture else (updater._tau, None)
+                        (self.tau, self.complement) if self.device_scalars else (updater._tau, None)
                     )
                     for online, momentum in model.momentum_pairs:
                         ema_update_(momentum.parameters(), online.parameters(), tau, rest)
