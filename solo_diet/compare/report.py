@@ -102,8 +102,8 @@ def _logreg_legend(results: Sequence[dict]) -> list[str]:
         f"- `logreg_acc1`: {PROBE_WORDS['logreg_acc1']}: multinomial logistic regression on the "
         "eval-transformed backbone features, fitted to convergence by full-batch L-BFGS on "
         "standardised features, its L2 strength (`logreg_l2`) chosen "
-        f"{chosen or 'on a grid these results do not record (they predate `logreg_sweep`)'} "
-        f"on every {HELD_OUT_EVERY}th training image of each class held out, "
+        f"{chosen or 'from a grid these results do not record (they predate `logreg_sweep`)'} "
+        f"by the top-1 on every {HELD_OUT_EVERY}th training image of each class, held out, "
         "then refitted on the whole training set (CLIP paper, Appendix A.3); val split."
         + (fit if grids else "")
     ]

@@ -97,3 +97,19 @@ def test_results_made_before_the_recorded_fit_lack_its_columns_only():
     assert [row_cell(old, c) for c in ("logreg_acc1", "logreg_l2", "logreg_iterations")] == [
         *("91.00", "1e-03", "–")
     ]
+
+
+def test_the_legend_names_the_grid_its_results_record():
+    """The grid from the results' ``logreg_sweep``; results without it do not pass for the
+    current grid; results without the probe get no line."""
+    from solo_diet.compare.report import _logreg_legend
+    from solo_diet.metrics.logreg import L2_GRID
+
+    new = {"logreg_acc1": 90.0, "logreg_sweep": {"l2": list(L2_GRID)}}
+    (line,) = _logreg_legend([new])
+    assert "chosen from 37 strengths evenly spaced in log scale, 1e-08 to 1e+01 by the" in line
+    assert "`logreg_sweep` holds each strength's held-out top-1 and fit" in line
+    (old,) = _logreg_legend([{"logreg_acc1": 90.0, "logreg_l2": 1e-3}])
+    assert "from a grid these results do not record (they predate `logreg_sweep`)" in old
+    assert "logreg_iterations" not in old
+    assert _logreg_legend([{"linear_acc1": 90.0}]) == []
