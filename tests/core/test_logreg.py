@@ -87,6 +87,7 @@ def test_fit_reaches_the_optimum_of_sklearn_and_its_gradient_vanishes(spread, l2
         assert (predicted == y.numpy()).all()  # separable: every training point right
 
 
+@pytest.mark.slow  # the whole 37-strength sweep: tens of seconds on 2 cores
 def test_the_probe_is_the_same_whatever_the_seed():
     x, y = _blobs(300, 4.0)
     runs = []
@@ -108,6 +109,7 @@ def test_held_out_part_is_every_fifth_sample_of_each_class():
     assert held.nonzero().flatten().tolist() == [0, 5, 10, 15, 17]
 
 
+@pytest.mark.slow  # the whole 37-strength sweep: tens of seconds on 2 cores
 def test_l2_is_chosen_on_the_training_sets_held_out_part_only():
     """Val plays no part in the choice (other val data, the same strength and held-out scores);
     the held-out training images do (relabelled, the scores change); the choice is the best
@@ -147,6 +149,7 @@ def test_a_warm_start_reaches_the_cold_starts_optimum():
     assert max(warm_run.grad_norm, cold_run.grad_norm) < 1e-7
 
 
+@pytest.mark.slow  # the whole 37-strength sweep: tens of seconds on 2 cores
 def test_the_default_grid_is_swept_whole_and_each_fit_converges():
     """4 strengths per decade from 1e-8 to 10, the weak end included: each fit of the sweep stops
     on a tolerance with a float64 gradient near 0, and the choice is the best held-out score."""
