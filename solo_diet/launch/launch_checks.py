@@ -8,14 +8,20 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, closest_name, parse_section, setting
-from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.config import (
+    ConfigError,
+    KeyReader,
+    closest_name,
+    is_number,
+    parse_section,
+    setting,
+)
+from solo_diet.launch.data_checks import check_data_paths
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
 # _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
@@ -229,23 +235,36 @@ def check_accelerator_present(cfg: DictConfig) -> None:
         )
 
 
-def check_data_paths(cfg: DictConfig) -> None:
-    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist is refused
-    naming the key (solo-learn would raise a bare ``FileNotFoundError``)."""
-    if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
-        return  # torchvision's datasets download into their path
-    for key in ("data.train_path", "data.val_path"):
-        path = OmegaConf.select(cfg, key)
-        if path not in (None, "None") and not Path(str(path)).exists():
-            raise KeyReader(cfg).fail(
-                key,
-                f"{path} does not exist: point it at an image folder with one subfolder per class.",
-            )
+def check_finite_numbers(cfg: DictConfig) -> None:
+    """Refuse a NaN or an infinity anywhere in ``cfg`` (``optimizer.lr=inf`` trains NaN weights)."""
+    pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
+    while pending:
+        key, node = pending.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            raise KeyReader(cfg).fail(key, f"is {node}: every number of a run must be finite.")
+        if isinstance(node, dict):
+            pending += [(f"{key}.{k}".lstrip("."), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            pending += [(f"{key}[{i}]", v) for i, v in enumerate(node)]
+
+
+def check_trains_something(cfg: DictConfig) -> None:
+    """Refuse ``limit_train_batches: 0``: the fit would train nothing and write no checkpoint."""
+    limit = OmegaConf.select(cfg, "limit_train_batches")
+    if is_number(limit) and limit == 0:
+        raise KeyReader(cfg).fail(
+            "limit_train_batches",
+            "is 0, so nothing would train and no checkpoint would be written: remove it, or give "
+            "a batch count >= 1 or a fraction in (0, 1].",
+        )
 
 
 def check_cfg_before_parse(cfg: DictConfig) -> None:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
+    ``parse_cfg``: top-level key typos, finite numbers, batch size, epochs and lr, a fit that
+    trains something, and the data folders."""
     check_key_typos(cfg)
+    check_finite_numbers(cfg)
     parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
+    check_trains_something(cfg)
     check_data_paths(cfg)
