@@ -37,7 +37,7 @@ class DivergenceGuard(Callback):
     step and ``optimizer.lr``, before a validation or a checkpoint reads them: place it
     before the checkpointer. No host sync per step: each loss's finiteness is folded into a count
     on its device, read every ``log_every_n_steps`` steps, before validation and at the epoch's end
-    (the weights too, there)."""
+    (the weights too, there); the validation loss is read after validation."""
 
     def __init__(self):
         super().__init__()
@@ -64,6 +64,14 @@ class DivergenceGuard(Callback):
         if not trainer.sanity_checking:
             self._check(trainer, pl_module)
 
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        loss = trainer.callback_metrics.get("val_loss")  # finite weights can overflow the outputs
+        finite = not isinstance(loss, torch.Tensor) or bool(torch.isfinite(loss).all())
+        if not (trainer.sanity_checking or finite):
+            _fail(
+                trainer, f"the validation loss became NaN or infinite by step {trainer.global_step}"
+            )
+
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check(trainer, pl_module)
 
@@ -79,8 +87,11 @@ class DivergenceGuard(Callback):
                 f"the weights `{bad[0]}`{more} became NaN or infinite by step {trainer.global_step}"
             )
         if what:
-            raise Diverged(
-                f"the training diverged: {what} of epoch {trainer.current_epoch}; the likely cause "
-                "is too large a learning rate: lower `optimizer.lr`. No checkpoint holds these "
-                "weights."
-            )
+            _fail(trainer, what)
+
+
+def _fail(trainer: Trainer, what: str) -> None:
+    raise Diverged(
+        f"the training diverged: {what} of epoch {trainer.current_epoch}; the likely cause is too "
+        "large a learning rate: lower `optimizer.lr`. No checkpoint holds these weights."
+    )

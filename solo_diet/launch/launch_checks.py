@@ -236,12 +236,16 @@ def check_accelerator_present(cfg: DictConfig) -> None:
 
 
 def check_finite_numbers(cfg: DictConfig) -> None:
-    """Refuse a NaN or an infinity anywhere in ``cfg`` (``optimizer.lr=inf`` trains NaN weights)."""
+    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``
+    (``optimizer.lr=inf`` trains NaN weights; 1e300 is a traceback inside the optimizer)."""
+    largest = torch.finfo(torch.float32).max
     pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while pending:
         key, node = pending.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            raise KeyReader(cfg).fail(key, f"is {node}: every number of a run must be finite.")
+        if isinstance(node, float) and not abs(node) <= largest:
+            raise KeyReader(cfg).fail(
+                key, f"is {node}: every number of a run must be finite (within ±{largest:.3g})."
+            )
         if isinstance(node, dict):
             pending += [(f"{key}.{k}".lstrip("."), v) for k, v in node.items()]
         elif isinstance(node, list):
