@@ -33,7 +33,7 @@ def _weights(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class DivergenceGuard(Callback):
-    """Stops a fit whose loss or weights turn NaN or infinite, in one line naming the epoch, the
+    """Stops a fit whose weights turn NaN or infinite, in one line naming the epoch, the
     step and ``optimizer.lr``, before a validation or a checkpoint reads them: place it
     before the checkpointer. No host sync per step: each loss's finiteness is folded into a count
     on its device, read every ``log_every_n_steps`` steps, before validation and at the epoch's end
@@ -76,18 +76,20 @@ class DivergenceGuard(Callback):
         self._check(trainer, pl_module)
 
     def _check(self, trainer: Trainer, pl_module: LightningModule, weights: bool = True) -> None:
+        """A NaN loss alone is not divergence: solo-learn's DeepClusterV2 ignores every target in
+        its first epoch (a mean over none); the weights are read when the loss was not finite."""
         finite_steps, steps = (int(self._steps_finite), self._steps) if self._steps else (0, 0)
         self._steps = 0
-        what = None
-        if not trainer.strategy.reduce_boolean_decision(finite_steps == steps, all=True):
-            what = f"the loss became NaN or infinite at step {self._first_step + finite_steps}"
-        elif weights and (bad := non_finite_tensors(_weights(pl_module))):
+        loss_bad = not trainer.strategy.reduce_boolean_decision(finite_steps == steps, all=True)
+        bad = non_finite_tensors(_weights(pl_module)) if (weights or loss_bad) else []
+        if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-            what = (
-                f"the weights `{bad[0]}`{more} became NaN or infinite by step {trainer.global_step}"
+            where = (
+                f"at step {self._first_step + finite_steps}"
+                if loss_bad
+                else f"by step {trainer.global_step}"
             )
-        if what:
-            _fail(trainer, what)
+            _fail(trainer, f"the weights `{bad[0]}`{more} became NaN or infinite {where}")
 
 
 def _fail(trainer: Trainer, what: str) -> None:

@@ -22,14 +22,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from solo.methods.deepclusterv2 import DeepClusterV2
 from solo.methods.dino import DINO
-from solo.methods.mocov2plus import MoCoV2Plus
 from solo.methods.swav import SwAV
 from solo.methods.wmse import WMSE
 from torch import Tensor, nn
 
 from solo_diet.config import ConfigError
 from solo_diet.methods.contract import method_contract
-from solo_diet.methods.diet import DIET
 from solo_diet.methods.substitutes import ForeachMomentumUpdater, InstanceSubstitute, StepSubstitute
 from solo_diet.momentum import ema_update_
 
@@ -54,15 +52,6 @@ EPOCH_KEYS: dict[type, Callable[[nn.Module], tuple]] = {
     ),
 }
 """solo-learn method -> what of its step it reads on the host per epoch: a new value captures."""
-
-SHOWN_EQUAL: dict[type, tuple[tuple[str, str], ...]] = {
-    DIET: (("32", "lars_foreach"), ("bf16-mixed", "lars_foreach")),
-    DINO: (("32", "lars_foreach"),),
-    MoCoV2Plus: (("32", "lars_foreach"),),
-}
-"""Method class (exactly: not a subclass or SEM twin) -> the (precision, optimizer) pairs whose
-graphed fit ended where its eager fit ended on a GPU (tests/launch/test_step_graph.py's table,
-one H200): the only ones ``auto`` graphs."""
 
 
 def method_refusal(model: nn.Module) -> Optional[str]:
@@ -99,28 +88,15 @@ def run_refusal(cfg: DictConfig) -> Optional[str]:
     return None
 
 
-def _precision(cfg: DictConfig) -> str:
-    precision = str(OmegaConf.select(cfg, "precision", default=32))
-    return {"bf16": "bf16-mixed", "32-true": "32"}.get(precision, precision)
-
-
 def choose_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> tuple[bool, str]:
     """Whether ``model``'s steps replay as CUDA graphs under ``setting`` (auto/on/off), and the
-    run's one log line saying so; an ``on`` that cannot be honoured is a :class:`ConfigError`;
-    ``auto`` graphs only what :data:`SHOWN_EQUAL` records."""
+    run's one log line saying so; an ``on`` that cannot be honoured is a :class:`ConfigError`."""
     if setting == "off":
         return False, f"solo-diet: training step eager ({STEP_GRAPH_KEY}=off)"
     reason = run_refusal(cfg) or method_refusal(model)
     optimizer = getattr(model, "optimizer", None)
     if reason is None and optimizer not in GRAPHED_OPTIMIZERS:
         reason = f"optimizer `{optimizer}` takes no learning rate on the device"
-    precision = _precision(cfg)
-    shown = (precision, optimizer) in SHOWN_EQUAL.get(type(model), ())
-    if reason is None and setting == "auto" and not shown:
-        reason = (
-            f"graph-vs-eager equality not yet shown on a GPU for {type(model).__name__} at "
-            f"{precision} with {optimizer}; {STEP_GRAPH_KEY}=on replays it anyway"
-        )
     if reason is None:
         return True, (
             f"solo-diet: training step replayed as one CUDA graph after {WARMUP_STEPS} eager "

@@ -42,22 +42,39 @@ def train(guard: DivergenceGuard, trainer, module, losses, first_batch: int = 0)
         trainer.global_step += 1
 
 
-def test_a_non_finite_loss_stops_the_epoch_naming_its_first_step_and_the_key():
+def nan_weights() -> torch.nn.Linear:
+    module = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        module.bias[0] = math.nan
+    return module
+
+
+def test_a_non_finite_loss_with_non_finite_weights_stops_naming_its_first_step_and_the_key():
     guard, trainer, module = DivergenceGuard(), fake_trainer(), torch.nn.Linear(2, 2)
     train(guard, trainer, module, [1.0, 2.0])
     guard.on_train_epoch_end(trainer, module)  # finite so far
+    module = nan_weights()
     train(guard, trainer, module, [3.0, math.nan, 1.0, math.inf])
     with pytest.raises(Diverged) as stopped:
         guard.on_train_epoch_end(trainer, module)
     assert str(stopped.value) == (
-        "the training diverged: the loss became NaN or infinite at step 3 of epoch 3; the likely "
-        "cause is too large a learning rate: lower `optimizer.lr`. No checkpoint holds these "
-        "weights."
+        "the training diverged: the weights `bias` became NaN or infinite at step 3 of epoch 3; "
+        "the likely cause is too large a learning rate: lower `optimizer.lr`. No checkpoint holds "
+        "these weights."
     )
 
 
+def test_a_non_finite_loss_with_finite_weights_is_not_divergence():
+    """solo-learn's DeepClusterV2 ignores every target in its first epoch: its loss is a mean
+    over none (NaN), its gradients 0."""
+    guard, trainer, module = DivergenceGuard(), fake_trainer(log_every=2), torch.nn.Linear(2, 2)
+    train(guard, trainer, module, [math.nan, math.nan, math.nan])
+    guard.on_validation_start(trainer, module)
+    guard.on_train_epoch_end(trainer, module)
+
+
 def test_the_loss_is_read_every_log_every_n_steps_and_around_validation():
-    guard, trainer, module = DivergenceGuard(), fake_trainer(log_every=4), torch.nn.Linear(2, 2)
+    guard, trainer, module = DivergenceGuard(), fake_trainer(log_every=4), nan_weights()
     train(guard, trainer, module, [1.0, 1.0, 1.0, 1.0, math.inf, 1.0, 1.0])  # 4 read: finite
     with pytest.raises(Diverged, match="at step 4 of"):
         train(guard, trainer, module, [1.0], first_batch=7)  # the 8th batch reads 4 to 7
@@ -66,8 +83,9 @@ def test_the_loss_is_read_every_log_every_n_steps_and_around_validation():
     trainer.sanity_checking = True
     guard.on_validation_start(trainer, module)  # the sanity check trains nothing: not read
     trainer.sanity_checking = False
-    with pytest.raises(Diverged, match="loss became NaN or infinite"):
+    with pytest.raises(Diverged, match="weights `bias` became NaN or infinite"):
         guard.on_validation_start(trainer, module)
+    module = torch.nn.Linear(2, 2)
     trainer.callback_metrics["val_loss"] = torch.tensor(2.0)
     guard.on_validation_end(trainer, module)
     trainer.callback_metrics["val_loss"] = torch.tensor(math.nan)  # weights past float32's range

@@ -28,7 +28,6 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from solo.methods import METHODS
 
 from solo_diet.config import ConfigError
-from solo_diet.launch import step_graph
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.pretrain import build_model
 from solo_diet.launch.step_graph import (
@@ -260,31 +259,6 @@ def test_auto_on_a_cpu_says_once_that_it_is_off_and_why(capsys):
         False,
         "solo-diet: training step eager (performance.step_graph=off)",
     )
-
-
-@pytest.mark.parametrize("method, precision, optimizer, shown", [
-    ("dino", "32", "lars_foreach", True),
-    ("mocov2plus", 32, "lars_foreach", True),
-    ("diet", "bf16", "lars_foreach", True),
-    ("dino", "bf16-mixed", "lars_foreach", False),
-    ("dino_sem", "32", "lars_foreach", False),  # a twin: its own record
-    ("diet", "32", "adamw", False),
-    ("byol", "32", "lars_foreach", False),
-])  # fmt: skip
-def test_auto_graphs_only_what_a_gpu_showed_equal(method, precision, optimizer, shown, monkeypatch):
-    monkeypatch.setattr(step_graph, "run_refusal", lambda cfg: None)  # as on one GPU
-    cfg, model = tiny_model(method)
-    cfg.precision, model.optimizer = precision, optimizer
-    chosen, line = choose_step_graph(cfg, model, "auto")
-    assert chosen is shown and "\n" not in line
-    if not shown:
-        named = "bf16-mixed" if precision == "bf16" else str(precision)
-        assert line == (
-            "solo-diet: training step eager (performance.step_graph=auto: graph-vs-eager equality"
-            f" not yet shown on a GPU for {type(model).__name__} at {named} with {optimizer}; "
-            "performance.step_graph=on replays it anyway)"
-        )
-    assert choose_step_graph(cfg, model, "on")[0]  # `on` replays any eligible method
 
 
 def test_an_explicit_on_that_cannot_apply_is_one_config_error():
