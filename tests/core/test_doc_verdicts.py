@@ -31,8 +31,8 @@ REPORT_LINK = re.compile(r"\]\(([^)\s]*compare/\w+/report\w*\.md)\)")
 BOLD = re.compile(r"\*\*(.+?)\*\*", re.DOTALL)
 CLAIM_HEAD = re.compile(r"^- \*\*(.+?)\*\*:", re.MULTILINE)
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-EVIDENCE_COLUMNS = ["claim (paper: its budget)", "ours", "steps, share of the paper's", "seeds"]
-EVIDENCE_COLUMNS += ["probe", "verdict"]
+EVIDENCE_COLUMNS = ["claim (the paper's number, budget)", "ours", "steps, share of the paper's"]
+EVIDENCE_COLUMNS += ["seeds", "probe", "verdict"]
 EVIDENCE_MAX_LINES = 25
 
 
