@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig
 from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
 from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
 from solo_diet.compare.record import seed_curves
+from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
 
 CLAIM_KEYS = (
@@ -153,9 +154,7 @@ def _overall(outcomes: Sequence[str]) -> str:
     return "partly held (the rest not resolved)" if HELD in outcomes else "not resolved"
 
 
-def _trained(
-    spec: DictConfig, claim: DictConfig, trained: Mapping[str, Trained]
-) -> dict[str, Trained]:
+def _trained(spec: Spec, claim: DictConfig, trained: Mapping[str, Trained]) -> dict[str, Trained]:
     """What each run of the claim trained (its schedule's length, also for a claim read after
     ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
     names = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
@@ -163,7 +162,7 @@ def _trained(
 
 
 def claim_lines(
-    spec: DictConfig,
+    spec: Spec,
     results: Sequence[dict],
     out: Path,
     trained: Optional[Mapping[str, Trained]] = None,
@@ -186,7 +185,7 @@ def claim_lines(
             metric += f" against `{than_metric}`"
         metric += "".join(f"; {words}" for words in _probes_read(claim.metric, than_metric))
         if missing:
-            note = budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
+            note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
             lines.append(
                 f"- **not checked**: {claim.text} ({metric}): no value for {missing}.{note}"
             )
@@ -202,6 +201,6 @@ def claim_lines(
         verdict = _overall([pair.outcome for pair in pairs])
         details = "; ".join(pair.words() for pair in pairs)
         shown = budget_verdict(claim, verdict, ran)
-        note = budget_note(claim, verdict, ran, spec.budget.get("batch_size"))
+        note = budget_note(claim, verdict, ran, spec.budget.batch_size)
         lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")
     return lines

@@ -18,7 +18,7 @@ from solo_diet.config import ConfigError
 
 def spec_with(claims: list, max_epochs: int = 10):
     runs = [{"name": name, "config_name": name} for name in ("diet", "simclr", "vicreg")]
-    budget = {"max_epochs": max_epochs}
+    budget = {"max_epochs": max_epochs, "batch_size": None}
     return OmegaConf.create({"runs": runs, "budget": budget, "claims": claims})
 
 
