@@ -123,11 +123,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
     return requested
 
 
-def format_of(cfg: DictConfig) -> str:
-    """The data format a composed config holds."""
-    return str(OmegaConf.select(cfg, FORMAT_KEY, default="image_folder"))
-
-
 def format_override(data_format: str) -> str:
     """The Hydra override that sets the data format."""
     return f"{FORMAT_KEY}={data_format}"

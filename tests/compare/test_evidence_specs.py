@@ -85,7 +85,7 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
         assert cfg.backbone.name == expected_backbone(run.config_path, run.config_name), job.key
         epochs = job.budget.epochs  # a run's own budget, or the spec's (budgets.py)
         assert cfg.max_epochs == epochs <= budget.max_epochs
-        if run.budget is None and budget.samples is None:
+        if not run.own_budget and budget.samples is None:
             assert cfg.max_epochs == budget.max_epochs
         assert cfg.optimizer.batch_size == budget.batch_size
         assert cfg.data.format == spec.data.format
