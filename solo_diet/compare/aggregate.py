@@ -24,6 +24,7 @@ CODE_MEASURES = {"nmi": "nmi", "ami": "ami", "codes_used": "used"}
 RANKED_SUFFIXES = ("_linear_acc1", "_knn_acc1", "_nmi", "_ami")
 NOT_AGGREGATED = ("run", "seed", "method", "checkpoint", "fingerprint", "job", "n_seeds")
 MEAN_SEED = "mean"  # the `seed` of an aggregate row
+MIN_SEEDS = 3  # fewer: a gap must also cross the floor of `floored`
 # Columns that describe the training the metrics come from: averaged over the evaluated seeds only
 # (a seed stopped early would pull the mean epochs below the budget every evaluated seed ran).
 EVALUATED_SEEDS_ONLY = ("epochs",)
@@ -84,49 +85,119 @@ def pooled_std(std_a: float, n_a: int, std_b: float, n_b: int) -> float:
 
 def two_pooled_std(a: dict, b: dict, metric: str, b_metric: str = "") -> float:
     """Two pooled standard deviations of aggregate rows ``a`` (its ``metric``) and ``b`` (its
-    ``b_metric``, default the same): the line a resolved gap crosses."""
+    ``b_metric``, default the same)."""
     b_metric = b_metric or metric
     std_a, std_b = a.get(f"{metric}_std", math.nan), b.get(f"{b_metric}_std", math.nan)
     return 2 * pooled_std(std_a, a.get("n_seeds", 1), std_b, b.get("n_seeds", 1))
 
 
 @dataclass(frozen=True)
+class Gap:
+    """``better``'s mean minus ``other``'s (a run's, or a value's), two pooled standard deviations
+    of their seeds (two of ``better``'s own against a value) and ``line``, the threshold a gap must
+    cross to be resolved: the two pooled std, raised by :func:`floored` with fewer than
+    ``MIN_SEEDS`` seeds (NaN: nothing resolves it)."""
+
+    better: str
+    other: str
+    gap: float
+    two_std: float
+    line: float
+
+    @property
+    def sign(self) -> int:
+        """1: resolved above, -1: resolved below, 0: not resolved."""
+        return (self.gap > self.line) - (-self.gap > self.line)
+
+    def spread(self) -> str:
+        """How the threshold was set, in words."""
+        if math.isnan(self.two_std):
+            return "one seed"
+        if math.isnan(self.line):
+            return f"fewer than {MIN_SEEDS} seeds"
+        floor = f", floor {self.line:.2f}" if self.line > self.two_std else ""
+        return f"2 pooled std {self.two_std:.2f}{floor}"
+
+    def short(self) -> str:
+        """``diet -1.57 (2 pooled std 0.08)``: a verdict line's item."""
+        return f"{self.better} {self.gap:+.2f} ({self.spread()})"
+
+
+def floored(two_std: float, seeds: int, metric: str, means: Sequence[float], val_images) -> float:
+    """``two_std``, or with fewer than ``MIN_SEEDS`` seeds on a side (one or two standard
+    deviations of one degree of freedom can come out near 0) at least two standard errors of a
+    top-1 accuracy in % (a ``*acc1`` column) at the ``means``' average read on ``val_images``
+    images: ``200 sqrt(p (1 - p) / n)``; NaN for another column or without the count."""
+    if seeds >= MIN_SEEDS or math.isnan(two_std):
+        return two_std
+    if not metric.endswith("acc1") or not val_images:
+        return math.nan
+    p = min(max(math.fsum(means) / (100 * len(means)), 0.0), 1.0)
+    return max(two_std, 200 * math.sqrt(p * (1 - p) / val_images))
+
+
+def gap(
+    a: dict, metric: str, b: dict | None = None, b_metric: str = "", value=None, val_images=None
+) -> Gap:
+    """Aggregate row ``a``'s ``metric`` against row ``b``'s ``b_metric`` (default the same) or
+    against ``value`` (two of ``a``'s own standard deviations), with the threshold to cross."""
+    mean, n = a.get(metric, math.nan), a.get("n_seeds", 1)
+    if b is None:
+        two_std = 2 * a.get(f"{metric}_std", math.nan) if n >= 2 else math.nan
+        other, seeds, means = f"{value:g}", n, (mean, value)
+    else:
+        b_metric = b_metric or metric
+        two_std = two_pooled_std(a, b, metric, b_metric)
+        other, value = b["run"], b.get(b_metric, math.nan)
+        seeds, means = min(n, b.get("n_seeds", 1)), (mean, value)
+    line = floored(two_std, seeds, metric, means, val_images)
+    return Gap(a["run"], other, mean - value, two_std, line)
+
+
+@dataclass(frozen=True)
 class Ranking:
-    """The best run of one metric (the first of those tied with it in ``tied``), the runs whose gap
-    to it is resolved (more than two pooled standard deviations) and the runs whose gap is not."""
+    """The best run of one metric (the first of those tied with it in ``tied``) and each other
+    run's :class:`Gap` to it (its ``better`` the run, its ``gap`` negative)."""
 
     metric: str
     best: str
     best_mean: float
-    resolved: tuple[str, ...]
-    unresolved: tuple[str, ...]
+    gaps: tuple[Gap, ...]
     tied: tuple[str, ...] = ()
 
+    @property
+    def resolved(self) -> tuple[str, ...]:
+        return tuple(g.better for g in self.gaps if g.sign)
 
-def rank(rows: Sequence[dict], metric: str) -> Ranking | None:
-    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None."""
+    @property
+    def unresolved(self) -> tuple[str, ...]:
+        return tuple(g.better for g in self.gaps if not g.sign)
+
+
+def rank(rows: Sequence[dict], metric: str, val_images: int | None = None) -> Ranking | None:
+    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None;
+    ``val_images``: the val set's size, for :func:`floored`."""
     scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
     if not scored:
         return None
     best = max(scored, key=lambda r: r[metric])
-    resolved, unresolved = [], []
     tied = tuple(r["run"] for r in scored if r is not best and r[metric] == best[metric])
-    for row in scored:
-        if row is best or row["run"] in tied:
-            continue
-        gap = best[metric] - row[metric]
-        (resolved if gap > two_pooled_std(best, row, metric) else unresolved).append(row["run"])
-    return Ranking(metric, best["run"], best[metric], tuple(resolved), tuple(unresolved), tied)
+    gaps = tuple(
+        gap(row, metric, best, val_images=val_images)
+        for row in scored
+        if row is not best and row["run"] not in tied
+    )
+    return Ranking(metric, best["run"], best[metric], gaps, tied)
 
 
 def verdict(ranking: Ranking) -> str:
-    """The ranking in words, for the top of the report."""
+    """The ranking in words, each gap with its threshold, for the top of the report."""
     best = ", ".join((ranking.best, *ranking.tied))
     words = f"`{ranking.metric}`: best **{best}** ({ranking.best_mean:.2f})"
-    if ranking.resolved:
-        words += f"; below it by more than two pooled std: {', '.join(ranking.resolved)}"
-    if ranking.unresolved:
-        words += (
-            f"; not resolved (within two pooled std, or one seed): {', '.join(ranking.unresolved)}"
-        )
+    below = [g.short() for g in ranking.gaps if g.sign]
+    if below:
+        words += f"; below it by more than the threshold: {', '.join(below)}"
+    unresolved = [g.short() for g in ranking.gaps if not g.sign]
+    if unresolved:
+        words += f"; not resolved: {', '.join(unresolved)}"
     return words + "."

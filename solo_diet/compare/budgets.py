@@ -73,6 +73,14 @@ def count_images(folder: Path) -> int:
     return len(folder_samples(folder))
 
 
+def count_val_images(spec: Spec) -> Optional[int]:
+    """The val split's images where they can be counted (an ImageFolder), else None."""
+    try:
+        return count_images(Path(str(spec.data.val_path)))
+    except ConfigError:
+        return None
+
+
 def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
     """The pretraining loader's epoch: optimizer steps (batches per device) and the images it
     yields over all devices (whole batches)."""

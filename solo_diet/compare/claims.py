@@ -1,17 +1,16 @@
 """A spec's ``claims``: what a paper says of some runs, checked against the comparison's seeds
-like the report's † marks (docs/compare.md, "Claims"); below its source's budget a claim reads
-"budget-limited", never "did not hold" (:mod:`.paper_budget`)."""
+like the report's † marks (docs/compare.md, "Claims"): held, did not hold or not resolved, below
+its source's budget at the budget it ran (:mod:`.paper_budget`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
-from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
+from solo_diet.compare.aggregate import Gap, aggregate, gap, is_number
 from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
 from solo_diet.compare.record import seed_curves
 from solo_diet.compare.spec_checks import Spec
@@ -30,27 +29,9 @@ PROBE_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """``better``'s mean minus the other side's (a run's mean, or the ``at_least`` value) and two
-    pooled standard deviations (two of ``better``'s own against a value; NaN with one seed)."""
-
-    better: str
-    other: str
-    gap: float
-    two_std: float
-
-    @property
-    def outcome(self) -> str:
-        if math.isnan(self.two_std):
-            return OPEN
-        if self.gap > self.two_std:
-            return HELD
-        return REVERSED if -self.gap > self.two_std else OPEN
-
-    def words(self) -> str:
-        spread = "one seed" if math.isnan(self.two_std) else f"2 pooled std {self.two_std:.2f}"
-        return f"{self.better} − {self.other} = {self.gap:+.2f} ({spread}: {self.outcome})"
+def _words(pair: Gap, names: tuple[str, str]) -> str:
+    outcome = {1: HELD, -1: REVERSED, 0: OPEN}[pair.sign]
+    return f"{names[0]} − {names[1]} = {pair.gap:+.2f} ({pair.spread()}: {outcome})"
 
 
 def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
@@ -115,25 +96,20 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(
-    better: dict,
-    metric: str,
-    other: Optional[dict] = None,
-    other_metric: str = "",
-    value: Any = None,
-) -> Comparison:
-    """``better``'s ``metric`` against ``other``'s ``other_metric`` (or the same), or ``value``."""
-    mean = better.get(metric, math.nan)
-    std, n = better.get(f"{metric}_std", math.nan), better.get("n_seeds", 1)
-    if other is None:  # against a value: two of the run's own standard deviations
-        two_std = 2 * std if n >= 2 else math.nan
-        return Comparison(better["run"], f"{value:g}", mean - value, two_std)
-    other_metric = other_metric or metric
-    names = (better["run"], other["run"])
-    if other_metric != metric:  # name each side's column
-        names = (f"{names[0]} ({metric})", f"{names[1]} ({other_metric})")
-    gap = mean - other.get(other_metric, math.nan)
-    return Comparison(*names, gap, two_pooled_std(better, other, metric, other_metric))
+def _compare(claim: DictConfig, by_run: dict, val_images: Optional[int]) -> list[str]:
+    """Each pair's gap in words, and their outcome: every ``better`` run against every ``than``
+    run (``than_metric`` for those, naming each side's column when it differs) or ``at_least``."""
+    metric, than_metric = claim.metric, claim.get("than_metric") or claim.metric
+    pairs = []
+    for a in claim.better:
+        for b in claim.get("than") or [None]:
+            other = by_run[b] if b else None
+            pair = gap(by_run[a], metric, other, than_metric, claim.get("at_least"), val_images)
+            names = (pair.better, pair.other)
+            if than_metric != metric:
+                names = (f"{names[0]} ({metric})", f"{names[1]} ({than_metric})")
+            pairs.append((pair.sign, _words(pair, names)))
+    return pairs
 
 
 def _probes_read(*metrics: str) -> list[str]:
@@ -146,12 +122,11 @@ def _has_value(row: Optional[dict], metric: str) -> bool:
     return row is not None and is_number(row.get(metric)) and not math.isnan(row[metric])
 
 
-def _overall(outcomes: Sequence[str]) -> str:
-    if all(o == HELD for o in outcomes):
+def _overall(signs: Sequence[int]) -> str:
+    """``held`` when every pair held, ``did not hold`` when one reversed, else ``not resolved``."""
+    if all(sign == 1 for sign in signs):
         return "held"
-    if REVERSED in outcomes:
-        return "did not hold"
-    return "partly held (the rest not resolved)" if HELD in outcomes else "not resolved"
+    return "did not hold" if -1 in signs else "not resolved"
 
 
 def _trained(spec: Spec, claim: DictConfig, trained: Mapping[str, Trained]) -> dict[str, Trained]:
@@ -166,10 +141,11 @@ def claim_lines(
     results: Sequence[dict],
     out: Path,
     trained: Optional[Mapping[str, Trained]] = None,
+    val_images: Optional[int] = None,
 ) -> list[str]:
-    """One line per claim: its verdict, every pair's gap against two pooled std and, with
-    ``paper_budget``, what was run against what the source ran; ``trained``: each run's training
-    (default: the spec's epochs)."""
+    """One line per claim: its verdict, every pair's gap against its threshold (two pooled std,
+    floored with few seeds: ``val_images``) and, with ``paper_budget``, what was run against what
+    the source ran; ``trained``: each run's training (default: the spec's epochs)."""
     lines = []
     for claim in spec.claims:
         ran = _trained(spec, claim, trained or {})
@@ -177,29 +153,29 @@ def claim_lines(
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
         than_metric = claim.get("than_metric") or claim.metric
-        missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)] + [
-            run for run in claim.get("than") or [] if not _has_value(by_run.get(run), than_metric)
-        ]
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
         metric += "".join(f"; {words}" for words in _probes_read(claim.metric, than_metric))
+        note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
+        absent = [m for m in (claim.metric, than_metric) if not any(_has_value(r, m) for r in rows)]
+        if absent:
+            lines.append(
+                f"- **not checked (these results have no `{absent[0]}`)**: {claim.text} "
+                f"({metric}).{note}"
+            )
+            continue
+        missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)] + [
+            run for run in claim.get("than") or [] if not _has_value(by_run.get(run), than_metric)
+        ]
         if missing:
-            note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
             lines.append(
                 f"- **not checked**: {claim.text} ({metric}): no value for {missing}.{note}"
             )
             continue
-        if claim.get("than") is not None:
-            pairs = [
-                _compare(by_run[a], claim.metric, by_run[b], than_metric)
-                for a in claim.better
-                for b in claim.than
-            ]
-        else:
-            pairs = [_compare(by_run[a], claim.metric, value=claim.at_least) for a in claim.better]
-        verdict = _overall([pair.outcome for pair in pairs])
-        details = "; ".join(pair.words() for pair in pairs)
+        pairs = _compare(claim, by_run, val_images)
+        verdict = _overall([sign for sign, _ in pairs])
+        details = "; ".join(words for _, words in pairs)
         shown = budget_verdict(claim, verdict, ran)
         note = budget_note(claim, verdict, ran, spec.budget.batch_size)
         lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")

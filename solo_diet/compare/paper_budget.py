@@ -1,7 +1,7 @@
-"""A claim's source budget (``paper_budget``) and definition, and the verdict they allow
+"""A claim's source budget (``paper_budget``) and definition, and how its verdict names them
 (docs/compare.md, "Claims"): below the source's budget, in epochs or in the steps (samples) it
-named, a claim reads ``budget-limited (X of Y epochs)``, never "did not hold"; only a claim
-checked at its source's budget and definition can fail.
+named, the outcome is stated at the budget run, ``held (at X of Y epochs)``, ``did not hold
+(at ...)`` or ``not resolved (at ...)``, and the claim at the source's budget is not checked.
 """
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ EXAMPLE = (
     "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples are "
     "the paper's for those epochs)"
 )
-# what the gaps of a claim that did not hold were, in words that decide nothing
-AT_THIS_BUDGET = {
-    "did not hold": "reversed (one or more)",
-    "not resolved": "not resolved",
-    "partly held (the rest not resolved)": "partly resolved",
-    "not checked": "not measured",
-}
 
 
 @dataclass(frozen=True)
@@ -149,18 +142,16 @@ def _limits(claim: DictConfig, below: list[Below]) -> str:
 
 
 def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, Trained]) -> str:
-    """The verdict with the budget: ``budget-limited (X of Y epochs)`` for a claim that did not
-    hold below the paper's budget, ``held (at X of Y epochs)`` for one that held there, each with
-    the share of the paper's steps (samples) where it named them."""
+    """The verdict with the budget it was reached at: below the source's, ``held (at X of Y
+    epochs)``, ``did not hold (at ...)`` or ``not resolved (at ...)``, with the share of the
+    paper's steps (samples) where it named them; a reading of ours says so and reads ``not met``
+    where it did not hold."""
     if claim.get("paper_budget") is None:
         return verdict
+    shown = "not met" if claim.get("ours") and verdict == "did not hold" else verdict
     below = below_budget(claim, ran)
-    if not below:
-        shown = "not met" if claim.get("ours") and verdict == "did not hold" else verdict
-    elif verdict == "held":
-        shown = f"held (at {_limits(claim, below)})"
-    else:
-        shown = f"budget-limited ({_limits(claim, below)})"
+    if below and verdict != "not checked":
+        shown = f"{shown} (at {_limits(claim, below)})"
     return f"{shown}, a reading of ours" if claim.get("ours") else shown
 
 
@@ -168,7 +159,7 @@ def budget_note(
     claim: DictConfig, verdict: str, ran: Mapping[str, Trained], batch_size: Optional[int]
 ) -> str:
     """The end of the claim's line: what was run against what the source ran, at what
-    definition, and, when budget-limited, what the gaps read at this budget."""
+    definition, and, below the source's budget, that the claim at that budget is not checked."""
     if claim.get("paper_budget") is None:
         return ""
     budget = claim.paper_budget
@@ -182,11 +173,11 @@ def budget_note(
     if "batch_size" in budget:
         paper += f", batch {budget.batch_size}"
     below = below_budget(claim, ran)
+    there = "this reading at the source's" if claim.get("ours") else "the paper's claim at its"
     at = (
-        f"below the source's budget: at this budget the gaps were {AT_THIS_BUDGET[verdict]}, "
-        "which does not decide the claim"
-        if below and verdict in AT_THIS_BUDGET
-        else ("below the source's budget" if below else "at the source's budget")
+        f"below the source's budget: {there} budget is not checked"
+        if below
+        else "at the source's budget"
     )
     whose = "a reading of ours" if claim.get("ours") else "the source's definition"
     ran_words = "Budgets (some runs have no value)" if verdict == "not checked" else "Ran"

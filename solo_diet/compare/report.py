@@ -11,18 +11,20 @@ from solo_diet._atomic import write_text_atomic
 from solo_diet.compare.aggregate import (
     CODE_MEASURES,
     EMBEDDING_MEASURES,
+    MIN_SEEDS,
     NOT_AGGREGATED,
     aggregate,
+    gap,
     is_number,
     rank,
     ranked_metrics,
     verdict,
 )
-from solo_diet.compare.budgets import RunBudget, budget_line
+from solo_diet.compare.budgets import RunBudget, budget_line, count_val_images
 from solo_diet.compare.claims import PROBE_WORDS, claim_lines
 from solo_diet.compare.curves_report import learning_curve_lines
 from solo_diet.compare.record import run_record_lines
-from solo_diet.compare.spec import checkpoint_interval, validation_interval
+from solo_diet.compare.spec import SEEDED_REFERENCES, checkpoint_interval, validation_interval
 from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
 from solo_diet.compare.tables import (
     RESOLVED_MARK,
@@ -39,9 +41,11 @@ from solo_diet.launch.settings import FORMAT_KEY
 from solo_diet.metrics.logreg import HELD_OUT_EVERY, L2_GRID
 
 FEW_SEEDS = (
-    " With 2 seeds each standard deviation rests on one degree of freedom and can come out near 0: "
-    f"read {RESOLVED_MARK} as a hint, and run 3 or more seeds before calling a gap resolved."
+    f" With fewer than {MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "
+    "freedom and can come out near 0, so a gap of a top-1 accuracy there must also cross a floor, "
+    "{floor}; other columns are not resolved on so few seeds."
 )
+NOTES_FILE = "notes.md"  # a report's own reading, kept in `output_dir` and put under its claims
 NO_PLOTS = (
     "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
     "extra, draws `spectra.png` and `curves.png`)."
@@ -119,9 +123,30 @@ def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
     ]
 
 
-def _verdicts(spec: Spec, runs: Sequence[dict], references: Sequence[dict]) -> list[str]:
-    """The report's first lines: per ranked metric the best run and, with seeds, which gaps to it
-    are resolved; the reference rows' values and the runs not above them."""
+def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> str:
+    """A reference row's value and each run's gap to it, above, below or not resolved by the rule
+    of the runs' gaps (two pooled std; against ``raw_pixels``, which no seed changes, two of the
+    run's own), each with its threshold."""
+    if not runs:
+        return f"- `{metric}` of `{reference['run']}`: no run was evaluated."
+    seeded = reference["run"] in SEEDED_REFERENCES
+    other, value = (reference, None) if seeded else (None, reference[metric])
+    gaps = [gap(run, metric, other, value=value, val_images=val_images) for run in runs]
+    groups = {1: "above it", -1: "below it", 0: "not resolved"}
+    parts = [
+        f"{words}: {', '.join(g.short() for g in gaps if g.sign == sign)}"
+        for sign, words in groups.items()
+        if any(g.sign == sign for g in gaps)
+    ]
+    shown = mean_cell(reference, metric, set(), set())
+    return f"- `{metric}` of `{reference['run']}`: {shown}; {'; '.join(parts)}."
+
+
+def _verdicts(
+    spec: Spec, runs: Sequence[dict], references: Sequence[dict], val_images: Optional[int]
+) -> list[str]:
+    """The report's first lines: per ranked metric the best run and, with seeds, each gap to it
+    with its threshold; each reference row's value and every run's gap to it."""
     lines = []
     if spec.seeds is None:
         lines.append(
@@ -129,19 +154,34 @@ def _verdicts(spec: Spec, runs: Sequence[dict], references: Sequence[dict]) -> l
             "seed noise. Add `seeds: [0, 1, 2]` to tell them apart."
         )
     for metric in ("linear_acc1", "logreg_acc1", "knn_acc1"):
-        ranking = rank(runs, metric)
+        ranking = rank(runs, metric, val_images)
         if ranking is not None and spec.seeds is not None:
             lines.append(f"- {verdict(ranking)}")
         scored = [r for r in runs if is_number(r.get(metric)) and not math.isnan(r[metric])]
-        for reference in (r for r in references if is_number(r.get(metric))):
-            below = [r["run"] for r in scored if r[metric] <= reference[metric]]
-            against = f"runs not above it: {', '.join(below) if below else 'none'}"
-            shown = mean_cell(reference, metric, set(), set())
-            lines.append(
-                f"- `{metric}` of `{reference['run']}`: {shown}; "
-                f"{against if scored else 'no run was evaluated'}."
-            )
+        for reference in references:
+            if is_number(reference.get(metric)) and not math.isnan(reference[metric]):
+                lines.append(_against(reference, metric, scored, val_images))
     return lines
+
+
+def _without_references(spec: Spec, references: Sequence[dict]) -> list[str]:
+    """The report's first line where it reads no run against a reference row, naming why."""
+    if not spec.reference_rows:
+        return [
+            "**No reference rows** (`reference_rows: []`): no run is read against the untrained "
+            "backbone or the raw pixels.",
+            "",
+        ]
+    missing = [name for name in spec.reference_rows if name not in {r["run"] for r in references}]
+    if not missing:
+        return []
+    names = ", ".join(f"`{name}`" for name in missing)
+    return [
+        f"**Reference rows missing**: {names} {'has' if len(missing) == 1 else 'have'} no result "
+        "here (left out by `only=`, or not run yet): no run is read against "
+        f"{'it' if len(missing) == 1 else 'them'}.",
+        "",
+    ]
 
 
 def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
@@ -178,13 +218,32 @@ def _plain_cell(row: dict, column: str) -> str:
     return cell_text(row.get(column, math.nan))
 
 
+def _few_seeds(summary: Sequence[dict], val_images: Optional[int]) -> str:
+    """The floor's statement, where a row has fewer than ``MIN_SEEDS`` seeds (but one)."""
+    if not any(1 < r["n_seeds"] < MIN_SEEDS for r in summary):
+        return ""
+    floor = (
+        f"two standard errors of the accuracy on the {val_images:,} val images, "
+        f"200 sqrt(p (1 - p) / n) points at the two means' average p "
+        f"({100 / math.sqrt(val_images):.2f} at p = 0.5)"
+        if val_images
+        else "which the val images, not counted here, do not give: such gaps are not resolved"
+    )
+    return FEW_SEEDS.format(floor=floor)
+
+
 def _seeded_tables(
-    spec: Spec, aggregated: Sequence[dict], summary: Sequence[dict], results: Sequence[dict]
+    spec: Spec,
+    aggregated: Sequence[dict],
+    summary: Sequence[dict],
+    results: Sequence[dict],
+    val_images: Optional[int],
 ) -> list[str]:
     """The mean ± std table with its marks and their meaning, then the per-seed table."""
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
-    rankings = {m: rank(aggregated, m) for m in ranked_metrics(result_columns(results))}
+    metrics = ranked_metrics(result_columns(results))
+    rankings = {m: rank(aggregated, m, val_images) for m in metrics}
     integer = integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
@@ -207,7 +266,7 @@ def _seeded_tables(
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
         "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
-        + (FEW_SEEDS if n_seeds == 2 else ""),
+        + _few_seeds(summary, val_images),
         "",
         "## Per seed",
         "",
@@ -222,8 +281,9 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """results.csv, the plots, the learning curves and report.md; ``left_out``: the labels of the
-    jobs without a result, ``budgets``: each run's budget (:mod:`.budgets`)."""
+    """results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out`` under
+    its claims); ``left_out``: the labels of the jobs without a result, ``budgets``: each run's
+    budget (:mod:`.budgets`)."""
     from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -243,13 +303,19 @@ def write_report(
     )
     seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
     budgets = budgets or {}
+    trained = {run: b.trained() for run, b in budgets.items()}
+    budgets = {run: b for run, b in budgets.items() if run in {r["run"] for r in runs}}
     same = all(b.epochs == budget.max_epochs for b in budgets.values())
     whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
-    claims = claim_lines(spec, runs, out, {run: b.trained() for run, b in budgets.items()})
+    val_images = count_val_images(spec)
+    claims = claim_lines(spec, runs, out, trained, val_images)
+    notes = out / NOTES_FILE
     lines = [
         f"# Comparison: {spec.name}",
         "",
+        *_without_references(spec, references),
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
+        *([notes.read_text(encoding="utf-8").rstrip("\n"), ""] if notes.is_file() else []),
         *_unfinished(results, budget.max_epochs),
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
@@ -261,11 +327,12 @@ def write_report(
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
         *([budget_line(spec, budgets), ""] if budgets else []),
-        *_verdicts(spec, aggregated if seeded else runs, reference_means),
+        *_verdicts(spec, aggregated if seeded else runs, reference_means, val_images),
         "",
     ]
     if seeded:
-        lines += _seeded_tables(spec, aggregated, [*aggregated, *reference_means], results)
+        summary = [*aggregated, *reference_means]
+        lines += _seeded_tables(spec, aggregated, summary, results, val_images)
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
         lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]

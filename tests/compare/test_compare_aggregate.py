@@ -66,8 +66,33 @@ def test_rank_marks_only_gaps_beyond_two_pooled_std():
     assert ranking.resolved == ("far",) and ranking.unresolved == ("close", "single")
     words = verdict(ranking)
     assert words.startswith("`linear_acc1`: best **best, tie** (81.00)")
-    assert "more than two pooled std: far" in words and "not resolved" in words
+    assert "below it by more than the threshold: far -4.00 (2 pooled std 2.00); not resolved: " in (
+        words
+    )
+    assert words.endswith("close -1.50 (2 pooled std 2.00), single -11.00 (one seed).")
     assert rank(rows, "knn_acc1") is None
+
+
+def test_two_seeds_that_agree_resolve_no_gap_below_two_standard_errors_of_the_val_set():
+    """A user's tiny compare: kNN 37.00 against 36.85 (3 of 2000 val images), the two seeds of
+    each agreeing; the floor is 200 sqrt(p (1 - p) / 2000) at their average p."""
+    rows = aggregate(seed_rows("simclr", [37.0, 37.0]) + seed_rows("diet", [36.8, 36.9]))
+    [pair] = rank(rows, "linear_acc1", val_images=2000).gaps
+    p = (37.0 + 36.85) / 200
+    assert pair.line == pytest.approx(200 * math.sqrt(p * (1 - p) / 2000), rel=1e-12)
+    assert pair.two_std < 0.15 < pair.line and pair.sign == 0
+    assert pair.short() == f"diet -0.15 (2 pooled std {pair.two_std:.2f}, floor {pair.line:.2f})"
+    wide = aggregate(seed_rows("simclr", [47.0, 47.0]) + seed_rows("diet", [36.8, 36.9]))
+    assert rank(wide, "linear_acc1", val_images=2000).resolved == ("diet",)
+    # a column with no floor, or no val count: not resolved on fewer than 3 seeds
+    [pair] = rank(wide, "linear_acc1").gaps
+    assert pair.sign == 0 and pair.short() == "diet -10.15 (fewer than 3 seeds)"
+    for row in wide:
+        row["kmeans_nmi"], row["kmeans_nmi_std"] = row["linear_acc1"] / 100, 0.0
+    assert rank(wide, "kmeans_nmi", val_images=2000).resolved == ()
+    # three seeds: the two pooled std alone, however small
+    three = aggregate(seed_rows("simclr", [37.0] * 3) + seed_rows("diet", [36.85] * 3))
+    assert rank(three, "linear_acc1", val_images=2000).resolved == ("diet",)
 
 
 def test_a_declared_representation_is_ranked_where_higher_is_better():
@@ -102,4 +127,4 @@ def test_a_seed_stopped_before_its_evaluation_counts_only_in_costs_not_in_the_po
     # as a third: 4.20, not resolved)
     two_std = 2 * pooled_std(best_row["linear_acc1_std"], 3, other_row["linear_acc1_std"], 2)
     assert two_std == pytest.approx(2 * math.sqrt((2 * 0.1**2 + 4.2**2 / 2) / 3), rel=1e-12)
-    assert rank(rows, "linear_acc1").resolved == ("other",)
+    assert rank(rows, "linear_acc1", val_images=2000).resolved == ("other",)

@@ -48,7 +48,8 @@ def test_each_pair_is_held_reversed_or_not_resolved_by_two_pooled_std(tmp_path):
     [line] = claim_lines(spec, results(accuracies), tmp_path)
 
     spread = two_pooled_std(accuracies["diet"], accuracies["simclr"])
-    assert line.startswith("- **partly held (the rest not resolved)**: DIET beats the others")
+    # one pair held, one not resolved: the claim is not resolved (its pairs say which held)
+    assert line.startswith("- **not resolved**: DIET beats the others")
     assert f"diet − simclr = +10.00 (2 pooled std {spread:.2f}: held)" in line
     spread = two_pooled_std(accuracies["diet"], accuracies["vicreg"])
     assert f"diet − vicreg = -2.00 (2 pooled std {spread:.2f}: not resolved)" in line
@@ -108,7 +109,7 @@ def test_than_metric_reads_another_column_of_the_other_runs(tmp_path):
 
 
 def test_a_claim_on_the_converged_probe_says_so(tmp_path):
-    rows = results({"diet": [70.0, 71.0], "simclr": [60.0, 61.0]})
+    rows = results({"diet": [70.0, 71.0, 72.0], "simclr": [60.0, 61.0, 62.0]})
     for row in rows:
         row["logreg_acc1"] = row.pop("linear_acc1")
     claim = {"text": "DIET wins", "metric": "logreg_acc1", "better": ["diet"], "than": ["simclr"]}
@@ -119,7 +120,22 @@ def test_a_claim_on_the_converged_probe_says_so(tmp_path):
     )
     spec = spec_with([{**claim, "than": ["vicreg"], "than_metric": "linear_acc1"}])
     [line] = claim_lines(spec, rows, tmp_path)
-    assert line.endswith("no value for ['vicreg'].")
+    assert line.startswith("- **not checked (these results have no `linear_acc1`)**: DIET wins")
+
+
+def test_a_claim_on_a_metric_the_results_lack_is_not_checked_never_read_on_another(tmp_path):
+    """Results computed on solo-learn's probe only: a claim on the converged one says so and
+    reads no other column."""
+    claim = {"text": "DIET wins", "metric": "logreg_acc1", "better": ["diet"], "than": ["simclr"]}
+    spec = spec_with([{**claim, **PAPER}])
+    rows = results({"diet": [70.0, 71.0, 72.0], "simclr": [60.0, 61.0, 62.0]})
+    [line] = claim_lines(spec, rows, tmp_path)
+    assert line.startswith(
+        "- **not checked (these results have no `logreg_acc1`)**: DIET wins (`logreg_acc1`; "
+        "converged logistic-regression probe on frozen features). Budgets (some runs have no "
+        "value): diet 10, simclr 10 epochs"
+    )
+    assert "diet − simclr" not in line and "+10.00" not in line
 
 
 def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_path):
@@ -134,14 +150,16 @@ def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_
                 writer.writerows([[1, values[0]], [2, ""], [4, values[1]], [9, values[2]]])
     claim = {"text": "faster", "metric": "val_acc1", "better": ["diet"], "than": ["simclr"]}
     accuracies = {"diet": [0.0, 0.0], "simclr": [0.0, 0.0]}
-    [early, late] = claim_lines(
-        spec_with([{**claim, "epoch": 5}, {**claim, "epoch": 10}]), results(accuracies), tmp_path
-    )
+    # two seeds: each gap must also cross the floor of 2000 val images (2.2 and 1.1 points)
+    spec = spec_with([{**claim, "epoch": 5}, {**claim, "epoch": 10}])
+    [early, late] = claim_lines(spec, results(accuracies), tmp_path, val_images=2000)
     assert early.startswith(
         "- **held**: faster (`val_acc1` after 5 epochs): diet − simclr = +21.00"
     )
     assert late.startswith("- **did not hold**: faster (`val_acc1` after 10 epochs)")
     assert "-4.00" in late
+    [early, _] = claim_lines(spec, results(accuracies), tmp_path)  # no val images counted
+    assert early.startswith("- **not resolved**:") and "(fewer than 3 seeds: not resolved)" in early
 
 
 @pytest.mark.parametrize(
@@ -176,30 +194,35 @@ def test_bad_claims_name_the_key(claim, message):
 PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
 
 
-def test_below_the_papers_budget_a_claim_is_budget_limited_never_did_not_hold(tmp_path):
-    reversed_ = {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0]}
+SIX_CASES = {
+    "held": {"diet": [70.0, 70.5, 71.0], "simclr": [60.0, 60.5, 61.0]},
+    "did not hold": {"diet": [60.0, 60.5, 61.0], "simclr": [70.0, 70.5, 71.0]},
+    "not resolved": {"diet": [60.0, 65.0, 70.0], "simclr": [61.0, 65.5, 69.0]},
+}
+
+
+@pytest.mark.parametrize("outcome", SIX_CASES)
+@pytest.mark.parametrize("epochs", [300, 5000])
+def test_one_rule_below_and_at_the_papers_budget(tmp_path, outcome, epochs):
+    """The same outcome either side of the paper's budget; below it, stated at the budget run and
+    the paper's claim at its budget named not checked."""
     claim = {"text": "parity", "metric": "linear_acc1", "better": ["diet"], "than": ["simclr"]}
-    spec = spec_with([{**claim, **PAPER}], max_epochs=300)
+    spec = spec_with([{**claim, **PAPER}], max_epochs=epochs)
     spec.budget.batch_size = 256
-    [verdict] = claim_lines(spec, results(reversed_), tmp_path)
-    assert verdict.startswith("- **budget-limited (300 of 5000 epochs)**: parity")
-    assert "did not hold" not in verdict and "diet − simclr = -10.00" in verdict
-    assert verdict.endswith(
-        "(2 pooled std 1.00: reversed). Ran: diet 300, simclr 300 epochs, batch 256; the source "
-        "ran 5000 epochs (below the source's budget: at this budget the gaps were reversed (one "
-        "or more), which does not decide the claim). Checked as the source's definition: DIET "
-        "paper, Tab. 5: linear probe"
+    [verdict] = claim_lines(spec, results(SIX_CASES[outcome]), tmp_path)
+    below = epochs < 5000
+    head = f"{outcome} (at 300 of 5000 epochs)" if below else outcome
+    assert verdict.startswith(f"- **{head}**: parity (`linear_acc1`; {LINEAR_MODEL}): diet − ")
+    where = (
+        "below the source's budget: the paper's claim at its budget is not checked"
+        if below
+        else "at the source's budget"
     )
-
-    # at the paper's budget the same gaps fail the claim
-    ran = {"diet": Trained(5000), "simclr": Trained(5000)}
-    [verdict] = claim_lines(spec, results(reversed_), tmp_path, ran)
-    assert verdict.startswith("- **did not hold**: parity")
-    assert "(at the source's budget)" in verdict
-
-    held = {"diet": [70.0, 70.5, 71.0], "simclr": [60.0, 60.5, 61.0]}
-    [verdict] = claim_lines(spec, results(held), tmp_path)
-    assert verdict.startswith("- **held (at 300 of 5000 epochs)**: parity")
+    assert verdict.endswith(
+        f"Ran: diet {epochs}, simclr {epochs} epochs, batch 256; the source ran 5000 epochs "
+        f"({where}). Checked as the source's definition: DIET paper, Tab. 5: linear probe"
+    )
+    assert "budget-limited" not in verdict
 
 
 def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
@@ -216,7 +239,15 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
     accuracies = {"diet": [60.0, 60.5, 61.0], "simclr": [60.0, 60.5, 61.0]}
     ran = {"diet": Trained(5000), "simclr": Trained(300)}
     [verdict] = claim_lines(spec, results(accuracies), tmp_path, ran)
-    assert verdict.startswith("- **budget-limited (300 of 1000 epochs), a reading of ours**: beats")
+    assert verdict.startswith(
+        "- **not resolved (at 300 of 1000 epochs), a reading of ours**: beats"
+    )
+    assert "(below the source's budget: this reading at the source's budget is not checked)" in (
+        verdict
+    )
+    failed = {"diet": [50.0, 50.5, 51.0], "simclr": [60.0, 60.5, 61.0]}
+    [verdict] = claim_lines(spec, results(failed), tmp_path, ran)
+    assert verdict.startswith("- **not met (at 300 of 1000 epochs), a reading of ours**: beats")
     assert "the source ran 5000 epochs (diet), 1000 (the rest), batch 1024" in verdict
     assert verdict.endswith("Checked as a reading of ours: codes used >= 1000")
 
@@ -271,7 +302,7 @@ def test_epochs_on_a_smaller_dataset_state_the_share_of_the_papers_steps(tmp_pat
 
     failed = {"cp": [5.0, 5.5, 6.0]}
     [verdict] = claim_lines(spec, results(failed), tmp_path, ran)
-    assert verdict.startswith("- **budget-limited (200 of 200 epochs; 25k of the paper's 156k")
+    assert verdict.startswith("- **did not hold (at 200 of 200 epochs; 25k of the paper's 156k")
 
     # the paper's samples, a than run's scaled to its than_epochs; steps not counted: epochs only
     budget = {"epochs": 5000, "than_epochs": 1000, "samples": 250_000_000}
