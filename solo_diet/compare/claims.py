@@ -11,7 +11,13 @@ from typing import Mapping, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.compare.aggregate import Gap, aggregate, gap, is_number
-from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
+from solo_diet.compare.paper_budget import (
+    Claim,
+    Trained,
+    budget_note,
+    budget_verdict,
+    check_paper_budget,
+)
 from solo_diet.compare.record import seed_curves
 from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
@@ -34,14 +40,15 @@ def _words(pair: Gap, names: tuple[str, str]) -> str:
     return f"{names[0]} − {names[1]} = {pair.gap:+.2f} ({pair.spread()}: {outcome})"
 
 
-def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
-    """Each claim has a text, a metric, ``better`` runs and one of ``than`` (runs, optionally read
-    on ``than_metric``) or ``at_least``; ``epoch`` is within the budget. A metric no result has
-    shows in the report as ``not checked``."""
+def parse_claims(spec: DictConfig, spec_path: str | Path) -> tuple[Claim, ...]:
+    """The spec's claims, typed: each has a text, a metric, ``better`` runs and one of ``than``
+    (runs, optionally read on ``than_metric``) or ``at_least``; ``epoch`` is within the budget. A
+    metric no result has shows in the report as ``not checked``."""
     claims = spec.claims
     if not isinstance(claims, ListConfig):
         raise ConfigError(f"{spec_path}: `claims` must be a list ([] for none), got {claims}.")
     names = [run.get("name") for run in spec.runs if isinstance(run, DictConfig)]
+    parsed = []
     for i, claim in enumerate(claims):
         where, key_of = f"{spec_path}: `claims[{i}]`", f"{spec_path}: `claims[{i}]."
         if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
@@ -79,9 +86,25 @@ def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
                 f"{epoch}."
             )
         try:
-            check_paper_budget(spec, i)
+            paper_budget, definition, ours = check_paper_budget(spec, i)
         except ConfigError as err:
             raise ConfigError(f"{spec_path}: {err}") from None
+        than = tuple(claim.get("than") or ())
+        parsed.append(
+            Claim(
+                claim.text,
+                claim.metric,
+                tuple(claim.better),
+                than,
+                than_metric,
+                claim.get("at_least"),
+                epoch,
+                paper_budget,
+                definition,
+                ours,
+            )
+        )
+    return tuple(parsed)
 
 
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
@@ -96,15 +119,15 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(claim: DictConfig, by_run: dict, val_images: Optional[int]) -> list[str]:
+def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[str]:
     """Each pair's gap in words, and their outcome: every ``better`` run against every ``than``
     run (``than_metric`` for those, naming each side's column when it differs) or ``at_least``."""
-    metric, than_metric = claim.metric, claim.get("than_metric") or claim.metric
+    metric, than_metric = claim.metric, claim.than_metric or claim.metric
     pairs = []
     for a in claim.better:
-        for b in claim.get("than") or [None]:
+        for b in claim.than or [None]:
             other = by_run[b] if b else None
-            pair = gap(by_run[a], metric, other, than_metric, claim.get("at_least"), val_images)
+            pair = gap(by_run[a], metric, other, than_metric, claim.at_least, val_images)
             names = (pair.better, pair.other)
             if than_metric != metric:
                 names = (f"{names[0]} ({metric})", f"{names[1]} ({than_metric})")
@@ -129,10 +152,10 @@ def _overall(signs: Sequence[int]) -> str:
     return "did not hold" if -1 in signs else "not resolved"
 
 
-def _trained(spec: Spec, claim: DictConfig, trained: Mapping[str, Trained]) -> dict[str, Trained]:
+def _trained(spec: Spec, claim: Claim, trained: Mapping[str, Trained]) -> dict[str, Trained]:
     """What each run of the claim trained (its schedule's length, also for a claim read after
     ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
-    names = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
+    names = [*claim.better, *(r for r in claim.than if r not in claim.better)]
     return {run: trained.get(run, Trained(spec.budget.max_epochs)) for run in names}
 
 
@@ -149,10 +172,10 @@ def claim_lines(
     lines = []
     for claim in spec.claims:
         ran = _trained(spec, claim, trained or {})
-        epoch = claim.get("epoch")
+        epoch = claim.epoch
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
-        than_metric = claim.get("than_metric") or claim.metric
+        than_metric = claim.than_metric or claim.metric
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
@@ -166,7 +189,7 @@ def claim_lines(
             )
             continue
         missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)] + [
-            run for run in claim.get("than") or [] if not _has_value(by_run.get(run), than_metric)
+            run for run in claim.than if not _has_value(by_run.get(run), than_metric)
         ]
         if missing:
             lines.append(

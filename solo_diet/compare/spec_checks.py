@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
+from solo_diet.compare.paper_budget import Claim
 from solo_diet.config import ConfigError, check_run_name, closest_name, parse_section, setting
 from solo_diet.launch.settings import FORMAT_KEY
 
@@ -153,7 +154,7 @@ class Spec:
     evaluation: EvaluationSettings
     curves: CurvesSettings
     runs: tuple[Run, ...]
-    claims: tuple[DictConfig, ...]  # each checked by claims.check_claims
+    claims: tuple[Claim, ...]
     resolved: str
 
 
