@@ -5,6 +5,7 @@ its source's budget at the budget it ran (:mod:`.paper_budget`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -22,10 +23,7 @@ from solo_diet.compare.record import seed_curves
 from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
 
-CLAIM_KEYS = (
-    *("text", "metric", "better", "than", "than_metric", "at_least", "epoch", "paper_budget"),
-    *("definition", "ours"),
-)
+CLAIM_KEYS = tuple(field.name for field in fields(Claim))
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
 # probe too), said in its line
@@ -86,24 +84,12 @@ def parse_claims(spec: DictConfig, spec_path: str | Path) -> tuple[Claim, ...]:
                 f"{epoch}."
             )
         try:
-            paper_budget, definition, ours = check_paper_budget(spec, i)
+            paper_budget, source = check_paper_budget(spec, i)
         except ConfigError as err:
             raise ConfigError(f"{spec_path}: {err}") from None
-        than = tuple(claim.get("than") or ())
-        parsed.append(
-            Claim(
-                claim.text,
-                claim.metric,
-                tuple(claim.better),
-                than,
-                than_metric,
-                claim.get("at_least"),
-                epoch,
-                paper_budget,
-                definition,
-                ours,
-            )
-        )
+        given = {key: claim.get(key) for key in ("text", "metric", "than_metric", "at_least")}
+        runs = {key: tuple(claim.get(key) or ()) for key in ("better", "than")}
+        parsed.append(Claim(**given, **runs, epoch=epoch, paper_budget=paper_budget, **source))
     return tuple(parsed)
 
 

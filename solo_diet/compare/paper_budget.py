@@ -7,7 +7,7 @@ named, the outcome is stated at the budget run, ``held (at X of Y epochs)``, ``d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig
 
@@ -89,9 +89,9 @@ class Claim:
     ours: bool = False
 
 
-def check_paper_budget(spec: DictConfig, i: int) -> tuple[PaperBudget, str, bool]:
+def check_paper_budget(spec: DictConfig, i: int) -> tuple[PaperBudget, dict[str, Any]]:
     """``claims[i]``'s ``paper_budget`` (:class:`PaperBudget`, at most one of ``steps`` and
-    ``samples``), ``definition`` (text) and ``ours`` (a boolean)."""
+    ``samples``), and its ``definition`` (text) and ``ours`` (a boolean)."""
     key = f"claims[{i}]"
     budget = parse_section(PaperBudget, spec, f"{key}.paper_budget", "`paper_budget`")
     if budget.steps and budget.samples:
@@ -110,7 +110,8 @@ def check_paper_budget(spec: DictConfig, i: int) -> tuple[PaperBudget, str, bool
             f"`{key}.definition` must be the source's own reading of the claim (its words, with "
             f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
         )
-    return budget, claim.definition, KeyReader(claim, key).bool("ours", default=False)
+    ours = KeyReader(claim, key).bool("ours", default=False)
+    return budget, {"definition": claim.definition, "ours": ours}
 
 
 def _unit(claim: Claim) -> Optional[str]:
