@@ -105,9 +105,10 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[str]:
-    """Each pair's gap in words, and their outcome: every ``better`` run against every ``than``
-    run (``than_metric`` for those, naming each side's column when it differs) or ``at_least``."""
+def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[tuple[int, str]]:
+    """Each pair's outcome (:attr:`Gap.sign`) and words: every ``better`` run against every
+    ``than`` run (``than_metric`` for those, each side's column named where it differs) or
+    against ``at_least``."""
     metric, than_metric = claim.metric, claim.than_metric or claim.metric
     pairs = []
     for a in claim.better:
