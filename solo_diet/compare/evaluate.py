@@ -145,11 +145,30 @@ class Evaluator:
 
     def _logreg(
         self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
-    ) -> dict[str, float]:
-        """``logreg_acc1`` and its chosen ``logreg_l2``: the converged logistic-regression probe."""
+    ) -> dict[str, Any]:
+        """The converged logistic-regression probe: ``logreg_acc1`` and how it was reached (its
+        chosen L2 strength, that strength's held-out top-1, the refit's convergence) and, in
+        ``logreg_sweep``, each strength's held-out top-1 and fit (docs/compare.md, "Evaluation")."""
         on = [t.to(self.device) for t in (train_x, train_y, val_x, val_y)]
         probe = logistic_regression_probe(*on)
-        return {"logreg_acc1": probe.acc1, "logreg_l2": probe.l2}
+        sweep = list(probe.sweep.values())
+        return {
+            "logreg_acc1": probe.acc1,
+            "logreg_balanced_acc1": probe.balanced_acc1,
+            "logreg_heldout_acc1": probe.held_out_acc1[probe.l2],
+            "logreg_l2": probe.l2,
+            "logreg_l2_edge": probe.edge,
+            "logreg_iterations": probe.convergence.iterations,
+            "logreg_grad_norm": probe.convergence.grad_norm,
+            "logreg_hit_limit": probe.convergence.hit_limit,
+            "logreg_sweep": {
+                "l2": list(probe.sweep),
+                "heldout_acc1": list(probe.held_out_acc1.values()),
+                "iterations": [fit.iterations for fit in sweep],
+                "grad_norm": [fit.grad_norm for fit in sweep],
+                "hit_limit": [fit.hit_limit for fit in sweep],
+            },
+        }
 
     def _split_features(self, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
         """Features and labels of the train and val sets: ``train_x, train_y, val_x, val_y``."""

@@ -34,11 +34,12 @@ from solo_diet.compare.tables import (
     integer_columns,
     mean_cell,
     result_columns,
+    row_cell,
     shown_columns,
     write_results_csv,
 )
 from solo_diet.launch.settings import FORMAT_KEY
-from solo_diet.metrics.logreg import HELD_OUT_EVERY, L2_GRID
+from solo_diet.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 
 FEW_SEEDS = (
     f" With fewer than {MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "
@@ -82,6 +83,35 @@ def _fitted_batch(results: Sequence[dict]) -> str:
     )
 
 
+def _logreg_legend(results: Sequence[dict]) -> list[str]:
+    """What the logistic-regression probe's columns mean, where some result has them; its grid
+    as the results' ``logreg_sweep`` records it."""
+    if not any(is_number(r.get("logreg_acc1")) for r in results):
+        return []
+    grids = {tuple(r["logreg_sweep"]["l2"]) for r in results if "logreg_sweep" in r}
+    chosen = "; ".join(
+        f"from {len(grid)} strengths evenly spaced in log scale, "
+        f"{cell_text(min(grid), 'logreg_l2')} to {cell_text(max(grid), 'logreg_l2')}"
+        for grid in sorted(grids)
+    )
+    fit = (
+        " `logreg_heldout_acc1`: the chosen strength's held-out top-1; `logreg_iterations` and "
+        "`logreg_grad_norm`: the refit's L-BFGS iterations and the largest absolute entry of its "
+        f"objective's gradient (tolerance {GRADIENT_TOLERANCE:g}, at most {MAX_ITERATIONS} "
+        "iterations); `logreg_balanced_acc1` (shown where it differs): the val top-1 averaged over "
+        "classes. Each `result.json`'s `logreg_sweep` holds each strength's held-out top-1 and fit."
+    )
+    return [
+        f"- `logreg_acc1`: {PROBE_WORDS['logreg_acc1']}: multinomial logistic regression on the "
+        "eval-transformed backbone features, fitted to convergence by full-batch L-BFGS on "
+        "standardised features, its L2 strength (`logreg_l2`) chosen "
+        f"{chosen or 'from a grid these results do not record (they predate `logreg_sweep`)'} "
+        f"by the top-1 on every {HELD_OUT_EVERY}th training image of each class, held out, "
+        "then refitted on the whole training set (CLIP paper, Appendix A.3); val split."
+        + (fit if grids else "")
+    ]
+
+
 def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
     """What each column means, with the settings that produced it."""
     settings = spec.evaluation
@@ -94,11 +124,7 @@ def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
-        f"- `logreg_acc1`: {PROBE_WORDS['logreg_acc1']}: multinomial logistic regression on the "
-        "eval-transformed backbone features, fitted to convergence by full-batch L-BFGS on "
-        "standardised features, its L2 strength (`logreg_l2`) chosen from "
-        f"{list(L2_GRID)} on every {HELD_OUT_EVERY}th training image of each class held out, "
-        "then refitted on the whole training set (CLIP paper, Appendix A.3); val split.",
+        *_logreg_legend(results),
         f"- `knn_acc1`: WeightedKNNClassifier (k={settings.knn_k}, T={settings.knn_temperature}, "
         f"{settings.knn_distance}), train bank -> val, eval transform.",
         f"- `rankme`: RankMe of the features of the first {settings.rankme_samples} val images "
@@ -214,10 +240,6 @@ def _left_out(labels: Sequence[str]) -> list[str]:
     ]
 
 
-def _plain_cell(row: dict, column: str) -> str:
-    return cell_text(row.get(column, math.nan))
-
-
 def _few_seeds(summary: Sequence[dict], val_images: Optional[int]) -> str:
     """The floor's statement, where a row has fewer than ``MIN_SEEDS`` seeds (but one)."""
     if not any(1 < r["n_seeds"] < MIN_SEEDS for r in summary):
@@ -250,7 +272,7 @@ def _seeded_tables(
         if column == "n_seeds" and row.get("unfinished"):
             return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
         if column in NOT_AGGREGATED:
-            return _plain_cell(row, column)
+            return row_cell(row, column)
         ranking = rankings.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
@@ -271,7 +293,7 @@ def _seeded_tables(
         "## Per seed",
         "",
     ]
-    return lines + grouped_tables(results, shown_columns(results), _plain_cell)
+    return lines + grouped_tables(results, shown_columns(results), row_cell)
 
 
 def write_report(
@@ -335,7 +357,7 @@ def write_report(
         lines += _seeded_tables(spec, aggregated, summary, results, val_images)
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
-        lines += ["## Results", "", *grouped_tables(results, columns, _plain_cell)]
+        lines += ["## Results", "", *grouped_tables(results, columns, row_cell)]
     lines += learning_curve_lines(spec, results, out, plotted)
     lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
     if plotted:

@@ -16,7 +16,9 @@ COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
 RESULT_COLUMNS = (  # by what they measure
     *("run", "seed", "method", "epochs"),
-    *("linear_acc1", "linear_loss", "logreg_acc1", "logreg_l2", "knn_acc1", "rankme", "lidar"),
+    *("linear_acc1", "linear_loss", "logreg_acc1", "logreg_balanced_acc1", "logreg_heldout_acc1"),
+    *("logreg_l2", "logreg_l2_edge", "logreg_iterations", "logreg_grad_norm", "logreg_hit_limit"),
+    *("knn_acc1", "rankme", "lidar"),
     *("kmeans_nmi", "kmeans_ami", "kmeans_ari", "kmeans_acc", "kmeans_chance_nmi"),
     *("codes_nmi", "codes_ami", "codes_used"),
     *("embedding_knn_acc1", "embedding_rankme", "embedding_lidar"),
@@ -27,14 +29,24 @@ RESULT_COLUMNS = (  # by what they measure
 # keys of a result that are no column (n_seeds and the *_std columns: aggregates)
 NOT_COLUMNS = ("fingerprint", "recipe", "job", "n_seeds", "unfinished")
 RESOLVED_MARK = "†"
+# how the logistic-regression probe got its `logreg_acc1` (docs/compare.md, "Evaluation")
+FIT_COLUMNS = ("logreg_heldout_acc1", "logreg_l2", "logreg_iterations", "logreg_grad_norm")
+SCIENTIFIC = ("logreg_l2", "logreg_grad_norm")  # columns whose values span decades: 3.2e-06
+# a logistic-regression fit's flags, shown as a mark on a column rather than as columns
+FIT_MARKS = {
+    "logreg_l2": ("logreg_l2_edge", "‡", "the chosen `logreg_l2` is an end of the grid"),
+    "logreg_iterations": ("logreg_hit_limit", "§", "the fit stopped at its iteration limit"),
+}
 # report.md's tables: each group's columns after the run (and seed); a column of none goes last
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     (
         "Accuracy",
         lambda c: (
-            c in ("method", "n_seeds", "epochs", "logreg_l2") or c.endswith(("_acc1", "_loss"))
+            c not in FIT_COLUMNS
+            and (c in ("method", "n_seeds", "epochs") or c.endswith(("_acc1", "_loss")))
         ),
     ),
+    ("Logistic-regression fit", lambda c: c in FIT_COLUMNS),
     ("Representation", lambda c: c.endswith(("rankme", "lidar"))),
     (
         "Clustering",
@@ -57,13 +69,23 @@ def result_columns(results: Sequence[dict]) -> list[str]:
     return [*RESULT_COLUMNS[:-1], *extra, RESULT_COLUMNS[-1]]
 
 
-def cell_text(value: Any) -> str:
-    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed)."""
+def cell_text(value: Any, column: str = "") -> str:
+    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed), a float with
+    2 decimals, or 2 significant digits in a ``SCIENTIFIC`` column (``1e-04``, ``3.2e-06``)."""
     if value is None:
         return "–"
     if isinstance(value, float):
-        return "–" if math.isnan(value) else f"{value:.2f}"
+        if math.isnan(value):
+            return "–"
+        return f"{value:.1e}".replace(".0e", "e") if column in SCIENTIFIC else f"{value:.2f}"
     return str(value)
+
+
+def row_cell(row: dict, column: str) -> str:
+    """``row``'s cell of ``column``, marked where its fit's flag (``FIT_MARKS``) is set."""
+    text = cell_text(row.get(column, math.nan), column)
+    flag, mark, _ = FIT_MARKS.get(column, ("", "", ""))
+    return f"{text} {mark}" if row.get(flag) is True else text
 
 
 def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
@@ -104,9 +126,9 @@ def mean_cell(
     spread = is_number(std) and not math.isnan(std)
     if integer and not (spread and std) and is_number(mean) and float(mean).is_integer():
         return str(int(mean))
-    text = cell_text(mean)
+    text = cell_text(mean, column)
     if text != "–" and spread:
-        text += f" ± {std:.2f}"
+        text += f" ± {cell_text(float(std), column)}"
     if row["run"] in best:
         return f"**{text}**"
     return f"{text} {RESOLVED_MARK}" if row["run"] in resolved else text
@@ -120,12 +142,22 @@ def table_lines(
     return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
 
 
+def _same_as_top1(row: dict) -> bool:
+    """The balanced top-1 reads as the top-1 (the val classes are of one size)."""
+    balanced = row.get("logreg_balanced_acc1", math.nan)
+    return cell_text(balanced) == cell_text(row.get("logreg_acc1", math.nan))
+
+
 def shown_columns(rows: Sequence[dict]) -> list[str]:
-    """Every result column some row has a value for, but ``NOT_SHOWN``."""
+    """Every result column some row has a value for, but ``NOT_SHOWN``, the flags shown as marks
+    (``FIT_MARKS``) and ``logreg_balanced_acc1`` where it reads as ``logreg_acc1`` in every row."""
+    hidden = {*NOT_SHOWN, *(flag for flag, _, _ in FIT_MARKS.values())}
+    if all(_same_as_top1(r) for r in rows):
+        hidden.add("logreg_balanced_acc1")
     return [
         c
         for c in result_columns(rows)
-        if c not in NOT_SHOWN and any(cell_text(r.get(c, math.nan)) != "–" for r in rows)
+        if c not in hidden and any(cell_text(r.get(c, math.nan)) != "–" for r in rows)
     ]
 
 
@@ -142,4 +174,15 @@ def grouped_tables(
     for title, members in groups.items():
         if members:
             lines += [f"### {title}", "", *table_lines(rows, [*lead, *members], cell), ""]
+            lines += _mark_notes(rows, members)
     return lines
+
+
+def _mark_notes(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
+    """What the ``FIT_MARKS`` set in some row of ``columns`` mean, under their table."""
+    notes = [
+        f"{mark}: {words}."
+        for column, (flag, mark, words) in FIT_MARKS.items()
+        if column in columns and any(r.get(flag) is True for r in rows)
+    ]
+    return [" ".join(notes), ""] if notes else []

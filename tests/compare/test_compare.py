@@ -86,6 +86,10 @@ def test_compare_end_to_end_then_resumes_only_the_interrupted_run(data_root, tmp
     assert all(1.0 <= r["val_rankme"] <= 8.0 + 1e-3 and 0.0 <= r["val_acc1"] <= 100.0 for r in rows)
 
     diet_result = out / "runs" / "diet" / "result.json"
+    sweep = json.loads(diet_result.read_text())["logreg_sweep"]  # every strength's held-out fit
+    assert sweep["l2"] == list(L2_GRID) and len(sweep["heldout_acc1"]) == len(L2_GRID)
+    edge = results["diet"]["logreg_l2_edge"]
+    assert edge == str(float(results["diet"]["logreg_l2"]) in (L2_GRID[0], L2_GRID[-1]))
     diet_before = (
         diet_result.stat().st_mtime_ns,
         (out / "runs" / "diet" / "epochs.csv").read_text(),

@@ -1,12 +1,17 @@
 """The converged logistic-regression probe: it reaches scikit-learn's optimum of the same objective,
-its gradient vanishes there in float64, no seed changes it, and its L2 strength is chosen on the
-training set's held-out part only."""
+its gradient vanishes there in float64 (and it says so), a warm start reaches the same optimum, no
+seed changes it, its L2 strength is chosen on the training set's held-out part only, over the whole
+default grid, and the edge, the iteration limit and the class-balanced top-1 read as they should."""
 
 import numpy as np
 import pytest
 import torch
 
+from solo_diet.metrics import logreg
 from solo_diet.metrics.logreg import (
+    L2_GRID,
+    LinearClassifier,
+    balanced_top1,
     fit_logistic_regression,
     held_out_mask,
     logistic_regression_probe,
@@ -55,7 +60,7 @@ def test_fit_reaches_the_optimum_of_sklearn_and_its_gradient_vanishes(spread, l2
     LogisticRegression(C = 1 / (l2 n)) on the standardised features, no higher than its optimum,
     the same predictions, and a float64 gradient of the objective at the fit near zero."""
     x, y = _blobs(240, spread)
-    fitted = fit_logistic_regression(x, y, l2, CLASSES)
+    fitted, convergence = fit_logistic_regression(x, y, l2, CLASSES)
     z = _standardised(x)
     weight, bias = (t.clone().requires_grad_(True) for t in _on_standardised(x, fitted))
     objective = _objective(z, y, weight, bias, l2)
@@ -63,6 +68,9 @@ def test_fit_reaches_the_optimum_of_sklearn_and_its_gradient_vanishes(spread, l2
     ours = objective.detach()
     gradient = torch.cat([weight.grad.flatten(), bias.grad])
     assert float(gradient.abs().max()) < 1e-7
+    # the recorded gradient is this one (at the fit, before folding standardisation in)
+    assert convergence.grad_norm == pytest.approx(float(gradient.abs().max()), rel=1e-3, abs=1e-12)
+    assert 0 < convergence.iterations < logreg.MAX_ITERATIONS and not convergence.hit_limit
 
     reference = sk_linear.LogisticRegression(C=1 / (l2 * len(y)), tol=1e-12, max_iter=100_000)
     reference.fit(z.numpy(), y.numpy())
@@ -87,9 +95,9 @@ def test_the_probe_is_the_same_whatever_the_seed():
         runs.append(logistic_regression_probe(x[:200], y[:200], x[200:], y[200:], GRID))
     assert runs[0] == runs[1]
     torch.manual_seed(7)
-    first = fit_logistic_regression(x, y, 1e-3, CLASSES)
+    first, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
     torch.manual_seed(8)
-    second = fit_logistic_regression(x, y, 1e-3, CLASSES)
+    second, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
     assert torch.equal(first.weight, second.weight) and torch.equal(first.bias, second.bias)
 
 
@@ -120,9 +128,65 @@ def test_l2_is_chosen_on_the_training_sets_held_out_part_only():
     changed = logistic_regression_probe(train_x, relabelled, val_x, val_y, GRID)
     assert changed.held_out_acc1 != probe.held_out_acc1
 
-    refit = fit_logistic_regression(train_x, train_y, probe.l2, CLASSES)
+    strongest = max(GRID)
+    refit, _ = fit_logistic_regression(train_x, train_y, probe.l2, CLASSES)  # cold: the same fit
     val_top1 = 100.0 * float((refit.logits(val_x).argmax(1) == val_y).double().mean())
     assert probe.acc1 == val_top1
+    assert probe.edge == (probe.l2 in (min(GRID), strongest)) and set(probe.sweep) == set(GRID)
+
+
+def test_a_warm_start_reaches_the_cold_starts_optimum():
+    """From the solution at a ten times stronger L2 (the probe's sweep goes strong to weak)."""
+    x, y = _blobs(240, 4.0)
+    z = _standardised(x)
+    cold, cold_run = fit_logistic_regression(x, y, 1e-4, CLASSES)
+    stronger, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
+    warm, warm_run = fit_logistic_regression(x, y, 1e-4, CLASSES, start=stronger)
+    objectives = [_objective(z, y, *_on_standardised(x, fit), 1e-4) for fit in (cold, warm)]
+    assert float(objectives[1]) == pytest.approx(float(objectives[0]), rel=1e-10)
+    assert max(warm_run.grad_norm, cold_run.grad_norm) < 1e-7
+
+
+def test_the_default_grid_is_swept_whole_and_each_fit_converges():
+    """4 strengths per decade from 1e-8 to 10, the weak end included: each fit of the sweep stops
+    on a tolerance with a float64 gradient near 0, and the choice is the best held-out score."""
+    assert len(L2_GRID) == 37 and L2_GRID[0] == pytest.approx(1e-8) and L2_GRID[-1] == 10.0
+    ratios = torch.tensor(L2_GRID[1:]) / torch.tensor(L2_GRID[:-1])
+    assert torch.allclose(ratios, torch.full_like(ratios, 10**0.25))
+    x, y = _blobs(300, 1.0)
+    probe = logistic_regression_probe(x[:200], y[:200], x[200:], y[200:])
+    assert list(probe.sweep) == list(L2_GRID) == list(probe.held_out_acc1)
+    assert not any(fit.hit_limit for fit in (*probe.sweep.values(), probe.convergence))
+    assert all(fit.grad_norm < 1e-6 for fit in (*probe.sweep.values(), probe.convergence))
+    assert probe.held_out_acc1[probe.l2] == max(probe.held_out_acc1.values())
+    assert probe.edge == (probe.l2 in (L2_GRID[0], L2_GRID[-1]))
+
+
+def test_a_fit_stopped_by_its_iteration_limit_says_so(monkeypatch):
+    monkeypatch.setattr(logreg, "MAX_ITERATIONS", 3)
+    x, y = _blobs(240, 4.0)
+    _, convergence = fit_logistic_regression(x, y, 1e-4, CLASSES)
+    assert convergence.iterations == 3 and convergence.hit_limit
+    assert convergence.grad_norm > logreg.GRADIENT_TOLERANCE
+
+
+def test_an_edge_choice_is_flagged():
+    """Separable blobs: every strength scores 100 % on the held-out part and the tie goes to the
+    strongest, an end of the grid."""
+    x, y = _blobs(200, 0.1)
+    probe = logistic_regression_probe(x[:150], y[:150], x[150:], y[150:], (1e-4, 1e-2, 1.0))
+    assert set(probe.held_out_acc1.values()) == {100.0}
+    assert probe.l2 == 1.0 and probe.edge
+
+
+def test_balanced_top1_averages_each_classs_top1():
+    """Three of class 0 and one of class 1, all predicted 0: top-1 75 %, balanced 50 %; a class
+    absent from ``y`` does not count."""
+    always_zero = LinearClassifier(torch.zeros(2, 3), torch.tensor([1.0, 0.0, 0.0]))
+    x, y = torch.zeros(4, 2), torch.tensor([0, 0, 0, 1])
+    assert logreg.top1(always_zero, x, y) == 75.0 and balanced_top1(always_zero, x, y) == 50.0
+    even = torch.tensor([0, 1, 0, 1])
+    assert balanced_top1(always_zero, x, even) == logreg.top1(always_zero, x, even) == 50.0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
