@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from solo_diet.config import ConfigError
-from solo_diet.launch.errors import DataError
+from solo_diet.launch.errors import DataError, check_destination
 
 ANIMAL_CLASSES = "bear bird cat cow dog elephant giraffe horse sheep zebra".split()
 FASHION_CLASSES = "tshirt trouser pullover dress coat sandal shirt sneaker bag boot".split()
@@ -113,6 +113,7 @@ def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Pat
     ``limit`` is reused, any other earlier write of ours is replaced."""
     if limit is not None and limit <= 0:
         raise ConfigError(f"--limit must be a positive number of images, got {limit}.")
+    check_destination(directory, "DIR")
     root = Path(directory).expanduser().resolve()
     marker, writing = root / ".complete", root / ".writing"
     if marker.exists() and marker.read_text() == f"{name} {limit}":

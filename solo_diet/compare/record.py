@@ -29,6 +29,40 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+TEXT_FIELDS = ("run", "method", "device", "finished_utc", "checkpoint", "fingerprint", "recipe")
+MARKUP = set("<>|`\n\r")  # what would change report.md's tables or carry HTML
+LARGEST = 1e15  # no metric or cost comes near it
+
+
+def read_result(path: Path) -> dict:
+    """A job's ``result.json`` (empty when absent), refused in one line naming the file and the
+    field before a report shows it: text with markup, a string where a number belongs, a number
+    that is infinite or absurd (NaN stays: a metric that could not be measured)."""
+    from solo_diet.compare.tables import RESULT_COLUMNS
+    from solo_diet.config import ConfigError, is_number
+
+    try:
+        result = read_json(path)
+    except ValueError as err:
+        result = f"not JSON ({err})"
+    if not isinstance(result, dict):
+        raise ConfigError(f"{path} is no result (it holds {str(result)[:80]}): delete it.")
+    for key, value in result.items():
+        if isinstance(value, str):
+            wrong = "markup" if MARKUP & set(value) else None
+            numeric = key in RESULT_COLUMNS and key not in TEXT_FIELDS
+            wrong = wrong or ("text where a number belongs" if numeric else None)
+        else:
+            absurd = is_number(value) and not math.isnan(value) and not abs(value) < LARGEST
+            wrong = "an infinite or absurd number" if absurd else None
+        if wrong:
+            raise ConfigError(
+                f"{path}: `{key}` holds {wrong} ({str(value)[:40]!r}): delete the file (the next "
+                "`solo-diet compare` evaluates the job again) or correct the field."
+            )
+    return result
+
+
 def write_json(path: Path, payload: dict) -> None:
     """Write ``payload`` whole or not at all, however the write is interrupted or raced."""
     write_text_atomic(path, json.dumps(payload, indent=2, default=str))

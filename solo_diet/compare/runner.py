@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from omegaconf import ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.compare.budgets import count_images
@@ -24,7 +24,13 @@ from solo_diet.compare.fingerprints import (
 from solo_diet.compare.job import result_standing, run_job
 from solo_diet.compare.jobs import Job, longest_first, plan_jobs, run_budgets
 from solo_diet.compare.lock import output_dir_lock, stop_orphans
-from solo_diet.compare.record import EPOCHS_FILE, note_command, pretrain_costs, progress, read_json
+from solo_diet.compare.record import (
+    EPOCHS_FILE,
+    note_command,
+    pretrain_costs,
+    progress,
+    read_result,
+)
 from solo_diet.compare.report import write_report
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.compare.spec_checks import ParallelSettings, Spec
@@ -37,6 +43,7 @@ from solo_diet.launch.launch_checks import (
     check_solo_learn_choices,
 )
 from solo_diet.launch.nodes import check_one_node
+from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
 
 class JobsFailed(RuntimeError):
@@ -190,8 +197,19 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)
+            _check_method_kwargs(cfg, model_cls)
         except ConfigError as err:
             raise ConfigError(f"{label}: {err}") from None
+
+
+def _check_method_kwargs(cfg: DictConfig, model_cls: type) -> None:
+    """Each ``method_kwargs`` value by its field (what needs the data waits for the job), with a
+    placeholder N where the job's pretraining fills ``num_samples`` from the data."""
+    probe = cfg.copy()
+    filled = OmegaConf.select(probe, "method_kwargs.num_samples") not in (None, "None")
+    if method_contract(model_cls).uses_sample_indexes and not filled:
+        OmegaConf.update(probe, "method_kwargs.num_samples", 1, force_add=True)
+    parse_method_kwargs(probe, model_cls)
 
 
 def _without_standing_results(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> list[Job]:
@@ -226,7 +244,7 @@ def _report_of_finished(
     finished run is stale. Returns the report's path, its results and the labels left out."""
     results, left_out, stale = [], [], False
     for job in jobs:
-        result = read_json(job.run_dir / "result.json")
+        result = read_result(job.run_dir / "result.json")
         if job.key in failed:
             left_out.append(f"{job.label} (failed)")
         elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):

@@ -29,6 +29,7 @@ from solo_diet.compare.spec_checks import (
     parse_sections,
 )
 from solo_diet.config import ConfigError, closest_name
+from solo_diet.launch.errors import check_destination
 from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
 # a spec: its YAML file, or the spec itself (a dict or DictConfig)
@@ -112,7 +113,7 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
     schema = OmegaConf.create(SPEC_DEFAULTS)
     OmegaConf.set_struct(schema, True)
     try:
-        given = OmegaConf.load(where) if isinstance(where, Path) else _copied(spec)
+        given = _read_spec_file(where) if isinstance(where, Path) else _copied(spec)
         _resolve_paths(given, base)
         from_cli = OmegaConf.from_dotlist(list(overrides))
         _resolve_paths(from_cli, Path.cwd())
@@ -140,6 +141,23 @@ def _spec_origin(spec: SpecSource) -> tuple[str | Path, Path]:
     return "the spec", Path.cwd()
 
 
+def _read_spec_file(path: Path) -> DictConfig:
+    """The spec file's YAML: a mapping of spec keys, in UTF-8."""
+    try:
+        given = OmegaConf.load(path)
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): "
+            "save the spec as UTF-8."
+        ) from None
+    if not isinstance(given, DictConfig):
+        raise ConfigError(
+            f"{path}: a spec is a YAML mapping of spec keys ({', '.join(sorted(SPEC_DEFAULTS))}), "
+            f"got a {type(given).__name__.removesuffix('Config').lower()}."
+        )
+    return given
+
+
 def _copied(spec: Mapping[str, Any]) -> DictConfig:
     """A spec given as a mapping, copied (the caller's is not changed)."""
     plain = OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec)
@@ -152,6 +170,7 @@ def _checked(spec: DictConfig, spec_path: str | Path) -> Spec:
         raise ConfigError(
             f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
         )
+    check_destination(spec.output_dir, f"{spec_path}: `output_dir`")
     sections = parse_sections(spec)
     if spec.linear.config_path is None or spec.linear.config_name is None:
         raise ConfigError(

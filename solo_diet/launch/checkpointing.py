@@ -28,6 +28,7 @@ from solo_diet.methods.checkpoint import (
     check_checkpoint_file,
     checkpoint_problem,
     load_checkpoint_file,
+    pickle_allowed,
 )
 
 # args.json keys an auto-resumed checkpoint must share with the run besides those solo-learn's
@@ -44,7 +45,11 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint reader and writer: each save written whole or not at all
     (:mod:`solo_diet._atomic`; a full disk is one :class:`~solo_diet.launch.errors.DiskFull`), each
-    load without pickle. Remote paths and ``storage_options`` go to Lightning's own writer."""
+    load without pickle (unless ``allow_pickle``). Remote paths and ``storage_options`` go to
+    Lightning's own writer."""
+
+    def __init__(self, allow_pickle: bool = False):
+        self.allow_pickle = allow_pickle
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None
@@ -59,7 +64,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None) -> dict[str, Any]:
         if "://" in str(path):
             return super().load_checkpoint(path)
-        return load_checkpoint_file(path)  # on the CPU, as Lightning's own reader loads it
+        # on the CPU, as Lightning's own reader loads it
+        return load_checkpoint_file(path, allow_pickle=self.allow_pickle)
 
 
 class RunCheckpointer(Checkpointer):
@@ -96,7 +102,8 @@ class RunCheckpointer(Checkpointer):
             args = OmegaConf.to_container(self.cfg)
             args["wandb_run_id"] = getattr(self, "wandb_run_id", None)
             text = json.dumps(args, default=lambda _: "<not serializable>")
-            write_text_atomic(self.path / "args.json", text)
+            with disk_full_named(self.path / "args.json"):
+                write_text_atomic(self.path / "args.json", text)
 
 
 def newest_loading(
@@ -198,7 +205,7 @@ def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Opti
     if cfg.resume_from_checkpoint is not None:
         ckpt = str(cfg.resume_from_checkpoint)
         del cfg.resume_from_checkpoint
-        check_checkpoint_key("resume_from_checkpoint", ckpt)
+        check_checkpoint_key("resume_from_checkpoint", ckpt, pickle_allowed(cfg))
         return ckpt, None
     if cfg.auto_resume.enabled:
         found, run_id = auto_resume_checkpoint(cfg, logdir)

@@ -11,12 +11,18 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+import yaml
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
-from solo_diet.launch.launch_checks import check_cfg_before_parse, known_top_level_keys
+from solo_diet.launch.launch_checks import (
+    check_cfg_before_parse,
+    check_key_typos,
+    known_top_level_keys,
+    unread_added_keys,
+)
 from solo_diet.launch.nodes import check_nodes
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
 
@@ -40,6 +46,12 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             f"--config-name {config_name!r}: no {name}.yaml in {config_path}; it holds "
             f"{there}.{hint}"
         )
+    primary = yaml.safe_load((config_dir / f"{name}.yaml").read_text())
+    if not isinstance(primary, (dict, type(None))):
+        raise ConfigError(
+            f"--config-name {config_name!r}: {config_dir / name}.yaml is not a YAML mapping of "
+            "keys (`method: ...`, `backbone: ...`): pass a solo-learn-style config."
+        )
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.2"):
         try:
             cfg = compose(config_name=name, overrides=[quote_equals(o) for o in overrides])
@@ -48,7 +60,13 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             if unknown is None:
                 raise
             raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
+        unread = unread_added_keys(overrides)
+        if unread:  # keys the YAML holds, set with `++`, are its own
+            base, absent = compose(config_name=name), object()
+            unread = {k for k in unread if OmegaConf.select(base, k, default=absent) is absent}
     OmegaConf.set_struct(cfg, False)
+    if unread:
+        check_key_typos(cfg, unread)
     return cfg
 
 
@@ -116,6 +134,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
+    from solo_diet.methods.checkpoint import pickle_allowed
 
     valid = inspect.signature(Trainer.__init__).parameters
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
@@ -125,7 +144,10 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     kwargs.update(
         logger=logger if logger is not None else False,
         callbacks=callbacks,
-        plugins=[*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()],
+        plugins=[
+            *(plugins if isinstance(plugins, list) else [plugins]),
+            AtomicCheckpointIO(pickle_allowed(cfg)),
+        ],
         enable_checkpointing=False,
         strategy=OneProcessAwareDDP(find_unused_parameters=False)
         if cfg.strategy == "ddp"

@@ -93,13 +93,31 @@ class DiskFull(Exception):
 
 @contextlib.contextmanager
 def disk_full_named(path: Path) -> Iterator[None]:
-    """An ``ENOSPC`` raised inside the block (writing ``path``) becomes one :class:`DiskFull`."""
+    """An ``ENOSPC`` raised inside the block (writing ``path``) becomes one :class:`DiskFull`, also
+    where torch's zip writer wraps it (``RuntimeError: [enforce fail at inline_container.cc]``)."""
     try:
         yield
-    except OSError as err:
-        if err.errno != errno.ENOSPC:
+    except (OSError, RuntimeError) as err:
+        cause: Optional[BaseException] = err
+        while cause is not None and getattr(cause, "errno", None) != errno.ENOSPC:
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
             raise
         raise DiskFull(path) from err
+
+
+def check_destination(folder: Any, what: str) -> None:
+    """Refuse a folder to write into (``what`` names its key or argument) that is a file, lies
+    under one, or is on a read-only file system, before anything is written."""
+    path = Path(str(folder)).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{what} {folder}: {existing} is a file, not a folder: pick another.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{what} {folder}: {existing} is not writable (a read-only file system or folder): "
+            "pick a folder you can write to."
+        )
 
 
 class Interrupted(KeyboardInterrupt):
@@ -149,8 +167,9 @@ def user_message(err: Exception) -> Optional[str]:
         return f"solo-learn is not installed ({err}).\n{INSTALL_HINT}" if missing else None
     if isinstance(err, AssertionError):
         return solo_rejection(err)
-    files = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
-    if isinstance(err, (ConfigError, *files, HydraException, OmegaConfBaseException, YAMLError)):
+    files = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+    user = (ConfigError, *files, PermissionError, HydraException, OmegaConfBaseException, YAMLError)
+    if isinstance(err, user) or (isinstance(err, OSError) and err.errno == errno.EROFS):
         text = str(err).strip() or type(err).__name__
         return " ".join(part.strip() for part in text.splitlines())
     return None

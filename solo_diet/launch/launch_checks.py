@@ -9,13 +9,21 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, closest_name, parse_section, setting
+from solo_diet.config import (
+    ConfigError,
+    KeyReader,
+    closest_name,
+    is_number,
+    parse_section,
+    setting,
+)
 from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.launch.errors import check_destination
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
 # _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
@@ -95,7 +103,7 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
     """``optimizer.kwargs`` holds only keywords ``optimizer`` takes, and not those solo-learn passes
     itself (``lr``, ``weight_decay``: set ``optimizer.lr`` / ``optimizer.weight_decay``)."""
-    given = OmegaConf.select(cfg, "optimizer.kwargs") or {}
+    given = OmegaConf.select(cfg, "optimizer.kwargs") or OmegaConf.create()
     for key in SOLO_LEARN_OPTIMIZER_ARGUMENTS:
         if key in given:
             raise KeyReader(cfg).fail(
@@ -103,10 +111,14 @@ def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None
                 f": solo-learn passes the optimizer `optimizer.{key}` itself; set that instead.",
             )
     parameters = inspect.signature(optimizer).parameters
+    owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         known = set(parameters) - {"params", *SOLO_LEARN_OPTIMIZER_ARGUMENTS}
-        owner = f"the `{name}` optimizer ({optimizer.__module__}.{optimizer.__qualname__})"
         KeyReader(cfg).known("optimizer.kwargs", known, owner)
+    try:  # its own checks of the values (``betas`` in [0, 1), say), on one dummy parameter
+        optimizer([torch.nn.Parameter(torch.zeros(1))], lr=1e-3, **OmegaConf.to_container(given))
+    except (ValueError, TypeError) as err:
+        raise KeyReader(cfg).fail("optimizer.kwargs", f"is refused by {owner}: {err}.") from None
 
 
 # the precisions Lightning's Trainer takes (its ``_PRECISION_INPUT``), as written in a config
@@ -124,6 +136,10 @@ class TrainingSettings:
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
     lr: Optional[float] = setting(None, key="optimizer.lr")
+    classifier_lr: Optional[float] = setting(None, key="optimizer.classifier_lr")
+    warmup_epochs: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="scheduler.warmup_epochs"
+    )
     weight_decay: Optional[float] = setting(
         None, within=(0.0, math.inf), key="optimizer.weight_decay"
     )
@@ -136,11 +152,20 @@ class TrainingSettings:
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
-        """A learning rate > 0 and a precision Lightning knows."""
-        if self.lr is not None and not self.lr > 0:  # a number (the schema); not NaN either
-            raise KeyReader(cfg).fail(
-                "optimizer.lr", f"must be a positive number, got {self.lr!r}."
-            )
+        """Finite learning rates > 0, batch limits Lightning takes and a precision it knows."""
+        for key, lr in (("optimizer.lr", self.lr), ("optimizer.classifier_lr", self.classifier_lr)):
+            if lr is not None and not 0 < lr < math.inf:  # a number (the schema); not NaN either
+                raise KeyReader(cfg).fail(key, f"must be a positive finite number, got {lr!r}.")
+        for key in ("limit_train_batches", "limit_val_batches"):
+            limit = OmegaConf.select(cfg, key)
+            if limit is not None and not (
+                is_number(limit) and 0 <= limit and (isinstance(limit, int) or limit <= 1)
+            ):
+                raise KeyReader(cfg).fail(
+                    key,
+                    f"must be a batch count (an integer >= 0) or a fraction in [0, 1], got "
+                    f"{limit!r}.",
+                )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
@@ -170,13 +195,16 @@ SOLO_LEARN_SECTIONS = (
     *("pretrained_feature_extractor", "resume_from_checkpoint", "scheduler", "seed", "wandb"),
     "wandb_cfg",
 )
+# the top-level keys our launchers read besides solo-learn's (docs/launchers.md)
+OWN_TOP_LEVEL_KEYS = ("allow_pickle_checkpoint", "probe", "sem_tau")
 
 
 def known_top_level_keys() -> list[str]:
-    """The top-level keys solo-learn or Lightning's ``Trainer`` read."""
+    """The top-level keys solo-learn, Lightning's ``Trainer`` or our launchers read."""
     from lightning.pytorch import Trainer
 
-    return sorted({*inspect.signature(Trainer.__init__).parameters, *SOLO_LEARN_SECTIONS})
+    trainer = inspect.signature(Trainer.__init__).parameters
+    return sorted({*trainer, *SOLO_LEARN_SECTIONS, *OWN_TOP_LEVEL_KEYS})
 
 
 # the keys solo-learn (its methods, args and main scripts) and our launchers read in its sections
@@ -202,10 +230,11 @@ SECTION_KEYS = {
 }
 
 
-def check_key_typos(cfg: DictConfig) -> None:
+def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
     """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
-    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``);
-    keys far from every known one pass (solo-learn's configs are open to additions)."""
+    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``),
+    or that is ``added`` (by a ``+``/``++`` override, not in the YAML); other keys far from every
+    known one pass (solo-learn's configs are open to additions)."""
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -217,6 +246,29 @@ def check_key_typos(cfg: DictConfig) -> None:
                     "is not a key solo-learn or Lightning reads, so it would be ignored; did you "
                     f"mean `{prefix}{close}`?",
                 )
+            if key not in known and f"{prefix}{key}" in added:
+                close = closest_name(key, known)
+                hint = f"; did you mean `{prefix}{close}`?" if close else "."
+                raise KeyReader(cfg).fail(
+                    f"{prefix}{key}",
+                    "is not a key solo-learn, Lightning or solo-diet reads, so `+`/`++` would add "
+                    f"a key nothing reads: remove it or correct its name{hint}",
+                )
+
+
+def unread_added_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys ``+key=...`` and ``++key=...`` overrides set that neither solo-learn, Lightning nor
+    our launchers read, at the depth :func:`check_key_typos` checks (``+optimizer.foo.bar``:
+    ``optimizer.foo``)."""
+    keys, top_level = set(), set(known_top_level_keys())
+    for override in overrides:
+        if override.startswith("+"):
+            head, *rest = override.lstrip("+").partition("=")[0].split(".")
+            if head not in SECTION_KEYS and head not in top_level:
+                keys.add(head)
+            elif head in SECTION_KEYS and rest and rest[0] not in SECTION_KEYS[head]:
+                keys.add(f"{head}.{rest[0]}")
+    return keys
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:
@@ -245,7 +297,11 @@ def check_data_paths(cfg: DictConfig) -> None:
 
 def check_cfg_before_parse(cfg: DictConfig) -> None:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, batch size, epochs and lr, and the data folders."""
+    ``parse_cfg``: top-level key typos, batch size, epochs and lr, the data folders and the
+    checkpoint folder."""
     check_key_typos(cfg)
     parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
     check_data_paths(cfg)
+    folder = OmegaConf.select(cfg, "checkpoint.dir")
+    if OmegaConf.select(cfg, "checkpoint.enabled") is not False and folder not in (None, "None"):
+        check_destination(folder, "`checkpoint.dir`")

@@ -1,6 +1,6 @@
 """``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
 ``LinearModel``, through our own launcher. What it does beyond solo-learn's ``main_linear.py``, and
-its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``allow_pickle_checkpoint: True`` loads a
+its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``++allow_pickle_checkpoint=True`` loads a
 checkpoint that needs pickle, with a warning (refused by default: unpickling runs any code)."""
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from solo_diet.launch.launch_checks import (
 )
 from solo_diet.launch.settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
-    ALLOW_PICKLE_KEY,
     PretrainedCheckpoint,
     build_backbone,
     load_backbone_weights,
+    pickle_allowed,
     read_pretrain_args,
 )
 
@@ -42,8 +42,7 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
-    allow_pickle = OmegaConf.select(cfg, ALLOW_PICKLE_KEY) is True  # checked when loaded
-    check_checkpoint_key("pretrained_feature_extractor", str(ckpt), allow_pickle)
+    check_checkpoint_key("pretrained_feature_extractor", str(ckpt), pickle_allowed(cfg))
     if OmegaConf.select(cfg, "backbone.name") is not None:
         return
     args = read_pretrain_args(str(ckpt))
@@ -58,7 +57,7 @@ def probe_features(cfg: DictConfig) -> nn.Module:
     read = KeyReader(cfg)
     probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
-    allow_pickle = read.bool(ALLOW_PICKLE_KEY, default=False)
+    allow_pickle = pickle_allowed(cfg)
     if probe == "backbone":
         backbone = build_backbone(cfg)
         load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)

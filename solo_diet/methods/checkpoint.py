@@ -25,7 +25,7 @@ import omegaconf
 import torch
 from torch import nn
 
-from solo_diet.config import ConfigError
+from solo_diet.config import ConfigError, KeyReader
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
@@ -61,6 +61,11 @@ class CorruptCheckpoint(ConfigError):
         )
 
 
+def pickle_allowed(cfg: omegaconf.DictConfig) -> bool:
+    """The launchers' ``allow_pickle_checkpoint`` (True or False; default False)."""
+    return KeyReader(cfg).bool(ALLOW_PICKLE_KEY, default=False)
+
+
 def check_checkpoint_file(path: Path) -> None:
     """Refuse a checkpoint path that is not a file; for a folder, name its newest ``.ckpt`` up to
     three levels down (``trained_models/<method>/<run>/``)."""
@@ -85,12 +90,22 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
             f"is rebuilt from. Keep the checkpoint in its run folder, or {PASS_THE_CONFIG}."
         )
     try:
-        return _saved_args(args_path)
+        args = _saved_args(args_path)
     except ValueError as err:
         raise ConfigError(
             f"{args_path}, the pretraining config of {ckpt_path}, does not read ({err}): restore "
             f"it (a rerun of the pretraining rewrites it), or {PASS_THE_CONFIG}."
         ) from None
+    if args.get("method") is None:
+        probed = args.get("pretrained_feature_extractor")
+        raise ConfigError(
+            f"{ckpt_path} is a linear probe's checkpoint, not a pretraining one: pass the one it "
+            f"probed, {probed}."
+            if probed
+            else f"{args_path} names no `method`, so {ckpt_path} is no pretraining checkpoint: "
+            f"pass one, or {PASS_THE_CONFIG}."
+        )
+    return args
 
 
 def _registered_methods() -> dict[str, type]:
@@ -160,33 +175,57 @@ def _weights_only_enforced() -> Iterator[None]:
             os.environ[FORCE_PICKLE_VARIABLE] = forced
 
 
-def _needs_pickle(path: Path, error: BaseException) -> str:
-    """Why a checkpoint that only pickle loads is refused, in a few words, with the opt-in: the
-    globals that are not allow-listed, else the load error's first line."""
+def _needs_pickle(path: Path) -> Optional[str]:
+    """Why a zip checkpoint that only pickle loads is refused, in a few words, with the opt-in:
+    the globals it names that are not allow-listed; None when it is no valid pickle at all."""
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # not a zip checkpoint: the load error names the first one
-        found = []
+    except Exception:  # noqa: BLE001 - its pickle does not parse: a damaged file
+        return None
     allowed = {f"{t.__module__}.{t.__qualname__}" for t in checkpoint_safe_globals()}
-    names = [n for n in found if n not in allowed] or [str(error).strip().splitlines()[0][:80]]
+    names = [n for n in found if n not in allowed]
+    if not names:
+        return None
     return (
         f"it holds objects only pickle can rebuild ({', '.join(names)}), and unpickling runs any "
-        f"code the file carries; if you trust its source, `{ALLOW_PICKLE_KEY}=True` loads it"
+        f"code the file carries; if you trust its source, `++{ALLOW_PICKLE_KEY}=True` (pretrain "
+        "and linear) loads it"
     )
+
+
+def _check_archive_sizes(path: Path) -> None:
+    """Refuse a zip checkpoint whose entries declare more bytes than the file holds (torch stores
+    them uncompressed), before any is unpacked: a damaged file, or a zip bomb."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(entry.file_size for entry in archive.infolist())
+    except (zipfile.BadZipFile, OSError):
+        return  # torch's reader names the damage
+    size = path.stat().st_size
+    if declared > size:
+        raise CorruptCheckpoint(
+            path,
+            f"it is corrupt or hostile: its zip entries unpack to {declared:,} bytes, more than "
+            f"the {size:,} bytes of the file (torch stores them uncompressed)",
+        )
 
 
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
     """``torch.load`` on the CPU, or one :class:`CorruptCheckpoint` / :class:`UnsafeCheckpoint`."""
-    mmap = mmap and zipfile.is_zipfile(path)  # legacy-format files cannot be memory-mapped
+    archive = zipfile.is_zipfile(path)
+    if archive:
+        _check_archive_sizes(path)
+    mmap = mmap and archive  # legacy-format files cannot be memory-mapped
     try:
         if allow_pickle:
             return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
         with _weights_only_enforced():
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
-        if allow_pickle or not zipfile.is_zipfile(path):
+        unsafe = None if allow_pickle or not archive else _needs_pickle(path)
+        if unsafe is None:
             raise CorruptCheckpoint(path, _not_loading(path, error)) from error
-        raise UnsafeCheckpoint(path, _needs_pickle(path, error)) from error
+        raise UnsafeCheckpoint(path, unsafe) from error
     except Exception as error:  # noqa: BLE001 - what torch raises on a damaged file varies
         raise CorruptCheckpoint(path, _not_loading(path, error)) from error
 
@@ -247,7 +286,8 @@ def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
 
 def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) -> int:
     weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
-    missing, unexpected = backbone.load_state_dict(weights, strict=False)
+    with _mismatch_named(ckpt_path, "the configured backbone (backbone.name/kwargs)"):
+        missing, unexpected = backbone.load_state_dict(weights, strict=False)
     if missing or unexpected or not weights:
         raise ConfigError(
             f"checkpoint {ckpt_path} does not match the configured backbone (backbone.name/"
@@ -255,6 +295,22 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
             "pretraining run's backbone settings (its args.json)."
         )
     return len(weights)
+
+
+@contextlib.contextmanager
+def _mismatch_named(ckpt_path: PathLike, model: str) -> Iterator[None]:
+    """A tensor of another shape than ``model``'s (``load_state_dict``'s RuntimeError) is one
+    ConfigError naming the first."""
+    try:
+        yield
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if "size mismatch" in line]
+        if not lines:
+            raise
+        raise ConfigError(
+            f"checkpoint {ckpt_path} does not match {model}: {lines[0]} ({len(lines)} tensor(s) "
+            "differ). Use the pretraining run's settings (its args.json, next to the checkpoint)."
+        ) from None
 
 
 def load_backbone_weights(
@@ -323,6 +379,7 @@ class PretrainedCheckpoint:
         in eval mode; built once, then shared by every caller."""
         if self._method is None:
             model = self.method_class()(self.args)
-            model.load_state_dict(self.state_dict, strict=True)
+            with _mismatch_named(self.path, f"the {self.method_name} its args.json builds"):
+                model.load_state_dict(self.state_dict, strict=True)
             self._method = model.eval()
         return self._method

@@ -138,21 +138,29 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
     return method_cls
 
 
-def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
-    """Build ``method_cls``'s declared ``kwargs`` from ``cfg.method_kwargs`` (an unknown key
-    refused naming the closest, an old one of ``renamed_method_kwargs`` naming its new name; then
-    its ``checked(cfg)``) and write every value back; returns ``cfg``."""
+def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional[Any]:
+    """``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs``, each key checked by
+    its field (an unknown key refused naming the closest, an old one of ``renamed_method_kwargs``
+    naming its new name); None for a class that declares none."""
     schema = method_contract(method_cls).kwargs
-    if schema is not None:
-        given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
-        for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
-            if old in given:
-                raise ConfigError(
-                    f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
-                    f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
-                    "old key still loads)."
-                )
-        parsed = parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
+    if schema is None:
+        return None
+    given = omegaconf.OmegaConf.select(cfg, "method_kwargs") or {}
+    for old, new in getattr(method_cls, "renamed_method_kwargs", {}).items():
+        if old in given:
+            raise ConfigError(
+                f"`method_kwargs.{old}` was renamed `method_kwargs.{new}`: write "
+                f"`method_kwargs.{new}: {given[old]}` instead (a checkpoint saved with the "
+                "old key still loads)."
+            )
+    return parse_section(schema, cfg, "method_kwargs", f"method `{cfg.method}`")
+
+
+def fill_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> omegaconf.DictConfig:
+    """:func:`parse_method_kwargs`, then its ``checked(cfg)``, every value written back; returns
+    ``cfg``."""
+    parsed = parse_method_kwargs(cfg, method_cls)
+    if parsed is not None:
         checked = getattr(parsed, "checked", None)
         write_section(cfg, "method_kwargs", parsed if checked is None else checked(cfg))
     return cfg

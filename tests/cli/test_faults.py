@@ -110,7 +110,7 @@ def test_a_pickled_checkpoint_runs_no_code_and_is_skipped(data, tmp_path, capsys
     assert skipped == [
         f"skipping checkpoint {final}: it does not load (it holds objects only pickle can rebuild "
         "(io.open), and unpickling runs any code the file carries; if you trust its source, "
-        "`allow_pickle_checkpoint=True` loads it)."
+        "`++allow_pickle_checkpoint=True` (pretrain and linear) loads it)."
     ]
     assert f"Resuming from previous checkpoint that matches specifications: '{first}'" in out
     assert "nothing to train" not in out

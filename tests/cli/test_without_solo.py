@@ -74,6 +74,12 @@ def test_configs_and_data_errors_work_without_solo(tmp_path):
     assert done.returncode == 2 and done.stderr.strip() == (
         "solo-diet data: --limit must be a positive number of images, got 0."
     )
+    (tmp_path / "file").touch()
+    done = run_without_solo(["data", "animal-mnist", str(tmp_path / "file" / "am")], tmp_path)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        f"solo-diet data: DIR {tmp_path}/file/am: {tmp_path}/file is a file, not a folder: pick "
+        "another."
+    )
 
 
 @pytest.mark.parametrize(("command", "required"), [("compare", "spec"), ("solo-script", "script")])
