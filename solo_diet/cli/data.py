@@ -108,6 +108,28 @@ def _clear_earlier_write(root: Path) -> None:
         shutil.rmtree(split)
 
 
+def _limited(labels: np.ndarray, limit: int, classes: list[str]) -> np.ndarray:
+    """The training images ``--limit`` keeps (a stratified share); refused when it leaves a class
+    without any, naming the smallest limit that gives every class one."""
+
+    def kept(count: int) -> np.ndarray:
+        return stratified_split(labels, 1 - min(1.0, count / len(labels)), seed=0)[0]
+
+    keep = kept(limit)
+    missing = len(classes) - len(np.unique(labels[keep]))
+    if missing:
+        needed = next(
+            n
+            for n in range(limit + 1, len(labels) + 1)
+            if len(np.unique(labels[kept(n)])) == len(classes)
+        )
+        raise ConfigError(
+            f"--limit {limit} leaves {missing} of the {len(classes)} classes without a training "
+            f"image: pass --limit {needed} or more."
+        )
+    return keep
+
+
 def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Path:
     """Write dataset ``name`` under ``directory``; a complete earlier write of the same dataset and
     ``limit`` is reused, any other earlier write of ours is replaced."""
@@ -118,15 +140,15 @@ def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Pat
     marker, writing = root / ".complete", root / ".writing"
     if marker.exists() and marker.read_text() == f"{name} {limit}":
         return root
+    loader, classes = DATASETS[name]
+    x_train, y_train, x_val, y_val = loader()  # first: a failed load leaves no folder behind
+    if limit is not None:
+        keep = _limited(y_train, limit, classes)
+        x_train, y_train = x_train[keep], y_train[keep]
     _clear_earlier_write(root)
     root.mkdir(parents=True, exist_ok=True)
     marker.unlink(missing_ok=True)
     writing.write_text(f"{name} {limit}")
-    loader, classes = DATASETS[name]
-    x_train, y_train, x_val, y_val = loader()
-    if limit is not None:
-        keep, _ = stratified_split(y_train, 1 - min(1.0, limit / len(y_train)), seed=0)
-        x_train, y_train = x_train[keep], y_train[keep]
     _write_split(root / "train", x_train, y_train, classes)
     _write_split(root / "val", x_val, y_val, classes)
     marker.write_text(f"{name} {limit}")

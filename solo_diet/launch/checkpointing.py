@@ -5,10 +5,12 @@ checkpoints (an untrained backbone, the raw pixels) in the layout of solo-learn'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -20,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
 
 from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
+from solo_diet._lock import folder_lock, lock_file
 from solo_diet.config import ConfigError
 from solo_diet.launch.errors import disk_full_named
 from solo_diet.methods._common import SOLO_LEARN_SEED
@@ -34,6 +37,7 @@ from solo_diet.methods.checkpoint import (
 # args.json keys an auto-resumed checkpoint must share with the run besides those solo-learn's
 # AutoResumer compares (neither the data nor N: it would resume a run trained on other data)
 SAME_RUN_KEYS = ("data.train_path", "data.val_path", "data.fraction", "method_kwargs.num_samples")
+ARGS_FILE, RUN_LOCK_FILE = "args.json", ".run.lock"  # in each run folder
 
 
 def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) -> Optional[int]:
@@ -72,15 +76,25 @@ class RunCheckpointer(Checkpointer):
     """solo-learn's ``Checkpointer`` (``<logdir>/<run>/<name>-<run>-ep=<epoch>.ckpt`` beside
     ``args.json``), every ``checkpoint.frequency`` epochs, with ``args.json`` written whole, global
     rank 0's run folder on every process, and a run resumed from a checkpoint in a run folder of
-    ``logdir`` going on in that folder (the resumed checkpoint counts as the previous one)."""
+    ``logdir`` going on in that folder (the resumed checkpoint counts as the previous one). Rank 0
+    holds the run folder's lock (``solo-diet <command>``) from the fit's start to :meth:`release`,
+    and first removes the folders of runs stopped before their first checkpoint."""
 
-    def __init__(self, cfg: DictConfig, logdir: str | Path, resume_from: Optional[str] = None):
+    def __init__(
+        self,
+        cfg: DictConfig,
+        logdir: str | Path,
+        resume_from: Optional[str] = None,
+        command: str = "pretrain",
+    ):
         super().__init__(cfg, logdir, cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev)
         self.resume_from = Path(resume_from) if resume_from is not None else None
+        self.command, self.lock = command, contextlib.ExitStack()
 
     def initial_setup(self, trainer: Any) -> None:
         if trainer.is_global_zero:  # saves killed mid-write, in any run folder, left these
             remove_stale_temporaries(self.logdir)
+            remove_abandoned_runs(self.logdir)
         resumed = None if self.resume_from is None else self.resume_from.resolve().parent
         if resumed is None or resumed.parent != self.logdir.resolve():  # not a run folder of logdir
             super().initial_setup(trainer)
@@ -89,21 +103,47 @@ class RunCheckpointer(Checkpointer):
             self.path, self.ckpt_placeholder = trainer.strategy.broadcast(
                 (self.path, self.ckpt_placeholder)
             )
-            return
-        if trainer.logger is not None:
-            self.wandb_run_id = str(trainer.logger.version)
-        self.path = folder = self.logdir / resumed.name
-        self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
-        own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
-        self.last_ckpt = folder / self.resume_from.name if own else None
+        else:
+            if trainer.logger is not None:
+                self.wandb_run_id = str(trainer.logger.version)
+            self.path = folder = self.logdir / resumed.name
+            self.ckpt_placeholder = f"{self.cfg.name}-{folder.name}" + "-ep={}.ckpt"
+            own = self.resume_from.name.startswith(f"{self.cfg.name}-{folder.name}-ep=")
+            self.last_ckpt = folder / self.resume_from.name if own else None
+        if trainer.is_global_zero:
+            fix = "start a new run with auto_resume.enabled=False or another `checkpoint.dir`"
+            lock = folder_lock(
+                self.path / RUN_LOCK_FILE, self.command, f"the run folder {self.path}", fix
+            )
+            self.lock.enter_context(lock)
+
+    def release(self) -> None:
+        """Release the run folder's lock (the fit has ended)."""
+        self.lock.close()
 
     def save_args(self, trainer: Any) -> None:
         if trainer.is_global_zero:
             args = OmegaConf.to_container(self.cfg)
             args["wandb_run_id"] = getattr(self, "wandb_run_id", None)
             text = json.dumps(args, default=lambda _: "<not serializable>")
-            with disk_full_named(self.path / "args.json"):
-                write_text_atomic(self.path / "args.json", text)
+            with disk_full_named(self.path / ARGS_FILE):
+                write_text_atomic(self.path / ARGS_FILE, text)
+
+
+def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
+    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
+    ``kill -9``): folders holding only ``args.json`` and a lock no process holds."""
+    for args_path in sorted(Path(logdir).glob(f"*/{ARGS_FILE}")):
+        folder = args_path.parent
+        if {p.name for p in folder.iterdir()} - {ARGS_FILE, RUN_LOCK_FILE}:
+            continue
+        with contextlib.ExitStack() as held:
+            if (folder / RUN_LOCK_FILE).exists():
+                _, state = held.enter_context(lock_file(folder / RUN_LOCK_FILE, create=False))
+                if state != "taken":  # its run is alive (or no file locks here)
+                    continue
+            shutil.rmtree(folder)
+            say(f"removed {folder}: a run stopped before its first checkpoint left it")
 
 
 def newest_loading(

@@ -207,7 +207,8 @@ def fit_or_raise(
 ) -> None:
     """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` saying where
     to resume from (Lightning swallows KeyboardInterrupt), a core error names its config keys, no
-    empty run folder stays, and ``data_path`` is closed however the fit ends."""
+    empty run folder stays, and ``data_path`` and the run folder's lock are released however the
+    fit ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.methods.index_method import INDEX_ARGUMENT_KEYS
@@ -225,6 +226,8 @@ def fit_or_raise(
         raise
     finally:
         data_path.close()
+        if checkpointer is not None:
+            checkpointer.release()
     if stopped:
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
@@ -236,20 +239,23 @@ def logger_and_callbacks(
     logdir: str,
     wandb_run_id: Optional[str],
     resume_from: Optional[str] = None,
+    command: str = "pretrain",
 ):
-    """The run's checkpointer (:class:`RunCheckpointer`, and at the last epoch), wandb logger (with
-    optional gradient watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
+    """The run's divergence guard, checkpointer (:class:`RunCheckpointer`, locking its run folder
+    for ``solo-diet <command>``, and at the last epoch), wandb logger (with optional gradient
+    watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
     from solo_diet.launch.checkpointing import RunCheckpointer
+    from solo_diet.launch.divergence import DivergenceGuard
 
-    callbacks: list = []
+    callbacks: list = [DivergenceGuard()]
     if OmegaConf.select(cfg, "enable_progress_bar", default=True) is not False:
         callbacks.append(TimedProgressBar())
     checkpointer = None
     if cfg.checkpoint.enabled:
-        checkpointer = RunCheckpointer(cfg, logdir, resume_from)
+        checkpointer = RunCheckpointer(cfg, logdir, resume_from, command)
         callbacks += [checkpointer, FinalEpochCheckpoint(checkpointer)]
     logger = None
     if cfg.wandb.enabled:

@@ -8,7 +8,6 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Collection, Optional, Sequence
 
 import torch
@@ -22,7 +21,7 @@ from solo_diet.config import (
     parse_section,
     setting,
 )
-from solo_diet.data.tensor_data import FOLDER_DATASETS
+from solo_diet.launch.data_checks import check_data_paths
 from solo_diet.launch.errors import check_destination
 
 # the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
@@ -281,26 +280,42 @@ def check_accelerator_present(cfg: DictConfig) -> None:
         )
 
 
-def check_data_paths(cfg: DictConfig) -> None:
-    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist is refused
-    naming the key (solo-learn would raise a bare ``FileNotFoundError``)."""
-    if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
-        return  # torchvision's datasets download into their path
-    for key in ("data.train_path", "data.val_path"):
-        path = OmegaConf.select(cfg, key)
-        if path not in (None, "None") and not Path(str(path)).exists():
+def check_finite_numbers(cfg: DictConfig) -> None:
+    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``
+    (``optimizer.lr=inf`` trains NaN weights; 1e300 is a traceback inside the optimizer)."""
+    largest = torch.finfo(torch.float32).max
+    pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
+    while pending:
+        key, node = pending.pop()
+        if isinstance(node, float) and not abs(node) <= largest:
             raise KeyReader(cfg).fail(
-                key,
-                f"{path} does not exist: point it at an image folder with one subfolder per class.",
+                key, f"is {node}: every number of a run must be finite (within ±{largest:.3g})."
             )
+        if isinstance(node, dict):
+            pending += [(f"{key}.{k}".lstrip("."), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            pending += [(f"{key}[{i}]", v) for i, v in enumerate(node)]
+
+
+def check_trains_something(cfg: DictConfig) -> None:
+    """Refuse ``limit_train_batches: 0``: the fit would train nothing and write no checkpoint."""
+    limit = OmegaConf.select(cfg, "limit_train_batches")
+    if is_number(limit) and limit == 0:
+        raise KeyReader(cfg).fail(
+            "limit_train_batches",
+            "is 0, so nothing would train and no checkpoint would be written: remove it, or give "
+            "a batch count >= 1 or a fraction in (0, 1].",
+        )
 
 
 def check_cfg_before_parse(cfg: DictConfig) -> None:
     """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, batch size, epochs and lr, the data folders and the
-    checkpoint folder."""
+    ``parse_cfg``: top-level key typos, finite numbers, batch size, epochs and lr, a fit that
+    trains something, the data folders and the checkpoint folder."""
     check_key_typos(cfg)
+    check_finite_numbers(cfg)
     parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
+    check_trains_something(cfg)
     check_data_paths(cfg)
     folder = OmegaConf.select(cfg, "checkpoint.dir")
     if OmegaConf.select(cfg, "checkpoint.enabled") is not False and folder not in (None, "None"):

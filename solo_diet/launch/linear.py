@@ -20,7 +20,9 @@ from solo_diet.launch.common import (
     logger_and_callbacks,
     trainer_kwargs,
 )
+from solo_diet.launch.data_checks import check_val_classes
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
+from solo_diet.launch.divergence import non_finite_tensors
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_class_count,
@@ -53,21 +55,31 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 
 def probe_features(cfg: DictConfig) -> nn.Module:
     """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
-    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``)."""
+    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``); refused
+    when its weights are not finite."""
     read = KeyReader(cfg)
     probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
     allow_pickle = pickle_allowed(cfg)
     if probe == "backbone":
-        backbone = build_backbone(cfg)
-        load_backbone_weights(backbone, ckpt, allow_pickle=allow_pickle)
-        return backbone
-    from solo_diet.methods.sem import sem_feature_extractor
+        features = build_backbone(cfg)
+        load_backbone_weights(features, ckpt, allow_pickle=allow_pickle)
+    else:
+        from solo_diet.methods.sem import sem_feature_extractor
 
-    tau = OmegaConf.select(cfg, "sem_tau", default=None)
-    if tau is not None and tau < 0:
-        raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
-    return sem_feature_extractor(PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle), tau=tau)
+        tau = OmegaConf.select(cfg, "sem_tau", default=None)
+        if tau is not None and tau < 0:
+            raise ConfigError(f"`sem_tau` must be >= 0 (0 = one-hot simplices), got {tau}.")
+        checkpoint = PretrainedCheckpoint(ckpt, allow_pickle=allow_pickle)
+        features = sem_feature_extractor(checkpoint, tau=tau)
+    bad = non_finite_tensors(features.state_dict().items())
+    if bad:
+        raise ConfigError(
+            f"`pretrained_feature_extractor`: {ckpt} holds NaN or infinite weights (`{bad[0]}` and "
+            f"{len(bad) - 1} more): its pretraining diverged; pretrain again with a smaller "
+            "`optimizer.lr`."
+        )
+    return features
 
 
 def _loss_and_mixup(cfg: DictConfig):
@@ -105,6 +117,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
     check_class_count(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
+    check_val_classes(cfg)
     loader_settings = parse_loader_settings(cfg, data_path.settings)
     seed_everything(cfg.seed)
 
@@ -121,7 +134,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     logdir = os.path.join(cfg.checkpoint.dir, "linear")
     ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
     logger, callbacks, checkpointer = logger_and_callbacks(
-        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path
+        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path, command="linear"
     )
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
     fit_or_raise(

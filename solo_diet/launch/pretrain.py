@@ -21,6 +21,7 @@ from solo_diet.launch.common import (
     logger_and_callbacks,
     trainer_kwargs,
 )
+from solo_diet.launch.data_checks import check_val_classes
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
@@ -68,6 +69,7 @@ def prepare_run(cfg: DictConfig) -> tuple[DictConfig, type, Contract, DataPath, 
             check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
     check_class_count(cfg, 2, "the online linear probe")
+    check_val_classes(cfg)
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")

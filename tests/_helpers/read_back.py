@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from solo_diet.launch.callbacks import EpochCostLogger
 from solo_diet.launch.common import trainer_kwargs
+from solo_diet.launch.divergence import DivergenceGuard
 from solo_diet.launch.pretrain import build_model
 from solo_diet.methods.contract import method_contract
 from tests._helpers.gpu_path import (
@@ -170,7 +171,8 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     model = build_model(cfg, method_cls)
     guard = ReadBackGuard(cuda)
     costs = EpochCostLogger(tmp_path / "epochs.csv")
-    trainer = Trainer(**trainer_kwargs(cfg, [costs, guard], logger=None))
+    callbacks = [DivergenceGuard(), costs, guard]  # the launchers' divergence guard too
+    trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger=None))
     try:
         trainer.fit(model, train)
     finally:

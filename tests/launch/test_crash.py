@@ -152,7 +152,7 @@ def test_a_resume_after_sigterm_goes_on_in_the_same_run_folder(data, tmp_path, c
     assert f"Resuming from previous checkpoint that matches specifications: '{first}'" in out
     final = Path(last_line(out).removeprefix("last checkpoint: "))
     assert run_folder(tmp_path) == folder and final.parent == folder
-    assert sorted(p.name for p in folder.iterdir()) == ["args.json", final.name]  # no ep=0 left
+    assert sorted(p.name for p in folder.iterdir()) == [".run.lock", "args.json", final.name]
     assert final.name == first.name.replace("-ep=0.ckpt", "-ep=2.ckpt")
     assert json.loads((folder / "args.json").read_text())["max_epochs"] == 3
 
@@ -229,7 +229,10 @@ def test_kill_9_at_a_random_step_then_a_rerun_ends_as_an_uninterrupted_run(
     assert progress_of(final) == uninterrupted_progress, (mode, at)
     if saved:  # resumed: in the same folder, the killed save's temporary file gone
         assert final.parent == saved[0].parent and f"'{saved[-1]}'" in out
-        assert sorted(p.name for p in final.parent.iterdir()) == ["args.json", final.name]
+        names = sorted(p.name for p in final.parent.iterdir())
+        assert names == [".run.lock", "args.json", final.name]
+    else:  # started over: the killed run's folder (its args.json only) removed
+        assert list(tmp_path.glob("diet/*")) == [final.parent]
 
 
 @pytest.fixture(scope="module")

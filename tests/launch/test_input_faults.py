@@ -43,7 +43,7 @@ REFUSED = [
     ("++foo=1", "`foo` is not a key solo-learn, Lightning or solo-diet reads, so `+`/`++` would"),
     ("+optimizer.foo=1", "`optimizer.foo` is not a key solo-learn, Lightning or solo-diet reads"),
     ("++max_epoch=3", "`max_epoch` is not a key solo-learn or Lightning reads, so it would be"),
-    ("optimizer.lr=inf", "`optimizer.lr` must be a positive finite number, got inf."),
+    ("optimizer.lr=inf", "`optimizer.lr` is inf: every number of a run must be finite"),
     ("optimizer.classifier_lr=-1", "`optimizer.classifier_lr` must be a positive finite number"),
     ("scheduler.warmup_epochs=-3", "`scheduler.warmup_epochs` must be in [0.0, inf), got -3."),
     ("++limit_train_batches=-1", "`limit_train_batches` must be a batch count (an integer >= 0)"),

@@ -10,6 +10,7 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from solo.methods import METHODS
@@ -262,6 +263,26 @@ def test_fashion_mnist_without_its_files_is_one_clear_error(tmp_path):
     for dirs in [(str(tmp_path / "absent"),), (str(tmp_path),)]:
         with pytest.raises(DataError, match="four IDX files not found in .*apt-get install"):
             load_fashion_mnist(dirs)
+
+
+def test_a_data_write_that_cannot_be_done_makes_no_folder(tmp_path, monkeypatch):
+    from solo_diet.cli import data as data_cli
+    from solo_diet.launch.errors import DataError
+
+    absent = (str(tmp_path / "absent"),)  # Fashion-MNIST's files not installed
+    loader = (lambda: data_cli.load_fashion_mnist(absent), data_cli.FASHION_CLASSES)
+    monkeypatch.setitem(data_cli.DATASETS, "fashion-mnist", loader)
+    with pytest.raises(DataError, match="four IDX files not found"):
+        data_cli.write_dataset("fashion-mnist", str(tmp_path / "fm"))
+    labels = np.repeat(np.arange(10), 800)  # Animal-MNIST's 8000 training labels
+    fake = (lambda: (np.zeros((8000, 2, 2), np.uint8), labels, None, None), data_cli.ANIMAL_CLASSES)
+    monkeypatch.setitem(data_cli.DATASETS, "animal-mnist", fake)
+    with pytest.raises(ConfigError) as refused:
+        data_cli.write_dataset("animal-mnist", str(tmp_path / "am"), limit=3)
+    assert str(refused.value) == (
+        "--limit 3 leaves 10 of the 10 classes without a training image: pass --limit 6 or more."
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_data_command_writes_fashion_mnist_image_folder(tmp_path):

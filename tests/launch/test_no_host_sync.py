@@ -2,12 +2,13 @@
 
 Every method ``solo-diet methods`` lists (but the ``linear`` probe) trains through the GPU data
 path, built as ``solo-diet pretrain`` builds it (``build_model``: our same-math substitutes,
-channels-last; the launcher's Trainer arguments; compare's ``EpochCostLogger``), in bf16-mixed
-precision, with CUDA's sync debug mode set to "error" from the start of the second batch to the
-start of the fifth: three whole steps (forward, backward, optimizer, the module's
-``on_train_batch_end`` with its EMA, Lightning's bookkeeping, the callbacks and the GPU path
-making the next batch). Any host synchronisation (``.item()``, ``.cpu()``, a boolean mask, a
-blocking copy) raises inside the step and fails the test with its traceback.
+channels-last; the launcher's Trainer arguments and ``DivergenceGuard``; compare's
+``EpochCostLogger``), in bf16-mixed precision, with CUDA's sync debug mode set to "error" from
+the start of the second batch to the start of the fifth: three whole steps (forward, backward,
+optimizer, the module's ``on_train_batch_end`` with its EMA, Lightning's bookkeeping, the
+callbacks and the GPU path making the next batch). Any host synchronisation (``.item()``,
+``.cpu()``, a boolean mask, a blocking copy) raises inside the step and fails the test with its
+traceback.
 
 A CPU stand-in runs the same window on any machine: it records the operations that read back
 from a GPU (a tensor read as a Python number, ``nonzero``, ``masked_select``, boolean-mask

@@ -1,0 +1,104 @@
+"""Folder locks (one ``compare`` per output folder, one ``pretrain`` or ``linear`` per run folder):
+the holder keeps an exclusive ``flock`` on a lock file (released by the kernel however its process
+ends) and writes its PID, host, command and start time into it. Torch-free."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from solo_diet.config import ConfigError
+
+
+class FolderInUse(ConfigError):
+    """Another process holds the folder's lock."""
+
+
+def holder_of(descriptor: int) -> dict:
+    """What the lock file says of its holder (empty when nothing, or nothing readable)."""
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    text = os.read(descriptor, 4096).decode(errors="replace")
+    try:
+        holder = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def write_holder(descriptor: int, command: str) -> None:
+    """Say in the lock file who holds it: this process, its host and ``solo-diet`` command, when
+    it took the lock."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, json.dumps(record | {"command": command}).encode(), 0)
+    os.fsync(descriptor)
+
+
+def holder_named(holder: dict, command: str) -> str:
+    """```solo-diet <command>` PID 4242 on node-3 (started ...)`` (the holder's own command)."""
+    command = holder.get("command", command)
+    if not holder:
+        return f"another `solo-diet {command}` (it has not written its PID yet)"
+    return (
+        f"`solo-diet {command}` PID {holder.get('pid')} on {holder.get('host')} (started "
+        f"{holder.get('started', '?')})"
+    )
+
+
+@contextlib.contextmanager
+def lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
+    """``path`` open, and its exclusive ``flock`` tried without waiting: ``taken``, ``held`` (by
+    another process) or ``unsupported`` (no file locks here). Closing the file releases it."""
+    descriptor = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        state = "taken"
+    except OSError as err:
+        state = "held" if isinstance(err, BlockingIOError) else "unsupported"
+    try:
+        yield descriptor, state
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def folder_lock(
+    path: Path, command: str, what: str, fix: str, say: Callable[[str], None] = print
+) -> Iterator[Path]:
+    """Hold the lock file ``path`` in the block for ``solo-diet <command>``; :class:`FolderInUse`
+    (``<what> is in use by <holder>: wait for it to end, or <fix>.``) when another process does.
+    A lock of this host whose holder no longer runs is taken over, with a line (``say``)."""
+    with lock_file(path) as (descriptor, state):
+        if state == "unsupported":
+            say(
+                f"cannot lock {path} (no file locks here): a second `solo-diet {command}` into "
+                f"{path.parent} is not refused"
+            )
+            yield path
+            return
+        if state == "held":
+            holder = holder_named(holder_of(descriptor), command)
+            raise FolderInUse(f"{what} is in use by {holder}: wait for it to end, or {fix}.")
+        holder, host = holder_of(descriptor), socket.gethostname()
+        if holder and holder.get("host") != host:
+            raise FolderInUse(
+                f"{what} is locked by {holder_named(holder, command)}, another machine: wait for "
+                f"it to end, or, if it no longer runs, delete {path}."
+            )
+        if holder and holder.get("pid") != os.getpid():
+            say(
+                f"taking over the lock {path} of {holder_named(holder, command)}, which no "
+                "longer runs (killed or crashed)"
+            )
+        write_holder(descriptor, command)
+        try:
+            yield path
+        finally:
+            os.ftruncate(descriptor, 0)  # an empty lock file is a free folder

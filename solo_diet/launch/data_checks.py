@@ -1,0 +1,79 @@
+"""What our launchers refuse of a folder dataset's ``data.train_path`` and ``data.val_path`` before
+any image is read: a missing folder, a dataset root (its splits would be trained on as classes),
+and a val set whose class folders differ from the training set's (its labels would not match)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from solo_diet.config import KeyReader
+from solo_diet.data.tensor_data import FOLDER_DATASETS
+
+# the split folders of a dataset root: refused in `data.train_path`, where each would be a class
+SPLIT_FOLDERS = ("train", "val", "validation", "test")
+
+
+def _given(cfg: DictConfig, key: str) -> Any:
+    value = OmegaConf.select(cfg, key)
+    return None if value in (None, "None") else value
+
+
+def _class_folders(path: Any) -> set[str]:
+    """The subfolders of an image folder: its classes, as solo-learn and torchvision read them."""
+    return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
+
+
+def check_data_paths(cfg: DictConfig) -> None:
+    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist (solo-learn
+    would raise a bare ``FileNotFoundError``), or a ``data.train_path`` that is a dataset root
+    (with ``train/`` or several of :data:`SPLIT_FOLDERS`, or ``data.val_path`` inside it), is
+    refused naming the key and the fix."""
+    if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
+        return  # torchvision's datasets download into their path
+    for key in ("data.train_path", "data.val_path"):
+        path = _given(cfg, key)
+        if path is not None and not Path(str(path)).exists():
+            raise KeyReader(cfg).fail(
+                key,
+                f"{path} does not exist: point it at an image folder with one subfolder per class.",
+            )
+    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    if train is None or not Path(str(train)).is_dir():
+        return
+    root = Path(str(train))
+    splits = sorted(_class_folders(root) & set(SPLIT_FOLDERS))
+    holds_val = val is not None and root.resolve() in Path(str(val)).resolve().parents
+    if not ("train" in splits or len(splits) > 1 or holds_val):
+        return
+    fix = "point it at the training images alone (one subfolder per class)"
+    if "train" in splits:
+        fix = f"pass data.train_path={root / 'train'}"
+        fix += f" data.val_path={root / 'val'}" if "val" in splits else ""
+    held = ", ".join(f"{split}/" for split in splits) if splits else f"`data.val_path` {val}"
+    raise KeyReader(cfg).fail(
+        "data.train_path",
+        f"= {root} is a dataset root: it holds {held}, each of which would be trained on as a "
+        f"class; {fix}.",
+    )
+
+
+def check_val_classes(cfg: DictConfig) -> None:
+    """Refuse a labelled folder dataset whose ``data.val_path`` holds other class folders than
+    ``data.train_path``: each folder numbers its sorted classes on its own, so the val labels would
+    be others' (or past ``data.num_classes``: an ``IndexError`` after an epoch of training)."""
+    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
+    if not folders or val is None or OmegaConf.select(cfg, "data.no_labels", default=False):
+        return
+    in_train, in_val = _class_folders(train), _class_folders(val)
+    if in_train != in_val:
+        raise KeyReader(cfg).fail(
+            "data.val_path",
+            f"= {val} and `data.train_path` = {train} hold different class folders (only in val: "
+            f"{sorted(in_val - in_train)}, only in train: {sorted(in_train - in_val)}), so the val "
+            "labels would not match the trained ones: give both the same class subfolders.",
+        )
