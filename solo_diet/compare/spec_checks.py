@@ -211,7 +211,7 @@ def check_seeds(spec: DictConfig, spec_path: str | Path) -> None:
         )
 
 
-def _run_budget(name: str, entry: Any, max_epochs: int) -> dict[str, int]:
+def _own_budget(name: str, entry: Any, max_epochs: int) -> dict[str, int]:
     """A run's own ``budget``: one of ``max_epochs`` (at most the spec's) or ``samples``."""
     if entry is None:
         return {}
@@ -264,7 +264,7 @@ def parse_runs(spec: DictConfig, budget: BudgetSettings) -> tuple[Run, ...]:
             )
         overrides = tuple(str(o) for o in entry.get("overrides") or [])
         check_overrides(f"run {name!r}", overrides, budget, seeded)
-        own = _run_budget(name, entry.get("budget"), budget.max_epochs)
+        own = _own_budget(name, entry.get("budget"), budget.max_epochs)
         runs.append(Run(name, Path(config_path), str(entry.config_name), overrides, **own))
     for key in ("trainer", "pretrain_overrides"):
         check_overrides(f"`{key}`", [str(o) for o in spec[key]], budget, seeded)
