@@ -8,15 +8,14 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.paper_budget import Trained
+from solo_diet.compare.spec_checks import Run, Spec
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
-
-RUN_BUDGET_KEYS = ("max_epochs", "samples")
 
 
 # Compute as the budgets and learning curves count it: forward-backward samples, an image counted
@@ -68,35 +67,13 @@ class RunBudget:
         return f"`{run}`: {self.epochs} epochs ({views}{samples}; {self.source})"
 
 
-def check_run_budget(name: str, entry: Any, max_epochs: int) -> None:
-    """A run's own ``budget``: one of ``max_epochs`` (at most the spec's) or ``samples``."""
-    if entry is None:
-        return
-    if (
-        not isinstance(entry, DictConfig)
-        or not set(entry) <= set(RUN_BUDGET_KEYS)
-        or len(entry) != 1
-        or not all(type(v) is int and v > 0 for v in entry.values())  # not a bool
-    ):
-        raise ConfigError(
-            f"run {name!r}: `budget` must be a mapping with one of {list(RUN_BUDGET_KEYS)} (a "
-            f"positive integer), e.g. `budget: {{max_epochs: 1000}}`; got {entry}."
-        )
-    epochs = entry.get("max_epochs")
-    if epochs is not None and epochs > max_epochs:
-        raise ConfigError(
-            f"run {name!r}: `budget.max_epochs` {epochs} is above the spec's `budget.max_epochs` "
-            f"{max_epochs}, the most any run trains; raise the spec's."
-        )
-
-
 @lru_cache(maxsize=8)
 def count_images(folder: Path) -> int:
     """The images of the ImageFolder ``folder`` as solo-learn's loader lists them, counted once."""
     return len(folder_samples(folder))
 
 
-def count_val_images(spec: DictConfig) -> Optional[int]:
+def count_val_images(spec: Spec) -> Optional[int]:
     """The val split's images where they can be counted (an ImageFolder), else None."""
     try:
         return count_images(Path(str(spec.data.val_path)))
@@ -104,7 +81,7 @@ def count_val_images(spec: DictConfig) -> Optional[int]:
         return None
 
 
-def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
+def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
     """The pretraining loader's epoch: optimizer steps (batches per device) and the images it
     yields over all devices (whole batches)."""
     folder = Path(str(spec.data.train_path))
@@ -125,13 +102,13 @@ def loader_epoch(spec: DictConfig, cfg: DictConfig) -> tuple[int, int]:
     return batches, batches * spec.budget.batch_size * devices
 
 
-def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: DictConfig):
-    """The run's :class:`RunBudget`: its own ``budget``, else the spec's."""
+def run_budget(spec: Spec, run: Run, cfg: DictConfig) -> RunBudget:
+    """The :class:`RunBudget` of ``run`` composed as ``cfg``: its own budget, else the spec's."""
     views = views_per_sample(cfg)
-    own = dict(entry or {})
-    samples = own.get("samples", None if "max_epochs" in own else spec.budget.get("samples"))
+    own = run.own_budget
+    samples = run.samples if own else spec.budget.samples
     if samples is None:
-        epochs = own.get("max_epochs", spec.budget.max_epochs)
+        epochs = run.max_epochs or spec.budget.max_epochs
         source = "the run's own budget" if own else "the spec's budget"
         try:  # the data counted where it can be, for the report
             steps, per_epoch = loader_epoch(spec, cfg)
@@ -143,16 +120,16 @@ def run_budget(spec: DictConfig, name: str, entry: Optional[DictConfig], cfg: Di
     source = f"{samples:,} samples asked, " + ("the run's own" if own else "the spec's")
     if epochs > spec.budget.max_epochs:
         raise ConfigError(
-            f"run {name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "
+            f"run {run.name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "
             f"{views} views, above `budget.max_epochs` {spec.budget.max_epochs}; raise it."
         )
     return RunBudget(epochs, views, per_epoch, "samples", source, steps)
 
 
-def budget_line(spec: DictConfig, budgets: dict[str, RunBudget]) -> str:
+def budget_line(spec: Spec, budgets: dict[str, RunBudget]) -> str:
     """The report's line on what every run trained and which budget matched."""
     matched = {b.matched for b in budgets.values()}
-    if matched == {"samples"} and spec.budget.get("samples") is not None:
+    if matched == {"samples"} and spec.budget.samples is not None:
         head = f"compute-matched: {spec.budget.samples:,} forward-backward samples, views counted"
     elif len({b.epochs for b in budgets.values()}) <= 1:
         head = "epoch-matched"

@@ -5,20 +5,25 @@ its source's budget at the budget it ran (:mod:`.paper_budget`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.compare.aggregate import Gap, aggregate, gap, is_number
-from solo_diet.compare.paper_budget import Trained, budget_note, budget_verdict, check_paper_budget
+from solo_diet.compare.paper_budget import (
+    Claim,
+    Trained,
+    budget_note,
+    budget_verdict,
+    check_paper_budget,
+)
 from solo_diet.compare.record import seed_curves
+from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
 
-CLAIM_KEYS = (
-    *("text", "metric", "better", "than", "than_metric", "at_least", "epoch", "paper_budget"),
-    *("definition", "ours"),
-)
+CLAIM_KEYS = tuple(field.name for field in fields(Claim))
 HELD, REVERSED, OPEN = "held", "reversed", "not resolved"
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
 # probe too), said in its line
@@ -33,14 +38,15 @@ def _words(pair: Gap, names: tuple[str, str]) -> str:
     return f"{names[0]} − {names[1]} = {pair.gap:+.2f} ({pair.spread()}: {outcome})"
 
 
-def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
-    """Each claim has a text, a metric, ``better`` runs and one of ``than`` (runs, optionally read
-    on ``than_metric``) or ``at_least``; ``epoch`` is within the budget. A metric no result has
-    shows in the report as ``not checked``."""
+def parse_claims(spec: DictConfig, spec_path: str | Path) -> tuple[Claim, ...]:
+    """The spec's claims, typed: each has a text, a metric, ``better`` runs and one of ``than``
+    (runs, optionally read on ``than_metric``) or ``at_least``; ``epoch`` is within the budget. A
+    metric no result has shows in the report as ``not checked``."""
     claims = spec.claims
     if not isinstance(claims, ListConfig):
         raise ConfigError(f"{spec_path}: `claims` must be a list ([] for none), got {claims}.")
     names = [run.get("name") for run in spec.runs if isinstance(run, DictConfig)]
+    parsed = []
     for i, claim in enumerate(claims):
         where, key_of = f"{spec_path}: `claims[{i}]`", f"{spec_path}: `claims[{i}]."
         if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
@@ -78,9 +84,13 @@ def check_claims(spec: DictConfig, spec_path: str | Path) -> None:
                 f"{epoch}."
             )
         try:
-            check_paper_budget(spec, i)
+            paper_budget, source = check_paper_budget(spec, i)
         except ConfigError as err:
             raise ConfigError(f"{spec_path}: {err}") from None
+        given = {key: claim.get(key) for key in ("text", "metric", "than_metric", "at_least")}
+        runs = {key: tuple(claim.get(key) or ()) for key in ("better", "than")}
+        parsed.append(Claim(**given, **runs, epoch=epoch, paper_budget=paper_budget, **source))
+    return tuple(parsed)
 
 
 def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) -> list[dict]:
@@ -95,16 +105,16 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(claim: DictConfig, by_run: dict, val_images: Optional[int]) -> list[tuple[int, str]]:
+def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[tuple[int, str]]:
     """Each pair's outcome (:attr:`Gap.sign`) and words: every ``better`` run against every
     ``than`` run (``than_metric`` for those, each side's column named where it differs) or
     against ``at_least``."""
-    metric, than_metric = claim.metric, claim.get("than_metric") or claim.metric
+    metric, than_metric = claim.metric, claim.than_metric or claim.metric
     pairs = []
     for a in claim.better:
-        for b in claim.get("than") or [None]:
+        for b in claim.than or [None]:
             other = by_run[b] if b else None
-            pair = gap(by_run[a], metric, other, than_metric, claim.get("at_least"), val_images)
+            pair = gap(by_run[a], metric, other, than_metric, claim.at_least, val_images)
             names = (pair.better, pair.other)
             if than_metric != metric:
                 names = (f"{names[0]} ({metric})", f"{names[1]} ({than_metric})")
@@ -129,17 +139,15 @@ def _overall(signs: Sequence[int]) -> str:
     return "did not hold" if -1 in signs else "not resolved"
 
 
-def _trained(
-    spec: DictConfig, claim: DictConfig, trained: Mapping[str, Trained]
-) -> dict[str, Trained]:
+def _trained(spec: Spec, claim: Claim, trained: Mapping[str, Trained]) -> dict[str, Trained]:
     """What each run of the claim trained (its schedule's length, also for a claim read after
     ``epoch`` epochs: a cosine schedule's epoch 50 of 500 is not its epoch 50 of 5000)."""
-    names = [*claim.better, *(r for r in claim.get("than") or [] if r not in claim.better)]
+    names = [*claim.better, *(r for r in claim.than if r not in claim.better)]
     return {run: trained.get(run, Trained(spec.budget.max_epochs)) for run in names}
 
 
 def claim_lines(
-    spec: DictConfig,
+    spec: Spec,
     results: Sequence[dict],
     out: Path,
     trained: Optional[Mapping[str, Trained]] = None,
@@ -151,15 +159,15 @@ def claim_lines(
     lines = []
     for claim in spec.claims:
         ran = _trained(spec, claim, trained or {})
-        epoch = claim.get("epoch")
+        epoch = claim.epoch
         rows = _rows_at_epoch(results, out, claim.metric, epoch) if epoch else results
         by_run = {row["run"]: row for row in aggregate(rows)}
-        than_metric = claim.get("than_metric") or claim.metric
+        than_metric = claim.than_metric or claim.metric
         metric = f"`{claim.metric}`" + (f" after {epoch} epochs" if epoch else "")
         if than_metric != claim.metric:
             metric += f" against `{than_metric}`"
         metric += "".join(f"; {words}" for words in _probes_read(claim.metric, than_metric))
-        note = budget_note(claim, "not checked", ran, spec.budget.get("batch_size"))
+        note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
         absent = [m for m in (claim.metric, than_metric) if not any(_has_value(r, m) for r in rows)]
         if absent:
             lines.append(
@@ -168,7 +176,7 @@ def claim_lines(
             )
             continue
         missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)] + [
-            run for run in claim.get("than") or [] if not _has_value(by_run.get(run), than_metric)
+            run for run in claim.than if not _has_value(by_run.get(run), than_metric)
         ]
         if missing:
             lines.append(
@@ -179,6 +187,6 @@ def claim_lines(
         verdict = _overall([sign for sign, _ in pairs])
         details = "; ".join(words for _, words in pairs)
         shown = budget_verdict(claim, verdict, ran)
-        note = budget_note(claim, verdict, ran, spec.budget.get("batch_size"))
+        note = budget_note(claim, verdict, ran, spec.budget.batch_size)
         lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")
     return lines

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
-from solo_diet.compare.budgets import samples_seen, views_per_sample
+from solo_diet.compare.budgets import samples_seen
 from solo_diet.compare.record import epoch_rows, progress
+from solo_diet.compare.spec_checks import Spec
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate import SharedEvaluator
@@ -51,10 +52,10 @@ def curve_epochs(points: int, epochs: int) -> list[int]:
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
-def snapshot_epochs(spec: DictConfig, job: "Job") -> list[int]:
+def snapshot_epochs(spec: Spec, job: "Job") -> list[int]:
     """The curve's epochs whose backbone the job's pretraining saves (all but the last: the final
     checkpoint's evaluation is that point)."""
-    return curve_epochs(spec.curves.points, int(job.cfg.max_epochs))[:-1]  # the run's own budget
+    return curve_epochs(spec.curves.points, job.budget.epochs)[:-1]  # the run's own budget
 
 
 def snapshot_path(run_dir: Path, epoch: int) -> Path:
@@ -130,7 +131,7 @@ class BackboneSnapshots(Callback):
             torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, handle)
 
 
-def missing_points(spec: DictConfig, job: "Job", eval_fingerprint: str) -> list[int]:
+def missing_points(spec: Spec, job: "Job", eval_fingerprint: str) -> list[int]:
     """A run job's snapshot epochs without a ``curve.csv`` row of these evaluation settings."""
     if job.reference is not None:
         return []
@@ -154,7 +155,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 
 
 def _evaluate_snapshot(
-    spec: DictConfig, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
+    spec: Spec, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
 ) -> dict[str, float]:
     """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone."""
     from solo_diet.compare.evaluate import compose_linear
@@ -169,13 +170,13 @@ def _evaluate_snapshot(
 
 
 def evaluate_curve(
-    spec: DictConfig, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
+    spec: Spec, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
 ) -> None:
     """Record the curve's last point (the final ``result``) and evaluate the missing snapshot
     points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
     if spec.curves.points == 0 or job.reference is not None:
         return
-    fingerprint, views = result["fingerprint"], views_per_sample(job.cfg)
+    fingerprint, views = result["fingerprint"], job.budget.views
 
     def point(epoch: int, measured: dict, source: str, wall_s: float) -> dict[str, Any]:
         return {
@@ -187,7 +188,7 @@ def evaluate_curve(
             "fingerprint": fingerprint,
         }
 
-    last = int(job.cfg.max_epochs)  # rows past it (curves made before runs had own budgets) go
+    last = job.budget.epochs  # rows past it (curves made before runs had own budgets) go
     points = {e: row for e, row in read_points(job.run_dir).items() if e <= last}
     final = {k: result.get(k, math.nan) for k, _ in CURVE_METRICS}  # NaN: a result made before it
     points[last] = point(last, final, "final", 0.0)

@@ -9,12 +9,10 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from omegaconf import DictConfig
-
 from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
 from solo_diet.compare.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
 from solo_diet.compare.plots import plot_learning_curves
-from solo_diet.compare.spec import REFERENCE_ROWS
+from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
 from solo_diet.compare.tables import mean_cell, table_lines, write_csv
 
 CURVES_CSV = "learning_curves.csv"
@@ -122,7 +120,7 @@ def _cost_line(results: Sequence[dict], out: Path) -> str:
 
 
 def learning_curve_lines(
-    spec: DictConfig, results: Sequence[dict], out: Path, plotted: bool
+    spec: Spec, results: Sequence[dict], out: Path, plotted: bool
 ) -> list[str]:
     """The report's "Learning curves" section (none when ``curves.points`` is 0 and no job has
     points); writes ``learning_curves.csv`` and, when ``plotted``, ``learning_curves.png``."""

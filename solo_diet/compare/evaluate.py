@@ -7,6 +7,7 @@ k-means scores on the backbone, then on the representations the method's contrac
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -16,7 +17,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.compare.record import progress
-from solo_diet.compare.spec import compose, data_overrides, evaluation_settings, quoted
+from solo_diet.compare.spec import compose, data_overrides, quoted
+from solo_diet.compare.spec_checks import EvaluationSettings, Spec
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
@@ -36,7 +38,7 @@ KMEANS_SCORES = {
 
 
 def compose_linear(
-    spec: DictConfig, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
+    spec: Spec, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
 ) -> DictConfig:
     """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``: the
     overrides that make it probe another representation than the backbone)."""
@@ -50,7 +52,7 @@ def compose_linear(
         "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
     ]
     overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
-    overrides += data_overrides(spec) + forced
+    overrides += data_overrides(spec.data) + forced
     return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
 
@@ -58,8 +60,8 @@ class Evaluator:
     """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views,
     through the probe's data path (:mod:`solo_diet.launch.datapaths`)."""
 
-    def __init__(self, spec: DictConfig, probe_cfg: DictConfig):
-        self.settings = evaluation_settings(spec)
+    def __init__(self, settings: EvaluationSettings, probe_cfg: DictConfig):
+        self.settings = settings
         use_cuda = (
             torch.cuda.is_available() and str(OmegaConf.select(probe_cfg, "accelerator")) != "cpu"
         )
@@ -212,15 +214,15 @@ class SharedEvaluator:
     def __init__(self) -> None:
         self.evaluator: Optional[Evaluator] = None
 
-    def get(self, spec: DictConfig, probe_cfg: DictConfig) -> Evaluator:
+    def get(self, spec: Spec, probe_cfg: DictConfig) -> Evaluator:
         if self.evaluator is None:
             progress("preparing evaluation data (eval-transformed train/val, LiDAR views)")
-            self.evaluator = Evaluator(spec, probe_cfg)
+            self.evaluator = Evaluator(spec.evaluation, probe_cfg)
         return self.evaluator
 
 
 def evaluate_checkpoint(
-    spec: DictConfig,
+    spec: Spec,
     name: str,
     checkpoint: Path,
     run_dir: Path,
@@ -243,20 +245,20 @@ def evaluate_checkpoint(
     )
     if "fitted_batch" in probe:  # a training set smaller than one probe batch: said in the report
         result["linear_fitted_batch"] = probe["fitted_batch"]
-    clustering = bool(spec.evaluation.clustering)
+    clustering = spec.evaluation.clustering
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
     result.update(evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True))
     if not extras:
         return result
     contract = method_contract(pretrained.method_class())
-    for extra in contract.extra_evaluations(pretrained, OmegaConf.to_container(spec.evaluation)):
+    for extra in contract.extra_evaluations(pretrained, dataclasses.asdict(spec.evaluation)):
         result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
     return result
 
 
 def _evaluate_extra(
-    spec: DictConfig,
+    spec: Spec,
     name: str,
     extra: ExtraRepresentation,
     evaluator: Evaluator,

@@ -4,6 +4,7 @@ is hashed, never locations: a checkout, an ``output_dir`` or the data can move."
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.compare.spec import SEEDED_REFERENCES
-from solo_diet.launch.settings import format_of
+from solo_diet.compare.spec_checks import Spec
 from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:
@@ -85,13 +86,13 @@ def recipe_fingerprint(cfg: DictConfig) -> str:
     return fingerprint(payload)
 
 
-def evaluation_fingerprint(spec: DictConfig) -> str:
+def evaluation_fingerprint(spec: Spec) -> str:
     """Changes with any evaluation setting, the probe's composed config (but its progress bar), the
     logistic-regression probe's protocol, the content of the LiDAR views' YAML or the data (a job's
     result is then redone); not with where any of them lie."""
     from solo_diet.compare.evaluate import compose_linear
 
-    settings = OmegaConf.to_container(spec.evaluation)
+    settings = dataclasses.asdict(spec.evaluation)
     views = settings.pop("lidar_augmentations")
     settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
     probe = compose_linear(spec, Path("checkpoint"), Path("run"))
@@ -99,14 +100,14 @@ def evaluation_fingerprint(spec: DictConfig) -> str:
     probe_settings.pop("enable_progress_bar", None)
     probe_settings["data"] = with_data_signatures(probe_settings.get("data") or {})
     probes = {"linear": probe_settings, "logreg": LOGREG_PROTOCOL}
-    return fingerprint(settings | probes | {"data_format": format_of(spec)})
+    return fingerprint(settings | probes | {"data_format": spec.data.format})
 
 
-def reference_fingerprint(spec: DictConfig, job: "Job", eval_fingerprint: str) -> str:
+def reference_fingerprint(spec: Spec, job: "Job", eval_fingerprint: str) -> str:
     """Everything a reference row is made of: the evaluation, the row, the data and, for
     ``random_init``, the first run's architecture and the job's seed (``raw_pixels`` has
     neither)."""
-    data = with_data_signatures(OmegaConf.to_container(spec.data, resolve=True))
+    data = with_data_signatures(dataclasses.asdict(spec.data))
     if job.reference not in SEEDED_REFERENCES:
         return fingerprint([eval_fingerprint, job.reference, data])
     arch = OmegaConf.to_container(job.cfg.backbone, resolve=True)

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from omegaconf import DictConfig
-
 from solo_diet.compare.curves import (
     BackboneSnapshots,
     evaluate_curve,
@@ -36,6 +34,8 @@ from solo_diet.compare.record import (
     read_json,
     write_json,
 )
+from solo_diet.compare.spec import validation_interval
+from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished
@@ -43,7 +43,7 @@ from solo_diet.launch.launch_checks import TrainingSettings
 from solo_diet.methods.checkpoint import checkpoint_problem
 
 
-def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
+def _pretrain_callbacks(spec: Spec, job: Job) -> list:
     """Per-epoch costs and curves, the learning curves' backbone snapshots and RankMe (every
     ``rankme_every_n_epochs`` rounded up to a multiple of the validation interval)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
@@ -53,13 +53,13 @@ def _pretrain_callbacks(spec: DictConfig, job: Job) -> list:
         callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec, job)))
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
-        step = job.cfg.check_val_every_n_epoch  # the run's own (budgets.py)
+        step = validation_interval(spec.budget, job.budget.epochs)  # the run's own
         every = step * math.ceil(every / step)
         callbacks.append(RankMeMonitor(every, spec.evaluation.rankme_samples))
     return callbacks
 
 
-def pretrain(spec: DictConfig, job: Job) -> tuple[Path, bool]:
+def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
     """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
     one resumes from its latest checkpoint; a job folder holding the training of another config
     is refused, one whose attempt with another config failed before its first checkpoint (a
@@ -119,7 +119,7 @@ def _secondary_rank() -> bool:
     return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
 
 
-def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluator) -> Path:
+def _reference_checkpoint(spec: Spec, job: Job, shared_eval: SharedEvaluator) -> Path:
     """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
     from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 
@@ -127,11 +127,11 @@ def _reference_checkpoint(spec: DictConfig, job: Job, shared_eval: SharedEvaluat
     if job.reference == "random_init":
         return save_random_init(job.cfg, path)
     evaluator = shared_eval.get(spec, compose_linear(spec, path, job.run_dir))
-    return save_raw_pixels(path, evaluator.image_shape, str(spec.data.dataset))
+    return save_raw_pixels(path, evaluator.image_shape, spec.data.dataset)
 
 
 def result_standing(
-    spec: DictConfig, job: Job, eval_fingerprint: str, curves: bool = True
+    spec: Spec, job: Job, eval_fingerprint: str, curves: bool = True
 ) -> Optional[str]:
     """Why ``job``'s ``result.json`` stands with nothing to run (evaluated with these settings from
     the last checkpoint of this config, which may be gone), or None when the job must run; with
@@ -157,7 +157,7 @@ def result_standing(
 
 
 def run_job(
-    spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+    spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
     """Pretrain (not for reference rows) and evaluate one job, then its missing curve points, each
     step skipped when done, under the job's lock (rank 0's); returns its ``result.json``."""
@@ -169,7 +169,7 @@ def run_job(
 
 
 def _run_job(
-    spec: DictConfig, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+    spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
     standing = result_standing(spec, job, eval_fingerprint, curves=False)
     if standing:

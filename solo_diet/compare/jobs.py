@@ -1,6 +1,7 @@
-"""The runs of a spec and the jobs of a comparison: one pretraining per run and seed, and one per
-reference row. Each job has a folder of its own, ``<output_dir>/<job key>/`` (docs/compare.md,
-"Workflow"), holding all it writes, so jobs run in any order, in one process or many.
+"""The plan of a comparison: its jobs, one pretraining per run and seed, and one per reference
+row, each composed with its budget once. Each job has a folder of its own, ``<output_dir>/<job
+key>/`` (docs/compare.md, "Workflow"), holding all it writes, so jobs run in any order, in one
+process or many.
 """
 
 from __future__ import annotations
@@ -11,39 +12,26 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.budgets import RunBudget, check_run_budget, run_budget
+from solo_diet.compare.budgets import RunBudget, run_budget
 from solo_diet.compare.record import progress, read_json
 from solo_diet.compare.spec import (
-    BUDGET_TARGETS,
     SEEDED_REFERENCES,
-    SPEC_OWNED,
     checkpoint_interval,
     compose,
     data_overrides,
     quoted,
     validation_interval,
 )
-from solo_diet.config import ConfigError, check_run_name, unknown_method_hint
-
-RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
-
-
-@dataclass
-class Run:
-    """One entry of ``runs``: a pretraining config plus overrides."""
-
-    name: str
-    config_path: Path
-    config_name: str
-    overrides: list[str]
-    budget: Optional[DictConfig] = None  # the run's own ``budget`` (budgets.py)
+from solo_diet.compare.spec_checks import BUDGET_TARGETS, Run, Spec
+from solo_diet.config import ConfigError, unknown_method_hint
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
     """One job: a run's pretraining for one seed and its evaluation, or a reference row (whose
     ``cfg`` is the first run's at its seed). ``name`` is the report's ``run`` column, ``seed`` the
-    spec's seed (None without ``seeds`` and for a reference row that no seed changes)."""
+    spec's seed (None without ``seeds`` and for a reference row that no seed changes); ``cfg``
+    is the composed config (solo-learn's, for its ``args.json``), ``budget`` the run's."""
 
     name: str
     key: str
@@ -78,85 +66,24 @@ class Job:
         return min(count, 1) if self.reference is not None else count
 
 
-def parse_runs(spec: DictConfig) -> list[Run]:
-    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
-    runs: list[Run] = []
-    for position, entry in enumerate(spec.runs):
-        if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
-            raise ConfigError(
-                f"runs[{position}] must be a mapping with at least `name` and `config_name`."
-            )
-        unknown = sorted(set(entry) - set(RUN_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"runs[{position}] ({entry.name}): unknown keys {unknown}; allowed "
-                f"{list(RUN_KEYS)}."
-            )
-        name = check_run_name(entry.name, f"runs[{position}]: run name", "Rename the run.")
-        if name in {r.name for r in runs}:
-            raise ConfigError(f"run name {name!r} must be unique: two runs have it.")
-        if name in spec.reference_rows:
-            raise ConfigError(
-                f"run name {name!r} is the name of a reference row; rename the run or remove "
-                f"{name!r} from `reference_rows`."
-            )
-        config_path = entry.get("config_path") or spec.config_path
-        if config_path is None:
-            raise ConfigError(
-                f"run {name!r}: no `config_path` (set it on the run or at the top of the spec)."
-            )
-        overrides = [str(o) for o in entry.get("overrides") or []]
-        check_overrides(f"run {name!r}", overrides, spec)
-        check_run_budget(name, entry.get("budget"), spec.budget.max_epochs)
-        runs.append(
-            Run(name, Path(config_path), str(entry.config_name), overrides, entry.get("budget"))
-        )
-    check_overrides("`trainer`", [str(o) for o in spec.trainer], spec)
-    check_overrides("`pretrain_overrides`", [str(o) for o in spec.pretrain_overrides], spec)
-    return runs
-
-
-def check_overrides(owner: str, overrides: Sequence[str], spec: DictConfig) -> None:
-    """Refuse overrides of the keys the spec sets for every run (``SPEC_OWNED``, budget, seed)."""
-    owned = SPEC_OWNED + (("seed",) if spec.seeds is not None else ())
-    budget_keys = {target: key for key, target in BUDGET_TARGETS.items()}
-    for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key in budget_keys:
-            raise ConfigError(
-                f"conflicting budgets: {owner} sets `{override}` but the spec's "
-                f"`budget.{budget_keys[key]}` ({spec.budget[budget_keys[key]]}) applies to every "
-                "run. Remove the override or change the budget."
-            )
-        if key in owned:
-            raise ConfigError(
-                f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
-                f"`{override}`."
-            )
-
-
-def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) -> DictConfig:
-    """The run's pretraining cfg: its YAML + trainer + run overrides, then the spec's budget, data,
-    seed and checkpointing (which nothing else may set)."""
+def compose_run(
+    spec: Spec, run: Run, run_dir: Path, seed: Optional[int]
+) -> tuple[DictConfig, RunBudget]:
+    """The run's pretraining cfg and budget: its YAML + trainer + run overrides, then the spec's
+    data, seed and checkpointing, then the run's budget, computed once (nothing else may set
+    them)."""
     from solo.methods import METHODS
 
-    budget = [
-        quoted(target, spec.budget[key])
-        for key, target in BUDGET_TARGETS.items()
-        if spec.budget[key] is not None
-    ]
     forced = [
         quoted("name", run.name),
         quoted("checkpoint.dir", run_dir / "pretrain"),
         "++checkpoint.enabled=True",
-        f"++checkpoint.frequency={checkpoint_interval(spec.budget)}",
-        f"++check_val_every_n_epoch={validation_interval(spec.budget)}",
         "++auto_resume.enabled=False",
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
-    shared = [str(o) for o in (*spec.trainer, *spec.pretrain_overrides)]
-    overrides = shared + run.overrides + budget + data_overrides(spec) + forced
+    overrides = [*spec.trainer, *spec.pretrain_overrides, *run.overrides]
+    overrides += data_overrides(spec.data) + forced
     cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
     if cfg.get("method") not in METHODS:
         hint = unknown_method_hint(cfg.get("method"), METHODS)
@@ -172,13 +99,16 @@ def compose_run(spec: DictConfig, run: Run, run_dir: Path, seed: Optional[int]) 
             f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets "
             f"limit_train_batches={limit}; set `budget.limit_train_batches` for every run instead."
         )
-    budget = run_budget(spec, run.name, run.budget, cfg)
-    if budget.epochs != spec.budget.max_epochs:  # its own epochs, checkpoints and validations
-        own = OmegaConf.merge(spec.budget, {"max_epochs": budget.epochs})
-        cfg.max_epochs = budget.epochs
-        cfg.checkpoint.frequency = checkpoint_interval(own)
-        cfg.check_val_every_n_epoch = validation_interval(own)
-    return cfg
+    budget = run_budget(spec, run, cfg)
+    written = {target: getattr(spec.budget, key) for key, target in BUDGET_TARGETS.items()} | {
+        "max_epochs": budget.epochs,  # its own epochs, checkpoints and validations
+        "checkpoint.frequency": checkpoint_interval(spec.budget, budget.epochs),
+        "check_val_every_n_epoch": validation_interval(spec.budget, budget.epochs),
+    }
+    for key, value in written.items():
+        if value is not None:
+            OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg, budget
 
 
 def run_budgets(jobs: Sequence[Job]) -> dict[str, RunBudget]:
@@ -186,18 +116,17 @@ def run_budgets(jobs: Sequence[Job]) -> dict[str, RunBudget]:
     return {job.name: job.budget for job in jobs if job.budget is not None}
 
 
-def plan_jobs(spec: DictConfig, runs: Sequence[Run]) -> list[Job]:
+def plan_jobs(spec: Spec) -> list[Job]:
     """Every job of the comparison, composed (so a bad config fails before any training): each run
     once per seed, then the reference rows (``random_init`` once per seed too: the untrained
     backbone's initialisation is the seed's; ``raw_pixels`` once, as no seed changes it)."""
-    out = Path(spec.output_dir)
+    out = spec.output_dir
     seeds = list(spec.seeds) if spec.seeds is not None else [None]
     jobs = []
-    for run in runs:
+    for run in spec.runs:
         for seed in seeds:
             key = f"runs/{run.name}" + (f"/seed_{seed}" if seed is not None else "")
-            cfg = compose_run(spec, run, out / key, seed)
-            budget = run_budget(spec, run.name, run.budget, cfg)
+            cfg, budget = compose_run(spec, run, out / key, seed)
             jobs.append(Job(run.name, key, out / key, cfg, seed, budget=budget))
     first_run = jobs[: len(seeds)]
     for row in spec.reference_rows:

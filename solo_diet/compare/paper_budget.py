@@ -7,7 +7,7 @@ named, the outcome is stated at the budget run, ``held (at X of Y epochs)``, ``d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig
 
@@ -71,9 +71,27 @@ class PaperBudget:
     samples: Optional[int] = setting(None, minimum=1)
 
 
-def check_paper_budget(spec: DictConfig, i: int) -> None:
+@dataclass(frozen=True)
+class Claim:
+    """One of a spec's ``claims`` (docs/compare.md, "Claims"), as ``claims.parse_claims`` checked
+    it: the paper's ``text``, the ``metric`` column, the ``better`` runs against the ``than`` runs
+    (read on ``than_metric``) or the value ``at_least``, after ``epoch`` epochs or at the end."""
+
+    text: str
+    metric: str
+    better: tuple[str, ...]
+    than: tuple[str, ...] = ()
+    than_metric: Optional[str] = None
+    at_least: Optional[float] = None
+    epoch: Optional[int] = None
+    paper_budget: Optional[PaperBudget] = None
+    definition: str = ""
+    ours: bool = False
+
+
+def check_paper_budget(spec: DictConfig, i: int) -> tuple[PaperBudget, dict[str, Any]]:
     """``claims[i]``'s ``paper_budget`` (:class:`PaperBudget`, at most one of ``steps`` and
-    ``samples``), ``definition`` (text) and ``ours`` (a boolean)."""
+    ``samples``), and its ``definition`` (text) and ``ours`` (a boolean)."""
     key = f"claims[{i}]"
     budget = parse_section(PaperBudget, spec, f"{key}.paper_budget", "`paper_budget`")
     if budget.steps and budget.samples:
@@ -92,33 +110,34 @@ def check_paper_budget(spec: DictConfig, i: int) -> None:
             f"`{key}.definition` must be the source's own reading of the claim (its words, with "
             f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
         )
-    KeyReader(claim, key).bool("ours", default=False)
+    ours = KeyReader(claim, key).bool("ours", default=False)
+    return budget, {"definition": claim.definition, "ours": ours}
 
 
-def _unit(claim: DictConfig) -> Optional[str]:
+def _unit(claim: Claim) -> Optional[str]:
     """``steps`` or ``samples``: the count the source named besides its epochs, if any."""
-    return next((u for u in ("steps", "samples") if u in claim.paper_budget), None)
+    return next((u for u in ("steps", "samples") if getattr(claim.paper_budget, u)), None)
 
 
-def paper_epochs(claim: DictConfig, run: str) -> int:
+def paper_epochs(claim: Claim, run: str) -> int:
     """The source's epochs for ``run``: ``than_epochs`` for a ``than`` run where given."""
     budget = claim.paper_budget
-    if run in (claim.get("than") or []) and run not in claim.better:
-        return int(budget.get("than_epochs", budget.epochs))
-    return int(budget.epochs)
+    if run in claim.than and run not in claim.better:
+        return budget.than_epochs or budget.epochs
+    return budget.epochs
 
 
-def _paper_count(claim: DictConfig, run: str) -> Optional[int]:
+def _paper_count(claim: Claim, run: str) -> Optional[int]:
     """The source's steps (samples) for ``run``: those of ``epochs``, scaled to ``than_epochs``
     for a ``than`` run (the same data and batch)."""
     unit = _unit(claim)
     if unit is None:
         return None
     budget = claim.paper_budget
-    return round(budget[unit] * paper_epochs(claim, run) / budget.epochs)
+    return round(getattr(budget, unit) * paper_epochs(claim, run) / budget.epochs)
 
 
-def below_budget(claim: DictConfig, ran: Mapping[str, Trained]) -> list[Below]:
+def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
     """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples)."""
     unit = _unit(claim)
     below = []
@@ -132,7 +151,7 @@ def below_budget(claim: DictConfig, ran: Mapping[str, Trained]) -> list[Below]:
     return below
 
 
-def _limits(claim: DictConfig, below: list[Below]) -> str:
+def _limits(claim: Claim, below: list[Below]) -> str:
     unit = _unit(claim) or "steps"
     shown = {item.words(unit) for item in below}
     if len(shown) == 1:
@@ -141,45 +160,45 @@ def _limits(claim: DictConfig, below: list[Below]) -> str:
     return joint.join(f"{item.run} {item.words(unit)}" for item in below)
 
 
-def budget_verdict(claim: DictConfig, verdict: str, ran: Mapping[str, Trained]) -> str:
+def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> str:
     """The verdict with the budget it was reached at: below the source's, ``held (at X of Y
     epochs)``, ``did not hold (at ...)`` or ``not resolved (at ...)``, with the share of the
     paper's steps (samples) where it named them; a reading of ours says so and reads ``not met``
     where it did not hold."""
-    if claim.get("paper_budget") is None:
+    if claim.paper_budget is None:
         return verdict
-    shown = "not met" if claim.get("ours") and verdict == "did not hold" else verdict
+    shown = "not met" if claim.ours and verdict == "did not hold" else verdict
     below = below_budget(claim, ran)
     if below and verdict != "not checked":
         shown = f"{shown} (at {_limits(claim, below)})"
-    return f"{shown}, a reading of ours" if claim.get("ours") else shown
+    return f"{shown}, a reading of ours" if claim.ours else shown
 
 
 def budget_note(
-    claim: DictConfig, verdict: str, ran: Mapping[str, Trained], batch_size: Optional[int]
+    claim: Claim, verdict: str, ran: Mapping[str, Trained], batch_size: Optional[int]
 ) -> str:
     """The end of the claim's line: what was run against what the source ran, at what
     definition, and, below the source's budget, that the claim at that budget is not checked."""
-    if claim.get("paper_budget") is None:
+    if claim.paper_budget is None:
         return ""
     budget = claim.paper_budget
     runs = ", ".join(f"{run} {trained.epochs}" for run, trained in ran.items())
     unit = _unit(claim)
-    counted = f"{budget[unit]:,} {unit}" if unit else ""
+    counted = f"{getattr(budget, unit):,} {unit}" if unit else ""
     paper = f"{budget.epochs} epochs" + (f" ({counted})" if counted else "")
-    if "than_epochs" in budget:
+    if budget.than_epochs is not None:
         better = ", ".join(claim.better) + (f"; {counted}" if counted else "")
         paper = f"{budget.epochs} epochs ({better}), {budget.than_epochs} (the rest)"
-    if "batch_size" in budget:
+    if budget.batch_size is not None:
         paper += f", batch {budget.batch_size}"
     below = below_budget(claim, ran)
-    there = "this reading at the source's" if claim.get("ours") else "the paper's claim at its"
+    there = "this reading at the source's" if claim.ours else "the paper's claim at its"
     at = (
         f"below the source's budget: {there} budget is not checked"
         if below
         else "at the source's budget"
     )
-    whose = "a reading of ours" if claim.get("ours") else "the source's definition"
+    whose = "a reading of ours" if claim.ours else "the source's definition"
     ran_words = "Budgets (some runs have no value)" if verdict == "not checked" else "Ran"
     return (
         f" {ran_words}: {runs} epochs, batch {batch_size}; the source ran {paper} ({at}). "

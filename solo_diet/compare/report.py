@@ -7,8 +7,6 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-from omegaconf import DictConfig
-
 from solo_diet._atomic import write_text_atomic
 from solo_diet.compare.aggregate import (
     CODE_MEASURES,
@@ -26,12 +24,8 @@ from solo_diet.compare.budgets import RunBudget, budget_line, count_val_images
 from solo_diet.compare.claims import PROBE_WORDS, claim_lines
 from solo_diet.compare.curves_report import learning_curve_lines
 from solo_diet.compare.record import run_record_lines
-from solo_diet.compare.spec import (
-    REFERENCE_ROWS,
-    SEEDED_REFERENCES,
-    checkpoint_interval,
-    validation_interval,
-)
+from solo_diet.compare.spec import SEEDED_REFERENCES, checkpoint_interval, validation_interval
+from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
 from solo_diet.compare.tables import (
     RESOLVED_MARK,
     RESULT_COLUMNS,
@@ -44,7 +38,7 @@ from solo_diet.compare.tables import (
     shown_columns,
     write_results_csv,
 )
-from solo_diet.launch.settings import FORMAT_KEY, format_of
+from solo_diet.launch.settings import FORMAT_KEY
 from solo_diet.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 
 FEW_SEEDS = (
@@ -118,7 +112,7 @@ def _logreg_legend(results: Sequence[dict]) -> list[str]:
     ]
 
 
-def _legend(spec: DictConfig, results: Sequence[dict]) -> list[str]:
+def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
     """What each column means, with the settings that produced it."""
     settings = spec.evaluation
     declared = [
@@ -175,7 +169,7 @@ def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> 
 
 
 def _verdicts(
-    spec: DictConfig, runs: Sequence[dict], references: Sequence[dict], val_images: Optional[int]
+    spec: Spec, runs: Sequence[dict], references: Sequence[dict], val_images: Optional[int]
 ) -> list[str]:
     """The report's first lines: per ranked metric the best run and, with seeds, each gap to it
     with its threshold; each reference row's value and every run's gap to it."""
@@ -196,7 +190,7 @@ def _verdicts(
     return lines
 
 
-def _without_references(spec: DictConfig, references: Sequence[dict]) -> list[str]:
+def _without_references(spec: Spec, references: Sequence[dict]) -> list[str]:
     """The report's first line where it reads no run against a reference row, naming why."""
     if not spec.reference_rows:
         return [
@@ -261,7 +255,7 @@ def _few_seeds(summary: Sequence[dict], val_images: Optional[int]) -> str:
 
 
 def _seeded_tables(
-    spec: DictConfig,
+    spec: Spec,
     aggregated: Sequence[dict],
     summary: Sequence[dict],
     results: Sequence[dict],
@@ -303,7 +297,7 @@ def _seeded_tables(
 
 
 def write_report(
-    spec: DictConfig,
+    spec: Spec,
     results: Sequence[dict],
     out: Path,
     left_out: Sequence[str] = (),
@@ -325,7 +319,7 @@ def write_report(
     if plotted:
         plot_spectra(results, out / "spectra.png")
         plot_curves(results, out, out / "curves.png")
-    budget = spec.budget
+    budget, epochs = spec.budget, spec.budget.max_epochs
     limit = (
         f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
     )
@@ -347,11 +341,11 @@ def write_report(
         *_unfinished(results, budget.max_epochs),
         *_left_out(left_out),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
-        f"`{FORMAT_KEY}: {format_of(spec)}`. "
+        f"`{FORMAT_KEY}: {spec.data.format}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
         f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
-        f"{_counted(checkpoint_interval(budget), 'epoch')} and the last; online probe validated "
-        f"every {_counted(validation_interval(budget), 'epoch')}. "
+        f"{_counted(checkpoint_interval(budget, epochs), 'epoch')} and the last; online probe "
+        f"validated every {_counted(validation_interval(budget, epochs), 'epoch')}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
         *([budget_line(spec, budgets), ""] if budgets else []),

@@ -22,7 +22,7 @@ from solo_diet.compare.fingerprints import (
     recipe_fingerprint,
 )
 from solo_diet.compare.job import result_standing, run_job
-from solo_diet.compare.jobs import Job, longest_first, parse_runs, plan_jobs, run_budgets
+from solo_diet.compare.jobs import Job, longest_first, plan_jobs, run_budgets
 from solo_diet.compare.lock import output_dir_lock, stop_orphans
 from solo_diet.compare.record import (
     EPOCHS_FILE,
@@ -33,6 +33,8 @@ from solo_diet.compare.record import (
 )
 from solo_diet.compare.report import write_report
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
+from solo_diet.compare.spec_checks import ParallelSettings, Spec
+from solo_diet.compare.worker import save_plan
 from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.launch_checks import (
@@ -53,7 +55,7 @@ class CompareResults:
     """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
     ``records`` are the jobs' ``result.json`` in spec order, ``failures`` {job key: what failed}."""
 
-    spec: DictConfig
+    spec: Spec
     report: Path
     records: tuple[dict[str, Any], ...]
     left_out: tuple[str, ...] = ()
@@ -87,9 +89,8 @@ class CompareResults:
             raise JobsFailed(self.failure_message())
 
 
-def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
+def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
     """Every job in this process, one after another; returns {failed job's key: what failed}."""
-    eval_fingerprint = evaluation_fingerprint(spec)
     shared_eval = SharedEvaluator()
     failures = {}
     overall = OverallProgress("compare", [job_weight(job) for job in jobs])
@@ -107,7 +108,7 @@ def _run_here(spec: DictConfig, jobs: Sequence[Job]) -> dict[str, str]:
 def job_weight(job: Job) -> float:
     """A job's share of a comparison's time for the progress line: its pretraining epochs, and
     about two epochs' worth for the probe and the evaluation that every job has."""
-    return 2.0 + (0 if job.reference else job.cfg.max_epochs)
+    return 2.0 + (job.budget.epochs if job.budget else 0)
 
 
 def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
@@ -137,7 +138,7 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, parallel: DictConfig, spec_file: Path
+    jobs: Sequence[Job], workers: int, parallel: ParallelSettings, plan_file: Path
 ) -> dict[str, str]:
     """Every job in a process of its own GPUs, the longest first, in reusable workers with
     ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
@@ -151,7 +152,7 @@ def _run_in_processes(
     tasks = [
         Task(
             label=job.label,
-            argv=(*worker, str(spec_file), job.key),
+            argv=(*worker, str(plan_file), job.key),
             log_path=job.run_dir / "job.log",
             gpus=job.gpus() if gpus else 0,
             request=job.key if reuse and job.gpus() <= 1 else None,
@@ -164,7 +165,7 @@ def _run_in_processes(
         gpus,
         say=_counting_ended_jobs(jobs),
         jobs_per_gpu=parallel.jobs_per_gpu,
-        serve_argv=(*worker, "--serve", str(spec_file)) if reuse else None,
+        serve_argv=(*worker, "--serve", str(plan_file)) if reuse else None,
     )
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
@@ -173,14 +174,14 @@ def _run_in_processes(
     }
 
 
-def workers_for(spec: DictConfig) -> int:
+def workers_for(parallel: ParallelSettings) -> int:
     """``parallel.workers``, or ``parallel.jobs_per_gpu`` per visible GPU (1 without GPUs)."""
     from solo_diet.compare.fanout import visible_gpus
 
-    return spec.parallel.workers or max(1, len(visible_gpus()) * spec.parallel.jobs_per_gpu)
+    return parallel.workers or max(1, len(visible_gpus()) * parallel.jobs_per_gpu)
 
 
-def _check_before_any_job(spec: DictConfig, jobs: Sequence[Job], out: Path) -> None:
+def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
     """What the launchers refuse, checked for the probe and every job before the first starts, so
     that a mistake is one line now, not a failed job after hours of pretraining."""
     from solo.methods import METHODS
@@ -211,9 +212,8 @@ def _check_method_kwargs(cfg: DictConfig, model_cls: type) -> None:
     parse_method_kwargs(probe, model_cls)
 
 
-def _without_standing_results(spec: DictConfig, jobs: Sequence[Job]) -> list[Job]:
+def _without_standing_results(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> list[Job]:
     """The jobs with something left to do; a job whose result stands is named, not started."""
-    eval_fingerprint = evaluation_fingerprint(spec)
     left = []
     for job in jobs:
         standing = result_standing(spec, job, eval_fingerprint)
@@ -233,7 +233,7 @@ def _unfinished_row(job: Job) -> dict[str, Any]:
 
 
 def _report_of_finished(
-    spec: DictConfig,
+    spec: Spec,
     jobs: Sequence[Job],
     out: Path,
     report_only: bool = False,
@@ -272,13 +272,13 @@ def _report_of_finished(
 
 
 def remove_leftovers(out: Path) -> None:
-    """Delete what processes killed in ``out`` left: their temporary files and the workers' spec
-    copies (``.spec-<pid>.yaml``) of comparisons that no longer run."""
+    """Delete what processes killed in ``out`` left: their temporary files and the workers' plans
+    (``.plan-<pid>.pkl``) of comparisons that no longer run."""
     remove_stale_temporaries(out)
-    for spec_copy in out.glob(".spec-*.yaml"):
-        pid = spec_copy.name[len(".spec-") : -len(".yaml")]
+    for plan in out.glob(".plan-*.pkl"):
+        pid = plan.name[len(".plan-") : -len(".pkl")]
         if pid.isdigit() and not running(int(pid)):
-            spec_copy.unlink(missing_ok=True)
+            plan.unlink(missing_ok=True)
 
 
 def run_spec(
@@ -293,8 +293,8 @@ def run_spec(
     data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count (budgets.py)
     spec_cfg = load_spec(spec, overrides)
-    jobs = plan_jobs(spec_cfg, parse_runs(spec_cfg))
-    out = Path(spec_cfg.output_dir)
+    jobs = plan_jobs(spec_cfg)
+    out = spec_cfg.output_dir
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
@@ -319,7 +319,7 @@ def run_compare(
 
 
 def _run_jobs(
-    spec: DictConfig,
+    spec: Spec,
     spec_path: str | Path,
     overrides: Sequence[str],
     jobs: Sequence[Job],
@@ -328,12 +328,12 @@ def _run_jobs(
     """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, the report."""
     from solo_diet.compare.fanout import visible_gpus
 
-    out = Path(spec.output_dir)
+    out = spec.output_dir
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)
-    write_text_atomic(out / "spec.yaml", OmegaConf.to_yaml(spec))  # the resolved spec, as a record
+    write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
     note_command(out, spec_path, overrides, len(visible_gpus()))
-    workers = workers_for(spec)
+    workers = workers_for(spec.parallel)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
         "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
@@ -348,16 +348,16 @@ def _run_jobs(
         + f" at batch {budget.batch_size}, "
         f"{workers} worker(s){processes if in_processes else ''} -> {out}"
     )
-    to_run = _without_standing_results(spec, chosen)
+    eval_fingerprint = evaluation_fingerprint(spec)
+    to_run = _without_standing_results(spec, chosen, eval_fingerprint)
     if in_processes:
-        # the workers' own copy: another compare into this output_dir may rewrite spec.yaml
-        spec_file = out / f".spec-{os.getpid()}.yaml"
-        OmegaConf.save(spec, spec_file)
+        plan_file = out / f".plan-{os.getpid()}.pkl"  # the workers' jobs, planned here
+        save_plan(plan_file, spec, to_run, eval_fingerprint)
         try:
-            failures = _run_in_processes(to_run, workers, spec.parallel, spec_file)
+            failures = _run_in_processes(to_run, workers, spec.parallel, plan_file)
         finally:
-            spec_file.unlink(missing_ok=True)
+            plan_file.unlink(missing_ok=True)
     else:
-        failures = _run_here(spec, to_run)
+        failures = _run_here(spec, to_run, eval_fingerprint)
     report, records, left_out = _report_of_finished(spec, jobs, out, failed=failures)
     return CompareResults(spec, report, tuple(records), tuple(left_out), failures, len(to_run))

@@ -8,86 +8,56 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
+import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.claims import check_claims
-from solo_diet.compare.spec_checks import (  # noqa: F401 - REFERENCE_ROWS: also the spec's
+from solo_diet.compare.claims import parse_claims
+from solo_diet.compare.spec_checks import (
     REFERENCE_ROWS,
+    SECTIONS,
     BudgetSettings,
+    DataSettings,
+    LinearSettings,
+    Spec,
     check_only,
-    check_sections,
     check_seeds,
+    parse_runs,
+    parse_sections,
 )
-from solo_diet.config import ConfigError, closest_name, parse_section, setting
+from solo_diet.config import ConfigError, closest_name
 from solo_diet.launch.errors import check_destination
-from solo_diet.launch.settings import FORMAT_KEY, resolve_spec_format
+from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
 # a spec: its YAML file, or the spec itself (a dict or DictConfig)
 SpecSource = Union[str, Path, Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """The ``evaluation`` section of a compare spec (docs/compare.md): how each checkpoint is
-    measured. Checked once when the spec is loaded; its defaults are the spec's."""
-
-    batch_size: int = setting(256, minimum=1)
-    knn_k: int = setting(20, minimum=1, hint="It is the neighbours kNN votes over.")
-    knn_temperature: float = setting(0.07, within=(1e-12, math.inf))
-    knn_distance: str = setting("cosine", choices=("cosine", "euclidean"))
-    rankme_samples: int = setting(25600, minimum=1)
-    lidar_samples: int = setting(1000, minimum=2, hint="LiDAR's class means need two.")
-    lidar_views: int = setting(10, minimum=2, hint="LiDAR's class means need two.")
-    lidar_augmentations: Optional[str] = None
-    lidar_delta: float = setting(1e-4, within=(0.0, math.inf))
-    max_rank_dim: int = setting(4096, minimum=1)
-    sem_tau: Optional[float] = setting(None, within=(0.0, math.inf))
-    rankme_every_n_epochs: int = setting(0, minimum=0)
-    clustering: bool = True
-    seed: int = 0
-
-
-SPEC_DEFAULTS: dict[str, Any] = {
+SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their schemas' (SECTIONS)
     "name": "comparison",
     "output_dir": None,
     "config_path": None,
     "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
-    "budget": dataclasses.asdict(BudgetSettings()),  # every key required but the Optional ones
+    "budget": None,
     "seeds": None,
-    "reference_rows": ["random_init", "raw_pixels"],
+    "reference_rows": list(REFERENCE_ROWS),
     "only": None,
-    "parallel": {"workers": None, "jobs_per_gpu": 1, "reuse_workers": True},
+    "parallel": None,
     "trainer": [],
     "pretrain_overrides": [],
     "linear": {"config_path": None, "config_name": None, "overrides": []},
-    "evaluation": dataclasses.asdict(EvaluationSettings()),
+    "evaluation": None,
     "runs": [],
     "claims": [],
-    # learning curves: linear probe + kNN at this many evenly spaced epochs of each run's own
-    # budget, the last being the final evaluation (0: off; docs/compare.md, "Learning curves")
-    "curves": {"points": 0},
-}
+    "curves": None,
+} | {section: dataclasses.asdict(schema()) for section, schema in SECTIONS.items()}
 PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 # reference rows that a seed changes (the untrained backbone's initialisation): one per seed
 SEEDED_REFERENCES = ("random_init",)
 PATH_KEYS = (
     *("output_dir", "config_path", "data.root", "data.train_path", "data.val_path"),
     *("linear.config_path", "evaluation.lidar_augmentations"),
-)
-BUDGET_TARGETS = {
-    "max_epochs": "max_epochs",
-    "batch_size": "optimizer.batch_size",
-    "limit_train_batches": "limit_train_batches",
-}
-SPEC_OWNED = (  # the data, the checkpointing, the rest
-    *("data.dataset", FORMAT_KEY, "data.train_path", "data.val_path"),
-    *("checkpoint.dir", "checkpoint.enabled", "checkpoint.frequency", "check_val_every_n_epoch"),
-    *("auto_resume.enabled", "wandb.enabled", "name", "max_steps"),
 )
 
 
@@ -133,10 +103,11 @@ def _check_no_list_items(overrides: Sequence[str]) -> None:
             raise ConfigError(f"`{key}` sets an item of `{head}`, a list. {_LISTS_SET_WHOLE}")
 
 
-def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> DictConfig:
+def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
     """Read and check a spec, a YAML file or the spec itself (a dict or DictConfig, left as it
-    was); paths in a file are relative to its folder, paths in a mapping and in ``overrides``
-    (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current directory."""
+    was), into one typed :class:`Spec`; paths in a file are relative to its folder, paths in a
+    mapping and in ``overrides`` (OmegaConf dot-list, e.g. ``budget.max_epochs=2``) to the current
+    directory."""
     where, base = _spec_origin(spec)
     _check_no_list_items(overrides)
     schema = OmegaConf.create(SPEC_DEFAULTS)
@@ -152,8 +123,7 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> DictConfig:
     except ConfigTypeError as err:  # a dict where the spec has a list
         raise ConfigError(f"{where}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
     OmegaConf.set_struct(merged, False)
-    _check_spec(merged, where)
-    return merged
+    return _checked(merged, where)
 
 
 def _spec_origin(spec: SpecSource) -> tuple[str | Path, Path]:
@@ -194,13 +164,14 @@ def _copied(spec: Mapping[str, Any]) -> DictConfig:
     return OmegaConf.create(plain)
 
 
-def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
+def _checked(spec: DictConfig, spec_path: str | Path) -> Spec:
+    """The merged spec, checked, as a :class:`Spec`."""
     if spec.output_dir is None:
         raise ConfigError(
             f"{spec_path}: set `output_dir` (where runs, checkpoints and the report go)."
         )
     check_destination(spec.output_dir, f"{spec_path}: `output_dir`")
-    check_sections(spec)
+    sections = parse_sections(spec)
     if spec.linear.config_path is None or spec.linear.config_name is None:
         raise ConfigError(
             f"{spec_path}: set `linear.config_path` and `linear.config_name` (the offline probe's "
@@ -231,32 +202,47 @@ def _check_spec(spec: DictConfig, spec_path: str | Path) -> None:
             )
     check_seeds(spec, spec_path)
     check_only(spec, spec_path)
-    check_claims(spec, spec_path)
-    resolve_spec_format(spec, spec_path)
-    views = evaluation_settings(spec).lidar_augmentations
+    # compare's format choice (``auto``: the GPU data path on a GPU), kept in its record too
+    key = f"{spec_path}: `{FORMAT_KEY}`"
+    spec.data.format = resolve_launch_format(spec.data.format, torch.cuda.is_available(), key)
+    views = sections["evaluation"].lidar_augmentations
     if views is not None and not Path(views).is_file():
         raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
+    data = {field.name: spec.data[field.name] for field in dataclasses.fields(DataSettings)}
+    linear = spec.linear
+    return Spec(
+        name=str(spec.name),
+        output_dir=Path(spec.output_dir),
+        data=DataSettings(**data),
+        seeds=tuple(spec.seeds) if spec.seeds is not None else None,
+        reference_rows=tuple(spec.reference_rows),
+        only=tuple(spec.only) if spec.only is not None else None,
+        trainer=tuple(str(o) for o in spec.trainer),
+        pretrain_overrides=tuple(str(o) for o in spec.pretrain_overrides),
+        linear=LinearSettings(
+            str(linear.config_path), str(linear.config_name), tuple(map(str, linear.overrides))
+        ),
+        runs=parse_runs(spec, sections["budget"]),
+        claims=parse_claims(spec, spec_path),
+        resolved=OmegaConf.to_yaml(spec),
+        **sections,
+    )
 
 
-def evaluation_settings(spec: DictConfig) -> EvaluationSettings:
-    """The spec's ``evaluation`` section, typed."""
-    return parse_section(EvaluationSettings, spec, "evaluation", "`evaluation`", strict=False)
+def checkpoint_interval(budget: BudgetSettings, epochs: int) -> int:
+    """Epochs between pretraining checkpoints of a run that trains ``epochs`` (the last epoch is
+    always saved): the budget's ``checkpoint_every_n_epochs``, or a tenth of ``epochs``."""
+    return budget.checkpoint_every_n_epochs or math.ceil(epochs / 10)
 
 
-def checkpoint_interval(budget: DictConfig) -> int:
-    """Epochs between pretraining checkpoints (the last epoch is always saved): the budget's
-    ``checkpoint_every_n_epochs``, or a tenth of ``max_epochs``."""
-    return budget.checkpoint_every_n_epochs or math.ceil(budget.max_epochs / 10)
-
-
-def validation_interval(budget: DictConfig) -> int:
-    """Lightning's ``check_val_every_n_epoch`` for pretraining: the budget's
-    ``val_every_n_epochs``, or the largest divisor of ``max_epochs`` not above ``max_epochs / 50``
-    (at least 50 points on the online-probe curves, the last epoch among them)."""
+def validation_interval(budget: BudgetSettings, epochs: int) -> int:
+    """Lightning's ``check_val_every_n_epoch`` for a pretraining of ``epochs``: the budget's
+    ``val_every_n_epochs``, or the largest divisor of ``epochs`` not above ``epochs / 50`` (at
+    least 50 points on the online-probe curves, the last epoch among them)."""
     if budget.val_every_n_epochs:
         return budget.val_every_n_epochs
-    target = max(1, budget.max_epochs // 50)
-    return max(d for d in range(1, target + 1) if budget.max_epochs % d == 0)
+    target = max(1, epochs // 50)
+    return max(d for d in range(1, target + 1) if epochs % d == 0)
 
 
 def quoted(key: str, value: Any) -> str:
@@ -264,10 +250,10 @@ def quoted(key: str, value: Any) -> str:
     return f"++{key}='{value}'" if isinstance(value, (str, Path)) else f"++{key}={value}"
 
 
-def data_overrides(spec: DictConfig) -> list[str]:
+def data_overrides(data: DataSettings) -> list[str]:
     """The spec's data set, forced on every pretraining and probe config."""
     keys = ("dataset", "train_path", "val_path", "format")
-    return [quoted(f"data.{key}", spec.data[key]) for key in keys if spec.data[key]]
+    return [quoted(f"data.{key}", getattr(data, key)) for key in keys if getattr(data, key)]
 
 
 def compose(

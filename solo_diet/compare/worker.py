@@ -1,12 +1,13 @@
-"""A comparison's jobs in processes of their own (:mod:`~solo_diet.compare.fanout` starts them).
-One job, in a fresh process:
+"""A comparison's jobs in processes of their own (:mod:`~solo_diet.compare.fanout` starts them),
+each given the comparison's plan (:func:`save_plan`: the spec and its jobs, planned once by the
+parent) and the key of its job. One job, in a fresh process:
 
-    python -m solo_diet.compare.worker <output_dir>/.spec-<pid>.yaml <job key>
+    python -m solo_diet.compare.worker <output_dir>/.plan-<pid>.pkl <job key>
 
 A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
 after another, each as in a fresh process (:class:`ServedWorker`, :mod:`~solo_diet.compare.fresh`):
 
-    python -m solo_diet.compare.worker --serve <output_dir>/.spec-<pid>.yaml <reply fd>
+    python -m solo_diet.compare.worker --serve <output_dir>/.plan-<pid>.pkl <reply fd>
 
 Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
 """
@@ -17,6 +18,7 @@ import contextlib
 import ctypes
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -26,9 +28,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from solo_diet._host import quiet_run_noise
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
     from solo_diet.compare.jobs import Job
+    from solo_diet.compare.spec_checks import Spec
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # The PID of the process a worker must not outlive (set by the fan-out, then by each worker for the
@@ -52,32 +53,32 @@ def die_with_parent() -> None:
     os.environ[PARENT_VARIABLE] = str(os.getpid())
 
 
-def worker_jobs(spec_file: str | Path) -> tuple[DictConfig, dict[str, Job], str]:
-    """The comparison saved as ``spec_file``: spec, jobs by key, evaluation fingerprint."""
+def save_plan(plan_file: Path, spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> None:
+    """Write the plan the workers run: the spec, its jobs and its evaluation fingerprint."""
+    plan_file.write_bytes(pickle.dumps((spec, {job.key: job for job in jobs}, eval_fingerprint)))
+
+
+def load_plan(plan_file: str | Path) -> tuple[Spec, dict[str, Job], str]:
+    """The plan :func:`save_plan` wrote: spec, jobs by key, evaluation fingerprint."""
     import solo_diet
-    from solo_diet.compare.fingerprints import evaluation_fingerprint
-    from solo_diet.compare.jobs import parse_runs, plan_jobs
-    from solo_diet.compare.spec import load_spec
 
     solo_diet.register()
-    spec = load_spec(spec_file)
-    jobs = {job.key: job for job in plan_jobs(spec, parse_runs(spec))}
-    return spec, jobs, evaluation_fingerprint(spec)
+    return pickle.loads(Path(plan_file).read_bytes())
 
 
-def run_one_job(spec_file: str | Path, key: str) -> None:
-    """The worker's part: run the job ``key`` of the comparison saved as ``spec_file``."""
+def run_one_job(plan_file: str | Path, key: str) -> None:
+    """The worker's part: run the job ``key`` of the plan ``plan_file``."""
     from solo_diet.compare.evaluate import SharedEvaluator
     from solo_diet.compare.job import run_job
     from solo_diet.config import ConfigError
 
-    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
+    spec, jobs, eval_fingerprint = load_plan(plan_file)
     if key not in jobs:
-        raise ConfigError(f"{spec_file} has no job {key!r}.")
+        raise ConfigError(f"{plan_file} has no job {key!r}.")
     run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
 
 
-def serve(spec_file: str, reply_fd: int) -> int:
+def serve(plan_file: str, reply_fd: int) -> int:
     """Run the jobs named on stdin, one after another, each as in a fresh process."""
     import solo_diet.launch.linear  # noqa: F401 - every job's imports, paid before the first
     import solo_diet.launch.pretrain  # noqa: F401
@@ -85,7 +86,7 @@ def serve(spec_file: str, reply_fd: int) -> int:
     from solo_diet.compare.fresh import FreshState, send_output_to
     from solo_diet.compare.job import run_job
 
-    spec, jobs, eval_fingerprint = worker_jobs(spec_file)
+    spec, jobs, eval_fingerprint = load_plan(plan_file)
     fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
         for line in sys.stdin:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import NamedTuple, Optional
 
 import torch
@@ -123,20 +122,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
     if requested == "auto":
         return "gpu" if on_gpu else "image_folder"
     return requested
-
-
-def resolve_spec_format(spec: DictConfig, spec_path: str | Path) -> str:
-    """A compare spec's data format (:func:`resolve_launch_format`), written back into the spec."""
-    requested = OmegaConf.select(spec, FORMAT_KEY)
-    key = f"{spec_path}: `{FORMAT_KEY}`"
-    resolved = resolve_launch_format(requested, torch.cuda.is_available(), key)
-    OmegaConf.update(spec, FORMAT_KEY, resolved)
-    return resolved
-
-
-def format_of(cfg: DictConfig) -> str:
-    """The data format a composed config or a parsed compare spec holds (reports, fingerprints)."""
-    return str(OmegaConf.select(cfg, FORMAT_KEY, default="image_folder"))
 
 
 def format_override(data_format: str) -> str:

@@ -13,7 +13,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
-from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.jobs import plan_jobs
 from solo_diet.compare.paper_budget import Trained
 from solo_diet.compare.spec import load_spec
 from solo_diet.config import ConfigError
@@ -57,7 +57,7 @@ def test_a_runs_own_budget_sets_its_epochs_and_intervals(data_root, tmp_path):
     runs = "runs=[{name: diet, config_name: diet, budget: {max_epochs: 2}},"
     runs += " {name: simclr, config_name: simclr, budget: {samples: 32}}]"
     spec = load_spec(SHIPPED_SPEC, overrides(data_root, tmp_path, "budget.max_epochs=6", runs))
-    jobs = {job.name: job for job in plan_jobs(spec, parse_runs(spec))}
+    jobs = {job.name: job for job in plan_jobs(spec)}
     assert jobs["diet"].cfg.max_epochs == 2 and jobs["diet"].budget.matched == "epochs"
     assert jobs["simclr"].cfg.max_epochs == 2 and jobs["simclr"].budget.samples == 32
     assert jobs["simclr"].budget.matched == "samples"
@@ -84,4 +84,4 @@ def test_a_runs_own_budget_sets_its_epochs_and_intervals(data_root, tmp_path):
 def test_bad_budgets_name_the_key(data_root, tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message):
         spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + extra)
-        plan_jobs(spec, parse_runs(spec))
+        plan_jobs(spec)

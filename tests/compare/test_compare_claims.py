@@ -7,19 +7,40 @@ import csv
 import math
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
 
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.compare.claims import check_claims, claim_lines
-from solo_diet.compare.paper_budget import Below, Trained
+from solo_diet.compare.claims import claim_lines, parse_claims
+from solo_diet.compare.paper_budget import Below, Claim, PaperBudget, Trained
+from solo_diet.compare.spec_checks import BudgetSettings
 from solo_diet.config import ConfigError
 
 
-def spec_with(claims: list, max_epochs: int = 10):
+def raw_spec(claims: list, max_epochs: int = 10):
+    """The spec's keys that ``parse_claims`` reads, as written."""
     runs = [{"name": name, "config_name": name} for name in ("diet", "simclr", "vicreg")]
     budget = {"max_epochs": max_epochs}
     return OmegaConf.create({"runs": runs, "budget": budget, "claims": claims})
+
+
+def typed(claim: dict) -> Claim:
+    """A claim as the spec holds it, unchecked (most here lack the source's budget the checks
+    ask for)."""
+    paper_budget = claim.get("paper_budget")
+    return Claim(
+        **claim
+        | {"better": tuple(claim["better"]), "than": tuple(claim.get("than", ()))}
+        | {"paper_budget": PaperBudget(**paper_budget) if paper_budget else None}
+    )
+
+
+def spec_with(claims: list, max_epochs: int = 10, batch_size: Optional[int] = None):
+    """What ``claim_lines`` reads of a typed spec: its claims and budget."""
+    budget = BudgetSettings(max_epochs=max_epochs, batch_size=batch_size)
+    return SimpleNamespace(claims=tuple(typed(c) for c in claims), budget=budget)
 
 
 def results(accuracies: dict[str, list[float]]) -> list[dict]:
@@ -187,8 +208,8 @@ def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_
 )
 def test_bad_claims_name_the_key(claim, message):
     with pytest.raises(ConfigError, match=message):
-        check_claims(spec_with([claim]), Path("spec.yaml"))
-    check_claims(spec_with([]), Path("spec.yaml"))
+        parse_claims(raw_spec([claim]), Path("spec.yaml"))
+    parse_claims(raw_spec([]), Path("spec.yaml"))
 
 
 PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
@@ -207,8 +228,7 @@ def test_one_rule_below_and_at_the_papers_budget(tmp_path, outcome, epochs):
     """The same outcome either side of the paper's budget; below it, stated at the budget run and
     the paper's claim at its budget named not checked."""
     claim = {"text": "parity", "metric": "linear_acc1", "better": ["diet"], "than": ["simclr"]}
-    spec = spec_with([{**claim, **PAPER}], max_epochs=epochs)
-    spec.budget.batch_size = 256
+    spec = spec_with([{**claim, **PAPER}], max_epochs=epochs, batch_size=256)
     [verdict] = claim_lines(spec, results(SIX_CASES[outcome]), tmp_path)
     below = epochs < 5000
     head = f"{outcome} (at 300 of 5000 epochs)" if below else outcome
@@ -272,9 +292,9 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
 )
 def test_bad_paper_budgets_name_the_key(extra, message):
     claim = {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, **PAPER}
-    check_claims(spec_with([claim]), Path("spec.yaml"))
+    parse_claims(raw_spec([claim]), Path("spec.yaml"))
     with pytest.raises(ConfigError, match=message):
-        check_claims(spec_with([{**claim, **extra}]), Path("spec.yaml"))
+        parse_claims(raw_spec([{**claim, **extra}]), Path("spec.yaml"))
 
 
 def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):

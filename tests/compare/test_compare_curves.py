@@ -16,14 +16,13 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare import load_spec, parse_runs, run_compare
+from solo_diet.compare import load_spec, run_compare
+from solo_diet.compare.budgets import samples_seen, views_per_sample
 from solo_diet.compare.curves import (
     curve_epochs,
     evaluate_curve,
     read_points,
-    samples_seen,
     snapshot_epochs,
-    views_per_sample,
     write_points,
 )
 from solo_diet.compare.curves_report import run_curves
@@ -93,7 +92,7 @@ def test_each_runs_curve_follows_its_own_budget_and_ends_at_its_last_epoch(data_
     gathered learning curves stop at each run's budget."""
     extra = ["budget.max_epochs=6", "curves.points=3", "seeds=[0]", "reference_rows=[]"]
     spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + extra + [OWN_BUDGETS])
-    jobs = [job for job in plan_jobs(spec, parse_runs(spec)) if job.reference is None]
+    jobs = [job for job in plan_jobs(spec) if job.reference is None]
     assert {job.name: snapshot_epochs(spec, job) for job in jobs} == {
         "short": [1],
         "by_samples": [2, 3],
@@ -135,7 +134,7 @@ def test_bad_points_name_the_key(data_root, tmp_path, points):
 def test_views_per_sample_count_every_crop_of_the_runs_pipelines(data_root, tmp_path):
     runs = "runs=[{name: diet, config_name: diet}, {name: simclr, config_name: simclr}]"
     spec = load_spec(SHIPPED_SPEC, tiny_overrides(data_root, tmp_path) + [runs])
-    jobs = plan_jobs(spec, parse_runs(spec))
+    jobs = plan_jobs(spec)
     assert {job.name: views_per_sample(job.cfg) for job in jobs if job.reference is None} == {
         "diet": 1,
         "simclr": SIMCLR_VIEWS,

@@ -98,7 +98,7 @@ def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_r
     assert report_runs(out) == ["diet"] and not (out / "runs" / "simclr").exists()
     text = (out / "report.md").read_text()
     assert "as they have no result yet: run 'simclr', reference 'raw_pixels'." in text
-    assert (out / "spec.yaml").is_file() and not list(out.glob(".spec-*.yaml"))
+    assert (out / "spec.yaml").is_file() and not list(out.glob(".plan-*.pkl"))
     diet_result = (out / "runs" / "diet" / "result.json").read_text()
 
     report = run_compare(

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.fingerprints import evaluation_fingerprint
+from solo_diet.compare.jobs import plan_jobs
 from solo_diet.compare.runner import _run_in_processes
 from solo_diet.compare.spec import load_spec
+from solo_diet.compare.spec_checks import ParallelSettings
+from solo_diet.compare.worker import save_plan
 from solo_diet.config import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
@@ -34,11 +36,11 @@ def _run(tmp_path: Path, reuse: bool) -> Path:
         SHIPPED_SPEC, tiny_overrides(data_root, out) + [RUNS, "reference_rows=[random_init]"]
     )
     out.mkdir()
-    spec_file = out / ".spec-test.yaml"
-    OmegaConf.save(spec, spec_file)
-    jobs = plan_jobs(spec, parse_runs(spec))
-    parallel = OmegaConf.create({"jobs_per_gpu": 1, "reuse_workers": reuse})
-    assert _run_in_processes(jobs, 1, parallel, spec_file) == {}
+    plan_file = out / ".plan-test.pkl"
+    jobs = plan_jobs(spec)
+    save_plan(plan_file, spec, jobs, evaluation_fingerprint(spec))
+    parallel = ParallelSettings(jobs_per_gpu=1, reuse_workers=reuse)
+    assert _run_in_processes(jobs, 1, parallel, plan_file) == {}
     return out
 
 

@@ -13,8 +13,9 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 import solo_diet
-from solo_diet.compare.jobs import Run, compose_run
+from solo_diet.compare.jobs import compose_run
 from solo_diet.compare.spec import load_spec
+from solo_diet.compare.spec_checks import Run
 from solo_diet.launch.pretrain import run_pretrain
 from tests._helpers.compare import write_tiny_images
 
@@ -49,6 +50,6 @@ def spec(tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 def test_recipe_trains_one_step(spec, name, tmp_path):
     overrides = SMALL_SEM if name.endswith("_sem") else []
-    cfg = compose_run(spec, Run(name, RECIPES, name, overrides), tmp_path, seed=0)
+    cfg, _ = compose_run(spec, Run(name, RECIPES, name, tuple(overrides)), tmp_path, seed=0)
     checkpoint = run_pretrain(cfg)
     assert checkpoint is not None and Path(checkpoint).is_file()

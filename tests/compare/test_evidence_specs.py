@@ -17,7 +17,7 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 import solo_diet
 from solo_diet.compare.evaluate import compose_linear
-from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.jobs import plan_jobs
 from solo_diet.compare.spec import load_spec
 from solo_diet.launch.pretrain import prepare_run, set_num_samples
 
@@ -67,8 +67,8 @@ def test_there_are_evidence_specs():
 def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
     solo_diet.register()
     spec = load_spec(spec_path, [f"data.root={data_root}", f"output_dir={tmp_path}"])
-    runs = {run.name: run for run in parse_runs(spec)}
-    jobs = plan_jobs(spec, list(runs.values()))
+    runs = {run.name: run for run in spec.runs}
+    jobs = plan_jobs(spec)
     compose_linear(spec, tmp_path / "placeholder.ckpt", tmp_path)
     budget, seeds = spec.budget, spec.seeds or [None]
     per_row = {"random_init": len(seeds), "raw_pixels": 1}  # no seed changes the raw pixels
@@ -85,7 +85,7 @@ def test_every_job_composes_at_the_real_budget(spec_path, data_root, tmp_path):
         assert cfg.backbone.name == expected_backbone(run.config_path, run.config_name), job.key
         epochs = job.budget.epochs  # a run's own budget, or the spec's (budgets.py)
         assert cfg.max_epochs == epochs <= budget.max_epochs
-        if run.budget is None and budget.samples is None:
+        if not run.own_budget and budget.samples is None:
             assert cfg.max_epochs == budget.max_epochs
         assert cfg.optimizer.batch_size == budget.batch_size
         assert cfg.data.format == spec.data.format
@@ -114,7 +114,7 @@ def test_the_paper_budget_spec_gives_each_run_its_papers_budget(data_root, tmp_p
     solo_diet.register()
     spec_path = COMPARE / "evidence_paper_budget_animal_mnist.yaml"
     spec = load_spec(spec_path, [f"data.root={data_root}", f"output_dir={tmp_path}"])
-    jobs = {j.name: j for j in plan_jobs(spec, parse_runs(spec)) if j.reference is None}
+    jobs = {j.name: j for j in plan_jobs(spec) if j.reference is None}
     epochs = {name: job.budget.epochs for name, job in jobs.items()}
     assert epochs == {
         "diet": 5000,

@@ -12,7 +12,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare.job import pretrain
-from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.jobs import plan_jobs
 from solo_diet.compare.record import read_json, write_json
 from solo_diet.compare.spec import load_spec
 from solo_diet.config import ConfigError
@@ -25,7 +25,7 @@ def _diet_job(tmp_path: Path, label_smoothing: float):
     overrides = tiny_overrides(write_tiny_images(tmp_path / "images"), tmp_path / "out")
     runs = "runs=[{name: diet, config_name: diet}]"
     spec = load_spec(SHIPPED_SPEC, [*overrides, "reference_rows=[]", runs])
-    [job] = plan_jobs(spec, parse_runs(spec))
+    [job] = plan_jobs(spec)
     job.cfg.method_kwargs.label_smoothing = label_smoothing
     job.run_dir.mkdir(parents=True, exist_ok=True)
     return spec, job

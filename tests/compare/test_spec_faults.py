@@ -14,7 +14,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_spec
-from solo_diet.compare.jobs import parse_runs, plan_jobs
+from solo_diet.compare.jobs import plan_jobs
 from solo_diet.compare.record import read_result
 from solo_diet.compare.spec import load_spec
 from solo_diet.config import ConfigError
@@ -71,7 +71,7 @@ def test_report_only_refuses_a_planted_result_naming_file_and_field(
 ):
     overrides = tiny_overrides(data, tmp_path / "out")
     spec = load_spec(SHIPPED_SPEC, overrides)
-    (job, *_) = plan_jobs(spec, parse_runs(spec))
+    (job, *_) = plan_jobs(spec)
     job.run_dir.mkdir(parents=True)
     path = job.run_dir / "result.json"
     path.write_text(json.dumps({"run": job.name, "linear_acc1": 50.0, "lidar": math.nan} | planted))

@@ -387,13 +387,15 @@ def test_one_compare_per_output_dir_and_a_report_killed_mid_write_stays_whole(
 def test_unsafe_run_names_are_refused(data, tmp_path, name):
     from omegaconf import OmegaConf
 
-    from solo_diet.compare import load_spec, parse_runs
+    from solo_diet.compare import load_spec
     from solo_diet.config import ConfigError
 
-    spec = load_spec(SHIPPED_SPEC, [f"output_dir={tmp_path}", f"data.root={data}"])
-    spec.runs = OmegaConf.create([{"name": name, "config_name": "diet"}])
+    spec = OmegaConf.load(SHIPPED_SPEC)  # as a mapping: its paths made absolute
+    for key in ("config_path", "linear.config_path", "evaluation.lidar_augmentations"):
+        OmegaConf.update(spec, key, str(SHIPPED_SPEC.parent / OmegaConf.select(spec, key)))
+    spec.runs = [{"name": name, "config_name": "diet"}]
     with pytest.raises(ConfigError, match="must be 1 to 100 letters, digits"):
-        parse_runs(spec)
+        load_spec(spec, [f"output_dir={tmp_path}", f"data.root={data}"])
 
 
 def test_a_long_run_name_on_the_command_line_is_one_line(data, tmp_path, capsys):

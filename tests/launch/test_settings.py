@@ -3,8 +3,6 @@ key is one line naming the key and the fix; the core's plain errors translated i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -19,10 +17,8 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
     GPUDataSettings,
-    format_of,
     format_override,
     resolve_launch_format,
-    resolve_spec_format,
 )
 
 
@@ -140,10 +136,4 @@ def test_demo_and_compare_resolve_auto_and_name_their_key(tmp_path):
     assert resolve_launch_format("auto", False, "--data-format") == "image_folder"
     with pytest.raises(ValueError, match="^--data-format must be one of"):
         resolve_launch_format("dali", True, "--data-format")
-    spec = OmegaConf.create({"data": {"format": "auto"}})
-    expected = "gpu" if torch.cuda.is_available() else "image_folder"
-    assert resolve_spec_format(spec, Path("spec.yaml")) == expected == format_of(spec)
-    spec.data.format = "gpuu"
-    with pytest.raises(ConfigError, match=r"^spec.yaml: `data.format` must be one of"):
-        resolve_spec_format(spec, Path("spec.yaml"))
     assert format_override("gpu") == "data.format=gpu"
