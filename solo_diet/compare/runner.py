@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +46,10 @@ from solo_diet.launch.launch_checks import (
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
+
+PLAN_PREFIX = (
+    "solo-diet-plan-"  # + the comparison's pid: its workers' plan, in the temporary folder
+)
 
 
 class JobsFailed(RuntimeError):
@@ -272,13 +278,13 @@ def _report_of_finished(
 
 
 def remove_leftovers(out: Path) -> None:
-    """Delete what processes killed in ``out`` left: their temporary files and the workers' plans
-    (``.plan-<pid>.pkl``) of comparisons that no longer run."""
+    """Delete what processes killed in ``out`` left: their temporary files, and the workers'
+    plans (each in a private temporary folder) of comparisons that no longer run."""
     remove_stale_temporaries(out)
-    for plan in out.glob(".plan-*.pkl"):
-        pid = plan.name[len(".plan-") : -len(".pkl")]
+    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
+        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
         if pid.isdigit() and not running(int(pid)):
-            plan.unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_spec(
@@ -351,12 +357,15 @@ def _run_jobs(
     eval_fingerprint = evaluation_fingerprint(spec)
     to_run = _without_standing_results(spec, chosen, eval_fingerprint)
     if in_processes:
-        plan_file = out / f".plan-{os.getpid()}.pkl"  # the workers' jobs, planned here
+        # the workers' jobs, planned here, in a folder only this user may write (mode 0700): a
+        # file planted in `output_dir` is never unpickled
+        folder = Path(tempfile.mkdtemp(prefix=f"{PLAN_PREFIX}{os.getpid()}-"))
+        plan_file = folder / "plan.pkl"
         save_plan(plan_file, spec, to_run, eval_fingerprint)
         try:
             failures = _run_in_processes(to_run, workers, spec.parallel, plan_file)
         finally:
-            plan_file.unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
     else:
         failures = _run_here(spec, to_run, eval_fingerprint)
     report, records, left_out = _report_of_finished(spec, jobs, out, failed=failures)

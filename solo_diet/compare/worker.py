@@ -2,12 +2,12 @@
 each given the comparison's plan (:func:`save_plan`: the spec and its jobs, planned once by the
 parent) and the key of its job. One job, in a fresh process:
 
-    python -m solo_diet.compare.worker <output_dir>/.plan-<pid>.pkl <job key>
+    python -m solo_diet.compare.worker <tmp>/solo-diet-plan-<pid>-XXXX/plan.pkl <job key>
 
 A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
 after another, each as in a fresh process (:class:`ServedWorker`, :mod:`~solo_diet.compare.fresh`):
 
-    python -m solo_diet.compare.worker --serve <output_dir>/.plan-<pid>.pkl <reply fd>
+    python -m solo_diet.compare.worker --serve <tmp>/solo-diet-plan-<pid>-XXXX/plan.pkl <reply fd>
 
 Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
 """
