@@ -34,6 +34,7 @@ from solo_diet.compare.record import (
     read_result,
 )
 from solo_diet.compare.report import write_report
+from solo_diet.compare.sharing import Sharing, choose_sharing, mps_unavailable, private_mps
 from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
 from solo_diet.compare.spec_checks import ParallelSettings, Spec
 from solo_diet.compare.worker import save_plan
@@ -144,7 +145,7 @@ def _check_device_lists(jobs: Sequence[Job]) -> None:
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, parallel: ParallelSettings, plan_file: Path
+    jobs: Sequence[Job], workers: int, parallel: ParallelSettings, plan_file: Path, per_gpu: int
 ) -> dict[str, str]:
     """Every job in a process of its own GPUs, the longest first, in reusable workers with
     ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
@@ -170,7 +171,7 @@ def _run_in_processes(
         workers,
         gpus,
         say=_counting_ended_jobs(jobs),
-        jobs_per_gpu=parallel.jobs_per_gpu,
+        jobs_per_gpu=per_gpu,
         serve_argv=(*worker, "--serve", str(plan_file)) if reuse else None,
     )
     return {
@@ -180,11 +181,18 @@ def _run_in_processes(
     }
 
 
-def workers_for(parallel: ParallelSettings) -> int:
-    """``parallel.workers``, or ``parallel.jobs_per_gpu`` per visible GPU (1 without GPUs)."""
+def sharing_for(parallel: ParallelSettings, jobs: Sequence[Job]) -> tuple[Sharing, int]:
+    """How ``jobs`` share the visible GPUs (:func:`choose_sharing`), and how many run at once:
+    ``parallel.workers``, or that many per visible GPU (1 without GPUs)."""
     from solo_diet.compare.fanout import visible_gpus
 
-    return parallel.workers or max(1, len(visible_gpus()) * parallel.jobs_per_gpu)
+    gpus = visible_gpus()
+    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
+    cores = len(os.sched_getaffinity(0))
+    sharing = choose_sharing(
+        parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, len(jobs), no_mps
+    )
+    return sharing, parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
 
 
 def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
@@ -339,7 +347,7 @@ def _run_jobs(
     remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
     note_command(out, spec_path, overrides, len(visible_gpus()))
-    workers = workers_for(spec.parallel)
+    sharing, workers = sharing_for(spec.parallel, chosen)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
         "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
@@ -352,7 +360,7 @@ def _run_jobs(
         + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
         + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
         + f" at batch {budget.batch_size}, "
-        f"{workers} worker(s){processes if in_processes else ''} -> {out}"
+        f"{workers} worker(s){processes if in_processes else ''}; {sharing.why} -> {out}"
     )
     eval_fingerprint = evaluation_fingerprint(spec)
     to_run = _without_standing_results(spec, chosen, eval_fingerprint)
@@ -363,7 +371,10 @@ def _run_jobs(
         plan_file = folder / "plan.pkl"
         save_plan(plan_file, spec, to_run, eval_fingerprint)
         try:
-            failures = _run_in_processes(to_run, workers, spec.parallel, plan_file)
+            with private_mps(sharing.mps and in_processes):
+                failures = _run_in_processes(
+                    to_run, workers, spec.parallel, plan_file, sharing.jobs_per_gpu
+                )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     else:

@@ -51,9 +51,12 @@ class ParallelSettings:
     """``parallel``: how many jobs run at once, and in which processes."""
 
     workers: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
-    jobs_per_gpu: int = setting(
-        1, minimum=1, hint="It is how many jobs share one GPU at a time (1: a GPU each)."
+    jobs_per_gpu: Optional[int] = setting(
+        None,
+        minimum=1,
+        hint="It is how many jobs share one GPU at a time (null: chosen from the cores and GPUs).",
     )
+    mps: str = setting("auto", choices=("auto", "on", "off"))  # a private CUDA MPS daemon
     reuse_workers: bool = True  # true: workers run job after job; false: fresh ones
 
 

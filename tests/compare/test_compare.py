@@ -207,9 +207,13 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
             ["budget.epochs=1"],
             r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",
         ),
-        (["parallel.worker=2"], r"`parallel` keys: \['jobs_per_gpu', 'reuse_workers', 'workers'\]"),
+        (
+            ["parallel.worker=2"],
+            r"`parallel` keys: \['jobs_per_gpu', 'mps', 'reuse_workers', 'workers'\]",
+        ),
         (["parallel.workers=0"], r"`parallel.workers` must be a positive integer, got 0\. Or null"),
-        (["parallel.jobs_per_gpu=null"], "`parallel.jobs_per_gpu` must be a positive integer"),
+        (["parallel.jobs_per_gpu=0"], "`parallel.jobs_per_gpu` must be a positive integer"),
+        (["parallel.mps=always"], r"`parallel.mps` must be one of \['auto', 'on', 'off'\]"),
         (
             ["budget.val_every_n_epochs=-2"],
             "`budget.val_every_n_epochs` must be a positive integer",

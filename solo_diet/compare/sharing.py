@@ -1,0 +1,103 @@
+"""How many jobs share one GPU, and a private CUDA MPS daemon that lets their kernels run side by
+side (docs/compare.md, "Many GPUs")."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+from solo_diet.config import ConfigError
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
+# a job's host side (Python, the launches, the loader's threads) wants about this many cores: on
+# a 16-core H200 four jobs with MPS did the 11-job comparison in half the time of two (benchmarks)
+CORES_PER_SHARED_JOB = 4
+MOST_JOBS_PER_GPU = {True: 4, False: 2}  # with MPS, without: without it kernels take turns
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What a comparison runs with: jobs per GPU, whether under MPS, and why (its first line)."""
+
+    jobs_per_gpu: int
+    mps: bool
+    why: str
+
+
+def mps_unavailable(gpus: Sequence[str]) -> str:
+    """Why a private MPS daemon cannot serve ``gpus`` ('' when it can): its control program is
+    missing, or a GPU is not in the Default compute mode (MPS there would lock others out)."""
+    if not gpus:
+        return "no GPU"
+    if shutil.which(MPS_CONTROL) is None:
+        return f"no `{MPS_CONTROL}` on PATH"
+    query = ["nvidia-smi", "--query-gpu=index,compute_mode", "--format=csv,noheader"]
+    try:
+        lines = subprocess.run(query, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"`nvidia-smi` could not tell the compute mode ({error})"
+    modes = dict(line.split(", ", 1) for line in lines.stdout.strip().splitlines() if ", " in line)
+    other = {gpu: modes.get(gpu, "unknown") for gpu in gpus if modes.get(gpu) != "Default"}
+    return f"GPUs not in the Default compute mode: {other}" if other else ""
+
+
+def choose_sharing(
+    jobs_per_gpu: Optional[int], mps: str, gpus: int, cores: int, jobs: int, no_mps: str
+) -> Sharing:
+    """``parallel.jobs_per_gpu`` (a number, or None: chosen here) and ``parallel.mps`` (auto,
+    on, off) for ``jobs`` jobs on ``gpus`` GPUs and ``cores`` cores; ``no_mps`` is
+    :func:`mps_unavailable`'s answer. None gives each shared job ``CORES_PER_SHARED_JOB`` cores,
+    at most ``MOST_JOBS_PER_GPU`` per GPU and no more slots than jobs."""
+    if mps == "on" and no_mps:
+        raise ConfigError(f"`parallel.mps: on` cannot be honoured: {no_mps}. Use auto or off.")
+    if not gpus:
+        return Sharing(1, False, "no GPU: one job at a time")
+    can_mps = mps != "off" and not no_mps
+    if jobs_per_gpu is None:
+        by_cores = max(1, cores // (gpus * CORES_PER_SHARED_JOB))
+        wanted = max(1, math.ceil(jobs / gpus))
+        jobs_per_gpu = min(by_cores, wanted, MOST_JOBS_PER_GPU[can_mps])
+        how = f"auto: {cores} cores, {gpus} GPU(s), {jobs} job(s)"
+    else:
+        how = "parallel.jobs_per_gpu"
+    use_mps = can_mps and int(jobs_per_gpu) > 1
+    if use_mps:
+        under = "under a private MPS daemon"
+    elif mps == "off" or int(jobs_per_gpu) == 1:
+        under = "without MPS"
+    else:
+        under = f"without MPS ({no_mps})"
+    return Sharing(int(jobs_per_gpu), use_mps, f"{jobs_per_gpu} job(s) per GPU ({how}), {under}")
+
+
+@contextlib.contextmanager
+def private_mps(active: bool) -> Iterator[None]:
+    """Inside the block, processes started from here are clients of an MPS daemon of their own
+    (its pipe and log folders in a fresh temporary folder, so no other user's daemon is touched),
+    stopped and removed on the way out. A daemon the caller's environment already names is used
+    as it is."""
+    if not active or os.environ.get(MPS_VARIABLES[0]):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="solo-diet-mps-")
+    variables = dict(zip(MPS_VARIABLES, (f"{folder}/pipe", f"{folder}/log")))
+    for path in variables.values():
+        os.makedirs(path)
+    env = dict(os.environ, **variables)
+    subprocess.run([MPS_CONTROL, "-d"], env=env, check=True, timeout=60)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name in MPS_VARIABLES:
+            os.environ.pop(name, None)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([MPS_CONTROL], input="quit\n", text=True, env=env, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
