@@ -29,8 +29,17 @@ from solo_diet.launch.settings import DataSettings, GPUDataSettings, parse_loade
 from tests._helpers import requires_solo
 
 PACKAGE = Path(__file__).resolve().parents[2] / "solo_diet"
-# the only modules that read the data format: the settings parser and the data-path factory
-FORMAT_READERS = {"launch/settings.py", "launch/datapaths/__init__.py"}
+# the only modules that read the data format: the settings parsers (the launch's; compare's spec
+# parser, where compare's format choice lives) and the data-path factory; and the two that record
+# compare's parsed value without branching on it (the report's data line, the evaluation
+# fingerprint)
+FORMAT_READERS = {
+    "launch/settings.py",
+    "launch/datapaths/__init__.py",
+    "compare/spec.py",
+    "compare/report.py",
+    "compare/fingerprints.py",
+}
 INTERFACE = (
     "pretrain_data",
     "classification_val_loader",
