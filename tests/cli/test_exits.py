@@ -243,7 +243,11 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         ("linear", [], "`pretrained_feature_extractor` is not set"),
         ("pretrain", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
         ("pretrain", ["optimizer.lr=-1"], ".lr` must be a positive finite number, got -1"),
-        ("pretrain", ["optimizer.lr=nan"], ".lr` must be a positive finite number, got nan"),
+        (
+            "pretrain",
+            ["optimizer.lr=nan"],
+            "`optimizer.lr` is nan: every number of a run must be finite",
+        ),
         ("pretrain", ["max_epochs=0"], "`max_epochs` must be a positive integer, got 0"),
         ("pretrain", ["++backbone.kwargs.width=0"], "`backbone.kwargs.width` must be a positive"),
         (

@@ -59,7 +59,7 @@ COMPARE_CONFIGS = REPO / "benchmarks" / "compare" / "configs"
         ("pretrain", "method=dieet", "unknown `method: dieet`; did you mean `diet`"),
         ("pretrain", "max_epoch=3", "`max_epoch` is not a key of the config; did you mean `max_"),
         ("pretrain", "+max_epoch=3", "`max_epoch` is not a key solo-learn or Lightning reads"),
-        ("pretrain", "optimizer.lr=-1", "`optimizer.lr` must be a positive number, got -1"),
+        ("pretrain", "optimizer.lr=-1", "`optimizer.lr` must be a positive finite number, got -1"),
         ("linear", "optimizer.batch_size=0", "`optimizer.batch_size` must be a positive"),
     ],
 )
