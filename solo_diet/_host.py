@@ -138,4 +138,6 @@ def declared_method_names() -> Optional[set[str]]:
         name for path in ours.glob("*.py") for name in _REGISTERED_AS.findall(path.read_text())
     }
     found |= {entry.name for entry in importlib.metadata.entry_points(group=METHODS_GROUP)}
+    registry = sys.modules.get("solo.methods")  # what this process registered already
+    found |= set(getattr(registry, "METHODS", {}))
     return found | {f"{name}_sem" for name in found}
