@@ -40,7 +40,7 @@ def _run(tmp_path: Path, reuse: bool) -> Path:
     jobs = plan_jobs(spec)
     save_plan(plan_file, spec, jobs, evaluation_fingerprint(spec))
     parallel = ParallelSettings(jobs_per_gpu=1, reuse_workers=reuse)
-    assert _run_in_processes(jobs, 1, parallel, plan_file) == {}
+    assert _run_in_processes(jobs, 1, parallel, plan_file, per_gpu=1) == {}
     return out
 
 

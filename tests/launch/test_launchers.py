@@ -163,7 +163,7 @@ def test_unknown_method_is_refused(data, tmp_path):
         str(SCRIPTS / "pretrain" / "custom"), "diet", pretrain_overrides(data, tmp_path)
     )
     cfg.method = "diet_typo"
-    with pytest.raises(ConfigError, match="registered methods"):
+    with pytest.raises(ConfigError, match="lists every registered method"):
         run_pretrain(cfg)
 
 

@@ -54,6 +54,5 @@ def test_a_typo_of_the_key_gets_a_did_you_mean(data, tmp_path):
     from solo_diet.launch.common import compose_cfg
 
     argv = pretrain_argv(data, tmp_path, "diet_cf")[5:] + ["++performance.foreach_substitute=1"]
-    cfg = compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet_cf", argv)
     with pytest.raises(ConfigError, match="did you mean `performance.foreach_substitutes`"):
-        run_pretrain(cfg)
+        run_pretrain(compose_cfg(str(SCRIPTS / "pretrain" / "custom"), "diet_cf", argv))
