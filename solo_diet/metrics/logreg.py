@@ -2,13 +2,15 @@
 fitted to convergence by full-batch L-BFGS, its L2 strength chosen on a part of the training set
 held out from the fit: CLIP's linear-probe protocol (CLIP paper, Appendix A.3; docs/compare.md,
 ``logreg_acc1``). The objective equals scikit-learn's ``LogisticRegression(C=1 / (l2 * n))`` on the
-same standardised features. Deterministic (no seed enters); torch only, CPU or CUDA, float64.
+same standardised features. Every strength of the sweep is fitted at once, one L-BFGS per strength
+run in lockstep on batched tensors, so a sweep costs about one fit's launches and host syncs.
+Deterministic (no seed enters); torch only, CPU or CUDA, float64.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -18,12 +20,18 @@ L2_GRID = tuple(10 ** (k / STEPS_PER_DECADE) for k in range(-8 * STEPS_PER_DECAD
 HELD_OUT_EVERY = 5  # every 5th sample of each class (in its order of the set) is held out
 MAX_ITERATIONS = 1000
 GRADIENT_TOLERANCE = 1e-9  # on the largest gradient entry, float64
-CHANGE_TOLERANCE = 1e-15  # a loss change at float64 rounding: nothing left to gain
+CHANGE_TOLERANCE = 1e-15  # a step of no parameter above it: nothing left to gain
 HISTORY = 20
+ARMIJO = 1e-4  # sufficient decrease of the backtracking line search
+BACKTRACKS = 50  # halvings of the step before a fit counts as stopped at float64 precision
+BATCH_ELEMENTS = (
+    2**25
+)  # logits held at once (strengths x samples x classes): fits are batched under it
 # what makes the probe's number: a comparison's evaluation fingerprint holds it
 PROTOCOL = {
     "l2_grid": L2_GRID,
-    "warm_start": "strong to weak",
+    "start": "zeros, every strength at once",
+    "line_search": "backtracking (Armijo 1e-4)",
     "held_out_every": HELD_OUT_EVERY,
     "max_iterations": MAX_ITERATIONS,
     "gradient_tolerance": GRADIENT_TOLERANCE,
@@ -69,6 +77,142 @@ class ProbeResult:
     convergence: Convergence
 
 
+class _Objective:
+    """Mean cross-entropy + ``l2 / 2 ||W||^2`` of a batch of classifiers on standardised features
+    ``z``: parameters ``(strengths, features * classes + classes)``, weights then biases."""
+
+    def __init__(self, z: torch.Tensor, y: torch.Tensor, classes: int):
+        self.z, self.classes = z, classes
+        self.onehot = torch.nn.functional.one_hot(y, classes).to(z)
+
+    def __call__(self, theta: torch.Tensor, l2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The objective ``(k,)`` and its gradient ``(k, parameters)`` at each row of ``theta``."""
+        features, k = self.z.shape[1], len(theta)
+        weight = theta[:, : features * self.classes].view(k, features, self.classes)
+        logits = torch.matmul(self.z, weight) + theta[:, None, features * self.classes :]
+        log_p = torch.log_softmax(logits, 2)
+        loss = -(log_p * self.onehot).sum(2).mean(1) + 0.5 * l2 * weight.square().sum((1, 2))
+        residual = (log_p.exp() - self.onehot) / len(self.z)
+        grad_w = torch.matmul(self.z.T, residual) + l2[:, None, None] * weight
+        return loss, torch.cat([grad_w.flatten(1), residual.sum(1)], 1)
+
+
+def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list[Convergence]:
+    """Minimise ``objective`` from each row of ``theta`` (in place) with its row of ``l2``: L-BFGS
+    with a backtracking line search, every row in lockstep until its own stop (a gradient entry
+    below ``GRADIENT_TOLERANCE``, a step below ``CHANGE_TOLERANCE``, no decrease left at float64
+    precision, or ``MAX_ITERATIONS``)."""
+    count = len(theta)
+    results: list[Optional[Convergence]] = [None] * count
+    rows = torch.arange(count)  # the rows of theta still being fitted
+    x, l2 = theta.clone(), l2.clone()
+    loss, grad = objective(x, l2)
+    steps: list = []  # the last HISTORY (s, y, rho), oldest first
+    stalled = torch.zeros_like(rows, dtype=torch.bool)
+    scale = torch.ones_like(loss)  # the initial inverse Hessian's scale, per row
+    iteration = 0
+    while True:
+        largest = grad.abs().amax(1)
+        converged = (largest <= GRADIENT_TOLERANCE) | stalled
+        limit = iteration == MAX_ITERATIONS
+        done = converged | limit
+        finished = done.nonzero().flatten().tolist()
+        for i in finished:
+            theta[rows[i]] = x[i]
+            hit_limit = bool(limit and not converged[i])
+            results[int(rows[i])] = Convergence(iteration, float(largest[i]), hit_limit)
+        if len(finished) == len(rows):
+            return results  # type: ignore[return-value]
+        if finished:
+            keep = (~done).nonzero().flatten()
+            rows, x, l2, loss, grad, scale = (t[keep] for t in (rows, x, l2, loss, grad, scale))
+            steps = [(s[keep], y[keep], r[keep]) for s, y, r in steps]
+        direction = _two_loop(grad, steps, scale if steps else 1 / grad.abs().sum(1).clamp(min=1))
+        slope = (grad * direction).sum(1)
+        uphill = slope >= 0  # rounding: fall back to the gradient
+        direction = torch.where(uphill[:, None], -grad, direction)
+        slope = torch.where(uphill, -grad.square().sum(1), slope)
+        step, new_loss, new_grad = _backtrack(objective, x, l2, loss, direction, slope)
+        moved = step[:, None] * direction
+        change = new_grad - grad
+        curvature = (change * moved).sum(1)
+        # positive curvature, beyond rounding (relative: small late steps still count)
+        useful = curvature > 1e-10 * moved.norm(dim=1) * change.norm(dim=1)
+        rho = torch.where(useful, 1 / curvature.where(useful, torch.ones_like(curvature)), 0)
+        steps = (steps + [(moved * useful[:, None], change * useful[:, None], rho)])[-HISTORY:]
+        scale = torch.where(useful, curvature / change.square().sum(1).clamp(min=1e-300), scale)
+        stalled = (step == 0) | (moved.abs().amax(1) <= CHANGE_TOLERANCE)
+        accepted = step > 0
+        x = torch.where(accepted[:, None], x + moved, x)
+        loss = torch.where(accepted, new_loss, loss)
+        grad = torch.where(accepted[:, None], new_grad, grad)
+        iteration += 1
+
+
+def _two_loop(grad: torch.Tensor, steps: Sequence, scale: torch.Tensor) -> torch.Tensor:
+    """The L-BFGS direction ``-H grad`` of each row from its history (zero pairs count nothing)."""
+    q, alphas = grad.clone(), []
+    for s, y, rho in reversed(steps):
+        alpha = rho * (s * q).sum(1)
+        q -= alpha[:, None] * y
+        alphas.append(alpha)
+    r = scale[:, None] * q
+    for (s, y, rho), alpha in zip(steps, reversed(alphas)):
+        r += s * (alpha - rho * (y * r).sum(1))[:, None]
+    return -r
+
+
+def _backtrack(objective, x, l2, loss, direction, slope):
+    """The first of steps 1, 1/2, 1/4, ... with sufficient decrease, per row (0: none found),
+    with the objective and gradient there."""
+    step = torch.ones_like(loss)
+    new_loss, new_grad = objective(x + direction, l2)
+    for _ in range(BACKTRACKS):
+        short = ~(new_loss <= loss + ARMIJO * step * slope)  # NaN counts as no decrease
+        if not short.any():
+            return step, new_loss, new_grad
+        step = torch.where(short, step / 2, step)
+        pending = short.nonzero().flatten()
+        trial = x[pending] + step[pending, None] * direction[pending]
+        new_loss[pending], new_grad[pending] = objective(trial, l2[pending])
+    short = ~(new_loss <= loss + ARMIJO * step * slope)
+    return torch.where(short, 0, step), new_loss, new_grad
+
+
+def fit_logistic_regressions(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    l2s: Sequence[float],
+    classes: int,
+    start: Optional[LinearClassifier] = None,
+) -> list[tuple[LinearClassifier, Convergence]]:
+    """The minimiser of the mean cross-entropy + ``l2 / 2 * ||W||^2`` on ``x`` standardised with
+    its own mean and std, for each ``l2`` of ``l2s``, all fitted at once from ``start`` (a
+    classifier of raw features; zeros without one); returned with the standardisation folded in,
+    so each takes raw features."""
+    x = x.to(torch.float64)
+    mean, std = x.mean(0), x.std(0, unbiased=False)
+    std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature stays 0
+    objective = _Objective((x - mean) / std, y.to(device=x.device, dtype=torch.long), classes)
+    features = x.shape[1]
+    theta = x.new_zeros(len(l2s), (features + 1) * classes)
+    if start is not None:  # the same logits on the standardised features
+        weight = start.weight.to(x) * std[:, None]
+        theta[:] = torch.cat([weight.flatten(), start.bias.to(x) + mean @ start.weight.to(x)])
+    strengths = torch.tensor(list(l2s), dtype=torch.float64, device=x.device)
+    group = max(1, BATCH_ELEMENTS // (len(x) * classes))
+    runs = []
+    for first in range(0, len(l2s), group):
+        part = slice(first, first + group)
+        runs += _lbfgs(objective, theta[part], strengths[part])  # writes its fits into theta
+    fitted = []
+    for row, convergence in zip(theta, runs):
+        weight = row[: features * classes].view(features, classes) / std[:, None]
+        bias = row[features * classes :] - mean @ weight
+        fitted.append((LinearClassifier(weight, bias), convergence))
+    return fitted
+
+
 def fit_logistic_regression(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -76,49 +220,8 @@ def fit_logistic_regression(
     classes: int,
     start: Optional[LinearClassifier] = None,
 ) -> tuple[LinearClassifier, Convergence]:
-    """The minimiser of the mean cross-entropy + ``l2 / 2 * ||W||^2`` on ``x`` standardised with
-    its own mean and std, by L-BFGS with a strong Wolfe line search from ``start`` (a classifier of
-    raw features; zeros without one); returned with the standardisation folded in, so it takes
-    raw features."""
-    x = x.to(torch.float64)
-    mean, std = x.mean(0), x.std(0, unbiased=False)
-    std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature stays 0
-    z = (x - mean) / std
-    y = y.to(device=x.device, dtype=torch.long)
-    if start is None:
-        weight, bias = x.new_zeros(x.shape[1], classes), x.new_zeros(classes)
-    else:  # the same logits on the standardised features
-        weight, bias = start.weight * std[:, None], start.bias + mean @ start.weight
-    weight, bias = weight.clone().requires_grad_(True), bias.clone().requires_grad_(True)
-    optimizer = torch.optim.LBFGS(
-        [weight, bias],
-        lr=1.0,
-        max_iter=MAX_ITERATIONS,
-        max_eval=2 * MAX_ITERATIONS,
-        tolerance_grad=GRADIENT_TOLERANCE,
-        tolerance_change=CHANGE_TOLERANCE,
-        history_size=HISTORY,
-        line_search_fn="strong_wolfe",
-    )
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(z @ weight + bias, y)
-        loss = loss + 0.5 * l2 * weight.square().sum()
-        loss.backward()
-        return loss
-
-    with torch.enable_grad():
-        optimizer.step(closure)
-        closure()  # the gradient at the fit (the line search's last evaluation may lie elsewhere)
-    state = optimizer.state[weight]
-    iterations = int(state.get("n_iter", 0))
-    hit_limit = iterations >= MAX_ITERATIONS or state.get("func_evals", 0) >= 2 * MAX_ITERATIONS
-    grad_norm = float(max(weight.grad.abs().max(), bias.grad.abs().max()))
-    weight, bias = weight.detach(), bias.detach()
-    scaled = weight / std[:, None]
-    fitted = LinearClassifier(scaled, bias - mean @ scaled)
-    return fitted, Convergence(iterations, grad_norm, hit_limit)
+    """:func:`fit_logistic_regressions` of the one strength ``l2``."""
+    return fit_logistic_regressions(x, y, [l2], classes, start)[0]
 
 
 def held_out_mask(y: torch.Tensor) -> torch.Tensor:
@@ -157,20 +260,15 @@ def logistic_regression_probe(
     l2_grid: tuple[float, ...] = L2_GRID,
 ) -> ProbeResult:
     """Fit on the training set but its held-out part (:func:`held_out_mask`) at each strength of
-    ``l2_grid``, from the strongest to the weakest, each fit started from the previous one's
-    solution; keep the strength of the best held-out top-1 (ties: the stronger), refit it on the
-    whole training set from its held-out fit and score that on val. The val set plays no part in
-    the choice."""
+    ``l2_grid``, all at once from zeros; keep the strength of the best held-out top-1 (ties: the
+    stronger), refit it on the whole training set from its held-out fit and score that on val. The
+    val set plays no part in the choice."""
     classes = int(max(train_y.max(), val_y.max())) + 1
     held = held_out_mask(train_y).to(train_x.device)
     if not held.any():
         raise ValueError("logistic_regression_probe needs a class with two training samples.")
     fit_x, fit_y, held_x, held_y = train_x[~held], train_y[~held], train_x[held], train_y[held]
-    fits: dict[float, tuple[LinearClassifier, Convergence]] = {}
-    previous = None
-    for l2 in sorted(l2_grid, reverse=True):
-        fits[l2] = fit_logistic_regression(fit_x, fit_y, l2, classes, start=previous)
-        previous = fits[l2][0]
+    fits = dict(zip(l2_grid, fit_logistic_regressions(fit_x, fit_y, l2_grid, classes)))
     held_out = {l2: top1(fits[l2][0], held_x, held_y) for l2 in l2_grid}
     chosen = max(l2_grid, key=lambda l2: (held_out[l2], l2))
     classifier, convergence = fit_logistic_regression(

@@ -138,7 +138,7 @@ def test_l2_is_chosen_on_the_training_sets_held_out_part_only():
 
 
 def test_a_warm_start_reaches_the_cold_starts_optimum():
-    """From the solution at a ten times stronger L2 (the probe's sweep goes strong to weak)."""
+    """From the solution at a ten times stronger L2 (the probe's refit starts from a fit too)."""
     x, y = _blobs(240, 4.0)
     z = _standardised(x)
     cold, cold_run = fit_logistic_regression(x, y, 1e-4, CLASSES)
