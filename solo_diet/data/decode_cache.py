@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import threading
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -20,6 +21,7 @@ from solo_diet._atomic import atomic_write
 
 CACHE_ENV = "SOLO_DIET_CACHE"
 ENTRY_VERSION = 1  # bump when the decoding itself changes
+_WRITES: dict[Path, threading.Thread] = {}  # the entries this process is storing
 
 
 def cache_root() -> Path:
@@ -44,18 +46,34 @@ def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
     """The decoded images of ``samples``: from the cache when its entry matches, else
-    ``decode()``, then stored (written whole; a folder that cannot be written only costs the
-    next run a decode)."""
+    ``decode()``, then stored by a thread while the run goes on (written whole; a folder that
+    cannot be written only costs the next run a decode)."""
     path = cache_root() / f"{entry_key(samples, image_size)}.pt"
+    writing = _WRITES.pop(path, None)
+    if writing is not None:  # this process is still storing the entry
+        writing.join()
     try:
         return torch.load(path, weights_only=True)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
         pass  # no entry, or one left unreadable by a killed process: decode again
     images = decode()
+    # written beside the run (a slow disk took 3.4 s for 25 MB on a lent GPU host); the thread is
+    # not a daemon, so the process waits for it at its end
+    _WRITES[path] = threading.Thread(target=_store, args=(path, images), name="decode-cache")
+    _WRITES[path].start()
+    return images
+
+
+def finish_writes() -> None:
+    """Wait until every entry this process is storing is written."""
+    while _WRITES:
+        _WRITES.popitem()[1].join()
+
+
+def _store(path: Path, images: Tensor) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path, binary=True) as file:
             torch.save(images, file)
     except OSError as err:
         print(f"[solo-diet] decode cache not written ({err}); set {CACHE_ENV} to a writable folder")
-    return images

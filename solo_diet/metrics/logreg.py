@@ -104,11 +104,11 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
     precision, or ``MAX_ITERATIONS``)."""
     count = len(theta)
     results: list[Optional[Convergence]] = [None] * count
-    rows = torch.arange(count)  # the rows of theta still being fitted
+    rows = torch.arange(count, device=theta.device)  # the rows of theta still being fitted
     x, l2 = theta.clone(), l2.clone()
     loss, grad = objective(x, l2)
     steps: list = []  # the last HISTORY (s, y, rho), oldest first
-    stalled = torch.zeros_like(rows, dtype=torch.bool)
+    stalled = torch.zeros(count, dtype=torch.bool, device=theta.device)
     scale = torch.ones_like(loss)  # the initial inverse Hessian's scale, per row
     iteration = 0
     while True:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from solo_diet.data import tensor_data
-from solo_diet.data.decode_cache import CACHE_ENV, cache_root
+from solo_diet.data.decode_cache import CACHE_ENV, cache_root, finish_writes
 from solo_diet.data.tensor_data import load_images
 from tests._helpers.synthetic import write_image_folder
 
@@ -35,7 +35,10 @@ def decodes(monkeypatch):
 
 
 def load(root, **kwargs):
-    return load_images("custom", root, "train", cache=True, **kwargs)
+    """The images, once their cache entry (written beside the run) is stored."""
+    images = load_images("custom", root, "train", cache=True, **kwargs)
+    finish_writes()
+    return images
 
 
 def test_a_hit_skips_decoding_and_returns_the_same_images(tmp_path, cache, decodes):
