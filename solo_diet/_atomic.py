@@ -39,9 +39,8 @@ def _sync_folder(folder: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_write(path: PathLike, binary: bool = False) -> Iterator[IO]:
-    """Open a file to write ``path`` whole: what the block writes lands at ``path`` only when the
-    block ends without an exception (flushed, fsynced, renamed over it); otherwise ``path`` is
-    left as it was and the temporary file removed. Text mode writes newlines as given."""
+    """Open a file to write ``path`` whole: it lands (flushed, fsynced, renamed) only when the block
+    ends without an exception; otherwise ``path`` stays as it was."""
     path = Path(path)
     temporary, handle = _temporary_beside(path, binary)
     try:

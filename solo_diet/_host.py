@@ -69,9 +69,8 @@ UMAP_CALLBACK = "solo.utils.auto_umap"
 
 
 def skip_umap_callback_without_umap() -> None:
-    """Where ``umap`` is not installed, make solo-learn's attempt to import its UMAP callback fail
-    at once, as it would fail anyway: a start-up without pandas, seaborn and matplotlib (about
-    1.4 s of 7 on a 2-core machine, docs/benchmarks.md). No effect once solo-learn is imported."""
+    """Without ``umap``, make solo-learn's import of its UMAP callback fail at once (it would
+    anyway), sparing pandas, seaborn and matplotlib at start-up (docs/benchmarks.md)."""
     if importlib.util.find_spec("umap") is None and "solo.utils" not in sys.modules:
         sys.modules.setdefault(UMAP_CALLBACK, None)  # `import` raises ImportError
 
@@ -116,10 +115,9 @@ _REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE
 
 
 def declared_method_names() -> Optional[set[str]]:
-    """Every method name the registry can hold, read from source without importing solo-learn or
-    torch (seconds a typo in ``method`` should not cost): solo-learn's ``METHODS`` keys, ours
-    (``registered_as``), the ``METHODS_GROUP`` entry points, and each also as ``<name>_sem`` (a
-    superset: the registry itself is checked later). None when solo-learn's source is unreadable."""
+    """Every method name the registry can hold (solo-learn's, ours, entry points, their ``_sem``
+    twins), read from source without importing torch; None when solo-learn's source is
+    unreadable."""
     spec = importlib.util.find_spec("solo")
     source = Path(spec.origin).parent / "methods" / "__init__.py" if spec and spec.origin else None
     if source is None or not source.is_file():

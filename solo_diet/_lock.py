@@ -1,6 +1,5 @@
-"""Folder locks (one ``compare`` per output folder, one ``pretrain`` or ``linear`` per run folder):
-the holder keeps an exclusive ``flock`` on a lock file (released by the kernel however its process
-ends) and writes its PID, host, command and start time into it. Torch-free."""
+"""Folder locks: the holder keeps an exclusive ``flock`` on a lock file (released however its
+process ends) holding its PID, host, command and start time. Torch-free."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ def folder_lock(
     path: Path, command: str, what: str, fix: str, say: Callable[[str], None] = print
 ) -> Iterator[Path]:
     """Hold the lock file ``path`` in the block for ``solo-diet <command>``; :class:`FolderInUse`
-    (``<what> is in use by <holder>: wait for it to end, or <fix>.``) when another process does.
-    A lock of this host whose holder no longer runs is taken over, with a line (``say``)."""
+    when another process does (a dead holder's lock on this host is taken over, with a line)."""
     with lock_file(path) as (descriptor, state):
         if state == "unsupported":
             say(

@@ -1,10 +1,6 @@
-"""The momentum methods' device-side helpers: the momentum encoder's EMA (BYOL paper, Eq. 1:
-``xi <- tau * xi + (1 - tau) * theta``) with ``_foreach`` ops, rounded as solo-learn's
-``MomentumUpdater.update`` (both products in the parameter's dtype before the sum: the same
-floats), and a first-in first-out write into the feature queues of MoCo, NNCLR, ReSSL, ... whose
-pointer stays on the device, so the write never waits for the GPU (reading the pointer as a Python
-number would).
-"""
+"""The momentum methods' device-side helpers: the momentum encoder's EMA (BYOL paper, Eq. 1) with
+``_foreach`` ops, rounded as solo-learn's ``MomentumUpdater.update`` (the same floats), and a FIFO
+write into the feature queues of MoCo, NNCLR, ReSSL, ... whose pointer stays on the device."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (pure functions).
-
-s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; the closed forms give a
-row's state after ``T`` zero-gradient steps in one shot, with the minus sign of the paper's Listing
-1 (its Eq. 18 and Eq. 20 print a plus, a sign error: docs/references.md derives it).
-"""
+"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (s-DIET paper,
+App. D.2), with the minus sign of its Listing 1: Eq. 18 and Eq. 20 print a plus
+(docs/references.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` as a Python float checked ``>= 0`` (no host sync per step), or a tensor (one
-    count per row, a row store's counter difference, never negative) moved to ``like`` and shaped to
-    broadcast over it."""
+    """``steps`` as a float checked ``>= 0`` (no host sync), or a per-row tensor shaped to
+    ``like``."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
@@ -33,10 +29,7 @@ def _steps_like(steps: Steps, like: Tensor) -> Steps:
 
 
 def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Steps, Steps]:
-    """``(a^T, c_T)`` with ``c_T = lr * sum_{k=1..T} a^(T-k) mu^k = lr*mu*(a^T - mu^T)/(a - mu)``.
-
-    For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
-    """
+    """``(a^T, c_T)``, ``c_T = lr*mu*(a^T - mu^T)/(a - mu)`` (``lr * T * mu^T`` for ``a == mu``)."""
     a_t, mu_t = a**steps, mu**steps
     if abs(a - mu) < _EQUAL_RATES:
         return a_t, lr * steps * mu_t
@@ -64,11 +57,7 @@ def adamw_zero_grad_steps(
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, beta1 / math.sqrt(beta2), lr, steps)
     direction = exp_avg / (exp_avg_sq.sqrt() + eps)
-    return (
-        a_t * theta - drift * direction,
-        beta1**steps * exp_avg,
-        beta2**steps * exp_avg_sq,
-    )
+    return (a_t * theta - drift * direction, beta1**steps * exp_avg, beta2**steps * exp_avg_sq)
 
 
 def sgdw_zero_grad_steps(

@@ -1,10 +1,6 @@
-"""Samplers for s-DIET: a known, seeded data order (multi-batch CE, s-DIET paper, §5.2).
-
-Each epoch shuffles ``0..N-1`` (seed ``seed + epoch``, the same on every process) into super-batches
-of ``m`` global batches covering ``m*B`` indices exactly; a global batch is split into contiguous
-slices in rank order, so gathering the ranks' indices rebuilds it; incomplete global batches are
-dropped.
-"""
+"""s-DIET's seeded data order (multi-batch CE, s-DIET paper, §5.2): each epoch shuffles ``0..N-1``
+(seed ``seed + epoch``) into super-batches of ``m`` global batches, each split into contiguous rank
+slices; incomplete global batches are dropped."""
 
 from __future__ import annotations
 
@@ -53,10 +49,8 @@ class EpochPermutation(Sampler[int]):
 
 
 class SuperBatchSampler(Sampler[list[int]]):
-    """Yields this rank's index list for each step (``DataLoader(batch_sampler=...)``);
-    ``num_replicas``/``rank`` default to the ``torch.distributed`` group's when iterated, so it can
-    be built before the processes start.
-    """
+    """This rank's index list for each step (``DataLoader(batch_sampler=...)``); the rank and world
+    default to ``torch.distributed``'s when iterated."""
 
     def __init__(
         self,
@@ -148,10 +142,8 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """Where a step sits in the data order: the ``indexes`` of its super-batch (the resident
-    rows), its ``place`` k there, the super-batch's ``length`` (m or fewer) and the ``following``
-    super-batch's indices (None at an epoch's end).
-    """
+    """A step in the data order: its super-batch's ``indexes``, its ``place`` there, the
+    super-batch's ``length`` and the ``following`` one's indices (None at an epoch's end)."""
 
     indexes: torch.Tensor
     place: int

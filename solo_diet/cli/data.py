@@ -1,6 +1,5 @@
-"""``solo-diet data``: real datasets that install from a package registry (PyPI ``animal-mnist``,
-Debian ``dataset-fashion-mnist``), written as solo-learn ``custom`` ImageFolders
-(``<dir>/{train,val}/<class>/*.png``; docs/launchers.md)."""
+"""``solo-diet data``: datasets from a package registry (PyPI ``animal-mnist``, Debian
+``dataset-fashion-mnist``) written as solo-learn ``custom`` ImageFolders (docs/launchers.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """``solo-diet`` command line: methods | pretrain | linear | data | solo-script | demo | compare |
-configs.
-
-Exit status: 0 done, 2 a user error (one line, ``--debug`` for the traceback), 130 Ctrl-C, 143
-SIGTERM (both say where to resume from), 1 a full disk during a save (one line) or a bug (with its
-traceback)."""
+configs. Exit status: 0 done, 2 a user error (one line; ``--debug``: the traceback), 130 Ctrl-C,
+143 SIGTERM, 1 a full disk or a bug."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ def _cmd_methods(_: argparse.Namespace) -> int:
 
 
 def checked_cfg(args: argparse.Namespace) -> DictConfig:
-    """The command's composed config, checked before torch, Lightning and solo-learn load (5 to
-    10 s that a typo should not cost): the launcher's key checks and, for ``pretrain``, the method
-    name against the names solo-learn, we and the user's packages declare."""
+    """The command's composed config, checked before torch, Lightning and solo-learn load (and, for
+    ``pretrain``, its method name against every declared one)."""
     from omegaconf import OmegaConf
 
     from solo_diet._host import declared_method_names, require_solo
@@ -136,9 +132,8 @@ def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
 
 
 def write_configs(directory: str, dataset: Optional[str] = None, force: bool = False) -> list[Path]:
-    """Copy the shipped configs into ``directory``; returns the folders written.
-
-    An identical file already there is left alone; a different one is refused unless ``force``."""
+    """Copy the shipped configs into ``directory`` (a differing file only with ``force``); returns
+    the folders written."""
     root = Path(directory).expanduser().resolve()
     folders = shipped_folders(dataset)
     sources = sorted(p for f in folders for p in (SHIPPED / f).rglob("*.yaml"))
@@ -179,7 +174,7 @@ def _cmd_solo_script(args: argparse.Namespace) -> int:
 # What to do after an interruption that left no checkpoint to name.
 RESUME_ADVICE = {
     "compare": "run the same command again: finished runs are reused and an interrupted run "
-    "resumes from its last epoch checkpoint.",
+    "resumes from its last epoch checkpoint."
 }
 # Commands that import solo-learn themselves, if at all (pretrain and linear once their config is
 # checked).

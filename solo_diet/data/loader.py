@@ -1,7 +1,5 @@
 """``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device, the set
-kept on the device or in pinned host memory (``storage``), the device resolved at iteration, so one
-loader serves any DDP rank (docs/data-path.md: storage, memory, order, seeds, resume, CUDA graphs).
-"""
+on the device or in pinned host memory (``storage``); docs/data-path.md."""
 
 from __future__ import annotations
 
@@ -62,9 +60,8 @@ class OrderedBatchSampler:
 
 
 class _PinnedRows:
-    """Rows of a host tensor reaching the device through two staging buffers (page-locked on CUDA),
-    gathered and copied on a side stream by a worker thread one batch ahead; a buffer is refilled
-    only after its previous copy has finished."""
+    """Rows of a host tensor reaching the device through two (page-locked) staging buffers, gathered
+    and copied on a side stream by a worker thread one batch ahead."""
 
     def __init__(self, host: Tensor, device: torch.device, max_rows: int):
         self.cuda = device.type == "cuda"
@@ -107,10 +104,9 @@ class _PinnedRows:
 
 class GPUBatchLoader:
     """solo-learn's batches of ``data`` (``[indexes, [views...], targets]`` when ``pretraining``,
-    else ``[images, targets]``) transformed on the device, in the order of ``batch_sampler`` (this
-    process's index lists); the augmentation generator is reseeded from ``(seed, epoch, rank)`` at
-    each iteration. ``transform(uint8 batch, generator)`` returns the list of views or one float
-    tensor; ``cuda_graphs``: replay it as CUDA graphs on CUDA."""
+    else ``[images, targets]``) transformed on the device in ``batch_sampler``'s order, the
+    generator reseeded from ``(seed, epoch, rank)`` each epoch; ``cuda_graphs``: replay the
+    transform."""
 
     storages: tuple[str, ...] = STORAGES
 
@@ -174,9 +170,8 @@ class GPUBatchLoader:
         seed: int = 0,
         **kwargs: Any,
     ) -> "GPUBatchLoader":
-        """``[images, targets]`` batches: shuffled with drop_last like solo-learn's probe training
-        loader, or in dataset order with a short last batch (``split_ranks``: each rank its
-        share)."""
+        """``[images, targets]`` batches: shuffled with drop_last, or in order with a short last
+        batch."""
         if shuffle:
             sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
         else:

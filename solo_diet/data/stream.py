@@ -1,7 +1,5 @@
-"""The streaming source (the GPU data path's ``stream`` storage; docs/data-path.md): image files
-read as encoded bytes by host workers, then decoded (nvJPEG on a GPU, else the host) and augmented
-on the training device at full resolution, batch by batch, every epoch (torch only).
-"""
+"""The streaming source (``data.gpu.storage: stream``; docs/data-path.md): files read as bytes by
+host workers, decoded (nvJPEG on a GPU) and augmented on the device at full resolution."""
 
 from __future__ import annotations
 
@@ -170,10 +168,8 @@ def decode_images(
 
 
 class StreamLoader(GPUBatchLoader):
-    """Batches of an :class:`EncodedFiles` set decoded and transformed on the device (module
-    docstring). ``num_workers`` host processes read the files (0: this process);
-    ``on_corrupt`` is ``"stop"`` or ``"skip"``. ``storage`` must be ``"stream"`` and
-    ``cuda_graphs`` is not used (the decoded images differ in size)."""
+    """Batches of an :class:`EncodedFiles` set decoded and transformed on the device;
+    ``num_workers`` host processes read the files, ``on_corrupt``: ``stop`` or ``skip``."""
 
     storages = ("stream",)
 

@@ -1,8 +1,5 @@
-"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets (-1: no
-label), row ``i`` the sample solo-learn's ``dataset_with_index`` gives index ``i``
-(docs/data-path.md). Errors name the arguments (``argument `fraction```); the launchers' settings
-name their config keys.
-"""
+"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets (-1: no label), row
+``i`` solo-learn's index ``i`` (docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -104,10 +101,8 @@ def decode_all(
     image_size: Optional[int],
     threads: Optional[int],
 ) -> Tensor:
-    """``(count, 3, H, W)`` uint8 from ``read(i)`` (RGB PIL images), decoded by a thread pool.
-
-    The first image fixes ``H x W``; with ``image_size=None`` another size is a ConfigError naming
-    both files and the argument ``image_size``."""
+    """``(count, 3, H, W)`` uint8 from ``read(i)`` by a thread pool; the first image fixes ``H x
+    W``."""
     if count == 0:
         raise ConfigError("the dataset is empty: no image to decode.")
     first = fit_size(read(0), image_size)
@@ -291,9 +286,8 @@ def load_images(
     threads: Optional[int] = None,
     cache: bool = False,
 ) -> ImageTensors:
-    """Decode one split of a solo-learn dataset: ``pretrain`` (what its pretraining loader reads:
-    ``no_labels`` honoured, STL10's unlabelled part included), ``train`` or ``val`` (the
-    classification sets); ``cache``: keep an image folder's decoded tensor on disk for next time."""
+    """Decode one split (``pretrain``, ``train`` or ``val``) of a solo-learn dataset; ``cache``:
+    keep an image folder's decoded tensor on disk."""
     if dataset not in DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),

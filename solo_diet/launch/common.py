@@ -159,9 +159,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
 
 
 def already_finished(ckpt_path: Optional[str | Path], training: TrainingSettings) -> bool:
-    """Whether the checkpoint to resume from holds the run's last epoch of
-    ``training.max_epochs`` (nothing left to train; never under a ``max_steps`` limit) and loads
-    (a cut one is no finished run)."""
+    """Whether the checkpoint to resume from holds the last epoch (no ``max_steps``) and loads."""
     from solo_diet.launch.checkpointing import checkpoint_epoch
     from solo_diet.methods.checkpoint import checkpoint_problem
 
@@ -209,10 +207,9 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 def fit_or_raise(
     trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, data_path: Any, **fit_kwargs: Any
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` saying where
-    to resume from (Lightning swallows KeyboardInterrupt), a core error names its config keys, no
-    empty run folder stays, and ``data_path`` and the run folder's lock are released however the
-    fit ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interruption raises ``Interrupted`` saying where to
+    resume, core errors name their keys, no empty run folder stays, ``data_path`` and the lock are
+    released however it ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
@@ -246,9 +243,8 @@ def logger_and_callbacks(
     resume_from: Optional[str] = None,
     command: str = "pretrain",
 ):
-    """The run's divergence guard, checkpointer (:class:`RunCheckpointer`, locking its run folder
-    for ``solo-diet <command>``, and at the last epoch), wandb logger (with optional gradient
-    watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
+    """The run's divergence guard, progress bar, checkpointer (locking its folder) and wandb
+    logger."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar

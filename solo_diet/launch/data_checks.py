@@ -1,6 +1,4 @@
-"""What our launchers refuse of a folder dataset's ``data.train_path`` and ``data.val_path`` before
-any image is read: a missing folder, a dataset root (its splits would be trained on as classes),
-and a val set whose class folders differ from the training set's (its labels would not match)."""
+"""What our launchers refuse of a folder dataset's paths before any image is read."""
 
 from __future__ import annotations
 
@@ -28,10 +26,8 @@ def _class_folders(path: Any) -> set[str]:
 
 
 def check_data_paths(cfg: DictConfig) -> None:
-    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist (solo-learn
-    would raise a bare ``FileNotFoundError``), or a ``data.train_path`` that is a dataset root
-    (with ``train/`` or several of :data:`SPLIT_FOLDERS`, or ``data.val_path`` inside it), is
-    refused naming the key and the fix."""
+    """Refuse a folder dataset's missing ``data.train_path``/``data.val_path``, or a dataset root
+    given as ``data.train_path``, naming the key and the fix."""
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
     for key in ("data.train_path", "data.val_path"):
@@ -62,9 +58,7 @@ def check_data_paths(cfg: DictConfig) -> None:
 
 
 def check_val_classes(cfg: DictConfig) -> None:
-    """Refuse a labelled folder dataset whose ``data.val_path`` holds other class folders than
-    ``data.train_path``: each folder numbers its sorted classes on its own, so the val labels would
-    be others' (or past ``data.num_classes``: an ``IndexError`` after an epoch of training)."""
+    """Refuse a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
     train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
     folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
     if not folders or val is None or OmegaConf.select(cfg, "data.no_labels", default=False):

@@ -33,11 +33,8 @@ def _weights(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class DivergenceGuard(Callback):
-    """Stops a fit whose weights turn NaN or infinite, in one line naming the epoch, the
-    step and ``optimizer.lr``, before a validation or a checkpoint reads them: place it
-    before the checkpointer. No host sync per step: each loss's finiteness is folded into a count
-    on its device, read every ``log_every_n_steps`` steps, before validation and at the epoch's end
-    (the weights too, there); the validation loss is read after validation."""
+    """Stops a fit whose weights turn NaN or infinite, in one line naming the epoch, step and
+    ``optimizer.lr``, before validation or a checkpoint reads them; no host sync per step."""
 
     def __init__(self):
         super().__init__()

@@ -1,6 +1,5 @@
-"""What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo; each error names the key and the fix. Neither torch nor Lightning is imported at the top:
-the CLI runs the key checks before those load (a typo answers in about a second)."""
+"""What our launchers refuse before solo-learn or Lightning would fail deep inside a run or ignore a
+typo, naming the key and the fix; torch and Lightning are not imported at the top."""
 
 from __future__ import annotations
 
@@ -17,14 +16,7 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    closest_name,
-    is_number,
-    parse_section,
-    setting,
-)
+from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
 from solo_diet.launch.data_checks import check_data_paths
 from solo_diet.launch.errors import check_destination
 
@@ -36,9 +28,8 @@ SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 
 
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
-    """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
-    ``model_cls`` (a method class, or ``LinearModel``) does not build, and a ``backbone.kwargs`` or
-    ``optimizer.kwargs`` key the backbone or optimizer does not take, naming the closest."""
+    """Refuse a ``backbone``/``optimizer``/``scheduler`` name ``model_cls`` does not build, and a
+    ``backbone.kwargs``/``optimizer.kwargs`` key they do not take, naming the closest."""
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
@@ -76,9 +67,8 @@ def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Refuse a ``backbone.kwargs`` key the backbone's constructor does not take, found by building
-    it on the meta device leaving each key out in turn, naming the closest of the signature of the
-    class built without it. Other failures are left to the real build."""
+    """Refuse a ``backbone.kwargs`` key the backbone does not take, found by meta-device builds
+    leaving each key out in turn."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
@@ -248,10 +238,8 @@ SECTION_KEYS = {
 
 
 def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
-    """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
-    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``),
-    or that is ``added`` (by a ``+``/``++`` override, not in the YAML); other keys far from every
-    known one pass (solo-learn's configs are open to additions)."""
+    """Refuse a key (top level or ``SECTION_KEYS``) nothing reads that is one typo from a known one,
+    or that is ``added`` by a ``+``/``++`` override."""
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -274,9 +262,7 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
 
 
 def unread_added_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys ``+key=...`` and ``++key=...`` overrides set that neither solo-learn, Lightning nor
-    our launchers read, at the depth :func:`check_key_typos` checks (``+optimizer.foo.bar``:
-    ``optimizer.foo``)."""
+    """The keys ``+``/``++`` overrides add that nothing reads, at :func:`check_key_typos`' depth."""
     keys, top_level = set(), set(known_top_level_keys())
     for override in overrides:
         if override.startswith("+"):
@@ -332,13 +318,8 @@ def check_trains_something(cfg: DictConfig) -> None:
 
 
 def check_cfg_before_parse(cfg: DictConfig) -> TrainingSettings:
-    """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, finite numbers, the training keys, a fit that trains
-    something, the data folders and the checkpoint folder.
-
-    Returns:
-        The parsed :class:`TrainingSettings`, the launcher's one reading of those keys.
-    """
+    """Every launch's checks before solo-learn's ``parse_cfg``; returns the
+    :class:`TrainingSettings`."""
     check_key_typos(cfg)
     check_finite_numbers(cfg)
     training = parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)

@@ -1,7 +1,5 @@
-"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
-``LinearModel``, through our own launcher. What it does beyond solo-learn's ``main_linear.py``, and
-its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``++allow_pickle_checkpoint=True`` loads a
-checkpoint that needs pickle, with a warning (refused by default: unpickling runs any code)."""
+"""``solo-diet linear``: offline linear evaluation with solo-learn's ``LinearModel``
+(docs/launchers.md)."""
 
 from __future__ import annotations
 
@@ -54,9 +52,8 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 
 
 def probe_features(cfg: DictConfig) -> nn.Module:
-    """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
-    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``); refused
-    when its weights are not finite."""
+    """What the probe sees: the backbone (``probe: backbone``) or a twin's SEM representation
+    (``probe: sem``); refused when its weights are not finite."""
     read = KeyReader(cfg)
     probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor

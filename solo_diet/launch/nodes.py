@@ -1,6 +1,5 @@
-"""Runs over several machines (docs/multi-node.md): a mistake in ``num_nodes``, ``devices`` or the
-cluster's variables does not fail, the nodes wait for each other forever or each trains alone, so
-:func:`check_nodes` refuses those set-ups in one line before any data is read."""
+"""Runs over several machines (docs/multi-node.md): :func:`check_nodes` refuses the set-ups that
+would hang or split into lone runs, in one line, before any data is read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included,
-through our own launcher. What it does beyond solo-learn's ``main_pretrain.py``:
-docs/launchers.md."""
+"""``solo-diet pretrain``: solo-learn pretraining of every registered method (docs/launchers.md)."""
 
 from __future__ import annotations
 
@@ -60,9 +58,8 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 def prepare_run(
     cfg: DictConfig,
 ) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings]:
-    """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
-    the method class and contract, the data path, its loader settings and the training settings,
-    each made once."""
+    """``run_pretrain`` before any data: the checks, ``parse_cfg``, the method, data path and
+    settings."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
@@ -87,9 +84,8 @@ def prepare_run(
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
-    """The method as the launcher trains it: our same-math substitutes (named in one printed
-    line), contiguous, channels-last unless ``performance.disable_channel_last``, its step
-    replayed as a CUDA graph where ``performance.step_graph`` says so (one printed line)."""
+    """The method as trained: substitutes, contiguous, channels-last, its step graphed where
+    allowed."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)

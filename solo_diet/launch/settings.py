@@ -1,6 +1,5 @@
-"""The data, loader and performance settings of a launch, read and checked once into frozen
-dataclasses (the loader's after solo-learn's ``parse_cfg``), each error one line naming the key and
-the fix (docs/launchers.md, "Settings and data paths")."""
+"""A launch's data, loader and performance settings, parsed once into frozen dataclasses
+(docs/launchers.md, "Settings and data paths")."""
 
 from __future__ import annotations
 
@@ -179,9 +178,8 @@ class LoaderSettings:
         return default if self.num_workers is None else self.num_workers
 
     def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
-        """For a training set smaller than one global batch (no batch: the incomplete one is
-        dropped), the batch lowered to its size per device and the lr scaled with it, said in one
-        line (the launcher writes them into the probe's config); None when a batch fits."""
+        """For a training set smaller than one global batch, the probe batch lowered to it and the
+        lr scaled (said in one line); None when a batch fits."""
         world, batch = self.world_size, self.batch_size
         if num_samples >= batch * world:
             return None

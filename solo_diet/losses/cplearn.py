@@ -1,9 +1,5 @@
-"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and its training diagnostics.
-
-All maths runs in log space and in at least float32: ``log pbar`` comes from a logsumexp over the
-batch, so codes whose probabilities underflow to exactly 0 (logit gaps > ~104 with the tanh head)
-never produce inf or NaN.
-"""
+"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and its diagnostics, in log space and at
+least float32 (``log pbar`` by logsumexp: underflowing codes give no inf or NaN)."""
 
 from __future__ import annotations
 

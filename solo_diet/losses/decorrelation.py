@@ -1,7 +1,5 @@
-"""The decorrelation terms of VICReg and Barlow Twins without a boolean mask (which asks the host
-how many elements it keeps): the same floats, summed in the same order, as solo-learn's
-``covariance_loss`` and ``barlow_loss_func``.
-"""
+"""VICReg's and Barlow Twins' decorrelation terms without a boolean mask (no host sync): the same
+floats, summed in the same order, as solo-learn's ``covariance_loss`` and ``barlow_loss_func``."""
 
 from __future__ import annotations
 

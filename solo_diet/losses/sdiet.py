@@ -1,7 +1,5 @@
-"""s-DIET losses: cross-entropy over the head rows of the batch (s-DIET paper, §5.1, Eq. 7), or
-over the ``m*B`` resident rows of multi-batch CE (§5.2); a sample's class is the position of its row
-among them, not its dataset index.
-"""
+"""s-DIET losses: CE over the batch's head rows (s-DIET paper, §5.1, Eq. 7) or over the ``m*B``
+resident rows of multi-batch CE (§5.2); a sample's class is its row's position among them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""solo-learn adapters: one short file per method, wired into ``solo.methods.METHODS``: a class
-of ``solo_diet/methods/<name>.py`` naming itself ``registered_as = "<name>"`` and declaring its
-contract (:mod:`solo_diet.methods.contract`) is found by ``contract.register``. ``PLUGIN_FACTORIES``
-lists ``"module:function"`` callables that take solo-learn's registry and return generated classes
-(the ``<name>_sem`` twins).
-"""
+"""solo-learn adapters, one short file per method: a class naming itself ``registered_as =
+"<name>"`` and declaring its contract is registered by ``contract.register``; ``PLUGIN_FACTORIES``
+lists ``"module:function"`` callables that take the registry and return generated classes (SEM
+twins)."""
 
 PLUGIN_FACTORIES: list[str] = ["solo_diet.methods.sem:sem_twins"]
 

@@ -1,11 +1,6 @@
-"""Pretraining checkpoints and their ``args.json``: the one loader every launcher uses.
-
-:class:`PretrainedCheckpoint` rebuilds the backbone or the whole method from solo-learn's
-``<run>/<name>-ep=<epoch>.ckpt`` and the ``<run>/args.json`` beside it. Checkpoints load without
-pickle (``torch.load(weights_only=True)``, OmegaConf's containers allow-listed), so opening a
-shared checkpoint runs no code it carries; ``allow_pickle`` (the launchers'
-``allow_pickle_checkpoint``) opts out, with a warning.
-"""
+"""Reading a pretraining checkpoint: its file loaded without pickle (``allow_pickle`` opts out,
+with a warning), its ``args.json``, and the backbone or method they rebuild
+(:class:`PretrainedCheckpoint`). Writing a run's checkpoints is ``launch.checkpointing``'s."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ PASS_THE_CONFIG = (
 
 
 class UnsafeCheckpoint(ConfigError):
-    """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`);
-    ``reason`` says which objects, in a few words."""
+    """The checkpoint needs pickle to load, and nobody opted in; ``reason`` says which objects."""
 
     def __init__(self, path: PathLike, reason: str):
         self.path, self.reason = Path(path), reason
@@ -49,8 +43,7 @@ class UnsafeCheckpoint(ConfigError):
 
 
 class CorruptCheckpoint(ConfigError):
-    """The checkpoint file does not load: empty, cut short (a kill or a full disk during its save)
-    or not a torch checkpoint. ``reason`` says which, in a few words."""
+    """The checkpoint file does not load (empty, cut short, not torch's); ``reason`` says which."""
 
     def __init__(self, path: PathLike, reason: str):
         self.path, self.reason = Path(path), reason
@@ -113,7 +106,6 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 
 
 def _registered_methods() -> dict[str, type]:
-    """solo-learn's method registry, the plugin methods registered."""
     from solo.methods import METHODS
 
     from solo_diet.methods.contract import register
@@ -123,9 +115,8 @@ def _registered_methods() -> dict[str, type]:
 
 
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
-    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
-    there wins."""
+    """An ``args.json``, its method's ``renamed_method_kwargs`` moved to their new names (a new
+    key already there wins)."""
     args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
     method = _registered_methods().get(str(args.get("method")))
     kwargs = args.get("method_kwargs")
@@ -140,9 +131,7 @@ def _saved_args(args_path: Path) -> omegaconf.DictConfig:
 
 
 def checkpoint_safe_globals() -> list:
-    """The non-tensor types a checkpoint may hold and still load without pickle: OmegaConf's
-    containers (a config among a checkpoint's hyper-parameters) and the types their metadata
-    names."""
+    """The non-tensor types a checkpoint may hold and still load without pickle."""
     from omegaconf import base, dictconfig, listconfig, nodes
 
     return [  # OmegaConf's containers, their nodes, the plain types their metadata names
@@ -153,7 +142,6 @@ def checkpoint_safe_globals() -> list:
 
 
 def _not_loading(path: Path, error: BaseException) -> str:
-    """Why ``path`` did not load, in a few words: empty, cut short, or not a checkpoint at all."""
     with path.open("rb") as f:
         head = f.read(2)
     if not head:
@@ -168,8 +156,7 @@ def _not_loading(path: Path, error: BaseException) -> str:
 
 @contextlib.contextmanager
 def _weights_only_enforced() -> Iterator[None]:
-    """Inside the block ``torch.load(weights_only=True)`` means it: without
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, which makes some torch versions unpickle anyway."""
+    """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
     forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
     try:
         with torch.serialization.safe_globals(checkpoint_safe_globals()):
@@ -180,8 +167,8 @@ def _weights_only_enforced() -> Iterator[None]:
 
 
 def _needs_pickle(path: Path) -> Optional[str]:
-    """Why a zip checkpoint that only pickle loads is refused, in a few words, with the opt-in:
-    the globals it names that are not allow-listed; None when it is no valid pickle at all."""
+    """Why a zip checkpoint that only pickle loads is refused, with the opt-in; None when its
+    pickle does not parse."""
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 - its pickle does not parse: a damaged file
@@ -198,8 +185,7 @@ def _needs_pickle(path: Path) -> Optional[str]:
 
 
 def _check_archive_sizes(path: Path) -> None:
-    """Refuse a zip checkpoint whose entries declare more bytes than the file holds (torch stores
-    them uncompressed), before any is unpacked: a damaged file, or a zip bomb."""
+    """Refuse a zip checkpoint declaring more bytes than the file holds (damage, or a bomb)."""
     try:
         with zipfile.ZipFile(path) as archive:
             declared = sum(entry.file_size for entry in archive.infolist())
@@ -215,7 +201,6 @@ def _check_archive_sizes(path: Path) -> None:
 
 
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
-    """``torch.load`` on the CPU, or one :class:`CorruptCheckpoint` / :class:`UnsafeCheckpoint`."""
     archive = zipfile.is_zipfile(path)
     if archive:
         _check_archive_sizes(path)
@@ -235,8 +220,7 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
 
 
 def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optional[str]:
-    """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads (the
-    tensors memory-mapped, not read; one that needs pickle loads only with ``allow_pickle``)."""
+    """Why the checkpoint at ``path`` does not load, or None (its tensors mapped, not read)."""
     path = Path(path)
     if not path.is_file():
         return "the file does not exist"
@@ -250,8 +234,7 @@ def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optiona
 
 
 def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
-    """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry
-    (module docstring); a file that does not load is one :class:`CorruptCheckpoint`."""
+    """The checkpoint's dictionary on the CPU, loaded without pickle unless ``allow_pickle``."""
     path = Path(path)
     check_checkpoint_file(path)
     if allow_pickle:
@@ -264,7 +247,6 @@ def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
 
 
 def _state_dict(checkpoint: dict, path: PathLike) -> dict:
-    """The checkpoint's ``state_dict``, or one error naming what the file holds instead."""
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         held = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, dict) else None
         raise ConfigError(
@@ -275,8 +257,8 @@ def _state_dict(checkpoint: dict, path: PathLike) -> dict:
 
 
 def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
-    """The backbone exactly as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data),
-    from ``cfg.backbone``, ``cfg.pretrain_method`` and ``cfg.data.dataset``."""
+    """The backbone as ``BaseMethod`` builds it from ``cfg.backbone``, ``pretrain_method`` and
+    ``data.dataset`` (fc removed; CIFAR stem for CIFAR data)."""
     from solo.methods.base import BaseMethod
 
     backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)
@@ -303,8 +285,7 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
 
 @contextlib.contextmanager
 def _mismatch_named(ckpt_path: PathLike, model: str) -> Iterator[None]:
-    """A tensor of another shape than ``model``'s (``load_state_dict``'s RuntimeError) is one
-    ConfigError naming the first."""
+    """A tensor of another shape than ``model``'s is one ConfigError naming the first."""
     try:
         yield
     except RuntimeError as err:
@@ -320,8 +301,7 @@ def _mismatch_named(ckpt_path: PathLike, model: str) -> Iterator[None]:
 def load_backbone_weights(
     backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
 ) -> int:
-    """Load the ``backbone.*`` tensors of a pretraining checkpoint, every backbone key; returns
-    how many."""
+    """Load every ``backbone.*`` tensor of a pretraining checkpoint; returns how many."""
     if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
@@ -331,9 +311,8 @@ def load_backbone_weights(
 
 
 class PretrainedCheckpoint:
-    """The ``.ckpt`` file ``path`` with ``args``, the config it was trained with (or the path of
-    its ``args.json``; default: the one next to ``path``); ``allow_pickle``: as
-    :func:`load_checkpoint_file`."""
+    """The ``.ckpt`` file ``path`` with ``args``, its config or ``args.json`` path (default: the
+    one next to ``path``)."""
 
     def __init__(
         self,
@@ -357,10 +336,8 @@ class PretrainedCheckpoint:
 
     @cached_property
     def state_dict(self) -> dict:
-        """The model's tensors (read once)."""
-        return _state_dict(
-            load_checkpoint_file(self.path, allow_pickle=self.allow_pickle), self.path
-        )
+        checkpoint = load_checkpoint_file(self.path, allow_pickle=self.allow_pickle)
+        return _state_dict(checkpoint, self.path)
 
     def backbone(self) -> nn.Module:
         """The pretrained backbone (every backbone key loaded)."""
@@ -379,8 +356,7 @@ class PretrainedCheckpoint:
         return methods[self.method_name]
 
     def method(self) -> nn.Module:
-        """The whole pretrained method (projector and heads included), every key loaded strictly,
-        in eval mode; built once, then shared by every caller."""
+        """The whole pretrained method, every key loaded strictly, in eval mode; built once."""
         if self._method is None:
             model = self.method_class()(self.args)
             with _mismatch_named(self.path, f"the {self.method_name} its args.json builds"):

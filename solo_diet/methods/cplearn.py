@@ -1,6 +1,5 @@
-"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring of ``solo_diet.nn.cplearn``
-(projector, codes, temperature) and ``solo_diet.losses.cplearn`` (loss, diagnostics).
-"""
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025) over ``solo_diet.nn.cplearn`` and
+``solo_diet.losses.cplearn``."""
 
 from __future__ import annotations
 
@@ -77,9 +76,8 @@ class ForwardOutput(torch.nn.Module):
 def cplearn_representations(
     checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
-    """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and
-    the embedding H as features (``embedding_*``; its RankMe reads the dimensional collapse the
-    CPLearn paper, §3.2, rules out)."""
+    """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and the
+    embedding H as features (``embedding_*``)."""
     model = checkpoint.method()
     return [
         ExtraRepresentation("codes", ForwardOutput(model, "z", argmax=True), kind="codes"),

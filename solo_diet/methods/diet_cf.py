@@ -1,11 +1,6 @@
-"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head in closed form
-(Birth-of-SSL paper, Lemma 1).
-
-The head is never stored: for each (global) batch,
-``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2`` is solved exactly, so only ``lam`` is
-left (Birth-of-SSL paper, Lemma 1, Eq. 2). ``Y`` comes from a label source (``solo_diet.labels``):
-the datum index (SSL, needs >= 2 views per datum), the class, a mix or groups.
-"""
+"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head solved in closed form
+for each (global) batch, ``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2`` (Birth-of-SSL
+paper, Lemma 1, Eq. 2); ``Y`` from a label source (``solo_diet.labels``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once:
-the label source (``solo_diet.labels``, by default the dataset index), the optional ReLU MLP
-projector giving ``z``, the shared ``method_kwargs`` (:class:`IndexKwargs`) and contract
-(``uses_sample_indexes``: ``solo-diet pretrain`` sets ``num_samples``).
-"""
+"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): the label source, the
+optional ReLU MLP projector giving ``z``, the shared kwargs (:class:`IndexKwargs`) and contract."""
 
 from __future__ import annotations
 
@@ -74,9 +71,8 @@ class LabelledProjectionKwargs(IndexKwargs):
 
 
 def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
-    """Returns the label source ``hp`` asks for (``solo_diet.labels``; ``cfg`` gives
-    ``data.num_classes`` and ``data.no_labels``): a bad source, an unreadable groups file or class
-    labels on an unlabelled dataset is one ConfigError naming the ``method_kwargs`` key."""
+    """The label source ``hp`` asks for; a bad one is one ConfigError naming the ``method_kwargs``
+    key."""
     has_labels = not omegaconf_select(cfg, "data.no_labels", False)
     num_classes = omegaconf_select(cfg, "data.num_classes", None)
     try:
@@ -96,9 +92,8 @@ DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)`` naming ``method_kwargs.num_samples``: an
-    ``IndexError`` on the host, an asynchronous device assert on a GPU, so the step never waits
-    (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
+    """Refuse dataset indices outside ``[0, num_samples)``: an ``IndexError`` on the host, an
+    asynchronous device assert on a GPU (no host sync)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
         check_range(
             indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
@@ -166,9 +161,8 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
 
 
 class LabelledProjectionMethod(IndexMethod):
-    """An index-based method whose loss compares the views of the global batch by label id
-    (``diet_cf``, ``graph_vicreg``). Keys: :class:`IndexMethod`'s (``self.hp``:
-    :class:`LabelledProjectionKwargs`; ``labels=index`` needs >= 2 views per datum)."""
+    """An index-based method comparing the views of the global batch by label id. Keys:
+    :class:`IndexMethod`'s (``labels=index`` needs >= 2 views per datum)."""
 
     hp: LabelledProjectionKwargs
 

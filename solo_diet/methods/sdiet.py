@@ -1,10 +1,6 @@
-"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
-
-The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore`, outside
-the module's parameters, torch optimiser and DDP; the head step is
-:class:`solo_diet.rowhead.RowHead`, the data order of multi-batch CE (``rows_per_step = m``, §5.2)
-:class:`solo_diet.samplers.SuperBatchOrder`, both torch-only. docs/methods/sdiet.md tells the rest.
-"""
+"""s-DIET as a solo-learn method (s-DIET paper, §5): the head and its optimiser state live in a
+``RowStore`` outside the module's parameters and DDP, stepped by ``RowHead`` in the order of
+``SuperBatchOrder`` (docs/methods/sdiet.md)."""
 
 from __future__ import annotations
 
@@ -168,10 +164,8 @@ class SDIET(IndexMethod):
 
     @property
     def row_store(self) -> RowStore:
-        """The head rows and their optimiser state, created on first use on the module's device;
-        under DDP a ``cpu``/``disk`` store is shared by the processes of a node (created
-        collectively).
-        """
+        """The head rows and their optimiser state, made on first use on the module's device (under
+        DDP a ``cpu``/``disk`` store is shared by a node's processes)."""
         if self._row_store is None:
             hp, placement = self.hp, self.hp.row_placement
             node = self.trainer.node_rank if self._trainer is not None else 0
@@ -208,9 +202,7 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
-        """This node's part of the rows with ``row_sharding=node`` over several nodes (one
-        process per node serves them, the shared store's writer; with ``gpu`` placement each process
-        holds a part), else None."""
+        """This node's part of the rows with ``row_sharding=node`` over several nodes, else None."""
         trainer = self._trainer
         if self.hp.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None

@@ -1,11 +1,6 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
-sits between the backbone and the method's projector (or DINO head's MLP), paper §3
-(docs/methods/sem.md tells how a twin declares its width).
-
-``SEM<M>`` is ``(_SEMTwin, M)``: ``M``'s body builds its projector/head for ``features_dim`` = L*V;
-the twin wraps that slot as ``SEMThenHead(embedder, original)`` (a copy-initialised momentum
-embedder in a momentum slot) and gives the online classifier D, or the SEM probe.
-"""
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
+``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
+twin wraps that slot as ``SEMThenHead(embedder, original)`` (docs/methods/sem.md)."""
 
 from __future__ import annotations
 
@@ -53,9 +48,7 @@ class SEMUnsupported(ValueError):
 
 
 def sem_refusal(name: str, method_cls: type) -> str | None:
-    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it
-    does; a method opts out by its contract's ``sem_unsupported``.
-    """
+    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None."""
     if name in REFUSED:
         return REFUSED[name]
     if not (isinstance(method_cls, type) and issubclass(method_cls, BaseMethod)):
@@ -282,10 +275,8 @@ def sem_feature_extractor(
     cfg: omegaconf.DictConfig | str | Path | None = None,
     tau: float | None = None,
 ) -> SEMFeatureExtractor:
-    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe
-    backbone (every key loaded); ``cfg``: the pretraining config or its ``args.json`` (default:
-    beside the checkpoint); ``tau``: default ``method_kwargs.sem.probe_tau`` (0 = one-hot).
-    """
+    """Backbone + online embedder of a ``<name>_sem`` checkpoint in eval mode, a probe backbone;
+    ``cfg``: its config or ``args.json`` (default: beside it); ``tau``: default ``probe_tau``."""
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)
     if not issubclass(checkpoint.method_class(), _SEMTwin):

@@ -1,12 +1,7 @@
-"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU
-(docs/data-path.md lists each): ``lars_foreach`` for ``LARS``, :class:`ForeachMomentumUpdater` for
-``MomentumUpdater``, and per model instance the steps and queue writes that read back from it.
-
-Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
-nothing here assigns into a solo-learn module. The instance substitutes are
-:class:`InstanceSubstitute` objects, not ``types.MethodType`` (which pickles as a lookup by name),
-so a deep copy or a pickle of the model keeps them.
-"""
+"""Same-math substitutes for the parts of solo-learn's step that wait on the GPU (docs/data-path.md
+lists each): ``lars_foreach``, :class:`ForeachMomentumUpdater`, and per model instance the steps and
+queue writes that read back. Only instances of solo-learn's own methods (and their SEM twins) are
+substituted, by picklable :class:`InstanceSubstitute` objects; no solo-learn module is touched."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The row store sharded over nodes: each node holds only the rows it owns (our design, after the
-sharded embedding tables of recommender systems; docs/methods/sdiet.md). At a load each node's
-contributor loads the batch's rows its node owns, the others zeros, and one ``all_reduce`` (a sum
-with one non-zero term per element: exact) gives every process all of them.
-"""
+"""The row store sharded over nodes (docs/methods/sdiet.md): each node's contributor loads the rows
+its node owns, the others zeros, and one exact ``all_reduce`` gives every process all of them."""
 
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 
 
 class ShardedRowStore(RowStore):
-    """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows of ``num_rows``
-    (indices stay global); it loads a whole :meth:`state_dict` saved on any number of nodes.
-    """
+    """A ``RowStore`` holding only ``shard``'s rows (indices stay global)."""
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
         """Nothing: sharded rows arrive through the collective of :meth:`load`."""

@@ -1,9 +1,5 @@
-"""Resampling: crop, resize and horizontal flip in one separable, antialiased pass per batch.
-
-:func:`resized_crop` and :func:`resize_center_crop` also take a list of (C, H, W) images of
-different sizes (the streaming source's decoded batch): images of one shape are resampled together
-and each output row lands where it would in a batch, so the crop is taken from each image at its own
-full resolution."""
+"""Crop, resize and horizontal flip in one separable antialiased pass per batch; a list of images of
+different sizes is resampled per shape, each crop taken at the image's full resolution."""
 
 from __future__ import annotations
 
@@ -97,9 +93,8 @@ def _by_shape(
     size: tuple[int, int],
     resample: Callable[[Tensor, Tensor], Tensor],
 ) -> Tensor:
-    """(count, C, *size) float rows from B images of different sizes: row ``r`` reads image
-    ``r % B`` (``count`` is a multiple of B). Images of one shape are stacked and resampled
-    together by ``resample(stacked, rows)``, ``rows`` the output rows they fill (view-major)."""
+    """(count, C, *size) rows from B images of different sizes (row ``r`` reads image ``r % B``),
+    each shape resampled together by ``resample(stacked, rows)``."""
     batch = len(images)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, image in enumerate(images):

@@ -1,6 +1,5 @@
-"""solo-learn's augmentation nodes parsed and checked (:class:`AugmentationNode`), and its
-per-dataset normalisation statistics. Errors name the arguments (``argument `node.rrc.enabled```);
-the launchers' settings name the config keys that set them."""
+"""solo-learn's augmentation nodes parsed and checked, and its per-dataset normalisation; errors
+name the arguments, the launchers' settings the keys."""
 
 from __future__ import annotations
 
@@ -170,9 +169,8 @@ class AugmentationNode:
 
 
 def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
-    """Refuse a key of an augmentation node outside solo-learn's pipeline (and our
-    ``random_erasing``): solo-learn would ignore a typo such as ``rrc.crop_min_scal``. The error
-    names it as ``argument `<name>.<key>```."""
+    """Refuse a key of an augmentation node outside solo-learn's pipeline (and ``random_erasing``),
+    which solo-learn would ignore."""
     for key in node:
         if key not in _TOP_KEYS:
             raise ArgumentError(

@@ -1,7 +1,4 @@
-""":class:`MultiCropAugmentation`: solo-learn's multi-view pipeline, views of one output shape
-transformed together in one batched pass; the probes' transforms (:class:`EvalTransform`,
-:class:`ProbeTrainTransform`) and :class:`CapturedAugmentation`, any of them replayed as CUDA
-graphs."""
+"""The multi-view pipeline, the probes' transforms and :class:`CapturedAugmentation`."""
 
 from __future__ import annotations
 
@@ -102,9 +99,8 @@ class _ViewGroup:
 
 
 class MultiCropAugmentation:
-    """solo-learn's multi-view pipeline on uint8 batches: views node by node, ``num_crops`` per
-    node, each a float32 normalised (B, C, crop_size, crop_size) tensor. Views of the same output
-    shape are transformed together in one batched pass."""
+    """solo-learn's multi-view pipeline on uint8 batches: ``num_crops`` float32 normalised views per
+    node, views of one shape transformed together."""
 
     def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
         if not nodes:
@@ -146,9 +142,8 @@ class MultiCropAugmentation:
 
 
 class EvalTransform:
-    """Resize the shorter side to ``resize_size`` (default ``round(crop_size * 256 / 224)``),
-    centre-crop ``crop_size``, normalise: the probes' validation transform (bilinear, antialiased,
-    as torchvision's ``Resize`` + ``CenterCrop``)."""
+    """The probes' validation transform: resize the shorter side to ``resize_size`` (default
+    ``round(crop_size * 256 / 224)``), centre-crop ``crop_size``, normalise."""
 
     def __init__(
         self,

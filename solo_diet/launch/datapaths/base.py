@@ -1,6 +1,5 @@
-"""The interface every data path gives the launchers and compare's evaluation, each method taking
-the run's checked settings, never its config. Defining a subclass registers its ``formats`` with
-the factory (:func:`solo_diet.launch.datapaths.make_data_path`)."""
+"""The interface every data path gives the launchers and compare, taking checked settings, never the
+config; a subclass registers its ``formats`` with :func:`make_data_path`."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ class DataPath:
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """The pretraining batches ``[indexes, [views...], targets]``, ordered by
-        ``batch_sampler(dataset)`` (the method's own, s-DIET's) where given and not None, else
+        """The pretraining batches, in ``batch_sampler(dataset)``'s order where given, else
         shuffled."""
         raise NotImplementedError
 

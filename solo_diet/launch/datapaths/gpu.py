@@ -1,6 +1,5 @@
-"""The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
-training device (docs/data-path.md). ``data.gpu.storage: stream`` is served by its streaming twin,
-:class:`~solo_diet.launch.datapaths.stream.StreamPath`."""
+"""The GPU data path: the set decoded once into a uint8 tensor, batches augmented on the device
+(docs/data-path.md); ``storage: stream`` is :class:`StreamPath`'s."""
 
 from __future__ import annotations
 

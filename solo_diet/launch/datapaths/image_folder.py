@@ -31,10 +31,9 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
 
 
 def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
-    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
-    :func:`~solo_diet.launch.settings.probe_augmentation`); solo-learn's own custom pipeline
-    is fixed at 224 px and ImageNet statistics."""
+    """Train/val probe transforms; custom data honours the probe node's ``crop_size``,
+    ``mean``/``std`` and ``crop_min_scale`` (solo-learn's own is fixed at 224 px and ImageNet
+    statistics)."""
     from solo.data.classification_dataloader import prepare_transforms
     from torchvision import transforms
 

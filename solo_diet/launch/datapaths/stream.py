@@ -1,6 +1,5 @@
-"""The streaming data path (``data.gpu.storage: stream``): host workers read each file's bytes, the
-training device decodes and augments every batch as the GPU data path does (docs/data-path.md);
-:meth:`StreamPath.close`, called when a fit ends, stops the host workers."""
+"""The streaming data path (``data.gpu.storage: stream``, docs/data-path.md);
+:meth:`StreamPath.close` stops its host workers."""
 
 from __future__ import annotations
 
