@@ -1,5 +1,4 @@
-"""Finding solo-learn ``main`` (the host library) and failing clearly when it is absent or too
-old."""
+"""Finding solo-learn ``main`` and failing clearly when it is absent or too old."""
 
 from __future__ import annotations
 

@@ -66,8 +66,7 @@ def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
 
 
 class RawPixels(nn.Module):
-    """The input image flattened (``num_features = channels * size * size``): probes of the
-    pixels."""
+    """The input image flattened (``channels * size * size`` features)."""
 
     def __init__(self, size: int = 32, channels: int = 3):
         super().__init__()
@@ -91,8 +90,7 @@ def raw_pixels(method: str, size: int = 32, channels: int = 3) -> RawPixels:
 
 
 def cifar_resnet18(method: str, **kwargs) -> nn.Module:
-    """torchvision's ResNet-18 with solo-learn's CIFAR stem and no ``fc``, for any 32 px data
-    set."""
+    """torchvision's ResNet-18 with solo-learn's CIFAR stem and no ``fc``."""
     from torchvision.models import resnet18
 
     network = resnet18(**kwargs)

@@ -17,8 +17,7 @@ from torch import Tensor
 
 
 class ForeachLARS(torch.optim.Optimizer):
-    """solo-learn's LARS (``solo.utils.lars.LARS``), the same update without per-parameter host
-    syncs."""
+    """solo-learn's LARS, the same update without per-parameter host syncs."""
 
     def __init__(
         self,

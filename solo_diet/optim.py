@@ -16,8 +16,7 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` as a float checked ``>= 0`` (no host sync), or a per-row tensor shaped to
-    ``like``."""
+    """``steps`` as a float checked ``>= 0``, or a per-row tensor shaped to ``like``."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")

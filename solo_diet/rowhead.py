@@ -49,8 +49,7 @@ class RowHead:
     def index_step(
         self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
     ) -> torch.Tensor:
-        """Multi-batch CE of the global batch ``z`` over the super-batch's resident rows, all
-        stepped; written back after its last batch."""
+        """Multi-batch CE of ``z`` over the super-batch's resident rows, written back after it."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
             rows, state = store.load(group, z.device, lr=lr)

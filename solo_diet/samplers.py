@@ -49,8 +49,7 @@ class EpochPermutation(Sampler[int]):
 
 
 class SuperBatchSampler(Sampler[list[int]]):
-    """This rank's index list for each step (``DataLoader(batch_sampler=...)``); the rank and world
-    default to ``torch.distributed``'s when iterated."""
+    """This rank's index list for each step (``DataLoader(batch_sampler=...)``)."""
 
     def __init__(
         self,
@@ -142,8 +141,8 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """A step in the data order: its super-batch's ``indexes``, its ``place`` there, the
-    super-batch's ``length`` and the ``following`` one's indices (None at an epoch's end)."""
+    """A step's super-batch ``indexes``, its ``place`` there, ``length`` and the ``following``
+    one."""
 
     indexes: torch.Tensor
     place: int
@@ -152,8 +151,7 @@ class SuperBatch:
 
 
 class SuperBatchOrder:
-    """Follows a :class:`SuperBatchSampler` from the training loop: each step's super-batch, and
-    a check that each batch is the sampler's (on CUDA deferred by one step: no host sync)."""
+    """Follows a :class:`SuperBatchSampler` from the training loop, checking each batch."""
 
     def __init__(self, rows_per_step: int):
         self.rows_per_step = rows_per_step

@@ -1,5 +1,6 @@
 """Runs solo-learn's main_knn.py and main_umap.py with solo-diet's methods registered; pretrain and
-probe with ``solo-diet pretrain`` and ``solo-diet linear`` (main_pretrain.py is refused for ours)."""
+probe with ``solo-diet pretrain`` and ``solo-diet linear`` (main_pretrain.py is refused for
+ours)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
 
 
 def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
-    """The ``method`` of the config a Hydra script would compose from ``args``; None when it cannot
-    be composed here (the script itself then reports the problem)."""
+    """The ``method`` the script would compose from ``args``; None when it cannot be composed."""
     from solo_diet.launch.common import compose_cfg
 
     path = _hydra_option(args, "--config-path", "-cp")

@@ -1,5 +1,4 @@
-"""A disk cache of decoded image folders, keyed by every file's path, target, size and mtime and the
-decoding settings (docs/data-path.md, ``data.gpu.decode_cache``)."""
+"""A disk cache of decoded image folders (docs/data-path.md, ``data.gpu.decode_cache``)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> 
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
-    """The decoded images of ``samples``: the cache's matching entry, else ``decode()``, then
-    stored."""
+    """The images of ``samples``: the cache's matching entry, else ``decode()``, stored."""
     path = cache_root() / f"{entry_key(samples, image_size)}.pt"
     try:
         return torch.load(path, weights_only=True)

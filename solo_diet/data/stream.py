@@ -1,5 +1,4 @@
-"""The streaming source (``data.gpu.storage: stream``; docs/data-path.md): files read as bytes by
-host workers, decoded (nvJPEG on a GPU) and augmented on the device at full resolution."""
+"""The streaming source (``data.gpu.storage: stream``; docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class EncodedFiles(torch.utils.data.Dataset):
         no_labels: bool = False,
         fraction: float = -1.0,
     ) -> EncodedFiles:
-        """A folder split in solo-learn's order, ``fraction`` and ``no_labels`` as the
-        decoded path applies them (:func:`~solo_diet.data.tensor_data.folder_split_samples`)."""
+        """A folder split in solo-learn's order, as the decoded path reads it."""
         samples = folder_split_samples(dataset, root, split, no_labels, fraction)
         return cls([p for p, _ in samples], [t for _, t in samples], source=str(root))
 
@@ -73,8 +71,7 @@ class EncodedFiles(torch.utils.data.Dataset):
 
 
 def collate_encoded(items: Sequence[tuple[int, Tensor, int, str]]) -> HostBatch:
-    """One host batch (in the worker): the files' bytes end to end in one tensor, so a batch
-    crosses from the worker as one shared buffer and is pinned as one."""
+    """One host batch: the files' bytes end to end in one tensor."""
     indices, datas, targets, problems = zip(*items)
     return (
         torch.as_tensor(indices, dtype=torch.int64),
@@ -91,8 +88,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def decode_on_host(data: Tensor) -> Tensor:
-    """(3, H, W) uint8 RGB by ``torchvision.io.decode_image``, else PIL; raises ValueError with
-    the decoders' problem when neither can."""
+    """(3, H, W) uint8 RGB by torchvision, else PIL; ValueError when neither can."""
     from PIL import Image
     from torchvision.io import ImageReadMode, decode_image
 
@@ -109,8 +105,7 @@ def decode_on_host(data: Tensor) -> Tensor:
 
 
 def _is_whole_jpeg(data: Tensor) -> bool:
-    """Starts as a JPEG and ends with its end-of-image marker (a truncated file goes to the host
-    decoders, which notice the truncation)."""
+    """Starts as a JPEG and ends with its end-of-image marker."""
     head, tail = tuple(data[:3].tolist()), tuple(data[-2:].tolist())
     return len(data) > 4 and head == JPEG_START and tail == JPEG_END
 
@@ -168,8 +163,7 @@ def decode_images(
 
 
 class StreamLoader(GPUBatchLoader):
-    """Batches of an :class:`EncodedFiles` set decoded and transformed on the device;
-    ``num_workers`` host processes read the files, ``on_corrupt``: ``stop`` or ``skip``."""
+    """Batches of :class:`EncodedFiles` decoded and transformed on the device."""
 
     storages = ("stream",)
 
@@ -240,8 +234,7 @@ class StreamLoader(GPUBatchLoader):
     def decoded_batch(
         self, batch: HostBatch, device: torch.device
     ) -> tuple[Tensor, list[Tensor], Tensor]:
-        """(indices, images on ``device``, targets) of a host batch; corrupt files stop the run or
-        give their slot to another sample of the batch."""
+        """(indices, images, targets) of a host batch; corrupt files stop or are skipped."""
         indices, flat, lengths, targets, problems = batch
         images, failed = decode_images(list(flat.split(lengths.tolist())), device, problems)
         if failed:

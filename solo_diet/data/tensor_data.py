@@ -1,5 +1,5 @@
-"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets (-1: no label), row
-``i`` solo-learn's index ``i`` (docs/data-path.md)."""
+"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets
+(docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,7 @@ def available_host_bytes() -> Optional[int]:
 
 
 def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
-    """ConfigError with both sizes when ``nbytes`` exceed the host's available memory; ``fix``
-    (text and :class:`~solo_diet.config.Argument` parts) ends it."""
+    """An error with both sizes when ``nbytes`` exceed the available host memory."""
     available = available_host_bytes()
     if available is not None and nbytes > available:
         raise ArgumentError(
@@ -101,8 +100,7 @@ def decode_all(
     image_size: Optional[int],
     threads: Optional[int],
 ) -> Tensor:
-    """``(count, 3, H, W)`` uint8 from ``read(i)`` by a thread pool; the first image fixes ``H x
-    W``."""
+    """``(count, 3, H, W)`` uint8 from ``read(i)``, by a thread pool."""
     if count == 0:
         raise ConfigError("the dataset is empty: no image to decode.")
     first = fit_size(read(0), image_size)
@@ -183,8 +181,7 @@ def check_fraction(fraction: float) -> bool:
 def folder_split_samples(
     dataset: str, root: PathLike, split: str, no_labels: bool, fraction: float
 ) -> list[tuple[str, int]]:
-    """``(path, target)`` of a folder split as solo-learn reads it: ``no_labels`` for a custom
-    pretraining folder, then ``fraction``."""
+    """``(path, target)`` of a folder split as solo-learn reads it."""
     if dataset not in FOLDER_DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),
@@ -286,8 +283,7 @@ def load_images(
     threads: Optional[int] = None,
     cache: bool = False,
 ) -> ImageTensors:
-    """Decode one split (``pretrain``, ``train`` or ``val``) of a solo-learn dataset; ``cache``:
-    keep an image folder's decoded tensor on disk."""
+    """Decode one split (``pretrain``, ``train``, ``val``); ``cache``: keep it on disk."""
     if dataset not in DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),

@@ -47,8 +47,7 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO: each save whole or not at all (a full disk is one ``DiskFull``),
-    each load without pickle unless ``allow_pickle``; remote paths go to Lightning's own."""
+    """Lightning's checkpoint IO: saves whole, loads without pickle unless ``allow_pickle``."""
 
     def __init__(self, allow_pickle: bool = False):
         self.allow_pickle = allow_pickle
@@ -141,8 +140,7 @@ def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> N
 def newest_loading(
     checkpoints: Iterable[Path], say: Callable[[str], None] = print
 ) -> Optional[Path]:
-    """The newest of ``checkpoints`` that loads, by epoch then file time; each newer one is named
-    in one line (``say``) and skipped."""
+    """The newest of ``checkpoints`` that loads; each newer one is named (``say``) and skipped."""
     ranked = sorted(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
     for path in reversed(ranked):
         problem = checkpoint_problem(path)
@@ -187,8 +185,7 @@ def _comparable(value: Any) -> Any:
 def auto_resume_checkpoint(
     cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
 ) -> tuple[Optional[Path], Optional[str]]:
-    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: the newest that
-    loads of the matching runs, within ``auto_resume.max_hours``; other data is refused."""
+    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``."""
     runs = _matching_runs(cfg, Path(logdir), say)
     now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
     recent, old = [], []
@@ -245,8 +242,7 @@ def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Opti
 
 
 class OneProcessAwareDDP(DDPStrategy):
-    """``strategy: ddp``, whose ``reduce`` over one process is the identity, not a barrier that
-    waits for the whole GPU (docs/data-path.md)."""
+    """``strategy: ddp`` whose ``reduce`` over one process is the identity (docs/data-path.md)."""
 
     def reduce(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if self.world_size == 1 and isinstance(tensor, torch.Tensor):

@@ -1,5 +1,4 @@
-"""Pieces shared by our launchers: Hydra composition, the checks before ``parse_cfg``, devices,
-Trainer, callbacks, resume. Composing and checking import neither torch nor Lightning."""
+"""Pieces our launchers share: composition, checks, devices, Trainer, callbacks, resume."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current
-    directory."""
+    """Compose a Hydra config; ``config_path`` is relative to the current directory."""
     from hydra import compose, initialize_config_dir
 
     config_dir = Path(config_path).expanduser().resolve()
@@ -73,8 +71,7 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
 
 
 def _unknown_override(base: DictConfig, key: str) -> str:
-    """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
-    own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
+    """One line for an override of a key the YAML lacks, naming the closest it has."""
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
@@ -94,8 +91,7 @@ def _unknown_override(base: DictConfig, key: str) -> str:
 
 
 def quote_equals(override: str) -> str:
-    """Quote an override value that contains ``=`` (checkpoint names hold ``ep=<epoch>``), which
-    Hydra's grammar refuses unquoted: ``k=a/b-ep=9.ckpt`` becomes ``k='a/b-ep=9.ckpt'``."""
+    """Quote an override value holding ``=`` (``k=a-ep=9.ckpt`` -> ``k='a-ep=9.ckpt'``)."""
     key, sep, value = override.partition("=")
     if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
         return override
@@ -103,8 +99,7 @@ def quote_equals(override: str) -> str:
 
 
 def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
-    """What ``solo-diet pretrain`` and ``linear`` check before solo-learn's ``parse_cfg``: the run
-    name, devices and nodes, then :func:`check_cfg_before_parse`, whose settings it returns."""
+    """Run name, devices, nodes, then :func:`check_cfg_before_parse`; returns its settings."""
     OmegaConf.set_struct(cfg, False)
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
@@ -113,8 +108,7 @@ def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
 
 
 def normalize_devices(cfg: DictConfig) -> None:
-    """``devices: 2`` / ``"2"`` becomes ``[0, 1]`` (solo-learn scales the lr by ``len(devices)``),
-    ``strategy: null`` becomes ``auto``; ``num_nodes`` and its cluster are checked."""
+    """``devices: 2`` becomes ``[0, 1]``, ``strategy: null`` ``auto``; the nodes are checked."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -131,8 +125,7 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger, callbacks, strategy
-    (``ddp``: ``OneProcessAwareDDP``) and the checkpoint writer (``AtomicCheckpointIO``)."""
+    """The cfg's ``Trainer`` arguments with logger, callbacks, strategy and checkpoint IO."""
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP

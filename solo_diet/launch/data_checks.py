@@ -26,8 +26,7 @@ def _class_folders(path: Any) -> set[str]:
 
 
 def check_data_paths(cfg: DictConfig) -> None:
-    """Refuse a folder dataset's missing ``data.train_path``/``data.val_path``, or a dataset root
-    given as ``data.train_path``, naming the key and the fix."""
+    """Refuse a missing ``data.train_path``/``data.val_path``, or a dataset root as train path."""
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
     for key in ("data.train_path", "data.val_path"):

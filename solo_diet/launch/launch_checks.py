@@ -52,8 +52,7 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 
 
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
-    """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
-    the warnings and log lines it prints (the real build prints them once)."""
+    """The backbone built on the meta device, without its warnings and log lines."""
     import torch
 
     previous = logging.root.manager.disable
@@ -96,8 +95,7 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
 
 
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
-    """``optimizer.kwargs`` holds only keywords ``optimizer`` takes, and not those solo-learn passes
-    itself (``lr``, ``weight_decay``: set ``optimizer.lr`` / ``optimizer.weight_decay``)."""
+    """Refuse an ``optimizer.kwargs`` key the optimizer does not take or solo-learn passes."""
     given = OmegaConf.select(cfg, "optimizer.kwargs") or OmegaConf.create()
     for key in SOLO_LEARN_OPTIMIZER_ARGUMENTS:
         if key in given:
@@ -127,8 +125,7 @@ PRECISIONS = (
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """The training keys solo-learn or Lightning would fail on deep inside a run or take silently,
-    checked before solo-learn's ``parse_cfg``; None leaves a key to solo-learn's default."""
+    """The training keys checked before ``parse_cfg`` (None: solo-learn's default)."""
 
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
@@ -170,8 +167,7 @@ class TrainingSettings:
 
 
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
-    """Refuse a labelled training set with fewer than ``needed`` classes (``data.num_classes``, as
-    solo-learn counts the subfolders), naming ``data.train_path``; ``reader`` needs them."""
+    """Refuse a labelled training set with fewer than ``needed`` classes (``reader`` needs them)."""
     classes = OmegaConf.select(cfg, "data.num_classes")
     labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
     if labelled and isinstance(classes, int) and classes < needed:
@@ -199,8 +195,7 @@ OWN_TOP_LEVEL_KEYS = ("allow_pickle_checkpoint", "probe", "sem_tau")
 
 @lru_cache(maxsize=None)
 def trainer_arguments() -> tuple[str, ...]:
-    """The parameters of Lightning's ``Trainer.__init__``, read from its source: importing
-    Lightning takes about 5 s."""
+    """``Trainer.__init__``'s parameters, read from Lightning's source (importing it takes 5 s)."""
     spec = importlib.util.find_spec("lightning")
     source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
     tree = ast.parse(source.read_text())
@@ -290,8 +285,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without i
 
 
 def check_finite_numbers(cfg: DictConfig) -> None:
-    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``
-    (``optimizer.lr=inf`` trains NaN weights; 1e300 is a traceback inside the optimizer)."""
+    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``."""
     largest = FLOAT32_MAX
     pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while pending:

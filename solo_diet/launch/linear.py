@@ -37,8 +37,7 @@ from solo_diet.methods.checkpoint import (
 
 
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
-    """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
-    linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    """Take ``backbone`` and ``pretrain_method`` from args.json when the cfg leaves them out."""
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
@@ -52,8 +51,7 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 
 
 def probe_features(cfg: DictConfig) -> nn.Module:
-    """What the probe sees: the backbone (``probe: backbone``) or a twin's SEM representation
-    (``probe: sem``); refused when its weights are not finite."""
+    """The probe's input: the backbone, or a twin's SEM representation (``probe: sem``)."""
     read = KeyReader(cfg)
     probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
@@ -100,8 +98,7 @@ def _loss_and_mixup(cfg: DictConfig):
 
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
-    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and
-    ``fitted_batch`` when the training set was smaller than one batch."""
+    """Train and validate a linear probe; returns its final metrics (and ``fitted_batch``)."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel

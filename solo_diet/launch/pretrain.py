@@ -40,8 +40,7 @@ from solo_diet.methods.substitutes import substitute_step_parts, substitutes_lin
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
-    """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong
-    value."""
+    """Write N into ``cfg.method_kwargs.num_samples`` (for args.json); refuse a wrong value."""
     if not contract.uses_sample_indexes:
         return
     given = OmegaConf.select(cfg, "method_kwargs.num_samples")
@@ -100,8 +99,7 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
-    """Pretrain ``cfg.method`` with ``extra_callbacks`` besides ours; returns the last checkpoint
-    path (or None). An interrupted fit raises ``Interrupted``; a finished run trains nothing."""
+    """Pretrain ``cfg.method``; returns the last checkpoint path (or None)."""
     from lightning.pytorch import Trainer, seed_everything
 
     check_accelerator_present(cfg)

@@ -1,5 +1,4 @@
-"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and its diagnostics, in log space and at
-least float32 (``log pbar`` by logsumexp: underflowing codes give no inf or NaN)."""
+"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and diagnostics, in log space."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
 
 
 def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
-    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2 first term, without beta); no
-    stop-grad."""
+    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2's first term); no stop-grad."""
     return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
 
 
@@ -88,8 +86,7 @@ def cplearn_loss_terms(
 
 
 def cplearn_loss(logits_a: torch.Tensor, logits_b: torch.Tensor, **options: Any) -> torch.Tensor:
-    """Scalar CPLearn loss on two views' code logits (already divided by tau); ``options`` and the
-    terms: :func:`cplearn_loss_terms`."""
+    """The scalar CPLearn loss of two views' code logits (:func:`cplearn_loss_terms`)."""
     return cplearn_loss_terms(logits_a, logits_b, **options)["loss"]
 
 

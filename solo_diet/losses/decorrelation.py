@@ -1,5 +1,5 @@
-"""VICReg's and Barlow Twins' decorrelation terms without a boolean mask (no host sync): the same
-floats, summed in the same order, as solo-learn's ``covariance_loss`` and ``barlow_loss_func``."""
+"""VICReg's and Barlow Twins' decorrelation terms without a mask: solo-learn's floats, no host
+sync."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ BARLOW_BATCH_NORM_EPS = 1e-5
 
 
 def off_diagonal(matrix: Tensor) -> Tensor:
-    """The ``n * (n - 1)`` off-diagonal entries of a square matrix, row by row (a strided view,
-    the order of a ``~eye`` mask)."""
+    """The off-diagonal entries of a square matrix, row by row (a strided view)."""
     n, m = matrix.shape
     if n != m:
         raise ValueError(f"off_diagonal: a square matrix is needed, got {n} x {m}")

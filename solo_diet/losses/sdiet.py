@@ -1,5 +1,4 @@
-"""s-DIET losses: CE over the batch's head rows (s-DIET paper, §5.1, Eq. 7) or over the ``m*B``
-resident rows of multi-batch CE (§5.2); a sample's class is its row's position among them."""
+"""s-DIET's CE over the batch's head rows (§5.1, Eq. 7) or a super-batch's (§5.2)."""
 
 from __future__ import annotations
 

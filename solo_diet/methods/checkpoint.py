@@ -115,8 +115,7 @@ def _registered_methods() -> dict[str, type]:
 
 
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, its method's ``renamed_method_kwargs`` moved to their new names (a new
-    key already there wins)."""
+    """An ``args.json``, its method's renamed ``method_kwargs`` moved to their new names."""
     args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
     method = _registered_methods().get(str(args.get("method")))
     kwargs = args.get("method_kwargs")
@@ -167,8 +166,7 @@ def _weights_only_enforced() -> Iterator[None]:
 
 
 def _needs_pickle(path: Path) -> Optional[str]:
-    """Why a zip checkpoint that only pickle loads is refused, with the opt-in; None when its
-    pickle does not parse."""
+    """Why a checkpoint only pickle loads is refused; None when its pickle does not parse."""
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 - its pickle does not parse: a damaged file
@@ -311,8 +309,7 @@ def load_backbone_weights(
 
 
 class PretrainedCheckpoint:
-    """The ``.ckpt`` file ``path`` with ``args``, its config or ``args.json`` path (default: the
-    one next to ``path``)."""
+    """The ``.ckpt`` ``path`` and ``args``, its config or args.json (default: beside it)."""
 
     def __init__(
         self,

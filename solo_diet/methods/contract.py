@@ -1,5 +1,4 @@
-"""The method contract: what launchers, ``solo-diet compare`` and tests may ask a method (a line
-per field in docs/adding-a-method.md), and :func:`register`, which checks it."""
+"""The method contract (docs/adding-a-method.md) and :func:`register`, which checks it."""
 
 from __future__ import annotations
 
@@ -104,8 +103,8 @@ DEFAULT_CONTRACT = Contract()
 
 
 def method_contract(method_cls: type) -> Contract:
-    """The contract ``method_cls`` declares in its body, else the one its bases declare (all the
-    same one: two different ones are refused), else :data:`DEFAULT_CONTRACT`."""
+    """The contract ``method_cls`` or its bases declare (one only), else
+    :data:`DEFAULT_CONTRACT`."""
     own = method_cls.__dict__.get("contract")
     if own is not None:
         if not isinstance(own, Contract):
@@ -129,8 +128,7 @@ def method_contract(method_cls: type) -> Contract:
 
 
 def registered_class(method_cls: type, *, plugin: bool) -> type:
-    """Registration's check of ``method_cls``: its contract is well formed and, for a ``plugin``
-    class, declared in its own body. Returns the class, unchanged."""
+    """``method_cls``, its contract checked (a ``plugin`` declares its own)."""
     if plugin and "contract" not in method_cls.__dict__:
         raise ContractError(
             f"{method_cls.__module__}.{method_cls.__qualname__} declares no method contract: add "
@@ -142,8 +140,7 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 
 def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional[Any]:
-    """``method_cls``'s declared ``kwargs`` parsed from ``cfg.method_kwargs`` (renamed keys
-    refused naming the new name); None for a class that declares none."""
+    """``method_cls``'s ``kwargs`` parsed from ``cfg.method_kwargs``; None if it declares none."""
     schema = method_contract(method_cls).kwargs
     if schema is None:
         return None
@@ -159,8 +156,7 @@ def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional
 
 
 class DeclaredKwargs:
-    """Mixin, first among our methods' bases: ``self.hp``, the contract's ``kwargs`` parsed once
-    before ``BaseMethod.__init__`` and written back whole for ``args.json``."""
+    """Mixin: ``self.hp`` parsed once before ``BaseMethod.__init__``, written back for args.json."""
 
     hp: Any
 
@@ -173,8 +169,7 @@ class DeclaredKwargs:
 
 
 def plugin_methods() -> dict[str, type]:
-    """{name: class} of every ``registered_as = "<name>"`` class of this package's public
-    modules, and of every entry point of the ``solo_diet.methods`` group."""
+    """{name: class} of this package's ``registered_as`` classes and the group's entry points."""
     declared: list[tuple[str, type]] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
         if info.name.startswith("_"):
@@ -225,8 +220,7 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add the plugin methods and twins to ``solo.methods.METHODS``, the plugin backbones and
-    ``lars_foreach``; idempotent. Returns the registered names."""
+    """Register the plugin methods, twins, backbones and ``lars_foreach``; returns the names."""
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod

@@ -1,5 +1,4 @@
-"""CPLearn as a solo-learn method (Sansone et al., ICML 2025) over ``solo_diet.nn.cplearn`` and
-``solo_diet.losses.cplearn``."""
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025)."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CPLearnKwargs:
-    """CPLearn's ``method_kwargs`` (the defaults are the fields'; one line each in
-    docs/methods/cplearn.md): f is ``proj_hidden_dim``, c ``proj_output_dim``."""
+    """CPLearn's ``method_kwargs`` (docs/methods/cplearn.md): f ``proj_hidden_dim``, c
+    ``proj_output_dim``."""
 
     proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
     proj_output_dim: int = setting(16384, minimum=2, hint="It is c, the number of codes.")

@@ -1,5 +1,4 @@
-"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2), or any label
-source."""
+"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2)."""
 
 from __future__ import annotations
 

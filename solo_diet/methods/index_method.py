@@ -1,5 +1,4 @@
-"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): the label source, the
-optional ReLU MLP projector giving ``z``, the shared kwargs (:class:`IndexKwargs`) and contract."""
+"""The base of the index-based methods: label source, optional projector, kwargs and contract."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ INDEX_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class IndexKwargs:
-    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'; one
-    line each in docs/methods/diet.md): N, the label source and the ReLU MLP projector."""
+    """The ``method_kwargs`` every index-based method shares (docs/methods/diet.md)."""
 
     num_samples: int = setting(
         None,
@@ -55,8 +53,7 @@ class IndexKwargs:
 
 @dataclass(frozen=True)
 class LabelledProjectionKwargs(IndexKwargs):
-    """:class:`IndexKwargs` of a method comparing views by label id: ``labels=index`` needs two
-    views per datum."""
+    """:class:`IndexKwargs`, where ``labels=index`` needs two views per datum."""
 
     def checked(self, cfg: omegaconf.DictConfig) -> "LabelledProjectionKwargs":
         """``labels=index`` with at least two views per datum."""
@@ -71,8 +68,7 @@ class LabelledProjectionKwargs(IndexKwargs):
 
 
 def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
-    """The label source ``hp`` asks for; a bad one is one ConfigError naming the ``method_kwargs``
-    key."""
+    """The label source ``hp`` asks for; a bad one is a ConfigError naming its key."""
     has_labels = not omegaconf_select(cfg, "data.no_labels", False)
     num_classes = omegaconf_select(cfg, "data.num_classes", None)
     try:
@@ -92,8 +88,7 @@ DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)``: an ``IndexError`` on the host, an
-    asynchronous device assert on a GPU (no host sync)."""
+    """Refuse dataset indices outside ``[0, num_samples)`` (on a GPU: a device assert)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
         check_range(
             indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
@@ -147,8 +142,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         return self.projector(feats)
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Args: X, a batch of images. Returns: solo-learn's outputs (``feats``, the probe's
-        ``logits``) and ``z``."""
+        """Args: X, images. Returns: solo-learn's outputs (``feats``, ``logits``) and ``z``."""
         out = super().forward(X)
         out["z"] = self.head_input(out["feats"])
         return out

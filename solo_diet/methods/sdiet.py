@@ -46,8 +46,7 @@ def _optimizer_kwarg(name: str, default: Any) -> Callable[[omegaconf.DictConfig]
 
 @dataclass(frozen=True)
 class SDIETKwargs(IndexKwargs):
-    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (one line each in
-    docs/methods/sdiet.md; ``rows_per_step`` is m of multi-batch CE, s-DIET paper, §5.2)."""
+    """s-DIET's ``method_kwargs`` besides :class:`IndexKwargs` (docs/methods/sdiet.md)."""
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
     temperature: float = setting(1.0, within=(1e-6, math.inf))
@@ -211,13 +210,11 @@ class SDIET(IndexMethod):
         return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:
-        the s-DIET paper's Listing 1 updates them by hand)."""
+        """``z``: the L2-normalised projector output."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
-        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer
-        (our choice; the s-DIET paper is silent)."""
+        """The backbone group's scheduled lr (outside a Trainer: the configured one; our choice)."""
         if self._trainer is None or not self.trainer.optimizers:
             return self.lr
         return self.trainer.optimizers[0].param_groups[0]["lr"]
@@ -276,14 +273,12 @@ class SDIET(IndexMethod):
         return loss + online_probe_loss(targets, out["loss"])
 
     def on_train_epoch_end(self) -> None:
-        """Epoch boundary: the last batch's order check; the last write-back completes on every
-        process before the next epoch reads."""
+        """The last batch's order check; the last write-back lands before the next epoch."""
         self.batch_order.check_pending()
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        """The rows, their optimiser state and counters travel with the checkpoint (exact
-        resume); only global rank 0 keeps them (sharded, the others send it their rows)."""
+        """The rows, state and counters go with the checkpoint (global rank 0 keeps them)."""
         keep = self._trainer is None or self.trainer.is_global_zero
         if isinstance(self.row_store, ShardedRowStore):
             state = self.row_store.state_dict(keep=keep)

@@ -59,8 +59,7 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
 
 
 class _BackbonesForMethod:
-    """solo-learn's backbone registry as a twin reads it (``_BACKBONES[name]``): factories get the
-    base method's name."""
+    """solo-learn's backbone registry for a twin: factories get the base method's name."""
 
     def __init__(self, method_name: str):
         self.method_name = method_name
@@ -76,8 +75,7 @@ def _build_backbone(
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
-    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for
-    DINO)."""
+    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (DINO: ``head.mlp``)."""
     for online, momentum in _SLOTS:
         module = getattr(model, online, None)
         if isinstance(module, nn.Module):
@@ -91,8 +89,7 @@ def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
 
 
 def _reads_width(slot: nn.Module, model: nn.Module, width: int) -> bool:
-    """The slot's first Linear takes ``width`` inputs; a parameter-free slot (``nn.Identity``
-    projector, as DIET's default) passes SEM on to a later Linear that does."""
+    """Whether the slot's first Linear (or a later one, past an Identity) takes ``width`` inputs."""
     first = next((m.in_features for m in slot.modules() if isinstance(m, nn.Linear)), None)
     if first is None:
         return any(isinstance(m, nn.Linear) and m.in_features == width for m in model.modules())
@@ -104,8 +101,7 @@ def _with_sem_representation(
     checkpoint: PretrainedCheckpoint,
     settings: Mapping[str, Any],
 ) -> list[ExtraRepresentation]:
-    """A twin's ``extra_evaluations``: the base method's, then the SEM representation at
-    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe."""
+    """A twin's ``extra_evaluations``: the base method's, then the SEM representation."""
     tau = settings.get("sem_tau")
     probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
     sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
@@ -113,8 +109,7 @@ def _with_sem_representation(
 
 
 def twin_contract(base: Contract) -> Contract:
-    """A twin's contract: the base method's, with ``method_kwargs.sem`` among its kwargs and the
-    SEM representation measured too."""
+    """A twin's contract: the base method's, with ``method_kwargs.sem`` and the SEM probe."""
     return replace(
         base,
         kwargs=None if base.kwargs is None else with_sem(base.kwargs),
@@ -222,8 +217,8 @@ class _SEMTwin:
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
-        (the official per-view temperatures; SEM paper, §3.1)."""
+        """Crop 0 at ``tau_online``, the others at ``tau_target`` without momentum (SEM paper,
+        §3.1)."""
         sem = self.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -233,8 +228,7 @@ class _SEMTwin:
         return out
 
     def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
-        """Logs simplex statistics of the step's large crops (paper §3.1, Fig. 2b): a hook, so
-        the twin runs its base method's step (and its same-math substitutes)."""
+        """Logs the step's simplex statistics (SEM paper, §3.1, Fig. 2b)."""
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:

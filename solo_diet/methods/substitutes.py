@@ -106,8 +106,7 @@ WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_si
 
 
 def device_randperm(n: int, device: torch.device) -> Tensor:
-    """``torch.randperm(n)`` from the host generator (solo-learn's numbers), on ``device``
-    without a wait."""
+    """``torch.randperm(n)`` from the host generator, on ``device`` without a wait."""
     permutation = torch.randperm(n)
     if device.type != "cuda":
         return permutation.to(device)
@@ -226,8 +225,7 @@ def _qualified(obj: Union[Callable, type]) -> str:
 
 
 def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
-    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU;
-    returns one description per substitute."""
+    """Swap a solo-learn method's step parts that read back; returns their descriptions."""
     made = []
     for cls, ours in STEP_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, "training_step"):

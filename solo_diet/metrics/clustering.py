@@ -29,8 +29,7 @@ def _int_labels(values: ArrayLike) -> np.ndarray:
 
 
 def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
-    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns); only used ids
-    appear."""
+    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns)."""
     labels, clusters = _int_labels(labels), _int_labels(clusters)
     if labels.shape != clusters.shape or labels.size == 0:
         raise ValueError(
@@ -100,8 +99,7 @@ def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
 
 
 def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any
-    c."""
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for random codes."""
     table = contingency_table(labels, clusters)
     if table.shape == (1, 1):
         return 1.0

@@ -22,14 +22,12 @@ def logit_range(num_codes: int, eps: float = 1e-8) -> float:
 
 
 def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float = 1e-8) -> float:
-    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3, Alg. 1): ``n`` the head's batch, ``f`` W's
-    rows."""
+    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3, Alg. 1), ``n`` the batch, ``f`` W's rows."""
     return embed_dim / (math.sqrt(batch_size) * logit_range(num_codes, eps))
 
 
 def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
-    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5) from a generator seeded by ``seed`` alone (the same
-    on every rank)."""
+    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5) seeded by ``seed`` alone."""
     generator = torch.Generator().manual_seed(seed)
     bits = torch.randint(0, 2, (embed_dim, num_codes), generator=generator, dtype=torch.int8)
     return bits.float().mul_(2.0).sub_(1.0)

@@ -1,5 +1,4 @@
-"""Layers shared by the plugin methods: the MLP projector and the W-MSE paper's whitening by
-``torch.linalg.cholesky_ex``, whose failure is an asynchronous device assert (no host sync)."""
+"""Layers shared by the plugin methods: the MLP projector and the W-MSE paper's whitening."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from torch import Tensor, nn
 def mlp_projector(
     in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 3, use_bn: bool = True
 ) -> nn.Sequential:
-    """ReLU MLP ``in -> hidden (x num_layers-1) -> out``, BatchNorm1d after each hidden Linear
-    (``num_layers=3``: the s-DIET projector, s-DIET paper, §6)."""
+    """ReLU MLP with BatchNorm1d after each hidden Linear (3 layers: s-DIET paper, §6)."""
     layers: list[nn.Module] = []
     width = in_dim
     for _ in range(num_layers - 1):

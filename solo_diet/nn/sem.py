@@ -1,5 +1,4 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023), torch-only: embedder ``BN(W e)``, the softmax
-per simplex (Eq. 1) and the simplex statistics (§3.1, Fig. 2b)."""
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023): embedder, Eq. 1 and §3.1's statistics."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch
 
 
 class SimplicialEmbedding(nn.Module):
-    """Embedder ``z = BN(W e)`` and Eq. 1: ``forward(x, tau=None)`` is the ``(B, L*V)`` SEM
-    representation at ``tau`` (default ``self.tau``)."""
+    """Embedder ``z = BN(W e)``; ``forward(x, tau=None)``: the SEM representation (Eq. 1)."""
 
     def __init__(self, in_dim: int, num_simplices: int, simplex_dim: int, tau: float = 1.0):
         super().__init__()
@@ -95,8 +93,7 @@ class SimplicialEmbedding(nn.Module):
 
 
 class SEMFeatureExtractor(nn.Module):
-    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)``, a probe backbone
-    (§4)."""
+    """Frozen ``backbone -> embedder -> softmax(z / tau_d)``, a probe backbone (§4)."""
 
     def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
         super().__init__()
@@ -123,8 +120,7 @@ class SEMProbe(nn.Linear):
 
 
 class SEMThenHead(nn.Module):
-    """``head(SEM(feats))`` at temperature ``tau``, recording its SEM outputs in
-    :meth:`recording`."""
+    """``head(SEM(feats))`` at temperature ``tau``, recording its SEM outputs."""
 
     def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
         super().__init__()
@@ -141,8 +137,7 @@ class SEMThenHead(nn.Module):
         return self.head(sem.to(feats.dtype))
 
     def __getitem__(self, index: int) -> nn.Module:
-        """``projector[-1]`` reaches the wrapped head, as code written for an nn.Sequential
-        expects."""
+        """``projector[-1]`` reaches the wrapped head, as for an nn.Sequential."""
         return self.head[index]
 
     @contextmanager

@@ -1,5 +1,4 @@
-"""The row store sharded over nodes (docs/methods/sdiet.md): each node's contributor loads the rows
-its node owns, the others zeros, and one exact ``all_reduce`` gives every process all of them."""
+"""The row store sharded over nodes (docs/methods/sdiet.md), rows exchanged by exact all-reduce."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ class ShardedRowStore(RowStore):
         super().store(self.shard.local(indices[owned]), rows[on_device], owned_state)
 
     def state_dict(self, keep: bool = True) -> dict:
-        """The whole table, as :meth:`RowStore.state_dict` (collective); a process that does not
-        ``keep`` it only sends its rows and gets an empty dict."""
+        """The whole table (collective); a process that does not ``keep`` it gets ``{}``."""
         self.commit()
         local = self.snapshot() if self.shard.contributes else None
         whole = {
@@ -56,8 +54,7 @@ class ShardedRowStore(RowStore):
         return {**whole, "global_step": self.global_step, "mode": self.mode} if keep else {}
 
     def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
-        """Every node's rows of table ``name``, node by node in chunks, through sums in which only
-        the owner's contributor adds non-zeros."""
+        """Every node's rows of table ``name``, in chunks, by sums of the owners' rows."""
         width, dtype = ((), torch.int64) if name == "last_step" else ((self.dim,), self.dtype)
         whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
         chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))

@@ -20,8 +20,7 @@ MAX_PENDING_WRITES = 2
 
 
 class TransferQueue:
-    """The row store's transfers: host-table gathers and scatters in order on one worker thread,
-    device copies on a CUDA side stream; with ``gpu`` tables everything runs at once."""
+    """The row store's transfers: host work on one worker thread, copies on a side stream."""
 
     def __init__(self, host_tables: bool, side_stream: bool):
         self.host_tables = host_tables
@@ -41,8 +40,7 @@ class TransferQueue:
         return self._worker.submit(work)
 
     def write(self, write: Callable[[], None], *, deferred: bool) -> None:
-        """Queue a write-back (a ``deferred`` one, a shared store's writer's, waits for
-        :meth:`submit_deferred_write`); at most ``MAX_PENDING_WRITES`` are in flight."""
+        """Queue a write-back (``deferred``: the writer's, one step late); two in flight at most."""
         if deferred:
             self._deferred_write = write
             return
@@ -81,8 +79,7 @@ class TransferQueue:
     def to_table(
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
-        """``values`` for a table on ``device`` in ``dtype``: from CUDA to host tables into a pinned
-        buffer on the side stream (with the copy's event), otherwise now."""
+        """``values`` for a table on ``device`` in ``dtype`` (CUDA to host: pinned, side stream)."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
         self.stream.wait_stream(torch.cuda.current_stream(values.device))
@@ -169,8 +166,7 @@ class RowStore(RowTables):
         return rows, state
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
-        """The prefetched rows if they are those of ``indices`` on ``device`` (a write after the
-        prefetch invalidated it; one before it was gathered after)."""
+        """The prefetched rows if they are those of ``indices`` on ``device``, else None."""
         if self._prefetched is None:
             return None
         fetched_indices, gathered = self._prefetched
@@ -243,8 +239,7 @@ class RowStore(RowTables):
         return {**self.snapshot(), "global_step": self.global_step, "mode": self.mode}
 
     def load_state_dict(self, snapshot: dict) -> None:
-        """Restore a :meth:`state_dict` of the same shapes and state names (a sharded store: saved
-        sharded on any number of nodes, or unsharded; collective)."""
+        """Restore a :meth:`state_dict` of the same shapes (collective)."""
         missing = [
             name for name in (*self.names, "last_step", "global_step") if name not in snapshot
         ]

@@ -27,8 +27,7 @@ Device = Union[str, torch.device]
 
 @dataclass(frozen=True)
 class HostSharing:
-    """One store per host: file-name prefix ``name``, whether this process is the ``writer``, a
-    ``barrier`` over every process, the ``directory`` of shared ``cpu`` tables."""
+    """One store per host: file prefix, ``writer``, a ``barrier`` and the shared ``directory``."""
 
     name: str
     writer: bool
@@ -39,8 +38,7 @@ class HostSharing:
 def host_sharing(
     prefix: str = "solo_diet_rows", directory: str = "/dev/shm", node: int = 0
 ) -> Optional[HostSharing]:
-    """:class:`HostSharing` of the ``torch.distributed`` group's processes of host ``node`` (None
-    for one process); the lowest rank writes. Collective."""
+    """:class:`HostSharing` of host ``node``'s processes (None for one). Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
     places: list = [None] * dist.get_world_size()
@@ -148,8 +146,7 @@ class RowTables:
                     os.unlink(path)
 
     def _initialise_rows(self, seed: int) -> None:
-        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream (a shard keeps its
-        rows)."""
+        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream."""
         bound = 1.0 / math.sqrt(self.dim)
         generator = torch.Generator().manual_seed(seed)
         chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
@@ -247,8 +244,7 @@ class RowTables:
         return snapshot
 
     def restore(self, snapshot: dict) -> None:
-        """Copy a :meth:`snapshot` of the whole table back, a shard only its rows (the writer only:
-        the others map the same memory)."""
+        """Copy a :meth:`snapshot` back (a shard only its rows; the writer only)."""
         if not self.writer:
             return
         own = slice(None) if self.shard is None else slice(self.shard.node, None, self.shard.nodes)

@@ -1,5 +1,4 @@
-"""Photometric ops (colour jitter, grayscale, solarization, equalization, blur), normalisation and
-random erasing."""
+"""Photometric ops, normalisation and random erasing."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from solo_diet.data.augment.sampling import Box
 
 @functools.cache
 def constant(values: tuple, device: torch.device, shape: tuple = (-1,)) -> Tensor:
-    """A float32 constant on ``device``, made once: no host-to-device copy (a synchronisation, and
-    not allowed under CUDA graph capture) per call."""
+    """A float32 constant on ``device``, made once (no copy per call, none under capture)."""
     return torch.tensor(values, dtype=torch.float32, device=device).view(shape)
 
 
@@ -34,8 +32,7 @@ def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
 
 
 def erase(x: Tensor, box: Box, apply: Tensor, value: float = 0.0) -> Tensor:
-    """Set the box ``(top, left, height, width)`` (B,) of each sample where ``apply`` to ``value``
-    (torchvision ``erase``)."""
+    """Set each sample's box to ``value`` where ``apply`` (torchvision ``erase``)."""
     top, left, height, width = box
     ys = torch.arange(x.shape[-2], device=x.device)
     xs = torch.arange(x.shape[-1], device=x.device)
@@ -129,8 +126,7 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
 
 
 def _mix_channels(matrix: Tensor, offset: Tensor, pixels: Tensor) -> Tensor:
-    """``matrix @ pixels + offset``: one batched product for small images, fused multiply-adds for
-    large."""
+    """``matrix @ pixels + offset`` (a batched product when small, multiply-adds when large)."""
     if pixels.shape[-1] <= 64 * 64:
         return torch.baddbmm(offset, matrix, pixels)
     out = torch.addcmul(offset, matrix[:, :, 0:1], pixels[:, 0:1])

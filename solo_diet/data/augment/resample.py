@@ -1,5 +1,4 @@
-"""Crop, resize and horizontal flip in one separable antialiased pass per batch; a list of images of
-different sizes is resampled per shape, each crop taken at the image's full resolution."""
+"""Crop, resize and flip in one separable antialiased pass (per shape for a list of sizes)."""
 
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ def _by_shape(
     size: tuple[int, int],
     resample: Callable[[Tensor, Tensor], Tensor],
 ) -> Tensor:
-    """(count, C, *size) rows from B images of different sizes (row ``r`` reads image ``r % B``),
-    each shape resampled together by ``resample(stacked, rows)``."""
+    """(count, C, *size) rows from B images of different sizes, each shape resampled together."""
     batch = len(images)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, image in enumerate(images):

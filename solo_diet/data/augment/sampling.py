@@ -1,5 +1,4 @@
-"""Per-sample random parameters drawn from a given generator on the images' device, with
-torchvision's distributions."""
+"""Per-sample random parameters from a generator on the images' device (torchvision's laws)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,7 @@ _COLUMNS = (
 
 
 class _ViewGroup:
-    """The views of one output shape, transformed together as one batch of ``len(nodes) * B`` rows;
-    per-row parameters come from each view's node."""
+    """The views of one output shape, transformed together as one batch."""
 
     def __init__(self, nodes: Sequence[AugmentationNode], positions: Sequence[int]) -> None:
         self.nodes, self.positions = list(nodes), list(positions)
@@ -99,8 +98,7 @@ class _ViewGroup:
 
 
 class MultiCropAugmentation:
-    """solo-learn's multi-view pipeline on uint8 batches: ``num_crops`` float32 normalised views per
-    node, views of one shape transformed together."""
+    """solo-learn's multi-view pipeline: ``num_crops`` normalised float32 views per node."""
 
     def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
         if not nodes:
@@ -117,8 +115,7 @@ class MultiCropAugmentation:
 
     @classmethod
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
-        """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
-        (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
+        """The pipeline of solo-learn's augmentation nodes for ``dataset``."""
         parsed = [
             AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
             for index, node in enumerate(nodes)
@@ -169,8 +166,7 @@ class EvalTransform:
 
 
 class ProbeTrainTransform:
-    """RandomResizedCrop(scale=(min_scale, 1), bilinear) + horizontal flip + normalise: the probes'
-    training transform."""
+    """The probes' training transform: RandomResizedCrop, horizontal flip, normalise."""
 
     def __init__(
         self, crop_size: int, mean: Sequence[float], std: Sequence[float], min_scale: float = 0.08

@@ -1,5 +1,4 @@
-"""One data path per data format, chosen once by :func:`make_data_path`; every module here is
-imported, so a new format is one new module."""
+"""One data path per data format, chosen once by :func:`make_data_path`; one module per format."""
 
 from __future__ import annotations
 
@@ -38,6 +37,5 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
 
 
 def make_data_path(settings: DataSettings) -> DataPath:
-    """The data path serving the settings (its format's, or the one its class chooses for them:
-    the streaming path for ``data.gpu.storage: stream``)."""
+    """The data path serving the settings (its format's, or the one its class chooses)."""
     return REGISTRY[settings.format].serving(settings)(settings)

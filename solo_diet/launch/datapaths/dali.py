@@ -1,5 +1,4 @@
-"""solo-learn's NVIDIA DALI datamodule for pretraining (``dali``); its probes read the image folder
-through solo-learn's own loaders."""
+"""solo-learn's DALI datamodule for pretraining; its probes read the image folder."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ class DaliPath(ImageFolderPath):
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """solo-learn's DALI datamodule, which orders the batches itself (``batch_sampler`` is
-        not used)."""
+        """solo-learn's DALI datamodule (it orders the batches itself)."""
         if not dali_installed():
             raise ConfigError(
                 f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "

@@ -1,5 +1,4 @@
-"""solo-learn's own datasets and loaders (``image_folder`` and ``h5``): PIL transforms in loader
-worker processes, as solo-learn's scripts train."""
+"""solo-learn's own datasets and loaders (``image_folder``, ``h5``), PIL in workers."""
 
 from __future__ import annotations
 
@@ -101,8 +100,7 @@ class ImageFolderPath(DataPath):
         return PretrainData(loader, len(train_dataset), sampler is not None)
 
     def _datasets(self, run: LoaderSettings, train_transform, val_transform, fraction=-1.0):
-        """solo-learn's classification (train, val) datasets, with these transforms (None: PIL
-        images) and ``fraction`` of the training set, each unreadable image named."""
+        """solo-learn's (train, val) datasets with these transforms, unreadable images named."""
         from solo.data.classification_dataloader import prepare_datasets
 
         with download_failure_named(run, "train_path", "val_path"):
@@ -122,8 +120,7 @@ class ImageFolderPath(DataPath):
     def _probe_loaders(
         self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fitted: bool = False
     ) -> tuple[Any, Any, Optional[FittedBatch]]:
-        """solo-learn's loaders of the probe's datasets with our transforms (train shuffled, val
-        in order), and with ``fitted`` the batch fitted to a small training set."""
+        """solo-learn's loaders of the probe's datasets (``fitted``: the fitted batch too)."""
         from solo.data.classification_dataloader import prepare_dataloaders
 
         fraction = run.fraction if fitted else -1.0
