@@ -114,9 +114,7 @@ _REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE
 
 
 def declared_method_names() -> Optional[set[str]]:
-    """Every method name the registry can hold (solo-learn's, ours, entry points, their ``_sem``
-    twins), read from source without importing torch; None when solo-learn's source is
-    unreadable."""
+    """Every method name the registry can hold, read from source; None if unreadable."""
     spec = importlib.util.find_spec("solo")
     source = Path(spec.origin).parent / "methods" / "__init__.py" if spec and spec.origin else None
     if source is None or not source.is_file():

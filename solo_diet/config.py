@@ -124,9 +124,8 @@ def is_number(value: Any) -> bool:
 
 
 class KeyReader:
-    """Reads and checks the values of one config node; each error is one ConfigError line naming the
-    full key (``<prefix>.<key>``) and the fix. With a ``default``, an absent key, None and "None"
-    (as solo-learn's ``omegaconf_select`` reads them) give the default."""
+    """Reads and checks one config node's values, each error one line naming the full key; with a
+    ``default``, an absent key, None and "None" give it."""
 
     def __init__(self, node: Any, prefix: str = ""):
         self.node, self.prefix = node, prefix
@@ -198,10 +197,8 @@ class KeyReader:
 
 
 def setting(default: Any = None, **checks: Any) -> Any:
-    """A field of a settings schema (:func:`parse_section`): its ``default``, and ``checks``:
-    ``choices``, ``minimum`` (an integer >= it), ``within=(low, high)`` (``[low, high)``, ``]`` with
-    ``high_inclusive=True``), ``derive`` (the default from the whole config), ``hint`` (ends the
-    error) and ``key`` (the full key, when it lies outside the schema's section)."""
+    """A schema field: ``default`` and ``checks`` (``choices``, ``minimum``, ``within``,
+    ``high_inclusive``, ``derive``, ``hint``, ``key``)."""
     return dataclasses.field(default=default, metadata=checks)
 
 
@@ -247,11 +244,9 @@ def schema_keys(schema: type) -> list[str]:
 def parse_section(
     schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
 ) -> _Schema:
-    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas, which
-    name their ``owner`` in a class attribute) built from the mapping at ``path`` of ``cfg``;
-    absent keys, None and "None" get the default. With ``strict`` a key that is no field is
-    refused, naming the closest (``owner``: whose settings). What the fields cannot check alone, a
-    schema's own ``checked(cfg)`` checks, run by the caller on the result."""
+    """The frozen ``schema`` built from the mapping at ``path`` of ``cfg`` (defaults for absent
+    keys; with ``strict``, unknown keys refused naming the closest); ``checked(cfg)`` is the
+    caller's."""
     read = KeyReader(cfg)
     given = read.value(path) if path else cfg
     names = schema_keys(schema)

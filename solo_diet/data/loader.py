@@ -101,10 +101,8 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """solo-learn's batches of ``data`` (``[indexes, [views...], targets]`` when ``pretraining``,
-    else ``[images, targets]``) transformed on the device in ``batch_sampler``'s order, the
-    generator reseeded from ``(seed, epoch, rank)`` each epoch; ``cuda_graphs``: replay the
-    transform."""
+    """solo-learn's batches of ``data`` transformed on the device in ``batch_sampler``'s order,
+    reseeded from ``(seed, epoch, rank)``; ``cuda_graphs``: replay the transform."""
 
     storages: tuple[str, ...] = STORAGES
 

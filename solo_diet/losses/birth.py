@@ -1,9 +1,5 @@
-"""Losses of the Birth-of-SSL paper (Balestriero & LeCun, "The Birth of Self Supervised
-Learning"), with its lemma, theorem and equation numbers. Rows are samples: ``z`` is ``(N, K)``,
-labels ``y`` ``(N, C)``, the label graph ``G = y y^T`` ``(N x N)``. Errata applied
-(docs/references.md): ``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates
-samples, not classes.
-"""
+"""Losses of the Birth-of-SSL paper (Balestriero & LeCun), with its numbering: ``z`` is ``(N, K)``,
+labels ``y`` ``(N, C)``, the label graph ``G = y y^T``; errata applied (docs/references.md)."""
 
 from __future__ import annotations
 

@@ -38,9 +38,8 @@ SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
-    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) with ``_foreach``
-    ops; once an update has seen the device, ``cur_tau`` reads as a 0-dim tensor there, so
-    ``self.log("tau", cur_tau)`` copies nothing host -> device."""
+    """solo-learn's ``MomentumUpdater`` with ``_foreach`` ops; ``cur_tau`` is a device tensor once
+    used."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
@@ -66,9 +65,8 @@ class ForeachMomentumUpdater(MomentumUpdater):
 
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
-    for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
-    ``performance.foreach_substitutes`` is on; returns one description per substitute made."""
+    """When ``performance.foreach_substitutes``, swap a built method's ``lars``, ``MomentumUpdater``
+    and read-backs for ours; returns one description per substitute."""
     if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
@@ -163,9 +161,7 @@ def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) 
 
 
 def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """W-MSE's step as solo-learn runs it: ``whitening_iters`` permutations
-    (:func:`device_randperm`) cut into slices of ``whitening_size`` rows, each slice whitened over
-    every large crop, the loss averaged over the pairs of large crops."""
+    """W-MSE's step as solo-learn runs it, its permutations drawn by :func:`device_randperm`."""
     out = super(WMSE, model).training_step(batch, batch_idx)
     views = torch.stack(out["z"])  # crops x batch x dim
     pairs = list(itertools.combinations(range(model.num_large_crops), 2))

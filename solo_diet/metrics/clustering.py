@@ -1,12 +1,6 @@
-"""Clustering scores of code assignments, collapse diagnostics of embeddings and the k-means that
-clusters frozen features for them (numpy / torch).
-
-The CPLearn paper reports NMI only (Tabs. 1-3); AMI, ARI, the accuracies, code usage and chance NMI
-are ours, because raw NMI grows with the number of codes. Cluster ids are arbitrary integers
-(argmax codes); scores follow scikit-learn's conventions (natural logs, arithmetic-mean
-normalisation for NMI / AMI) and are tested against it. k-means is Lloyd's (1982) with k-means++
-seeding (Arthur and Vassilvitskii, 2007), torch only (``solo-diet compare``'s clusters).
-"""
+"""Clustering scores of codes, collapse diagnostics and k-means (Lloyd with k-means++) of frozen
+features. The CPLearn paper reports NMI only; AMI, ARI, accuracies, code usage and chance NMI are
+ours; scores follow scikit-learn's conventions and are tested against it."""
 
 from __future__ import annotations
 
@@ -63,12 +57,8 @@ def _log_factorials(n: int) -> np.ndarray:
 
 
 def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> float:
-    """E[MI] under the hypergeometric permutation model with fixed marginals (Vinh et al., 2010).
-
-    Sums over cell counts ``m`` from ``max(1, a + b - n)`` to ``min(a, b)`` for every pair of row
-    sum ``a`` and column sum ``b``; equal sums are grouped, so c = 16384 singleton codes cost one
-    term.
-    """
+    """E[MI] under the hypergeometric model with fixed marginals (Vinh et al., 2010), equal sums
+    grouped (16384 singleton codes cost one term)."""
     n = int(row_sums.sum())
     log_fact = _log_factorials(n)
     a_values, a_counts = np.unique(row_sums, return_counts=True)
@@ -171,13 +161,8 @@ def clustering_report(
 def embedding_spectrum(
     embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048
 ) -> torch.Tensor:
-    """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse
-    (Jing et al.).
-
-    ``centered``: covariance of the raw embeddings. ``released``: the official script's
-    preprocessing (one global min-max to [0, 1], zero-padding to ``pad_to`` columns, uncentred
-    second moment).
-    """
+    """Descending float64 eigenvalues of the embedding covariance (Jing et al.): ``centered``, or
+    ``released`` (the official script's min-max, zero-padding to ``pad_to``, uncentred)."""
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     if x.dim() != 2 or x.shape[0] < 2:
         raise ValueError(f"embeddings must be (N >= 2, d), got shape {tuple(x.shape)}")

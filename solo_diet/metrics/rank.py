@@ -1,11 +1,5 @@
-"""RankMe and LiDAR: the rank of a representation (torch, float64).
-
-As reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula: RankMe (Garrido et
-al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers. Both are exp(entropy) of a
-normalised spectrum: RankMe of the singular values of raw (uncentred) embeddings, LiDAR of the
-eigenvalues of the whitened between-class covariance of augmented views grouped by their clean
-sample (the surrogate class).
-"""
+"""RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024), as the s-DIET paper reports for
+DIET (§7.1, Tab. 7): exp(entropy) of a normalised spectrum (torch, float64)."""
 
 from __future__ import annotations
 
@@ -37,11 +31,8 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
 
 
 def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
-    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (Garrido et al.).
-
-    ``sigma`` are the singular values of the raw embeddings (no centring); the value lies in
-    ``[1, min(K, d)]`` up to the ``eps`` slack.
-    """
+    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps`` over the singular
+    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``."""
     sigma = singular_values(features)
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")

@@ -93,9 +93,8 @@ class TransferQueue:
 
 
 class RowStore(RowTables):
-    """Head rows + row-wise optimiser state + last-step counters; ``mode``: ``"eager"``
-    (``eager_steps`` after each visit) or ``"lazy"`` zero-gradient steps; ``table_options``:
-    ``RowTables``'."""
+    """Head rows, row-wise optimiser state and last-step counters; ``mode``: ``eager`` or
+    ``lazy``."""
 
     def __init__(
         self,

@@ -69,9 +69,8 @@ def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
 
 
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
-    """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
-    computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
-    ``value - chroma * clamp(min(k, 4 - k), 0, 1)``, ``k = (hue6 + (5, 3, 1)[c]) % 6``."""
+    """Rotate the HSV hue by ``shift`` (B,) turns (torchvision ``adjust_hue``) without leaving
+    RGB."""
     x = to_float(images)
     _require_rgb(x)
     top = x.argmax(1, keepdim=True)  # first maximal channel: r, then g, then b (HSV's rule)
@@ -87,14 +86,9 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
 
 
 def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Tensor) -> Tensor:
-    """torchvision ``ColorJitter`` with per-sample parameters: ``factors`` (B, 3) are the
-    brightness, contrast and saturation factors (1 = unchanged), ``hue`` (B,) the hue shifts (None:
-    no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
-    2 saturation, 3 hue; (B, 3) of 0..2 without hue), the order the ops run in.
-
-    Brightness, contrast and saturation are per-sample 3 x 3 colour matrices plus an offset
-    (docs/gpu-augmentations.md) run in slots around the one hue rotation; an identity slot (factor
-    1) leaves the values exactly as they are."""
+    """torchvision ``ColorJitter`` per sample: ``factors`` (B, 3) brightness, contrast, saturation,
+    ``hue`` (B,) shifts (None: none), ``order`` (B, 4) (or (B, 3)) the ops' order, as 3 x 3 colour
+    matrices around one hue rotation (docs/gpu-augmentations.md)."""
     x = to_float(images)
     _require_rgb(x)
     batch, channels, height, width = x.shape

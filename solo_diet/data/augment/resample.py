@@ -39,10 +39,8 @@ def _axis_weights(
     interpolation: str,
     flip: Tensor | None = None,
 ) -> Tensor:
-    """(R, count, in_size) weights resampling the window ``[start, start + length)`` of an axis to
-    ``virtual_size`` samples and keeping outputs ``first .. first + count - 1``: PIL's antialiased
-    resampling (the kernel stretched by the downscale factor, taps outside the window dropped and
-    the rest renormalised), which torchvision's tensor ``resize(antialias=True)`` reproduces."""
+    """(R, count, in_size) weights resampling an axis window to ``virtual_size``: PIL's antialiased
+    kernel, as torchvision's ``resize(antialias=True)``."""
     device = start.device
     start, length = start.float(), length.float()
     scale = length / virtual_size
@@ -119,11 +117,8 @@ def resized_crop(
     flip: Tensor | None = None,
     interpolation: str = "bicubic",
 ) -> Tensor:
-    """Crop box ``(top, left, height, width)`` (R,) of each image resized to ``size`` = (h, w), then
-    mirrored where ``flip`` (R,) is True, in one antialiased resampling pass (torchvision's
-    ``resized_crop(..., antialias=True)`` + ``horizontal_flip``). R may be a multiple of the batch:
-    row r reads image ``r % B``, so several views of a batch come out in one call. ``images`` may
-    be a list of images of different sizes (module docstring)."""
+    """Crop boxes (R,) resized to ``size`` and mirrored where ``flip``, in one antialiased pass;
+    row r reads image ``r % B`` (several views per call); ``images`` may differ in size."""
     if not isinstance(images, Tensor):
 
         def crop(group: Tensor, rows: Tensor) -> Tensor:
@@ -162,10 +157,8 @@ def resize_center_crop(
     flip: Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> Tensor:
-    """torchvision ``Resize(resize_size)`` (shorter side) then ``CenterCrop(crop_size)`` (skipped
-    when None), then a mirror where ``flip`` is True, in one resampling pass. ``flip`` may have a
-    multiple R of B rows (row r reads image ``r % B``). A list of images of different sizes (module
-    docstring) needs ``crop_size``."""
+    """torchvision ``Resize`` then ``CenterCrop`` (None: none) and a mirror where ``flip``, in one
+    pass; a list of images of different sizes needs ``crop_size``."""
     if not isinstance(images, Tensor):
         return _by_shape(
             images,

@@ -70,11 +70,8 @@ def sample_resized_crop_boxes(
     ratio: Sequence[float] = CROP_RATIO,
     attempts: int = 10,
 ) -> Box:
-    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples: up to ``attempts`` draws
-    of area fraction ~ U(scale) and log aspect ratio ~ U(log ratio) each, the first that fits,
-    otherwise the central crop clamped to the ratio range. ``scale`` bounds may be per sample, and
-    so may the image sides: ``height``/``width`` int64 tensors of ``count`` entries (images of
-    different sizes)."""
+    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples (``scale`` and the image
+    sides may be per sample)."""
     per_sample = isinstance(height, Tensor)
     side_h, side_w = (height[:, None], width[:, None]) if per_sample else (height, width)
     crop_w, crop_h = _box_sides(

@@ -190,10 +190,8 @@ class ProbeTrainTransform:
 
 
 class CapturedAugmentation:
-    """Replays a CUDA graph of ``transform(images, generator)``, one per input shape and inference
-    mode, captured on its first call after warm-up calls (docs/data-path.md, *CUDA graphs*). The
-    outputs are copied out of the graph. Capturing leaves the generator's state as it found it, so
-    replay ``k`` after a seed draws what eager call ``k`` draws. CPU batches run ``transform``."""
+    """Replays a CUDA graph of ``transform(images, generator)`` per input shape, captured after
+    warm-up (docs/data-path.md); replay ``k`` after a seed draws what eager call ``k`` draws."""
 
     def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
         self.transform, self.generator, self.warmup = transform, generator, warmup
