@@ -14,7 +14,7 @@ import warnings
 import zipfile
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import omegaconf
 import torch
@@ -55,13 +55,12 @@ class CorruptCheckpoint(ConfigError):
 
 
 def pickle_allowed(cfg: omegaconf.DictConfig) -> bool:
-    """The launchers' ``allow_pickle_checkpoint`` (True or False; default False)."""
+    """The launchers' ``allow_pickle_checkpoint`` (default False)."""
     return KeyReader(cfg).bool(ALLOW_PICKLE_KEY, default=False)
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """Refuse a checkpoint path that is not a file; for a folder, name its newest ``.ckpt`` up to
-    three levels down (``trained_models/<method>/<run>/``)."""
+    """Refuse a checkpoint path that is not a file (a folder: name its newest ``.ckpt``)."""
     if path.is_file():
         return
     if path.is_dir():
@@ -147,9 +146,7 @@ def _not_loading(path: Path, error: BaseException) -> str:
         return "the file is empty"
     what = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:80]}"
     if head in (b"PK", b"\x80\x02"):  # a zip checkpoint, or torch's legacy pickle format
-        return (
-            f"it is cut short or damaged ({what}), as a kill or a full disk while saving leaves it"
-        )
+        return f"it is cut short or damaged ({what}), as a kill or a full disk mid-save leaves it"
     return "it is not a torch checkpoint (neither the zip archive nor the pickle torch.save writes)"
 
 
@@ -189,8 +186,7 @@ def _check_archive_sizes(path: Path) -> None:
             declared = sum(entry.file_size for entry in archive.infolist())
     except (zipfile.BadZipFile, OSError):
         return  # torch's reader names the damage
-    size = path.stat().st_size
-    if declared > size:
+    if declared > (size := path.stat().st_size):
         raise CorruptCheckpoint(
             path,
             f"it is corrupt or hostile: its zip entries unpack to {declared:,} bytes, more than "
@@ -199,15 +195,12 @@ def _check_archive_sizes(path: Path) -> None:
 
 
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
-    archive = zipfile.is_zipfile(path)
-    if archive:
+    if archive := zipfile.is_zipfile(path):
         _check_archive_sizes(path)
     mmap = mmap and archive  # legacy-format files cannot be memory-mapped
     try:
-        if allow_pickle:
-            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-        with _weights_only_enforced():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        with contextlib.nullcontext() if allow_pickle else _weights_only_enforced():
+            return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
     except pickle.UnpicklingError as error:
         unsafe = None if allow_pickle or not archive else _needs_pickle(path)
         if unsafe is None:
@@ -219,11 +212,10 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
 
 def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optional[str]:
     """Why the checkpoint at ``path`` does not load, or None (its tensors mapped, not read)."""
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         return "the file does not exist"
     try:
-        _torch_load(path, allow_pickle=False, mmap=True)
+        _torch_load(Path(path), allow_pickle=False, mmap=True)
     except CorruptCheckpoint as err:
         return err.reason
     except UnsafeCheckpoint as err:
@@ -311,20 +303,13 @@ def load_backbone_weights(
 class PretrainedCheckpoint:
     """The ``.ckpt`` ``path`` and ``args``, its config or args.json (default: beside it)."""
 
-    def __init__(
-        self,
-        path: PathLike,
-        args: Optional[Union[omegaconf.DictConfig, PathLike]] = None,
-        *,
-        allow_pickle: bool = False,
-    ):
-        self.path = Path(path)
+    def __init__(self, path: PathLike, args: Any = None, *, allow_pickle: bool = False):
+        self.path, self.allow_pickle = Path(path), allow_pickle
         if args is None:
             args = read_pretrain_args(self.path)
         elif not isinstance(args, omegaconf.DictConfig):
             args = _saved_args(Path(args))
         self.args: omegaconf.DictConfig = args
-        self.allow_pickle = allow_pickle
         self._method: Optional[nn.Module] = None
 
     @property
