@@ -1,5 +1,4 @@
-"""Files written whole or not at all (a temporary beside the target, renamed over it).
-Torch-free."""
+"""Files written whole or not at all (a temporary renamed over the target). Torch-free."""
 
 from __future__ import annotations
 

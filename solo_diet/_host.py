@@ -68,8 +68,7 @@ UMAP_CALLBACK = "solo.utils.auto_umap"
 
 
 def skip_umap_callback_without_umap() -> None:
-    """Without ``umap``, make solo-learn's import of its UMAP callback fail at once (it would
-    anyway), sparing pandas, seaborn and matplotlib at start-up (docs/benchmarks.md)."""
+    """Without ``umap``, fail solo-learn's UMAP callback import at once (a faster start-up)."""
     if importlib.util.find_spec("umap") is None and "solo.utils" not in sys.modules:
         sys.modules.setdefault(UMAP_CALLBACK, None)  # `import` raises ImportError
 

@@ -29,8 +29,7 @@ class _ResidualBlock(nn.Module):
 
 
 class ResNet8(nn.Module):
-    """ResNet-8 of CPLearn (paper Table 5): 8 convs of ``width`` channels, LeakyReLU(0.2), no BN,
-    identity shortcuts where the paper draws none (+AvgPool2 on block 2)."""
+    """ResNet-8 of CPLearn (paper Table 5), ``width`` channels, LeakyReLU(0.2), no BN."""
 
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
         super().__init__()

@@ -37,8 +37,7 @@ def check_run_name(name: object, what: str, fix: str) -> str:
 
 @dataclass(frozen=True)
 class Argument:
-    """A core function's argument ``name`` in its error, then ``rest`` (a key inside it, or a
-    value)."""
+    """A core function's argument ``name``, then ``rest`` (a key inside it, or a value)."""
 
     name: str
     rest: str = ""
@@ -124,8 +123,7 @@ def is_number(value: Any) -> bool:
 
 
 class KeyReader:
-    """Reads and checks one config node's values, each error one line naming the full key; with a
-    ``default``, an absent key, None and "None" give it."""
+    """Reads and checks one config node; ``default`` stands for absent, None and "None"."""
 
     def __init__(self, node: Any, prefix: str = ""):
         self.node, self.prefix = node, prefix
@@ -197,8 +195,7 @@ class KeyReader:
 
 
 def setting(default: Any = None, **checks: Any) -> Any:
-    """A schema field: ``default`` and ``checks`` (``choices``, ``minimum``, ``within``,
-    ``high_inclusive``, ``derive``, ``hint``, ``key``)."""
+    """A schema field: ``default``, ``checks`` choices/minimum/within/derive/hint/key."""
     return dataclasses.field(default=default, metadata=checks)
 
 

@@ -221,8 +221,7 @@ def label_source_from_kwargs(
 
 
 def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, positions)``: the batch's sorted distinct ids ``>= 0`` and each datum's position
-    (-1)."""
+    """``(rows, positions)``: the batch's distinct ids ``>= 0``, each datum's position."""
     labelled = ids >= 0
     rows, inverse = torch.unique(ids[labelled], return_inverse=True)
     positions = torch.full_like(ids, -1)

@@ -115,8 +115,7 @@ RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped li
 
 
 class RowOptimizer:
-    """A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state,
-    steps, lr)`` return the new ``(rows, state)``, ``state`` the tensors ``state_names`` names."""
+    """A row-wise optimiser: ``step`` and ``zero_grad_steps`` return the new ``(rows, state)``."""
 
     state_names: tuple[str, ...]
     step_rule: Callable[..., tuple[Tensor, ...]]

@@ -26,8 +26,7 @@ class ResidentRows:
 
 @dataclass
 class RowHead:
-    """Cross-entropy steps against rows in a row store: ``rows_per_step`` m (1: batch CE),
-    ``label_smoothing``, ``temperature``, and ``prefetch`` of the next super-batch's rows."""
+    """CE steps against rows in a row store (``rows_per_step`` m; 1: batch CE)."""
 
     rows_per_step: int
     label_smoothing: float

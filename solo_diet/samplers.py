@@ -116,8 +116,7 @@ class SuperBatchSampler(Sampler[list[int]]):
 def check_sampler(
     sampler: Optional[SuperBatchSampler], num_samples: int, rows_per_step: int
 ) -> None:
-    """Refuse a training order that does not fit the method: ``rows_per_step`` > 1 without a
-    SuperBatchSampler, or a sampler built for another data set size or ``rows_per_step``."""
+    """Refuse a training order that does not fit ``num_samples`` and ``rows_per_step``."""
     build = "build it with the method's train_batch_sampler (`solo-diet pretrain` installs it)"
     if sampler is None and rows_per_step > 1:
         raise ArgumentError(
@@ -141,8 +140,7 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """A step's super-batch ``indexes``, its ``place`` there, ``length`` and the ``following``
-    one."""
+    """A step's super-batch ``indexes``, ``place``, ``length`` and the ``following`` one."""
 
     indexes: torch.Tensor
     place: int
@@ -161,8 +159,7 @@ class SuperBatchOrder:
     def locate(
         self, sampler: SuperBatchSampler, indexes: torch.Tensor, batch_idx: int, steps: float
     ) -> SuperBatch:
-        """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
-        of ``min(len(sampler), steps)`` steps; nothing is prefetched across epochs (our design)."""
+        """The super-batch of step ``batch_idx`` whose global batch is ``indexes``."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]

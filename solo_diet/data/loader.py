@@ -1,5 +1,4 @@
-"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the device
-(docs/data-path.md)."""
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the device."""
 
 from __future__ import annotations
 
@@ -101,8 +100,7 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """solo-learn's batches of ``data`` transformed on the device in ``batch_sampler``'s order,
-    reseeded from ``(seed, epoch, rank)``; ``cuda_graphs``: replay the transform."""
+    """solo-learn's batches of ``data`` transformed on the device, reseeded each epoch."""
 
     storages: tuple[str, ...] = STORAGES
 

@@ -28,8 +28,7 @@ class CorruptImage(ArgumentError):
 
 
 class EncodedFiles(torch.utils.data.Dataset):
-    """``paths`` and int64 ``targets``; item ``i`` is ``(i, uint8 bytes, target, problem)``, the
-    problem empty unless the file could not be read."""
+    """``paths`` and ``targets``; item ``i``: ``(i, bytes, target, problem)``."""
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], source: str) -> None:
         if len(paths) != len(targets) or not paths:
@@ -141,8 +140,7 @@ def _say_host_decoding(problem: str) -> None:
 def decode_images(
     datas: Sequence[Tensor], device: torch.device, problems: Sequence[str] = ()
 ) -> tuple[list[Optional[Tensor]], dict[int, str]]:
-    """Each file's (3, H, W) uint8 RGB image on ``device`` (module docstring), and the problem of
-    each position that could not be read (``problems``) or decoded (None there)."""
+    """Each file's (3, H, W) uint8 image on ``device``, and each position's problem."""
     images: list[Optional[Tensor]] = [None] * len(datas)
     failed = {i: problem for i, problem in enumerate(problems) if problem}
     if device.type == "cuda":
@@ -190,8 +188,7 @@ class StreamLoader(GPUBatchLoader):
         self._host_loader: Optional[torch.utils.data.DataLoader] = None
 
     def host_batches(self, device: torch.device) -> torch.utils.data.DataLoader:
-        """The DataLoader of encoded batches, made once (its workers persist across epochs); it
-        iterates the batch sampler when each epoch starts, in this process."""
+        """The DataLoader of encoded batches, made once (its workers persist)."""
         if self._host_loader is None:
             self._host_loader = torch.utils.data.DataLoader(
                 self.dataset,
@@ -205,8 +202,7 @@ class StreamLoader(GPUBatchLoader):
         return self._host_loader
 
     def close(self) -> None:
-        """Stop the host workers now (the next iteration starts new ones): left to the
-        interpreter's exit, they hold it about 5 s each on CUDA (pytorch/pytorch#81794)."""
+        """Stop the host workers now (at exit they hold it 5 s each, pytorch#81794)."""
         loader, self._host_loader = self._host_loader, None
         iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers' iterator
         if iterator is not None:

@@ -1,5 +1,4 @@
-"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets
-(docs/data-path.md)."""
+"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets."""
 
 from __future__ import annotations
 

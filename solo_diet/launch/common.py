@@ -236,8 +236,7 @@ def logger_and_callbacks(
     resume_from: Optional[str] = None,
     command: str = "pretrain",
 ):
-    """The run's divergence guard, progress bar, checkpointer (locking its folder) and wandb
-    logger."""
+    """The run's divergence guard, progress bar, checkpointer and wandb logger."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar

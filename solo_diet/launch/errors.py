@@ -170,8 +170,7 @@ def user_message(err: Exception) -> Optional[str]:
 def run_guarded(
     command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
 ) -> int:
-    """Run one command: user errors exit 2 (a full disk 1), interruptions 128 + signal, each with
-    one line (``--debug``: the traceback); ``resume`` replaces an interrupted fit's hint."""
+    """Run one command: exit 2 (user error), 1 (full disk), 128 + signal, each one line."""
 
     def report(message: str) -> None:
         if debug or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0"):

@@ -1,5 +1,4 @@
-"""What our launchers refuse before solo-learn or Lightning would fail deep inside a run or ignore a
-typo, naming the key and the fix; torch and Lightning are not imported at the top."""
+"""What our launchers refuse before solo-learn or Lightning would fail or ignore a typo."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 
 
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
-    """Refuse a ``backbone``/``optimizer``/``scheduler`` name ``model_cls`` does not build, and a
-    ``backbone.kwargs``/``optimizer.kwargs`` key they do not take, naming the closest."""
+    """Refuse names and ``kwargs`` keys solo-learn's ``model_cls`` does not take."""
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
@@ -66,8 +64,7 @@ def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Refuse a ``backbone.kwargs`` key the backbone does not take, found by meta-device builds
-    leaving each key out in turn."""
+    """Refuse a ``backbone.kwargs`` key the backbone does not take (meta-device builds)."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
@@ -233,8 +230,7 @@ SECTION_KEYS = {
 
 
 def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
-    """Refuse a key (top level or ``SECTION_KEYS``) nothing reads that is one typo from a known one,
-    or that is ``added`` by a ``+``/``++`` override."""
+    """Refuse a key nothing reads that is a typo of a known one or ``added`` by ``+``/``++``."""
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -312,8 +308,7 @@ def check_trains_something(cfg: DictConfig) -> None:
 
 
 def check_cfg_before_parse(cfg: DictConfig) -> TrainingSettings:
-    """Every launch's checks before solo-learn's ``parse_cfg``; returns the
-    :class:`TrainingSettings`."""
+    """Every launch's checks before ``parse_cfg``; returns the :class:`TrainingSettings`."""
     check_key_typos(cfg)
     check_finite_numbers(cfg)
     training = parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)

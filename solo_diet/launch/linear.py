@@ -1,5 +1,4 @@
-"""``solo-diet linear``: offline linear evaluation with solo-learn's ``LinearModel``
-(docs/launchers.md)."""
+"""``solo-diet linear``: offline linear evaluation with solo-learn's ``LinearModel``."""
 
 from __future__ import annotations
 

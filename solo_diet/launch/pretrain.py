@@ -57,8 +57,7 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 def prepare_run(
     cfg: DictConfig,
 ) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings]:
-    """``run_pretrain`` before any data: the checks, ``parse_cfg``, the method, data path and
-    settings."""
+    """The checks, ``parse_cfg``, the method, data path and settings, before any data."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
@@ -83,8 +82,7 @@ def prepare_run(
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
-    """The method as trained: substitutes, contiguous, channels-last, its step graphed where
-    allowed."""
+    """The method as trained: substitutes, channels-last, its step graphed where allowed."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)

@@ -171,8 +171,7 @@ class LoaderSettings:
         return default if self.num_workers is None else self.num_workers
 
     def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
-        """For a training set smaller than one global batch, the probe batch lowered to it and the
-        lr scaled (said in one line); None when a batch fits."""
+        """The probe batch lowered to a training set smaller than one global batch, or None."""
         world, batch = self.world_size, self.batch_size
         if num_samples >= batch * world:
             return None

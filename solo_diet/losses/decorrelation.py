@@ -1,5 +1,4 @@
-"""VICReg's and Barlow Twins' decorrelation terms without a mask: solo-learn's floats, no host
-sync."""
+"""VICReg's and Barlow Twins' decorrelation terms without a mask (solo-learn's floats)."""
 
 from __future__ import annotations
 

@@ -247,8 +247,7 @@ def _state_dict(checkpoint: dict, path: PathLike) -> dict:
 
 
 def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
-    """The backbone as ``BaseMethod`` builds it from ``cfg.backbone``, ``pretrain_method`` and
-    ``data.dataset`` (fc removed; CIFAR stem for CIFAR data)."""
+    """The backbone as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data)."""
     from solo.methods.base import BaseMethod
 
     backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)

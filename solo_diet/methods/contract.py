@@ -26,8 +26,7 @@ Checkpoint = Any
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
-    """A representation compare measures besides the backbone: ``features`` (probed too with
-    ``probe_overrides``) or ``codes`` (one integer per image, scored as a clustering)."""
+    """A representation compare measures besides the backbone: ``features`` or ``codes``."""
 
     name: str
     encoder: nn.Module
@@ -103,8 +102,7 @@ DEFAULT_CONTRACT = Contract()
 
 
 def method_contract(method_cls: type) -> Contract:
-    """The contract ``method_cls`` or its bases declare (one only), else
-    :data:`DEFAULT_CONTRACT`."""
+    """The contract ``method_cls`` or its bases declare, else :data:`DEFAULT_CONTRACT`."""
     own = method_cls.__dict__.get("contract")
     if own is not None:
         if not isinstance(own, Contract):

@@ -46,8 +46,7 @@ class DIETCF(LabelledProjectionMethod):
     hp: DIETCFKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Closed-form-head loss over all views of the global batch + online probe. Args: batch,
-        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
+        """Closed-form-head loss over every view of the global batch + online probe."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
         loss = closed_form_head_loss(torch.cat(views), ids, self.hp.lam)

@@ -40,8 +40,7 @@ class GraphVICReg(LabelledProjectionMethod):
     hp: GraphVICRegKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Graph-VICReg over all views of the global batch + online probe. Args: batch,
-        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
+        """Graph-VICReg over every view of the global batch + online probe; returns the loss."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
         hp = self.hp

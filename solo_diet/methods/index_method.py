@@ -155,8 +155,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
 
 
 class LabelledProjectionMethod(IndexMethod):
-    """An index-based method comparing the views of the global batch by label id. Keys:
-    :class:`IndexMethod`'s (``labels=index`` needs >= 2 views per datum)."""
+    """An index-based method comparing the views by label id. Keys: :class:`IndexMethod`'s."""
 
     hp: LabelledProjectionKwargs
 

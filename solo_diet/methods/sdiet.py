@@ -74,8 +74,7 @@ class SDIETKwargs(IndexKwargs):
     row_sharding: str = setting("none", choices=("none", "node"))
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
-        """The head's betas, and what s-DIET refuses together: disk rows without a folder; eager
-        steps or super-batches with labels other than ``index``; more than one view per sample."""
+        """The head's betas and the combinations s-DIET refuses."""
         betas = self.head_betas
         betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
         if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
@@ -145,8 +144,7 @@ class SDIET(IndexMethod):
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
-        """Contract hook ``train_batch_sampler``, called before the model is built. Args: the
-        run's cfg and training set. Returns: its seeded super-batch order (split over DDP ranks)."""
+        """Contract hook ``train_batch_sampler``: the seeded super-batch order of ``dataset``."""
         return SuperBatchSampler(
             len(dataset),
             cfg.optimizer.batch_size,
@@ -163,8 +161,7 @@ class SDIET(IndexMethod):
 
     @property
     def row_store(self) -> RowStore:
-        """The head rows and their optimiser state, made on first use on the module's device (under
-        DDP a ``cpu``/``disk`` store is shared by a node's processes)."""
+        """The head rows and their optimiser state, made on first use."""
         if self._row_store is None:
             hp, placement = self.hp, self.hp.row_placement
             node = self.trainer.node_rank if self._trainer is not None else 0
@@ -220,8 +217,7 @@ class SDIET(IndexMethod):
         return self.trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_start(self) -> None:
-        """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B
-        the global batch (our choice for DDP; s-DIET paper, §5.2)."""
+        """Finds the sampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit (§5.2)."""
         super().on_train_start()
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
@@ -233,8 +229,7 @@ class SDIET(IndexMethod):
         self.row_store.eager_steps = max(steps, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
-        """The super-batch of this global batch; without a SuperBatchSampler the batch itself (m
-        = 1), its indices checked here (the sampler's are in range and distinct by construction)."""
+        """This global batch's super-batch (no SuperBatchSampler: the batch, checked)."""
         sampler = self.super_batch_sampler
         if sampler is not None:
             steps = math.inf if self._trainer is None else self.trainer.num_training_batches
@@ -248,8 +243,7 @@ class SDIET(IndexMethod):
         return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the head rows of the batch's label ids, a hand-made update of them all, online
-        probe; the forward is queued first, so the host's row work overlaps it."""
+        """CE over the batch's head rows, stepped by hand, + online probe; returns the loss."""
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])

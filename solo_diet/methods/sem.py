@@ -217,8 +217,7 @@ class _SEMTwin:
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        """Crop 0 at ``tau_online``, the others at ``tau_target`` without momentum (SEM paper,
-        §3.1)."""
+        """Crop 0 at ``tau_online``, the others at ``tau_target`` (SEM paper, §3.1)."""
         sem = self.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -269,8 +268,7 @@ def sem_feature_extractor(
     cfg: omegaconf.DictConfig | str | Path | None = None,
     tau: float | None = None,
 ) -> SEMFeatureExtractor:
-    """Backbone + online embedder of a ``<name>_sem`` checkpoint in eval mode, a probe backbone;
-    ``cfg``: its config or ``args.json`` (default: beside it); ``tau``: default ``probe_tau``."""
+    """A ``<name>_sem`` checkpoint's backbone + online embedder in eval mode, a probe backbone."""
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)
     if not issubclass(checkpoint.method_class(), _SEMTwin):

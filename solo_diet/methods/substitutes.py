@@ -65,8 +65,7 @@ class ForeachMomentumUpdater(MomentumUpdater):
 
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """When ``performance.foreach_substitutes``, swap a built method's ``lars``, ``MomentumUpdater``
-    and read-backs for ours; returns one description per substitute."""
+    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours."""
     if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
@@ -137,8 +136,7 @@ class StepSubstitute(InstanceSubstitute):
 
 
 def vicreg_step(model: VICReg, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """VICReg's step (the VICReg paper's loss, solo-learn's weights) with the covariance term of
-    :func:`~solo_diet.losses.decorrelation.vicreg_covariance_loss`."""
+    """VICReg's step with the mask-free covariance term."""
     out = super(VICReg, model).training_step(batch, batch_idx)
     z1, z2 = out["z"]
     invariance = invariance_loss(z1, z2)
@@ -189,8 +187,7 @@ STEP_SUBSTITUTES: dict[type, Callable] = {
 
 @torch.no_grad()
 def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
-    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
-    ``values`` (features, labels, dataset indexes) as rows of the queues."""
+    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One."""
     writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
     enqueue_(self.queue_ptr, self.queue_size, writes)
 

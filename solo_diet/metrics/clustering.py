@@ -143,8 +143,7 @@ def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: i
 def clustering_report(
     labels: ArrayLike, clusters: ArrayLike, chance_repeats: int = 5, seed: int = 0
 ) -> dict[str, float]:
-    """Every clustering score we report together: raw NMI next to AMI, ARI, accuracies, the number
-    of used codes, usage perplexity and permutation-chance NMI."""
+    """Every clustering score we report: NMI, AMI, ARI, accuracies, codes used, chance NMI."""
     usage = contingency_table(labels, clusters).sum(0)
     return {
         "nmi": normalized_mutual_info(labels, clusters),
@@ -258,8 +257,7 @@ def kmeans(
     tol: float = 1e-6,
     seed: int = 0,
 ) -> KMeansResult:
-    """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd's iterations (stopping when the
-    centroids move less than ``tol`` in total squared distance); the run of least inertia wins."""
+    """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd; the least inertia wins."""
     x = torch.as_tensor(features).detach().to("cpu", torch.float64)
     if x.dim() != 2 or not 1 <= k <= x.shape[0]:
         raise ValueError(

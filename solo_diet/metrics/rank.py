@@ -1,5 +1,4 @@
-"""RankMe (Garrido et al., 2023) and LiDAR (Thilak et al., 2024), as the s-DIET paper reports for
-DIET (§7.1, Tab. 7): exp(entropy) of a normalised spectrum (torch, float64)."""
+"""RankMe and LiDAR, as the s-DIET paper reports for DIET (§7.1, Tab. 7)."""
 
 from __future__ import annotations
 

@@ -146,8 +146,7 @@ class RowStore(RowTables):
     def load(
         self, indices: Tensor, device: Device, *, lr: Optional[float] = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """Copies of the rows and state of ``indices`` on ``device`` (lazy mode: caught up with
-        ``lr``)."""
+        """Copies of the rows and state of ``indices`` on ``device``."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
         values = self._take_prefetched(indices, device)
@@ -218,8 +217,7 @@ class RowStore(RowTables):
         write_back: bool = True,
         eager_steps: Optional[float] = None,
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """One real optimiser step of resident rows; stored with ``write_back`` (eager mode: after
-        ``eager_steps``). Returns the new ``(rows, state)``."""
+        """One real optimiser step of resident rows (stored with ``write_back``)."""
         with torch.no_grad():
             rows, state = self.optimizer.step(
                 rows.detach(), tuple(s.detach() for s in state), grad, lr

@@ -52,8 +52,7 @@ def host_sharing(
 
 @dataclass(frozen=True)
 class RowShard:
-    """Node ``node`` of ``nodes`` owns the rows ``index % nodes == node``, at ``index // nodes``;
-    ``contributes``: this process serves them; ``all_reduce`` sums over every process."""
+    """Node ``node`` of ``nodes`` owns the rows ``index % nodes == node``."""
 
     node: int
     nodes: int
@@ -79,8 +78,7 @@ class RowShard:
 
 
 def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -> RowShard:
-    """:class:`RowShard` over the initialised ``torch.distributed`` group (``node`` and ``nodes``
-    may count processes instead: then each process holds a part)."""
+    """:class:`RowShard` over the initialised ``torch.distributed`` group."""
     return RowShard(node, nodes, contributes, dist.all_reduce, torch.device(device))
 
 

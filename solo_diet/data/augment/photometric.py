@@ -138,8 +138,7 @@ def solarize(images: Tensor, apply: Tensor | None = None) -> Tensor:
 
 
 def equalize(images: Tensor, apply: Tensor | None = None) -> Tensor:
-    """Per-channel histogram equalisation on the 0..255 levels (PIL ``ImageOps.equalize``,
-    torchvision ``equalize``) where ``apply`` (B,) is True. The output is quantised to 1/255."""
+    """Per-channel histogram equalisation (torchvision ``equalize``) where ``apply``."""
     if images.dtype == torch.uint8:
         levels = images.long()
     else:
@@ -163,8 +162,7 @@ def equalize(images: Tensor, apply: Tensor | None = None) -> Tensor:
 def gaussian_blur(
     images: Tensor, sigma: Tensor, radius: int, apply: Tensor | None = None
 ) -> Tensor:
-    """Gaussian blur with per-sample ``sigma`` (B,), a (2 radius + 1)-tap kernel and reflected
-    borders (torchvision ``gaussian_blur`` with ``kernel_size = 2 radius + 1``), where ``apply``."""
+    """Gaussian blur with per-sample ``sigma`` (torchvision ``gaussian_blur``) where ``apply``."""
     x = to_float(images)
     batch, channels, height, width = x.shape
     offsets = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)

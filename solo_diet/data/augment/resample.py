@@ -134,8 +134,7 @@ def resized_crop(
 
 
 def image_sides(images: Images, rows: int) -> tuple[int | Tensor, int | Tensor]:
-    """Height and width of a batch's images: ints for a (B, C, H, W) batch; for a list of images of
-    different sizes, (rows,) int64 tensors on their device, row r holding image ``r % B``'s."""
+    """Height and width of a batch's images (per row for a list of sizes)."""
     if isinstance(images, Tensor):
         return images.shape[-2], images.shape[-1]
     sides = torch.tensor([tuple(image.shape[-2:]) for image in images], dtype=torch.int64)

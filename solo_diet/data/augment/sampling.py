@@ -70,8 +70,7 @@ def sample_resized_crop_boxes(
     ratio: Sequence[float] = CROP_RATIO,
     attempts: int = 10,
 ) -> Box:
-    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples (``scale`` and the image
-    sides may be per sample)."""
+    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples."""
     per_sample = isinstance(height, Tensor)
     side_h, side_w = (height[:, None], width[:, None]) if per_sample else (height, width)
     crop_w, crop_h = _box_sides(
@@ -100,8 +99,7 @@ def sample_erasing_boxes(
     ratio: tuple[float, float] = (0.3, 3.3),
     attempts: int = 10,
 ) -> tuple[Box, Tensor]:
-    """torchvision ``RandomErasing.get_params`` (defaults) for ``count`` samples: the box and
-    whether one of the ``attempts`` fitted (no erasing otherwise)."""
+    """torchvision ``RandomErasing.get_params`` for ``count`` samples, and whether one fitted."""
     erase_h, erase_w = _box_sides(
         generator, count, height, width, scale[0], scale[1], ratio, attempts, device
     )

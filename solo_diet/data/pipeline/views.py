@@ -125,8 +125,7 @@ class MultiCropAugmentation:
     def __call__(
         self, images: ops.Images, generator: torch.Generator | None = None
     ) -> list[torch.Tensor]:
-        """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch, or of a list
-        of B images of different sizes (each view cropped from its image at full resolution)."""
+        """``num_views`` float32 views of a batch (or of a list of images of different sizes)."""
         views: list[torch.Tensor | None] = [None] * self.num_views
         for group in self._groups:
             out = group(images, generator)
@@ -139,8 +138,7 @@ class MultiCropAugmentation:
 
 
 class EvalTransform:
-    """The probes' validation transform: resize the shorter side to ``resize_size`` (default
-    ``round(crop_size * 256 / 224)``), centre-crop ``crop_size``, normalise."""
+    """The probes' validation transform: resize, centre-crop ``crop_size``, normalise."""
 
     def __init__(
         self,
@@ -190,8 +188,7 @@ class ProbeTrainTransform:
 
 
 class CapturedAugmentation:
-    """Replays a CUDA graph of ``transform(images, generator)`` per input shape, captured after
-    warm-up (docs/data-path.md); replay ``k`` after a seed draws what eager call ``k`` draws."""
+    """Replays a CUDA graph of ``transform(images, generator)`` per input shape."""
 
     def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
         self.transform, self.generator, self.warmup = transform, generator, warmup

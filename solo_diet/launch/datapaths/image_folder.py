@@ -17,8 +17,7 @@ from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmenta
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
-    """solo-learn's pipeline for one augmentation node, + RandomErasing (DIET paper, Alg. 4) when
-    ``random_erasing.prob > 0`` (applied on the normalised tensor, torchvision defaults)."""
+    """solo-learn's pipeline for one node, + RandomErasing (DIET paper, Alg. 4)."""
     from solo.data.pretrain_dataloader import build_transform_pipeline
     from torchvision import transforms
 
