@@ -33,11 +33,8 @@ IMPORT_NOISE = (
 )
 
 
-# What every run of solo-learn's stack prints that says nothing about the run (the run's own lines
-# and every other warning stay): Lightning's banners, tips, seed line and model summary (its INFO
-# logs), torch's pin_memory warning on a CPU, Lightning 2.1's LeafSpec use under a newer torch, and
-# solo-learn's warning that `scheduler.interval: step` might not resume (our resume with it is
-# tested: tests/launch/test_crash.py).
+# What every run prints that says nothing about it: Lightning's banners and summary, torch's
+# pin_memory warning on a CPU, a LeafSpec deprecation, solo-learn's scheduler_interval warning.
 RUN_NOISE_LOGGERS = (
     *("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"),
     *("lightning.fabric.utilities.seed", "lightning.pytorch.callbacks.model_summary"),
@@ -62,8 +59,7 @@ def quiet_run_noise() -> None:
     logging.getLogger().addFilter(_not_scheduler_interval_noise)  # solo-learn logs it on root
 
 
-# solo-learn's optional UMAP callback, which `solo.utils` tries to import: its module imports
-# pandas, seaborn and matplotlib before it reaches `import umap`.
+# solo-learn's optional UMAP callback: it imports pandas, seaborn and matplotlib before umap
 UMAP_CALLBACK = "solo.utils.auto_umap"
 
 
@@ -106,8 +102,7 @@ def require_solo() -> None:
         raise SoloLearnMissing(f"{problem}\n{INSTALL_HINT}")
 
 
-# The entry-point group through which a package of one's own adds methods: in its pyproject.toml,
-# `[project.entry-points."solo_diet.methods"]` then `<method name> = "<module>:<class>"`.
+# The entry-point group through which a package of one's own adds methods (docs/adding-a-method.md)
 METHODS_GROUP = "solo_diet.methods"
 _REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE)
 

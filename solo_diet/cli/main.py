@@ -167,8 +167,7 @@ RESUME_ADVICE = {
     "compare": "run the same command again: finished runs are reused and an interrupted run "
     "resumes from its last epoch checkpoint."
 }
-# Commands that import solo-learn themselves, if at all (pretrain and linear once their config is
-# checked).
+# Commands that import solo-learn themselves, if at all
 SOLO_LATE = ("data", "configs", "pretrain", "linear")
 
 
@@ -177,8 +176,7 @@ def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument("--debug", action="store_true", default=default, help=show)
 
 
-# Each subcommand's --help ends with a command that works on a CPU, from any folder once
-# `solo-diet configs cfg` and `solo-diet data animal-mnist data/am --limit 400` have run.
+# Each subcommand's --help ends with a command that works on a CPU
 CPU = "accelerator=cpu devices=1 precision=32 data.num_workers=2"
 DATA = "++data.train_path=data/am/train ++data.val_path=data/am/val"
 EXAMPLES = {

@@ -34,8 +34,7 @@ from solo_diet.methods.checkpoint import (
     pickle_allowed,
 )
 
-# args.json keys an auto-resumed checkpoint must share with the run besides those solo-learn's
-# AutoResumer compares (neither the data nor N: it would resume a run trained on other data)
+# args.json keys an auto-resumed run must share besides AutoResumer's (the data and N)
 SAME_RUN_KEYS = ("data.train_path", "data.val_path", "data.fraction", "method_kwargs.num_samples")
 ARGS_FILE, RUN_LOCK_FILE = "args.json", ".run.lock"  # in each run folder
 
@@ -91,8 +90,7 @@ class RunCheckpointer(Checkpointer):
         resumed = None if self.resume_from is None else self.resume_from.resolve().parent
         if resumed is None or resumed.parent != self.logdir.resolve():  # not a run folder of logdir
             super().initial_setup(trainer)
-            # each process drew its own random run name: all take global rank 0's, so every node
-            # names the folder its checkpoints are in (a collective: every process calls it)
+            # each process drew its own run name: all take rank 0's (a collective)
             self.path, self.ckpt_placeholder = trainer.strategy.broadcast(
                 (self.path, self.ckpt_placeholder)
             )

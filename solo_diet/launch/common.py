@@ -174,8 +174,7 @@ def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
         )
     last = getattr(checkpointer, "last_ckpt", None)
     if last is not None and not Path(last).is_file():
-        # the signal landed between solo-learn's Checkpointer removing the previous checkpoint
-        # and recording the one it had just written: name the newest that is there
+        # stopped between the Checkpointer's removal of the previous one and its record
         from solo_diet.launch.checkpointing import newest_loading
 
         folder = Path(getattr(checkpointer, "path", Path(last).parent))

@@ -19,8 +19,7 @@ from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, pa
 from solo_diet.launch.data_checks import check_data_paths
 from solo_diet.launch.errors import check_destination
 
-# the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
-# _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
+# the schedulers BaseMethod builds ("reduce" and "exponential": only LinearModel's)
 PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")
 # what solo-learn passes to the optimizer itself, next to ``optimizer.kwargs``
 SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
@@ -176,8 +175,7 @@ def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
         )
 
 
-# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the
-# Lightning Trainer's arguments are read too.
+# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs)
 SOLO_LEARN_SECTIONS = (
     *("accumulate_grad_batches", "augmentations", "augmentations_cfg", "auto_augment"),
     *("auto_resume", "auto_umap", "backbone", "checkpoint", "cutmix", "dali", "data"),

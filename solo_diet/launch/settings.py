@@ -27,8 +27,7 @@ from solo_diet.methods._common import SOLO_LEARN_SEED
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
-# the GPU data path's core arguments and the keys that set them: the core's errors name the
-# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` names the keys
+# the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
     "cuda_graphs": "data.gpu.cuda_graphs",

@@ -5,8 +5,7 @@ twins)."""
 
 PLUGIN_FACTORIES: list[str] = ["solo_diet.methods.sem:sem_twins"]
 
-# solo-learn's registry first: importing it registers every plugin method, each module whole,
-# before the method module a caller named runs, so that module is never found half-built.
+# solo-learn's registry first, so that no method module is registered half-built
 from solo_diet._host import solo_available  # noqa: E402
 
 solo_available()

@@ -19,8 +19,7 @@ from solo_diet.methods import PLUGIN_FACTORIES
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# ``extra_evaluations``' first argument: a ``solo_diet.methods.checkpoint.PretrainedCheckpoint``
-# (not imported: loading a checkpoint registers the methods, which checks their contracts)
+# ``extra_evaluations``' first argument, a ``PretrainedCheckpoint`` (not imported: no cycle)
 Checkpoint = Any
 
 

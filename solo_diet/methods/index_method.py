@@ -16,8 +16,7 @@ from solo_diet.labels import LABEL_DEFAULTS, LabelSource, check_range, label_sou
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
-# the arguments of the label source and the sampler check (solo_diet.labels, solo_diet.samplers)
-# and the keys that set them: the core's errors name the arguments, `core_errors_named` the keys
+# the core arguments of the label source and sampler check, and the keys that set them
 INDEX_ARGUMENT_KEYS = {
     "kwargs": "method_kwargs",
     "source": "method_kwargs.labels",

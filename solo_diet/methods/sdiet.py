@@ -135,10 +135,9 @@ class SDIET(IndexMethod):
             else RowSGDW(hp.head_weight_decay, hp.head_momentum)
         )
         self.row_head = RowHead(hp.rows_per_step, hp.label_smoothing, hp.temperature, hp.prefetch)
-        # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
+        # plain attributes: Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
         self._pending_snapshot: Optional[dict] = None
-        # the data order: found on the trainer's train dataloader at train start (or set by hand)
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
         self.batch_order = SuperBatchOrder(hp.rows_per_step)
 
@@ -174,10 +173,8 @@ class SDIET(IndexMethod):
                 )
             directory = hp.row_dir
             if directory and self._trainer is not None and self.trainer.num_nodes > 1:
-                # over several nodes each keeps its row files in its own subfolder of row_dir
                 directory = os.path.join(directory, f"node{node}")
             shard = self._node_shard(node, sharing)
-            # sharded: each node's rows only (rowstore.shards), exchanged at every load
             store_class = RowStore if shard is None else ShardedRowStore
             self._row_store = store_class(
                 self.label_source.num_rows,
@@ -249,17 +246,14 @@ class SDIET(IndexMethod):
         z = gather(out["z"][0])
         lr = self.head_lr()
         if self.label_source.source == "index":
-            # multi-batch CE over the super-batch rows (m = 1: batch CE); gathering the indices is
-            # a collective: every process has loaded the previous step's rows before a shared
-            # store's writer stores them (rowstore.tables)
+            # a collective: every process has loaded the previous rows before the writer stores them
             indexes = concat_all_gather_no_grad(indexes)
             super_batch = self._super_batch(indexes, batch_idx)
             loss = self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)
         else:  # batch CE over the distinct label rows, lazy zero-gradient steps
             ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
             loss = self.row_head.labelled_step(self.row_store, z, ids, lr)
-        # the lr as a device tensor made by a fill kernel: logging a Python float would copy it
-        # host -> device and wait for the stream every step
+        # a device tensor by a fill kernel: a logged float would copy host -> device each step
         head_lr = torch.full((), lr, device=z.device)
         self.log_dict(
             {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
@@ -273,18 +267,15 @@ class SDIET(IndexMethod):
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         """The rows, state and counters go with the checkpoint (global rank 0 keeps them)."""
-        keep = self._trainer is None or self.trainer.is_global_zero
-        if isinstance(self.row_store, ShardedRowStore):
-            state = self.row_store.state_dict(keep=keep)
-        elif keep:
-            state = self.row_store.state_dict()
+        keep, store = self._trainer is None or self.trainer.is_global_zero, self.row_store
+        state = store.state_dict(keep=keep) if isinstance(store, ShardedRowStore) else None
         if keep:
-            checkpoint[CHECKPOINT_KEY] = state
+            checkpoint[CHECKPOINT_KEY] = state or store.state_dict()
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         """The rows saved by :meth:`on_save_checkpoint`, loaded now or when the store is made."""
         snapshot = checkpoint.get(CHECKPOINT_KEY)
         if snapshot is not None and self._row_store is not None:
             self._row_store.load_state_dict(snapshot)
-        elif snapshot is not None:
-            self._pending_snapshot = snapshot  # loaded when the store is created
+        elif snapshot is not None:  # loaded when the store is created
+            self._pending_snapshot = snapshot

@@ -98,8 +98,7 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
         identity = torch.full((batch, 3), 3, dtype=torch.long, device=x.device)
         padded = torch.cat([identity, order, identity], 1)
         hue_position = torch.argmax((order == 3).long(), 1, keepdim=True)
-        # the three slots before the hue op at position p of [3 identities, order, 3 identities]
-        # and the three after it: p + (0, 1, 2, 4, 5, 6)
+        # the slots around the hue op at p of [3 identities, order, 3 identities]: p + (0..2, 4..6)
         around = torch.arange(6, device=x.device)
         around = around + (around >= 3)
         slots = padded.gather(1, hue_position + around)
