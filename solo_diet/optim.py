@@ -46,12 +46,9 @@ def adamw_zero_grad_steps(
     betas: tuple[float, float],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """State after ``steps`` (a float ``T >= 0`` or one count per row) AdamW steps with zero
-    gradient (psi = 1, no bias correction): s-DIET paper, Eq. 18 with the sign corrected, ``m_T =
-    b1^T m_0``, ``v_T = b2^T v_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
-    m_0/(sqrt(v_0) + eps)``, ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``; exact for ``eps ->
-    0`` (eps kept at the initial state, as in the paper).
-    """
+    """State after ``steps`` zero-gradient AdamW steps (psi = 1): s-DIET paper, Eq. 18, sign
+    corrected: ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0/(sqrt(v_0) + eps)``,
+    ``a = 1 - lr*wd``, ``mu = b1/sqrt(b2)``, ``m_T = b1^T m_0``, ``v_T = b2^T v_0``."""
     beta1, beta2 = betas
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, beta1 / math.sqrt(beta2), lr, steps)
@@ -68,10 +65,8 @@ def sgdw_zero_grad_steps(
     weight_decay: float,
     momentum: float,
 ) -> tuple[Tensor, Tensor]:
-    """State after ``steps`` SGDW steps (s-DIET paper, Eq. 19) with zero gradient: Eq. 20 with
-    the sign corrected, ``m_T = mu^T m_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
-    m_0``, ``a = 1 - lr*weight_decay``, ``mu = momentum``.
-    """
+    """State after ``steps`` zero-gradient SGDW steps: s-DIET paper, Eq. 20, sign corrected:
+    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0``, ``m_T = mu^T m_0``."""
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
     return a_t * theta - drift * momentum_buffer, momentum**steps * momentum_buffer

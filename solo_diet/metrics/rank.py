@@ -41,17 +41,10 @@ def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
 def lidar(
     features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
 ) -> float:
-    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of
-    ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
-
-    ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
-    ``labels_of_views``: (n*q,) the clean sample (surrogate class) of each row. With class means
-    ``mu_c`` and grand mean ``mu`` (mean of the class means):
-    ``Sigma_b = sum_c (mu_c - mu)(mu_c - mu)^T / (n - 1)``,
-    ``Sigma_w = sum_c sum_j (z_cj - mu_c)(z_cj - mu_c)^T / sum_c (q_c - 1) + delta I``
-    (``= n (q - 1)`` for equal ``q``), ``p_i = (lambda_i + eps) / sum_j (lambda_j + eps)``.
-    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (Thilak et al.).
-    """
+    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2
+    Sigma_b Sigma_w^-1/2`` of ``features`` (n*q, d), ``q`` views of ``n`` samples grouped by
+    ``labels_of_views`` (``Sigma_b`` over the class means, ``Sigma_w`` pooled + ``delta I``); in
+    ``[1, min(d, n - 1)]``."""
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")
     if labels.numel() != z.shape[0]:

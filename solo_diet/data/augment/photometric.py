@@ -86,9 +86,8 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
 
 
 def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Tensor) -> Tensor:
-    """torchvision ``ColorJitter`` per sample: ``factors`` (B, 3) brightness, contrast, saturation,
-    ``hue`` (B,) shifts (None: none), ``order`` (B, 4) (or (B, 3)) the ops' order, as 3 x 3 colour
-    matrices around one hue rotation (docs/gpu-augmentations.md)."""
+    """torchvision ``ColorJitter`` per sample: ``factors`` (B, 3), ``hue`` (B,) or None, ``order``
+    the ops' order, as colour matrices around one hue rotation (docs/gpu-augmentations.md)."""
     x = to_float(images)
     _require_rgb(x)
     batch, channels, height, width = x.shape
