@@ -143,20 +143,25 @@ class TrainingSettings:
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
-        """Finite learning rates > 0, batch limits Lightning takes and a precision it knows."""
+        """Finite learning rates > 0, batch limits Lightning takes (a fit that trains something)
+        and a precision it knows."""
+        read = KeyReader(cfg)
         for key, lr in (("optimizer.lr", self.lr), ("optimizer.classifier_lr", self.classifier_lr)):
             if lr is not None and not 0 < lr < math.inf:  # a number (the schema); not NaN either
-                raise KeyReader(cfg).fail(key, f"must be a positive finite number, got {lr!r}.")
+                raise read.fail(key, f"must be a positive finite number, got {lr!r}.")
         for key in ("limit_train_batches", "limit_val_batches"):
-            limit = OmegaConf.select(cfg, key)
+            limit = read.value(key)
             if limit is not None and not (
                 is_number(limit) and 0 <= limit and (isinstance(limit, int) or limit <= 1)
             ):
-                raise KeyReader(cfg).fail(
-                    key,
-                    f"must be a batch count (an integer >= 0) or a fraction in [0, 1], got "
-                    f"{limit!r}.",
-                )
+                wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
+                raise read.fail(key, f"must be {wanted}, got {limit!r}.")
+        if read.value("limit_train_batches") == 0:
+            raise read.fail(
+                "limit_train_batches",
+                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
+                "give a batch count >= 1 or a fraction in (0, 1].",
+            )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
@@ -294,23 +299,11 @@ def check_finite_numbers(cfg: DictConfig) -> None:
             pending += [(f"{key}[{i}]", v) for i, v in enumerate(node)]
 
 
-def check_trains_something(cfg: DictConfig) -> None:
-    """Refuse ``limit_train_batches: 0``: the fit would train nothing and write no checkpoint."""
-    limit = OmegaConf.select(cfg, "limit_train_batches")
-    if is_number(limit) and limit == 0:
-        raise KeyReader(cfg).fail(
-            "limit_train_batches",
-            "is 0, so nothing would train and no checkpoint would be written: remove it, or give "
-            "a batch count >= 1 or a fraction in (0, 1].",
-        )
-
-
 def check_cfg_before_parse(cfg: DictConfig) -> TrainingSettings:
     """Every launch's checks before ``parse_cfg``; returns the :class:`TrainingSettings`."""
     check_key_typos(cfg)
     check_finite_numbers(cfg)
     training = parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
-    check_trains_something(cfg)
     check_data_paths(cfg)
     folder = OmegaConf.select(cfg, "checkpoint.dir")
     if OmegaConf.select(cfg, "checkpoint.enabled") is not False and folder not in (None, "None"):
