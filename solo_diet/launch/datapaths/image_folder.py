@@ -66,12 +66,8 @@ class ImageFolderPath(DataPath):
             prepare_datasets,
         )
 
-        transform = FullTransformPipeline(
-            [
-                NCropAugmentation(build_pretrain_transform(run.dataset, aug), aug.num_crops)
-                for aug in run.augmentations
-            ]
-        )
+        pipelines = [(build_pretrain_transform(run.dataset, a), a) for a in run.augmentations]
+        transform = FullTransformPipeline([NCropAugmentation(p, a.num_crops) for p, a in pipelines])
         if run.debug_augmentations:
             print("Transforms:", transform)
         with download_failure_named(run, "train_path"):
