@@ -15,11 +15,6 @@ from solo_diet.data import FOLDER_DATASETS
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
 
 
-def _given(cfg: DictConfig, key: str) -> Any:
-    value = OmegaConf.select(cfg, key)
-    return None if value in (None, "None") else value
-
-
 def _class_folders(path: Any) -> set[str]:
     """The subfolders of an image folder: its classes, as solo-learn and torchvision read them."""
     return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
@@ -29,14 +24,15 @@ def check_data_paths(cfg: DictConfig) -> None:
     """Refuse a missing ``data.train_path``/``data.val_path``, or a dataset root as train path."""
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
+    read = KeyReader(cfg)
     for key in ("data.train_path", "data.val_path"):
-        path = _given(cfg, key)
+        path = read.value(key, None)
         if path is not None and not Path(str(path)).exists():
-            raise KeyReader(cfg).fail(
+            raise read.fail(
                 key,
                 f"{path} does not exist: point it at an image folder with one subfolder per class.",
             )
-    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     if train is None or not Path(str(train)).is_dir():
         return
     root = Path(str(train))
@@ -49,7 +45,7 @@ def check_data_paths(cfg: DictConfig) -> None:
         fix = f"pass data.train_path={root / 'train'}"
         fix += f" data.val_path={root / 'val'}" if "val" in splits else ""
     held = ", ".join(f"{split}/" for split in splits) if splits else f"`data.val_path` {val}"
-    raise KeyReader(cfg).fail(
+    raise read.fail(
         "data.train_path",
         f"= {root} is a dataset root: it holds {held}, each of which would be trained on as a "
         f"class; {fix}.",
@@ -58,13 +54,14 @@ def check_data_paths(cfg: DictConfig) -> None:
 
 def check_val_classes(cfg: DictConfig) -> None:
     """Refuse a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
-    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    read = KeyReader(cfg)
+    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
     if not folders or val is None or OmegaConf.select(cfg, "data.no_labels", default=False):
         return
     in_train, in_val = _class_folders(train), _class_folders(val)
     if in_train != in_val:
-        raise KeyReader(cfg).fail(
+        raise read.fail(
             "data.val_path",
             f"= {val} and `data.train_path` = {train} hold different class folders (only in val: "
             f"{sorted(in_val - in_train)}, only in train: {sorted(in_train - in_val)}), so the val "
