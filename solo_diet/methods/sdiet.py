@@ -204,7 +204,7 @@ class SDIET(IndexMethod):
         return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output."""
+        """``z``: the L2-normalised projector output (rows stepped by hand, as Listing 1)."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
