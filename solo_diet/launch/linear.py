@@ -130,15 +130,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         cfg, model, logdir, wandb_run_id, resume_from=ckpt_path, command="linear"
     )
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    fit_or_raise(
-        trainer,
-        model,
-        cfg,
-        checkpointer,
-        data_path,
-        train_dataloaders=train_loader,
-        val_dataloaders=val_loader,
-        ckpt_path=ckpt_path,
-    )
+    fit = {"train_dataloaders": train_loader, "val_dataloaders": val_loader, "ckpt_path": ckpt_path}
+    fit_or_raise(trainer, model, cfg, checkpointer, data_path, **fit)
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
     return metrics | ({"fitted_batch": fitted.report()} if fitted else {})

@@ -124,15 +124,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
     if train_data.own_sampler:  # the method's batch sampler splits the ranks itself
         kwargs["use_distributed_sampler"] = False
-    trainer = Trainer(**kwargs)
-    fit_or_raise(
-        trainer,
-        model,
-        cfg,
-        checkpointer,
-        data_path,
-        ckpt_path=ckpt_path,
-        **data_path.fit_kwargs(train_data, val_loader),
-    )
+    fit = data_path.fit_kwargs(train_data, val_loader)
+    fit_or_raise(Trainer(**kwargs), model, cfg, checkpointer, data_path, ckpt_path=ckpt_path, **fit)
     last = getattr(checkpointer, "last_ckpt", None)
     return None if last is None else str(last)
