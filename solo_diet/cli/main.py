@@ -259,14 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
         "data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels"
     )
     demo = _command(sub, "demo", _cmd_demo, help=demo_help)
-    demo.add_argument("--method", default="diet", help="a method with a shipped demo config")
+    method = "a method with a shipped demo config (default: diet)"
+    demo.add_argument("--method", default="diet", help=method)
     demo.add_argument("--epochs", type=int, help="pretraining epochs (default: per device)")
-    demo.add_argument("--workdir", default="solo-diet-demo", help="for data, checkpoints and logs")
+    workdir = "where the data, checkpoints and logs go (default: ./solo-diet-demo)"
+    demo.add_argument("--workdir", default="solo-diet-demo", help=workdir)
     auto_gpu = "auto: the GPU when torch sees one, else the CPU"
     demo.add_argument(
         "--accelerator", choices=["auto", "cpu", "gpu"], default="auto", help=auto_gpu
     )
-    formats, auto_format = ["auto", "gpu", "image_folder"], "auto: the GPU data path on a GPU"
+    formats, auto_format = ["auto", "gpu", "image_folder"], "auto: gpu on a GPU, else image_folder"
     demo.add_argument("--data-format", choices=formats, default="auto", help=auto_format)
 
     compare_help = "pretrain and evaluate several methods side by side from a spec YAML"
