@@ -1,8 +1,6 @@
-"""solo-diet: DIET, s-DIET, Simplicial Embeddings and CPLearn inside solo-learn.
-
-The torch-only core imports without solo-learn. With solo-learn ``main`` installed, every plugin
-method is registered in ``solo.methods.METHODS`` when ``solo.methods`` is imported (at once when it
-already is), so ``import solo_diet`` alone stays quick; ``register()`` does it explicitly."""
+"""solo-diet: DIET, s-DIET, Simplicial Embeddings and CPLearn inside solo-learn. The core imports
+without solo-learn; with it, the plugin methods register when ``solo.methods`` is imported
+(``register()`` does it explicitly)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Files written whole or not at all (a temporary file beside the target, fsynced, renamed over
-it): a kill, a crash or a full disk leaves the previous file or the new one. Torch-free."""
+"""Files written whole or not at all (a temporary renamed over the target). Torch-free."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ TEMPORARY = re.compile(r"\A\..+\.(\d+)\.[0-9a-f]{8}\.tmp\Z")  # .<name>.<pid>.<r
 
 
 def _temporary_beside(path: Path, binary: bool) -> tuple[Path, IO]:
-    """A new file ``.<name>.<pid>.<random>.tmp`` in ``path``'s folder (the umask's permissions, as
-    a plain ``open`` would give), open for writing."""
+    """A new temporary file in ``path``'s folder, open for writing."""
     while True:
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
@@ -39,9 +37,7 @@ def _sync_folder(folder: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_write(path: PathLike, binary: bool = False) -> Iterator[IO]:
-    """Open a file to write ``path`` whole: what the block writes lands at ``path`` only when the
-    block ends without an exception (flushed, fsynced, renamed over it); otherwise ``path`` is
-    left as it was and the temporary file removed. Text mode writes newlines as given."""
+    """Open ``path`` to write it whole: it lands only when the block ends without an exception."""
     path = Path(path)
     temporary, handle = _temporary_beside(path, binary)
     try:
@@ -75,8 +71,7 @@ def running(pid: int) -> bool:
 
 
 def remove_stale_temporaries(folder: PathLike) -> list[Path]:
-    """Delete the temporary files that writers killed mid-write left in ``folder`` and its
-    subfolders (those whose process, on this host, no longer runs); returns them."""
+    """Delete the temporaries dead writers left under ``folder``; returns them."""
     stale = [
         path
         for path in Path(folder).rglob(".*.tmp")

@@ -1,5 +1,4 @@
-"""Finding solo-learn ``main`` (the host library) and failing clearly when it is absent or too
-old."""
+"""Finding solo-learn ``main`` and failing clearly when it is absent or too old."""
 
 from __future__ import annotations
 
@@ -34,11 +33,8 @@ IMPORT_NOISE = (
 )
 
 
-# What every run of solo-learn's stack prints that says nothing about the run (the run's own lines
-# and every other warning stay): Lightning's banners, tips, seed line and model summary (its INFO
-# logs), torch's pin_memory warning on a CPU, Lightning 2.1's LeafSpec use under a newer torch, and
-# solo-learn's warning that `scheduler.interval: step` might not resume (our resume with it is
-# tested: tests/launch/test_crash.py).
+# What every run prints that says nothing about it: Lightning's banners and summary, torch's
+# pin_memory warning on a CPU, a LeafSpec deprecation, solo-learn's scheduler_interval warning.
 RUN_NOISE_LOGGERS = (
     *("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"),
     *("lightning.fabric.utilities.seed", "lightning.pytorch.callbacks.model_summary"),
@@ -63,15 +59,12 @@ def quiet_run_noise() -> None:
     logging.getLogger().addFilter(_not_scheduler_interval_noise)  # solo-learn logs it on root
 
 
-# solo-learn's optional UMAP callback, which `solo.utils` tries to import: its module imports
-# pandas, seaborn and matplotlib before it reaches `import umap`.
+# solo-learn's optional UMAP callback: it imports pandas, seaborn and matplotlib before umap
 UMAP_CALLBACK = "solo.utils.auto_umap"
 
 
 def skip_umap_callback_without_umap() -> None:
-    """Where ``umap`` is not installed, make solo-learn's attempt to import its UMAP callback fail
-    at once, as it would fail anyway: a start-up without pandas, seaborn and matplotlib (about
-    1.4 s of 7 on a 2-core machine, docs/benchmarks.md). No effect once solo-learn is imported."""
+    """Without ``umap``, fail solo-learn's UMAP callback import at once (a faster start-up)."""
     if importlib.util.find_spec("umap") is None and "solo.utils" not in sys.modules:
         sys.modules.setdefault(UMAP_CALLBACK, None)  # `import` raises ImportError
 
@@ -109,17 +102,13 @@ def require_solo() -> None:
         raise SoloLearnMissing(f"{problem}\n{INSTALL_HINT}")
 
 
-# The entry-point group through which a package of one's own adds methods: in its pyproject.toml,
-# `[project.entry-points."solo_diet.methods"]` then `<method name> = "<module>:<class>"`.
+# The entry-point group through which a package of one's own adds methods (docs/adding-a-method.md)
 METHODS_GROUP = "solo_diet.methods"
 _REGISTERED_AS = re.compile(r"^\s+registered_as = \"(\w+)\"", flags=re.MULTILINE)
 
 
 def declared_method_names() -> Optional[set[str]]:
-    """Every method name the registry can hold, read from source without importing solo-learn or
-    torch (seconds a typo in ``method`` should not cost): solo-learn's ``METHODS`` keys, ours
-    (``registered_as``), the ``METHODS_GROUP`` entry points, and each also as ``<name>_sem`` (a
-    superset: the registry itself is checked later). None when solo-learn's source is unreadable."""
+    """Every method name the registry can hold, read from source; None if unreadable."""
     spec = importlib.util.find_spec("solo")
     source = Path(spec.origin).parent / "methods" / "__init__.py" if spec and spec.origin else None
     if source is None or not source.is_file():

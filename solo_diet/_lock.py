@@ -1,6 +1,4 @@
-"""Folder locks (one ``compare`` per output folder, one ``pretrain`` or ``linear`` per run folder):
-the holder keeps an exclusive ``flock`` on a lock file (released by the kernel however its process
-ends) and writes its PID, host, command and start time into it. Torch-free."""
+"""Folder locks: an exclusive ``flock`` on a lock file naming its holder. Torch-free."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def holder_of(descriptor: int) -> dict:
 
 
 def write_holder(descriptor: int, command: str) -> None:
-    """Say in the lock file who holds it: this process, its host and ``solo-diet`` command, when
-    it took the lock."""
+    """Write this process, host, command and start time into the lock file."""
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
     os.ftruncate(descriptor, 0)
@@ -54,8 +51,7 @@ def holder_named(holder: dict, command: str) -> str:
 
 @contextlib.contextmanager
 def lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
-    """``path`` open, and its exclusive ``flock`` tried without waiting: ``taken``, ``held`` (by
-    another process) or ``unsupported`` (no file locks here). Closing the file releases it."""
+    """``path`` open and its ``flock`` tried: ``taken``, ``held`` or ``unsupported``."""
     descriptor = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -72,9 +68,7 @@ def lock_file(path: Path, create: bool = True) -> Iterator[tuple[int, str]]:
 def folder_lock(
     path: Path, command: str, what: str, fix: str, say: Callable[[str], None] = print
 ) -> Iterator[Path]:
-    """Hold the lock file ``path`` in the block for ``solo-diet <command>``; :class:`FolderInUse`
-    (``<what> is in use by <holder>: wait for it to end, or <fix>.``) when another process does.
-    A lock of this host whose holder no longer runs is taken over, with a line (``say``)."""
+    """Hold the lock ``path`` in the block, or raise :class:`FolderInUse` naming its holder."""
     with lock_file(path) as (descriptor, state):
         if state == "unsupported":
             say(

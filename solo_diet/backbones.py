@@ -1,7 +1,6 @@
-"""Backbones the plugin adds to solo-learn's ``BaseMethod._BACKBONES`` (torch-only): factories
-``fn(method_name, **kwargs)`` of modules exposing ``num_features``, under names not starting with
-``resnet`` (solo-learn would apply its ResNet surgery).
-"""
+"""Backbones the plugin adds to ``BaseMethod._BACKBONES`` (torch-only): ``fn(method_name,
+**kwargs)`` factories of modules with ``num_features``, named not ``resnet*`` (solo-learn's ResNet
+surgery)."""
 
 from __future__ import annotations
 
@@ -30,10 +29,7 @@ class _ResidualBlock(nn.Module):
 
 
 class ResNet8(nn.Module):
-    """ResNet-8 of CPLearn (paper Table 5): 8 convs of ``width`` channels, LeakyReLU(0.2), no BN,
-    32 -> 16 -> 8 -> 8 -> global average pool; the shortcuts the paper does not draw (blocks 2-4)
-    are identity (+AvgPool2 on block 2).
-    """
+    """ResNet-8 of CPLearn (paper Table 5), ``width`` channels, LeakyReLU(0.2), no BN."""
 
     def __init__(self, width: int = 128, in_channels: int = 3, slope: float = 0.2):
         super().__init__()
@@ -67,9 +63,7 @@ def cp_resnet8(method: str, width: int = 128, **kwargs) -> ResNet8:
 
 
 class RawPixels(nn.Module):
-    """The input image itself, flattened (``num_features = channels * size * size``): the linear
-    probe and kNN of a pretrained backbone run on the pixels. The expected shape is a buffer (a
-    state to save; another shape is an error naming both)."""
+    """The input image flattened (``channels * size * size`` features)."""
 
     def __init__(self, size: int = 32, channels: int = 3):
         super().__init__()
@@ -93,9 +87,7 @@ def raw_pixels(method: str, size: int = 32, channels: int = 3) -> RawPixels:
 
 
 def cifar_resnet18(method: str, **kwargs) -> nn.Module:
-    """torchvision's ResNet-18 with solo-learn's CIFAR stem (which solo-learn gives ``resnet18``
-    on ``cifar10``/``cifar100`` only) and no ``fc``, for any 32 px data set; ``num_features`` 512.
-    """
+    """torchvision's ResNet-18 with solo-learn's CIFAR stem and no ``fc``."""
     from torchvision.models import resnet18
 
     network = resnet18(**kwargs)

@@ -1,5 +1,4 @@
-"""Config errors and the checks that raise them, shared by the launchers, the method adapters and
-the torch-only core (no solo-learn, no Lightning); every message names the key and the fix."""
+"""Config errors, the settings parser and its checks; every message names the key and the fix."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ RUN_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
 
 
 def check_run_name(name: object, what: str, fix: str) -> str:
-    """``name`` when it is a safe run name (:data:`RUN_NAME`, not ``.`` or ``..``); otherwise one
-    :class:`ConfigError` naming ``what`` (e.g. "`name`") and the ``fix``."""
+    """``name`` if it is a safe run name, else one ConfigError naming ``what`` and the ``fix``."""
     text = str(name)
     if name is None or not RUN_NAME.match(text) or set(text) == {"."}:
         shown = f"{text[:120]!r}{'...' if len(text) > 120 else ''}"
@@ -39,8 +37,7 @@ def check_run_name(name: object, what: str, fix: str) -> str:
 
 @dataclass(frozen=True)
 class Argument:
-    """An argument of a core function named in its error: ``name``, then ``rest`` (a key inside it,
-    ``[0].rrc.crop_min_scale``, or a value, ``: pinned``)."""
+    """A core function's argument ``name``, then ``rest`` (a key inside it, or a value)."""
 
     name: str
     rest: str = ""
@@ -53,8 +50,7 @@ class Argument:
 
 
 class NamesArguments(Exception):
-    """An error of the torch-only core made of text and :class:`Argument` parts, so that
-    :func:`core_errors_named` can name the config keys that set the arguments."""
+    """A core error of text and :class:`Argument` parts, for :func:`core_errors_named`."""
 
     def __init__(self, *parts: Any):
         self.parts = parts
@@ -78,8 +74,7 @@ class ArgumentIndexError(NamesArguments, IndexError):
 
 @contextlib.contextmanager
 def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, a core error naming an argument of ``keys`` (:class:`NamesArguments`)
-    names ``keys[name]`` instead (an ArgumentError as a ConfigError); other errors pass."""
+    """In the block, a core error naming an argument of ``keys`` names ``keys[name]`` instead."""
     try:
         yield
     except NamesArguments as error:
@@ -93,8 +88,7 @@ def core_errors_named(keys: Mapping[str, str]) -> Iterator[None]:
 
 
 def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> Optional[str]:
-    """The name of ``known`` closest to ``name`` (difflib's ratio at least ``cutoff``), for a
-    "did you mean" hint; None when none is close or ``name`` is not a string."""
+    """The name of ``known`` closest to ``name`` (difflib ratio >= ``cutoff``), or None."""
     if not isinstance(name, str):
         return None
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
@@ -102,8 +96,7 @@ def closest_name(name: object, known: Collection[str], cutoff: float = 0.6) -> O
 
 
 def unknown_method_hint(name: object, registered: Collection[str]) -> str:
-    """What follows "unknown method" in one line: the closest registered names (at most three),
-    else the registered names without their ``_sem`` twins; both end with where the full list is."""
+    """The hint after "unknown method": the closest names, else the registered ones."""
     close = difflib.get_close_matches(str(name), sorted(registered), n=3, cutoff=0.6)
     listing = "`solo-diet methods` lists every registered method."
     if close:
@@ -118,8 +111,7 @@ _ABSENT = object()
 
 
 def world_size(cfg: omegaconf.DictConfig) -> int:
-    """The processes a cfg trains over: ``devices`` (a count or a list of ids) times
-    ``num_nodes``."""
+    """The processes a cfg trains over: ``devices`` times ``num_nodes``."""
     devices = omegaconf.OmegaConf.select(cfg, "devices", default=1)
     per_node = devices if isinstance(devices, int) else len(devices)
     return per_node * int(omegaconf.OmegaConf.select(cfg, "num_nodes", default=1))
@@ -131,9 +123,7 @@ def is_number(value: Any) -> bool:
 
 
 class KeyReader:
-    """Reads and checks the values of one config node; each error is one ConfigError line naming the
-    full key (``<prefix>.<key>``) and the fix. With a ``default``, an absent key, None and "None"
-    (as solo-learn's ``omegaconf_select`` reads them) give the default."""
+    """Reads and checks one config node; ``default`` stands for absent, None and "None"."""
 
     def __init__(self, node: Any, prefix: str = ""):
         self.node, self.prefix = node, prefix
@@ -205,10 +195,7 @@ class KeyReader:
 
 
 def setting(default: Any = None, **checks: Any) -> Any:
-    """A field of a settings schema (:func:`parse_section`): its ``default``, and ``checks``:
-    ``choices``, ``minimum`` (an integer >= it), ``within=(low, high)`` (``[low, high)``, ``]`` with
-    ``high_inclusive=True``), ``derive`` (the default from the whole config), ``hint`` (ends the
-    error) and ``key`` (the full key, when it lies outside the schema's section)."""
+    """A schema field: ``default``, ``checks`` choices/minimum/within/derive/hint/key."""
     return dataclasses.field(default=default, metadata=checks)
 
 
@@ -247,19 +234,16 @@ _Schema = typing.TypeVar("_Schema")
 
 
 def schema_keys(schema: type) -> list[str]:
-    """The keys of a settings schema: its fields but those marked ``computed`` (set by its
-    ``checked``, not read from the config)."""
+    """A schema's fields but those marked ``computed`` (set by its ``checked``)."""
     return [f.name for f in dataclasses.fields(schema) if not f.metadata.get("computed")]
 
 
 def parse_section(
     schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
 ) -> _Schema:
-    """The frozen ``schema`` (a dataclass of :func:`setting` fields, or of nested schemas, which
-    name their ``owner`` in a class attribute) built from the mapping at ``path`` of ``cfg``;
-    absent keys, None and "None" get the default. With ``strict`` a key that is no field is
-    refused, naming the closest (``owner``: whose settings). What the fields cannot check alone, a
-    schema's own ``checked(cfg)`` checks, run by the caller on the result."""
+    """The frozen ``schema`` built from the mapping at ``path`` of ``cfg`` (defaults for absent
+    keys; with ``strict``, unknown keys refused naming the closest); ``checked(cfg)`` is the
+    caller's."""
     read = KeyReader(cfg)
     given = read.value(path) if path else cfg
     names = schema_keys(schema)
@@ -285,8 +269,7 @@ def parse_section(
 
 
 def write_section(cfg: omegaconf.DictConfig, path: str, parsed: Any) -> None:
-    """Write every value of the parsed schema ``parsed`` at ``path`` of ``cfg`` (so solo-learn and
-    ``args.json`` see the defaults)."""
+    """Write every value of ``parsed`` at ``path`` of ``cfg`` (for solo-learn and ``args.json``)."""
     values = dataclasses.asdict(parsed)
     for key in schema_keys(type(parsed)):
         value = list(values[key]) if isinstance(values[key], tuple) else values[key]

@@ -1,10 +1,6 @@
-"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1 and Prop. 1).
-
-A :class:`LabelSource` maps a batch's ``(indexes, targets)`` to one id per datum (a head row, or a
-node label of the batch graph ``G_ij = 1[id_i = id_j]``; ``-1``: no label, no row, no edge);
-docs/methods/label-sources.md tells more. Torch only: errors name the arguments, the method
-adapters the config keys that set them.
-"""
+"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1, Prop. 1): a
+:class:`LabelSource` maps ``(indexes, targets)`` to one id per datum (-1: none);
+docs/methods/label-sources.md."""
 
 from __future__ import annotations
 
@@ -194,9 +190,7 @@ def load_groups(groups_path: Union[str, Path]) -> torch.Tensor:
 def label_source_from_kwargs(
     kwargs: Mapping[str, Any], num_classes: Optional[int], has_labels: bool = True
 ) -> LabelSource:
-    """The label source that ``kwargs`` (``num_samples`` and the keys of :data:`LABEL_DEFAULTS`)
-    ask for; ``class``/``mix`` are refused without ``has_labels``.
-    """
+    """The label source ``kwargs`` ask for (``class``/``mix`` need ``has_labels``)."""
     source = kwargs["labels"]
     if source in ("class", "mix") and not has_labels:
         raise ArgumentError(
@@ -227,9 +221,7 @@ def label_source_from_kwargs(
 
 
 def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, positions)``: the batch's sorted distinct ids ``>= 0`` (the head rows it loads)
-    and each datum's position among them, ``-1`` for an unlabelled one.
-    """
+    """``(rows, positions)``: the batch's distinct ids ``>= 0``, each datum's position."""
     labelled = ids >= 0
     rows, inverse = torch.unique(ids[labelled], return_inverse=True)
     positions = torch.full_like(ids, -1)

@@ -1,12 +1,7 @@
-"""LARS (You et al., 2017, Eq. 6) with solo-learn's semantics, batched and without host syncs.
-
-solo-learn's ``LARS`` asks ``p_norm != 0 and g_norm != 0`` in Python per parameter (two waits for
-the GPU each); ``ForeachLARS`` takes the same decisions on the device and applies them with
-``_foreach`` ops. Per parameter: ``trust = eta * |p| / (|g| + wd * |p| + eps)`` (``clip_lr``:
-``min(trust / lr, 1)``); ``d = trust * (g + wd * p)`` when both norms are non-zero (and not an
-excluded 1-D parameter), else ``d = g``; torch's SGD momentum (Nesterov optional); ``p -= lr * d``.
-Registered as ``optimizer.name: lars_foreach``.
-"""
+"""LARS (You et al., 2017, Eq. 6) with solo-learn's semantics, batched and without host syncs:
+``ForeachLARS`` takes solo-learn's per-parameter decisions (both norms non-zero, not an excluded 1-D
+parameter) on the device and applies them with ``_foreach`` ops (``optimizer.name:
+lars_foreach``)."""
 
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ from torch import Tensor
 
 
 class ForeachLARS(torch.optim.Optimizer):
-    """solo-learn's LARS (``solo.utils.lars.LARS``), the same update without per-parameter host
-    syncs."""
+    """solo-learn's LARS, the same update without per-parameter host syncs."""
 
     def __init__(
         self,

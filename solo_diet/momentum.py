@@ -1,10 +1,6 @@
-"""The momentum methods' device-side helpers: the momentum encoder's EMA (BYOL paper, Eq. 1:
-``xi <- tau * xi + (1 - tau) * theta``) with ``_foreach`` ops, rounded as solo-learn's
-``MomentumUpdater.update`` (both products in the parameter's dtype before the sum: the same
-floats), and a first-in first-out write into the feature queues of MoCo, NNCLR, ReSSL, ... whose
-pointer stays on the device, so the write never waits for the GPU (reading the pointer as a Python
-number would).
-"""
+"""The momentum methods' device-side helpers: the momentum encoder's EMA (BYOL paper, Eq. 1) with
+``_foreach`` ops, rounded as solo-learn's ``MomentumUpdater.update`` (the same floats), and a FIFO
+write into the feature queues of MoCo, NNCLR, ReSSL, ... whose pointer stays on the device."""
 
 from __future__ import annotations
 
@@ -21,9 +17,8 @@ def ema_update_(
     tau: Union[float, Tensor],
     complement: Optional[Tensor] = None,
 ):
-    """``m <- tau * m + (1 - tau) * o`` in place for each pair (as ``zip`` pairs them); a 0-dim
-    tensor ``tau`` (a replayed CUDA graph's) comes with ``complement``, ``1 - tau`` computed on
-    the host as for a float, and is not checked."""
+    """``m <- tau * m + (1 - tau) * o`` in place per pair; a tensor ``tau`` comes with
+    ``complement``."""
     if not isinstance(tau, Tensor) and not 0.0 <= tau <= 1.0:
         raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
     pairs = list(zip(momentum_params, online_params))
@@ -41,9 +36,8 @@ def ema_update_(
 
 @torch.no_grad()
 def enqueue_(pointer: Tensor, size: int, writes: Sequence[tuple[Tensor, int, Tensor]]) -> None:
-    """Write each ``(queue, dim, values)``'s ``values`` (cast) at positions ``pointer ... pointer
-    + B - 1`` along ``dim``, then advance ``pointer`` (a long tensor on the device) by B modulo
-    ``size``, a multiple of B (a write never wraps)."""
+    """Write each queue's ``values`` at ``pointer`` along ``dim``; advance the device
+    ``pointer``."""
     if not writes:
         return
     _, first_dim, first_values = writes[0]

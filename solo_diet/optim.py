@@ -1,9 +1,6 @@
-"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (pure functions).
-
-s-DIET (s-DIET paper, App. D.2) updates only the head rows of the batch; the closed forms give a
-row's state after ``T`` zero-gradient steps in one shot, with the minus sign of the paper's Listing
-1 (its Eq. 18 and Eq. 20 print a plus, a sign error: docs/references.md derives it).
-"""
+"""Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (s-DIET paper,
+App. D.2), with the minus sign of its Listing 1: Eq. 18 and Eq. 20 print a plus
+(docs/references.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +16,7 @@ _EQUAL_RATES = 1e-12
 
 
 def _steps_like(steps: Steps, like: Tensor) -> Steps:
-    """``steps`` as a Python float checked ``>= 0`` (no host sync per step), or a tensor (one
-    count per row, a row store's counter difference, never negative) moved to ``like`` and shaped to
-    broadcast over it."""
+    """``steps`` as a float checked ``>= 0``, or a per-row tensor shaped to ``like``."""
     if not isinstance(steps, Tensor):
         if steps < 0:
             raise ValueError(f"zero-gradient step counts must be >= 0, got {steps}")
@@ -33,10 +28,7 @@ def _steps_like(steps: Steps, like: Tensor) -> Steps:
 
 
 def _decay_and_drift(a: float, mu: float, lr: float, steps: Steps) -> tuple[Steps, Steps]:
-    """``(a^T, c_T)`` with ``c_T = lr * sum_{k=1..T} a^(T-k) mu^k = lr*mu*(a^T - mu^T)/(a - mu)``.
-
-    For ``a == mu`` the sum is ``lr * T * mu^T``. Valid for real ``T >= 0`` (``c_0 = 0``).
-    """
+    """``(a^T, c_T)``, ``c_T = lr*mu*(a^T - mu^T)/(a - mu)`` (``lr * T * mu^T`` for ``a == mu``)."""
     a_t, mu_t = a**steps, mu**steps
     if abs(a - mu) < _EQUAL_RATES:
         return a_t, lr * steps * mu_t
@@ -54,21 +46,14 @@ def adamw_zero_grad_steps(
     betas: tuple[float, float],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """State after ``steps`` (a float ``T >= 0`` or one count per row) AdamW steps with zero
-    gradient (psi = 1, no bias correction): s-DIET paper, Eq. 18 with the sign corrected, ``m_T =
-    b1^T m_0``, ``v_T = b2^T v_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
-    m_0/(sqrt(v_0) + eps)``, ``a = 1 - lr*weight_decay``, ``mu = b1/sqrt(b2)``; exact for ``eps ->
-    0`` (eps kept at the initial state, as in the paper).
-    """
+    """State after ``steps`` zero-gradient AdamW steps (psi = 1): s-DIET paper, Eq. 18, sign
+    corrected: ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0/(sqrt(v_0) + eps)``,
+    ``a = 1 - lr*wd``, ``mu = b1/sqrt(b2)``, ``m_T = b1^T m_0``, ``v_T = b2^T v_0``."""
     beta1, beta2 = betas
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, beta1 / math.sqrt(beta2), lr, steps)
     direction = exp_avg / (exp_avg_sq.sqrt() + eps)
-    return (
-        a_t * theta - drift * direction,
-        beta1**steps * exp_avg,
-        beta2**steps * exp_avg_sq,
-    )
+    return (a_t * theta - drift * direction, beta1**steps * exp_avg, beta2**steps * exp_avg_sq)
 
 
 def sgdw_zero_grad_steps(
@@ -80,10 +65,8 @@ def sgdw_zero_grad_steps(
     weight_decay: float,
     momentum: float,
 ) -> tuple[Tensor, Tensor]:
-    """State after ``steps`` SGDW steps (s-DIET paper, Eq. 19) with zero gradient: Eq. 20 with
-    the sign corrected, ``m_T = mu^T m_0``, ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) *
-    m_0``, ``a = 1 - lr*weight_decay``, ``mu = momentum``.
-    """
+    """State after ``steps`` zero-gradient SGDW steps: s-DIET paper, Eq. 20, sign corrected:
+    ``theta_T = a^T theta_0 - lr*mu*(a^T - mu^T)/(a - mu) * m_0``, ``m_T = mu^T m_0``."""
     steps = _steps_like(steps, theta)
     a_t, drift = _decay_and_drift(1.0 - lr * weight_decay, momentum, lr, steps)
     return a_t * theta - drift * momentum_buffer, momentum**steps * momentum_buffer
@@ -127,8 +110,7 @@ RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped li
 
 
 class RowOptimizer:
-    """A row-wise optimiser: ``step(rows, state, grad, lr)`` and ``zero_grad_steps(rows, state,
-    steps, lr)`` return the new ``(rows, state)``, ``state`` the tensors ``state_names`` names."""
+    """A row-wise optimiser: ``step`` and ``zero_grad_steps`` return the new ``(rows, state)``."""
 
     state_names: tuple[str, ...]
     step_rule: Callable[..., tuple[Tensor, ...]]

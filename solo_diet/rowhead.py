@@ -1,8 +1,6 @@
-"""s-DIET's head step over rows kept in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper,
-§5.2): the rows of the batch's label ids are loaded, scored against ``z`` with cross-entropy,
-stepped with their gradient and written back; with multi-batch CE a super-batch's ``m*B`` rows stay
-resident for its ``m`` steps while the next one's are prefetched.
-"""
+"""s-DIET's head step over rows in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper, §5.2):
+rows loaded, scored with CE, stepped and written back; a super-batch's ``m*B`` rows stay resident
+for its ``m`` steps while the next one's are prefetched."""
 
 from __future__ import annotations
 
@@ -28,10 +26,7 @@ class ResidentRows:
 
 @dataclass
 class RowHead:
-    """Cross-entropy steps against head rows held in a row store: ``rows_per_step`` m (1: batch
-    CE), ``label_smoothing`` over the resident rows, logits divided by ``temperature``, the next
-    super-batch's rows loaded early with ``prefetch``.
-    """
+    """CE steps against rows in a row store (``rows_per_step`` m; 1: batch CE)."""
 
     rows_per_step: int
     label_smoothing: float
@@ -53,9 +48,7 @@ class RowHead:
     def index_step(
         self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
     ) -> torch.Tensor:
-        """Multi-batch CE of the global batch ``z`` (row ``j``: the sample at ``place * B + j``
-        of its super-batch) over the resident rows, all stepped; written back after the
-        super-batch's last batch."""
+        """Multi-batch CE of ``z`` over the super-batch's resident rows, written back after it."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
             rows, state = store.load(group, z.device, lr=lr)

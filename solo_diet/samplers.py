@@ -1,10 +1,6 @@
-"""Samplers for s-DIET: a known, seeded data order (multi-batch CE, s-DIET paper, §5.2).
-
-Each epoch shuffles ``0..N-1`` (seed ``seed + epoch``, the same on every process) into super-batches
-of ``m`` global batches covering ``m*B`` indices exactly; a global batch is split into contiguous
-slices in rank order, so gathering the ranks' indices rebuilds it; incomplete global batches are
-dropped.
-"""
+"""s-DIET's seeded data order (multi-batch CE, s-DIET paper, §5.2): each epoch shuffles ``0..N-1``
+(seed ``seed + epoch``) into super-batches of ``m`` global batches, each split into contiguous rank
+slices; incomplete global batches are dropped."""
 
 from __future__ import annotations
 
@@ -53,10 +49,7 @@ class EpochPermutation(Sampler[int]):
 
 
 class SuperBatchSampler(Sampler[list[int]]):
-    """Yields this rank's index list for each step (``DataLoader(batch_sampler=...)``);
-    ``num_replicas``/``rank`` default to the ``torch.distributed`` group's when iterated, so it can
-    be built before the processes start.
-    """
+    """This rank's index list for each step (``DataLoader(batch_sampler=...)``)."""
 
     def __init__(
         self,
@@ -123,8 +116,7 @@ class SuperBatchSampler(Sampler[list[int]]):
 def check_sampler(
     sampler: Optional[SuperBatchSampler], num_samples: int, rows_per_step: int
 ) -> None:
-    """Refuse a training order that does not fit the method: ``rows_per_step`` > 1 without a
-    SuperBatchSampler, or a sampler built for another data set size or ``rows_per_step``."""
+    """Refuse a training order that does not fit ``num_samples`` and ``rows_per_step``."""
     build = "build it with the method's train_batch_sampler (`solo-diet pretrain` installs it)"
     if sampler is None and rows_per_step > 1:
         raise ArgumentError(
@@ -148,10 +140,7 @@ def check_sampler(
 
 @dataclass(frozen=True)
 class SuperBatch:
-    """Where a step sits in the data order: the ``indexes`` of its super-batch (the resident
-    rows), its ``place`` k there, the super-batch's ``length`` (m or fewer) and the ``following``
-    super-batch's indices (None at an epoch's end).
-    """
+    """A step's super-batch ``indexes``, ``place``, ``length`` and the ``following`` one."""
 
     indexes: torch.Tensor
     place: int
@@ -160,8 +149,7 @@ class SuperBatch:
 
 
 class SuperBatchOrder:
-    """Follows a :class:`SuperBatchSampler` from the training loop: each step's super-batch, and
-    a check that each batch is the sampler's (on CUDA deferred by one step: no host sync)."""
+    """Follows a :class:`SuperBatchSampler` from the training loop, checking each batch."""
 
     def __init__(self, rows_per_step: int):
         self.rows_per_step = rows_per_step
@@ -171,8 +159,7 @@ class SuperBatchOrder:
     def locate(
         self, sampler: SuperBatchSampler, indexes: torch.Tensor, batch_idx: int, steps: float
     ) -> SuperBatch:
-        """The super-batch of step ``batch_idx`` whose global batch is ``indexes``, in an epoch
-        of ``min(len(sampler), steps)`` steps; nothing is prefetched across epochs (our design)."""
+        """The super-batch of step ``batch_idx`` whose global batch is ``indexes``."""
         if self._epoch_batches is None or self._epoch_batches[0] != sampler.epoch:
             self._epoch_batches = (sampler.epoch, sampler.global_batches())
         batches = self._epoch_batches[1]

@@ -1,2 +1,1 @@
-"""``solo-diet``'s thin commands: each parses its arguments, builds settings and calls a floor
-below."""
+"""``solo-diet``'s thin commands."""

@@ -1,6 +1,4 @@
-"""``solo-diet data``: real datasets that install from a package registry (PyPI ``animal-mnist``,
-Debian ``dataset-fashion-mnist``), written as solo-learn ``custom`` ImageFolders
-(``<dir>/{train,val}/<class>/*.png``; docs/launchers.md)."""
+"""``solo-diet data``: registry datasets written as solo-learn ``custom`` ImageFolders."""
 
 from __future__ import annotations
 
@@ -93,8 +91,7 @@ def _write_split(root: Path, images: np.ndarray, labels: np.ndarray, classes: li
 
 
 def _clear_earlier_write(root: Path) -> None:
-    """Remove the ``train/`` and ``val/`` of an earlier write of ours (another dataset or
-    ``--limit``, or an interrupted one), so no stale image stays; refuse folders not ours."""
+    """Remove the ``train/`` and ``val/`` an earlier write of ours left; refuse others'."""
     splits = [root / split for split in ("train", "val") if (root / split).exists()]
     if not splits:
         return
@@ -109,8 +106,7 @@ def _clear_earlier_write(root: Path) -> None:
 
 
 def _limited(labels: np.ndarray, limit: int, classes: list[str]) -> np.ndarray:
-    """The training images ``--limit`` keeps (a stratified share); refused when it leaves a class
-    without any, naming the smallest limit that gives every class one."""
+    """The training images ``--limit`` keeps (stratified); refused if a class gets none."""
 
     def kept(count: int) -> np.ndarray:
         return stratified_split(labels, 1 - min(1.0, count / len(labels)), seed=0)[0]
@@ -131,8 +127,7 @@ def _limited(labels: np.ndarray, limit: int, classes: list[str]) -> np.ndarray:
 
 
 def write_dataset(name: str, directory: str, limit: Optional[int] = None) -> Path:
-    """Write dataset ``name`` under ``directory``; a complete earlier write of the same dataset and
-    ``limit`` is reused, any other earlier write of ours is replaced."""
+    """Write dataset ``name`` under ``directory`` (a complete same write is reused)."""
     if limit is not None and limit <= 0:
         raise ConfigError(f"--limit must be a positive number of images, got {limit}.")
     check_destination(directory, "DIR")

@@ -1,9 +1,6 @@
 """``solo-diet`` command line: methods | pretrain | linear | data | solo-script | demo | compare |
-configs.
-
-Exit status: 0 done, 2 a user error (one line, ``--debug`` for the traceback), 130 Ctrl-C, 143
-SIGTERM (both say where to resume from), 1 a full disk during a save (one line) or a bug (with its
-traceback)."""
+configs. Exit status: 0 done, 2 a user error (one line; ``--debug``: the traceback), 130 Ctrl-C,
+143 SIGTERM, 1 a full disk or a bug."""
 
 from __future__ import annotations
 
@@ -21,17 +18,11 @@ if TYPE_CHECKING:
 
 
 def _hydra_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config-path",
-        required=True,
-        help="directory of the YAML (relative to the current directory)",
-    )
-    parser.add_argument(
-        "--config-name", required=True, help="YAML file name, with or without .yaml"
-    )
-    parser.add_argument(
-        "overrides", nargs="*", help="Hydra overrides, e.g. max_epochs=10 ++wandb.enabled=False"
-    )
+    folder = "directory of the YAML (relative to the current directory)"
+    parser.add_argument("--config-path", required=True, help=folder)
+    parser.add_argument("--config-name", required=True, help="YAML file name (.yaml optional)")
+    overrides = "Hydra overrides, e.g. max_epochs=10 ++wandb.enabled=False"
+    parser.add_argument("overrides", nargs="*", help=overrides)
 
 
 def _cmd_methods(_: argparse.Namespace) -> int:
@@ -48,9 +39,7 @@ def _cmd_methods(_: argparse.Namespace) -> int:
 
 
 def checked_cfg(args: argparse.Namespace) -> DictConfig:
-    """The command's composed config, checked before torch, Lightning and solo-learn load (5 to
-    10 s that a typo should not cost): the launcher's key checks and, for ``pretrain``, the method
-    name against the names solo-learn, we and the user's packages declare."""
+    """The command's config, checked before torch, Lightning and solo-learn load."""
     from omegaconf import OmegaConf
 
     from solo_diet._host import declared_method_names, require_solo
@@ -126,8 +115,7 @@ DATASET_CHOICES = ("cifar", "imagenet-100", "custom")
 
 
 def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
-    """The shipped config folders, relative to ``SHIPPED``: pretrain and linear of ``dataset`` (all
-    datasets when None) and, for custom data, the side-by-side comparison."""
+    """The shipped config folders of ``dataset`` (all when None), relative to ``SHIPPED``."""
     datasets = DATASET_CHOICES if dataset is None else (dataset,)
     folders = [Path(stage) / name for name in datasets for stage in ("pretrain", "linear")]
     if dataset in (None, "custom"):
@@ -136,9 +124,7 @@ def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
 
 
 def write_configs(directory: str, dataset: Optional[str] = None, force: bool = False) -> list[Path]:
-    """Copy the shipped configs into ``directory``; returns the folders written.
-
-    An identical file already there is left alone; a different one is refused unless ``force``."""
+    """Copy the shipped configs into ``directory``; returns the folders written."""
     root = Path(directory).expanduser().resolve()
     folders = shipped_folders(dataset)
     sources = sorted(p for f in folders for p in (SHIPPED / f).rglob("*.yaml"))
@@ -179,24 +165,18 @@ def _cmd_solo_script(args: argparse.Namespace) -> int:
 # What to do after an interruption that left no checkpoint to name.
 RESUME_ADVICE = {
     "compare": "run the same command again: finished runs are reused and an interrupted run "
-    "resumes from its last epoch checkpoint.",
+    "resumes from its last epoch checkpoint."
 }
-# Commands that import solo-learn themselves, if at all (pretrain and linear once their config is
-# checked).
+# Commands that import solo-learn themselves, if at all
 SOLO_LATE = ("data", "configs", "pretrain", "linear")
 
 
 def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default,
-        help="show tracebacks (also SOLO_DIET_DEBUG=1)",
-    )
+    show = "show tracebacks (also SOLO_DIET_DEBUG=1)"
+    parser.add_argument("--debug", action="store_true", default=default, help=show)
 
 
-# Each subcommand's --help ends with a command that works on a CPU, from any folder once
-# `solo-diet configs cfg` and `solo-diet data animal-mnist data/am --limit 400` have run.
+# Each subcommand's --help ends with a command that works on a CPU
 CPU = "accelerator=cpu devices=1 precision=32 data.num_workers=2"
 DATA = "++data.train_path=data/am/train ++data.val_path=data/am/val"
 EXAMPLES = {
@@ -231,8 +211,7 @@ precision=32). The same command again reuses finished jobs and resumes an interr
 
 
 def _command(sub: argparse._SubParsersAction, name: str, func, **kwargs) -> argparse.ArgumentParser:
-    """The subcommand ``name``, run by ``func``, described by its ``help`` and its example;
-    ``--debug`` also after its name."""
+    """The subcommand ``name``, run by ``func``, with its ``help``, example and ``--debug``."""
     kwargs.setdefault("description", kwargs["help"])
     parser = sub.add_parser(
         name,
@@ -265,64 +244,41 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("directory", help="where to write train/ and val/ (created if missing)")
     data.add_argument("--limit", type=int, help="keep at most this many training images")
 
+    script_help = "run solo-learn's main_knn.py or main_umap.py with plugin methods registered"
+    script_doc = solo_script.__doc__.replace("``", "`")
     script = _command(
-        sub,
-        "solo-script",
-        _cmd_solo_script,
-        help="run solo-learn's main_knn.py or main_umap.py with plugin methods registered",
-        description=solo_script.__doc__.replace("``", "`"),
+        sub, "solo-script", _cmd_solo_script, help=script_help, description=script_doc
     )
     script.add_argument(
         "script", help="path of main_knn.py or main_umap.py in a solo-learn checkout"
     )
-    script_args = script.add_argument(
-        "script_args", nargs=argparse.REMAINDER, help="its own arguments"
-    )
-    # argparse marks every REMAINDER positional required, with a default or not
-    script_args.required = False
+    remainder = script.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    remainder.required = False  # argparse marks every REMAINDER positional required
 
     demo_help = (
         "data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels"
     )
     demo = _command(sub, "demo", _cmd_demo, help=demo_help)
-    demo.add_argument(
-        "--method", default="diet", help="a method with a shipped demo config (default: diet)"
-    )
+    method = "a method with a shipped demo config (default: diet)"
+    demo.add_argument("--method", default="diet", help=method)
     demo.add_argument("--epochs", type=int, help="pretraining epochs (default: per device)")
+    workdir = "where the data, checkpoints and logs go (default: ./solo-diet-demo)"
+    demo.add_argument("--workdir", default="solo-diet-demo", help=workdir)
+    auto_gpu = "auto: the GPU when torch sees one, else the CPU"
     demo.add_argument(
-        "--workdir",
-        default="solo-diet-demo",
-        help="where the data, checkpoints and logs go (default: ./solo-diet-demo)",
+        "--accelerator", choices=["auto", "cpu", "gpu"], default="auto", help=auto_gpu
     )
-    demo.add_argument(
-        "--accelerator",
-        choices=["auto", "cpu", "gpu"],
-        default="auto",
-        help="auto: the GPU when torch sees one, else the CPU",
-    )
-    demo.add_argument(
-        "--data-format",
-        choices=["auto", "gpu", "image_folder"],
-        default="auto",
-        help="auto: the GPU data path on a GPU, solo-learn's image-folder loader on CPU",
-    )
+    formats, auto_format = ["auto", "gpu", "image_folder"], "auto: gpu on a GPU, else image_folder"
+    demo.add_argument("--data-format", choices=formats, default="auto", help=auto_format)
 
     compare_help = "pretrain and evaluate several methods side by side from a spec YAML"
     compare = _command(sub, "compare", _cmd_compare, help=compare_help)
-    compare.add_argument(
-        "spec", help="comparison spec (README.md, section 'Comparing methods'; docs/compare.md)"
-    )
-    compare.add_argument(  # a default, or argparse names the optional list as required too
-        "overrides",
-        nargs="*",
-        default=[],
-        help="spec overrides, e.g. budget.max_epochs=2 output_dir=out",
-    )
-    compare.add_argument(
-        "--report-only",
-        action="store_true",
-        help="run nothing: rewrite the report from the jobs' result.json files in output_dir",
-    )
+    compare.add_argument("spec", help="comparison spec (docs/compare.md)")
+    # a default, or argparse names the optional list as required too
+    spec_overrides = "spec overrides, e.g. budget.max_epochs=2 output_dir=out"
+    compare.add_argument("overrides", nargs="*", default=[], help=spec_overrides)
+    report_only = "run nothing: rewrite the report from the jobs' result.json files in output_dir"
+    compare.add_argument("--report-only", action="store_true", help=report_only)
 
     configs_help = "write the shipped pretrain/linear/compare YAMLs into DIR (--config-path)"
     configs = _command(sub, "configs", _cmd_configs, help=configs_help)

@@ -1,7 +1,6 @@
-"""Runs one of solo-learn's own scripts with solo-diet's methods registered. It is meant for
-main_knn.py and main_umap.py, which evaluate pretrained checkpoints. Pretrain and probe with
-``solo-diet pretrain`` and ``solo-diet linear`` (every method, ours included): solo-learn's
-main_pretrain.py cannot set up a solo-diet method, and a config of one is refused in one line."""
+"""Runs solo-learn's main_knn.py and main_umap.py with solo-diet's methods registered; pretrain and
+probe with ``solo-diet pretrain`` and ``solo-diet linear`` (main_pretrain.py is refused for
+ours)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
 
 
 def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
-    """The ``method`` of the config a Hydra script would compose from ``args``; None when it cannot
-    be composed here (the script itself then reports the problem)."""
+    """The ``method`` the script would compose from ``args``; None when it cannot be composed."""
     from solo_diet.launch.common import compose_cfg
 
     path = _hydra_option(args, "--config-path", "-cp")

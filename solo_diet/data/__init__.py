@@ -1,5 +1,4 @@
-"""Batched GPU data path: per-sample augmentations and solo-learn's augmentation pipelines (torch
-only)."""
+"""Batched GPU data path: augmentations and solo-learn's pipelines (torch only)."""
 
 # the datasets solo-learn reads: image folders, and the arrays torchvision downloads
 FOLDER_DATASETS = ("custom", "imagenet", "imagenet100")

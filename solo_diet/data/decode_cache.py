@@ -1,9 +1,4 @@
-"""A disk cache of decoded image folders, so a set is decoded once, not once per run (torch only).
-
-An entry is keyed by every file's path, target, size and modification time and by the decoding
-settings, so a stale entry is never read; where entries live: docs/data-path.md
-(``data.gpu.decode_cache``).
-"""
+"""A disk cache of decoded image folders (docs/data-path.md, ``data.gpu.decode_cache``)."""
 
 from __future__ import annotations
 
@@ -45,9 +40,8 @@ def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> 
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
-    """The decoded images of ``samples``: from the cache when its entry matches, else
-    ``decode()``, then stored by a thread while the run goes on (written whole; a folder that
-    cannot be written only costs the next run a decode)."""
+    """The images of ``samples``: the cache's matching entry, else ``decode()``, stored by a
+    thread while the run goes on."""
     path = cache_root() / f"{entry_key(samples, image_size)}.pt"
     writing = _WRITES.pop(path, None)
     if writing is not None:  # this process is still storing the entry

@@ -1,7 +1,4 @@
-"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the training device, the set
-kept on the device or in pinned host memory (``storage``), the device resolved at iteration, so one
-loader serves any DDP rank (docs/data-path.md: storage, memory, order, seeds, resume, CUDA graphs).
-"""
+"""``GPUBatchLoader``: batches of a decoded dataset drawn by index on the device."""
 
 from __future__ import annotations
 
@@ -40,8 +37,7 @@ def resolve_device(device: DeviceSpec) -> torch.device:
 
 
 class OrderedBatchSampler:
-    """Consecutive batches of ``0..N-1``, the last one possibly short. With ``split_ranks`` each DDP
-    rank (read at iteration time) takes its contiguous share of the order, for validation."""
+    """Consecutive batches of ``0..N-1``; ``split_ranks``: each rank its contiguous share."""
 
     def __init__(self, num_samples: int, batch_size: int, *, split_ranks: bool = False):
         self.num_samples, self.batch_size, self.split_ranks = num_samples, batch_size, split_ranks
@@ -62,9 +58,7 @@ class OrderedBatchSampler:
 
 
 class _PinnedRows:
-    """Rows of a host tensor reaching the device through two staging buffers (page-locked on CUDA),
-    gathered and copied on a side stream by a worker thread one batch ahead; a buffer is refilled
-    only after its previous copy has finished."""
+    """Rows of a host tensor copied to the device one batch ahead through pinned buffers."""
 
     def __init__(self, host: Tensor, device: torch.device, max_rows: int):
         self.cuda = device.type == "cuda"
@@ -106,11 +100,7 @@ class _PinnedRows:
 
 
 class GPUBatchLoader:
-    """solo-learn's batches of ``data`` (``[indexes, [views...], targets]`` when ``pretraining``,
-    else ``[images, targets]``) transformed on the device, in the order of ``batch_sampler`` (this
-    process's index lists); the augmentation generator is reseeded from ``(seed, epoch, rank)`` at
-    each iteration. ``transform(uint8 batch, generator)`` returns the list of views or one float
-    tensor; ``cuda_graphs``: replay it as CUDA graphs on CUDA."""
+    """solo-learn's batches of ``data`` transformed on the device, reseeded each epoch."""
 
     storages: tuple[str, ...] = STORAGES
 
@@ -156,8 +146,7 @@ class GPUBatchLoader:
         batch_sampler: Optional[Iterable] = None,
         **kwargs: Any,
     ) -> "GPUBatchLoader":
-        """Shuffled, incomplete global batches dropped, split over DDP ranks (or
-        ``batch_sampler``)."""
+        """Shuffled batches split over ranks, incomplete ones dropped (or ``batch_sampler``'s)."""
         if batch_sampler is None:
             batch_sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
         return cls(data, augment, batch_sampler, pretraining=True, seed=seed, **kwargs)
@@ -174,9 +163,7 @@ class GPUBatchLoader:
         seed: int = 0,
         **kwargs: Any,
     ) -> "GPUBatchLoader":
-        """``[images, targets]`` batches: shuffled with drop_last like solo-learn's probe training
-        loader, or in dataset order with a short last batch (``split_ranks``: each rank its
-        share)."""
+        """``[images, targets]`` batches: shuffled with drop_last, or in order."""
         if shuffle:
             sampler = SuperBatchSampler(len(data), batch_size, seed=seed)
         else:
@@ -204,8 +191,7 @@ class GPUBatchLoader:
         return replicas()[1] if callable(replicas) else world_and_rank()[1]
 
     def placement(self, device: torch.device) -> str:
-        """``device`` or ``pinned`` on ``device``; ConfigError with the sizes when it cannot fit,
-        naming the arguments that would make it fit."""
+        """``device`` or ``pinned`` on ``device``; an error with the sizes when it cannot fit."""
         nbytes = self.dataset.nbytes
         if device.type != "cuda":
             return "device" if self.storage == "auto" else self.storage
@@ -245,8 +231,7 @@ class GPUBatchLoader:
         return self._resident
 
     def augmenter(self, device: torch.device) -> tuple[Transform, torch.Generator]:
-        """``(transform, generator)`` on ``device``, made once: the loader's one generator there and
-        the transform drawing from it, replayed as CUDA graphs on CUDA when ``cuda_graphs``."""
+        """``(transform, generator)`` on ``device``, made once (the transform graphed on CUDA)."""
         if device not in self._augmenters:
             generator = torch.Generator(device=device)
             transform = self.transform

@@ -1,7 +1,4 @@
-"""The streaming source (the GPU data path's ``stream`` storage; docs/data-path.md): image files
-read as encoded bytes by host workers, then decoded (nvJPEG on a GPU, else the host) and augmented
-on the training device at full resolution, batch by batch, every epoch (torch only).
-"""
+"""The streaming source (``data.gpu.storage: stream``; docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ class CorruptImage(ArgumentError):
 
 
 class EncodedFiles(torch.utils.data.Dataset):
-    """``paths`` and int64 ``targets``; item ``i`` is ``(i, uint8 bytes, target, problem)``, the
-    problem empty unless the file could not be read."""
+    """``paths`` and ``targets``; item ``i``: ``(i, bytes, target, problem)``."""
 
     def __init__(self, paths: Sequence[str], targets: Sequence[int], source: str) -> None:
         if len(paths) != len(targets) or not paths:
@@ -53,8 +49,7 @@ class EncodedFiles(torch.utils.data.Dataset):
         no_labels: bool = False,
         fraction: float = -1.0,
     ) -> EncodedFiles:
-        """A folder split in solo-learn's order, ``fraction`` and ``no_labels`` as the
-        decoded path applies them (:func:`~solo_diet.data.tensor_data.folder_split_samples`)."""
+        """A folder split in solo-learn's order, as the decoded path reads it."""
         samples = folder_split_samples(dataset, root, split, no_labels, fraction)
         return cls([p for p, _ in samples], [t for _, t in samples], source=str(root))
 
@@ -75,8 +70,7 @@ class EncodedFiles(torch.utils.data.Dataset):
 
 
 def collate_encoded(items: Sequence[tuple[int, Tensor, int, str]]) -> HostBatch:
-    """One host batch (in the worker): the files' bytes end to end in one tensor, so a batch
-    crosses from the worker as one shared buffer and is pinned as one."""
+    """One host batch: the files' bytes end to end in one tensor."""
     indices, datas, targets, problems = zip(*items)
     return (
         torch.as_tensor(indices, dtype=torch.int64),
@@ -93,8 +87,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def decode_on_host(data: Tensor) -> Tensor:
-    """(3, H, W) uint8 RGB by ``torchvision.io.decode_image``, else PIL; raises ValueError with
-    the decoders' problem when neither can."""
+    """(3, H, W) uint8 RGB by torchvision, else PIL; ValueError when neither can."""
     from PIL import Image
     from torchvision.io import ImageReadMode, decode_image
 
@@ -111,8 +104,7 @@ def decode_on_host(data: Tensor) -> Tensor:
 
 
 def _is_whole_jpeg(data: Tensor) -> bool:
-    """Starts as a JPEG and ends with its end-of-image marker (a truncated file goes to the host
-    decoders, which notice the truncation)."""
+    """Starts as a JPEG and ends with its end-of-image marker."""
     head, tail = tuple(data[:3].tolist()), tuple(data[-2:].tolist())
     return len(data) > 4 and head == JPEG_START and tail == JPEG_END
 
@@ -148,8 +140,7 @@ def _say_host_decoding(problem: str) -> None:
 def decode_images(
     datas: Sequence[Tensor], device: torch.device, problems: Sequence[str] = ()
 ) -> tuple[list[Optional[Tensor]], dict[int, str]]:
-    """Each file's (3, H, W) uint8 RGB image on ``device`` (module docstring), and the problem of
-    each position that could not be read (``problems``) or decoded (None there)."""
+    """Each file's (3, H, W) uint8 image on ``device``, and each position's problem."""
     images: list[Optional[Tensor]] = [None] * len(datas)
     failed = {i: problem for i, problem in enumerate(problems) if problem}
     if device.type == "cuda":
@@ -170,10 +161,7 @@ def decode_images(
 
 
 class StreamLoader(GPUBatchLoader):
-    """Batches of an :class:`EncodedFiles` set decoded and transformed on the device (module
-    docstring). ``num_workers`` host processes read the files (0: this process);
-    ``on_corrupt`` is ``"stop"`` or ``"skip"``. ``storage`` must be ``"stream"`` and
-    ``cuda_graphs`` is not used (the decoded images differ in size)."""
+    """Batches of :class:`EncodedFiles` decoded and transformed on the device."""
 
     storages = ("stream",)
 
@@ -200,8 +188,7 @@ class StreamLoader(GPUBatchLoader):
         self._host_loader: Optional[torch.utils.data.DataLoader] = None
 
     def host_batches(self, device: torch.device) -> torch.utils.data.DataLoader:
-        """The DataLoader of encoded batches, made once (its workers persist across epochs); it
-        iterates the batch sampler when each epoch starts, in this process."""
+        """The DataLoader of encoded batches, made once (its workers persist)."""
         if self._host_loader is None:
             self._host_loader = torch.utils.data.DataLoader(
                 self.dataset,
@@ -215,8 +202,7 @@ class StreamLoader(GPUBatchLoader):
         return self._host_loader
 
     def close(self) -> None:
-        """Stop the host workers now (the next iteration starts new ones): left to the
-        interpreter's exit, they hold it about 5 s each on CUDA (pytorch/pytorch#81794)."""
+        """Stop the host workers now (at exit they hold it 5 s each, pytorch#81794)."""
         loader, self._host_loader = self._host_loader, None
         iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers' iterator
         if iterator is not None:
@@ -244,8 +230,7 @@ class StreamLoader(GPUBatchLoader):
     def decoded_batch(
         self, batch: HostBatch, device: torch.device
     ) -> tuple[Tensor, list[Tensor], Tensor]:
-        """(indices, images on ``device``, targets) of a host batch; corrupt files stop the run or
-        give their slot to another sample of the batch."""
+        """(indices, images, targets) of a host batch; corrupt files stop or are skipped."""
         indices, flat, lengths, targets, problems = batch
         images, failed = decode_images(list(flat.split(lengths.tolist())), device, problems)
         if failed:

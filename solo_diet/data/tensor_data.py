@@ -1,8 +1,4 @@
-"""Image datasets decoded once into one uint8 tensor ``(N, C, H, W)`` plus int64 targets (-1: no
-label), row ``i`` the sample solo-learn's ``dataset_with_index`` gives index ``i``
-(docs/data-path.md). Errors name the arguments (``argument `fraction```); the launchers' settings
-name their config keys.
-"""
+"""Datasets decoded once into a uint8 ``(N, C, H, W)`` tensor and int64 targets."""
 
 from __future__ import annotations
 
@@ -64,8 +60,7 @@ def available_host_bytes() -> Optional[int]:
 
 
 def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
-    """ConfigError with both sizes when ``nbytes`` exceed the host's available memory; ``fix``
-    (text and :class:`~solo_diet.config.Argument` parts) ends it."""
+    """An error with both sizes when ``nbytes`` exceed the available host memory."""
     available = available_host_bytes()
     if available is not None and nbytes > available:
         raise ArgumentError(
@@ -104,10 +99,7 @@ def decode_all(
     image_size: Optional[int],
     threads: Optional[int],
 ) -> Tensor:
-    """``(count, 3, H, W)`` uint8 from ``read(i)`` (RGB PIL images), decoded by a thread pool.
-
-    The first image fixes ``H x W``; with ``image_size=None`` another size is a ConfigError naming
-    both files and the argument ``image_size``."""
+    """``(count, 3, H, W)`` uint8 from ``read(i)``, by a thread pool."""
     if count == 0:
         raise ConfigError("the dataset is empty: no image to decode.")
     first = fit_size(read(0), image_size)
@@ -188,8 +180,7 @@ def check_fraction(fraction: float) -> bool:
 def folder_split_samples(
     dataset: str, root: PathLike, split: str, no_labels: bool, fraction: float
 ) -> list[tuple[str, int]]:
-    """``(path, target)`` of a folder split as solo-learn reads it: ``no_labels`` for a custom
-    pretraining folder, then ``fraction``."""
+    """``(path, target)`` of a folder split as solo-learn reads it."""
     if dataset not in FOLDER_DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),
@@ -291,9 +282,7 @@ def load_images(
     threads: Optional[int] = None,
     cache: bool = False,
 ) -> ImageTensors:
-    """Decode one split of a solo-learn dataset: ``pretrain`` (what its pretraining loader reads:
-    ``no_labels`` honoured, STL10's unlabelled part included), ``train`` or ``val`` (the
-    classification sets); ``cache``: keep an image folder's decoded tensor on disk for next time."""
+    """Decode one split (``pretrain``, ``train``, ``val``); ``cache``: keep it on disk."""
     if dataset not in DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),

@@ -1,2 +1,1 @@
-"""What pretrain, linear and compare share: settings, data paths, callbacks, checkpoints, errors and
-the pretraining and linear-probe runs."""
+"""What pretrain, linear and compare share: settings, data paths, checkpoints, errors, runs."""

@@ -1,7 +1,7 @@
-"""Checkpoints that survive a crash (:class:`AtomicCheckpointIO`, :class:`RunCheckpointer`), the
-choice of the checkpoint a run resumes from: the newest that loads, by epoch, and of the same data
-(docs/cli.md, "What survives a crash"), the DDP strategy our launchers build, and the reference
-checkpoints (an untrained backbone, the raw pixels) in the layout of solo-learn's."""
+"""A run's checkpoints: written whole and locked (:class:`AtomicCheckpointIO`,
+:class:`RunCheckpointer`), the one a run resumes from (docs/cli.md, "What survives a crash"), and
+the reference checkpoints (an untrained backbone, the raw pixels) in solo-learn's layout. Reading
+one is ``methods.checkpoint``'s."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ from solo_diet.methods.checkpoint import (
     pickle_allowed,
 )
 
-# args.json keys an auto-resumed checkpoint must share with the run besides those solo-learn's
-# AutoResumer compares (neither the data nor N: it would resume a run trained on other data)
+# args.json keys an auto-resumed run must share besides AutoResumer's (the data and N)
 SAME_RUN_KEYS = ("data.train_path", "data.val_path", "data.fraction", "method_kwargs.num_samples")
 ARGS_FILE, RUN_LOCK_FILE = "args.json", ".run.lock"  # in each run folder
 
@@ -47,10 +46,7 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint reader and writer: each save written whole or not at all
-    (:mod:`solo_diet._atomic`; a full disk is one :class:`~solo_diet.launch.errors.DiskFull`), each
-    load without pickle (unless ``allow_pickle``). Remote paths and ``storage_options`` go to
-    Lightning's own writer."""
+    """Lightning's checkpoint IO: saves whole, loads without pickle unless ``allow_pickle``."""
 
     def __init__(self, allow_pickle: bool = False):
         self.allow_pickle = allow_pickle
@@ -68,17 +64,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None) -> dict[str, Any]:
         if "://" in str(path):
             return super().load_checkpoint(path)
-        # on the CPU, as Lightning's own reader loads it
         return load_checkpoint_file(path, allow_pickle=self.allow_pickle)
 
 
 class RunCheckpointer(Checkpointer):
-    """solo-learn's ``Checkpointer`` (``<logdir>/<run>/<name>-<run>-ep=<epoch>.ckpt`` beside
-    ``args.json``), every ``checkpoint.frequency`` epochs, with ``args.json`` written whole, global
-    rank 0's run folder on every process, and a run resumed from a checkpoint in a run folder of
-    ``logdir`` going on in that folder (the resumed checkpoint counts as the previous one). Rank 0
-    holds the run folder's lock (``solo-diet <command>``) from the fit's start to :meth:`release`,
-    and first removes the folders of runs stopped before their first checkpoint."""
+    """solo-learn's ``Checkpointer`` with ``args.json`` written whole, rank 0's run folder on every
+    process, a resumed run going on in its own folder, and rank 0 holding the folder's lock from
+    the fit's start to :meth:`release` (after removing the folders of runs that left none)."""
 
     def __init__(
         self,
@@ -98,8 +90,7 @@ class RunCheckpointer(Checkpointer):
         resumed = None if self.resume_from is None else self.resume_from.resolve().parent
         if resumed is None or resumed.parent != self.logdir.resolve():  # not a run folder of logdir
             super().initial_setup(trainer)
-            # each process drew its own random run name: all take global rank 0's, so every node
-            # names the folder its checkpoints are in (a collective: every process calls it)
+            # each process drew its own run name: all take rank 0's (a collective)
             self.path, self.ckpt_placeholder = trainer.strategy.broadcast(
                 (self.path, self.ckpt_placeholder)
             )
@@ -118,7 +109,6 @@ class RunCheckpointer(Checkpointer):
             self.lock.enter_context(lock)
 
     def release(self) -> None:
-        """Release the run folder's lock (the fit has ended)."""
         self.lock.close()
 
     def save_args(self, trainer: Any) -> None:
@@ -131,8 +121,7 @@ class RunCheckpointer(Checkpointer):
 
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
-    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
-    ``kill -9``): folders holding only ``args.json`` and a lock no process holds."""
+    """Remove the run folders in ``logdir`` holding only ``args.json`` and a lock nobody holds."""
     for args_path in sorted(Path(logdir).glob(f"*/{ARGS_FILE}")):
         folder = args_path.parent
         if {p.name for p in folder.iterdir()} - {ARGS_FILE, RUN_LOCK_FILE}:
@@ -149,8 +138,7 @@ def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> N
 def newest_loading(
     checkpoints: Iterable[Path], say: Callable[[str], None] = print
 ) -> Optional[Path]:
-    """The newest of ``checkpoints`` that loads, by epoch (``ep=<epoch>``), then file time; each
-    newer one that does not load is named in one line (``say``) and skipped."""
+    """The newest of ``checkpoints`` that loads; each newer one is named (``say``) and skipped."""
     ranked = sorted(checkpoints, key=lambda p: (checkpoint_epoch(p, default=-1), p.stat().st_mtime))
     for path in reversed(ranked):
         problem = checkpoint_problem(path)
@@ -165,8 +153,7 @@ def newest_loading(
 def _matching_runs(
     cfg: DictConfig, logdir: Path, say: Callable[[str], None]
 ) -> dict[Path, DictConfig]:
-    """{run folder under ``logdir`` holding a checkpoint: its ``args.json``}, for the folders whose
-    ``args.json`` matches ``cfg`` in the keys solo-learn's AutoResumer compares."""
+    """{run folder holding a checkpoint: its args.json} where AutoResumer's keys match ``cfg``."""
     from solo.utils.auto_resumer import AutoResumer
     from solo.utils.misc import omegaconf_select
 
@@ -196,9 +183,7 @@ def _comparable(value: Any) -> Any:
 def auto_resume_checkpoint(
     cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
 ) -> tuple[Optional[Path], Optional[str]]:
-    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``: of the run folders
-    solo-learn's AutoResumer would match, the newest checkpoint that loads, written within
-    ``auto_resume.max_hours``; one trained on other data (:data:`SAME_RUN_KEYS`) is refused."""
+    """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``."""
     runs = _matching_runs(cfg, Path(logdir), say)
     now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
     recent, old = [], []
@@ -240,8 +225,7 @@ def check_checkpoint_key(key: str, ckpt: str, allow_pickle: bool = False) -> Non
 
 
 def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Optional[str]]:
-    """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` (refused in one line when it
-    does not load) or auto-resume (:func:`auto_resume_checkpoint`)."""
+    """``(ckpt_path, wandb_run_id)`` from ``resume_from_checkpoint`` or auto-resume."""
     if cfg.resume_from_checkpoint is not None:
         ckpt = str(cfg.resume_from_checkpoint)
         del cfg.resume_from_checkpoint
@@ -256,9 +240,7 @@ def resume_checkpoint(cfg: DictConfig, logdir: str) -> tuple[Optional[str], Opti
 
 
 class OneProcessAwareDDP(DDPStrategy):
-    """Lightning's ``DDPStrategy``, built for ``strategy: ddp``; ``reduce`` over a world of one
-    process is the identity (``DDPStrategy`` reduces every value logged with ``sync_dist=True``
-    through a barrier that waits for the whole GPU: docs/data-path.md)."""
+    """``strategy: ddp`` whose ``reduce`` over one process is the identity (docs/data-path.md)."""
 
     def reduce(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if self.world_size == 1 and isinstance(tensor, torch.Tensor):
@@ -276,8 +258,7 @@ def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) 
 
 
 def save_random_init(cfg: DictConfig, path: Path) -> Path:
-    """The backbone of pretraining cfg ``cfg`` (``backbone``, ``method``, ``data.dataset``),
-    initialised with the cfg's seed and never trained."""
+    """The backbone of pretraining cfg ``cfg``, initialised with its seed and never trained."""
     from lightning.pytorch import seed_everything
 
     from solo_diet.methods.checkpoint import build_backbone
@@ -299,8 +280,7 @@ def save_random_init(cfg: DictConfig, path: Path) -> Path:
 
 
 def save_raw_pixels(path: Path, image_shape: tuple[int, int, int], dataset: str) -> Path:
-    """The ``raw_pixels`` backbone (the flattened image, ``solo_diet.backbones.RawPixels``) for
-    images of ``image_shape`` = (channels, size, size) after the probe's eval transform."""
+    """The ``raw_pixels`` backbone for images of ``image_shape`` = (channels, size, size)."""
     from solo_diet.backbones import RawPixels
 
     channels, size, _ = image_shape  # square: every probe's eval transform ends in a square crop

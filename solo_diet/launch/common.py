@@ -1,5 +1,4 @@
-"""Pieces shared by our launchers: Hydra composition, the checks before ``parse_cfg``, devices,
-Trainer, callbacks, resume. Composing and checking import neither torch nor Lightning."""
+"""Pieces our launchers share: composition, checks, devices, Trainer, callbacks, resume."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
 
 
 def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """Compose a solo-learn-style Hydra config; ``config_path`` is relative to the current
-    directory."""
+    """Compose a Hydra config; ``config_path`` is relative to the current directory."""
     from hydra import compose, initialize_config_dir
 
     config_dir = Path(config_path).expanduser().resolve()
@@ -73,8 +71,7 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
 
 
 def _unknown_override(base: DictConfig, key: str) -> str:
-    """One line for an override of a key the YAML does not have: the closest key it has (Hydra's
-    own advice, ``+key=...``, would add the typo as a new key that nothing reads)."""
+    """One line for an override of a key the YAML lacks, naming the closest it has."""
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
     known = sorted(node) if isinstance(node, DictConfig) else []
@@ -94,8 +91,7 @@ def _unknown_override(base: DictConfig, key: str) -> str:
 
 
 def quote_equals(override: str) -> str:
-    """Quote an override value that contains ``=`` (checkpoint names hold ``ep=<epoch>``), which
-    Hydra's grammar refuses unquoted: ``k=a/b-ep=9.ckpt`` becomes ``k='a/b-ep=9.ckpt'``."""
+    """Quote an override value holding ``=`` (``k=a-ep=9.ckpt`` -> ``k='a-ep=9.ckpt'``)."""
     key, sep, value = override.partition("=")
     if not sep or "=" not in value or "'" in value or value.startswith(('"', "[", "{")):
         return override
@@ -103,8 +99,7 @@ def quote_equals(override: str) -> str:
 
 
 def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
-    """What ``solo-diet pretrain`` and ``linear`` check before solo-learn's ``parse_cfg``: the run
-    name, devices and nodes, then :func:`check_cfg_before_parse`, whose settings it returns."""
+    """Run name, devices, nodes, then :func:`check_cfg_before_parse`; returns its settings."""
     OmegaConf.set_struct(cfg, False)
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
@@ -113,8 +108,7 @@ def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
 
 
 def normalize_devices(cfg: DictConfig) -> None:
-    """``devices: 2`` / ``"2"`` becomes ``[0, 1]`` (solo-learn scales the lr by ``len(devices)``),
-    ``strategy: null`` becomes ``auto``; ``num_nodes`` and its cluster are checked."""
+    """``devices: 2`` becomes ``[0, 1]``, ``strategy: null`` ``auto``; the nodes are checked."""
     devices = OmegaConf.select(cfg, "devices", default=1)
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
@@ -131,8 +125,7 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
-    """Every top-level cfg key that is a ``Trainer`` argument, plus logger, callbacks, strategy
-    (``ddp``: ``OneProcessAwareDDP``) and the checkpoint writer (``AtomicCheckpointIO``)."""
+    """The cfg's ``Trainer`` arguments with logger, callbacks, strategy and checkpoint IO."""
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
@@ -159,9 +152,7 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
 
 
 def already_finished(ckpt_path: Optional[str | Path], training: TrainingSettings) -> bool:
-    """Whether the checkpoint to resume from holds the run's last epoch of
-    ``training.max_epochs`` (nothing left to train; never under a ``max_steps`` limit) and loads
-    (a cut one is no finished run)."""
+    """Whether the checkpoint to resume from holds the last epoch (no ``max_steps``) and loads."""
     from solo_diet.launch.checkpointing import checkpoint_epoch
     from solo_diet.methods.checkpoint import checkpoint_problem
 
@@ -183,8 +174,7 @@ def resume_hint(cfg: DictConfig, checkpointer: Any) -> str:
         )
     last = getattr(checkpointer, "last_ckpt", None)
     if last is not None and not Path(last).is_file():
-        # the signal landed between solo-learn's Checkpointer removing the previous checkpoint
-        # and recording the one it had just written: name the newest that is there
+        # stopped between the Checkpointer's removal of the previous one and its record
         from solo_diet.launch.checkpointing import newest_loading
 
         folder = Path(getattr(checkpointer, "path", Path(last).parent))
@@ -209,10 +199,9 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 def fit_or_raise(
     trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, data_path: Any, **fit_kwargs: Any
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``: an interrupted fit raises ``Interrupted`` saying where
-    to resume from (Lightning swallows KeyboardInterrupt), a core error names its config keys, no
-    empty run folder stays, and ``data_path`` and the run folder's lock are released however the
-    fit ends."""
+    """``trainer.fit(model, **fit_kwargs)``: an interruption raises ``Interrupted`` saying where to
+    resume, core errors name their keys, no empty run folder stays, ``data_path`` and the lock are
+    released however it ends."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
@@ -246,9 +235,7 @@ def logger_and_callbacks(
     resume_from: Optional[str] = None,
     command: str = "pretrain",
 ):
-    """The run's divergence guard, checkpointer (:class:`RunCheckpointer`, locking its run folder
-    for ``solo-diet <command>``, and at the last epoch), wandb logger (with optional gradient
-    watching and lr monitor) and progress bar (:class:`TimedProgressBar`)."""
+    """The run's divergence guard, progress bar, checkpointer and wandb logger."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar

@@ -1,6 +1,4 @@
-"""What our launchers refuse of a folder dataset's ``data.train_path`` and ``data.val_path`` before
-any image is read: a missing folder, a dataset root (its splits would be trained on as classes),
-and a val set whose class folders differ from the training set's (its labels would not match)."""
+"""What our launchers refuse of a folder dataset's paths before any image is read."""
 
 from __future__ import annotations
 
@@ -17,31 +15,24 @@ from solo_diet.data import FOLDER_DATASETS
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
 
 
-def _given(cfg: DictConfig, key: str) -> Any:
-    value = OmegaConf.select(cfg, key)
-    return None if value in (None, "None") else value
-
-
 def _class_folders(path: Any) -> set[str]:
     """The subfolders of an image folder: its classes, as solo-learn and torchvision read them."""
     return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
 
 
 def check_data_paths(cfg: DictConfig) -> None:
-    """A folder dataset's ``data.train_path`` / ``data.val_path`` that does not exist (solo-learn
-    would raise a bare ``FileNotFoundError``), or a ``data.train_path`` that is a dataset root
-    (with ``train/`` or several of :data:`SPLIT_FOLDERS`, or ``data.val_path`` inside it), is
-    refused naming the key and the fix."""
+    """Refuse a missing ``data.train_path``/``data.val_path``, or a dataset root as train path."""
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
+    read = KeyReader(cfg)
     for key in ("data.train_path", "data.val_path"):
-        path = _given(cfg, key)
+        path = read.value(key, None)
         if path is not None and not Path(str(path)).exists():
-            raise KeyReader(cfg).fail(
+            raise read.fail(
                 key,
                 f"{path} does not exist: point it at an image folder with one subfolder per class.",
             )
-    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     if train is None or not Path(str(train)).is_dir():
         return
     root = Path(str(train))
@@ -54,7 +45,7 @@ def check_data_paths(cfg: DictConfig) -> None:
         fix = f"pass data.train_path={root / 'train'}"
         fix += f" data.val_path={root / 'val'}" if "val" in splits else ""
     held = ", ".join(f"{split}/" for split in splits) if splits else f"`data.val_path` {val}"
-    raise KeyReader(cfg).fail(
+    raise read.fail(
         "data.train_path",
         f"= {root} is a dataset root: it holds {held}, each of which would be trained on as a "
         f"class; {fix}.",
@@ -62,16 +53,15 @@ def check_data_paths(cfg: DictConfig) -> None:
 
 
 def check_val_classes(cfg: DictConfig) -> None:
-    """Refuse a labelled folder dataset whose ``data.val_path`` holds other class folders than
-    ``data.train_path``: each folder numbers its sorted classes on its own, so the val labels would
-    be others' (or past ``data.num_classes``: an ``IndexError`` after an epoch of training)."""
-    train, val = _given(cfg, "data.train_path"), _given(cfg, "data.val_path")
+    """Refuse a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
+    read = KeyReader(cfg)
+    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
     if not folders or val is None or OmegaConf.select(cfg, "data.no_labels", default=False):
         return
     in_train, in_val = _class_folders(train), _class_folders(val)
     if in_train != in_val:
-        raise KeyReader(cfg).fail(
+        raise read.fail(
             "data.val_path",
             f"= {val} and `data.train_path` = {train} hold different class folders (only in val: "
             f"{sorted(in_val - in_train)}, only in train: {sorted(in_train - in_val)}), so the val "

@@ -1,5 +1,4 @@
-"""A run that diverges fails: :class:`DivergenceGuard` stops a fit whose loss or weights turn NaN
-or infinite, before a validation or a checkpoint reads them (docs/cli.md, "Exit status")."""
+""":class:`DivergenceGuard` stops a fit whose loss or weights turn NaN or infinite."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ class Diverged(ConfigError):
 
 
 def non_finite_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
-    """The names of the floating-point tensors of ``named`` that hold a NaN or an infinity (one
-    read-back for all)."""
+    """The names of the tensors of ``named`` holding a NaN or an infinity (one read-back)."""
     named = [(name, t) for name, t in named if t.is_floating_point()]
     if not named:
         return []
@@ -33,11 +31,7 @@ def _weights(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 class DivergenceGuard(Callback):
-    """Stops a fit whose weights turn NaN or infinite, in one line naming the epoch, the
-    step and ``optimizer.lr``, before a validation or a checkpoint reads them: place it
-    before the checkpointer. No host sync per step: each loss's finiteness is folded into a count
-    on its device, read every ``log_every_n_steps`` steps, before validation and at the epoch's end
-    (the weights too, there); the validation loss is read after validation."""
+    """Stops a fit whose weights turn NaN or infinite, in one line; no host sync per step."""
 
     def __init__(self):
         super().__init__()

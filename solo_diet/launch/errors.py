@@ -1,5 +1,4 @@
-"""How a ``solo-diet`` command ends (:func:`run_guarded`), and the errors that name a data file or
-a full disk."""
+"""How a ``solo-diet`` command ends, and the errors naming a data file or a full disk."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ class DataError(ConfigError):
 
 
 class UnreadableImage(DataError):
-    """An image file could not be decoded; the message names the file (of the worker's traceback
-    text torch re-creates it from in the main process, only our own last line is kept)."""
+    """An image file could not be decoded; the message names the file (our last line only)."""
 
     def __init__(self, message: str):
         lines = [line for line in str(message).strip().splitlines() if line.strip()]
@@ -36,8 +34,7 @@ class UnreadableImage(DataError):
 
 
 class NamedImageLoader:
-    """An ImageFolder's ``loader`` whose unreadable files raise ``UnreadableImage`` naming the file
-    (PIL's ``OSError: image file is truncated`` names none)."""
+    """An ImageFolder ``loader`` whose unreadable files raise ``UnreadableImage`` naming them."""
 
     def __init__(self, loader: Callable[[str], Any]):
         self.loader = loader
@@ -61,8 +58,7 @@ def name_unreadable_images(dataset: Any) -> None:
 
 @contextlib.contextmanager
 def download_failure_named(data: Any, *path_keys: str) -> Iterator[None]:
-    """In the block, a failed download of a torchvision dataset not under ``data.<path_keys>`` (of
-    the run's ``LoaderSettings`` ``data``) is one ``DataError`` naming the keys and the fix."""
+    """In the block, a failed torchvision download is one ``DataError`` naming the path keys."""
     from urllib.error import URLError
 
     try:
@@ -93,8 +89,7 @@ class DiskFull(Exception):
 
 @contextlib.contextmanager
 def disk_full_named(path: Path) -> Iterator[None]:
-    """An ``ENOSPC`` raised inside the block (writing ``path``) becomes one :class:`DiskFull`, also
-    where torch's zip writer wraps it (``RuntimeError: [enforce fail at inline_container.cc]``)."""
+    """An ``ENOSPC`` in the block (also wrapped by torch's zip writer) is one :class:`DiskFull`."""
     try:
         yield
     except (OSError, RuntimeError) as err:
@@ -107,8 +102,7 @@ def disk_full_named(path: Path) -> Iterator[None]:
 
 
 def check_destination(folder: Any, what: str) -> None:
-    """Refuse a folder to write into (``what`` names its key or argument) that is a file, lies
-    under one, or is on a read-only file system, before anything is written."""
+    """Refuse a folder to write into that is a file, lies under one, or is read-only."""
     path = Path(str(folder)).expanduser().absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
@@ -121,8 +115,7 @@ def check_destination(folder: Any, what: str) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT (Ctrl-C) or SIGTERM; ``resume`` says where to resume from. A
-    KeyboardInterrupt, so that Lightning's ``trainer.fit`` stops gracefully on it."""
+    """A run stopped by SIGINT or SIGTERM (``resume``: where to resume), a KeyboardInterrupt."""
 
     def __init__(self, signum: int = signal.SIGINT, resume: Optional[str] = None):
         super().__init__(signal.Signals(signum).name)
@@ -152,8 +145,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def user_message(err: Exception) -> Optional[str]:
-    """What a user error ends with: one line (Hydra's messages span two), the install hint for a
-    missing solo-learn, or a failed assertion of solo-learn's; None for a bug."""
+    """A user error's one line (a missing solo-learn: the install hint); None for a bug."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
@@ -178,9 +170,7 @@ def user_message(err: Exception) -> Optional[str]:
 def run_guarded(
     command: str, func: Callable[[], int], debug: bool = False, resume: str = ""
 ) -> int:
-    """Run one command: user errors exit 2 (a full disk 1), interruptions 128 + signal number, each
-    with one line (``--debug``/``SOLO_DIET_DEBUG=1``: and the traceback); ``resume`` replaces an
-    interrupted fit's checkpoint hint (``compare`` resumes itself)."""
+    """Run one command: exit 2 (user error), 1 (full disk), 128 + signal, each one line."""
 
     def report(message: str) -> None:
         if debug or os.environ.get("SOLO_DIET_DEBUG", "") not in ("", "0"):
@@ -206,8 +196,7 @@ def run_guarded(
 
 
 def solo_rejection(err: AssertionError) -> Optional[str]:
-    """solo-learn validates configs with bare ``assert``s: the failed check, when one of its
-    assertions raised ``err`` (None for an assertion anywhere else, which is a bug)."""
+    """The failed check when one of solo-learn's own ``assert``s raised ``err``, else None."""
     solo = sys.modules.get("solo")
     frames = traceback.extract_tb(err.__traceback__)
     if solo is None or not frames:

@@ -1,6 +1,4 @@
-"""What our launchers refuse before solo-learn or Lightning would fail deep inside a run, or ignore
-a typo; each error names the key and the fix. Neither torch nor Lightning is imported at the top:
-the CLI runs the key checks before those load (a typo answers in about a second)."""
+"""What our launchers refuse before solo-learn or Lightning would fail or ignore a typo."""
 
 from __future__ import annotations
 
@@ -17,28 +15,18 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
-    KeyReader,
-    closest_name,
-    is_number,
-    parse_section,
-    setting,
-)
+from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
 from solo_diet.launch.data_checks import check_data_paths
 from solo_diet.launch.errors import check_destination
 
-# the schedulers solo-learn's BaseMethod.configure_optimizers builds ("none" in any case); its
-# _SCHEDULERS also lists "reduce" and "exponential", which only the probe's LinearModel builds
+# the schedulers BaseMethod builds ("reduce" and "exponential": only LinearModel's)
 PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")
 # what solo-learn passes to the optimizer itself, next to ``optimizer.kwargs``
 SOLO_LEARN_OPTIMIZER_ARGUMENTS = ("lr", "weight_decay")
 
 
 def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
-    """Refuse a ``backbone.name``, ``optimizer.name`` or ``scheduler.name`` that solo-learn's
-    ``model_cls`` (a method class, or ``LinearModel``) does not build, and a ``backbone.kwargs`` or
-    ``optimizer.kwargs`` key the backbone or optimizer does not take, naming the closest."""
+    """Refuse names and ``kwargs`` keys solo-learn's ``model_cls`` does not take."""
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
@@ -61,8 +49,7 @@ def check_solo_learn_choices(cfg: DictConfig, model_cls: type) -> None:
 
 
 def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
-    """The backbone as solo-learn builds it, on the meta device (no memory, no weights), without
-    the warnings and log lines it prints (the real build prints them once)."""
+    """The backbone built on the meta device, without its warnings and log lines."""
     import torch
 
     previous = logging.root.manager.disable
@@ -76,9 +63,7 @@ def _meta_build(build: Callable[..., Any], method: Any, kwargs: dict) -> Any:
 
 
 def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
-    """Refuse a ``backbone.kwargs`` key the backbone's constructor does not take, found by building
-    it on the meta device leaving each key out in turn, naming the closest of the signature of the
-    class built without it. Other failures are left to the real build."""
+    """Refuse a ``backbone.kwargs`` key the backbone does not take (meta-device builds)."""
     kwargs = OmegaConf.to_container(OmegaConf.select(cfg, "backbone.kwargs") or OmegaConf.create())
     if not kwargs:
         return
@@ -106,8 +91,7 @@ def _check_backbone_kwargs(cfg: DictConfig, build: Callable[..., Any]) -> None:
 
 
 def _check_optimizer_kwargs(cfg: DictConfig, name: str, optimizer: type) -> None:
-    """``optimizer.kwargs`` holds only keywords ``optimizer`` takes, and not those solo-learn passes
-    itself (``lr``, ``weight_decay``: set ``optimizer.lr`` / ``optimizer.weight_decay``)."""
+    """Refuse an ``optimizer.kwargs`` key the optimizer does not take or solo-learn passes."""
     given = OmegaConf.select(cfg, "optimizer.kwargs") or OmegaConf.create()
     for key in SOLO_LEARN_OPTIMIZER_ARGUMENTS:
         if key in given:
@@ -137,8 +121,7 @@ PRECISIONS = (
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """The training keys solo-learn or Lightning would fail on deep inside a run or take silently,
-    checked before solo-learn's ``parse_cfg``; None leaves a key to solo-learn's default."""
+    """The training keys checked before ``parse_cfg`` (None: solo-learn's default)."""
 
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     max_epochs: Optional[int] = setting(None, minimum=1, key="max_epochs")
@@ -160,28 +143,32 @@ class TrainingSettings:
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
-        """Finite learning rates > 0, batch limits Lightning takes and a precision it knows."""
+        """Finite learning rates > 0, batch limits Lightning takes (a fit that trains something)
+        and a precision it knows."""
+        read = KeyReader(cfg)
         for key, lr in (("optimizer.lr", self.lr), ("optimizer.classifier_lr", self.classifier_lr)):
             if lr is not None and not 0 < lr < math.inf:  # a number (the schema); not NaN either
-                raise KeyReader(cfg).fail(key, f"must be a positive finite number, got {lr!r}.")
+                raise read.fail(key, f"must be a positive finite number, got {lr!r}.")
         for key in ("limit_train_batches", "limit_val_batches"):
-            limit = OmegaConf.select(cfg, key)
+            limit = read.value(key)
             if limit is not None and not (
                 is_number(limit) and 0 <= limit and (isinstance(limit, int) or limit <= 1)
             ):
-                raise KeyReader(cfg).fail(
-                    key,
-                    f"must be a batch count (an integer >= 0) or a fraction in [0, 1], got "
-                    f"{limit!r}.",
-                )
+                wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
+                raise read.fail(key, f"must be {wanted}, got {limit!r}.")
+        if read.value("limit_train_batches") == 0:
+            raise read.fail(
+                "limit_train_batches",
+                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
+                "give a batch count >= 1 or a fraction in (0, 1].",
+            )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
 
 
 def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
-    """Refuse a labelled training set with fewer than ``needed`` classes (``data.num_classes``, as
-    solo-learn counts the subfolders), naming ``data.train_path``; ``reader`` needs them."""
+    """Refuse a labelled training set with fewer than ``needed`` classes (``reader`` needs them)."""
     classes = OmegaConf.select(cfg, "data.num_classes")
     labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
     if labelled and isinstance(classes, int) and classes < needed:
@@ -193,8 +180,7 @@ def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
         )
 
 
-# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs); the
-# Lightning Trainer's arguments are read too.
+# The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs)
 SOLO_LEARN_SECTIONS = (
     *("accumulate_grad_batches", "augmentations", "augmentations_cfg", "auto_augment"),
     *("auto_resume", "auto_umap", "backbone", "checkpoint", "cutmix", "dali", "data"),
@@ -209,8 +195,7 @@ OWN_TOP_LEVEL_KEYS = ("allow_pickle_checkpoint", "probe", "sem_tau")
 
 @lru_cache(maxsize=None)
 def trainer_arguments() -> tuple[str, ...]:
-    """The parameters of Lightning's ``Trainer.__init__``, read from its source: importing
-    Lightning takes about 5 s."""
+    """``Trainer.__init__``'s parameters, read from Lightning's source (importing it takes 5 s)."""
     spec = importlib.util.find_spec("lightning")
     source = Path(spec.origin).parent / "pytorch" / "trainer" / "trainer.py"
     tree = ast.parse(source.read_text())
@@ -248,10 +233,7 @@ SECTION_KEYS = {
 
 
 def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
-    """Refuse a key, at the top level or in one of ``SECTION_KEYS``' sections, that neither
-    solo-learn nor Lightning reads but that is one typo away from one that is (``max_epoch: 3``),
-    or that is ``added`` (by a ``+``/``++`` override, not in the YAML); other keys far from every
-    known one pass (solo-learn's configs are open to additions)."""
+    """Refuse a key nothing reads that is a typo of a known one or ``added`` by ``+``/``++``."""
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -274,9 +256,7 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
 
 
 def unread_added_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys ``+key=...`` and ``++key=...`` overrides set that neither solo-learn, Lightning nor
-    our launchers read, at the depth :func:`check_key_typos` checks (``+optimizer.foo.bar``:
-    ``optimizer.foo``)."""
+    """The keys ``+``/``++`` overrides add that nothing reads, at :func:`check_key_typos`' depth."""
     keys, top_level = set(), set(known_top_level_keys())
     for override in overrides:
         if override.startswith("+"):
@@ -304,8 +284,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without i
 
 
 def check_finite_numbers(cfg: DictConfig) -> None:
-    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``
-    (``optimizer.lr=inf`` trains NaN weights; 1e300 is a traceback inside the optimizer)."""
+    """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``."""
     largest = FLOAT32_MAX
     pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while pending:
@@ -320,29 +299,11 @@ def check_finite_numbers(cfg: DictConfig) -> None:
             pending += [(f"{key}[{i}]", v) for i, v in enumerate(node)]
 
 
-def check_trains_something(cfg: DictConfig) -> None:
-    """Refuse ``limit_train_batches: 0``: the fit would train nothing and write no checkpoint."""
-    limit = OmegaConf.select(cfg, "limit_train_batches")
-    if is_number(limit) and limit == 0:
-        raise KeyReader(cfg).fail(
-            "limit_train_batches",
-            "is 0, so nothing would train and no checkpoint would be written: remove it, or give "
-            "a batch count >= 1 or a fraction in (0, 1].",
-        )
-
-
 def check_cfg_before_parse(cfg: DictConfig) -> TrainingSettings:
-    """What every launch (``pretrain``, ``linear``, each compare job) checks before solo-learn's
-    ``parse_cfg``: top-level key typos, finite numbers, the training keys, a fit that trains
-    something, the data folders and the checkpoint folder.
-
-    Returns:
-        The parsed :class:`TrainingSettings`, the launcher's one reading of those keys.
-    """
+    """Every launch's checks before ``parse_cfg``; returns the :class:`TrainingSettings`."""
     check_key_typos(cfg)
     check_finite_numbers(cfg)
     training = parse_section(TrainingSettings, cfg, "", "the launcher", strict=False).checked(cfg)
-    check_trains_something(cfg)
     check_data_paths(cfg)
     folder = OmegaConf.select(cfg, "checkpoint.dir")
     if OmegaConf.select(cfg, "checkpoint.enabled") is not False and folder not in (None, "None"):

@@ -1,7 +1,4 @@
-"""``solo-diet linear``: offline linear evaluation of a pretrained backbone with solo-learn's
-``LinearModel``, through our own launcher. What it does beyond solo-learn's ``main_linear.py``, and
-its keys ``probe`` and ``sem_tau``: docs/launchers.md. ``++allow_pickle_checkpoint=True`` loads a
-checkpoint that needs pickle, with a warning (refused by default: unpickling runs any code)."""
+"""``solo-diet linear``: offline linear evaluation with solo-learn's ``LinearModel``."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ from solo_diet.methods.checkpoint import (
 
 
 def fill_from_pretrain_args(cfg: DictConfig) -> None:
-    """Take ``backbone`` (and ``pretrain_method``) from the checkpoint's ``args.json`` when the
-    linear cfg leaves ``backbone.name`` out, so the probe always rebuilds the pretrained network."""
+    """Take ``backbone`` and ``pretrain_method`` from args.json when the cfg leaves them out."""
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor")
     if ckpt in (None, "None"):
         raise ConfigError("`pretrained_feature_extractor` is not set: pass a pretraining .ckpt.")
@@ -54,9 +50,7 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 
 
 def probe_features(cfg: DictConfig) -> nn.Module:
-    """What the probe sees: the backbone (``probe: backbone``, default) or, for ``<name>_sem`` runs,
-    the SEM representation softmax(z / sem_tau) of the frozen embedder (``probe: sem``); refused
-    when its weights are not finite."""
+    """The probe's input: the backbone, or a twin's SEM representation (``probe: sem``)."""
     read = KeyReader(cfg)
     probe = read.choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
@@ -103,8 +97,7 @@ def _loss_and_mixup(cfg: DictConfig):
 
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
-    """Train and validate a linear probe; returns the final logged metrics (val_acc1, ...) and
-    ``fitted_batch`` when the training set was smaller than one batch."""
+    """Train and validate a linear probe; returns its final metrics (and ``fitted_batch``)."""
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
@@ -137,15 +130,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
         cfg, model, logdir, wandb_run_id, resume_from=ckpt_path, command="linear"
     )
     trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    fit_or_raise(
-        trainer,
-        model,
-        cfg,
-        checkpointer,
-        data_path,
-        train_dataloaders=train_loader,
-        val_dataloaders=val_loader,
-        ckpt_path=ckpt_path,
-    )
+    fit = {"train_dataloaders": train_loader, "val_dataloaders": val_loader, "ckpt_path": ckpt_path}
+    fit_or_raise(trainer, model, cfg, checkpointer, data_path, **fit)
     metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
     return metrics | ({"fitted_batch": fitted.report()} if fitted else {})

@@ -1,6 +1,4 @@
-"""Runs over several machines (docs/multi-node.md): a mistake in ``num_nodes``, ``devices`` or the
-cluster's variables does not fail, the nodes wait for each other forever or each trains alone, so
-:func:`check_nodes` refuses those set-ups in one line before any data is read."""
+"""Runs over several machines (docs/multi-node.md): set-ups that would hang, refused in one line."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ def num_nodes(cfg: DictConfig) -> int:
 
 
 def devices_per_node(cfg: DictConfig) -> Optional[int]:
-    """The processes each node runs: the length of ``devices`` or its count; None for ``auto`` or
-    ``-1`` (every device the node has)."""
+    """The processes per node: ``devices``' length or count; None for ``auto`` or ``-1``."""
     devices = OmegaConf.select(cfg, "devices", default=1)  # normalize_devices made a count a list
     if isinstance(devices, (list, ListConfig)):
         return len(devices)
@@ -38,8 +35,8 @@ def devices_per_node(cfg: DictConfig) -> Optional[int]:
 
 
 def scheduler(environ: Mapping[str, str]) -> str:
-    """The cluster environment Lightning will read ranks from, in its own order: ``torchrun``,
-    ``slurm`` (``srun``, not an interactive job), ``lsf``, ``mpi``, else ``plain``."""
+    """The cluster environment Lightning reads: ``torchrun``, ``slurm``, ``lsf``, ``mpi``,
+    ``plain``."""
     if all(k in environ for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")):
         return "torchrun"
     if "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
@@ -55,8 +52,7 @@ def scheduler(environ: Mapping[str, str]) -> str:
 
 
 def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) -> None:
-    """Refuse, in one line naming the key or variable and the fix, what would hang a run over
-    several nodes or split it into lone runs (docs/multi-node.md lists them)."""
+    """Refuse what would hang a run over several nodes or split it into lone runs."""
     environ = os.environ if environ is None else environ
     nested = OmegaConf.select(cfg, "trainer.num_nodes", default=None)
     if nested is not None:
@@ -87,8 +83,7 @@ def check_nodes(cfg: DictConfig, environ: Optional[Mapping[str, str]] = None) ->
 
 
 def _node_rank(environ: Mapping[str, str]) -> Optional[int]:
-    """``NODE_RANK`` (else ``GROUP_RANK``, as Lightning reads it) when set; refused when it is not a
-    non-negative integer."""
+    """``NODE_RANK`` (else ``GROUP_RANK``) when set, checked."""
     name = "NODE_RANK" if "NODE_RANK" in environ else "GROUP_RANK"
     value = environ.get(name)
     if value is None:
@@ -126,8 +121,7 @@ def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> int:
 
 
 def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
-    """Machines without a scheduler: every node needs the main node's address and port and its own
-    number."""
+    """No scheduler: every node needs the main node's address and port and its own number."""
     missing = [
         name
         for name in PLAIN_CLUSTER_VARIABLES
@@ -166,8 +160,7 @@ def _check_slurm(nodes: int, per_node: int, environ: Mapping[str, str]) -> None:
 
 
 def _check_torchrun(nodes: int, per_node: int, environ: Mapping[str, str]) -> None:
-    """``torchrun``: its processes per node and world size must be ``devices`` and
-    ``num_nodes * devices``."""
+    """torchrun's processes per node and world size must match ``devices`` and ``num_nodes``."""
     local, world = environ.get("LOCAL_WORLD_SIZE"), environ.get("WORLD_SIZE")
     if local is not None and local.isdigit() and int(local) != per_node:
         raise ConfigError(
@@ -182,8 +175,7 @@ def _check_torchrun(nodes: int, per_node: int, environ: Mapping[str, str]) -> No
 
 
 def check_one_node(cfg: DictConfig) -> None:
-    """``solo-diet compare`` runs its jobs on the GPUs of one machine: ``num_nodes > 1`` is refused,
-    naming what to run."""
+    """Refuse ``num_nodes > 1`` for ``solo-diet compare``, naming what to run."""
     nodes = num_nodes(cfg)
     if nodes > 1:
         raise ConfigError(

@@ -1,6 +1,4 @@
-"""``solo-diet pretrain``: solo-learn pretraining for every registered method, ours included,
-through our own launcher. What it does beyond solo-learn's ``main_pretrain.py``:
-docs/launchers.md."""
+"""``solo-diet pretrain``: solo-learn pretraining of every registered method (docs/launchers.md)."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ from solo_diet.methods.substitutes import substitute_step_parts, substitutes_lin
 
 
 def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> None:
-    """Write N into ``cfg.method_kwargs.num_samples`` (so args.json carries it); refuse a wrong
-    value."""
+    """Write N into ``cfg.method_kwargs.num_samples`` (for args.json); refuse a wrong value."""
     if not contract.uses_sample_indexes:
         return
     given = OmegaConf.select(cfg, "method_kwargs.num_samples")
@@ -60,9 +57,7 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 def prepare_run(
     cfg: DictConfig,
 ) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings]:
-    """What ``run_pretrain`` does before reading any data: the checks, solo-learn's ``parse_cfg``,
-    the method class and contract, the data path, its loader settings and the training settings,
-    each made once."""
+    """The checks, ``parse_cfg``, the method, data path and settings, before any data."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
@@ -87,9 +82,7 @@ def prepare_run(
 
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
-    """The method as the launcher trains it: our same-math substitutes (named in one printed
-    line), contiguous, channels-last unless ``performance.disable_channel_last``, its step
-    replayed as a CUDA graph where ``performance.step_graph`` says so (one printed line)."""
+    """The method as trained: substitutes, channels-last, its step graphed where allowed."""
     from solo.utils.misc import make_contiguous
 
     model = method_cls(cfg)
@@ -104,8 +97,7 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
-    """Pretrain ``cfg.method`` with ``extra_callbacks`` besides ours; returns the last checkpoint
-    path (or None). An interrupted fit raises ``Interrupted``; a finished run trains nothing."""
+    """Pretrain ``cfg.method``; returns the last checkpoint path (or None)."""
     from lightning.pytorch import Trainer, seed_everything
 
     check_accelerator_present(cfg)
@@ -132,15 +124,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
     if train_data.own_sampler:  # the method's batch sampler splits the ranks itself
         kwargs["use_distributed_sampler"] = False
-    trainer = Trainer(**kwargs)
-    fit_or_raise(
-        trainer,
-        model,
-        cfg,
-        checkpointer,
-        data_path,
-        ckpt_path=ckpt_path,
-        **data_path.fit_kwargs(train_data, val_loader),
-    )
+    fit = data_path.fit_kwargs(train_data, val_loader)
+    fit_or_raise(Trainer(**kwargs), model, cfg, checkpointer, data_path, ckpt_path=ckpt_path, **fit)
     last = getattr(checkpointer, "last_ckpt", None)
     return None if last is None else str(last)

@@ -1,6 +1,4 @@
-"""The data, loader and performance settings of a launch, read and checked once into frozen
-dataclasses (the loader's after solo-learn's ``parse_cfg``), each error one line naming the key and
-the fix (docs/launchers.md, "Settings and data paths")."""
+"""A launch's data, loader and performance settings, parsed once (docs/launchers.md)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ from solo_diet.methods._common import SOLO_LEARN_SEED
 
 FORMAT_KEY = "data.format"
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
-# the GPU data path's core arguments and the keys that set them: the core's errors name the
-# arguments, `core_errors_named(GPU_ARGUMENT_KEYS)` names the keys
+# the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
     "cuda_graphs": "data.gpu.cuda_graphs",
@@ -45,8 +42,7 @@ GPU_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class GPUDataSettings:
-    """The checked ``data.gpu.*`` values (docs/data-path.md) and where batches are made (``cuda``
-    or ``cpu``, from ``accelerator``)."""
+    """The checked ``data.gpu.*`` values and where batches are made (``cuda`` or ``cpu``)."""
 
     storage: str = setting("auto", choices=(*STORAGES, "stream"))
     image_size: Optional[int] = setting(None, minimum=1)
@@ -73,8 +69,7 @@ class GPUDataSettings:
 
 @dataclass(frozen=True)
 class DaliSettings:
-    """The checked ``dali.*`` values of solo-learn's DALI datamodule: where it augments, and
-    whether its batches carry the true dataset indices (index methods need them)."""
+    """The checked ``dali.*`` values of solo-learn's DALI datamodule."""
 
     device: str = setting("gpu", choices=("gpu", "cpu"))
     encode_indexes_into_labels: bool = False
@@ -82,8 +77,7 @@ class DaliSettings:
 
 @dataclass(frozen=True)
 class DataSettings:
-    """How a run reads its data: the checked data format and, for the GPU and DALI data paths,
-    their settings. Built once per run by :func:`parse_data_settings`."""
+    """The checked data format and its data path's settings (:func:`parse_data_settings`)."""
 
     format: str = "image_folder"
     gpu: Optional[GPUDataSettings] = None
@@ -92,8 +86,7 @@ class DataSettings:
 
 @dataclass(frozen=True)
 class PerformanceSettings:
-    """The ``performance.*`` keys of ``solo-diet pretrain`` (docs/launchers.md): our same-math
-    substitutes of solo-learn's step parts, channels-last, the whole step as a CUDA graph."""
+    """The ``performance.*`` keys of ``solo-diet pretrain`` (docs/launchers.md)."""
 
     foreach_substitutes: bool = True
     disable_channel_last: bool = False
@@ -115,8 +108,7 @@ DATA_PATH_SECTIONS = {
 
 
 def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
-    """A ``demo`` or ``compare`` choice of :data:`LAUNCH_DATA_FORMATS` (``key`` names it in the
-    error): ``auto`` is the GPU data path on a GPU, solo-learn's image-folder loader otherwise."""
+    """A ``demo``/``compare`` format choice; ``auto``: ``gpu`` on a GPU, else ``image_folder``."""
     if requested not in LAUNCH_DATA_FORMATS:
         raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
     if requested == "auto":
@@ -153,8 +145,7 @@ class ProbeAugmentation(NamedTuple):
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """The checked values every data path reads besides its data format. Built once per run by
-    :func:`parse_loader_settings`."""
+    """The checked values every data path reads (:func:`parse_loader_settings`)."""
 
     dataset: str = field(default="", metadata=COMPUTED)
     train_path: Optional[str] = field(default=None, metadata=COMPUTED)
@@ -179,9 +170,7 @@ class LoaderSettings:
         return default if self.num_workers is None else self.num_workers
 
     def fit_probe_batch(self, num_samples: int) -> Optional["FittedBatch"]:
-        """For a training set smaller than one global batch (no batch: the incomplete one is
-        dropped), the batch lowered to its size per device and the lr scaled with it, said in one
-        line (the launcher writes them into the probe's config); None when a batch fits."""
+        """The probe batch lowered to a training set smaller than one global batch, or None."""
         world, batch = self.world_size, self.batch_size
         if num_samples >= batch * world:
             return None
@@ -202,8 +191,7 @@ class LoaderSettings:
         return FittedBatch(num_samples, fitted, batch, scaled)
 
     def check_one_global_batch(self, num_samples: int) -> None:
-        """Refuse a pretraining set smaller than one global batch: it would give no batch (the
-        incomplete one is dropped), or stop a method's own batch sampler mid-run."""
+        """Refuse a pretraining set smaller than one global batch."""
         if self.batch_size is not None and num_samples < self.batch_size * self.world_size:
             raise ConfigError(
                 f"the training set has {num_samples} samples, fewer than one global batch "
@@ -213,8 +201,7 @@ class LoaderSettings:
 
 @dataclass(frozen=True)
 class FittedBatch:
-    """A probe batch lowered to a training set smaller than one global batch, and its learning
-    rate scaled with it (:meth:`LoaderSettings.fit_probe_batch`)."""
+    """A probe batch lowered to a small training set, and its scaled learning rate."""
 
     train_images: int
     batch_size: int
@@ -227,8 +214,7 @@ class FittedBatch:
 
 
 def probe_augmentation(node: Mapping, key: str) -> ProbeAugmentation:
-    """The probe's settings of augmentation ``node`` (its config key ``key``): ``crop_size``, and
-    the optional ``crop_min_scale`` (default 0.08), ``mean`` and ``std`` (default ImageNet's)."""
+    """The probe's ``crop_size``, ``crop_min_scale``, ``mean`` and ``std`` of ``node``."""
     read = KeyReader(node, key)
     min_scale = read.value("crop_min_scale", 0.08)
     if not (is_number(min_scale) and 0 < min_scale <= 1):
@@ -263,8 +249,7 @@ def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmen
 def parse_loader_settings(
     cfg: DictConfig, data: DataSettings, probe_node: str = LINEAR_PROBE_NODE
 ) -> LoaderSettings:
-    """What the data paths read of a parsed cfg, checked (``probe_node``: the probe's augmentation
-    node; with the GPU data path the pretraining nodes are parsed into its augmentation)."""
+    """What the data paths read of a parsed cfg, checked."""
     read = KeyReader(cfg)
     dataset = read.value("data.dataset")
     if not isinstance(dataset, str):

@@ -1,9 +1,5 @@
-"""Losses of the Birth-of-SSL paper (Balestriero & LeCun, "The Birth of Self Supervised
-Learning"), with its lemma, theorem and equation numbers. Rows are samples: ``z`` is ``(N, K)``,
-labels ``y`` ``(N, C)``, the label graph ``G = y y^T`` ``(N x N)``. Errata applied
-(docs/references.md): ``H = I - 11^T/N``; the SVD is of the *centered* embeddings; ``G`` relates
-samples, not classes.
-"""
+"""Losses of the Birth-of-SSL paper (Balestriero & LeCun), with its numbering: ``z`` is ``(N, K)``,
+labels ``y`` ``(N, C)``, the label graph ``G = y y^T``; errata applied (docs/references.md)."""
 
 from __future__ import annotations
 
@@ -16,10 +12,8 @@ SOLVE_SIDES = ("auto", "features", "samples")
 
 
 def label_onehot(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, M)`` one-hot labels over the ``M`` distinct ids ``>= 0`` (-1: a zero row), column
-    ``c`` over ``n_c^(p/2)``, so ``Y Y^T = G~``, ``G~_ij = 1[c_i = c_j] / n_c^p`` (``p``: our knob
-    for the label imbalance the paper's abstract mentions).
-    """
+    """``(N, M)`` one-hot labels over the distinct ids ``>= 0`` (-1: a zero row), column ``c`` over
+    ``n_c^(p/2)``, so ``Y Y^T = G~``, ``G~_ij = 1[c_i = c_j] / n_c^p``."""
     labelled = ids >= 0
     _, inverse, counts = torch.unique(ids[labelled], return_inverse=True, return_counts=True)
     onehot = ids.new_zeros((ids.shape[0], counts.shape[0]), dtype=torch.float64)
@@ -44,9 +38,8 @@ def label_graph(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tenso
 
 
 def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Tensor:
-    """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)``, made without reading the
-    ids back: column ``k`` is the indicator of the rows sharing row ``k``'s id over ``n_k^((p + 1) /
-    2)``. Lemma 1's loss sees targets only through ``Y Y^T``, so it equals the one-hot loss."""
+    """``(N, N)`` targets ``Y`` with ``Y Y^T = label_graph(ids, p)`` without reading the ids back
+    (Lemma 1's loss sees targets only through ``Y Y^T``)."""
     same, counts = _same_label(ids)
     return same / counts.pow((label_norm_power + 1.0) / 2.0).unsqueeze(0)
 
@@ -54,13 +47,10 @@ def label_targets(ids: torch.Tensor, label_norm_power: float = 0.0) -> torch.Ten
 def closed_form_head_loss_from_targets(
     z: torch.Tensor, y: torch.Tensor, lam: float, *, center: bool = True, side: str = "auto"
 ) -> torch.Tensor:
-    """Lemma 1 (eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed
-    form, for ``(N, K)`` ``z`` (all views) and ``(N, C)`` real targets ``y``: ``(1/N)[ ||H y||^2 -
-    Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]`` with ``Z_c = H z``, ``P = Z_c^T y``
-    (``side="features"``), or with the ``N x N`` solve of ``M = Z_c Z_c^T`` (``side="samples"``);
-    ``auto`` takes the smaller. ``center=False`` drops the bias; ``lam = 0`` is the least-squares
-    residual, constant in ``z`` once ``rank(Z_c) = N - 1``.
-    """
+    """Lemma 1 (Eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form,
+    ``(1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]``, ``Z_c = H z``, ``P = Z_c^T y``,
+    by the ``features`` or ``samples`` side solve (``auto``: the smaller); ``center=False`` drops
+    the bias."""
     if lam < 0:
         raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
     if side not in SOLVE_SIDES:
@@ -96,11 +86,8 @@ def closed_form_head_loss(
     label_norm_power: float = 0.0,
     side: str = "auto",
 ) -> torch.Tensor:
-    """Lemma 1 (Eq. 2) with integer labels, through :func:`label_targets`: a VICReg/W-MSE-like
-    SSL loss with the datum index as id and ``V >= 2`` views per index (Theorem 1, Proposition 1);
-    with one view per index it depends on the spectrum of ``Z_c`` only (our corollary of Proposition
-    1).
-    """
+    """Lemma 1 (Eq. 2) with integer labels (:func:`label_targets`): with the datum index as id and
+    ``V >= 2`` views, a VICReg/W-MSE-like SSL loss (Theorem 1, Proposition 1)."""
     return closed_form_head_loss_from_targets(
         z, label_targets(ids, label_norm_power).to(z.device), lam, center=center, side=side
     )
@@ -122,13 +109,10 @@ def graph_vicreg_loss(
     var_loss_weight: float = 25.0,
     cov_loss_weight: float = 1.0,
 ) -> torch.Tensor:
-    """VICReg over any label graph (Corollary 1 in its exact form (★), docs/references.md): with
-    ``z = cat(views)`` (view-major) and degrees ``d_i = sum_j G_ij``, the invariance ``sum_ij G_ij
-    ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` (0 without pairs) and VICReg's std hinge and
-    covariance ``/ K`` per view, each sample weighted by its degree (a degree-0 sample left out).
-    The same-image graph of two views gives solo-learn's ``vicreg_loss_func(z1, z2)`` exactly.
-    ``graph``: ``(V B, V B)`` symmetric non-negative weights (:func:`label_graph`).
-    """
+    """VICReg over any label graph (Corollary 1's exact form, docs/references.md): the invariance
+    ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` and VICReg's std hinge and covariance
+    per view, degree-weighted; two views of the same image give solo-learn's
+    ``vicreg_loss_func``."""
     with torch.autocast(device_type=views[0].device.type, enabled=False):
         z = torch.cat(list(views)).to(torch.promote_types(views[0].dtype, torch.float32))
         graph = graph.to(z.dtype)

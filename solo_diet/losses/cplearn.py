@@ -1,9 +1,4 @@
-"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and its training diagnostics.
-
-All maths runs in log space and in at least float32: ``log pbar`` comes from a logsumexp over the
-batch, so codes whose probabilities underflow to exactly 0 (logit gaps > ~104 with the tanh head)
-never produce inf or NaN.
-"""
+"""CPLearn loss (CPLearn paper, Eq. 2, Alg. 1, App. N) and diagnostics, in log space."""
 
 from __future__ import annotations
 
@@ -38,10 +33,8 @@ def log_batch_marginal(log_p: torch.Tensor, gather: bool = False) -> torch.Tenso
 
 
 def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
-    """Prior matching on the batch marginal: ``reverse_kl``, KL(pbar || u) = sum_j pbar_j log(c
-    pbar_j) in [0, log c] (App. N, released code), or ``forward_ce``, CE(u, pbar) = -(1/c) sum_j log
-    pbar_j (Eq. 2).
-    """
+    """Prior matching on the batch marginal: ``reverse_kl`` KL(pbar || u) (App. N, released code),
+    or ``forward_ce`` CE(u, pbar) (Eq. 2)."""
     if prior == "reverse_kl":
         return (log_pbar.exp() * (log_pbar + math.log(log_pbar.shape[0]))).sum()
     if prior == "forward_ce":
@@ -50,8 +43,7 @@ def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
 
 
 def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
-    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2 first term, without beta); no
-    stop-grad."""
+    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2's first term); no stop-grad."""
     return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
 
 
@@ -64,14 +56,9 @@ def cplearn_loss_terms(
     symmetric: bool = True,
     gather_marginal: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """``{"loss", "invariance", "prior"}`` of the CPLearn loss, ``loss = prior + beta *
-    invariance``.
-
-    ``half(t, s) = prior(pbar_t) + beta * CE(p_t -> log p_s)``; ``symmetric`` averages ``half(a,
-    b)`` and ``half(b, a)`` (released code), else ``half(a, b)`` (Alg. 1). ``gather_marginal``
-    estimates pbar over all DDP ranks (the all-gather's backward sums the prior's gradient, so DDP's
-    average is the one-process gradient on the global batch).
-    """
+    """``{"loss", "invariance", "prior"}``, ``loss = prior + beta * invariance`` (Alg. 1;
+    ``symmetric``: both directions averaged, as the released code); ``gather_marginal``: pbar over
+    ranks."""
     if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
         raise ValueError(
             f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "
@@ -92,18 +79,14 @@ def cplearn_loss_terms(
 
 
 def cplearn_loss(logits_a: torch.Tensor, logits_b: torch.Tensor, **options: Any) -> torch.Tensor:
-    """Scalar CPLearn loss on two views' code logits (already divided by tau); ``options`` and the
-    terms: :func:`cplearn_loss_terms`."""
+    """The scalar CPLearn loss of two views' code logits (:func:`cplearn_loss_terms`)."""
     return cplearn_loss_terms(logits_a, logits_b, **options)["loss"]
 
 
 @torch.no_grad()
 def cplearn_diagnostics(logits_a: torch.Tensor, logits_b: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Collapse monitors on one batch, averaged over the two views (ours: the CPLearn paper
-    defines cluster collapse in App. C, no batch metric): ``entropy`` mean_i H(p_i),
-    ``marginal_entropy`` H(pbar), ``codes_used`` distinct argmax codes, ``max_prob`` mean_i max_j
-    p_ij, ``agreement`` of the two views' argmax.
-    """
+    """Collapse monitors of one batch (ours; CPLearn paper, App. C): ``entropy``,
+    ``marginal_entropy``, ``codes_used``, ``max_prob`` and the views' argmax ``agreement``."""
     names = ("entropy", "marginal_entropy", "codes_used", "max_prob")
     stats = []
     for logits in (logits_a, logits_b):

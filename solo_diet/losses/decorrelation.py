@@ -1,7 +1,4 @@
-"""The decorrelation terms of VICReg and Barlow Twins without a boolean mask (which asks the host
-how many elements it keeps): the same floats, summed in the same order, as solo-learn's
-``covariance_loss`` and ``barlow_loss_func``.
-"""
+"""VICReg's and Barlow Twins' decorrelation terms without a mask (solo-learn's floats)."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ BARLOW_BATCH_NORM_EPS = 1e-5
 
 
 def off_diagonal(matrix: Tensor) -> Tensor:
-    """The ``n * (n - 1)`` off-diagonal entries of a square matrix, row by row (a strided view,
-    the order of a ``~eye`` mask)."""
+    """The off-diagonal entries of a square matrix, row by row (a strided view)."""
     n, m = matrix.shape
     if n != m:
         raise ValueError(f"off_diagonal: a square matrix is needed, got {n} x {m}")

@@ -9,9 +9,7 @@ import torch.nn.functional as F
 def diet_loss(
     logits: torch.Tensor, indexes: torch.Tensor, label_smoothing: float = 0.8
 ) -> torch.Tensor:
-    """DIET cross-entropy, DIET paper, Eq. 2: ``XEnt(W_H f(x_n), y = n)`` of ``(B, N)`` logits
-    and the ``(B,)`` dataset indices, with PyTorch's label smoothing (``(1-eps) onehot + eps/N``).
-    """
+    """DIET paper, Eq. 2: ``XEnt(W_H f(x_n), y = n)`` of ``(B, N)`` logits, with label smoothing."""
     return F.cross_entropy(logits.float(), indexes, label_smoothing=label_smoothing)
 
 

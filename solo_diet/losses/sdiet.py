@@ -1,7 +1,4 @@
-"""s-DIET losses: cross-entropy over the head rows of the batch (s-DIET paper, §5.1, Eq. 7), or
-over the ``m*B`` resident rows of multi-batch CE (§5.2); a sample's class is the position of its row
-among them, not its dataset index.
-"""
+"""s-DIET's CE over the batch's head rows (§5.1, Eq. 7) or a super-batch's (§5.2)."""
 
 from __future__ import annotations
 
@@ -25,11 +22,8 @@ def sdiet_multi_batch_cross_entropy(
     label_smoothing: float = 0.8,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Multi-batch CE (s-DIET paper, §5.2; our reading): :func:`sdiet_logits` of ``z`` (``(B,
-    D)``, normalised here, §6.2) over the ``(mB, D)`` ``resident_rows``; sample ``j``'s target is
-    ``positions[j]``, its own row among them; the smoothing spreads over the ``m*B`` classes, not
-    over N.
-    """
+    """Multi-batch CE (s-DIET paper, §5.2; our reading): ``z`` over the ``(mB, D)`` resident rows,
+    sample ``j``'s target ``positions[j]``, smoothing over the ``m*B`` classes."""
     logits = sdiet_logits(z, resident_rows, temperature)
     with torch.autocast(device_type=z.device.type, enabled=False):
         return F.cross_entropy(logits, positions, label_smoothing=label_smoothing)
@@ -39,8 +33,6 @@ def sdiet_batch_cross_entropy(
     z: torch.Tensor, rows: torch.Tensor, **options: float
 ) -> torch.Tensor:
     """Batch CE (s-DIET paper, Eq. 7): ``CE(normalize(z) @ W_H[I].T / temperature, 0..B-1)``, the
-    case ``m = 1`` of :func:`sdiet_multi_batch_cross_entropy` (``options``: its keywords), with
-    ``rows[k]`` the head row of sample ``k`` (as in Listing 1). The head gradient is
-    ``(P - Q).T @ normalize(z) / B`` (App. A.4 restricted to the batch rows)."""
+    case ``m = 1`` of :func:`sdiet_multi_batch_cross_entropy`."""
     positions = torch.arange(z.shape[0], device=z.device)
     return sdiet_multi_batch_cross_entropy(z, rows, positions, **options)

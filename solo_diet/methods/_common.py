@@ -9,7 +9,5 @@ SOLO_LEARN_SEED = 5
 
 
 def online_probe_loss(targets: torch.Tensor, class_loss: torch.Tensor) -> torch.Tensor:
-    """solo-learn's online-probe loss, or 0 (chosen on the device, no host sync) when no sample
-    of the batch is labelled: its NaN then gets a zero gradient, and no NaN reaches the classifier.
-    """
+    """solo-learn's online-probe loss, or 0 (chosen on the device) when no sample is labelled."""
     return torch.where((targets != -1).any(), class_loss, class_loss.new_zeros(()))

@@ -1,11 +1,6 @@
-"""Pretraining checkpoints and their ``args.json``: the one loader every launcher uses.
-
-:class:`PretrainedCheckpoint` rebuilds the backbone or the whole method from solo-learn's
-``<run>/<name>-ep=<epoch>.ckpt`` and the ``<run>/args.json`` beside it. Checkpoints load without
-pickle (``torch.load(weights_only=True)``, OmegaConf's containers allow-listed), so opening a
-shared checkpoint runs no code it carries; ``allow_pickle`` (the launchers'
-``allow_pickle_checkpoint``) opts out, with a warning.
-"""
+"""Reading a pretraining checkpoint: its file loaded without pickle (``allow_pickle`` opts out,
+with a warning), its ``args.json``, and the backbone or method they rebuild
+(:class:`PretrainedCheckpoint`). Writing a run's checkpoints is ``launch.checkpointing``'s."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ import warnings
 import zipfile
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import omegaconf
 import torch
@@ -40,8 +35,7 @@ PASS_THE_CONFIG = (
 
 
 class UnsafeCheckpoint(ConfigError):
-    """The checkpoint needs pickle to load, and nobody opted in (:func:`load_checkpoint_file`);
-    ``reason`` says which objects, in a few words."""
+    """The checkpoint needs pickle to load, and nobody opted in; ``reason`` says which objects."""
 
     def __init__(self, path: PathLike, reason: str):
         self.path, self.reason = Path(path), reason
@@ -49,8 +43,7 @@ class UnsafeCheckpoint(ConfigError):
 
 
 class CorruptCheckpoint(ConfigError):
-    """The checkpoint file does not load: empty, cut short (a kill or a full disk during its save)
-    or not a torch checkpoint. ``reason`` says which, in a few words."""
+    """The checkpoint file does not load (empty, cut short, not torch's); ``reason`` says which."""
 
     def __init__(self, path: PathLike, reason: str):
         self.path, self.reason = Path(path), reason
@@ -62,13 +55,12 @@ class CorruptCheckpoint(ConfigError):
 
 
 def pickle_allowed(cfg: omegaconf.DictConfig) -> bool:
-    """The launchers' ``allow_pickle_checkpoint`` (True or False; default False)."""
+    """The launchers' ``allow_pickle_checkpoint`` (default False)."""
     return KeyReader(cfg).bool(ALLOW_PICKLE_KEY, default=False)
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """Refuse a checkpoint path that is not a file; for a folder, name its newest ``.ckpt`` up to
-    three levels down (``trained_models/<method>/<run>/``)."""
+    """Refuse a checkpoint path that is not a file (a folder: name its newest ``.ckpt``)."""
     if path.is_file():
         return
     if path.is_dir():
@@ -113,7 +105,6 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 
 
 def _registered_methods() -> dict[str, type]:
-    """solo-learn's method registry, the plugin methods registered."""
     from solo.methods import METHODS
 
     from solo_diet.methods.contract import register
@@ -123,9 +114,7 @@ def _registered_methods() -> dict[str, type]:
 
 
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
-    """An ``args.json``, with the old ``method_kwargs`` keys its method renamed since (the class
-    attribute ``renamed_method_kwargs``, {old: new}) moved to their new names; a new key already
-    there wins."""
+    """An ``args.json``, its method's renamed ``method_kwargs`` moved to their new names."""
     args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
     method = _registered_methods().get(str(args.get("method")))
     kwargs = args.get("method_kwargs")
@@ -140,9 +129,7 @@ def _saved_args(args_path: Path) -> omegaconf.DictConfig:
 
 
 def checkpoint_safe_globals() -> list:
-    """The non-tensor types a checkpoint may hold and still load without pickle: OmegaConf's
-    containers (a config among a checkpoint's hyper-parameters) and the types their metadata
-    names."""
+    """The non-tensor types a checkpoint may hold and still load without pickle."""
     from omegaconf import base, dictconfig, listconfig, nodes
 
     return [  # OmegaConf's containers, their nodes, the plain types their metadata names
@@ -153,23 +140,19 @@ def checkpoint_safe_globals() -> list:
 
 
 def _not_loading(path: Path, error: BaseException) -> str:
-    """Why ``path`` did not load, in a few words: empty, cut short, or not a checkpoint at all."""
     with path.open("rb") as f:
         head = f.read(2)
     if not head:
         return "the file is empty"
     what = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:80]}"
     if head in (b"PK", b"\x80\x02"):  # a zip checkpoint, or torch's legacy pickle format
-        return (
-            f"it is cut short or damaged ({what}), as a kill or a full disk while saving leaves it"
-        )
+        return f"it is cut short or damaged ({what}), as a kill or a full disk mid-save leaves it"
     return "it is not a torch checkpoint (neither the zip archive nor the pickle torch.save writes)"
 
 
 @contextlib.contextmanager
 def _weights_only_enforced() -> Iterator[None]:
-    """Inside the block ``torch.load(weights_only=True)`` means it: without
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, which makes some torch versions unpickle anyway."""
+    """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
     forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
     try:
         with torch.serialization.safe_globals(checkpoint_safe_globals()):
@@ -180,8 +163,7 @@ def _weights_only_enforced() -> Iterator[None]:
 
 
 def _needs_pickle(path: Path) -> Optional[str]:
-    """Why a zip checkpoint that only pickle loads is refused, in a few words, with the opt-in:
-    the globals it names that are not allow-listed; None when it is no valid pickle at all."""
+    """Why a checkpoint only pickle loads is refused; None when its pickle does not parse."""
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 - its pickle does not parse: a damaged file
@@ -198,15 +180,13 @@ def _needs_pickle(path: Path) -> Optional[str]:
 
 
 def _check_archive_sizes(path: Path) -> None:
-    """Refuse a zip checkpoint whose entries declare more bytes than the file holds (torch stores
-    them uncompressed), before any is unpacked: a damaged file, or a zip bomb."""
+    """Refuse a zip checkpoint declaring more bytes than the file holds (damage, or a bomb)."""
     try:
         with zipfile.ZipFile(path) as archive:
             declared = sum(entry.file_size for entry in archive.infolist())
     except (zipfile.BadZipFile, OSError):
         return  # torch's reader names the damage
-    size = path.stat().st_size
-    if declared > size:
+    if declared > (size := path.stat().st_size):
         raise CorruptCheckpoint(
             path,
             f"it is corrupt or hostile: its zip entries unpack to {declared:,} bytes, more than "
@@ -215,16 +195,12 @@ def _check_archive_sizes(path: Path) -> None:
 
 
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
-    """``torch.load`` on the CPU, or one :class:`CorruptCheckpoint` / :class:`UnsafeCheckpoint`."""
-    archive = zipfile.is_zipfile(path)
-    if archive:
+    if archive := zipfile.is_zipfile(path):
         _check_archive_sizes(path)
     mmap = mmap and archive  # legacy-format files cannot be memory-mapped
     try:
-        if allow_pickle:
-            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-        with _weights_only_enforced():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        with contextlib.nullcontext() if allow_pickle else _weights_only_enforced():
+            return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
     except pickle.UnpicklingError as error:
         unsafe = None if allow_pickle or not archive else _needs_pickle(path)
         if unsafe is None:
@@ -235,13 +211,11 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
 
 
 def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optional[str]:
-    """Why the checkpoint at ``path`` does not load, in a few words, or None when it loads (the
-    tensors memory-mapped, not read; one that needs pickle loads only with ``allow_pickle``)."""
-    path = Path(path)
-    if not path.is_file():
+    """Why the checkpoint at ``path`` does not load, or None (its tensors mapped, not read)."""
+    if not Path(path).is_file():
         return "the file does not exist"
     try:
-        _torch_load(path, allow_pickle=False, mmap=True)
+        _torch_load(Path(path), allow_pickle=False, mmap=True)
     except CorruptCheckpoint as err:
         return err.reason
     except UnsafeCheckpoint as err:
@@ -250,8 +224,7 @@ def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optiona
 
 
 def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
-    """The checkpoint's dictionary, on the CPU, loaded without running any code it may carry
-    (module docstring); a file that does not load is one :class:`CorruptCheckpoint`."""
+    """The checkpoint's dictionary on the CPU, loaded without pickle unless ``allow_pickle``."""
     path = Path(path)
     check_checkpoint_file(path)
     if allow_pickle:
@@ -264,7 +237,6 @@ def load_checkpoint_file(path: PathLike, *, allow_pickle: bool = False) -> dict:
 
 
 def _state_dict(checkpoint: dict, path: PathLike) -> dict:
-    """The checkpoint's ``state_dict``, or one error naming what the file holds instead."""
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         held = sorted(map(str, checkpoint))[:8] if isinstance(checkpoint, dict) else None
         raise ConfigError(
@@ -275,8 +247,7 @@ def _state_dict(checkpoint: dict, path: PathLike) -> dict:
 
 
 def build_backbone(cfg: omegaconf.DictConfig) -> nn.Module:
-    """The backbone exactly as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data),
-    from ``cfg.backbone``, ``cfg.pretrain_method`` and ``cfg.data.dataset``."""
+    """The backbone as ``BaseMethod`` builds it (fc removed; CIFAR stem for CIFAR data)."""
     from solo.methods.base import BaseMethod
 
     backbone = BaseMethod._BACKBONES[cfg.backbone.name](cfg.pretrain_method, **cfg.backbone.kwargs)
@@ -303,8 +274,7 @@ def _load_backbone_state(backbone: nn.Module, state: dict, ckpt_path: PathLike) 
 
 @contextlib.contextmanager
 def _mismatch_named(ckpt_path: PathLike, model: str) -> Iterator[None]:
-    """A tensor of another shape than ``model``'s (``load_state_dict``'s RuntimeError) is one
-    ConfigError naming the first."""
+    """A tensor of another shape than ``model``'s is one ConfigError naming the first."""
     try:
         yield
     except RuntimeError as err:
@@ -320,8 +290,7 @@ def _mismatch_named(ckpt_path: PathLike, model: str) -> Iterator[None]:
 def load_backbone_weights(
     backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
 ) -> int:
-    """Load the ``backbone.*`` tensors of a pretraining checkpoint, every backbone key; returns
-    how many."""
+    """Load every ``backbone.*`` tensor of a pretraining checkpoint; returns how many."""
     if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
@@ -331,24 +300,15 @@ def load_backbone_weights(
 
 
 class PretrainedCheckpoint:
-    """The ``.ckpt`` file ``path`` with ``args``, the config it was trained with (or the path of
-    its ``args.json``; default: the one next to ``path``); ``allow_pickle``: as
-    :func:`load_checkpoint_file`."""
+    """The ``.ckpt`` ``path`` and ``args``, its config or args.json (default: beside it)."""
 
-    def __init__(
-        self,
-        path: PathLike,
-        args: Optional[Union[omegaconf.DictConfig, PathLike]] = None,
-        *,
-        allow_pickle: bool = False,
-    ):
-        self.path = Path(path)
+    def __init__(self, path: PathLike, args: Any = None, *, allow_pickle: bool = False):
+        self.path, self.allow_pickle = Path(path), allow_pickle
         if args is None:
             args = read_pretrain_args(self.path)
         elif not isinstance(args, omegaconf.DictConfig):
             args = _saved_args(Path(args))
         self.args: omegaconf.DictConfig = args
-        self.allow_pickle = allow_pickle
         self._method: Optional[nn.Module] = None
 
     @property
@@ -357,10 +317,8 @@ class PretrainedCheckpoint:
 
     @cached_property
     def state_dict(self) -> dict:
-        """The model's tensors (read once)."""
-        return _state_dict(
-            load_checkpoint_file(self.path, allow_pickle=self.allow_pickle), self.path
-        )
+        checkpoint = load_checkpoint_file(self.path, allow_pickle=self.allow_pickle)
+        return _state_dict(checkpoint, self.path)
 
     def backbone(self) -> nn.Module:
         """The pretrained backbone (every backbone key loaded)."""
@@ -379,8 +337,7 @@ class PretrainedCheckpoint:
         return methods[self.method_name]
 
     def method(self) -> nn.Module:
-        """The whole pretrained method (projector and heads included), every key loaded strictly,
-        in eval mode; built once, then shared by every caller."""
+        """The whole pretrained method, every key loaded strictly, in eval mode; built once."""
         if self._method is None:
             model = self.method_class()(self.args)
             with _mismatch_named(self.path, f"the {self.method_name} its args.json builds"):

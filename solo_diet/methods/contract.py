@@ -1,7 +1,4 @@
-"""The method contract: what the launchers, ``solo-diet compare`` and the tests may ask a method
-(docs/adding-a-method.md has a line per field); and the registration of the plugin methods into
-solo-learn's method registry (:func:`register`), which checks each class's contract.
-"""
+"""The method contract (docs/adding-a-method.md) and :func:`register`, which checks it."""
 
 from __future__ import annotations
 
@@ -22,16 +19,13 @@ from solo_diet.methods import PLUGIN_FACTORIES
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# ``extra_evaluations``' first argument: a ``solo_diet.methods.checkpoint.PretrainedCheckpoint``
-# (not imported: loading a checkpoint registers the methods, which checks their contracts)
+# ``extra_evaluations``' first argument, a ``PretrainedCheckpoint`` (not imported: no cycle)
 Checkpoint = Any
 
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
-    """A representation ``solo-diet compare`` measures besides the backbone (columns
-    ``<name>_...``): ``features`` (a linear probe too with ``probe_overrides``) or ``codes`` (one
-    integer code per image, scored as a clustering)."""
+    """A representation compare measures besides the backbone: ``features`` or ``codes``."""
 
     name: str
     encoder: nn.Module
@@ -107,8 +101,7 @@ DEFAULT_CONTRACT = Contract()
 
 
 def method_contract(method_cls: type) -> Contract:
-    """The contract ``method_cls`` declares in its body, else the one its bases declare (all the
-    same one: two different ones are refused), else :data:`DEFAULT_CONTRACT`."""
+    """The contract ``method_cls`` or its bases declare, else :data:`DEFAULT_CONTRACT`."""
     own = method_cls.__dict__.get("contract")
     if own is not None:
         if not isinstance(own, Contract):
@@ -132,8 +125,7 @@ def method_contract(method_cls: type) -> Contract:
 
 
 def registered_class(method_cls: type, *, plugin: bool) -> type:
-    """Registration's check of ``method_cls``: its contract is well formed and, for a ``plugin``
-    class, declared in its own body. Returns the class, unchanged."""
+    """``method_cls``, its contract checked (a ``plugin`` declares its own)."""
     if plugin and "contract" not in method_cls.__dict__:
         raise ContractError(
             f"{method_cls.__module__}.{method_cls.__qualname__} declares no method contract: add "
@@ -145,9 +137,7 @@ def registered_class(method_cls: type, *, plugin: bool) -> type:
 
 
 def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional[Any]:
-    """``method_cls``'s declared ``kwargs`` built from ``cfg.method_kwargs``, each key checked by
-    its field (an unknown key refused naming the closest, an old one of ``renamed_method_kwargs``
-    naming its new name); None for a class that declares none."""
+    """``method_cls``'s ``kwargs`` parsed from ``cfg.method_kwargs``; None if it declares none."""
     schema = method_contract(method_cls).kwargs
     if schema is None:
         return None
@@ -163,10 +153,7 @@ def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional
 
 
 class DeclaredKwargs:
-    """Mixin of our method classes, first among their bases: ``self.hp``, the contract's
-    ``kwargs`` parsed once from ``cfg.method_kwargs`` (:func:`parse_method_kwargs`) before
-    solo-learn's ``BaseMethod.__init__`` builds the backbone, and written back whole so that
-    ``args.json`` rebuilds the model. The method reads ``self.hp``, never ``cfg.method_kwargs``."""
+    """Mixin: ``self.hp`` parsed once before ``BaseMethod.__init__``, written back for args.json."""
 
     hp: Any
 
@@ -179,9 +166,7 @@ class DeclaredKwargs:
 
 
 def plugin_methods() -> dict[str, type]:
-    """Every class that a module of this package (``solo_diet/methods/<module>.py``, not
-    ``_private``) defines with ``registered_as = "<name>"`` in its body, and every entry point of
-    the ``solo_diet.methods`` group (a package of one's own: the entry point's name), by name."""
+    """{name: class} of this package's ``registered_as`` classes and the group's entry points."""
     declared: list[tuple[str, type]] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
         if info.name.startswith("_"):
@@ -221,9 +206,7 @@ def _add(methods_module, classes: Mapping[str, type]) -> list[str]:
 
 
 class _KeysNamed:
-    """A plugin backbone factory whose errors name ``backbone.kwargs.<argument>`` where the core's
-    name the argument (solo-learn passes ``backbone.kwargs`` as keyword arguments). Picklable, as
-    the factory it wraps (a model keeps its factory)."""
+    """A backbone factory whose errors name ``backbone.kwargs.<argument>``; picklable."""
 
     def __init__(self, factory: Callable[..., Any]):
         self.__wrapped__ = factory  # inspect.signature reads the factory's own
@@ -234,9 +217,7 @@ class _KeysNamed:
 
 
 def register() -> list[str]:
-    """Add every plugin method and generated twin to ``solo.methods.METHODS``, the plugin
-    backbones to ``BaseMethod._BACKBONES`` and ``lars_foreach`` to the optimizers of ``BaseMethod``
-    and ``LinearModel``. Idempotent; returns the registered names."""
+    """Register the plugin methods, twins, backbones and ``lars_foreach``; returns the names."""
     require_solo()
     import solo.methods as methods_module
     from solo.methods.base import BaseMethod

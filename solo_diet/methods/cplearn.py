@@ -1,6 +1,4 @@
-"""CPLearn as a solo-learn method (Sansone et al., ICML 2025): wiring of ``solo_diet.nn.cplearn``
-(projector, codes, temperature) and ``solo_diet.losses.cplearn`` (loss, diagnostics).
-"""
+"""CPLearn as a solo-learn method (Sansone et al., ICML 2025)."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CPLearnKwargs:
-    """CPLearn's ``method_kwargs`` (the defaults are the fields'; one line each in
-    docs/methods/cplearn.md): f is ``proj_hidden_dim``, c ``proj_output_dim``."""
+    """CPLearn's ``method_kwargs`` (docs/methods/cplearn.md)."""
 
     proj_hidden_dim: int = setting(2048, minimum=1, hint="It is f, the rows of the code matrix W.")
     proj_output_dim: int = setting(16384, minimum=2, hint="It is c, the number of codes.")
@@ -62,8 +59,7 @@ class CPLearnKwargs:
 
 
 class ForwardOutput(torch.nn.Module):
-    """Output ``key`` of a method model's forward (``h``: CPLearn's embedding), or with ``argmax``
-    its argmax code id, one column (``z``: the code logits)."""
+    """Output ``key`` of a model's forward, or with ``argmax`` its argmax code id."""
 
     def __init__(self, method_model: torch.nn.Module, key: str, argmax: bool = False):
         super().__init__()
@@ -77,9 +73,7 @@ class ForwardOutput(torch.nn.Module):
 def cplearn_representations(
     checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
-    """Contract hook ``extra_evaluations``: the argmax codes as a clustering (``codes_*``) and
-    the embedding H as features (``embedding_*``; its RankMe reads the dimensional collapse the
-    CPLearn paper, §3.2, rules out)."""
+    """Contract hook ``extra_evaluations``: the argmax codes and the embedding H."""
     model = checkpoint.method()
     return [
         ExtraRepresentation("codes", ForwardOutput(model, "z", argmax=True), kind="codes"),
@@ -135,8 +129,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         return out
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CPLearn loss between the two views' code logits + online probe; logs collapse
-        monitors."""
+        """CPLearn loss of the two views' code logits + online probe; logs collapse monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
         terms = cplearn_loss_terms(z_a, z_b, **self.loss_options)
@@ -154,8 +147,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         return out
 
     def on_validation_epoch_end(self):
-        """Logs ``val_cluster_*`` (NMI, AMI, ARI, Hungarian accuracy, codes used, ...) of the
-        argmax codes over the whole validation split, gathered from every rank."""
+        """Logs ``val_cluster_*`` of the argmax codes over the whole validation split."""
         if self._val_codes and not self.trainer.sanity_checking:
             codes = self.all_gather(torch.cat(self._val_codes)).flatten().cpu()
             targets = self.all_gather(torch.cat(self._val_targets)).flatten().cpu()

@@ -1,5 +1,4 @@
-"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2), or any label
-source."""
+"""DIET as a solo-learn method: every image is its own class (DIET paper, Eq. 2)."""
 
 from __future__ import annotations
 
@@ -54,14 +53,12 @@ class DIET(IndexMethod):
         return F.normalize(z, dim=-1) if self.hp.normalize else z
 
     def head_logits(self, z: torch.Tensor) -> torch.Tensor:
-        """``W_H z`` in float32 whatever the autocast, as CPLearn's code logits: the DIET and s-DIET
-        papers train in float32, and bf16's 8-bit mantissa would round the R-way logits."""
+        """``W_H z`` in float32 whatever the autocast (bf16 would round the R-way logits)."""
         with torch.autocast(device_type=z.device.type, enabled=False):
             return self.head(z.to(self.head.weight.dtype))
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """DIET loss over every labelled view (target: its label id, by default its datum index) +
-        online probe. Args: batch, solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
+        """DIET loss over every labelled view + online probe; returns the loss."""
         indexes, targets = batch[0], batch[2]
         check_sample_indexes(indexes, self.hp.num_samples)
 

@@ -1,11 +1,6 @@
-"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head in closed form
-(Birth-of-SSL paper, Lemma 1).
-
-The head is never stored: for each (global) batch,
-``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2`` is solved exactly, so only ``lam`` is
-left (Birth-of-SSL paper, Lemma 1, Eq. 2). ``Y`` comes from a label source (``solo_diet.labels``):
-the datum index (SSL, needs >= 2 views per datum), the class, a mix or groups.
-"""
+"""DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head solved in closed form
+for each (global) batch, ``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2`` (Birth-of-SSL
+paper, Lemma 1, Eq. 2); ``Y`` from a label source (``solo_diet.labels``)."""
 
 from __future__ import annotations
 
@@ -51,8 +46,7 @@ class DIETCF(LabelledProjectionMethod):
     hp: DIETCFKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Closed-form-head loss over all views of the global batch + online probe. Args: batch,
-        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
+        """Closed-form-head loss over every view of the global batch + online probe."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
         loss = closed_form_head_loss(torch.cat(views), ids, self.hp.lam)

@@ -1,10 +1,6 @@
 """Graph-VICReg as a solo-learn method: VICReg over the label graph of any label source
-(Birth-of-SSL paper, Cor. 1).
-
-Positive pairs are the views sharing an id (``solo_diet.labels``); with the datum index and two
-views this is solo-learn's VICReg exactly. ``label_norm_power`` is our knob for the label imbalance
-the Birth-of-SSL paper's abstract mentions (it gives no rule).
-"""
+(Birth-of-SSL paper, Cor. 1); with the datum index and two views it is solo-learn's VICReg.
+``label_norm_power`` is our knob for label imbalance (the paper gives no rule)."""
 
 from __future__ import annotations
 
@@ -44,8 +40,7 @@ class GraphVICReg(LabelledProjectionMethod):
     hp: GraphVICRegKwargs
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Graph-VICReg over all views of the global batch + online probe. Args: batch,
-        solo-learn's ``(indexes, views, targets)``. Returns: the loss."""
+        """Graph-VICReg over every view of the global batch + online probe; returns the loss."""
         out = super().training_step(batch, batch_idx)
         views, ids = self.gathered_views_and_ids(out, batch)
         hp = self.hp

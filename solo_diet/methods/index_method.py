@@ -1,8 +1,4 @@
-"""The base of index-based methods (DIET, s-DIET, DIET-CF, Graph-VICReg): what they share, once:
-the label source (``solo_diet.labels``, by default the dataset index), the optional ReLU MLP
-projector giving ``z``, the shared ``method_kwargs`` (:class:`IndexKwargs`) and contract
-(``uses_sample_indexes``: ``solo-diet pretrain`` sets ``num_samples``).
-"""
+"""The base of the index-based methods: label source, optional projector, kwargs and contract."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ from solo_diet.labels import LABEL_DEFAULTS, LabelSource, check_range, label_sou
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 from solo_diet.nn import mlp_projector
 
-# the arguments of the label source and the sampler check (solo_diet.labels, solo_diet.samplers)
-# and the keys that set them: the core's errors name the arguments, `core_errors_named` the keys
+# the core arguments of the label source and sampler check, and the keys that set them
 INDEX_ARGUMENT_KEYS = {
     "kwargs": "method_kwargs",
     "source": "method_kwargs.labels",
@@ -37,8 +32,7 @@ INDEX_ARGUMENT_KEYS = {
 
 @dataclass(frozen=True)
 class IndexKwargs:
-    """The ``method_kwargs`` every index-based method shares (the defaults are the fields'; one
-    line each in docs/methods/diet.md): N, the label source and the ReLU MLP projector."""
+    """The ``method_kwargs`` every index-based method shares (docs/methods/diet.md)."""
 
     num_samples: int = setting(
         None,
@@ -58,8 +52,7 @@ class IndexKwargs:
 
 @dataclass(frozen=True)
 class LabelledProjectionKwargs(IndexKwargs):
-    """:class:`IndexKwargs` of a method comparing views by label id: ``labels=index`` needs two
-    views per datum."""
+    """:class:`IndexKwargs`, where ``labels=index`` needs two views per datum."""
 
     def checked(self, cfg: omegaconf.DictConfig) -> "LabelledProjectionKwargs":
         """``labels=index`` with at least two views per datum."""
@@ -74,9 +67,7 @@ class LabelledProjectionKwargs(IndexKwargs):
 
 
 def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
-    """Returns the label source ``hp`` asks for (``solo_diet.labels``; ``cfg`` gives
-    ``data.num_classes`` and ``data.no_labels``): a bad source, an unreadable groups file or class
-    labels on an unlabelled dataset is one ConfigError naming the ``method_kwargs`` key."""
+    """The label source ``hp`` asks for; a bad one is a ConfigError naming its key."""
     has_labels = not omegaconf_select(cfg, "data.no_labels", False)
     num_classes = omegaconf_select(cfg, "data.num_classes", None)
     try:
@@ -96,9 +87,7 @@ DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
 
 
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
-    """Refuse dataset indices outside ``[0, num_samples)`` naming ``method_kwargs.num_samples``: an
-    ``IndexError`` on the host, an asynchronous device assert on a GPU, so the step never waits
-    (:func:`solo_diet.labels.check_range`; ``CUDA_LAUNCH_BLOCKING=1`` names the step)."""
+    """Refuse dataset indices outside ``[0, num_samples)`` (on a GPU: a device assert)."""
     with core_errors_named(INDEX_ARGUMENT_KEYS):
         check_range(
             indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
@@ -152,8 +141,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         return self.projector(feats)
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Args: X, a batch of images. Returns: solo-learn's outputs (``feats``, the probe's
-        ``logits``) and ``z``."""
+        """Args: X, images. Returns: solo-learn's outputs (``feats``, ``logits``) and ``z``."""
         out = super().forward(X)
         out["z"] = self.head_input(out["feats"])
         return out
@@ -166,9 +154,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
 
 
 class LabelledProjectionMethod(IndexMethod):
-    """An index-based method whose loss compares the views of the global batch by label id
-    (``diet_cf``, ``graph_vicreg``). Keys: :class:`IndexMethod`'s (``self.hp``:
-    :class:`LabelledProjectionKwargs`; ``labels=index`` needs >= 2 views per datum)."""
+    """An index-based method comparing the views by label id. Keys: :class:`IndexMethod`'s."""
 
     hp: LabelledProjectionKwargs
 

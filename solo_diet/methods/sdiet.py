@@ -1,10 +1,6 @@
-"""s-DIET as a solo-learn method: cross-entropy over the resident head rows (s-DIET paper, §5).
-
-The ``N x D`` head and its optimiser state live in a :class:`solo_diet.rowstore.RowStore`, outside
-the module's parameters, torch optimiser and DDP; the head step is
-:class:`solo_diet.rowhead.RowHead`, the data order of multi-batch CE (``rows_per_step = m``, §5.2)
-:class:`solo_diet.samplers.SuperBatchOrder`, both torch-only. docs/methods/sdiet.md tells the rest.
-"""
+"""s-DIET as a solo-learn method (s-DIET paper, §5): the head and its optimiser state live in a
+``RowStore`` outside the module's parameters and DDP, stepped by ``RowHead`` in the order of
+``SuperBatchOrder`` (docs/methods/sdiet.md)."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ def _optimizer_kwarg(name: str, default: Any) -> Callable[[omegaconf.DictConfig]
 
 @dataclass(frozen=True)
 class SDIETKwargs(IndexKwargs):
-    """s-DIET's ``method_kwargs``, besides :class:`IndexKwargs` (one line each in
-    docs/methods/sdiet.md; ``rows_per_step`` is m of multi-batch CE, s-DIET paper, §5.2)."""
+    """s-DIET's ``method_kwargs`` besides :class:`IndexKwargs` (docs/methods/sdiet.md)."""
 
     label_smoothing: float = setting(0.8, within=(0.0, 1.0))
     temperature: float = setting(1.0, within=(1e-6, math.inf))
@@ -79,8 +74,7 @@ class SDIETKwargs(IndexKwargs):
     row_sharding: str = setting("none", choices=("none", "node"))
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SDIETKwargs":
-        """The head's betas, and what s-DIET refuses together: disk rows without a folder; eager
-        steps or super-batches with labels other than ``index``; more than one view per sample."""
+        """The head's betas and the combinations s-DIET refuses."""
         betas = self.head_betas
         betas = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else []
         if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
@@ -141,17 +135,15 @@ class SDIET(IndexMethod):
             else RowSGDW(hp.head_weight_decay, hp.head_momentum)
         )
         self.row_head = RowHead(hp.rows_per_step, hp.label_smoothing, hp.temperature, hp.prefetch)
-        # plain attributes: not parameters or buffers, so Lightning never moves, syncs or saves them
+        # plain attributes: Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
         self._pending_snapshot: Optional[dict] = None
-        # the data order: found on the trainer's train dataloader at train start (or set by hand)
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
         self.batch_order = SuperBatchOrder(hp.rows_per_step)
 
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
-        """Contract hook ``train_batch_sampler``, called before the model is built. Args: the
-        run's cfg and training set. Returns: its seeded super-batch order (split over DDP ranks)."""
+        """Contract hook ``train_batch_sampler``: the seeded super-batch order of ``dataset``."""
         return SuperBatchSampler(
             len(dataset),
             cfg.optimizer.batch_size,
@@ -168,10 +160,7 @@ class SDIET(IndexMethod):
 
     @property
     def row_store(self) -> RowStore:
-        """The head rows and their optimiser state, created on first use on the module's device;
-        under DDP a ``cpu``/``disk`` store is shared by the processes of a node (created
-        collectively).
-        """
+        """The head rows and their optimiser state, made on first use."""
         if self._row_store is None:
             hp, placement = self.hp, self.hp.row_placement
             node = self.trainer.node_rank if self._trainer is not None else 0
@@ -184,10 +173,8 @@ class SDIET(IndexMethod):
                 )
             directory = hp.row_dir
             if directory and self._trainer is not None and self.trainer.num_nodes > 1:
-                # over several nodes each keeps its row files in its own subfolder of row_dir
                 directory = os.path.join(directory, f"node{node}")
             shard = self._node_shard(node, sharing)
-            # sharded: each node's rows only (rowstore.shards), exchanged at every load
             store_class = RowStore if shard is None else ShardedRowStore
             self._row_store = store_class(
                 self.label_source.num_rows,
@@ -208,9 +195,7 @@ class SDIET(IndexMethod):
         return self._row_store
 
     def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
-        """This node's part of the rows with ``row_sharding=node`` over several nodes (one
-        process per node serves them, the shared store's writer; with ``gpu`` placement each process
-        holds a part), else None."""
+        """This node's part of the rows with ``row_sharding=node`` over several nodes, else None."""
         trainer = self._trainer
         if self.hp.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
             return None
@@ -219,20 +204,17 @@ class SDIET(IndexMethod):
         return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
-        """``z``: the L2-normalised projector output. The head rows are not parameters (our choice:
-        the s-DIET paper's Listing 1 updates them by hand)."""
+        """``z``: the L2-normalised projector output (rows stepped by hand, as Listing 1)."""
         return F.normalize(self.projector(feats), dim=-1)
 
     def head_lr(self) -> float:
-        """The backbone param group's current (scheduled) lr; the configured lr outside a Trainer
-        (our choice; the s-DIET paper is silent)."""
+        """The backbone group's scheduled lr (outside a Trainer: the configured one; our choice)."""
         if self._trainer is None or not self.trainer.optimizers:
             return self.lr
         return self.trainer.optimizers[0].param_groups[0]["lr"]
 
     def on_train_start(self) -> None:
-        """Finds the SuperBatchSampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit, B
-        the global batch (our choice for DDP; s-DIET paper, §5.2)."""
+        """Finds the sampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit (§5.2)."""
         super().on_train_start()
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
@@ -244,8 +226,7 @@ class SDIET(IndexMethod):
         self.row_store.eager_steps = max(steps, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
-        """The super-batch of this global batch; without a SuperBatchSampler the batch itself (m
-        = 1), its indices checked here (the sampler's are in range and distinct by construction)."""
+        """This global batch's super-batch (no SuperBatchSampler: the batch, checked)."""
         sampler = self.super_batch_sampler
         if sampler is not None:
             steps = math.inf if self._trainer is None else self.trainer.num_training_batches
@@ -259,24 +240,20 @@ class SDIET(IndexMethod):
         return SuperBatch(indexes, 0, 1, None)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CE over the head rows of the batch's label ids, a hand-made update of them all, online
-        probe; the forward is queued first, so the host's row work overlaps it."""
+        """CE over the batch's head rows, stepped by hand, + online probe; returns the loss."""
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])
         lr = self.head_lr()
         if self.label_source.source == "index":
-            # multi-batch CE over the super-batch rows (m = 1: batch CE); gathering the indices is
-            # a collective: every process has loaded the previous step's rows before a shared
-            # store's writer stores them (rowstore.tables)
+            # a collective: every process has loaded the previous rows before the writer stores them
             indexes = concat_all_gather_no_grad(indexes)
             super_batch = self._super_batch(indexes, batch_idx)
             loss = self.row_head.index_step(self.row_store, z, super_batch, lr, batch_idx)
         else:  # batch CE over the distinct label rows, lazy zero-gradient steps
             ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
             loss = self.row_head.labelled_step(self.row_store, z, ids, lr)
-        # the lr as a device tensor made by a fill kernel: logging a Python float would copy it
-        # host -> device and wait for the stream every step
+        # a device tensor by a fill kernel: a logged float would copy host -> device each step
         head_lr = torch.full((), lr, device=z.device)
         self.log_dict(
             {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
@@ -284,26 +261,21 @@ class SDIET(IndexMethod):
         return loss + online_probe_loss(targets, out["loss"])
 
     def on_train_epoch_end(self) -> None:
-        """Epoch boundary: the last batch's order check; the last write-back completes on every
-        process before the next epoch reads."""
+        """The last batch's order check; the last write-back lands before the next epoch."""
         self.batch_order.check_pending()
         self.row_store.synchronize()
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        """The rows, their optimiser state and counters travel with the checkpoint (exact
-        resume); only global rank 0 keeps them (sharded, the others send it their rows)."""
-        keep = self._trainer is None or self.trainer.is_global_zero
-        if isinstance(self.row_store, ShardedRowStore):
-            state = self.row_store.state_dict(keep=keep)
-        elif keep:
-            state = self.row_store.state_dict()
+        """The rows, state and counters go with the checkpoint (global rank 0 keeps them)."""
+        keep, store = self._trainer is None or self.trainer.is_global_zero, self.row_store
+        state = store.state_dict(keep=keep) if isinstance(store, ShardedRowStore) else None
         if keep:
-            checkpoint[CHECKPOINT_KEY] = state
+            checkpoint[CHECKPOINT_KEY] = state or store.state_dict()
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         """The rows saved by :meth:`on_save_checkpoint`, loaded now or when the store is made."""
         snapshot = checkpoint.get(CHECKPOINT_KEY)
         if snapshot is not None and self._row_store is not None:
             self._row_store.load_state_dict(snapshot)
-        elif snapshot is not None:
-            self._pending_snapshot = snapshot  # loaded when the store is created
+        elif snapshot is not None:  # loaded when the store is created
+            self._pending_snapshot = snapshot

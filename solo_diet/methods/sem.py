@@ -1,11 +1,6 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023) as a ``<name>_sem`` twin of every method: SEM
-sits between the backbone and the method's projector (or DINO head's MLP), paper §3
-(docs/methods/sem.md tells how a twin declares its width).
-
-``SEM<M>`` is ``(_SEMTwin, M)``: ``M``'s body builds its projector/head for ``features_dim`` = L*V;
-the twin wraps that slot as ``SEMThenHead(embedder, original)`` (a copy-initialised momentum
-embedder in a momentum slot) and gives the online classifier D, or the SEM probe.
-"""
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
+``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
+twin wraps that slot as ``SEMThenHead(embedder, original)`` (docs/methods/sem.md)."""
 
 from __future__ import annotations
 
@@ -53,9 +48,7 @@ class SEMUnsupported(ValueError):
 
 
 def sem_refusal(name: str, method_cls: type) -> str | None:
-    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None if it
-    does; a method opts out by its contract's ``sem_unsupported``.
-    """
+    """Why ``method_cls`` (registered as ``name``) gets no ``<name>_sem`` twin, or None."""
     if name in REFUSED:
         return REFUSED[name]
     if not (isinstance(method_cls, type) and issubclass(method_cls, BaseMethod)):
@@ -66,8 +59,7 @@ def sem_refusal(name: str, method_cls: type) -> str | None:
 
 
 class _BackbonesForMethod:
-    """solo-learn's backbone registry as a twin reads it (``_BACKBONES[name]``): factories get the
-    base method's name."""
+    """solo-learn's backbone registry for a twin: factories get the base method's name."""
 
     def __init__(self, method_name: str):
         self.method_name = method_name
@@ -83,8 +75,7 @@ def _build_backbone(
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
-    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (``head.mlp`` for
-    DINO)."""
+    """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (DINO: ``head.mlp``)."""
     for online, momentum in _SLOTS:
         module = getattr(model, online, None)
         if isinstance(module, nn.Module):
@@ -98,8 +89,7 @@ def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
 
 
 def _reads_width(slot: nn.Module, model: nn.Module, width: int) -> bool:
-    """The slot's first Linear takes ``width`` inputs; a parameter-free slot (``nn.Identity``
-    projector, as DIET's default) passes SEM on to a later Linear that does."""
+    """Whether the slot's first Linear (or a later one, past an Identity) takes ``width`` inputs."""
     first = next((m.in_features for m in slot.modules() if isinstance(m, nn.Linear)), None)
     if first is None:
         return any(isinstance(m, nn.Linear) and m.in_features == width for m in model.modules())
@@ -111,8 +101,7 @@ def _with_sem_representation(
     checkpoint: PretrainedCheckpoint,
     settings: Mapping[str, Any],
 ) -> list[ExtraRepresentation]:
-    """A twin's ``extra_evaluations``: the base method's, then the SEM representation at
-    ``settings["sem_tau"]`` (None: ``probe_tau``) with its own linear probe."""
+    """A twin's ``extra_evaluations``: the base method's, then the SEM representation."""
     tau = settings.get("sem_tau")
     probe = ("++probe=sem",) + (() if tau is None else (f"++sem_tau={tau}",))
     sem = ExtraRepresentation("sem", sem_feature_extractor(checkpoint, tau=tau), "features", probe)
@@ -120,8 +109,7 @@ def _with_sem_representation(
 
 
 def twin_contract(base: Contract) -> Contract:
-    """A twin's contract: the base method's, with ``method_kwargs.sem`` among its kwargs and the
-    SEM representation measured too."""
+    """A twin's contract: the base method's, with ``method_kwargs.sem`` and the SEM probe."""
     return replace(
         base,
         kwargs=None if base.kwargs is None else with_sem(base.kwargs),
@@ -229,8 +217,7 @@ class _SEMTwin:
         return self._forward_recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        """Large crop 0 at ``tau_online``; without a momentum branch the others at ``tau_target``
-        (the official per-view temperatures; SEM paper, §3.1)."""
+        """Crop 0 at ``tau_online``, the others at ``tau_target`` (SEM paper, §3.1)."""
         sem = self.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
@@ -240,8 +227,7 @@ class _SEMTwin:
         return out
 
     def on_train_batch_end(self, outputs: Any, batch: Sequence[Any], batch_idx: int) -> None:
-        """Logs simplex statistics of the step's large crops (paper §3.1, Fig. 2b): a hook, so
-        the twin runs its base method's step (and its same-math substitutes)."""
+        """Logs the step's simplex statistics (SEM paper, §3.1, Fig. 2b)."""
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
@@ -282,10 +268,7 @@ def sem_feature_extractor(
     cfg: omegaconf.DictConfig | str | Path | None = None,
     tau: float | None = None,
 ) -> SEMFeatureExtractor:
-    """Backbone + online embedder of a ``<name>_sem`` checkpoint, in eval mode, as a probe
-    backbone (every key loaded); ``cfg``: the pretraining config or its ``args.json`` (default:
-    beside the checkpoint); ``tau``: default ``method_kwargs.sem.probe_tau`` (0 = one-hot).
-    """
+    """A ``<name>_sem`` checkpoint's backbone + online embedder in eval mode, a probe backbone."""
     if not isinstance(checkpoint, PretrainedCheckpoint):
         checkpoint = PretrainedCheckpoint(checkpoint, cfg)
     if not issubclass(checkpoint.method_class(), _SEMTwin):

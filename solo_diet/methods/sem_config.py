@@ -47,8 +47,7 @@ class SEMKwargs:
 
 
 def with_sem(kwargs: type) -> type:
-    """The kwargs dataclass of a twin of a method declaring ``kwargs``: those and ``sem``, each
-    checked by its own ``checked``."""
+    """The kwargs dataclass of a twin: the base method's ``kwargs`` and ``sem``."""
 
     def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
         base = getattr(kwargs, "checked", None)
@@ -73,8 +72,7 @@ class SEMOnlyKwargs:
 
 
 def parse_sem_only(cfg: omegaconf.DictConfig) -> SEMOnlyKwargs:
-    """Args: a solo-learn method's twin's cfg. Returns: its ``method_kwargs.sem`` parsed and
-    checked, once, and written back whole for ``args.json``."""
+    """A solo-learn method's twin's ``method_kwargs.sem``, parsed, checked and written back."""
     parsed = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
     write_section(cfg, "method_kwargs.sem", parsed)
     return SEMOnlyKwargs(parsed)

@@ -1,12 +1,7 @@
-"""Same-math substitutes for the parts of solo-learn's training step that wait on the GPU
-(docs/data-path.md lists each): ``lars_foreach`` for ``LARS``, :class:`ForeachMomentumUpdater` for
-``MomentumUpdater``, and per model instance the steps and queue writes that read back from it.
-
-Only an instance whose class runs solo-learn's own method is substituted (SEM twins qualify);
-nothing here assigns into a solo-learn module. The instance substitutes are
-:class:`InstanceSubstitute` objects, not ``types.MethodType`` (which pickles as a lookup by name),
-so a deep copy or a pickle of the model keeps them.
-"""
+"""Same-math substitutes for the parts of solo-learn's step that wait on the GPU (docs/data-path.md
+lists each): ``lars_foreach``, :class:`ForeachMomentumUpdater`, and per model instance the steps and
+queue writes that read back. Only instances of solo-learn's own methods (and their SEM twins) are
+substituted, by picklable :class:`InstanceSubstitute` objects; no solo-learn module is touched."""
 
 from __future__ import annotations
 
@@ -43,9 +38,8 @@ SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
-    """solo-learn's ``MomentumUpdater`` (same tau schedule, same EMA floats) with ``_foreach``
-    ops; once an update has seen the device, ``cur_tau`` reads as a 0-dim tensor there, so
-    ``self.log("tau", cur_tau)`` copies nothing host -> device."""
+    """solo-learn's ``MomentumUpdater`` with ``_foreach`` ops; ``cur_tau`` is a device tensor once
+    used."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
@@ -71,9 +65,7 @@ class ForeachMomentumUpdater(MomentumUpdater):
 
 
 def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """Swap, on a built solo-learn method, ``lars`` for ``lars_foreach``, a ``MomentumUpdater``
-    for a :class:`ForeachMomentumUpdater` and the read-backs of its own step, when
-    ``performance.foreach_substitutes`` is on; returns one description per substitute made."""
+    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours."""
     if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
@@ -111,8 +103,7 @@ WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_si
 
 
 def device_randperm(n: int, device: torch.device) -> Tensor:
-    """``torch.randperm(n)`` from the host generator (solo-learn's numbers), on ``device``
-    without a wait."""
+    """``torch.randperm(n)`` from the host generator, on ``device`` without a wait."""
     permutation = torch.randperm(n)
     if device.type != "cuda":
         return permutation.to(device)
@@ -145,8 +136,7 @@ class StepSubstitute(InstanceSubstitute):
 
 
 def vicreg_step(model: VICReg, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """VICReg's step (the VICReg paper's loss, solo-learn's weights) with the covariance term of
-    :func:`~solo_diet.losses.decorrelation.vicreg_covariance_loss`."""
+    """VICReg's step with the mask-free covariance term."""
     out = super(VICReg, model).training_step(batch, batch_idx)
     z1, z2 = out["z"]
     invariance = invariance_loss(z1, z2)
@@ -169,9 +159,7 @@ def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) 
 
 
 def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """W-MSE's step as solo-learn runs it: ``whitening_iters`` permutations
-    (:func:`device_randperm`) cut into slices of ``whitening_size`` rows, each slice whitened over
-    every large crop, the loss averaged over the pairs of large crops."""
+    """W-MSE's step as solo-learn runs it, its permutations drawn by :func:`device_randperm`."""
     out = super(WMSE, model).training_step(batch, batch_idx)
     views = torch.stack(out["z"])  # crops x batch x dim
     pairs = list(itertools.combinations(range(model.num_large_crops), 2))
@@ -199,8 +187,7 @@ STEP_SUBSTITUTES: dict[type, Callable] = {
 
 @torch.no_grad()
 def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
-    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One: the gathered
-    ``values`` (features, labels, dataset indexes) as rows of the queues."""
+    """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One."""
     writes = [(getattr(self, b), 0, gather(v)) for b, v in zip(QUEUE_BUFFERS, values)]
     enqueue_(self.queue_ptr, self.queue_size, writes)
 
@@ -231,8 +218,7 @@ def _qualified(obj: Union[Callable, type]) -> str:
 
 
 def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
-    """Swap, on one built solo-learn method, the parts of its step that read back from the GPU;
-    returns one description per substitute."""
+    """Swap a solo-learn method's step parts that read back; returns their descriptions."""
     made = []
     for cls, ours in STEP_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, "training_step"):

@@ -1,5 +1,4 @@
-"""Evaluation metrics for learned representations and code assignments (torch / numpy only):
-clustering scores and collapse diagnostics, RankMe and LiDAR, k-means."""
+"""Representation metrics (torch / numpy): clustering scores, collapse, RankMe, LiDAR, k-means."""
 
 from solo_diet.metrics.clustering import (
     adjusted_mutual_info,

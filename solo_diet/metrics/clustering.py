@@ -1,12 +1,6 @@
-"""Clustering scores of code assignments, collapse diagnostics of embeddings and the k-means that
-clusters frozen features for them (numpy / torch).
-
-The CPLearn paper reports NMI only (Tabs. 1-3); AMI, ARI, the accuracies, code usage and chance NMI
-are ours, because raw NMI grows with the number of codes. Cluster ids are arbitrary integers
-(argmax codes); scores follow scikit-learn's conventions (natural logs, arithmetic-mean
-normalisation for NMI / AMI) and are tested against it. k-means is Lloyd's (1982) with k-means++
-seeding (Arthur and Vassilvitskii, 2007), torch only (``solo-diet compare``'s clusters).
-"""
+"""Clustering scores of codes, collapse diagnostics and k-means (Lloyd with k-means++) of frozen
+features. The CPLearn paper reports NMI only; AMI, ARI, accuracies, code usage and chance NMI are
+ours; scores follow scikit-learn's conventions and are tested against it."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ def _int_labels(values: ArrayLike) -> np.ndarray:
 
 
 def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
-    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns); only used ids
-    appear."""
+    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns)."""
     labels, clusters = _int_labels(labels), _int_labels(clusters)
     if labels.shape != clusters.shape or labels.size == 0:
         raise ValueError(
@@ -64,12 +57,8 @@ def _log_factorials(n: int) -> np.ndarray:
 
 
 def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> float:
-    """E[MI] under the hypergeometric permutation model with fixed marginals (Vinh et al., 2010).
-
-    Sums over cell counts ``m`` from ``max(1, a + b - n)`` to ``min(a, b)`` for every pair of row
-    sum ``a`` and column sum ``b``; equal sums are grouped, so c = 16384 singleton codes cost one
-    term.
-    """
+    """E[MI] under the hypergeometric model with fixed marginals (Vinh et al., 2010), equal sums
+    grouped (16384 singleton codes cost one term)."""
     n = int(row_sums.sum())
     log_fact = _log_factorials(n)
     a_values, a_counts = np.unique(row_sums, return_counts=True)
@@ -100,8 +89,7 @@ def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
 
 
 def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for label-independent codes of any
-    c."""
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for random codes."""
     table = contingency_table(labels, clusters)
     if table.shape == (1, 1):
         return 1.0
@@ -155,8 +143,7 @@ def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: i
 def clustering_report(
     labels: ArrayLike, clusters: ArrayLike, chance_repeats: int = 5, seed: int = 0
 ) -> dict[str, float]:
-    """Every clustering score we report together: raw NMI next to AMI, ARI, accuracies, the number
-    of used codes, usage perplexity and permutation-chance NMI."""
+    """Every clustering score we report: NMI, AMI, ARI, accuracies, codes used, chance NMI."""
     usage = contingency_table(labels, clusters).sum(0)
     return {
         "nmi": normalized_mutual_info(labels, clusters),
@@ -173,13 +160,8 @@ def clustering_report(
 def embedding_spectrum(
     embeddings: ArrayLike, mode: str = "centered", pad_to: int = 2048
 ) -> torch.Tensor:
-    """Eigenvalues (descending, float64) of the embedding covariance: dimensional collapse
-    (Jing et al.).
-
-    ``centered``: covariance of the raw embeddings. ``released``: the official script's
-    preprocessing (one global min-max to [0, 1], zero-padding to ``pad_to`` columns, uncentred
-    second moment).
-    """
+    """Descending float64 eigenvalues of the embedding covariance (Jing et al.): ``centered``, or
+    ``released`` (the official script's min-max, zero-padding to ``pad_to``, uncentred)."""
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     if x.dim() != 2 or x.shape[0] < 2:
         raise ValueError(f"embeddings must be (N >= 2, d), got shape {tuple(x.shape)}")
@@ -275,8 +257,7 @@ def kmeans(
     tol: float = 1e-6,
     seed: int = 0,
 ) -> KMeansResult:
-    """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd's iterations (stopping when the
-    centroids move less than ``tol`` in total squared distance); the run of least inertia wins."""
+    """Seeded k-means: ``n_init`` k-means++ starts refined by Lloyd; the least inertia wins."""
     x = torch.as_tensor(features).detach().to("cpu", torch.float64)
     if x.dim() != 2 or not 1 <= k <= x.shape[0]:
         raise ValueError(

@@ -1,11 +1,4 @@
-"""RankMe and LiDAR: the rank of a representation (torch, float64).
-
-As reported for DIET in the s-DIET paper (§7.1, Tab. 7), which gives no formula: RankMe (Garrido et
-al., 2023) and LiDAR (Thilak et al., 2024), as defined in those papers. Both are exp(entropy) of a
-normalised spectrum: RankMe of the singular values of raw (uncentred) embeddings, LiDAR of the
-eigenvalues of the whitened between-class covariance of augmented views grouped by their clean
-sample (the surrogate class).
-"""
+"""RankMe and LiDAR, as the s-DIET paper reports for DIET (§7.1, Tab. 7)."""
 
 from __future__ import annotations
 
@@ -37,11 +30,8 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
 
 
 def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
-    """RankMe = exp(-sum_k p_k log p_k) with ``p_k = sigma_k / ||sigma||_1 + eps`` (Garrido et al.).
-
-    ``sigma`` are the singular values of the raw embeddings (no centring); the value lies in
-    ``[1, min(K, d)]`` up to the ``eps`` slack.
-    """
+    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps`` over the singular
+    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``."""
     sigma = singular_values(features)
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")
@@ -51,17 +41,10 @@ def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
 def lidar(
     features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
 ) -> float:
-    """LiDAR = exp(-sum_i p_i log p_i) over the eigenvalues of
-    ``Sigma_w^-1/2 Sigma_b Sigma_w^-1/2``.
-
-    ``features``: (n*q, d) embeddings of ``q`` augmented views of ``n`` clean samples;
-    ``labels_of_views``: (n*q,) the clean sample (surrogate class) of each row. With class means
-    ``mu_c`` and grand mean ``mu`` (mean of the class means):
-    ``Sigma_b = sum_c (mu_c - mu)(mu_c - mu)^T / (n - 1)``,
-    ``Sigma_w = sum_c sum_j (z_cj - mu_c)(z_cj - mu_c)^T / sum_c (q_c - 1) + delta I``
-    (``= n (q - 1)`` for equal ``q``), ``p_i = (lambda_i + eps) / sum_j (lambda_j + eps)``.
-    The value lies in ``[1, min(d, n - 1)]`` up to the ``eps`` slack (Thilak et al.).
-    """
+    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2
+    Sigma_b Sigma_w^-1/2`` of ``features`` (n*q, d), ``q`` views of ``n`` samples grouped by
+    ``labels_of_views`` (``Sigma_b`` over the class means, ``Sigma_w`` pooled + ``delta I``); in
+    ``[1, min(d, n - 1)]``."""
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to("cpu")
     if labels.numel() != z.shape[0]:

@@ -1,8 +1,6 @@
-"""CPLearn projector (CPLearn paper, Eq. 1 and §3.3): ``Linear -> BatchNorm1d -> squashing``
-gives the embedding ``H`` (n x f); the code logits are ``H @ W / tau``, ``W`` a frozen Rademacher
-dictionary (f x c, MAP encoding, Eq. 5) and ``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))``
-(§3, Lemma 1's extreme probability). Torch-only.
-"""
+"""CPLearn projector (CPLearn paper, Eq. 1, §3.3), torch-only: ``Linear -> BatchNorm1d ->
+squashing`` gives ``H``; code logits ``H @ W / tau``, ``W`` a frozen Rademacher dictionary (Eq. 5),
+``tau = f / (sqrt(n) * ln((1 - eps (c - 1)) / eps))`` (§3, Lemma 1)."""
 
 from __future__ import annotations
 
@@ -24,26 +22,20 @@ def logit_range(num_codes: int, eps: float = 1e-8) -> float:
 
 
 def code_temperature(embed_dim: int, batch_size: int, num_codes: int, eps: float = 1e-8) -> float:
-    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3 and Alg. 1), ``n`` the head's batch, ``f``
-    W's rows.
-    """
+    """``tau = f / (sqrt(n) L)`` (CPLearn paper, §3, Alg. 1), ``n`` the batch, ``f`` W's rows."""
     return embed_dim / (math.sqrt(batch_size) * logit_range(num_codes, eps))
 
 
 def rademacher_codes(embed_dim: int, num_codes: int, seed: int) -> torch.Tensor:
-    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5), fair signs from a generator seeded by ``seed``
-    only: every DDP rank builds the same W, other RNG use does not move it.
-    """
+    """Frozen ``W in {-1, +1}^{f x c}`` (Eq. 5) seeded by ``seed`` alone."""
     generator = torch.Generator().manual_seed(seed)
     bits = torch.randint(0, 2, (embed_dim, num_codes), generator=generator, dtype=torch.int8)
     return bits.float().mul_(2.0).sub_(1.0)
 
 
 class CPLearnProjector(nn.Module):
-    """CPLearn's projector returning ``(H, code logits)`` in float32 whatever the autocast:
-    ``tanh`` (released code) ``H = tanh(BN(Linear(z)))``; ``l2`` (paper Eq. 1) ``H = sqrt(f/n) U /
-    ||U||``, ``U = BN(Linear(z))``.
-    """
+    """CPLearn's projector returning ``(H, code logits)`` in float32: ``tanh`` (released code) ``H =
+    tanh(BN(Linear(z)))``, or ``l2`` (Eq. 1) ``H = sqrt(f/n) U / ||U||``, ``U = BN(Linear(z))``."""
 
     def __init__(
         self,

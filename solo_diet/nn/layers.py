@@ -1,7 +1,4 @@
-"""Layers shared by the plugin methods: the MLP projector and the W-MSE paper's whitening with
-``torch.linalg.cholesky_ex``, whose status stays on the device, where an asynchronous assert stops
-the run if the factorisation failed, so a step never waits for the GPU.
-"""
+"""Layers shared by the plugin methods: the MLP projector and the W-MSE paper's whitening."""
 
 from __future__ import annotations
 
@@ -12,10 +9,7 @@ from torch import Tensor, nn
 def mlp_projector(
     in_dim: int, hidden_dim: int, out_dim: int, num_layers: int = 3, use_bn: bool = True
 ) -> nn.Sequential:
-    """ReLU MLP ``in -> hidden (x num_layers-1) -> out`` with BatchNorm1d after each hidden Linear.
-
-    ``num_layers=3`` is the s-DIET projector (s-DIET paper, §6: "three-layer ReLU MLP").
-    """
+    """ReLU MLP with BatchNorm1d after each hidden Linear (3 layers: s-DIET paper, §6)."""
     layers: list[nn.Module] = []
     width = in_dim
     for _ in range(num_layers - 1):
@@ -36,9 +30,8 @@ RAISE_EPS = "raise argument `eps` or the slice size"
 
 
 class CholeskyWhitening(nn.Module):
-    """Whitens a slice ``x`` (N x D): centred, mapped by ``L^-1`` with ``L L^T = (1 - eps) * cov
-    + eps * I`` (unbiased covariance), in float32 under CUDA autocast. A covariance that is not
-    positive definite fails a device assert whose message ``fix`` ends."""
+    """Whitens a slice ``x`` (N x D) by ``L^-1``, ``L L^T = (1 - eps) cov + eps I``, in float32; a
+    covariance not positive definite fails a device assert ending with ``fix``."""
 
     def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
         super().__init__()

@@ -1,7 +1,4 @@
-"""Simplicial Embeddings (Lavoie et al., ICLR 2023): embedder ``BN(W e)`` + softmax per simplex.
-
-Torch-only. The maths of the SEM paper's Eq. 1 and the simplex statistics of its §3.1 / Fig. 2b.
-"""
+"""Simplicial Embeddings (Lavoie et al., ICLR 2023): embedder, Eq. 1 and §3.1's statistics."""
 
 from __future__ import annotations
 
@@ -26,9 +23,7 @@ def check_temperature(tau: float, key: str, allow_zero: bool) -> float:
 
 def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch.Tensor:
     """SEM paper, Eq. 1: ``softmax(Z_i / tau)`` over each run of ``simplex_dim`` coordinates of
-    ``(B, L*V)`` ``logits`` (row-major ``Z[i, j] = z[i*V + j]``), in float32 with autocast off (``z
-    / tau`` overflows fp16); ``tau = 0`` gives the one-hot argmax.
-    """
+    ``(B, L*V)`` ``logits``, in float32 with autocast off; ``tau = 0`` gives the one-hot argmax."""
     tau = check_temperature(tau, "SEM tau", allow_zero=True)
     batch, width = logits.shape
     if width % simplex_dim:
@@ -46,10 +41,8 @@ def simplex_softmax(logits: torch.Tensor, simplex_dim: int, tau: float) -> torch
 
 @torch.no_grad()
 def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch.Tensor]:
-    """Sparsity of a ``(B, L*V)`` SEM representation in nats (SEM paper, §3.1, Fig. 2b):
-    ``entropy`` per simplex (0 = one-hot, ln V = uniform), ``max_prob`` per simplex, and
-    ``marginal_entropy`` of each simplex's batch average (low = collapse), all averaged.
-    """
+    """Sparsity of a ``(B, L*V)`` SEM representation in nats (SEM paper, §3.1, Fig. 2b): per-simplex
+    ``entropy`` and ``max_prob``, and ``marginal_entropy`` of the batch average, all averaged."""
     simplices = probs.float().reshape(probs.shape[0], -1, simplex_dim)
     per_simplex = -torch.special.xlogy(simplices, simplices).sum(-1)
     marginal = simplices.mean(0)
@@ -61,9 +54,7 @@ def simplex_statistics(probs: torch.Tensor, simplex_dim: int) -> dict[str, torch
 
 
 class SimplicialEmbedding(nn.Module):
-    """Embedder ``z = BN(W e)`` (Linear without bias, BatchNorm1d over L*V) and Eq. 1:
-    ``forward(x, tau=None)`` is the ``(B, L*V)`` SEM representation at ``tau`` (``self.tau``).
-    """
+    """Embedder ``z = BN(W e)``; ``forward(x, tau=None)``: the SEM representation (Eq. 1)."""
 
     def __init__(self, in_dim: int, num_simplices: int, simplex_dim: int, tau: float = 1.0):
         super().__init__()
@@ -86,9 +77,7 @@ class SimplicialEmbedding(nn.Module):
 
     @torch.no_grad()
     def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
-        """The SEM paper's probe input (§4): BN with running stats (not updated), no gradient,
-        fp32.
-        """
+        """The SEM paper's probe input (§4): BN with running stats, no gradient, fp32."""
         bn = self.bn
         tensors = (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)
         # float32, also for a half-precision ("16-true") module
@@ -104,8 +93,7 @@ class SimplicialEmbedding(nn.Module):
 
 
 class SEMFeatureExtractor(nn.Module):
-    """Frozen ``backbone -> embedder (BN running stats) -> softmax(z / tau_d)``, a probe backbone
-    (§4)."""
+    """Frozen ``backbone -> embedder -> softmax(z / tau_d)``, a probe backbone (§4)."""
 
     def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
         super().__init__()
@@ -119,9 +107,8 @@ class SEMFeatureExtractor(nn.Module):
 
 
 class SEMProbe(nn.Linear):
-    """The online classifier of a twin with ``probe: sem``: a Linear over the frozen SEM
-    representation of the backbone features at ``tau`` (SEM paper, §4). ``embedder`` is not a
-    submodule: it trains, and is saved, where the twin put it (before the projector)."""
+    """A twin's online classifier with ``probe: sem``: a Linear over the frozen SEM representation
+    at ``tau`` (SEM paper, §4); ``embedder`` is the twin's, not a submodule."""
 
     def __init__(self, embedder: SimplicialEmbedding, tau: float, num_classes: int):
         super().__init__(embedder.out_dim, num_classes)
@@ -133,10 +120,7 @@ class SEMProbe(nn.Linear):
 
 
 class SEMThenHead(nn.Module):
-    """``head(SEM(feats))`` at temperature ``tau``, recording its SEM outputs in
-    :meth:`recording`; the momentum twin has the same structure, so solo-learn's EMA pairs the
-    embedders too.
-    """
+    """``head(SEM(feats))`` at temperature ``tau``, recording its SEM outputs."""
 
     def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
         super().__init__()
@@ -153,8 +137,7 @@ class SEMThenHead(nn.Module):
         return self.head(sem.to(feats.dtype))
 
     def __getitem__(self, index: int) -> nn.Module:
-        """``projector[-1]`` reaches the wrapped head, as code written for an nn.Sequential
-        expects."""
+        """``projector[-1]`` reaches the wrapped head, as for an nn.Sequential."""
         return self.head[index]
 
     @contextmanager

@@ -1,6 +1,4 @@
-"""s-DIET head rows and their optimiser state outside ``nn.Parameter`` s (s-DIET paper, §5.1,
-Listing 1): :class:`RowStore` (tables, transfers, sharing) and :class:`ShardedRowStore`.
-"""
+"""s-DIET head rows and their optimiser state outside ``nn.Parameter`` s (s-DIET paper, §5.1)."""
 
 from solo_diet.rowstore.shards import ShardedRowStore
 from solo_diet.rowstore.store import MODES, RowStore

@@ -1,8 +1,4 @@
-"""The row store sharded over nodes: each node holds only the rows it owns (our design, after the
-sharded embedding tables of recommender systems; docs/methods/sdiet.md). At a load each node's
-contributor loads the batch's rows its node owns, the others zeros, and one ``all_reduce`` (a sum
-with one non-zero term per element: exact) gives every process all of them.
-"""
+"""The row store sharded over nodes (docs/methods/sdiet.md), rows exchanged by exact all-reduce."""
 
 from __future__ import annotations
 
@@ -18,9 +14,7 @@ EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 
 
 class ShardedRowStore(RowStore):
-    """A :class:`~solo_diet.rowstore.RowStore` holding only ``shard``'s rows of ``num_rows``
-    (indices stay global); it loads a whole :meth:`state_dict` saved on any number of nodes.
-    """
+    """A ``RowStore`` holding only ``shard``'s rows (indices stay global)."""
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
         """Nothing: sharded rows arrive through the collective of :meth:`load`."""
@@ -50,8 +44,7 @@ class ShardedRowStore(RowStore):
         super().store(self.shard.local(indices[owned]), rows[on_device], owned_state)
 
     def state_dict(self, keep: bool = True) -> dict:
-        """The whole table, as :meth:`RowStore.state_dict` (collective); a process that does not
-        ``keep`` it only sends its rows and gets an empty dict."""
+        """The whole table (collective); a process that does not ``keep`` it gets ``{}``."""
         self.commit()
         local = self.snapshot() if self.shard.contributes else None
         whole = {
@@ -61,8 +54,7 @@ class ShardedRowStore(RowStore):
         return {**whole, "global_step": self.global_step, "mode": self.mode} if keep else {}
 
     def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
-        """Every node's rows of table ``name``, node by node in chunks, through sums in which only
-        the owner's contributor adds non-zeros."""
+        """Every node's rows of table ``name``, in chunks, by sums of the owners' rows."""
         width, dtype = ((), torch.int64) if name == "last_step" else ((self.dim,), self.dtype)
         whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
         chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))

@@ -1,11 +1,6 @@
-"""The row store: s-DIET's head rows and their optimiser state, outside ``nn.Parameter`` s.
-
-Rows are loaded for a batch, stepped by a row-wise optimiser and written back. Zero-gradient steps
-of the rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-20, sign corrected as
-docs/references.md says): ``"eager"`` (paper) applies ``eager_steps`` (``T = N/B - m``) in closed
-form right after a row's real step; ``"lazy"`` (exact, ours) applies ``T = s - last - 1`` when the
-row is next loaded at step ``s``.
-"""
+"""s-DIET's row store. Zero-gradient steps of the rows absent from a batch (s-DIET paper, App. D.2,
+Eq. 18-20, sign corrected): ``"eager"`` (paper) applies ``T = N/B - m`` right after a row's step;
+``"lazy"`` (exact, ours) applies ``T = s - last - 1`` when the row is next loaded at step ``s``."""
 
 from __future__ import annotations
 
@@ -25,11 +20,7 @@ MAX_PENDING_WRITES = 2
 
 
 class TransferQueue:
-    """The row store's transfers: host-table gathers and scatters run in order on one worker
-    thread, device copies on a CUDA side stream (``side_stream``: CUDA with ``host_tables``,
-    ``cpu``/``disk``), so the training thread neither copies rows nor waits for them; with ``gpu``
-    tables everything runs at once (CUDA is asynchronous already).
-    """
+    """The row store's transfers: host work on one worker thread, copies on a side stream."""
 
     def __init__(self, host_tables: bool, side_stream: bool):
         self.host_tables = host_tables
@@ -49,8 +40,7 @@ class TransferQueue:
         return self._worker.submit(work)
 
     def write(self, write: Callable[[], None], *, deferred: bool) -> None:
-        """Queue a write-back (a ``deferred`` one, a shared store's writer's, waits for
-        :meth:`submit_deferred_write`); at most ``MAX_PENDING_WRITES`` are in flight."""
+        """Queue a write-back (``deferred``: the writer's, one step late); two in flight at most."""
         if deferred:
             self._deferred_write = write
             return
@@ -89,8 +79,7 @@ class TransferQueue:
     def to_table(
         self, values: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
-        """``values`` for a table on ``device`` in ``dtype``: from CUDA to host tables into a pinned
-        buffer on the side stream (with the copy's event), otherwise now."""
+        """``values`` for a table on ``device`` in ``dtype`` (CUDA to host: pinned, side stream)."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
         self.stream.wait_stream(torch.cuda.current_stream(values.device))
@@ -104,11 +93,8 @@ class TransferQueue:
 
 
 class RowStore(RowTables):
-    """Head rows + row-wise optimiser state (``optimizer``, :class:`solo_diet.optim.RowAdamW` or
-    ``RowSGDW``) + per-row last-step counters; ``mode``: ``"eager"`` (``eager_steps`` after each
-    visit) or ``"lazy"`` zero-gradient steps; ``table_options``:
-    :class:`~solo_diet.rowstore.tables.RowTables`'.
-    """
+    """Head rows, row-wise optimiser state and last-step counters; ``mode``: ``eager`` or
+    ``lazy``."""
 
     def __init__(
         self,
@@ -145,10 +131,8 @@ class RowStore(RowTables):
             self.sharing.barrier()
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
-        """Start moving the rows of a coming batch to ``device`` (gathered on the worker thread
-        after the pending writes, copied on the side stream); :meth:`load` of the same indices uses
-        them, rows stored in between invalidate them.
-        """
+        """Start moving a coming batch's rows to ``device``; :meth:`load` of the same indices uses
+        them."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
         indices = indices.detach().cpu().clone()
@@ -162,9 +146,7 @@ class RowStore(RowTables):
     def load(
         self, indices: Tensor, device: Device, *, lr: Optional[float] = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """Fresh copies of the rows and state of ``indices`` on ``device``; in lazy mode caught up
-        to the current step with ``lr`` (required then).
-        """
+        """Copies of the rows and state of ``indices`` on ``device``."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
         values = self._take_prefetched(indices, device)
@@ -182,8 +164,7 @@ class RowStore(RowTables):
         return rows, state
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
-        """The prefetched rows if they are those of ``indices`` on ``device`` (a write after the
-        prefetch invalidated it; one before it was gathered after)."""
+        """The prefetched rows if they are those of ``indices`` on ``device``, else None."""
         if self._prefetched is None:
             return None
         fetched_indices, gathered = self._prefetched
@@ -199,10 +180,8 @@ class RowStore(RowTables):
         return values
 
     def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
-        """Write rows and state back as last stepped at ``global_step - 1``: to host tables
-        asynchronously on the worker thread (a shared store's writer one step late, the other
-        processes not at all; :mod:`~solo_diet.rowstore.tables`).
-        """
+        """Write rows and state back as stepped at ``global_step - 1``, asynchronously to host
+        tables."""
         self._invalidate_prefetch(indices)
         if not self.writer:
             return
@@ -238,10 +217,7 @@ class RowStore(RowTables):
         write_back: bool = True,
         eager_steps: Optional[float] = None,
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """One real optimiser step of resident rows; the step count advances. With ``write_back``
-        the rows are stored (in eager mode after ``eager_steps``, default ``self.eager_steps``);
-        without, they stay resident (multi-batch CE). Returns the new ``(rows, state)``.
-        """
+        """One real optimiser step of resident rows (stored with ``write_back``)."""
         with torch.no_grad():
             rows, state = self.optimizer.step(
                 rows.detach(), tuple(s.detach() for s in state), grad, lr
@@ -260,8 +236,7 @@ class RowStore(RowTables):
         return {**self.snapshot(), "global_step": self.global_step, "mode": self.mode}
 
     def load_state_dict(self, snapshot: dict) -> None:
-        """Restore a :meth:`state_dict` of the same shapes and state names (a sharded store: saved
-        sharded on any number of nodes, or unsharded; collective)."""
+        """Restore a :meth:`state_dict` of the same shapes (collective)."""
         missing = [
             name for name in (*self.names, "last_step", "global_step") if name not in snapshot
         ]

@@ -1,12 +1,7 @@
-"""The row store's ``N x K x D`` table (a head row beside its ``K - 1`` optimiser states: a batch
-travels in one gather, one copy and one scatter) and per-row last-step counters, on ``cpu``, ``gpu``
-or ``disk`` (mmap), shared by the processes of a host or sharded over nodes (docs/methods/sdiet.md).
-
-Shared, one process writes and the others map the same files. The writer stores a step's rows one
-step late, after a collective that every process passes only once it has loaded them: a step's rows
-are disjoint from the previous step's within an epoch (our design), and the caller synchronises at
-epoch boundaries.
-"""
+"""The row store's ``N x K x D`` table (a row beside its optimiser states: one gather, copy and
+scatter per batch) and last-step counters, on ``cpu``, ``gpu`` or ``disk``, shared by a host's
+processes or sharded over nodes (docs/methods/sdiet.md). Shared, one process writes a step's rows
+one step late, after a collective every process passes once it has loaded them."""
 
 from __future__ import annotations
 
@@ -32,10 +27,7 @@ Device = Union[str, torch.device]
 
 @dataclass(frozen=True)
 class HostSharing:
-    """One store per host (module docstring): the file-name prefix ``name`` (the same on every
-    process of the host, unique to the run), whether this process is the ``writer``, a ``barrier``
-    over every process and the ``directory`` of shared ``cpu`` tables.
-    """
+    """One store per host: file prefix, ``writer``, a ``barrier`` and the shared ``directory``."""
 
     name: str
     writer: bool
@@ -46,9 +38,7 @@ class HostSharing:
 def host_sharing(
     prefix: str = "solo_diet_rows", directory: str = "/dev/shm", node: int = 0
 ) -> Optional[HostSharing]:
-    """:class:`HostSharing` for the initialised ``torch.distributed`` group (None without one or
-    for one process): the processes of one host and ``node`` share a store, the lowest global rank
-    writes, the prefix carries rank 0's random token and the node. Collective."""
+    """:class:`HostSharing` of host ``node``'s processes (None for one). Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
     places: list = [None] * dist.get_world_size()
@@ -62,10 +52,7 @@ def host_sharing(
 
 @dataclass(frozen=True)
 class RowShard:
-    """Node ``node`` of ``nodes`` owns the rows ``index % nodes == node``, at table row
-    ``index // nodes``; ``contributes``: this process serves its node's rows (the shared store's
-    writer); ``all_reduce`` sums in place over every process, on ``device``.
-    """
+    """Node ``node`` of ``nodes`` owns the rows ``index % nodes == node``."""
 
     node: int
     nodes: int
@@ -91,19 +78,15 @@ class RowShard:
 
 
 def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -> RowShard:
-    """:class:`RowShard` over the initialised ``torch.distributed`` group (``node`` and ``nodes``
-    may count processes instead: then each process holds a part)."""
+    """:class:`RowShard` over the initialised ``torch.distributed`` group."""
     return RowShard(node, nodes, contributes, dist.all_reduce, torch.device(device))
 
 
 class RowTables:
-    """The table of head rows and their optimiser state, and each row's last real step:
-    ``num_rows`` N, ``dim`` D, ``names`` the K slots (``"rows"``, then the optimiser's), on
-    ``placement`` ``"cpu"``, ``"gpu"`` (``device``) or ``"disk"`` (files in ``directory``); rows
-    start at ``U(-1/sqrt(D), 1/sqrt(D))`` drawn from ``seed`` (our choice, the s-DIET paper is
-    silent), state at 0. ``sharing``: one table for the processes of a host; ``shard``: only this
-    node's ``ceil(N / nodes)`` rows.
-    """
+    """The ``N x K x D`` table (``names``: the K slots, ``"rows"`` then the optimiser's) and each
+    row's last real step, on ``cpu``, ``gpu`` or ``disk``; rows start ``U(-1/sqrt(D), 1/sqrt(D))``
+    from ``seed`` (our choice), state 0; ``sharing``: one per host; ``shard``: this node's rows
+    only."""
 
     def __init__(
         self,
@@ -161,9 +144,7 @@ class RowTables:
                     os.unlink(path)
 
     def _initialise_rows(self, seed: int) -> None:
-        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream (the values of one
-        draw, no ``N x D`` temporary); a shard keeps its rows of the stream, its padding row zero.
-        """
+        """``U(-1/sqrt(D), 1/sqrt(D))`` in row chunks from one seeded stream."""
         bound = 1.0 / math.sqrt(self.dim)
         generator = torch.Generator().manual_seed(seed)
         chunk_rows = max(1, INIT_CHUNK_ELEMENTS // max(self.dim, 1))
@@ -261,8 +242,7 @@ class RowTables:
         return snapshot
 
     def restore(self, snapshot: dict) -> None:
-        """Copy a :meth:`snapshot` of the whole table back, a shard only its rows (the writer only:
-        the others map the same memory)."""
+        """Copy a :meth:`snapshot` back (a shard only its rows; the writer only)."""
         if not self.writer:
             return
         own = slice(None) if self.shard is None else slice(self.shard.node, None, self.shard.nodes)

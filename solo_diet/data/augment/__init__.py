@@ -1,9 +1,6 @@
-"""Batched per-sample image augmentations on (B, C, H, W) tensors, GPU or CPU, torch only
-(docs/gpu-augmentations.md): every random parameter is a per-sample tensor, so one call transforms
-a batch with no loop over samples and no host synchronisation. Images are uint8 (0..255) or float
-(0..1), or for the crops a list of images of different sizes; the ops return float32 on the 0..1
-scale, except :func:`normalize` and :func:`erase`. Callers import the package as ``ops``.
-"""
+"""Batched per-sample image augmentations on (B, C, H, W) tensors, torch only, no host sync
+(docs/gpu-augmentations.md): uint8 or float input (or a list of sizes for the crops), float32 0..1
+output except :func:`normalize` and :func:`erase`. Callers import the package as ``ops``."""
 
 from solo_diet.data.augment.photometric import (
     adjust_hue,

@@ -1,6 +1,4 @@
-"""Photometric ops (colour jitter, grayscale, solarization, equalization, Gaussian blur), the ops on
-normalised float tensors (normalisation, random erasing) and their shared helpers (constants on the
-device, conversion to float)."""
+"""Photometric ops, normalisation and random erasing."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from solo_diet.data.augment.sampling import Box
 
 @functools.cache
 def constant(values: tuple, device: torch.device, shape: tuple = (-1,)) -> Tensor:
-    """A float32 constant on ``device``, made once: no host-to-device copy (a synchronisation, and
-    not allowed under CUDA graph capture) per call."""
+    """A float32 constant on ``device``, made once (no copy per call, none under capture)."""
     return torch.tensor(values, dtype=torch.float32, device=device).view(shape)
 
 
@@ -35,8 +32,7 @@ def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
 
 
 def erase(x: Tensor, box: Box, apply: Tensor, value: float = 0.0) -> Tensor:
-    """Set the box ``(top, left, height, width)`` (B,) of each sample where ``apply`` to ``value``
-    (torchvision ``erase``)."""
+    """Set each sample's box to ``value`` where ``apply`` (torchvision ``erase``)."""
     top, left, height, width = box
     ys = torch.arange(x.shape[-2], device=x.device)
     xs = torch.arange(x.shape[-1], device=x.device)
@@ -73,9 +69,8 @@ def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
 
 
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
-    """Rotate the HSV hue by ``shift`` (B,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``),
-    computed without leaving RGB: value and chroma stay, the hue moves, and channel c becomes
-    ``value - chroma * clamp(min(k, 4 - k), 0, 1)``, ``k = (hue6 + (5, 3, 1)[c]) % 6``."""
+    """Rotate the HSV hue by ``shift`` (B,) turns (torchvision ``adjust_hue``) without leaving
+    RGB."""
     x = to_float(images)
     _require_rgb(x)
     top = x.argmax(1, keepdim=True)  # first maximal channel: r, then g, then b (HSV's rule)
@@ -91,14 +86,8 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
 
 
 def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Tensor) -> Tensor:
-    """torchvision ``ColorJitter`` with per-sample parameters: ``factors`` (B, 3) are the
-    brightness, contrast and saturation factors (1 = unchanged), ``hue`` (B,) the hue shifts (None:
-    no hue op), ``order`` (B, 4) a permutation of 0..3 per sample (0 brightness, 1 contrast,
-    2 saturation, 3 hue; (B, 3) of 0..2 without hue), the order the ops run in.
-
-    Brightness, contrast and saturation are per-sample 3 x 3 colour matrices plus an offset
-    (docs/gpu-augmentations.md) run in slots around the one hue rotation; an identity slot (factor
-    1) leaves the values exactly as they are."""
+    """torchvision ``ColorJitter`` per sample: ``factors`` (B, 3), ``hue`` (B,) or None, ``order``
+    the ops' order, as colour matrices around one hue rotation (docs/gpu-augmentations.md)."""
     x = to_float(images)
     _require_rgb(x)
     batch, channels, height, width = x.shape
@@ -108,8 +97,7 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
         identity = torch.full((batch, 3), 3, dtype=torch.long, device=x.device)
         padded = torch.cat([identity, order, identity], 1)
         hue_position = torch.argmax((order == 3).long(), 1, keepdim=True)
-        # the three slots before the hue op at position p of [3 identities, order, 3 identities]
-        # and the three after it: p + (0, 1, 2, 4, 5, 6)
+        # the slots around the hue op at p of [3 identities, order, 3 identities]: p + (0..2, 4..6)
         around = torch.arange(6, device=x.device)
         around = around + (around >= 3)
         slots = padded.gather(1, hue_position + around)
@@ -130,9 +118,7 @@ def color_jitter(images: Tensor, factors: Tensor, hue: Tensor | None, order: Ten
 
 
 def _mix_channels(matrix: Tensor, offset: Tensor, pixels: Tensor) -> Tensor:
-    """``matrix @ pixels + offset`` for (B, 3, 3) matrices and (B, 3, H W) pixels: one batched
-    matrix product for small images (fewest launches), three fused multiply-adds for large ones
-    (a 3 x 3 product streams the pixels badly: measured 1.5x slower at 224 px on an H200)."""
+    """``matrix @ pixels + offset`` (a batched product when small, multiply-adds when large)."""
     if pixels.shape[-1] <= 64 * 64:
         return torch.baddbmm(offset, matrix, pixels)
     out = torch.addcmul(offset, matrix[:, :, 0:1], pixels[:, 0:1])
@@ -150,8 +136,7 @@ def solarize(images: Tensor, apply: Tensor | None = None) -> Tensor:
 
 
 def equalize(images: Tensor, apply: Tensor | None = None) -> Tensor:
-    """Per-channel histogram equalisation on the 0..255 levels (PIL ``ImageOps.equalize``,
-    torchvision ``equalize``) where ``apply`` (B,) is True. The output is quantised to 1/255."""
+    """Per-channel histogram equalisation (torchvision ``equalize``) where ``apply``."""
     if images.dtype == torch.uint8:
         levels = images.long()
     else:
@@ -175,8 +160,7 @@ def equalize(images: Tensor, apply: Tensor | None = None) -> Tensor:
 def gaussian_blur(
     images: Tensor, sigma: Tensor, radius: int, apply: Tensor | None = None
 ) -> Tensor:
-    """Gaussian blur with per-sample ``sigma`` (B,), a (2 radius + 1)-tap kernel and reflected
-    borders (torchvision ``gaussian_blur`` with ``kernel_size = 2 radius + 1``), where ``apply``."""
+    """Gaussian blur with per-sample ``sigma`` (torchvision ``gaussian_blur``) where ``apply``."""
     x = to_float(images)
     batch, channels, height, width = x.shape
     offsets = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)

@@ -1,9 +1,4 @@
-"""Resampling: crop, resize and horizontal flip in one separable, antialiased pass per batch.
-
-:func:`resized_crop` and :func:`resize_center_crop` also take a list of (C, H, W) images of
-different sizes (the streaming source's decoded batch): images of one shape are resampled together
-and each output row lands where it would in a batch, so the crop is taken from each image at its own
-full resolution."""
+"""Crop, resize and flip in one separable antialiased pass (per shape for a list of sizes)."""
 
 from __future__ import annotations
 
@@ -44,10 +39,8 @@ def _axis_weights(
     interpolation: str,
     flip: Tensor | None = None,
 ) -> Tensor:
-    """(R, count, in_size) weights resampling the window ``[start, start + length)`` of an axis to
-    ``virtual_size`` samples and keeping outputs ``first .. first + count - 1``: PIL's antialiased
-    resampling (the kernel stretched by the downscale factor, taps outside the window dropped and
-    the rest renormalised), which torchvision's tensor ``resize(antialias=True)`` reproduces."""
+    """(R, count, in_size) weights resampling an axis window to ``virtual_size``: PIL's antialiased
+    kernel, as torchvision's ``resize(antialias=True)``."""
     device = start.device
     start, length = start.float(), length.float()
     scale = length / virtual_size
@@ -97,9 +90,7 @@ def _by_shape(
     size: tuple[int, int],
     resample: Callable[[Tensor, Tensor], Tensor],
 ) -> Tensor:
-    """(count, C, *size) float rows from B images of different sizes: row ``r`` reads image
-    ``r % B`` (``count`` is a multiple of B). Images of one shape are stacked and resampled
-    together by ``resample(stacked, rows)``, ``rows`` the output rows they fill (view-major)."""
+    """(count, C, *size) rows from B images of different sizes, each shape resampled together."""
     batch = len(images)
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, image in enumerate(images):
@@ -126,11 +117,8 @@ def resized_crop(
     flip: Tensor | None = None,
     interpolation: str = "bicubic",
 ) -> Tensor:
-    """Crop box ``(top, left, height, width)`` (R,) of each image resized to ``size`` = (h, w), then
-    mirrored where ``flip`` (R,) is True, in one antialiased resampling pass (torchvision's
-    ``resized_crop(..., antialias=True)`` + ``horizontal_flip``). R may be a multiple of the batch:
-    row r reads image ``r % B``, so several views of a batch come out in one call. ``images`` may
-    be a list of images of different sizes (module docstring)."""
+    """Crop boxes (R,) resized to ``size`` and mirrored where ``flip``, in one antialiased pass;
+    row r reads image ``r % B`` (several views per call); ``images`` may differ in size."""
     if not isinstance(images, Tensor):
 
         def crop(group: Tensor, rows: Tensor) -> Tensor:
@@ -146,8 +134,7 @@ def resized_crop(
 
 
 def image_sides(images: Images, rows: int) -> tuple[int | Tensor, int | Tensor]:
-    """Height and width of a batch's images: ints for a (B, C, H, W) batch; for a list of images of
-    different sizes, (rows,) int64 tensors on their device, row r holding image ``r % B``'s."""
+    """Height and width of a batch's images (per row for a list of sizes)."""
     if isinstance(images, Tensor):
         return images.shape[-2], images.shape[-1]
     sides = torch.tensor([tuple(image.shape[-2:]) for image in images], dtype=torch.int64)
@@ -169,10 +156,8 @@ def resize_center_crop(
     flip: Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> Tensor:
-    """torchvision ``Resize(resize_size)`` (shorter side) then ``CenterCrop(crop_size)`` (skipped
-    when None), then a mirror where ``flip`` is True, in one resampling pass. ``flip`` may have a
-    multiple R of B rows (row r reads image ``r % B``). A list of images of different sizes (module
-    docstring) needs ``crop_size``."""
+    """torchvision ``Resize`` then ``CenterCrop`` (None: none) and a mirror where ``flip``, in one
+    pass; a list of images of different sizes needs ``crop_size``."""
     if not isinstance(images, Tensor):
         return _by_shape(
             images,

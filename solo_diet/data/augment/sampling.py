@@ -1,5 +1,4 @@
-"""Per-sample random parameters drawn from a given generator on the images' device, with
-torchvision's distributions."""
+"""Per-sample random parameters from a generator on the images' device (torchvision's laws)."""
 
 from __future__ import annotations
 
@@ -71,11 +70,7 @@ def sample_resized_crop_boxes(
     ratio: Sequence[float] = CROP_RATIO,
     attempts: int = 10,
 ) -> Box:
-    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples: up to ``attempts`` draws
-    of area fraction ~ U(scale) and log aspect ratio ~ U(log ratio) each, the first that fits,
-    otherwise the central crop clamped to the ratio range. ``scale`` bounds may be per sample, and
-    so may the image sides: ``height``/``width`` int64 tensors of ``count`` entries (images of
-    different sizes)."""
+    """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples."""
     per_sample = isinstance(height, Tensor)
     side_h, side_w = (height[:, None], width[:, None]) if per_sample else (height, width)
     crop_w, crop_h = _box_sides(
@@ -104,8 +99,7 @@ def sample_erasing_boxes(
     ratio: tuple[float, float] = (0.3, 3.3),
     attempts: int = 10,
 ) -> tuple[Box, Tensor]:
-    """torchvision ``RandomErasing.get_params`` (defaults) for ``count`` samples: the box and
-    whether one of the ``attempts`` fitted (no erasing otherwise)."""
+    """torchvision ``RandomErasing.get_params`` for ``count`` samples, and whether one fitted."""
     erase_h, erase_w = _box_sides(
         generator, count, height, width, scale[0], scale[1], ratio, attempts, device
     )

@@ -1,6 +1,4 @@
-"""solo-learn's augmentation nodes parsed and checked (:class:`AugmentationNode`), and its
-per-dataset normalisation statistics. Errors name the arguments (``argument `node.rrc.enabled```);
-the launchers' settings name the config keys that set them."""
+"""solo-learn's augmentation nodes parsed and checked, and its normalisation statistics."""
 
 from __future__ import annotations
 
@@ -34,15 +32,13 @@ _TOP_KEYS = ("crop_size", "num_crops", "mean", "std") + tuple(_SECTIONS)
 
 
 def node_argument(path: str) -> Argument:
-    """The argument a key path inside the node arguments names (``nodes[0].rrc.crop_min_scale``:
-    the argument ``nodes``, then the rest of the path)."""
+    """The argument a key path names (``nodes[0].rrc.x``: ``nodes``, then the rest)."""
     head = path.split("[")[0].split(".")[0]
     return Argument(head, path[len(head) :])
 
 
 class _Reader(KeyReader):
-    """:class:`~solo_diet.config.KeyReader` over a node argument, with an augmentation node's own
-    value kinds; every error names ``argument `<argument>.<key>``` (an ArgumentError)."""
+    """A KeyReader over a node argument whose errors name ``argument `<argument>.<key>```."""
 
     def fail(self, key: str, problem: str) -> ArgumentError:
         space = "" if problem[:1] in (":", ",") else " "
@@ -94,8 +90,7 @@ class _Reader(KeyReader):
 
 @dataclass(frozen=True)
 class AugmentationNode:
-    """One solo-learn augmentation node. Defaults are solo-learn's (its argparse defaults; its Hydra
-    path has none); jitter ranges are torchvision ColorJitter's (``(1, 1)``/``(0, 0)``: off)."""
+    """One solo-learn augmentation node, solo-learn's defaults (jitter ranges: ColorJitter's)."""
 
     crop_size: int = 224
     num_crops: int = 2
@@ -118,8 +113,7 @@ class AugmentationNode:
 
     @classmethod
     def from_config(cls, node: Mapping, dataset: str, *, name: str = "node") -> AugmentationNode:
-        """Parse a node (a dict or DictConfig) of a ``dataset`` of :data:`DATASET_STATS` or
-        ``custom``; errors name the node's keys as ``argument `<name>.<key>```."""
+        """Parse a node of ``dataset``; errors name ``argument `<name>.<key>```."""
         if dataset not in DATASET_STATS and dataset != "custom":
             choices = sorted(DATASET_STATS) + ["custom"]
             raise ArgumentError(Argument("dataset"), f" must be one of {choices}, got {dataset!r}.")
@@ -170,9 +164,7 @@ class AugmentationNode:
 
 
 def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
-    """Refuse a key of an augmentation node outside solo-learn's pipeline (and our
-    ``random_erasing``): solo-learn would ignore a typo such as ``rrc.crop_min_scal``. The error
-    names it as ``argument `<name>.<key>```."""
+    """Refuse a node key outside solo-learn's pipeline, which solo-learn would ignore."""
     for key in node:
         if key not in _TOP_KEYS:
             raise ArgumentError(

@@ -1,7 +1,4 @@
-""":class:`MultiCropAugmentation`: solo-learn's multi-view pipeline, views of one output shape
-transformed together in one batched pass; the probes' transforms (:class:`EvalTransform`,
-:class:`ProbeTrainTransform`) and :class:`CapturedAugmentation`, any of them replayed as CUDA
-graphs."""
+"""The multi-view pipeline, the probes' transforms and :class:`CapturedAugmentation`."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ _COLUMNS = (
 
 
 class _ViewGroup:
-    """The views of one output shape, transformed together as one batch of ``len(nodes) * B`` rows;
-    per-row parameters come from each view's node."""
+    """The views of one output shape, transformed together as one batch."""
 
     def __init__(self, nodes: Sequence[AugmentationNode], positions: Sequence[int]) -> None:
         self.nodes, self.positions = list(nodes), list(positions)
@@ -102,9 +98,7 @@ class _ViewGroup:
 
 
 class MultiCropAugmentation:
-    """solo-learn's multi-view pipeline on uint8 batches: views node by node, ``num_crops`` per
-    node, each a float32 normalised (B, C, crop_size, crop_size) tensor. Views of the same output
-    shape are transformed together in one batched pass."""
+    """solo-learn's multi-view pipeline: ``num_crops`` normalised float32 views per node."""
 
     def __init__(self, nodes: Sequence[AugmentationNode]) -> None:
         if not nodes:
@@ -121,8 +115,7 @@ class MultiCropAugmentation:
 
     @classmethod
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
-        """The pipeline of solo-learn's augmentation nodes (mappings) for ``dataset``
-        (:meth:`AugmentationNode.from_config`); errors name ``argument `nodes[<i>].<key>```."""
+        """The pipeline of solo-learn's augmentation nodes for ``dataset``."""
         parsed = [
             AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
             for index, node in enumerate(nodes)
@@ -132,8 +125,7 @@ class MultiCropAugmentation:
     def __call__(
         self, images: ops.Images, generator: torch.Generator | None = None
     ) -> list[torch.Tensor]:
-        """``num_views`` float32 views of a uint8 (or 0..1 float) (B, C, H, W) batch, or of a list
-        of B images of different sizes (each view cropped from its image at full resolution)."""
+        """``num_views`` float32 views of a batch (or of a list of images of different sizes)."""
         views: list[torch.Tensor | None] = [None] * self.num_views
         for group in self._groups:
             out = group(images, generator)
@@ -146,9 +138,7 @@ class MultiCropAugmentation:
 
 
 class EvalTransform:
-    """Resize the shorter side to ``resize_size`` (default ``round(crop_size * 256 / 224)``),
-    centre-crop ``crop_size``, normalise: the probes' validation transform (bilinear, antialiased,
-    as torchvision's ``Resize`` + ``CenterCrop``)."""
+    """The probes' validation transform: resize, centre-crop ``crop_size``, normalise."""
 
     def __init__(
         self,
@@ -174,8 +164,7 @@ class EvalTransform:
 
 
 class ProbeTrainTransform:
-    """RandomResizedCrop(scale=(min_scale, 1), bilinear) + horizontal flip + normalise: the probes'
-    training transform."""
+    """The probes' training transform: RandomResizedCrop, horizontal flip, normalise."""
 
     def __init__(
         self, crop_size: int, mean: Sequence[float], std: Sequence[float], min_scale: float = 0.08
@@ -199,10 +188,7 @@ class ProbeTrainTransform:
 
 
 class CapturedAugmentation:
-    """Replays a CUDA graph of ``transform(images, generator)``, one per input shape and inference
-    mode, captured on its first call after warm-up calls (docs/data-path.md, *CUDA graphs*). The
-    outputs are copied out of the graph. Capturing leaves the generator's state as it found it, so
-    replay ``k`` after a seed draws what eager call ``k`` draws. CPU batches run ``transform``."""
+    """Replays a CUDA graph of ``transform(images, generator)`` per input shape."""
 
     def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
         self.transform, self.generator, self.warmup = transform, generator, warmup

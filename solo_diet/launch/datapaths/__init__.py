@@ -1,6 +1,4 @@
-"""One data path per data format, chosen once by :func:`make_data_path` from the run's
-:class:`~solo_diet.launch.settings.DataSettings`. Every module of this package is imported here
-(the shipped ones first, in the formats' listed order), so a new format is one new module."""
+"""One data path per data format, chosen once by :func:`make_data_path`; one module per format."""
 
 from __future__ import annotations
 
@@ -24,9 +22,7 @@ def data_formats() -> tuple[str, ...]:
 
 
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
-    """Fill and check the data format (before solo-learn's ``parse_cfg``, which accepts any value
-    and trains from the image folder), then the section its data path reads (``data.gpu.*`` and
-    the loader's device, or ``dali.*``), written back with its defaults."""
+    """Fill and check ``data.format`` and the section its data path reads, written back whole."""
     data_format = KeyReader(cfg).choice(FORMAT_KEY, data_formats(), default="image_folder")
     OmegaConf.update(cfg, FORMAT_KEY, data_format, force_add=True)
     section = REGISTRY[data_format].reads
@@ -41,6 +37,5 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
 
 
 def make_data_path(settings: DataSettings) -> DataPath:
-    """The data path serving the settings (its format's, or the one its class chooses for them:
-    the streaming path for ``data.gpu.storage: stream``)."""
+    """The data path serving the settings (its format's, or the one its class chooses)."""
     return REGISTRY[settings.format].serving(settings)(settings)

@@ -1,6 +1,4 @@
-"""The interface every data path gives the launchers and compare's evaluation, each method taking
-the run's checked settings, never its config. Defining a subclass registers its ``formats`` with
-the factory (:func:`solo_diet.launch.datapaths.make_data_path`)."""
+"""The interface every data path gives the launchers and compare (checked settings, no config)."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ REGISTRY: dict[str, type["DataPath"]] = {}
 
 @dataclass(frozen=True)
 class ViewRequest:
-    """LiDAR's views: ``views`` augmented views (augmentation ``node``, or the probe's training
-    transform when None) of each val image ``choose(number of images)`` picks, seeded."""
+    """LiDAR's ``views`` seeded views (``node``'s, or the probe's) of the chosen val images."""
 
     node: Optional[DictConfig]
     choose: Callable[[int], torch.Tensor]
@@ -34,8 +31,7 @@ class ViewRequest:
 
 @dataclass
 class PretrainData:
-    """A loader (or a datamodule), the training set's size N and whether the method's own batch
-    sampler orders the batches (it then splits the ranks itself)."""
+    """A loader (or datamodule), N, and whether the method's own sampler orders it."""
 
     source: Any
     num_samples: int
@@ -66,15 +62,12 @@ class DataPath:
         """Release what the loaders hold, once a fit ends however it ends; nothing by default."""
 
     def check(self, method: str, contract: Any) -> None:
-        """Refuse, before any data is read, what this path cannot give ``method`` (its
-        :class:`~solo_diet.methods.contract.Contract`)."""
+        """Refuse what this path cannot give ``method`` (its contract), before any data is read."""
 
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """The pretraining batches ``[indexes, [views...], targets]``, ordered by
-        ``batch_sampler(dataset)`` (the method's own, s-DIET's) where given and not None, else
-        shuffled."""
+        """The pretraining batches, in ``batch_sampler(dataset)``'s order, else shuffled."""
         raise NotImplementedError
 
     def val_loader(self, run: LoaderSettings) -> Optional[Any]:
@@ -87,18 +80,15 @@ class DataPath:
     def classification_val_loader(
         self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
     ) -> Any:
-        """``[images, targets]`` of the val set in order, eval-transformed (crop and statistics
-        from ``probe``), each DDP rank its share."""
+        """The val set in order, eval-transformed, each DDP rank its share."""
         raise NotImplementedError
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        """``solo-diet linear``'s training and validation loaders, and the batch fitted to a
-        training set smaller than one batch (:meth:`LoaderSettings.fit_probe_batch`) or None."""
+        """``solo-diet linear``'s train and val loaders, and the fitted batch or None."""
         raise NotImplementedError
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
-        """Every image of the probe's train and val sets once, in order, eval-transformed (for
-        kNN, RankMe, k-means); not split over ranks."""
+        """The probe's train and val sets once, in order, eval-transformed, not split over ranks."""
         raise NotImplementedError
 
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:

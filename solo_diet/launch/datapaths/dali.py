@@ -1,5 +1,4 @@
-"""solo-learn's NVIDIA DALI datamodule for pretraining (``dali``); its probes read the image folder
-through solo-learn's own loaders."""
+"""solo-learn's DALI datamodule for pretraining; its probes read the image folder."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ class DaliPath(ImageFolderPath):
     def pretrain_data(
         self, run: LoaderSettings, batch_sampler: Optional[BatchSamplerHook] = None
     ) -> PretrainData:
-        """solo-learn's DALI datamodule, which orders the batches itself (``batch_sampler`` is
-        not used)."""
+        """solo-learn's DALI datamodule (it orders the batches itself)."""
         if not dali_installed():
             raise ConfigError(
                 f"`{FORMAT_KEY}: dali` needs NVIDIA DALI, which is not installed: use "
@@ -52,37 +50,27 @@ class DaliPath(ImageFolderPath):
             raise ConfigError(
                 f"`augmentations[].random_erasing` is not available with {FORMAT_KEY}=dali."
             )
-        transform = FullTransformPipeline(
-            [
-                NCropAugmentation(
-                    build_transform_pipeline_dali(run.dataset, aug, dali_device=self.dali.device),
-                    aug.num_crops,
-                )
-                for aug in run.augmentations
-            ]
-        )
+        device, augmentations = self.dali.device, run.augmentations
+        pipelines = [
+            build_transform_pipeline_dali(run.dataset, a, dali_device=device) for a in augmentations
+        ]
+        crops = [NCropAugmentation(p, a.num_crops) for p, a in zip(pipelines, augmentations)]
+        data = {"dataset": run.dataset, "no_labels": run.no_labels, "data_fraction": run.fraction}
         datamodule = PretrainDALIDataModule(
-            dataset=run.dataset,
+            **data,
             train_data_path=run.train_path,
-            transforms=transform,
+            transforms=FullTransformPipeline(crops),
             num_large_crops=run.num_large_crops,
             num_small_crops=run.num_small_crops,
             num_workers=run.num_workers,
             batch_size=run.batch_size,
-            no_labels=run.no_labels,
-            data_fraction=run.fraction,
-            dali_device=self.dali.device,
+            dali_device=device,
             encode_indexes_into_labels=self.dali.encode_indexes_into_labels,
         )
-        num_samples = compute_dataset_size(
-            dataset=run.dataset,
-            train=True,
-            data_path=run.train_path,
-            data_format="dali",
-            no_labels=run.no_labels,
-            data_fraction=run.fraction,
+        size = compute_dataset_size(
+            **data, train=True, data_path=run.train_path, data_format="dali"
         )
-        return PretrainData(datamodule, num_samples)
+        return PretrainData(datamodule, size)
 
     def fit_kwargs(self, train: PretrainData, val_loader: Optional[Any]) -> dict[str, Any]:
         """The datamodule, its val loader the online probe's."""

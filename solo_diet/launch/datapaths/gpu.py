@@ -1,6 +1,4 @@
-"""The GPU data path (``gpu``): the set decoded once into a uint8 tensor, batches augmented on the
-training device (docs/data-path.md). ``data.gpu.storage: stream`` is served by its streaming twin,
-:class:`~solo_diet.launch.datapaths.stream.StreamPath`."""
+"""The GPU data path: the set decoded once, batches augmented on the device (docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ PROBE_PIPELINES = {
 
 
 def probe_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """``(train, eval)``, GPU twins of ``image_folder.classification_transforms``; ``probe`` (custom
-    data's crop and statistics) is unused for solo-learn's named sets."""
+    """``(train, eval)``, GPU twins of ``image_folder.classification_transforms``."""
     if dataset in PROBE_PIPELINES:
         crop_size, mean, std, resize_size = PROBE_PIPELINES[dataset]
         min_scale = 0.08
@@ -64,8 +61,7 @@ def say_cpu_batches() -> None:
 
 
 class GPUPath(DataPath):
-    """Loaders of decoded images (:class:`GPUBatchLoader`) with the run's checked ``data.gpu``
-    settings. A subclass with a ``storage`` serves that ``data.gpu.storage`` instead."""
+    """Loaders of decoded images; a subclass with a ``storage`` serves that storage."""
 
     formats = ("gpu",)
     reads = "gpu"
@@ -85,8 +81,7 @@ class GPUPath(DataPath):
         return self.settings.gpu
 
     def load_split(self, run: LoaderSettings, split: str, fraction: float = -1.0) -> Any:
-        """The ``pretrain``/``train`` (``data.train_path``) or ``val`` (``data.val_path``) set, as
-        :meth:`read_split` reads it; an error naming ``root`` names that key."""
+        """The ``pretrain``, ``train`` or ``val`` set; an error naming ``root`` names its key."""
         root = run.val_path if split == "val" else run.train_path
         root_key = "data.val_path" if split == "val" else "data.train_path"
         with core_errors_named(GPU_ARGUMENT_KEYS | {"root": root_key}):
@@ -132,8 +127,7 @@ class GPUPath(DataPath):
         split: str = "val",
         split_ranks: bool = True,
     ) -> Any:
-        """``[images, targets]`` of a split in dataset order, eval-transformed (crop and
-        statistics from ``probe``); ``split_ranks``: each DDP rank its contiguous share."""
+        """A split in order, eval-transformed (``split_ranks``: each rank its share)."""
         data = self.load_split(run, split)
         _, transform = probe_transforms(run.dataset, probe)
         with core_errors_named(GPU_ARGUMENT_KEYS):
@@ -148,8 +142,7 @@ class GPUPath(DataPath):
         return self.opened(loader)
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        """Probe training (random resized crop + flip, shuffled, incomplete batch dropped,
-        ``data.fraction`` as solo-learn) and validation loaders, and the fitted batch."""
+        """The probe's train and val loaders, and the fitted batch."""
         train_transform, _ = probe_transforms(run.dataset, run.probe)
         data = self.load_split(run, "train", fraction=run.fraction)
         fitted = run.fit_probe_batch(len(data))

@@ -1,5 +1,4 @@
-"""solo-learn's own datasets and loaders (``image_folder`` and ``h5``): PIL transforms in loader
-worker processes, as solo-learn's scripts train."""
+"""solo-learn's own datasets and loaders (``image_folder``, ``h5``), PIL in workers."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmenta
 
 
 def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
-    """solo-learn's pipeline for one augmentation node, + RandomErasing (DIET paper, Alg. 4) when
-    ``random_erasing.prob > 0`` (applied on the normalised tensor, torchvision defaults)."""
+    """solo-learn's pipeline for one node, + RandomErasing (DIET paper, Alg. 4)."""
     from solo.data.pretrain_dataloader import build_transform_pipeline
     from torchvision import transforms
 
@@ -31,10 +29,9 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
 
 
 def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """Train/val transforms for probing. Custom data honours the probe node's ``crop_size``,
-    ``mean``/``std`` and ``crop_min_scale`` (``probe``, parsed by
-    :func:`~solo_diet.launch.settings.probe_augmentation`); solo-learn's own custom pipeline
-    is fixed at 224 px and ImageNet statistics."""
+    """Train/val probe transforms; custom data honours the probe node's ``crop_size``,
+    ``mean``/``std`` and ``crop_min_scale`` (solo-learn's own is fixed at 224 px and ImageNet
+    statistics)."""
     from solo.data.classification_dataloader import prepare_transforms
     from torchvision import transforms
 
@@ -69,12 +66,8 @@ class ImageFolderPath(DataPath):
             prepare_datasets,
         )
 
-        transform = FullTransformPipeline(
-            [
-                NCropAugmentation(build_pretrain_transform(run.dataset, aug), aug.num_crops)
-                for aug in run.augmentations
-            ]
-        )
+        pipelines = [(build_pretrain_transform(run.dataset, a), a) for a in run.augmentations]
+        transform = FullTransformPipeline([NCropAugmentation(p, a.num_crops) for p, a in pipelines])
         if run.debug_augmentations:
             print("Transforms:", transform)
         with download_failure_named(run, "train_path"):
@@ -102,8 +95,7 @@ class ImageFolderPath(DataPath):
         return PretrainData(loader, len(train_dataset), sampler is not None)
 
     def _datasets(self, run: LoaderSettings, train_transform, val_transform, fraction=-1.0):
-        """solo-learn's classification (train, val) datasets, with these transforms (None: PIL
-        images) and ``fraction`` of the training set, each unreadable image named."""
+        """solo-learn's (train, val) datasets with these transforms, unreadable images named."""
         from solo.data.classification_dataloader import prepare_datasets
 
         with download_failure_named(run, "train_path", "val_path"):
@@ -123,8 +115,7 @@ class ImageFolderPath(DataPath):
     def _probe_loaders(
         self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fitted: bool = False
     ) -> tuple[Any, Any, Optional[FittedBatch]]:
-        """solo-learn's loaders of the probe's datasets with our transforms (train shuffled, val
-        in order), and with ``fitted`` the batch fitted to a small training set."""
+        """solo-learn's loaders of the probe's datasets (``fitted``: the fitted batch too)."""
         from solo.data.classification_dataloader import prepare_dataloaders
 
         fraction = run.fraction if fitted else -1.0

@@ -1,6 +1,4 @@
-"""The streaming data path (``data.gpu.storage: stream``): host workers read each file's bytes, the
-training device decodes and augments every batch as the GPU data path does (docs/data-path.md);
-:meth:`StreamPath.close`, called when a fit ends, stops the host workers."""
+"""The streaming data path (``data.gpu.storage: stream``, docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -45,15 +43,13 @@ class StreamPath(GPUPath):
         return loader
 
     def close(self) -> None:
-        """Stop the host workers of every loader made (persistent workers with pinned batches
-        would hold the process's exit about 5 s each, pytorch#81794)."""
+        """Stop every loader's host workers (left alone they hold the exit 5 s each)."""
         for loader in self.loaders:
             loader.close()
 
     @torch.no_grad()
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
-        """The views of images of their own sizes, decoded on ``device``, in lists as the
-        stream's batches."""
+        """The views of images of their own sizes, decoded on ``device``."""
         transform = self.view_transform(run, request)
         files = self.load_split(run, "val")
         chosen = request.choose(len(files)).tolist()
