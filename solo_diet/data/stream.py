@@ -109,22 +109,40 @@ def _is_whole_jpeg(data: Tensor) -> bool:
     return len(data) > 4 and head == JPEG_START and tail == JPEG_END
 
 
+@functools.lru_cache(maxsize=None)
+def _allocation_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream nvJPEG's outputs are allocated on, one per device (see the decoder below)."""
+    return torch.cuda.Stream(device)
+
+
 def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
-    """nvJPEG in one batched call; on failure, one call per file: None where nvJPEG refuses."""
+    """nvJPEG in one batched call; on failure, one call per file: None where nvJPEG refuses.
+
+    torchvision allocates the outputs on the current stream but nvJPEG writes them at once, not
+    after that stream's queued kernels (pytorch/vision#9606): a block the training step had just
+    freed would be overwritten while its kernels still read it (NaN weights). So the outputs are
+    allocated on a stream of their own, where no kernel runs, and held until the current stream's
+    uses end (``record_stream``)."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    try:
-        return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
-    except RuntimeError as err:
-        decoded: list[Optional[Tensor]] = []
-        for data in datas:
-            try:
-                decoded.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
-            except RuntimeError:
-                decoded.append(None)
-        if len(datas) > 1 and all(image is None for image in decoded):
-            _say_host_decoding(_first_line(err))
-        return decoded
+    current, side = torch.cuda.current_stream(device), _allocation_stream(device)
+    with torch.cuda.stream(side):
+        try:
+            decoded = list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
+        except RuntimeError as err:
+            decoded = []
+            for data in datas:
+                try:
+                    decoded.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+                except RuntimeError:
+                    decoded.append(None)
+            if len(datas) > 1 and all(image is None for image in decoded):
+                _say_host_decoding(_first_line(err))
+    current.wait_stream(side)
+    for image in decoded:
+        if image is not None:
+            image.record_stream(current)
+    return decoded
 
 
 @functools.lru_cache(maxsize=None)

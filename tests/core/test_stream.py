@@ -216,6 +216,27 @@ def test_nvjpeg_decodes_as_the_host_does(folder):
 
 
 @cuda
+def test_nvjpeg_never_writes_memory_the_current_stream_still_reads(folder):
+    """Blocks freed while their reads are still queued (a training step's) must not receive a
+    decode (pytorch/vision#9606: NaN weights on an H200 before the fix)."""
+    files = EncodedFiles.from_folder("custom", folder, "pretrain")
+    datas = [files[i][1] for i in range(len(files))]
+    device = torch.device("cuda")
+    sizes = [image.numel() for image in decode_images(datas, device)[0]]
+    wrong = 0
+    for _ in range(20):
+        held = [torch.ones(-(-size // 4), device=device) for size in sizes]  # the same blocks
+        torch.cuda.synchronize()
+        torch.cuda._sleep(20_000_000)  # about 10 ms of queued work before the reads
+        sums = torch.stack([values.sum() for values in held])
+        expected = torch.tensor([float(values.numel()) for values in held])
+        del held
+        decode_images(datas, device)
+        wrong += int((sums.cpu() != expected).sum())
+    assert wrong == 0
+
+
+@cuda
 def test_cuda_batches_match_the_cpu_ones_and_name_corrupt_files(folder, broken):
     files = EncodedFiles.from_folder("custom", folder, "pretrain")
     fixed = [node(rrc={"enabled": False})]  # resize + centre crop: no draw reaches the pixels
