@@ -115,7 +115,8 @@ class RunCheckpointer(Checkpointer):
             lock = folder_lock(
                 self.path / RUN_LOCK_FILE, self.command, f"the run folder {self.path}", fix
             )
-            self.lock.enter_context(lock)
+            with disk_full_named(self.path / RUN_LOCK_FILE):  # the lock's holder: a first write
+                self.lock.enter_context(lock)
 
     def release(self) -> None:
         """Release the run folder's lock (the fit has ended)."""
