@@ -133,10 +133,11 @@ class RunCheckpointer(Checkpointer):
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
     """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
-    ``kill -9``): folders holding only ``args.json`` and a lock no process holds."""
-    for args_path in sorted(Path(logdir).glob(f"*/{ARGS_FILE}")):
-        folder = args_path.parent
-        if {p.name for p in folder.iterdir()} - {ARGS_FILE, RUN_LOCK_FILE}:
+    ``kill -9``, a full disk at the lock's first write): folders holding only ``args.json``, a
+    lock no process holds, or both."""
+    for folder in sorted(Path(logdir).glob("*/")):
+        names = {p.name for p in folder.iterdir()}
+        if not names or names - {ARGS_FILE, RUN_LOCK_FILE}:
             continue
         with contextlib.ExitStack() as held:
             if (folder / RUN_LOCK_FILE).exists():
