@@ -57,7 +57,7 @@ def pretrain_args(data: Path, out: Path, epochs: int = EPOCHS) -> list[str]:
 
 def cli(argv: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*CLI, *argv], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600, **kwargs
+        [*CLI, *argv], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=1800, **kwargs
     )
 
 
@@ -150,9 +150,9 @@ def compare_argv(data: Path, out: Path) -> list[str]:
     ]
 
 
-def probe_compare_kills(tiny: Path, work: Path) -> tuple[int, int, str]:
+def probe_compare_kills(tiny: Path, work: Path, count: int) -> tuple[int, int, str]:
     held, notes = 0, []
-    for signum in [signal.SIGKILL, signal.SIGTERM] * 2:
+    for signum in [signal.SIGKILL, signal.SIGTERM] * (count // 2):
         out = work / f"cmp{len(notes)}"
         parent = spawn(compare_argv(tiny, out), work)
         wait_for(lambda: out.glob("runs/*/pretrain/**/*.ckpt"), parent)
@@ -183,7 +183,10 @@ def probe_concurrency(data: Path, tiny: Path, work: Path) -> tuple[int, int, str
         first.kill()
         first.wait()
         runs = [spawn(argv, out, quiet=False) for _ in range(2)]
-        ends = [(run.pid, run.returncode, *run.communicate(timeout=600)) for run in runs]
+        ends = []  # (pid, exit code, stdout, stderr) of each
+        for run in runs:
+            texts = run.communicate(timeout=600)
+            ends.append((run.pid, run.returncode, *texts))
         codes = sorted(run.returncode for run in runs)
         winner = next((e for e in ends if e[1] == 0), None)
         loser = next((e for e in ends if e[1] == 2), None)
@@ -236,6 +239,7 @@ def probe_full_disk(data: Path, work: Path) -> tuple[int, int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--compare-kills", type=int, default=4)
     parser.add_argument("--workdir", type=Path, default=Path("fault-probes"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="abcde")
@@ -249,7 +253,10 @@ def main() -> None:
     probes = {
         "a": ("kill -9 of pretrain, rerun", lambda: probe_kills(data, work, args.kills, draw)),
         "b": ("SIGTERM/SIGINT of pretrain", lambda: probe_signals(data, work)),
-        "c": ("kill -9/SIGTERM of compare", lambda: probe_compare_kills(tiny, work)),
+        "c": (
+            "kill -9/SIGTERM of compare",
+            lambda: probe_compare_kills(tiny, work, args.compare_kills),
+        ),
         "d": ("two runs into one folder", lambda: probe_concurrency(data, tiny, work)),
         "e": ("full disk (tmpfs)", lambda: probe_full_disk(data, work)),
     }
