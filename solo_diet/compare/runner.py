@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from solo_diet.compare.fingerprints import (
 )
 from solo_diet.compare.job import result_standing, run_job
 from solo_diet.compare.jobs import Job, longest_first, plan_jobs, run_budgets
-from solo_diet.compare.lock import output_dir_lock, stop_orphans
+from solo_diet.compare.lock import LOCK_FILE, output_dir_lock, stop_orphans
 from solo_diet.compare.record import (
     EPOCHS_FILE,
     note_command,
@@ -40,6 +41,7 @@ from solo_diet.compare.spec_checks import ParallelSettings, Spec
 from solo_diet.compare.worker import save_plan
 from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
+from solo_diet.launch.errors import disk_full_named
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_cfg_before_parse,
@@ -319,7 +321,9 @@ def run_spec(
     out.mkdir(parents=True, exist_ok=True)
     # as commands.txt names the spec: its file, or the resolved copy _run_jobs writes in `out`
     command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
-    with output_dir_lock(out, say=progress):  # one comparison per output folder
+    with contextlib.ExitStack() as held:
+        with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
+            held.enter_context(output_dir_lock(out, say=progress))  # one comparison per folder
         return _run_jobs(spec_cfg, command_spec, overrides, jobs, chosen)
 
 

@@ -106,7 +106,8 @@ class RunCheckpointer(Checkpointer):
             lock = folder_lock(
                 self.path / RUN_LOCK_FILE, self.command, f"the run folder {self.path}", fix
             )
-            self.lock.enter_context(lock)
+            with disk_full_named(self.path / RUN_LOCK_FILE):  # the lock's holder: a first write
+                self.lock.enter_context(lock)
 
     def release(self) -> None:
         self.lock.close()
@@ -121,10 +122,12 @@ class RunCheckpointer(Checkpointer):
 
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
-    """Remove the run folders in ``logdir`` holding only ``args.json`` and a lock nobody holds."""
-    for args_path in sorted(Path(logdir).glob(f"*/{ARGS_FILE}")):
-        folder = args_path.parent
-        if {p.name for p in folder.iterdir()} - {ARGS_FILE, RUN_LOCK_FILE}:
+    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
+    ``kill -9``, a full disk at the lock's first write): folders holding only ``args.json``, a
+    lock no process holds, or both."""
+    for folder in sorted(Path(logdir).glob("*/")):
+        names = {p.name for p in folder.iterdir()}
+        if not names or names - {ARGS_FILE, RUN_LOCK_FILE}:
             continue
         with contextlib.ExitStack() as held:
             if (folder / RUN_LOCK_FILE).exists():

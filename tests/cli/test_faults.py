@@ -191,6 +191,27 @@ def test_a_disk_full_at_the_second_save_ends_in_one_line_and_the_rerun_resumes(
     assert f"Resuming from previous checkpoint that matches specifications: '{kept}'" in out
 
 
+@pytest.mark.parametrize("command, lock", [("pretrain", ".run.lock"), ("compare", ".compare.lock")])
+def test_a_disk_full_at_the_first_write_is_one_line(
+    data, tmp_path, capsys, monkeypatch, command, lock
+):
+    import solo_diet._lock as locks
+
+    def no_space(descriptor: int, command: str) -> None:  # the lock's holder line: a first write
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(locks, "write_holder", no_space)
+    if command == "pretrain":
+        argv = PRETRAIN + overrides(data, tmp_path)
+    else:
+        argv = ["compare", str(SHIPPED_SPEC), *compare_overrides(data, tmp_path / "out")]
+    code, _, err = cli(argv, capsys)
+    (line,) = err.strip().splitlines()
+    assert code == 1, err
+    assert line.startswith(f"solo-diet {command}: no space left on the device of {tmp_path}")
+    assert f"MiB free) while saving {lock}: free some space" in line
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (from /proc)."""
     children: dict[int, list[int]] = {}

@@ -120,6 +120,7 @@ def test_a_later_run_removes_what_a_run_killed_before_its_first_checkpoint_left(
     resumable = run_folder("offline-d", "args.json", "x-ep=0.ckpt")
     starting = run_folder("offline-e")  # a run between making its folder and writing args.json
     other = run_folder("offline-f", "args.json", "notes.txt")
+    lock_only = run_folder("offline-g", RUN_LOCK_FILE)  # a full disk at the lock's first write
     said = []
     with folder_lock(alive / RUN_LOCK_FILE, "pretrain", "", ""):
         remove_abandoned_runs(tmp_path, say=said.append)
@@ -131,5 +132,5 @@ def test_a_later_run_removes_what_a_run_killed_before_its_first_checkpoint_left(
     ]
     assert said == [
         f"removed {folder}: a run stopped before its first checkpoint left it"
-        for folder in (killed, killed_later)
+        for folder in (killed, killed_later, lock_only)
     ]
