@@ -11,7 +11,7 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -31,6 +31,7 @@ from solo_diet.compare.record import (
     note_command,
     pretrain_costs,
     progress,
+    read_json,
     read_result,
 )
 from solo_diet.compare.report import write_report
@@ -100,9 +101,9 @@ def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[st
     """Every job in this process, one after another; returns {failed job's key: what failed}."""
     shared_eval = SharedEvaluator()
     failures = {}
-    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
+    overall = JobsProgress(jobs)
     for position, job in enumerate(jobs, 1):
-        overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
+        overall.step(position)
         try:
             run_job(spec, job, shared_eval, eval_fingerprint)
         except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
@@ -112,25 +113,41 @@ def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[st
     return failures
 
 
-def job_weight(job: Job) -> float:
-    """A job's share of a comparison's time for the progress line: its pretraining epochs, and
-    about two epochs' worth for the probe and the evaluation that every job has."""
-    return 2.0 + (job.budget.epochs if job.budget else 0)
+class JobsProgress:
+    """The overall progress line of ``jobs``: each weighs its pretraining epochs and one evaluation,
+    whose cost in epochs is measured on the first run job that ends (until then, two epochs)."""
 
+    def __init__(self, jobs: Sequence[Job], **line: Any) -> None:
+        self.jobs, self.evaluation_epochs, self.ended = list(jobs), None, []
+        self.overall = OverallProgress("compare", self._weights(2.0), **line)
 
-def _counting_ended_jobs(jobs: Sequence[Job]) -> Callable[[str], None]:
-    """``progress``, followed by the overall line after each line that says a job ended."""
-    overall = OverallProgress("compare", [job_weight(job) for job in jobs])
-    steps, ended = {job.label: k for k, job in enumerate(jobs, 1)}, []
+    def _weights(self, evaluation: float) -> list[float]:
+        return [evaluation + (job.budget.epochs if job.budget else 0) for job in self.jobs]
 
-    def say(message: str) -> None:
+    def _measure(self, job: Job) -> None:
+        result = read_json(job.run_dir / "result.json")
+        pretrain_s, evaluation_s = result.get("pretrain_wall_s"), result.get("evaluation_wall_s")
+        if self.evaluation_epochs is None and job.budget and pretrain_s and evaluation_s:
+            self.evaluation_epochs = evaluation_s * job.budget.epochs / pretrain_s
+            self.overall.weights = self._weights(self.evaluation_epochs)
+            self.overall.after_first = None  # the rate measured again, in these weights
+
+    def step(self, position: int) -> None:
+        """The line as job ``position`` (1-based) starts, the jobs before it ended."""
+        if position > 1:
+            self._measure(self.jobs[position - 2])
+        job = self.jobs[position - 1]
+        self.overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
+
+    def say(self, message: str) -> None:
+        """``progress``, then the overall line after a line that says a job ended."""
         progress(message)
         label = message.partition(": ")[0]
-        if label in steps and steps[label] not in ended:
-            ended.append(steps[label])
-            overall.ended(ended, "jobs ended")
-
-    return say
+        ended = [k for k, job in enumerate(self.jobs, 1) if job.label == label]
+        if ended and ended[0] not in self.ended:
+            self._measure(self.jobs[ended[0] - 1])
+            self.ended.append(ended[0])
+            self.overall.ended(self.ended, "jobs ended")
 
 
 def _check_device_lists(jobs: Sequence[Job]) -> None:
@@ -170,7 +187,7 @@ def _run_in_processes(
         tasks,
         workers,
         gpus,
-        say=_counting_ended_jobs(jobs),
+        say=JobsProgress(jobs).say,
         jobs_per_gpu=per_gpu,
         serve_argv=(*worker, "--serve", str(plan_file)) if reuse else None,
     )
