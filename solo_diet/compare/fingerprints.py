@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.compare.spec import SEEDED_REFERENCES
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.spec_checks import SEEDED_REFERENCES, Spec
 from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from solo_diet.compare.budgets import validation_interval
 from solo_diet.compare.curves import (
     BackboneSnapshots,
     evaluate_curve,
@@ -34,7 +35,6 @@ from solo_diet.compare.record import (
     read_json,
     write_json,
 )
-from solo_diet.compare.spec import validation_interval
 from solo_diet.compare.spec_checks import Spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch

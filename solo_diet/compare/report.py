@@ -20,12 +20,17 @@ from solo_diet.compare.aggregate import (
     ranked_metrics,
     verdict,
 )
-from solo_diet.compare.budgets import RunBudget, budget_line, count_val_images
+from solo_diet.compare.budgets import (
+    RunBudget,
+    budget_line,
+    checkpoint_interval,
+    count_val_images,
+    validation_interval,
+)
 from solo_diet.compare.claims import PROBE_WORDS, claim_lines
 from solo_diet.compare.curves_report import learning_curve_lines
 from solo_diet.compare.record import run_record_lines
-from solo_diet.compare.spec import SEEDED_REFERENCES, checkpoint_interval, validation_interval
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
+from solo_diet.compare.spec_checks import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
 from solo_diet.compare.tables import (
     RESOLVED_MARK,
     RESULT_COLUMNS,

@@ -24,7 +24,7 @@ from solo_diet.compare.fingerprints import (
     recipe_fingerprint,
 )
 from solo_diet.compare.job import result_standing, run_job
-from solo_diet.compare.jobs import Job, longest_first, plan_jobs, run_budgets
+from solo_diet.compare.jobs import Job, longest_first, plan_jobs
 from solo_diet.compare.lock import output_dir_lock, stop_orphans
 from solo_diet.compare.record import (
     EPOCHS_FILE,
@@ -36,8 +36,8 @@ from solo_diet.compare.record import (
 )
 from solo_diet.compare.report import write_report
 from solo_diet.compare.sharing import Sharing, choose_sharing, mps_unavailable, private_mps
-from solo_diet.compare.spec import REFERENCE_ROWS, SpecSource, load_spec
-from solo_diet.compare.spec_checks import ParallelSettings, Spec
+from solo_diet.compare.spec import SpecSource, load_spec
+from solo_diet.compare.spec_checks import REFERENCE_ROWS, ParallelSettings, Spec
 from solo_diet.compare.worker import save_plan
 from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
@@ -297,7 +297,9 @@ def _report_of_finished(
             )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
-    report = write_report(spec, results, out, left_out, run_budgets(jobs))
+    report = write_report(
+        spec, results, out, left_out, {j.name: j.budget for j in jobs if j.budget}
+    )
     progress(f"report: {report}")
     return report, results, left_out
 
