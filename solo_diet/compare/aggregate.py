@@ -42,7 +42,6 @@ def ranked_metrics(columns: Sequence[str]) -> list[str]:
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof 1) of the non-NaN values; NaN where undefined."""
     finite = [float(v) for v in values if not math.isnan(float(v))]
     if not finite:
         return math.nan, math.nan

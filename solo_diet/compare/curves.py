@@ -145,8 +145,6 @@ def missing_points(spec: Spec, job: "Job", eval_fingerprint: str) -> list[int]:
 
 
 def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
-    """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv`` (the
-    logged epochs' mean where some are missing); NaN without a log."""
     rows = [r for r in epoch_rows(run_dir) if r["epoch"] < epoch]
     if not rows:
         return math.nan
@@ -157,7 +155,6 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 def _evaluate_snapshot(
     spec: Spec, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
 ) -> dict[str, float]:
-    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone."""
     from solo_diet.compare.evaluate import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint

@@ -48,8 +48,6 @@ def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, A
 
 
 def _last_step(rows: Sequence[dict], metric: str) -> str:
-    """The change over the curve's last interval, and whether it is beyond two pooled standard
-    deviations of the two points' seeds (rising, falling) or within them (flat)."""
     if len(rows) < 2:
         return "one point"
     before, last = rows[-2], rows[-1]
@@ -65,7 +63,6 @@ def _last_step(rows: Sequence[dict], metric: str) -> str:
 
 
 def _reading(run: str, rows: Sequence[dict]) -> str:
-    """One line per run: each metric's last value, its best point and its last interval."""
     parts = []
     for metric, label in CURVE_METRICS:
         scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
@@ -86,7 +83,6 @@ def _reading(run: str, rows: Sequence[dict]) -> str:
 
 
 def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
-    """One row per run, one column per epoch: the metric's mean ± std over seeds."""
     epochs = sorted({row["epoch"] for rows in curves.values() for row in rows})
     by_epoch = {run: {row["epoch"]: row for row in rows} for run, rows in curves.items()}
 
@@ -100,7 +96,6 @@ def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
 
 
 def _cost_line(results: Sequence[dict], out: Path) -> str:
-    """What the curves cost: the snapshot evaluations' wall time against the pretraining's."""
     runs = [r for r in results if "job" in r and r["run"] not in REFERENCE_ROWS]
     evaluations = [
         point["wall_s"]

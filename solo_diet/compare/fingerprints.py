@@ -60,7 +60,6 @@ def with_data_signatures(data: dict) -> dict:
 
 
 def _training_payload(cfg: DictConfig) -> dict:
-    """The composed config but the checkpoint and validation frequency and the progress bar."""
     payload = OmegaConf.to_container(cfg, resolve=True)
     for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
         payload.pop(key, None)

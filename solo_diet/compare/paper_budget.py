@@ -47,7 +47,6 @@ class Below:
 
 
 def _short(count: int) -> str:
-    """``25k``, ``15.5k``, ``1.76M``: three significant digits."""
     rounded = float(f"{count:.3g}")
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if rounded >= size:

@@ -34,7 +34,6 @@ def _pyplot():
 
 
 def _saved(figure, path: Path) -> Path:
-    """``figure`` laid out and written to ``path`` as a PNG, whole or not at all, then closed."""
     figure.tight_layout()
     with atomic_write(path, binary=True) as png:
         figure.savefig(png, dpi=120, format="png")
@@ -43,8 +42,6 @@ def _saved(figure, path: Path) -> Path:
 
 
 def _style(index: int) -> dict:
-    """The ``index``-th line's colour and dash: matplotlib's ten colours, then dashed, then dotted,
-    so no two of up to 30 lines look alike."""
     return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":")[index // 10 % 3]}
 
 

@@ -1,6 +1,5 @@
-"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job
-(:mod:`~solo_diet.compare.job`) in this process or in worker processes
-(:mod:`~solo_diet.compare.fanout`), then the report of every job with a result."""
+"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job here or in
+worker processes, then the report of every job with a result."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.compare.budgets import count_images
@@ -35,7 +34,7 @@ from solo_diet.compare.record import (
     read_result,
 )
 from solo_diet.compare.report import write_report
-from solo_diet.compare.sharing import Sharing, choose_sharing, mps_unavailable, private_mps
+from solo_diet.compare.sharing import choose_sharing, mps_unavailable, private_mps
 from solo_diet.compare.spec import SpecSource, load_spec
 from solo_diet.compare.spec_checks import REFERENCE_ROWS, ParallelSettings, Spec
 from solo_diet.compare.worker import save_plan
@@ -60,8 +59,8 @@ class JobsFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class CompareResults:
-    """A comparison after :func:`~solo_diet.compare.run_spec` (docs/compare.md, "From Python"):
-    ``records`` are the jobs' ``result.json`` in spec order, ``failures`` {job key: what failed}."""
+    """A comparison after :func:`run_spec`: ``records``, the jobs' ``result.json`` in spec order,
+    and ``failures``, {job key: what failed} (docs/compare.md, "From Python")."""
 
     spec: Spec
     report: Path
@@ -76,7 +75,6 @@ class CompareResults:
 
     @property
     def ok(self) -> bool:
-        """Whether every job started in this call finished."""
         return not self.failures
 
     def of_run(self, run: str) -> list[dict[str, Any]]:
@@ -84,7 +82,6 @@ class CompareResults:
         return [record for record in self.records if record["run"] == run]
 
     def failure_message(self) -> str:
-        """One line: how many of the started jobs failed, each with what failed."""
         return (
             f"{len(self.failures)} of the {self.started} jobs started failed: "
             f"{'; '.join(self.failures.values())}. The "
@@ -92,25 +89,8 @@ class CompareResults:
         )
 
     def raise_for_failures(self) -> None:
-        """Raise :class:`JobsFailed` with :meth:`failure_message` when some job failed."""
         if self.failures:
             raise JobsFailed(self.failure_message())
-
-
-def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
-    """Every job in this process, one after another; returns {failed job's key: what failed}."""
-    shared_eval = SharedEvaluator()
-    failures = {}
-    overall = JobsProgress(jobs)
-    for position, job in enumerate(jobs, 1):
-        overall.step(position)
-        try:
-            run_job(spec, job, shared_eval, eval_fingerprint)
-        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
-            traceback.print_exc()
-            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
-            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
-    return failures
 
 
 class JobsProgress:
@@ -150,15 +130,17 @@ class JobsProgress:
             self.overall.ended(self.ended, "jobs ended")
 
 
-def _check_device_lists(jobs: Sequence[Job]) -> None:
-    """A job in its own process sees only its GPUs, numbered from 0: a device list is 0..n-1."""
-    for job in jobs:
-        devices = OmegaConf.select(job.cfg, "devices")
-        if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
-            raise ConfigError(
-                f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
-                f"sees only its own GPUs: write a count (devices={len(devices)})."
-            )
+def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
+    shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(jobs)
+    for position, job in enumerate(jobs, 1):
+        overall.step(position)
+        try:
+            run_job(spec, job, shared_eval, eval_fingerprint)
+        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+            traceback.print_exc()
+            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    return failures
 
 
 def _run_in_processes(
@@ -168,10 +150,14 @@ def _run_in_processes(
     ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
     from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
 
-    _check_device_lists(jobs)
-    reuse = parallel.reuse_workers
-    jobs = longest_first(jobs)
-    gpus = visible_gpus()
+    for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
+        devices = OmegaConf.select(job.cfg, "devices")
+        if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
+            raise ConfigError(
+                f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
+                f"sees only its own GPUs: write a count (devices={len(devices)})."
+            )
+    reuse, jobs, gpus = parallel.reuse_workers, longest_first(jobs), visible_gpus()
     worker = (sys.executable, "-m", "solo_diet.compare.worker")
     tasks = [
         Task(
@@ -183,13 +169,9 @@ def _run_in_processes(
         )
         for job in jobs
     ]
+    serve = (*worker, "--serve", str(plan_file)) if reuse else None
     outcomes = run_tasks(
-        tasks,
-        workers,
-        gpus,
-        say=JobsProgress(jobs).say,
-        jobs_per_gpu=per_gpu,
-        serve_argv=(*worker, "--serve", str(plan_file)) if reuse else None,
+        tasks, workers, gpus, JobsProgress(jobs).say, jobs_per_gpu=per_gpu, serve_argv=serve
     )
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
@@ -198,23 +180,8 @@ def _run_in_processes(
     }
 
 
-def sharing_for(parallel: ParallelSettings, jobs: Sequence[Job]) -> tuple[Sharing, int]:
-    """How ``jobs`` share the visible GPUs (:func:`choose_sharing`), and how many run at once:
-    ``parallel.workers``, or that many per visible GPU (1 without GPUs)."""
-    from solo_diet.compare.fanout import visible_gpus
-
-    gpus = visible_gpus()
-    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
-    cores = len(os.sched_getaffinity(0))
-    sharing = choose_sharing(
-        parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, len(jobs), no_mps
-    )
-    return sharing, parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
-
-
 def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
-    """What the launchers refuse, checked for the probe and every job before the first starts, so
-    that a mistake is one line now, not a failed job after hours of pretraining."""
+    """What the launchers refuse, for the probe and every job, before the first job starts."""
     from solo.methods import METHODS
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
@@ -228,52 +195,22 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
             check_solo_learn_choices(cfg, model_cls)
             check_accelerator_present(cfg)
             check_one_node(cfg)
-            _check_method_kwargs(cfg, model_cls)
+            # method_kwargs by their fields, N a placeholder where the job fills it from the data
+            kwargs = cfg.copy()
+            filled = OmegaConf.select(kwargs, "method_kwargs.num_samples") not in (None, "None")
+            if method_contract(model_cls).uses_sample_indexes and not filled:
+                OmegaConf.update(kwargs, "method_kwargs.num_samples", 1, force_add=True)
+            parse_method_kwargs(kwargs, model_cls)
         except ConfigError as err:
             raise ConfigError(f"{label}: {err}") from None
 
 
-def _check_method_kwargs(cfg: DictConfig, model_cls: type) -> None:
-    """Each ``method_kwargs`` value by its field (what needs the data waits for the job), with a
-    placeholder N where the job's pretraining fills ``num_samples`` from the data."""
-    probe = cfg.copy()
-    filled = OmegaConf.select(probe, "method_kwargs.num_samples") not in (None, "None")
-    if method_contract(model_cls).uses_sample_indexes and not filled:
-        OmegaConf.update(probe, "method_kwargs.num_samples", 1, force_add=True)
-    parse_method_kwargs(probe, model_cls)
-
-
-def _without_standing_results(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> list[Job]:
-    """The jobs with something left to do; a job whose result stands is named, not started."""
-    left = []
-    for job in jobs:
-        standing = result_standing(spec, job, eval_fingerprint)
-        if standing:
-            progress(f"{job.label}: {standing}")
-        else:
-            left.append(job)
-    return left
-
-
-def _unfinished_row(job: Job) -> dict[str, Any]:
-    """A run's job trained but never evaluated: its costs and curves, marked ``unfinished``."""
-    row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
-    costs = pretrain_costs(job.run_dir)
-    del costs["pretrain_wall_s"]  # its pretraining call never returned
-    return row | costs | {"unfinished": True}
-
-
 def _report_of_finished(
-    spec: Spec,
-    jobs: Sequence[Job],
-    out: Path,
-    report_only: bool = False,
-    failed: Collection[str] = (),
+    spec: Spec, jobs: Sequence[Job], report_only: bool = False, failed: Collection[str] = ()
 ) -> tuple[Path, list[dict], list[str]]:
-    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others (stale,
-    ``failed``); ``report_only`` adds the runs' unfinished jobs and keeps the report when every
-    finished run is stale. Returns the report's path, its results and the labels left out."""
-    results, left_out, stale = [], [], False
+    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others;
+    ``report_only`` adds the unfinished runs and keeps the report when every run is stale."""
+    results, left_out, stale, out = [], [], False, spec.output_dir
     for job in jobs:
         result = read_result(job.run_dir / "result.json")
         if job.key in failed:
@@ -284,29 +221,31 @@ def _report_of_finished(
         elif result:
             results.append(result)
         elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
-            results.append(_unfinished_row(job))
+            # trained but never evaluated: its costs and curves, marked unfinished
+            row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
+            costs = pretrain_costs(job.run_dir)
+            del costs["pretrain_wall_s"]  # its pretraining call never returned
+            results.append(row | costs | {"unfinished": True})
         else:
             left_out.append(job.label)
-    if report_only and stale:
-        fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
-        if not fresh:
-            raise ConfigError(
-                f"--report-only: every finished run in {out} was trained with another config "
-                "(budget, trainer or data settings) than this spec, so the report was kept; "
-                f"rebuild it from their spec: solo-diet compare {out / 'spec.yaml'} --report-only"
-            )
+    fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
+    if report_only and stale and not fresh:
+        raise ConfigError(
+            f"--report-only: every finished run in {out} was trained with another config "
+            "(budget, trainer or data settings) than this spec, so the report was kept; "
+            f"rebuild it from their spec: solo-diet compare {out / 'spec.yaml'} --report-only"
+        )
     if left_out:
         progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
-    report = write_report(
-        spec, results, out, left_out, {j.name: j.budget for j in jobs if j.budget}
-    )
+    budgets = {job.name: job.budget for job in jobs if job.budget is not None}
+    report = write_report(spec, results, out, left_out, budgets)
     progress(f"report: {report}")
     return report, results, left_out
 
 
 def remove_leftovers(out: Path) -> None:
-    """Delete what processes killed in ``out`` left: their temporary files, and the workers'
-    plans (each in a private temporary folder) of comparisons that no longer run."""
+    """Delete what killed processes left: temporary files in ``out``, and the workers' plans of
+    comparisons that no longer run."""
     remove_stale_temporaries(out)
     for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
         pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
@@ -317,29 +256,27 @@ def remove_leftovers(out: Path) -> None:
 def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
-    """Run (or finish) a comparison, then write its report (docs/compare.md, "From Python"):
-    ``spec`` a file or mapping, ``overrides`` dot-list (``budget.max_epochs=2``); a failed job is
-    in ``failures``, a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
+    """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
+    write its report; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
     import solo_diet
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
-    count_images.cache_clear()  # and its image count (budgets.py)
-    spec_cfg = load_spec(spec, overrides)
-    jobs = plan_jobs(spec_cfg)
-    out = spec_cfg.output_dir
+    count_images.cache_clear()  # and its image count
+    loaded = load_spec(spec, overrides)
+    jobs, out = plan_jobs(loaded), loaded.output_dir
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        report, records, left_out = _report_of_finished(spec_cfg, jobs, out, report_only=True)
-        return CompareResults(spec_cfg, report, tuple(records), tuple(left_out))
-    chosen = [job for job in jobs if spec_cfg.only is None or job.name in spec_cfg.only]
-    _check_before_any_job(spec_cfg, chosen, out)
+        report, records, left_out = _report_of_finished(loaded, jobs, report_only=True)
+        return CompareResults(loaded, report, tuple(records), tuple(left_out))
+    chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
+    _check_before_any_job(loaded, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
-    # as commands.txt names the spec: its file, or the resolved copy _run_jobs writes in `out`
+    # as commands.txt names the spec: its file, or the resolved copy written in `out`
     command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
     with output_dir_lock(out, say=progress):  # one comparison per output folder
-        return _run_jobs(spec_cfg, command_spec, overrides, jobs, chosen)
+        return _run_jobs(loaded, command_spec, overrides, jobs, chosen)
 
 
 def run_compare(
@@ -358,20 +295,24 @@ def _run_jobs(
     jobs: Sequence[Job],
     chosen: Sequence[Job],
 ) -> CompareResults:
-    """``run_spec``'s part under the output folder's lock: ``chosen`` of ``jobs``, the report."""
     from solo_diet.compare.fanout import visible_gpus
 
-    out = spec.output_dir
+    out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
-    note_command(out, spec_path, overrides, len(visible_gpus()))
-    sharing, workers = sharing_for(spec.parallel, chosen)
+    gpus = visible_gpus()
+    note_command(out, spec_path, overrides, len(gpus))
+    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
+    cores = len(os.sched_getaffinity(0))
+    sharing = choose_sharing(
+        parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, len(chosen), no_mps
+    )
+    workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
-        "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
+        "each running job after job" if parallel.reuse_workers else "a fresh one per job"
     )
-    budget = spec.budget
     seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
     progress(
         f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
@@ -382,21 +323,26 @@ def _run_jobs(
         f"{workers} worker(s){processes if in_processes else ''}; {sharing.why} -> {out}"
     )
     eval_fingerprint = evaluation_fingerprint(spec)
-    to_run = _without_standing_results(spec, chosen, eval_fingerprint)
+    to_run = []
+    for job in chosen:  # a job whose result stands is named, not started
+        standing = result_standing(spec, job, eval_fingerprint)
+        if standing:
+            progress(f"{job.label}: {standing}")
+        else:
+            to_run.append(job)
     if in_processes:
         # the workers' jobs, planned here, in a folder only this user may write (mode 0700): a
         # file planted in `output_dir` is never unpickled
         folder = Path(tempfile.mkdtemp(prefix=f"{PLAN_PREFIX}{os.getpid()}-"))
-        plan_file = folder / "plan.pkl"
-        save_plan(plan_file, spec, to_run, eval_fingerprint)
+        save_plan(folder / "plan.pkl", spec, to_run, eval_fingerprint)
         try:
-            with private_mps(sharing.mps and in_processes):
+            with private_mps(sharing.mps):
                 failures = _run_in_processes(
-                    to_run, workers, spec.parallel, plan_file, sharing.jobs_per_gpu
+                    to_run, workers, parallel, folder / "plan.pkl", sharing.jobs_per_gpu
                 )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     else:
         failures = _run_here(spec, to_run, eval_fingerprint)
-    report, records, left_out = _report_of_finished(spec, jobs, out, failed=failures)
+    report, records, left_out = _report_of_finished(spec, jobs, failed=failures)
     return CompareResults(spec, report, tuple(records), tuple(left_out), failures, len(to_run))
