@@ -1,6 +1,5 @@
-"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget
-(docs/compare.md, "Learning curves"), from backbone snapshots evaluated like the final
-checkpoint; each point is a row of ``<job folder>/curve.csv`` (:mod:`.curves_report` reads them)."""
+"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget, from
+backbone snapshots evaluated like the final checkpoint, one row of ``curve.csv`` each."""
 
 from __future__ import annotations
 
@@ -101,10 +100,7 @@ def drop_points_after(run_dir: Path, epoch: int) -> None:
 
 
 class BackboneSnapshots(Callback):
-    """Saves the backbone after each of ``epochs`` (epochs trained, counted from 1) as
-    ``<run_dir>/curves/epoch_<E>.ckpt``; when training starts (resumed or started over) it drops
-    the snapshots and curve points after the epochs already trained. Rank 0 only: no collective
-    call, so DDP ranks never wait on it."""
+    """Saves the backbone after each of ``epochs`` (rank 0); drops later points on a restart."""
 
     def __init__(self, run_dir: str | Path, epochs: Sequence[int]):
         super().__init__()

@@ -1,7 +1,5 @@
-"""The report's learning curves: the jobs' ``curve.csv`` points gathered per run over seeds, written
-to ``learning_curves.csv``, plotted to ``learning_curves.png`` and summarised in ``report.md`` (what
-each run reached, where it peaked, and whether its last interval still rose beyond the seeds'
-spread)."""
+"""The report's learning curves: the jobs' curve points per run over seeds, as a CSV, a plot
+and lines of ``report.md``."""
 
 from __future__ import annotations
 

@@ -186,10 +186,8 @@ def run_tasks(
     jobs_per_gpu: int = 1,
     serve_argv: Optional[Sequence[str]] = None,
 ) -> list[Outcome]:
-    """Run ``tasks``, at most ``workers`` processes at a time, each on ``task.gpus`` distinct GPUs
-    of ``gpus`` shared by at most ``jobs_per_gpu`` tasks, in order (a later one first while an
-    earlier one waits for GPUs), a task with a ``request`` in a reusable worker of ``serve_argv``;
-    returns the outcomes in the order of ``tasks``."""
+    """Run ``tasks``, at most ``workers`` at once on distinct GPUs shared by ``jobs_per_gpu`` tasks,
+    a task with a ``request`` in a reusable worker of ``serve_argv``; the outcomes in order."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]

@@ -1,6 +1,5 @@
-"""What one job may leave behind in a reusable worker, put back before the next (environment, cwd,
-``sys.path``, random generators, torch switches, signal handlers, loggers, Hydra, solo-diet's
-caches), so each job starts as in a fresh process."""
+"""What one job may leave behind in a reusable worker, put back before the next, so each job starts
+as in a fresh process."""
 
 from __future__ import annotations
 

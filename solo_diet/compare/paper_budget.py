@@ -1,6 +1,4 @@
-"""A claim's source budget and definition, and how its verdict names them (docs/compare.md,
-"Claims"): below the source's budget the outcome is stated at the budget run, ``held (at X of Y
-epochs)``, and the claim at the source's budget is not checked."""
+"""A claim's source budget and how its verdict names it (docs/compare.md, "Claims")."""
 
 from __future__ import annotations
 

@@ -132,13 +132,9 @@ def plot_learning_curves(
                 if math.isnan(reference.get(metric, math.nan)):
                     continue
                 axis.axhline(reference[metric], color="0.5", linestyle="--", linewidth=1)
+                where = dict(xycoords=("axes fraction", "data"), va="bottom")
                 axis.annotate(
-                    reference["run"],
-                    (0, reference[metric]),
-                    xycoords=("axes fraction", "data"),
-                    fontsize=7,
-                    color="0.4",
-                    va="bottom",
+                    reference["run"], (0, reference[metric]), fontsize=7, color="0.4", **where
                 )
             axis.set(xlabel=x_label, ylabel="top-1 (%)", title=f"{title}, val split")
     if curves:

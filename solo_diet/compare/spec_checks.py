@@ -44,9 +44,7 @@ class BudgetSettings:
     """``budget``: one budget for every run (docs/compare.md, "Budgets")."""
 
     max_epochs: int = setting(None, minimum=1, hint="One budget for every run.")
-    samples: Optional[int] = setting(
-        None, minimum=1, hint="Forward-backward samples (views counted), or null to match epochs."
-    )
+    samples: Optional[int] = setting(None, minimum=1, hint="Samples (views counted), or null.")
     batch_size: int = setting(None, minimum=1, hint="One budget for every run.")
     limit_train_batches: Optional[float] = None
     checkpoint_every_n_epochs: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
@@ -58,11 +56,7 @@ class ParallelSettings:
     """``parallel``: how many jobs run at once, and in which processes."""
 
     workers: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
-    jobs_per_gpu: Optional[int] = setting(
-        None,
-        minimum=1,
-        hint="It is how many jobs share one GPU at a time (null: chosen from the cores and GPUs).",
-    )
+    jobs_per_gpu: Optional[int] = setting(None, minimum=1, hint="Jobs sharing a GPU, or null.")
     mps: str = setting("auto", choices=("auto", "on", "off"))  # a private CUDA MPS daemon
     reuse_workers: bool = True  # true: workers run job after job; false: fresh ones
 
@@ -71,12 +65,7 @@ class ParallelSettings:
 class CurvesSettings:
     """``curves``: probes and kNN at this many evenly spaced epochs of each run's own budget."""
 
-    points: int = setting(
-        0,
-        minimum=0,
-        hint="It is the number of epochs of the budget where each run's linear probe and kNN "
-        "are measured (e.g. curves.points=10; 0: no learning curves).",
-    )
+    points: int = setting(0, minimum=0, hint="E.g. curves.points=10; 0: no learning curves.")
 
 
 @dataclass(frozen=True)

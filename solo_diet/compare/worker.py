@@ -90,9 +90,8 @@ def serve(plan_file: str, reply_fd: int) -> int:
 
 
 class ServedWorker:
-    """The fan-out's handle on a ``--serve`` worker on ``devices``: each task is a JSON line on its
-    stdin, ``{"log": ..., "request": ...}``, answered by ``0`` and a newline on the pipe named by
-    its last argument; a failed task ends the worker, the end of its stdin ends an idle one."""
+    """The fan-out's handle on a ``--serve`` worker: a task is a JSON line on its stdin, answered
+    ``0`` on the pipe its last argument names; a failed task, or the end of stdin, ends it."""
 
     def __init__(
         self, argv: Sequence[str], devices: tuple[str, ...], env: dict, first_log: Path
