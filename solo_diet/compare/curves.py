@@ -148,20 +148,6 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
     return samples_seen(images if len(rows) == epoch else images / len(rows) * epoch, views)
 
 
-def _evaluate_snapshot(
-    spec: Spec, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
-) -> dict[str, float]:
-    from solo_diet.compare.evaluate import compose_linear
-    from solo_diet.launch.linear import run_linear
-    from solo_diet.methods.checkpoint import PretrainedCheckpoint
-
-    probe_cfg = compose_linear(spec, snapshot, run_dir)
-    evaluator = shared_eval.get(spec, probe_cfg)
-    linear = float(run_linear(probe_cfg).get("val_acc1", math.nan))
-    point = evaluator.curve_point(PretrainedCheckpoint(snapshot).backbone())
-    return {"linear_acc1": linear, **point}
-
-
 def evaluate_curve(
     spec: Spec, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
 ) -> None:
@@ -169,6 +155,10 @@ def evaluate_curve(
     points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
     if spec.curves.points == 0 or job.reference is not None:
         return
+    from solo_diet.compare.evaluate import compose_linear
+    from solo_diet.launch.linear import run_linear
+    from solo_diet.methods.checkpoint import PretrainedCheckpoint
+
     fingerprint, views = result["fingerprint"], job.budget.views
 
     def point(epoch: int, measured: dict, source: str, wall_s: float) -> dict[str, Any]:
@@ -191,9 +181,12 @@ def evaluate_curve(
         progress(
             f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): probes, kNN"
         )
-        started = time.time()
-        snapshot = snapshot_path(job.run_dir, epoch)
-        measured = _evaluate_snapshot(spec, snapshot, job.run_dir, shared_eval)
+        started, snapshot = time.time(), snapshot_path(job.run_dir, epoch)
+        probe_cfg = compose_linear(spec, snapshot, job.run_dir)
+        evaluator = shared_eval.get(spec, probe_cfg)
+        linear = float(run_linear(probe_cfg).get("val_acc1", math.nan))
+        measured = evaluator.curve_point(PretrainedCheckpoint(snapshot).backbone())
+        measured = {"linear_acc1": linear, **measured}
         points[epoch] = point(epoch, measured, "snapshot", time.time() - started)
         write_points(job.run_dir, points)
     if missing:

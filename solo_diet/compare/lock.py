@@ -53,15 +53,11 @@ def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -
                     f"stopping PID {pid}, a worker of a comparison that no longer runs, still "
                     f"running the job in {run_dir}"
                 )
-                _kill_with_group(pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if os.getpgid(pid) == pid:  # a worker leads its process group
+                        os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
             else:
                 named = holder_named(holder, "compare")
                 say(f"waiting for {named}, which still runs the job in {run_dir}")
             fcntl.flock(descriptor, fcntl.LOCK_EX)  # until it (and what it forked) is gone
-
-
-def _kill_with_group(pid: int) -> None:  # and its process group when it leads one
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-        os.kill(pid, signal.SIGKILL)

@@ -104,7 +104,13 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
     OmegaConf.set_struct(schema, True)
     try:
         if isinstance(where, Path):
-            given = _read_spec_file(where)
+            given = OmegaConf.load(where)
+            if not isinstance(given, DictConfig):
+                raise ConfigError(
+                    f"{where}: a spec is a YAML mapping of spec keys "
+                    f"({', '.join(sorted(SPEC_DEFAULTS))}), got a "
+                    f"{type(given).__name__.removesuffix('Config').lower()}."
+                )
         else:  # copied: the caller's mapping is not changed
             plain = OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec)
             given = OmegaConf.create(plain)
@@ -116,24 +122,13 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
         raise ConfigError(_unknown_key_message(where, err)) from err
     except ConfigTypeError as err:  # a dict where the spec has a list
         raise ConfigError(f"{where}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
-    OmegaConf.set_struct(merged, False)
-    return _checked(merged, where)
-
-
-def _read_spec_file(path: Path) -> DictConfig:
-    try:
-        given = OmegaConf.load(path)
     except UnicodeDecodeError as err:
         raise ConfigError(
-            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): "
+            f"{where}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): "
             "save the spec as UTF-8."
         ) from None
-    if not isinstance(given, DictConfig):
-        raise ConfigError(
-            f"{path}: a spec is a YAML mapping of spec keys ({', '.join(sorted(SPEC_DEFAULTS))}), "
-            f"got a {type(given).__name__.removesuffix('Config').lower()}."
-        )
-    return given
+    OmegaConf.set_struct(merged, False)
+    return _checked(merged, where)
 
 
 def _checked(spec: DictConfig, where: str | Path) -> Spec:
