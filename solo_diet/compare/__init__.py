@@ -1,5 +1,5 @@
 """``solo-diet compare``: several methods, one data set, one budget, one evaluation, one report."""
 
-from solo_diet.compare.runner import CompareResults, JobsFailed, run_compare, run_spec
-from solo_diet.compare.spec import load_spec
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.run.runner import CompareResults, JobsFailed, run_compare, run_spec
+from solo_diet.compare.spec.load import load_spec
+from solo_diet.compare.spec.settings import Spec

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from solo_diet.compare.budgets import RunBudget
-from solo_diet.compare.jobs import Job
-from solo_diet.compare.runner import JobsProgress
+from solo_diet.compare.plan.budgets import RunBudget
+from solo_diet.compare.plan.jobs import Job
+from solo_diet.compare.run.runner import JobsProgress
 
 
 class Clock:

@@ -16,13 +16,13 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
-from solo_diet.compare.budgets import samples_seen
-from solo_diet.compare.record import epoch_rows, progress
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.plan.budgets import samples_seen
+from solo_diet.compare.run.record import epoch_rows, progress
+from solo_diet.compare.spec.settings import Spec
 
 if TYPE_CHECKING:
-    from solo_diet.compare.evaluate import SharedEvaluator
-    from solo_diet.compare.jobs import Job
+    from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+    from solo_diet.compare.plan.jobs import Job
 
 CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
@@ -155,7 +155,7 @@ def evaluate_curve(
     points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
     if spec.curves.points == 0 or job.reference is not None:
         return
-    from solo_diet.compare.evaluate import compose_linear
+    from solo_diet.compare.evaluate.checkpoint import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.compare.spec_checks import SEEDED_REFERENCES, Spec
+from solo_diet.compare.spec.settings import SEEDED_REFERENCES, Spec
 from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:
-    from solo_diet.compare.jobs import Job
+    from solo_diet.compare.plan.jobs import Job
 
 DATA_PATH_KEYS = ("root", "train_path", "val_path")
 # where and how a machine reads the data: not part of a run's recipe
@@ -80,7 +80,7 @@ def recipe_fingerprint(cfg: DictConfig) -> str:
 
 def evaluation_fingerprint(spec: Spec) -> str:
     """Changes with any evaluation setting, the probe's config, the LiDAR views or the data."""
-    from solo_diet.compare.evaluate import compose_linear
+    from solo_diet.compare.evaluate.checkpoint import compose_linear
 
     settings = dataclasses.asdict(spec.evaluation)
     views = settings.pop("lidar_augmentations")

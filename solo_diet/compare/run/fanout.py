@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from solo_diet.compare.worker import PARENT_VARIABLE, ServedWorker
+from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker
 from solo_diet.config import ConfigError
 
 

@@ -8,30 +8,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from solo_diet._atomic import write_text_atomic
-from solo_diet.compare.aggregate import (
-    CODE_MEASURES,
-    EMBEDDING_MEASURES,
-    MIN_SEEDS,
-    NOT_AGGREGATED,
-    aggregate,
-    gap,
-    is_number,
-    rank,
-    ranked_metrics,
-    verdict,
-)
-from solo_diet.compare.budgets import (
+from solo_diet.compare.plan.budgets import (
     RunBudget,
     budget_line,
     checkpoint_interval,
     count_val_images,
     validation_interval,
 )
-from solo_diet.compare.claims import PROBE_WORDS, claim_lines
-from solo_diet.compare.curves_report import learning_curve_lines
-from solo_diet.compare.record import run_record_lines
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
-from solo_diet.compare.tables import (
+from solo_diet.compare.report.curves import learning_curve_lines
+from solo_diet.compare.report.tables import (
     RESOLVED_MARK,
     RESULT_COLUMNS,
     cell_text,
@@ -43,6 +28,21 @@ from solo_diet.compare.tables import (
     shown_columns,
     write_results_csv,
 )
+from solo_diet.compare.run.record import run_record_lines
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
+from solo_diet.compare.verdicts.aggregate import (
+    CODE_MEASURES,
+    EMBEDDING_MEASURES,
+    MIN_SEEDS,
+    NOT_AGGREGATED,
+    aggregate,
+    gap,
+    is_number,
+    rank,
+    ranked_metrics,
+    verdict,
+)
+from solo_diet.compare.verdicts.claims import PROBE_WORDS, claim_lines
 from solo_diet.launch.settings import FORMAT_KEY
 from solo_diet.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 
@@ -276,7 +276,7 @@ def write_report(
 ) -> Path:
     """Write results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out``
     under its claims); ``left_out``: the jobs without a result, ``budgets``: each run's."""
-    from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
+    from solo_diet.compare.report.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]

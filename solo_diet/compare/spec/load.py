@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.spec_checks import (
+from solo_diet.compare.spec.settings import (
     REFERENCE_ROWS,
     SECTIONS,
     DataSettings,

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Claim, PaperBudget
+from solo_diet.compare.verdicts.paper_budget import Claim, PaperBudget
 from solo_diet.config import (
     ConfigError,
     KeyReader,

@@ -9,14 +9,20 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.budgets import (
+from solo_diet.compare.plan.budgets import (
     RunBudget,
     checkpoint_interval,
     run_budget,
     validation_interval,
 )
-from solo_diet.compare.record import progress, read_json
-from solo_diet.compare.spec_checks import BUDGET_TARGETS, SEEDED_REFERENCES, DataSettings, Run, Spec
+from solo_diet.compare.run.record import progress, read_json
+from solo_diet.compare.spec.settings import (
+    BUDGET_TARGETS,
+    SEEDED_REFERENCES,
+    DataSettings,
+    Run,
+    Spec,
+)
 from solo_diet.config import ConfigError, unknown_method_hint
 
 

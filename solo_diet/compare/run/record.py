@@ -35,7 +35,7 @@ LARGEST = 1e15  # no metric or cost comes near it
 def read_result(path: Path) -> dict:
     """A job's ``result.json`` ({} when absent), refused in one line where a field holds markup,
     text for a number, or an infinite or absurd number."""
-    from solo_diet.compare.tables import RESULT_COLUMNS
+    from solo_diet.compare.report.tables import RESULT_COLUMNS
     from solo_diet.config import ConfigError, is_number
 
     try:

@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
-from solo_diet.compare.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
-from solo_diet.compare.plots import plot_learning_curves
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
-from solo_diet.compare.tables import mean_cell, table_lines, write_csv
+from solo_diet.compare.evaluate.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
+from solo_diet.compare.report.plots import plot_learning_curves
+from solo_diet.compare.report.tables import mean_cell, table_lines, write_csv
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, Spec
+from solo_diet.compare.verdicts.aggregate import aggregate, is_number, two_pooled_std
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"

@@ -1,8 +1,8 @@
 """A comparison's jobs in processes of their own, each given the plan the parent wrote once (the
 spec and its jobs) and its job's key; exit status 0 when done, 130 when interrupted, 1 on error.
 
-    python -m solo_diet.compare.worker <plan.pkl> <job key>
-    python -m solo_diet.compare.worker --serve <plan.pkl> <reply fd>   (jobs named on stdin)
+    python -m solo_diet.compare.run.worker <plan.pkl> <job key>
+    python -m solo_diet.compare.run.worker --serve <plan.pkl> <reply fd>   (jobs named on stdin)
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 from solo_diet._host import quiet_run_noise
 
 if TYPE_CHECKING:
-    from solo_diet.compare.jobs import Job
-    from solo_diet.compare.spec_checks import Spec
+    from solo_diet.compare.plan.jobs import Job
+    from solo_diet.compare.spec.settings import Spec
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # the PID of the process a worker must not outlive (the fan-out's, then the worker's for its ranks)
@@ -51,9 +51,9 @@ def save_plan(plan_file: Path, spec: Spec, jobs: Sequence[Job], eval_fingerprint
 def _run_plan(plan_file: str, keys: Iterator[tuple[str, Optional[str]]], fresh: bool) -> None:
     """Run the plan's jobs ``keys`` names (each with the log its output goes to)."""
     import solo_diet
-    from solo_diet.compare.evaluate import SharedEvaluator
-    from solo_diet.compare.fresh import FreshState, send_output_to
-    from solo_diet.compare.job import run_job
+    from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+    from solo_diet.compare.run.fresh import FreshState, send_output_to
+    from solo_diet.compare.run.job import run_job
     from solo_diet.config import ConfigError
 
     solo_diet.register()

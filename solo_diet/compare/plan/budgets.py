@@ -11,8 +11,8 @@ from typing import Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Trained
-from solo_diet.compare.spec_checks import BudgetSettings, Run, Spec
+from solo_diet.compare.spec.settings import BudgetSettings, Run, Spec
+from solo_diet.compare.verdicts.paper_budget import Trained
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 

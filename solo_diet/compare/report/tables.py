@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from solo_diet._atomic import atomic_write
-from solo_diet.compare.aggregate import NOT_AGGREGATED, is_number
+from solo_diet.compare.verdicts.aggregate import NOT_AGGREGATED, is_number
 
 COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables

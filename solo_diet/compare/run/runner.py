@@ -15,17 +15,18 @@ from typing import Any, Collection, Mapping, Sequence
 from omegaconf import ListConfig, OmegaConf
 
 from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
-from solo_diet.compare.budgets import count_images
-from solo_diet.compare.evaluate import SharedEvaluator, compose_linear
-from solo_diet.compare.fingerprints import (
+from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, compose_linear
+from solo_diet.compare.plan.budgets import count_images
+from solo_diet.compare.plan.fingerprints import (
     data_signature,
     evaluation_fingerprint,
     recipe_fingerprint,
 )
-from solo_diet.compare.job import result_standing, run_job
-from solo_diet.compare.jobs import Job, longest_first, plan_jobs
-from solo_diet.compare.lock import output_dir_lock, stop_orphans
-from solo_diet.compare.record import (
+from solo_diet.compare.plan.jobs import Job, longest_first, plan_jobs
+from solo_diet.compare.report.markdown import write_report
+from solo_diet.compare.run.job import result_standing, run_job
+from solo_diet.compare.run.lock import output_dir_lock, stop_orphans
+from solo_diet.compare.run.record import (
     EPOCHS_FILE,
     note_command,
     pretrain_costs,
@@ -33,11 +34,10 @@ from solo_diet.compare.record import (
     read_json,
     read_result,
 )
-from solo_diet.compare.report import write_report
-from solo_diet.compare.sharing import choose_sharing, mps_unavailable, private_mps
-from solo_diet.compare.spec import SpecSource, load_spec
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, ParallelSettings, Spec
-from solo_diet.compare.worker import save_plan
+from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, private_mps
+from solo_diet.compare.run.worker import save_plan
+from solo_diet.compare.spec.load import SpecSource, load_spec
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.launch_checks import (
@@ -148,7 +148,7 @@ def _run_in_processes(
 ) -> dict[str, str]:
     """Every job in a process of its own GPUs, the longest first, in reusable workers with
     ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
-    from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
+    from solo_diet.compare.run.fanout import Task, run_tasks, visible_gpus
 
     for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
         devices = OmegaConf.select(job.cfg, "devices")
@@ -158,7 +158,7 @@ def _run_in_processes(
                 f"sees only its own GPUs: write a count (devices={len(devices)})."
             )
     reuse, jobs, gpus = parallel.reuse_workers, longest_first(jobs), visible_gpus()
-    worker = (sys.executable, "-m", "solo_diet.compare.worker")
+    worker = (sys.executable, "-m", "solo_diet.compare.run.worker")
     tasks = [
         Task(
             label=job.label,
@@ -295,7 +295,7 @@ def _run_jobs(
     jobs: Sequence[Job],
     chosen: Sequence[Job],
 ) -> CompareResults:
-    from solo_diet.compare.fanout import visible_gpus
+    from solo_diet.compare.run.fanout import visible_gpus
 
     out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
     stop_orphans([job.run_dir for job in jobs], say=progress)

@@ -7,10 +7,10 @@ import math
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from solo_diet.compare.aggregate import aggregate, gap, is_number
-from solo_diet.compare.paper_budget import Claim, Trained, budget_note, budget_verdict
-from solo_diet.compare.record import seed_curves
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.run.record import seed_curves
+from solo_diet.compare.spec.settings import Spec
+from solo_diet.compare.verdicts.aggregate import aggregate, gap, is_number
+from solo_diet.compare.verdicts.paper_budget import Claim, Trained, budget_note, budget_verdict
 
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
 # probe too), said in its line
