@@ -100,7 +100,7 @@ def main(argv: list | None = None) -> None:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     from solo_diet.compare import run_compare
-    from solo_diet.compare.fanout import visible_gpus
+    from solo_diet.compare.run.fanout import visible_gpus
 
     if args.smoke:
         args.runs, args.seeds, args.epochs, args.images = 2, 1, 1, 60

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from solo_diet.compare.aggregate import (
+from solo_diet.compare.verdicts.aggregate import (
     RANKED_METRICS,
     aggregate,
     pooled_std,

@@ -13,17 +13,16 @@ from typing import Optional
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.compare.claims import claim_lines, parse_claims
-from solo_diet.compare.paper_budget import Below, Claim, PaperBudget, Trained
-from solo_diet.compare.spec_checks import BudgetSettings
+from solo_diet.compare.spec.settings import BudgetSettings, parse_claims
+from solo_diet.compare.verdicts.claims import claim_lines
+from solo_diet.compare.verdicts.paper_budget import Below, Claim, PaperBudget, Trained
 from solo_diet.config import ConfigError
 
 
-def raw_spec(claims: list, max_epochs: int = 10):
-    """The spec's keys that ``parse_claims`` reads, as written."""
-    runs = [{"name": name, "config_name": name} for name in ("diet", "simclr", "vicreg")]
-    budget = {"max_epochs": max_epochs}
-    return OmegaConf.create({"runs": runs, "budget": budget, "claims": claims})
+def parse(claims: list, max_epochs: int = 10):
+    """``parse_claims`` of the ``claims`` as written, for three runs."""
+    runs = ("diet", "simclr", "vicreg")
+    return parse_claims(OmegaConf.create(claims), runs, max_epochs, Path("spec.yaml"))
 
 
 def typed(claim: dict) -> Claim:
@@ -208,8 +207,8 @@ def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_
 )
 def test_bad_claims_name_the_key(claim, message):
     with pytest.raises(ConfigError, match=message):
-        parse_claims(raw_spec([claim]), Path("spec.yaml"))
-    parse_claims(raw_spec([]), Path("spec.yaml"))
+        parse([claim])
+    parse([])
 
 
 PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
@@ -292,9 +291,9 @@ def test_than_epochs_and_a_reading_of_ours_are_named(tmp_path):
 )
 def test_bad_paper_budgets_name_the_key(extra, message):
     claim = {"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, **PAPER}
-    parse_claims(raw_spec([claim]), Path("spec.yaml"))
+    parse([claim])
     with pytest.raises(ConfigError, match=message):
-        parse_claims(raw_spec([{**claim, **extra}]), Path("spec.yaml"))
+        parse([{**claim, **extra}])
 
 
 def test_a_reading_of_ours_at_the_papers_budget_is_not_met_never_did_not_hold(tmp_path):

@@ -17,16 +17,16 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import load_spec, run_compare
-from solo_diet.compare.budgets import samples_seen, views_per_sample
-from solo_diet.compare.curves import (
+from solo_diet.compare.evaluate.curves import (
     curve_epochs,
     evaluate_curve,
     read_points,
     snapshot_epochs,
     write_points,
 )
-from solo_diet.compare.curves_report import run_curves
-from solo_diet.compare.jobs import plan_jobs
+from solo_diet.compare.plan.budgets import samples_seen, views_per_sample
+from solo_diet.compare.plan.jobs import plan_jobs
+from solo_diet.compare.report.curves import run_curves
 from solo_diet.config import ConfigError
 from tests._helpers.compare import (
     SHIPPED_SPEC,

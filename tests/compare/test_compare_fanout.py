@@ -15,7 +15,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
-from solo_diet.compare.runner import JobsFailed
+from solo_diet.compare.run.runner import JobsFailed
 from solo_diet.config import ConfigError
 from tests._helpers.compare import (
     SHIPPED_SPEC,
@@ -143,8 +143,8 @@ def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_p
 
 
 def test_without_matplotlib_the_report_says_there_are_no_plots(data_root, tmp_path, monkeypatch):
-    from solo_diet.compare import plots
-    from solo_diet.compare.report import NO_PLOTS
+    from solo_diet.compare.report import plots
+    from solo_diet.compare.report.markdown import NO_PLOTS
 
     monkeypatch.setattr(plots, "plots_available", lambda: False)
     out = tmp_path / "cmp"

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from solo_diet.compare import plots
-from solo_diet.compare.budgets import RunBudget
-from solo_diet.compare.report import write_report
-from solo_diet.compare.spec import load_spec
+from solo_diet.compare.plan.budgets import RunBudget
+from solo_diet.compare.report import plots
+from solo_diet.compare.report.markdown import write_report
+from solo_diet.compare.spec.load import load_spec
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 VAL_IMAGES = 15  # the tiny data: 5 classes of 3 val images

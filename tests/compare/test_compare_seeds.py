@@ -18,8 +18,8 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
-from solo_diet.compare.aggregate import pooled_std
-from solo_diet.compare.runner import JobsFailed
+from solo_diet.compare.run.runner import JobsFailed
+from solo_diet.compare.verdicts.aggregate import pooled_std
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo

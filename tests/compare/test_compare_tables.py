@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import math
 
-from solo_diet.compare.tables import cell_text, grouped_tables, mean_cell, row_cell, shown_columns
+from solo_diet.compare.report.tables import (
+    cell_text,
+    grouped_tables,
+    mean_cell,
+    row_cell,
+    shown_columns,
+)
 
 
 def plain(row: dict, column: str) -> str:
@@ -102,7 +108,7 @@ def test_results_made_before_the_recorded_fit_lack_its_columns_only():
 def test_the_legend_names_the_grid_its_results_record():
     """The grid from the results' ``logreg_sweep``; results without it do not pass for the
     current grid; results without the probe get no line."""
-    from solo_diet.compare.report import _logreg_legend
+    from solo_diet.compare.report.markdown import _logreg_legend
     from solo_diet.metrics.logreg import L2_GRID
 
     new = {"logreg_acc1": 90.0, "logreg_sweep": {"l2": list(L2_GRID)}}

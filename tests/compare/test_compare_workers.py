@@ -13,12 +13,12 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare.fingerprints import evaluation_fingerprint
-from solo_diet.compare.jobs import plan_jobs
-from solo_diet.compare.runner import _run_in_processes
-from solo_diet.compare.spec import load_spec
-from solo_diet.compare.spec_checks import ParallelSettings
-from solo_diet.compare.worker import save_plan
+from solo_diet.compare.plan.fingerprints import evaluation_fingerprint
+from solo_diet.compare.plan.jobs import plan_jobs
+from solo_diet.compare.run.runner import _run_in_processes
+from solo_diet.compare.run.worker import save_plan
+from solo_diet.compare.spec.load import load_spec
+from solo_diet.compare.spec.settings import ParallelSettings
 from solo_diet.config import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 

@@ -13,9 +13,9 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 import solo_diet
-from solo_diet.compare.jobs import compose_run
-from solo_diet.compare.spec import load_spec
-from solo_diet.compare.spec_checks import Run
+from solo_diet.compare.plan.jobs import compose_run
+from solo_diet.compare.spec.load import load_spec
+from solo_diet.compare.spec.settings import Run
 from solo_diet.launch.pretrain import run_pretrain
 from tests._helpers.compare import write_tiny_images
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet.compare.fanout import Task, run_tasks, visible_gpus
+from solo_diet.compare.run.fanout import Task, run_tasks, visible_gpus
 
 RECORD = (
     "import os, sys, time; start = time.time(); time.sleep(float(sys.argv[1])); "
@@ -105,7 +105,7 @@ SCHEDULER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from solo_diet.compare.fanout import Task, run_tasks
+    from solo_diet.compare.run.fanout import Task, run_tasks
     sleeper = "import os, sys, time; Path = __import__('pathlib').Path; "
     sleeper += "Path(sys.argv[1]).write_text(str(os.getpid())); time.sleep(120)"
     tasks = [Task("t", (sys.executable, "-c", sleeper, sys.argv[1]), Path(sys.argv[2]), 0)]
@@ -215,7 +215,7 @@ SERVING_SCHEDULER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from solo_diet.compare.fanout import Task, run_tasks
+    from solo_diet.compare.run.fanout import Task, run_tasks
     serve = (sys.executable, "-c", sys.argv[2])
     tasks = [Task("t", ("unused",), Path(sys.argv[1]), 0, "120 0")]
     run_tasks(tasks, workers=1, gpus=[], poll_s=0.05, grace_s=5.0, serve_argv=serve)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from solo_diet.compare.jobs import Job, longest_first
+from solo_diet.compare.plan.jobs import Job, longest_first
 
 
 def job(out: Path, name: str, seed, reference: bool = False) -> Job:

@@ -11,10 +11,10 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare.job import pretrain
-from solo_diet.compare.jobs import plan_jobs
-from solo_diet.compare.record import read_json, write_json
-from solo_diet.compare.spec import load_spec
+from solo_diet.compare.plan.jobs import plan_jobs
+from solo_diet.compare.run.job import pretrain
+from solo_diet.compare.run.record import read_json, write_json
+from solo_diet.compare.spec.load import load_spec
 from solo_diet.config import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from solo_diet.compare.sharing import choose_sharing, mps_unavailable, private_mps
+from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, private_mps
 from solo_diet.config import ConfigError
 
 

@@ -16,8 +16,10 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare import budgets, curves_report, plots  # noqa: E402
-from solo_diet.compare.runner import run_spec  # noqa: E402
+from solo_diet.compare.plan import budgets  # noqa: E402
+from solo_diet.compare.report import curves as curves_report  # noqa: E402
+from solo_diet.compare.report import plots  # noqa: E402
+from solo_diet.compare.run.runner import run_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "docs" / "compare"

@@ -36,9 +36,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "solo_diet"
 FORMAT_READERS = {
     "launch/settings.py",
     "launch/datapaths/__init__.py",
-    "compare/spec.py",
-    "compare/report.py",
-    "compare/fingerprints.py",
+    "compare/spec/load.py",
+    "compare/report/markdown.py",
+    "compare/plan/fingerprints.py",
 }
 INTERFACE = (
     "pretrain_data",

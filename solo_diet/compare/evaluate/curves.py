@@ -1,6 +1,5 @@
-"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget
-(docs/compare.md, "Learning curves"), from backbone snapshots evaluated like the final
-checkpoint; each point is a row of ``<job folder>/curve.csv`` (:mod:`.curves_report` reads them)."""
+"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget, from
+backbone snapshots evaluated like the final checkpoint, one row of ``curve.csv`` each."""
 
 from __future__ import annotations
 
@@ -17,13 +16,13 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
 from solo_diet._atomic import atomic_write, write_text_atomic
-from solo_diet.compare.budgets import samples_seen
-from solo_diet.compare.record import epoch_rows, progress
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.plan.budgets import samples_seen
+from solo_diet.compare.run.record import epoch_rows, progress
+from solo_diet.compare.spec.settings import Spec
 
 if TYPE_CHECKING:
-    from solo_diet.compare.evaluate import SharedEvaluator
-    from solo_diet.compare.jobs import Job
+    from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+    from solo_diet.compare.plan.jobs import Job
 
 CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
@@ -101,10 +100,7 @@ def drop_points_after(run_dir: Path, epoch: int) -> None:
 
 
 class BackboneSnapshots(Callback):
-    """Saves the backbone after each of ``epochs`` (epochs trained, counted from 1) as
-    ``<run_dir>/curves/epoch_<E>.ckpt``; when training starts (resumed or started over) it drops
-    the snapshots and curve points after the epochs already trained. Rank 0 only: no collective
-    call, so DDP ranks never wait on it."""
+    """Saves the backbone after each of ``epochs`` (rank 0); drops later points on a restart."""
 
     def __init__(self, run_dir: str | Path, epochs: Sequence[int]):
         super().__init__()
@@ -145,28 +141,11 @@ def missing_points(spec: Spec, job: "Job", eval_fingerprint: str) -> list[int]:
 
 
 def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
-    """Forward-backward samples of the first ``epoch`` epochs, from the job's ``epochs.csv`` (the
-    logged epochs' mean where some are missing); NaN without a log."""
     rows = [r for r in epoch_rows(run_dir) if r["epoch"] < epoch]
     if not rows:
         return math.nan
     images = sum(r["samples"] for r in rows)
     return samples_seen(images if len(rows) == epoch else images / len(rows) * epoch, views)
-
-
-def _evaluate_snapshot(
-    spec: Spec, snapshot: Path, run_dir: Path, shared_eval: "SharedEvaluator"
-) -> dict[str, float]:
-    """``linear_acc1``, ``knn_acc1`` and ``logreg_acc1`` of a snapshot's backbone."""
-    from solo_diet.compare.evaluate import compose_linear
-    from solo_diet.launch.linear import run_linear
-    from solo_diet.methods.checkpoint import PretrainedCheckpoint
-
-    probe_cfg = compose_linear(spec, snapshot, run_dir)
-    evaluator = shared_eval.get(spec, probe_cfg)
-    linear = float(run_linear(probe_cfg).get("val_acc1", math.nan))
-    point = evaluator.curve_point(PretrainedCheckpoint(snapshot).backbone())
-    return {"linear_acc1": linear, **point}
 
 
 def evaluate_curve(
@@ -176,6 +155,10 @@ def evaluate_curve(
     points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
     if spec.curves.points == 0 or job.reference is not None:
         return
+    from solo_diet.compare.evaluate.checkpoint import compose_linear
+    from solo_diet.launch.linear import run_linear
+    from solo_diet.methods.checkpoint import PretrainedCheckpoint
+
     fingerprint, views = result["fingerprint"], job.budget.views
 
     def point(epoch: int, measured: dict, source: str, wall_s: float) -> dict[str, Any]:
@@ -198,9 +181,12 @@ def evaluate_curve(
         progress(
             f"{job.label}: learning curve at epoch {epoch} ({position}/{len(missing)}): probes, kNN"
         )
-        started = time.time()
-        snapshot = snapshot_path(job.run_dir, epoch)
-        measured = _evaluate_snapshot(spec, snapshot, job.run_dir, shared_eval)
+        started, snapshot = time.time(), snapshot_path(job.run_dir, epoch)
+        probe_cfg = compose_linear(spec, snapshot, job.run_dir)
+        evaluator = shared_eval.get(spec, probe_cfg)
+        linear = float(run_linear(probe_cfg).get("val_acc1", math.nan))
+        measured = evaluator.curve_point(PretrainedCheckpoint(snapshot).backbone())
+        measured = {"linear_acc1": linear, **measured}
         points[epoch] = point(epoch, measured, "snapshot", time.time() - started)
         write_points(job.run_dir, points)
     if missing:

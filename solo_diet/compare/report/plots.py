@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from solo_diet._atomic import atomic_write
-from solo_diet.compare.curves import CURVE_METRICS
-from solo_diet.compare.record import EPOCHS_FILE, seed_curves
+from solo_diet.compare.evaluate.curves import CURVE_METRICS
+from solo_diet.compare.run.record import EPOCHS_FILE, seed_curves
 
 CURVE_PANELS = (
     ("train_loss", "train loss"),
@@ -34,7 +34,6 @@ def _pyplot():
 
 
 def _saved(figure, path: Path) -> Path:
-    """``figure`` laid out and written to ``path`` as a PNG, whole or not at all, then closed."""
     figure.tight_layout()
     with atomic_write(path, binary=True) as png:
         figure.savefig(png, dpi=120, format="png")
@@ -43,8 +42,6 @@ def _saved(figure, path: Path) -> Path:
 
 
 def _style(index: int) -> dict:
-    """The ``index``-th line's colour and dash: matplotlib's ten colours, then dashed, then dotted,
-    so no two of up to 30 lines look alike."""
     return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":")[index // 10 % 3]}
 
 
@@ -135,13 +132,9 @@ def plot_learning_curves(
                 if math.isnan(reference.get(metric, math.nan)):
                     continue
                 axis.axhline(reference[metric], color="0.5", linestyle="--", linewidth=1)
+                where = dict(xycoords=("axes fraction", "data"), va="bottom")
                 axis.annotate(
-                    reference["run"],
-                    (0, reference[metric]),
-                    xycoords=("axes fraction", "data"),
-                    fontsize=7,
-                    color="0.4",
-                    va="bottom",
+                    reference["run"], (0, reference[metric]), fontsize=7, color="0.4", **where
                 )
             axis.set(xlabel=x_label, ylabel="top-1 (%)", title=f"{title}, val split")
     if curves:

@@ -1,6 +1,5 @@
-"""What identifies a job's work, so that finished work is kept and changed work is redone: the
-pretraining cfg, the evaluation settings, a reference row's parts, and the data's files. Content
-is hashed, never locations: a checkout, an ``output_dir`` or the data can move."""
+"""What identifies a job's work, so that finished work is kept and changed work redone: content
+hashed, never locations."""
 
 from __future__ import annotations
 
@@ -14,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.compare.spec import SEEDED_REFERENCES
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.spec.settings import SEEDED_REFERENCES, Spec
 from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:
-    from solo_diet.compare.jobs import Job
+    from solo_diet.compare.plan.jobs import Job
 
 DATA_PATH_KEYS = ("root", "train_path", "val_path")
 # where and how a machine reads the data: not part of a run's recipe
@@ -33,10 +31,7 @@ def fingerprint(payload: Any) -> str:
 
 @functools.lru_cache(maxsize=None)
 def data_signature(path: str) -> str:
-    """What the fingerprints know of a dataset path: a hash of its files' relative names and sizes
-    (of the file itself for a file), so moving the data keeps a comparison's results and changing
-    it redoes them. Hidden files (a Finder's ``.DS_Store``, an editor's notes) do not count.
-    Cached per process; ``run_compare`` clears the cache when it starts."""
+    """A hash of a data path's files' relative names and sizes (hidden files left out), cached."""
     if os.path.isfile(path):
         entries = [(os.path.basename(path), os.path.getsize(path))]
     elif os.path.isdir(path):
@@ -61,7 +56,6 @@ def with_data_signatures(data: dict) -> dict:
 
 
 def _training_payload(cfg: DictConfig) -> dict:
-    """The composed config but the checkpoint and validation frequency and the progress bar."""
     payload = OmegaConf.to_container(cfg, resolve=True)
     for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
         payload.pop(key, None)
@@ -77,9 +71,7 @@ def training_fingerprint(cfg: DictConfig) -> str:
 
 
 def recipe_fingerprint(cfg: DictConfig) -> str:
-    """The run's recipe (method, budget, optimiser, augmentations, seed, ...), blind to where and
-    how a machine reads the data (``DATA_READING_KEYS``): a result copied from another machine
-    still matches its spec, one trained with another budget does not."""
+    """The run's recipe, blind to where and how a machine reads the data (``DATA_READING_KEYS``)."""
     payload = _training_payload(cfg)
     data = payload.get("data") or {}
     payload["data"] = {key: value for key, value in data.items() if key not in DATA_READING_KEYS}
@@ -87,10 +79,8 @@ def recipe_fingerprint(cfg: DictConfig) -> str:
 
 
 def evaluation_fingerprint(spec: Spec) -> str:
-    """Changes with any evaluation setting, the probe's composed config (but its progress bar), the
-    logistic-regression probe's protocol, the content of the LiDAR views' YAML or the data (a job's
-    result is then redone); not with where any of them lie."""
-    from solo_diet.compare.evaluate import compose_linear
+    """Changes with any evaluation setting, the probe's config, the LiDAR views or the data."""
+    from solo_diet.compare.evaluate.checkpoint import compose_linear
 
     settings = dataclasses.asdict(spec.evaluation)
     views = settings.pop("lidar_augmentations")
@@ -104,9 +94,7 @@ def evaluation_fingerprint(spec: Spec) -> str:
 
 
 def reference_fingerprint(spec: Spec, job: "Job", eval_fingerprint: str) -> str:
-    """Everything a reference row is made of: the evaluation, the row, the data and, for
-    ``random_init``, the first run's architecture and the job's seed (``raw_pixels`` has
-    neither)."""
+    """A reference row's evaluation, data and, for ``random_init``, architecture and seed."""
     data = with_data_signatures(dataclasses.asdict(spec.data))
     if job.reference not in SEEDED_REFERENCES:
         return fingerprint([eval_fingerprint, job.reference, data])

@@ -1,17 +1,11 @@
-"""A claim's source budget (``paper_budget``) and definition, and how its verdict names them
-(docs/compare.md, "Claims"): below the source's budget, in epochs or in the steps (samples) it
-named, the outcome is stated at the budget run, ``held (at X of Y epochs)``, ``did not hold
-(at ...)`` or ``not resolved (at ...)``, and the claim at the source's budget is not checked.
-"""
+"""A claim's source budget and how its verdict names it (docs/compare.md, "Claims")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
-from omegaconf import DictConfig
-
-from solo_diet.config import ConfigError, KeyReader, parse_section, setting
+from solo_diet.config import setting
 
 EXAMPLE = (
     "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples are "
@@ -51,7 +45,6 @@ class Below:
 
 
 def _short(count: int) -> str:
-    """``25k``, ``15.5k``, ``977k``, ``1.76M``: three significant digits."""
     rounded = float(f"{count:.3g}")
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if rounded >= size:
@@ -61,8 +54,8 @@ def _short(count: int) -> str:
 
 @dataclass(frozen=True)
 class PaperBudget:
-    """A claim's ``paper_budget``: the source's budget in positive integers, ``than_epochs`` that
-    of the ``than`` runs, ``steps`` or ``samples`` the source's count for those ``epochs``."""
+    """A claim's ``paper_budget``: ``than_epochs`` is the ``than`` runs', ``steps`` or ``samples``
+    the source's count for those ``epochs``."""
 
     epochs: int = setting(None, minimum=1, hint=EXAMPLE)
     than_epochs: Optional[int] = setting(None, minimum=1)
@@ -73,9 +66,7 @@ class PaperBudget:
 
 @dataclass(frozen=True)
 class Claim:
-    """One of a spec's ``claims`` (docs/compare.md, "Claims"), as ``claims.parse_claims`` checked
-    it: the paper's ``text``, the ``metric`` column, the ``better`` runs against the ``than`` runs
-    (read on ``than_metric``) or the value ``at_least``, after ``epoch`` epochs or at the end."""
+    """One of a spec's ``claims``: ``better`` runs against ``than`` runs or ``at_least``."""
 
     text: str
     metric: str
@@ -89,38 +80,12 @@ class Claim:
     ours: bool = False
 
 
-def check_paper_budget(spec: DictConfig, i: int) -> tuple[PaperBudget, dict[str, Any]]:
-    """``claims[i]``'s ``paper_budget`` (:class:`PaperBudget`, at most one of ``steps`` and
-    ``samples``), and its ``definition`` (text) and ``ours`` (a boolean)."""
-    key = f"claims[{i}]"
-    budget = parse_section(PaperBudget, spec, f"{key}.paper_budget", "`paper_budget`")
-    if budget.steps and budget.samples:
-        raise ConfigError(
-            f"`{key}.paper_budget.samples` and `steps` both given: name one (the count the "
-            "source states), the other follows from its batch size."
-        )
-    claim = spec.claims[i]
-    if budget.than_epochs and claim.get("than") is None:
-        raise ConfigError(
-            f"`{key}.paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
-            "none (remove it, or compare with `than`)."
-        )
-    if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
-        raise ConfigError(
-            f"`{key}.definition` must be the source's own reading of the claim (its words, with "
-            f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
-        )
-    ours = KeyReader(claim, key).bool("ours", default=False)
-    return budget, {"definition": claim.definition, "ours": ours}
-
-
-def _unit(claim: Claim) -> Optional[str]:
-    """``steps`` or ``samples``: the count the source named besides its epochs, if any."""
+def _unit(claim: Claim) -> Optional[str]:  # the count the source named besides its epochs
     return next((u for u in ("steps", "samples") if getattr(claim.paper_budget, u)), None)
 
 
 def paper_epochs(claim: Claim, run: str) -> int:
-    """The source's epochs for ``run``: ``than_epochs`` for a ``than`` run where given."""
+    """The source's epochs for ``run`` (``than_epochs`` for a ``than`` run where given)."""
     budget = claim.paper_budget
     if run in claim.than and run not in claim.better:
         return budget.than_epochs or budget.epochs
@@ -128,8 +93,7 @@ def paper_epochs(claim: Claim, run: str) -> int:
 
 
 def _paper_count(claim: Claim, run: str) -> Optional[int]:
-    """The source's steps (samples) for ``run``: those of ``epochs``, scaled to ``than_epochs``
-    for a ``than`` run (the same data and batch)."""
+    # the source's steps (samples) for `run`, scaled to `than_epochs` for a `than` run
     unit = _unit(claim)
     if unit is None:
         return None
@@ -161,10 +125,8 @@ def _limits(claim: Claim, below: list[Below]) -> str:
 
 
 def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> str:
-    """The verdict with the budget it was reached at: below the source's, ``held (at X of Y
-    epochs)``, ``did not hold (at ...)`` or ``not resolved (at ...)``, with the share of the
-    paper's steps (samples) where it named them; a reading of ours says so and reads ``not met``
-    where it did not hold."""
+    """The verdict with the budget it was reached at, below the source's (a reading of ours says
+    so, and reads ``not met`` where it did not hold)."""
     if claim.paper_budget is None:
         return verdict
     shown = "not met" if claim.ours and verdict == "did not hold" else verdict
@@ -177,8 +139,7 @@ def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> st
 def budget_note(
     claim: Claim, verdict: str, ran: Mapping[str, Trained], batch_size: Optional[int]
 ) -> str:
-    """The end of the claim's line: what was run against what the source ran, at what
-    definition, and, below the source's budget, that the claim at that budget is not checked."""
+    """The end of the claim's line: what was run against what the source ran, and its definition."""
     if claim.paper_budget is None:
         return ""
     budget = claim.paper_budget

@@ -8,25 +8,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from solo_diet._atomic import write_text_atomic
-from solo_diet.compare.aggregate import (
-    CODE_MEASURES,
-    EMBEDDING_MEASURES,
-    MIN_SEEDS,
-    NOT_AGGREGATED,
-    aggregate,
-    gap,
-    is_number,
-    rank,
-    ranked_metrics,
-    verdict,
+from solo_diet.compare.plan.budgets import (
+    RunBudget,
+    budget_line,
+    checkpoint_interval,
+    count_val_images,
+    validation_interval,
 )
-from solo_diet.compare.budgets import RunBudget, budget_line, count_val_images
-from solo_diet.compare.claims import PROBE_WORDS, claim_lines
-from solo_diet.compare.curves_report import learning_curve_lines
-from solo_diet.compare.record import run_record_lines
-from solo_diet.compare.spec import SEEDED_REFERENCES, checkpoint_interval, validation_interval
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
-from solo_diet.compare.tables import (
+from solo_diet.compare.report.curves import learning_curve_lines
+from solo_diet.compare.report.tables import (
     RESOLVED_MARK,
     RESULT_COLUMNS,
     cell_text,
@@ -38,6 +28,21 @@ from solo_diet.compare.tables import (
     shown_columns,
     write_results_csv,
 )
+from solo_diet.compare.run.record import run_record_lines
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
+from solo_diet.compare.verdicts.aggregate import (
+    CODE_MEASURES,
+    EMBEDDING_MEASURES,
+    MIN_SEEDS,
+    NOT_AGGREGATED,
+    aggregate,
+    gap,
+    is_number,
+    rank,
+    ranked_metrics,
+    verdict,
+)
+from solo_diet.compare.verdicts.claims import PROBE_WORDS, claim_lines
 from solo_diet.launch.settings import FORMAT_KEY
 from solo_diet.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 
@@ -58,12 +63,10 @@ REPRESENTATION_MEASURES = tuple(
 
 
 def _counted(count: int, noun: str) -> str:
-    """``1 epoch``, ``3 epochs``."""
     return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def _declared_representations(results: Sequence[dict]) -> list[str]:
-    """The names of the representations methods declared beyond those ``RESULT_COLUMNS`` knows."""
     names: list[str] = []
     for column in result_columns(results):
         suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
@@ -73,7 +76,6 @@ def _declared_representations(results: Sequence[dict]) -> list[str]:
 
 
 def _fitted_batch(results: Sequence[dict]) -> str:
-    """The probe batch lowered to a training set smaller than one batch (``fit_probe_batch``)."""
     fits = {tuple(r["linear_fitted_batch"].values()) for r in results if "linear_fitted_batch" in r}
     return "".join(
         f" The training set has {images} images, fewer than one probe batch of {configured} "
@@ -84,8 +86,6 @@ def _fitted_batch(results: Sequence[dict]) -> str:
 
 
 def _logreg_legend(results: Sequence[dict]) -> list[str]:
-    """What the logistic-regression probe's columns mean, where some result has them; its grid
-    as the results' ``logreg_sweep`` records it."""
     if not any(is_number(r.get("logreg_acc1")) for r in results):
         return []
     grids = {tuple(r["logreg_sweep"]["l2"]) for r in results if "logreg_sweep" in r}
@@ -113,7 +113,6 @@ def _logreg_legend(results: Sequence[dict]) -> list[str]:
 
 
 def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
-    """What each column means, with the settings that produced it."""
     settings = spec.evaluation
     declared = [
         f"- `{name}_*`: the `{name}` representation its method declares (`extra_evaluations`), "
@@ -150,20 +149,14 @@ def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
 
 
 def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> str:
-    """A reference row's value and each run's gap to it, above, below or not resolved by the rule
-    of the runs' gaps (two pooled std; against ``raw_pixels``, which no seed changes, two of the
-    run's own), each with its threshold."""
     if not runs:
         return f"- `{metric}` of `{reference['run']}`: no run was evaluated."
     seeded = reference["run"] in SEEDED_REFERENCES
     other, value = (reference, None) if seeded else (None, reference[metric])
     gaps = [gap(run, metric, other, value=value, val_images=val_images) for run in runs]
     groups = {1: "above it", -1: "below it", 0: "not resolved"}
-    parts = [
-        f"{words}: {', '.join(g.short() for g in gaps if g.sign == sign)}"
-        for sign, words in groups.items()
-        if any(g.sign == sign for g in gaps)
-    ]
+    parts = [(words, [g.short() for g in gaps if g.sign == sign]) for sign, words in groups.items()]
+    parts = [f"{words}: {', '.join(items)}" for words, items in parts if items]
     shown = mean_cell(reference, metric, set(), set())
     return f"- `{metric}` of `{reference['run']}`: {shown}; {'; '.join(parts)}."
 
@@ -171,8 +164,6 @@ def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> 
 def _verdicts(
     spec: Spec, runs: Sequence[dict], references: Sequence[dict], val_images: Optional[int]
 ) -> list[str]:
-    """The report's first lines: per ranked metric the best run and, with seeds, each gap to it
-    with its threshold; each reference row's value and every run's gap to it."""
     lines = []
     if spec.seeds is None:
         lines.append(
@@ -191,7 +182,6 @@ def _verdicts(
 
 
 def _without_references(spec: Spec, references: Sequence[dict]) -> list[str]:
-    """The report's first line where it reads no run against a reference row, naming why."""
     if not spec.reference_rows:
         return [
             "**No reference rows** (`reference_rows: []`): no run is read against the untrained "
@@ -211,15 +201,15 @@ def _without_references(spec: Spec, references: Sequence[dict]) -> list[str]:
 
 
 def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
-    """A line naming the jobs stopped before their evaluation, if any."""
     stopped = [r for r in results if r.get("unfinished")]
     if not stopped:
         return []
     jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
+    one = len(stopped) == 1
     count, rows, their = (
-        (f"{len(stopped)} jobs", "Their rows hold", "their")
-        if len(stopped) > 1
-        else ("1 job", "Its row holds", "its")
+        ("1 job", "Its row holds", "its")
+        if one
+        else (f"{len(stopped)} jobs", "Their rows hold", "their")
     )
     return [
         f"**Unfinished**: {count} stopped before the evaluation, after the epochs in brackets of "
@@ -229,31 +219,6 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     ]
 
 
-def _left_out(labels: Sequence[str]) -> list[str]:
-    """A line naming the jobs that have no result, if any."""
-    if not labels:
-        return []
-    return [
-        "**Partial**: left out of every table and verdict, as they have no result yet: "
-        f"{', '.join(labels)}.",
-        "",
-    ]
-
-
-def _few_seeds(summary: Sequence[dict], val_images: Optional[int]) -> str:
-    """The floor's statement, where a row has fewer than ``MIN_SEEDS`` seeds (but one)."""
-    if not any(1 < r["n_seeds"] < MIN_SEEDS for r in summary):
-        return ""
-    floor = (
-        f"two standard errors of the accuracy on the {val_images:,} val images, "
-        f"200 sqrt(p (1 - p) / n) points at the two means' average p "
-        f"({100 / math.sqrt(val_images):.2f} at p = 0.5)"
-        if val_images
-        else "which the val images, not counted here, do not give: such gaps are not resolved"
-    )
-    return FEW_SEEDS.format(floor=floor)
-
-
 def _seeded_tables(
     spec: Spec,
     aggregated: Sequence[dict],
@@ -261,7 +226,6 @@ def _seeded_tables(
     results: Sequence[dict],
     val_images: Optional[int],
 ) -> list[str]:
-    """The mean ± std table with its marks and their meaning, then the per-seed table."""
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
     metrics = ranked_metrics(result_columns(results))
@@ -280,15 +244,22 @@ def _seeded_tables(
 
     columns = [c for c in shown_columns(summary) if c != "seed"]
     columns.insert(columns.index("method") + 1, "n_seeds")
-    n_seeds = len(spec.seeds)
-    lines = [f"## Mean ± standard deviation over {_counted(n_seeds, 'seed')}", ""]
+    lines = [f"## Mean ± standard deviation over {_counted(len(spec.seeds), 'seed')}", ""]
     lines += grouped_tables(summary, columns, cell)
+    floor = (
+        f"two standard errors of the accuracy on the {val_images:,} val images, "
+        f"200 sqrt(p (1 - p) / n) points at the two means' average p "
+        f"({100 / math.sqrt(val_images):.2f} at p = 0.5)"
+        if val_images
+        else "which the val images, not counted here, do not give: such gaps are not resolved"
+    )
+    few = any(1 < r["n_seeds"] < MIN_SEEDS for r in summary)
     lines += [
         f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
         "best by more than two pooled standard deviations of the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
         "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
-        + _few_seeds(summary, val_images),
+        + (FEW_SEEDS.format(floor=floor) if few else ""),
         "",
         "## Per seed",
         "",
@@ -303,10 +274,9 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out`` under
-    its claims); ``left_out``: the labels of the jobs without a result, ``budgets``: each run's
-    budget (:mod:`.budgets`)."""
-    from solo_diet.compare.plots import plot_curves, plot_spectra, plots_available
+    """Write results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out``
+    under its claims); ``left_out``: the jobs without a result, ``budgets``: each run's."""
+    from solo_diet.compare.report.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
@@ -320,9 +290,8 @@ def write_report(
         plot_spectra(results, out / "spectra.png")
         plot_curves(results, out, out / "curves.png")
     budget, epochs = spec.budget, spec.budget.max_epochs
-    limit = (
-        f", limit_train_batches {budget.limit_train_batches}" if budget.limit_train_batches else ""
-    )
+    limit = budget.limit_train_batches
+    limit = f", limit_train_batches {limit}" if limit else ""
     seeds = f"seeds {list(spec.seeds)}" if seeded else "each config's own seed"
     budgets = budgets or {}
     trained = {run: b.trained() for run, b in budgets.items()}
@@ -339,7 +308,15 @@ def write_report(
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
         *([notes.read_text(encoding="utf-8").rstrip("\n"), ""] if notes.is_file() else []),
         *_unfinished(results, budget.max_epochs),
-        *_left_out(left_out),
+        *(
+            [
+                "**Partial**: left out of every table and verdict, as they have no result yet: "
+                f"{', '.join(left_out)}.",
+                "",
+            ]
+            if left_out
+            else []
+        ),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`{FORMAT_KEY}: {spec.data.format}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "

@@ -1,22 +1,28 @@
-"""The typed comparison spec (:class:`Spec`, what :func:`~solo_diet.compare.spec.load_spec`
-returns) and the checks that build it: the ``budget``, ``parallel``, ``curves`` and
-``evaluation`` sections (their defaults are ``SPEC_DEFAULTS``; a field without one is required),
-``seeds``, ``reference_rows``, ``only`` and the runs."""
+"""The typed comparison spec (:class:`Spec`) and the checks that build it from the spec's nodes."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Claim
-from solo_diet.config import ConfigError, check_run_name, closest_name, parse_section, setting
+from solo_diet.compare.verdicts.paper_budget import Claim, PaperBudget
+from solo_diet.config import (
+    ConfigError,
+    KeyReader,
+    check_run_name,
+    closest_name,
+    is_number,
+    parse_section,
+    setting,
+)
 from solo_diet.launch.settings import FORMAT_KEY
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
+SEEDED_REFERENCES = ("random_init",)  # the untrained backbone's initialisation: one per seed
 AUTOMATIC = "Or null (automatic)."
 RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
 RUN_BUDGET_KEYS = ("max_epochs", "samples")
@@ -30,6 +36,7 @@ SPEC_OWNED = (  # the data, the checkpointing, the rest
     *("checkpoint.dir", "checkpoint.enabled", "checkpoint.frequency", "check_val_every_n_epoch"),
     *("auto_resume.enabled", "wandb.enabled", "name", "max_steps"),
 )
+CLAIM_KEYS = tuple(field.name for field in fields(Claim))
 
 
 @dataclass(frozen=True)
@@ -37,9 +44,7 @@ class BudgetSettings:
     """``budget``: one budget for every run (docs/compare.md, "Budgets")."""
 
     max_epochs: int = setting(None, minimum=1, hint="One budget for every run.")
-    samples: Optional[int] = setting(
-        None, minimum=1, hint="Forward-backward samples (views counted), or null to match epochs."
-    )
+    samples: Optional[int] = setting(None, minimum=1, hint="Samples (views counted), or null.")
     batch_size: int = setting(None, minimum=1, hint="One budget for every run.")
     limit_train_batches: Optional[float] = None
     checkpoint_every_n_epochs: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
@@ -51,26 +56,16 @@ class ParallelSettings:
     """``parallel``: how many jobs run at once, and in which processes."""
 
     workers: Optional[int] = setting(None, minimum=1, hint=AUTOMATIC)
-    jobs_per_gpu: Optional[int] = setting(
-        None,
-        minimum=1,
-        hint="It is how many jobs share one GPU at a time (null: chosen from the cores and GPUs).",
-    )
+    jobs_per_gpu: Optional[int] = setting(None, minimum=1, hint="Jobs sharing a GPU, or null.")
     mps: str = setting("auto", choices=("auto", "on", "off"))  # a private CUDA MPS daemon
     reuse_workers: bool = True  # true: workers run job after job; false: fresh ones
 
 
 @dataclass(frozen=True)
 class CurvesSettings:
-    """``curves``: linear probe and kNN at this many evenly spaced epochs of each run's own budget,
-    the last being the final evaluation (docs/compare.md, "Learning curves")."""
+    """``curves``: probes and kNN at this many evenly spaced epochs of each run's own budget."""
 
-    points: int = setting(
-        0,
-        minimum=0,
-        hint="It is the number of epochs of the budget where each run's linear probe and kNN "
-        "are measured (e.g. curves.points=10; 0: no learning curves).",
-    )
+    points: int = setting(0, minimum=0, hint="E.g. curves.points=10; 0: no learning curves.")
 
 
 @dataclass(frozen=True)
@@ -123,8 +118,7 @@ class LinearSettings:
 
 @dataclass(frozen=True)
 class Run:
-    """One entry of ``runs``: a pretraining config plus overrides, and its own budget (one of
-    ``max_epochs`` and ``samples``, or neither: the spec's)."""
+    """One entry of ``runs``, with its own budget (``max_epochs`` or ``samples``) or none."""
 
     name: str
     config_path: Path
@@ -140,8 +134,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Spec:
-    """A checked comparison spec, every section typed; ``resolved`` is its YAML (paths resolved,
-    overrides merged), written as ``<output_dir>/spec.yaml``."""
+    """A checked comparison spec; ``resolved``: its YAML, for ``<output_dir>/spec.yaml``."""
 
     name: str
     output_dir: Path
@@ -161,8 +154,8 @@ class Spec:
     resolved: str
 
 
-def parse_sections(spec: DictConfig) -> dict[str, Any]:
-    """The typed sections (``SECTIONS``), each key checked by its field."""
+def parse_sections(spec: Any) -> dict[str, Any]:
+    """The typed sections (``SECTIONS``) of the merged spec node, each key checked by its field."""
     parsed = {
         section: parse_section(schema, spec, section, f"`{section}`", strict=False)
         for section, schema in SECTIONS.items()
@@ -175,26 +168,23 @@ def parse_sections(spec: DictConfig) -> dict[str, Any]:
     return parsed
 
 
-def check_only(spec: DictConfig, spec_path: str | Path) -> None:
+def check_only(only: Any, names: Sequence[str], where: str) -> Optional[tuple[str, ...]]:
     """``only``: null, or the names of some of the spec's runs and reference rows."""
-    names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
-    only = spec.only
     if only is None:
-        return
+        return None
     if not isinstance(only, ListConfig) or len(only) == 0 or not set(only) <= set(names):
         unknown = [n for n in only if n not in names] if isinstance(only, ListConfig) else []
-        close = [(n, closest_name(n, names)) for n in unknown]
-        hints = ", ".join(f"`{c}` for `{n}`" for n, c in close if c)
+        hints = ", ".join(f"`{c}` for `{n}`" for n in unknown if (c := closest_name(n, names)))
         raise ConfigError(
-            f"{spec_path}: `only` must be null (every job) or a list of the spec's run and "
-            f"reference-row names {names}, got {only}"
+            f"{where}: `only` must be null (every job) or a list of the spec's run and "
+            f"reference-row names {list(names)}, got {only}"
             + (f"; did you mean {hints}?" if hints else ".")
         )
+    return tuple(only)
 
 
-def check_seeds(spec: DictConfig, spec_path: str | Path) -> None:
-    """``seeds`` and ``reference_rows``."""
-    seeds = spec.seeds
+def check_seeds(seeds: Any, rows: Any, where: str) -> Optional[tuple[int, ...]]:
+    """``seeds`` (distinct non-negative integers, or null) and ``reference_rows``."""
     if seeds is not None and (
         not isinstance(seeds, ListConfig)
         or len(seeds) == 0
@@ -202,20 +192,19 @@ def check_seeds(spec: DictConfig, spec_path: str | Path) -> None:
         or len(set(seeds)) != len(seeds)
     ):
         raise ConfigError(
-            f"{spec_path}: `seeds` must be a list of distinct non-negative integers (e.g. "
+            f"{where}: `seeds` must be a list of distinct non-negative integers (e.g. "
             f"seeds=[0,1,2]: every run once per seed), or null for each config's own seed; "
             f"got {seeds}."
         )
-    rows = spec.reference_rows
     if not isinstance(rows, ListConfig) or not set(rows) <= set(REFERENCE_ROWS):
         raise ConfigError(
-            f"{spec_path}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
+            f"{where}: `reference_rows` must be a list of {list(REFERENCE_ROWS)} ([] turns "
             f"them off), got {rows}."
         )
+    return tuple(seeds) if seeds is not None else None
 
 
 def _own_budget(name: str, entry: Any, max_epochs: int) -> dict[str, int]:
-    """A run's own ``budget``: one of ``max_epochs`` (at most the spec's) or ``samples``."""
     if entry is None:
         return {}
     if (
@@ -237,11 +226,13 @@ def _own_budget(name: str, entry: Any, max_epochs: int) -> dict[str, int]:
     return dict(entry)
 
 
-def parse_runs(spec: DictConfig, budget: BudgetSettings) -> tuple[Run, ...]:
-    """The spec's runs, with clear errors for missing keys, duplicates and budget overrides."""
+def parse_runs(
+    entries: Sequence[Any], spec: Any, budget: BudgetSettings, seeded: bool
+) -> tuple[Run, ...]:
+    """The typed ``runs`` (``spec``: the merged node, for its ``config_path``, reference rows and
+    overrides lists), with clear errors for missing keys, duplicates and budget overrides."""
     runs: list[Run] = []
-    seeded = spec.seeds is not None
-    for position, entry in enumerate(spec.runs):
+    for position, entry in enumerate(entries):
         if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:
             raise ConfigError(
                 f"runs[{position}] must be a mapping with at least `name` and `config_name`."
@@ -293,3 +284,70 @@ def check_overrides(
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
                 f"`{override}`."
             )
+
+
+def parse_claims(
+    claims: Any, names: Sequence[str], max_epochs: int, where: str | Path
+) -> tuple[Claim, ...]:
+    """The ``claims`` node, typed and checked against the run ``names`` and ``max_epochs``."""
+    if not isinstance(claims, ListConfig):
+        raise ConfigError(f"{where}: `claims` must be a list ([] for none), got {claims}.")
+    parsed, root = [], OmegaConf.create({"claims": claims})  # for the keys' full names
+    for i, claim in enumerate(claims):
+        at, key_of = f"{where}: `claims[{i}]`", f"{where}: `claims[{i}]."
+        if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
+            raise ConfigError(f"{at} must be a mapping with keys from {list(CLAIM_KEYS)}.")
+        if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
+            raise ConfigError(f"{at} needs `text` (the paper's words) and `metric` (a column).")
+        for key in ("better", "than"):
+            runs = claim.get(key)
+            if runs is not None and (
+                not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
+            ):
+                raise ConfigError(
+                    f"{key_of}{key}` must be a non-empty list of {list(names)}, got {runs}."
+                )
+        than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
+        if claim.get("better") is None or (than is None) == (at_least is None):
+            raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
+        if at_least is not None and not is_number(at_least):
+            raise ConfigError(f"{key_of}at_least` must be a number, got {at_least}.")
+        than_metric = claim.get("than_metric")
+        if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
+            raise ConfigError(
+                f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
+                f"with `than` and without `epoch`), got {than_metric}."
+            )
+        if epoch is not None and not (isinstance(epoch, int) and 1 <= epoch <= max_epochs):
+            raise ConfigError(
+                f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}."
+            )
+        try:
+            source = _paper_budget(root, claim, f"claims[{i}]")
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        given = {key: claim.get(key) for key in ("text", "metric", "than_metric", "at_least")}
+        runs = {key: tuple(claim.get(key) or ()) for key in ("better", "than")}
+        parsed.append(Claim(**given, **runs, epoch=epoch, **source))
+    return tuple(parsed)
+
+
+def _paper_budget(root: DictConfig, claim: DictConfig, key: str) -> dict[str, Any]:
+    budget = parse_section(PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
+    if budget.steps and budget.samples:
+        raise ConfigError(
+            f"`{key}.paper_budget.samples` and `steps` both given: name one (the count the "
+            "source states), the other follows from its batch size."
+        )
+    if budget.than_epochs and claim.get("than") is None:
+        raise ConfigError(
+            f"`{key}.paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
+            "none (remove it, or compare with `than`)."
+        )
+    if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
+        raise ConfigError(
+            f"`{key}.definition` must be the source's own reading of the claim (its words, with "
+            f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
+        )
+    ours = KeyReader(claim, key).bool("ours", default=False)
+    return {"paper_budget": budget, "definition": claim.definition, "ours": ours}

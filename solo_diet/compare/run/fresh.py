@@ -1,9 +1,5 @@
-"""What one job may leave behind in a process, put back before the next job of a reusable worker
-(:mod:`~solo_diet.compare.worker` ``--serve``), so each job starts as in a fresh process: the
-environment, working directory and ``sys.path``, the random generators, torch's global switches,
-the signal handlers and loggers, Hydra's global state and solo-diet's caches; after each job the
-warning filters, and memory given back.
-"""
+"""What one job may leave behind in a reusable worker, put back before the next, so each job starts
+as in a fresh process."""
 
 from __future__ import annotations
 
@@ -15,14 +11,12 @@ import random
 import signal
 import sys
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
 CUDNN_SWITCHES = ("enabled", "benchmark", "deterministic", "allow_tf32")
 
 
@@ -60,20 +54,8 @@ def _loggers() -> dict[str, logging.Logger]:
     return found | {"": logging.getLogger()}
 
 
-def _own_caches() -> list[Callable]:
-    """The ``functools`` caches of solo-diet's loaded modules (``cache_clear`` empties them)."""
-    caches = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("solo_diet.") or module is None:
-            continue
-        for value in vars(module).values():
-            if getattr(value, "__module__", None) == name and hasattr(value, "cache_clear"):
-                caches.append(value.cache_clear)
-    return caches
-
-
 class FreshState:
-    """The process as the worker had it before its first job (see the module's docstring)."""
+    """The process as the worker had it before its first job."""
 
     def __init__(self) -> None:
         self.environ = dict(os.environ)
@@ -114,8 +96,11 @@ class FreshState:
             from hydra.core.global_hydra import GlobalHydra
 
             GlobalHydra.instance().clear()
-        for cache_clear in _own_caches():
-            cache_clear()
+        for name, module in list(sys.modules.items()):  # solo-diet's functools caches
+            if name.startswith("solo_diet.") and module is not None:
+                for value in vars(module).values():
+                    if getattr(value, "__module__", None) == name and hasattr(value, "cache_clear"):
+                        value.cache_clear()
 
     @contextlib.contextmanager
     def job(self) -> Iterator[None]:
@@ -139,8 +124,7 @@ def free_memory() -> None:
 
 
 def send_output_to(path: str) -> None:
-    """Point this process's stdout and stderr (the file descriptors: C code and subprocesses too)
-    at the end of ``path``."""
+    """Point this process's stdout and stderr file descriptors at the end of ``path``."""
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

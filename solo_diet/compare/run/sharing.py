@@ -32,8 +32,7 @@ class Sharing:
 
 
 def mps_unavailable(gpus: Sequence[str]) -> str:
-    """Why a private MPS daemon cannot serve ``gpus`` ('' when it can): its control program is
-    missing, or a GPU is not in the Default compute mode (MPS there would lock others out)."""
+    """Why a private MPS daemon cannot serve ``gpus`` ('' when it can)."""
     if not gpus:
         return "no GPU"
     if shutil.which(MPS_CONTROL) is None:
@@ -51,10 +50,8 @@ def mps_unavailable(gpus: Sequence[str]) -> str:
 def choose_sharing(
     jobs_per_gpu: Optional[int], mps: str, gpus: int, cores: int, jobs: int, no_mps: str
 ) -> Sharing:
-    """``parallel.jobs_per_gpu`` (a number, or None: chosen here) and ``parallel.mps`` (auto,
-    on, off) for ``jobs`` jobs on ``gpus`` GPUs and ``cores`` cores; ``no_mps`` is
-    :func:`mps_unavailable`'s answer. None gives each shared job ``CORES_PER_SHARED_JOB`` cores,
-    at most ``MOST_JOBS_PER_GPU`` per GPU and no more slots than jobs."""
+    """The :class:`Sharing` of ``jobs`` on ``gpus`` GPUs and ``cores`` cores: ``jobs_per_gpu``, or
+    chosen from the cores; ``mps`` auto, on or off; ``no_mps``: :func:`mps_unavailable`'s answer."""
     if mps == "on" and no_mps:
         raise ConfigError(f"`parallel.mps: on` cannot be honoured: {no_mps}. Use auto or off.")
     if not gpus:
@@ -79,10 +76,8 @@ def choose_sharing(
 
 @contextlib.contextmanager
 def private_mps(active: bool) -> Iterator[None]:
-    """Inside the block, processes started from here are clients of an MPS daemon of their own
-    (its pipe and log folders in a fresh temporary folder, so no other user's daemon is touched),
-    stopped and removed on the way out. A daemon the caller's environment already names is used
-    as it is."""
+    """Inside the block, processes started from here are clients of a private MPS daemon (in a
+    temporary folder), stopped on the way out; one the environment already names is used."""
     if not active or os.environ.get(MPS_VARIABLES[0]):
         yield
         return

@@ -1,6 +1,4 @@
-"""Seeds in a comparison: one aggregate per run (mean and standard deviation of every metric) and
-which differences to the best run the seeds resolve: those beyond two pooled standard deviations
-of the two runs' seeds (none with one seed per run). Pure Python: no solo-learn, no torch."""
+"""Seeds: each run's mean and standard deviation of every metric, and the gaps the seeds resolve."""
 
 from __future__ import annotations
 
@@ -42,7 +40,6 @@ def ranked_metrics(columns: Sequence[str]) -> list[str]:
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof 1) of the non-NaN values; NaN where undefined."""
     finite = [float(v) for v in values if not math.isnan(float(v))]
     if not finite:
         return math.nan, math.nan
@@ -53,10 +50,7 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def aggregate(results: Sequence[dict]) -> list[dict]:
-    """One row per run, in order of first appearance: ``seed`` = ``"mean"``, every numeric
-    column's mean over the run's seeds and its sample standard deviation (``<column>_std``);
-    ``n_seeds`` counts the evaluated seeds, ``unfinished`` those stopped before their evaluation
-    (they add only their costs, and their epochs where no seed of the run was evaluated)."""
+    """One row per run (``seed``: ``"mean"``): each numeric column's mean and ``_std``."""
     by_run: dict[str, list[dict]] = {}
     for result in results:
         by_run.setdefault(result["run"], []).append(result)
@@ -93,10 +87,7 @@ def two_pooled_std(a: dict, b: dict, metric: str, b_metric: str = "") -> float:
 
 @dataclass(frozen=True)
 class Gap:
-    """``better``'s mean minus ``other``'s (a run's, or a value's), two pooled standard deviations
-    of their seeds (two of ``better``'s own against a value) and ``line``, the threshold a gap must
-    cross to be resolved: the two pooled std, raised by :func:`floored` with fewer than
-    ``MIN_SEEDS`` seeds (NaN: nothing resolves it)."""
+    """``better``'s mean minus ``other``'s, two pooled std and ``line``, the threshold to cross."""
 
     better: str
     other: str
@@ -124,10 +115,7 @@ class Gap:
 
 
 def floored(two_std: float, seeds: int, metric: str, means: Sequence[float], val_images) -> float:
-    """``two_std``, or with fewer than ``MIN_SEEDS`` seeds on a side (one or two standard
-    deviations of one degree of freedom can come out near 0) at least two standard errors of a
-    top-1 accuracy in % (a ``*acc1`` column) at the ``means``' average read on ``val_images``
-    images: ``200 sqrt(p (1 - p) / n)``; NaN for another column or without the count."""
+    """``two_std``, raised with fewer than ``MIN_SEEDS`` seeds to two standard errors of a top-1."""
     if seeds >= MIN_SEEDS or math.isnan(two_std):
         return two_std
     if not metric.endswith("acc1") or not val_images:

@@ -1,8 +1,5 @@
-"""The plan of a comparison: its jobs, one pretraining per run and seed, and one per reference
-row, each composed with its budget once. Each job has a folder of its own, ``<output_dir>/<job
-key>/`` (docs/compare.md, "Workflow"), holding all it writes, so jobs run in any order, in one
-process or many.
-"""
+"""The plan of a comparison: its jobs (one per run and seed, one per reference row), each composed
+with its budget once, each in a folder of its own, ``<output_dir>/<job key>/``."""
 
 from __future__ import annotations
 
@@ -12,26 +9,27 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.budgets import RunBudget, run_budget
-from solo_diet.compare.record import progress, read_json
-from solo_diet.compare.spec import (
-    SEEDED_REFERENCES,
+from solo_diet.compare.plan.budgets import (
+    RunBudget,
     checkpoint_interval,
-    compose,
-    data_overrides,
-    quoted,
+    run_budget,
     validation_interval,
 )
-from solo_diet.compare.spec_checks import BUDGET_TARGETS, Run, Spec
+from solo_diet.compare.run.record import progress, read_json
+from solo_diet.compare.spec.settings import (
+    BUDGET_TARGETS,
+    SEEDED_REFERENCES,
+    DataSettings,
+    Run,
+    Spec,
+)
 from solo_diet.config import ConfigError, unknown_method_hint
 
 
 @dataclass(frozen=True)
 class Job:
-    """One job: a run's pretraining for one seed and its evaluation, or a reference row (whose
-    ``cfg`` is the first run's at its seed). ``name`` is the report's ``run`` column, ``seed`` the
-    spec's seed (None without ``seeds`` and for a reference row that no seed changes); ``cfg``
-    is the composed config (solo-learn's, for its ``args.json``), ``budget`` the run's."""
+    """A run's pretraining at one seed and its evaluation, or a reference row (``cfg``: the first
+    run's at its seed); ``seed`` is None without ``seeds`` and for a row no seed changes."""
 
     name: str
     key: str
@@ -43,13 +41,11 @@ class Job:
 
     @property
     def label(self) -> str:
-        """How progress lines name the job."""
         kind = "reference" if self.reference is not None else "run"
         return f"{kind} {self.name!r}" + (f" seed {self.seed}" if self.seed is not None else "")
 
     @property
     def cfg_seed(self) -> Any:
-        """The seed the job trains with; None for a reference row that no seed changes."""
         if self.reference is not None and self.reference not in SEEDED_REFERENCES:
             return None
         return OmegaConf.select(self.cfg, "seed")
@@ -66,12 +62,34 @@ class Job:
         return min(count, 1) if self.reference is not None else count
 
 
+def quoted(key: str, value: Any) -> str:
+    """A forced Hydra override ``++key=value`` (strings and paths quoted)."""
+    return f"++{key}='{value}'" if isinstance(value, (str, Path)) else f"++{key}={value}"
+
+
+def data_overrides(data: DataSettings) -> list[str]:
+    """The spec's data set, forced on every pretraining and probe config."""
+    keys = ("dataset", "train_path", "val_path", "format")
+    return [quoted(f"data.{key}", getattr(data, key)) for key in keys if getattr(data, key)]
+
+
+def compose(owner: str, path: str | Path, name: str, overrides: Sequence[str]) -> DictConfig:
+    """``compose_cfg``; missing files and bad overrides raise a ConfigError naming ``owner``."""
+    from hydra.errors import HydraException
+
+    from solo_diet.launch.common import compose_cfg
+
+    try:
+        return compose_cfg(str(path), name, overrides)
+    except (FileNotFoundError, HydraException, ConfigError) as err:
+        raise ConfigError(f"{owner}: {str(err).splitlines()[0]}") from err
+
+
 def compose_run(
     spec: Spec, run: Run, run_dir: Path, seed: Optional[int]
 ) -> tuple[DictConfig, RunBudget]:
-    """The run's pretraining cfg and budget: its YAML + trainer + run overrides, then the spec's
-    data, seed and checkpointing, then the run's budget, computed once (nothing else may set
-    them)."""
+    """The run's pretraining cfg (its YAML, the trainer and run overrides, then what the spec
+    forces) and its budget, computed once."""
     from solo.methods import METHODS
 
     forced = [
@@ -82,9 +100,13 @@ def compose_run(
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
-    overrides = [*spec.trainer, *spec.pretrain_overrides, *run.overrides]
-    overrides += data_overrides(spec.data) + forced
-    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides)
+    overrides = [
+        *spec.trainer,
+        *spec.pretrain_overrides,
+        *run.overrides,
+        *data_overrides(spec.data),
+    ]
+    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides + forced)
     if cfg.get("method") not in METHODS:
         hint = unknown_method_hint(cfg.get("method"), METHODS)
         raise ConfigError(f"run {run.name!r}: unknown method {cfg.get('method')!r}; {hint}")
@@ -111,15 +133,9 @@ def compose_run(
     return cfg, budget
 
 
-def run_budgets(jobs: Sequence[Job]) -> dict[str, RunBudget]:
-    """Each run's budget (its first job's), in spec order, for the report."""
-    return {job.name: job.budget for job in jobs if job.budget is not None}
-
-
 def plan_jobs(spec: Spec) -> list[Job]:
-    """Every job of the comparison, composed (so a bad config fails before any training): each run
-    once per seed, then the reference rows (``random_init`` once per seed too: the untrained
-    backbone's initialisation is the seed's; ``raw_pixels`` once, as no seed changes it)."""
+    """Every job, composed (a bad config fails before any training): each run once per seed, then
+    the reference rows (``random_init`` once per seed, ``raw_pixels`` once)."""
     out = spec.output_dir
     seeds = list(spec.seeds) if spec.seeds is not None else [None]
     jobs = []
@@ -138,30 +154,23 @@ def plan_jobs(spec: Spec) -> list[Job]:
     return jobs
 
 
-def recorded_pretrain_s(job: Job) -> Optional[float]:
-    """The longest pretraining wall time that a ``result.json`` records for the job's run, at any
-    seed (the job's own folder without ``seeds``); None when no job of the run finished."""
-    folders = job.run_dir.parent.glob("seed_*") if job.seed is not None else [job.run_dir]
-    times = [read_json(folder / "result.json").get("pretrain_wall_s") for folder in folders]
-    return max((t for t in times if isinstance(t, (int, float))), default=None)
-
-
 def longest_first(jobs: Sequence[Job]) -> list[Job]:
-    """``jobs`` in the order that lets a fan-out end soonest: runs never measured first (spec
-    order), then the others by :func:`recorded_pretrain_s`, longest first, reference rows last."""
+    """``jobs`` in the order that lets a fan-out end soonest: runs never measured (spec order),
+    then by the longest pretraining a ``result.json`` of the run records, reference rows last."""
 
     def rank(job: Job) -> tuple[int, float]:
         if job.reference is not None:
             return (2, 0.0)
-        measured = recorded_pretrain_s(job)
+        folders = job.run_dir.parent.glob("seed_*") if job.seed is not None else [job.run_dir]
+        times = [read_json(folder / "result.json").get("pretrain_wall_s") for folder in folders]
+        measured = max((t for t in times if isinstance(t, (int, float))), default=None)
         return (0, 0.0) if measured is None else (1, -measured)
 
     return sorted(jobs, key=rank)  # stable: spec order among equals
 
 
 def latest_checkpoint(folder: Path) -> Optional[Path]:
-    """The newest checkpoint under ``folder`` that loads (highest epoch, newest file on ties);
-    each newer one that does not load is named in a progress line and skipped."""
+    """The newest checkpoint under ``folder`` that loads; a newer one that does not is named."""
     from solo_diet.launch.checkpointing import newest_loading
 
     return newest_loading(folder.glob("**/*.ckpt"), say=progress)

@@ -1,7 +1,5 @@
-"""Where, when and at what cost a comparison ran: each job's device, end time and pretraining
-costs, each ``solo-diet compare`` command (``commands.txt``), and the report's section that
-gathers them; also the progress lines and the small JSON files of the run folders (written
-whole or not at all: :mod:`solo_diet._atomic`)."""
+"""Where, when and at what cost a comparison ran, the progress lines, and the run folders' JSON
+files (written whole or not at all)."""
 
 from __future__ import annotations
 
@@ -35,10 +33,9 @@ LARGEST = 1e15  # no metric or cost comes near it
 
 
 def read_result(path: Path) -> dict:
-    """A job's ``result.json`` (empty when absent), refused in one line naming the file and the
-    field before a report shows it: text with markup, a string where a number belongs, a number
-    that is infinite or absurd (NaN stays: a metric that could not be measured)."""
-    from solo_diet.compare.tables import RESULT_COLUMNS
+    """A job's ``result.json`` ({} when absent), refused in one line where a field holds markup,
+    text for a number, or an infinite or absurd number."""
+    from solo_diet.compare.report.tables import RESULT_COLUMNS
     from solo_diet.config import ConfigError, is_number
 
     try:

@@ -1,7 +1,5 @@
-"""The report's learning curves: the jobs' ``curve.csv`` points gathered per run over seeds, written
-to ``learning_curves.csv``, plotted to ``learning_curves.png`` and summarised in ``report.md`` (what
-each run reached, where it peaked, and whether its last interval still rose beyond the seeds'
-spread)."""
+"""The report's learning curves: the jobs' curve points per run over seeds, as a CSV, a plot
+and lines of ``report.md``."""
 
 from __future__ import annotations
 
@@ -9,11 +7,11 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from solo_diet.compare.aggregate import aggregate, is_number, two_pooled_std
-from solo_diet.compare.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
-from solo_diet.compare.plots import plot_learning_curves
-from solo_diet.compare.spec_checks import REFERENCE_ROWS, Spec
-from solo_diet.compare.tables import mean_cell, table_lines, write_csv
+from solo_diet.compare.evaluate.curves import CURVE_FILE, CURVE_METRICS, SNAPSHOT_DIR, read_points
+from solo_diet.compare.report.plots import plot_learning_curves
+from solo_diet.compare.report.tables import mean_cell, table_lines, write_csv
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, Spec
+from solo_diet.compare.verdicts.aggregate import aggregate, is_number, two_pooled_std
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
@@ -48,8 +46,6 @@ def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, A
 
 
 def _last_step(rows: Sequence[dict], metric: str) -> str:
-    """The change over the curve's last interval, and whether it is beyond two pooled standard
-    deviations of the two points' seeds (rising, falling) or within them (flat)."""
     if len(rows) < 2:
         return "one point"
     before, last = rows[-2], rows[-1]
@@ -65,7 +61,6 @@ def _last_step(rows: Sequence[dict], metric: str) -> str:
 
 
 def _reading(run: str, rows: Sequence[dict]) -> str:
-    """One line per run: each metric's last value, its best point and its last interval."""
     parts = []
     for metric, label in CURVE_METRICS:
         scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
@@ -86,7 +81,6 @@ def _reading(run: str, rows: Sequence[dict]) -> str:
 
 
 def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
-    """One row per run, one column per epoch: the metric's mean ± std over seeds."""
     epochs = sorted({row["epoch"] for rows in curves.values() for row in rows})
     by_epoch = {run: {row["epoch"]: row for row in rows} for run, rows in curves.items()}
 
@@ -100,7 +94,6 @@ def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
 
 
 def _cost_line(results: Sequence[dict], out: Path) -> str:
-    """What the curves cost: the snapshot evaluations' wall time against the pretraining's."""
     runs = [r for r in results if "job" in r and r["run"] not in REFERENCE_ROWS]
     evaluations = [
         point["wall_s"]

@@ -1,15 +1,8 @@
-"""A comparison's jobs in processes of their own (:mod:`~solo_diet.compare.fanout` starts them),
-each given the comparison's plan (:func:`save_plan`: the spec and its jobs, planned once by the
-parent) and the key of its job. One job, in a fresh process:
+"""A comparison's jobs in processes of their own, each given the plan the parent wrote once (the
+spec and its jobs) and its job's key; exit status 0 when done, 130 when interrupted, 1 on error.
 
-    python -m solo_diet.compare.worker <tmp>/solo-diet-plan-<pid>-XXXX/plan.pkl <job key>
-
-A reusable worker (``parallel.reuse_workers``), running the jobs named on its standard input one
-after another, each as in a fresh process (:class:`ServedWorker`, :mod:`~solo_diet.compare.fresh`):
-
-    python -m solo_diet.compare.worker --serve <tmp>/solo-diet-plan-<pid>-XXXX/plan.pkl <reply fd>
-
-Exit status 0 when done, 130 when interrupted, 1 with a traceback otherwise.
+    python -m solo_diet.compare.run.worker <plan.pkl> <job key>
+    python -m solo_diet.compare.run.worker --serve <plan.pkl> <reply fd>   (jobs named on stdin)
 """
 
 from __future__ import annotations
@@ -23,25 +16,22 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from solo_diet._host import quiet_run_noise
 
 if TYPE_CHECKING:
-    from solo_diet.compare.jobs import Job
-    from solo_diet.compare.spec_checks import Spec
+    from solo_diet.compare.plan.jobs import Job
+    from solo_diet.compare.spec.settings import Spec
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# The PID of the process a worker must not outlive (set by the fan-out, then by each worker for the
-# DDP ranks it starts: :func:`die_with_parent`).
+# the PID of the process a worker must not outlive (the fan-out's, then the worker's for its ranks)
 PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 def die_with_parent() -> None:
-    """On Linux, have the kernel SIGKILL this process when the process that started it (named by
-    ``SOLO_DIET_WORKER_PARENT``) ends, however it ends (a ``kill -9`` of ``solo-diet compare``):
-    its jobs then resume in the next comparison, never beside it. A parent already gone ends this
-    process at once. The processes this one starts (DDP ranks) are bound to it the same way."""
+    """On Linux, have the kernel SIGKILL this process when its parent (``PARENT_VARIABLE``) ends,
+    however it ends, so its job resumes in the next comparison, never beside it."""
     parent = os.environ.get(PARENT_VARIABLE, "")
     if not (parent.isdigit() and sys.platform.startswith("linux")):
         return
@@ -58,56 +48,50 @@ def save_plan(plan_file: Path, spec: Spec, jobs: Sequence[Job], eval_fingerprint
     plan_file.write_bytes(pickle.dumps((spec, {job.key: job for job in jobs}, eval_fingerprint)))
 
 
-def load_plan(plan_file: str | Path) -> tuple[Spec, dict[str, Job], str]:
-    """The plan :func:`save_plan` wrote: spec, jobs by key, evaluation fingerprint."""
+def _run_plan(plan_file: str, keys: Iterator[tuple[str, Optional[str]]], fresh: bool) -> None:
+    """Run the plan's jobs ``keys`` names (each with the log its output goes to)."""
     import solo_diet
-
-    solo_diet.register()
-    return pickle.loads(Path(plan_file).read_bytes())
-
-
-def run_one_job(plan_file: str | Path, key: str) -> None:
-    """The worker's part: run the job ``key`` of the plan ``plan_file``."""
-    from solo_diet.compare.evaluate import SharedEvaluator
-    from solo_diet.compare.job import run_job
+    from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+    from solo_diet.compare.run.fresh import FreshState, send_output_to
+    from solo_diet.compare.run.job import run_job
     from solo_diet.config import ConfigError
 
-    spec, jobs, eval_fingerprint = load_plan(plan_file)
-    if key not in jobs:
-        raise ConfigError(f"{plan_file} has no job {key!r}.")
-    run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
+    solo_diet.register()
+    spec, jobs, eval_fingerprint = pickle.loads(Path(plan_file).read_bytes())
+    state = FreshState() if fresh else None
+    for key, log in keys:
+        if key not in jobs:
+            raise ConfigError(f"{plan_file} has no job {key!r}.")
+        if log is not None:
+            send_output_to(log)
+        with state.job() if state else contextlib.nullcontext():
+            # its own evaluation data, as in a fresh process: no GPU memory kept
+            run_job(spec, jobs[key], SharedEvaluator(), eval_fingerprint)
 
 
 def serve(plan_file: str, reply_fd: int) -> int:
     """Run the jobs named on stdin, one after another, each as in a fresh process."""
     import solo_diet.launch.linear  # noqa: F401 - every job's imports, paid before the first
     import solo_diet.launch.pretrain  # noqa: F401
-    from solo_diet.compare.evaluate import SharedEvaluator
-    from solo_diet.compare.fresh import FreshState, send_output_to
-    from solo_diet.compare.job import run_job
 
-    spec, jobs, eval_fingerprint = load_plan(plan_file)
-    fresh = FreshState()
     with os.fdopen(reply_fd, "w") as replies:
-        for line in sys.stdin:
-            request = json.loads(line)
-            send_output_to(request["log"])
-            with fresh.job():
-                # its own evaluation data, as in a fresh process: no GPU memory kept
-                run_job(spec, jobs[request["request"]], SharedEvaluator(), eval_fingerprint)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            replies.write("0\n")
-            replies.flush()
+
+        def requests() -> Iterator[tuple[str, Optional[str]]]:
+            for line in sys.stdin:
+                request = json.loads(line)
+                yield request["request"], request["log"]
+                sys.stdout.flush()
+                sys.stderr.flush()
+                replies.write("0\n")
+                replies.flush()
+
+        _run_plan(plan_file, requests(), fresh=True)
     return 0
 
 
 class ServedWorker:
-    """The fan-out's handle on a reusable worker process on ``devices`` (``--serve``), its output
-    in the first task's log. Protocol: its last argument is a pipe it writes to; each task is a
-    JSON line on its standard input, ``{"log": <log file>, "request": <the task's request>}``; the
-    worker sends its output to that log, runs the task and writes ``0`` and a newline to the pipe.
-    A task that fails ends the worker; the end of its standard input ends an idle one."""
+    """The fan-out's handle on a ``--serve`` worker: a task is a JSON line on its stdin, answered
+    ``0`` on the pipe its last argument names; a failed task, or the end of stdin, ends it."""
 
     def __init__(
         self, argv: Sequence[str], devices: tuple[str, ...], env: dict, first_log: Path
@@ -132,7 +116,7 @@ class ServedWorker:
         self._buffer = b""
 
     def hand(self, log_path: Path, request: str) -> None:
-        """Give the worker its next task (a worker that died idle reports its exit status)."""
+        """Give the worker its next task (one that died idle reports its exit status)."""
         assert self.process.stdin is not None
         line = json.dumps({"log": str(log_path), "request": request}) + "\n"
         with contextlib.suppress(BrokenPipeError):
@@ -141,9 +125,8 @@ class ServedWorker:
         self.tasks_run += 1
 
     def task_status(self) -> Optional[int]:
-        """How the task handed last ended: 0 (the worker waits for the next), the worker's exit
-        status (negative: killed by that signal; 1 when it left without a word), or None while it
-        runs."""
+        """How the last task ended: 0, the worker's exit status (1 when it left without a word),
+        or None while it runs."""
         with contextlib.suppress(BlockingIOError):
             self._buffer += os.read(self._replies, 64)
         if b"\n" in self._buffer:
@@ -158,7 +141,7 @@ class ServedWorker:
         return self.process.poll() is None
 
     def retire(self) -> None:
-        """End an idle worker: it exits when its standard input ends."""
+        """End an idle worker: it exits when its stdin ends."""
         with contextlib.suppress(OSError, ValueError):
             assert self.process.stdin is not None
             self.process.stdin.close()
@@ -177,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if len(args) != 2:
             print(__doc__, file=sys.stderr)
             return 2
-        run_one_job(args[0], args[1])
+        _run_plan(args[0], iter([(args[1], None)]), fresh=False)
     except KeyboardInterrupt as err:  # in a job, or a worker waiting for one
         print(f"interrupted: {err}", file=sys.stderr)
         return 130

@@ -1,6 +1,5 @@
 """Each run's training budget: epochs, or forward-backward samples with the views counted
-(docs/compare.md, "Budgets: epochs or samples"): ``round(samples / (images per epoch x views per
-image))`` epochs, images per epoch being what solo-learn's pretraining loader yields."""
+(docs/compare.md, "Budgets: epochs or samples"), and its checkpoint and validation intervals."""
 
 from __future__ import annotations
 
@@ -12,17 +11,14 @@ from typing import Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.paper_budget import Trained
-from solo_diet.compare.spec_checks import Run, Spec
+from solo_diet.compare.spec.settings import BudgetSettings, Run, Spec
+from solo_diet.compare.verdicts.paper_budget import Trained
 from solo_diet.config import ConfigError
 from solo_diet.data.tensor_data import folder_samples
 
 
-# Compute as the budgets and learning curves count it: forward-backward samples, an image counted
-# once per view the method trains on (every crop, small ones too).
 def views_per_sample(cfg: DictConfig) -> int:
-    """The views a pretraining cfg trains on per image: the ``num_crops`` of its augmentation
-    pipelines, summed (solo-learn's ``num_large_crops + num_small_crops``); 1 without any."""
+    """The views a pretraining cfg trains on per image: its pipelines' ``num_crops``, summed."""
     pipelines = OmegaConf.select(cfg, "augmentations")
     if not isinstance(pipelines, ListConfig) or not pipelines:
         return 1
@@ -30,9 +26,22 @@ def views_per_sample(cfg: DictConfig) -> int:
 
 
 def samples_seen(images: float, views: int) -> float:
-    """Forward-backward samples of training on ``images`` images (``EpochCostLogger``'s
-    ``samples``: steps x global batch), each in ``views`` views."""
+    """Forward-backward samples of training on ``images`` images, each in ``views`` views."""
     return images * views
+
+
+def checkpoint_interval(budget: BudgetSettings, epochs: int) -> int:
+    """Epochs between checkpoints: ``checkpoint_every_n_epochs``, or a tenth of ``epochs``."""
+    return budget.checkpoint_every_n_epochs or math.ceil(epochs / 10)
+
+
+def validation_interval(budget: BudgetSettings, epochs: int) -> int:
+    """``check_val_every_n_epoch``: ``val_every_n_epochs``, or the largest divisor of ``epochs``
+    not above ``epochs / 50`` (at least 50 online-probe points, the last epoch among them)."""
+    if budget.val_every_n_epochs:
+        return budget.val_every_n_epochs
+    target = max(1, epochs // 50)
+    return max(d for d in range(1, target + 1) if epochs % d == 0)
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,12 @@ class RunBudget:
 
     @property
     def samples(self) -> Optional[int]:
-        """Forward-backward samples, views counted (None where the data was not counted)."""
         if self.samples_per_epoch is None:
             return None
         return self.epochs * self.samples_per_epoch * self.views
 
     def trained(self) -> Trained:
-        """Epochs, steps and images drawn, for the claims' budget verdicts (paper_budget.py)."""
+        """Epochs, steps and images drawn, for the claims' budget verdicts."""
         if self.samples_per_epoch is None:  # the data was not counted: no steps either
             return Trained(self.epochs)
         per_epoch = (self.steps_per_epoch, self.samples_per_epoch)
@@ -82,8 +90,7 @@ def count_val_images(spec: Spec) -> Optional[int]:
 
 
 def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
-    """The pretraining loader's epoch: optimizer steps (batches per device) and the images it
-    yields over all devices (whole batches)."""
+    """The pretraining loader's epoch: steps (batches per device) and images over all devices."""
     folder = Path(str(spec.data.train_path))
     images = count_images(folder)
     devices = OmegaConf.select(cfg, "devices", default=1)
@@ -104,16 +111,15 @@ def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
 
 def run_budget(spec: Spec, run: Run, cfg: DictConfig) -> RunBudget:
     """The :class:`RunBudget` of ``run`` composed as ``cfg``: its own budget, else the spec's."""
-    views = views_per_sample(cfg)
-    own = run.own_budget
+    views, own = views_per_sample(cfg), run.own_budget
     samples = run.samples if own else spec.budget.samples
     if samples is None:
-        epochs = run.max_epochs or spec.budget.max_epochs
         source = "the run's own budget" if own else "the spec's budget"
         try:  # the data counted where it can be, for the report
             steps, per_epoch = loader_epoch(spec, cfg)
         except ConfigError:
             steps, per_epoch = None, None
+        epochs = run.max_epochs or spec.budget.max_epochs
         return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
     steps, per_epoch = loader_epoch(spec, cfg)
     epochs = max(1, round(samples / (per_epoch * views)))
@@ -128,8 +134,7 @@ def run_budget(spec: Spec, run: Run, cfg: DictConfig) -> RunBudget:
 
 def budget_line(spec: Spec, budgets: dict[str, RunBudget]) -> str:
     """The report's line on what every run trained and which budget matched."""
-    matched = {b.matched for b in budgets.values()}
-    if matched == {"samples"} and spec.budget.samples is not None:
+    if {b.matched for b in budgets.values()} == {"samples"} and spec.budget.samples is not None:
         head = f"compute-matched: {spec.budget.samples:,} forward-backward samples, views counted"
     elif len({b.epochs for b in budgets.values()}) <= 1:
         head = "epoch-matched"

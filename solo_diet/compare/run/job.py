@@ -12,21 +12,26 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from solo_diet.compare.curves import (
+from solo_diet.compare.evaluate.checkpoint import (
+    SharedEvaluator,
+    compose_linear,
+    evaluate_checkpoint,
+)
+from solo_diet.compare.evaluate.curves import (
     BackboneSnapshots,
     evaluate_curve,
     missing_points,
     snapshot_epochs,
 )
-from solo_diet.compare.evaluate import SharedEvaluator, compose_linear, evaluate_checkpoint
-from solo_diet.compare.fingerprints import (
+from solo_diet.compare.plan.budgets import validation_interval
+from solo_diet.compare.plan.fingerprints import (
     recipe_fingerprint,
     reference_fingerprint,
     training_fingerprint,
 )
-from solo_diet.compare.jobs import Job, latest_checkpoint
-from solo_diet.compare.lock import job_lock
-from solo_diet.compare.record import (
+from solo_diet.compare.plan.jobs import Job, latest_checkpoint
+from solo_diet.compare.run.lock import job_lock
+from solo_diet.compare.run.record import (
     EPOCHS_FILE,
     job_place,
     pretrain_costs,
@@ -34,8 +39,7 @@ from solo_diet.compare.record import (
     read_json,
     write_json,
 )
-from solo_diet.compare.spec import validation_interval
-from solo_diet.compare.spec_checks import Spec
+from solo_diet.compare.spec.settings import Spec
 from solo_diet.config import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished

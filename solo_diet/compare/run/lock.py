@@ -1,5 +1,4 @@
-"""One comparison per output folder (``<output_dir>/.compare.lock``), one process per job
-(``<job folder>/.job.lock``): :mod:`solo_diet._lock`'s locks."""
+"""One comparison per output folder (``.compare.lock``), one process per job (``.job.lock``)."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ JOB_LOCK_FILE = ".job.lock"
 
 
 def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> ContextManager[Path]:
-    """Hold ``out``'s lock in the block; :class:`~solo_diet._lock.FolderInUse` when another
-    comparison does."""
+    """Hold ``out``'s lock in the block (``FolderInUse`` when another comparison does)."""
     return folder_lock(
         out / LOCK_FILE, "compare", f"`output_dir` {out}", "pass another output_dir", say
     )
@@ -39,8 +37,8 @@ def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> I
 
 
 def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
-    """Stop every process of this host holding one of these jobs' locks (a worker of a comparison
-    that no longer runs, with its process group) and wait until it is gone."""
+    """Stop every process of this host holding one of these jobs' locks (an orphaned worker, with
+    its process group) and wait until it is gone."""
     for run_dir in run_dirs:
         path = run_dir / JOB_LOCK_FILE
         if not path.is_file():
@@ -55,16 +53,11 @@ def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -
                     f"stopping PID {pid}, a worker of a comparison that no longer runs, still "
                     f"running the job in {run_dir}"
                 )
-                _kill_with_group(pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if os.getpgid(pid) == pid:  # a worker leads its process group
+                        os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
             else:
                 named = holder_named(holder, "compare")
                 say(f"waiting for {named}, which still runs the job in {run_dir}")
             fcntl.flock(descriptor, fcntl.LOCK_EX)  # until it (and what it forked) is gone
-
-
-def _kill_with_group(pid: int) -> None:
-    """SIGKILL to ``pid``, and to its process group when it leads one (a worker's)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-        os.kill(pid, signal.SIGKILL)

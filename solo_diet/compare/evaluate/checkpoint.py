@@ -15,10 +15,10 @@ from typing import Any, Optional, Sequence
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
-from solo_diet.compare.record import progress
-from solo_diet.compare.spec import compose, data_overrides, quoted
-from solo_diet.compare.spec_checks import EvaluationSettings, Spec
+from solo_diet.compare.plan.jobs import compose, data_overrides, quoted
+from solo_diet.compare.run.record import progress
+from solo_diet.compare.spec.settings import EvaluationSettings, Spec
+from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.config import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest

@@ -1,6 +1,5 @@
-"""The tables of a comparison's outputs: the columns of ``results.csv`` and of ``report.md``, whose
-columns are grouped by what they measure (accuracy, representation, clustering, cost) so that no
-table is wider than a page."""
+"""The report's tables and ``results.csv``: cells, and columns grouped by what they measure
+(accuracy, representation, clustering, cost) so that no table is wider than a page."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from solo_diet._atomic import atomic_write
-from solo_diet.compare.aggregate import NOT_AGGREGATED, is_number
+from solo_diet.compare.verdicts.aggregate import NOT_AGGREGATED, is_number
 
 COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables
@@ -38,14 +37,9 @@ FIT_MARKS = {
     "logreg_iterations": ("logreg_hit_limit", "§", "the fit stopped at its iteration limit"),
 }
 # report.md's tables: each group's columns after the run (and seed); a column of none goes last
+ACCURACY = ("method", "n_seeds", "epochs")
 COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    (
-        "Accuracy",
-        lambda c: (
-            c not in FIT_COLUMNS
-            and (c in ("method", "n_seeds", "epochs") or c.endswith(("_acc1", "_loss")))
-        ),
-    ),
+    ("Accuracy", lambda c: c in ACCURACY or c.endswith(("_acc1", "_loss"))),
     ("Logistic-regression fit", lambda c: c in FIT_COLUMNS),
     ("Representation", lambda c: c.endswith(("rankme", "lidar"))),
     (
@@ -57,8 +51,7 @@ COLUMN_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 
 
 def result_columns(results: Sequence[dict]) -> list[str]:
-    """``RESULT_COLUMNS``, then the scalar columns of extra representations other methods declare
-    (``<name>_knn_acc1``, ...), before ``checkpoint``."""
+    """``RESULT_COLUMNS``, the scalar columns methods declare inserted before ``checkpoint``."""
     extra: list[str] = []
     for result in results:
         for key, value in result.items():
@@ -70,13 +63,10 @@ def result_columns(results: Sequence[dict]) -> list[str]:
 
 
 def cell_text(value: Any, column: str = "") -> str:
-    """A table cell: "–" for a missing value (NaN, or ``None`` as raw_pixels' seed), a float with
-    2 decimals, or 2 significant digits in a ``SCIENTIFIC`` column (``1e-04``, ``3.2e-06``)."""
-    if value is None:
+    """A cell: "–" for None or NaN, 2 decimals, 2 significant digits in a ``SCIENTIFIC`` column."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if isinstance(value, float):
-        if math.isnan(value):
-            return "–"
         return f"{value:.1e}".replace(".0e", "e") if column in SCIENTIFIC else f"{value:.2f}"
     return str(value)
 
@@ -89,8 +79,7 @@ def row_cell(row: dict, column: str) -> str:
 
 
 def write_results_csv(rows: Sequence[dict], path: Path, seeds: bool = False) -> Path:
-    """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and, after every numeric
-    column, its ``_std`` (filled in the aggregate rows)."""
+    """One row per entry of ``rows``; with ``seeds`` also ``n_seeds`` and each numeric ``_std``."""
     columns = result_columns(rows)
     if seeds:
         numeric = {  # the columns with a number in some row
@@ -111,7 +100,7 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict]) -> Path:
 
 
 def integer_columns(rows: Sequence[dict]) -> set[str]:
-    """The columns whose every per-seed value is an integer (``epochs``)."""
+    """The columns whose every value is an integer (``epochs``)."""
     numeric = {column for row in rows for column, value in row.items() if is_number(value)}
     return {c for c in numeric if all(isinstance(r[c], int) for r in rows if is_number(r.get(c)))}
 
@@ -119,8 +108,8 @@ def integer_columns(rows: Sequence[dict]) -> set[str]:
 def mean_cell(
     row: dict, column: str, best: set[str], resolved: set[str], integer: bool = False
 ) -> str:
-    """``mean ± std``, bold for the best run of a ranked column, † for a resolved gap to it;
-    an ``integer`` column the seeds agree on reads as that integer (``epochs`` 300)."""
+    """``mean ± std``, bold for the best run, † for a resolved gap to it; an ``integer`` column the
+    seeds agree on reads as that integer."""
     std = row.get(f"{column}_std", math.nan)
     mean = row.get(column, math.nan)
     spread = is_number(std) and not math.isnan(std)
@@ -137,22 +126,17 @@ def mean_cell(
 def table_lines(
     rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
 ) -> list[str]:
-    """A Markdown table: the header, then one line per row, each cell ``cell(row, column)``."""
+    """A Markdown table, each cell ``cell(row, column)``."""
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     return lines + ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
 
 
-def _same_as_top1(row: dict) -> bool:
-    """The balanced top-1 reads as the top-1 (the val classes are of one size)."""
-    balanced = row.get("logreg_balanced_acc1", math.nan)
-    return cell_text(balanced) == cell_text(row.get("logreg_acc1", math.nan))
-
-
 def shown_columns(rows: Sequence[dict]) -> list[str]:
-    """Every result column some row has a value for, but ``NOT_SHOWN``, the flags shown as marks
-    (``FIT_MARKS``) and ``logreg_balanced_acc1`` where it reads as ``logreg_acc1`` in every row."""
+    """Every result column some row has a value for, but ``NOT_SHOWN``, the ``FIT_MARKS`` flags and
+    ``logreg_balanced_acc1`` where it reads as ``logreg_acc1`` in every row."""
     hidden = {*NOT_SHOWN, *(flag for flag, _, _ in FIT_MARKS.values())}
-    if all(_same_as_top1(r) for r in rows):
+    balanced, top1 = ("logreg_balanced_acc1", math.nan), ("logreg_acc1", math.nan)
+    if all(cell_text(r.get(*balanced)) == cell_text(r.get(*top1)) for r in rows):
         hidden.add("logreg_balanced_acc1")
     return [
         c
@@ -164,25 +148,22 @@ def shown_columns(rows: Sequence[dict]) -> list[str]:
 def grouped_tables(
     rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
 ) -> list[str]:
-    """One table per group of ``COLUMN_GROUPS``, each led by ``run`` (and ``seed``)."""
+    """One table per group of ``COLUMN_GROUPS``, each led by ``run`` (and ``seed``), each followed
+    by what the ``FIT_MARKS`` set in it mean."""
     lead = [c for c in ("run", "seed") if c in columns]
     groups: dict[str, list[str]] = {title: [] for title, _ in COLUMN_GROUPS}
     for column in (c for c in columns if c not in lead):
-        title = next((t for t, member in COLUMN_GROUPS if member(column)), "Other")
+        title = "Logistic-regression fit" if column in FIT_COLUMNS else None
+        title = title or next((t for t, member in COLUMN_GROUPS if member(column)), "Other")
         groups.setdefault(title, []).append(column)
     lines: list[str] = []
     for title, members in groups.items():
         if members:
             lines += [f"### {title}", "", *table_lines(rows, [*lead, *members], cell), ""]
-            lines += _mark_notes(rows, members)
+            notes = [
+                f"{mark}: {words}."
+                for column, (flag, mark, words) in FIT_MARKS.items()
+                if column in members and any(r.get(flag) is True for r in rows)
+            ]
+            lines += [" ".join(notes), ""] if notes else []
     return lines
-
-
-def _mark_notes(rows: Sequence[dict], columns: Sequence[str]) -> list[str]:
-    """What the ``FIT_MARKS`` set in some row of ``columns`` mean, under their table."""
-    notes = [
-        f"{mark}: {words}."
-        for column, (flag, mark, words) in FIT_MARKS.items()
-        if column in columns and any(r.get(flag) is True for r in rows)
-    ]
-    return [" ".join(notes), ""] if notes else []

@@ -1,0 +1,1 @@
+"""Evaluation: a checkpoint in, its metrics and its learning-curve points out."""

@@ -1,0 +1,251 @@
+"""Running tasks side by side, each in a process group of its own GPUs (``CUDA_VISIBLE_DEVICES``)
+and share of the cores, or in a reusable worker; one terminal line per event, and Ctrl-C or
+SIGTERM stops every task and worker (docs/compare.md, "Many GPUs")."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker
+from solo_diet.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Task:
+    """One command line; ``gpus`` is how many of the visible GPUs it needs (0: CPU only)."""
+
+    label: str
+    argv: tuple[str, ...]
+    log_path: Path
+    gpus: int = 0
+    request: Optional[str] = None  # with run_tasks' serve_argv: run by a reusable worker instead
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a task ended: its exit status (negative: killed by that signal) and wall seconds."""
+
+    task: Task
+    returncode: int
+    seconds: float
+    devices: tuple[str, ...] = ()
+
+
+@dataclass
+class _Running:
+    task: Task
+    process: subprocess.Popen  # the worker's, in a worker
+    devices: tuple[str, ...]
+    worker: Optional[ServedWorker] = None
+    start: float = field(default_factory=time.monotonic)
+
+    def status(self) -> Optional[int]:
+        return self.process.poll() if self.worker is None else self.worker.task_status()
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may hand out: ``CUDA_VISIBLE_DEVICES`` up to its first invalid
+    entry (as CUDA reads it), else every device torch sees."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    ids: list[str] = []
+    for entry in (e.strip() for e in listed.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        ids.append(entry)
+    return ids
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``processes`` to end, then SIGKILL each one's process group."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+class _Pool:
+    """The GPUs' free slots (``per_gpu`` tasks each) and the reusable workers: idle ones wait for
+    a task of their GPUs; at most ``limit`` processes live at once (idle ones retire for room)."""
+
+    def __init__(self, gpus: Sequence[str], per_gpu: int, serve_argv, limit: int, threads: str):
+        self.free = {gpu: per_gpu for gpu in gpus}
+        self.argv, self.limit, self.threads = serve_argv, limit, threads
+        self.idle: list[ServedWorker] = []
+        self.retired: list[ServedWorker] = []
+
+    def served(self, task: Task) -> bool:
+        return self.argv is not None and task.request is not None
+
+    def _take(self, devices: Sequence[str]) -> None:
+        for gpu in devices:
+            self.free[gpu] -= 1
+
+    def give_back(self, devices: Sequence[str]) -> None:
+        for gpu in devices:
+            self.free[gpu] += 1
+
+    def next_task(self, pending: Sequence[Task]):
+        """The first pending task that can start now, its GPUs (the least busy distinct ones, or
+        an idle worker's with room) and the idle worker that takes it."""
+        for worker in [w for w in self.idle if not w.alive()]:
+            self.idle.remove(worker)
+            self.retire(worker)
+        for task in pending:
+            for worker in self.idle if self.served(task) else []:
+                if len(worker.devices) == task.gpus and all(self.free[g] for g in worker.devices):
+                    self._take(worker.devices)
+                    self.idle.remove(worker)
+                    return task, worker.devices, worker
+            open_gpus = [gpu for gpu, room in self.free.items() if room > 0]
+            if len(open_gpus) >= task.gpus:
+                devices = tuple(sorted(open_gpus, key=lambda gpu: -self.free[gpu])[: task.gpus])
+                self._take(devices)
+                return task, devices, None
+        return None, (), None
+
+    def launch(
+        self, task: Task, devices: tuple[str, ...], worker: Optional[ServedWorker], running: int
+    ) -> _Running:
+        """Start ``task`` in ``worker``, else in a new worker when served, else in a process of
+        its own; its log's header says where."""
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(
+            os.environ,
+            CUDA_VISIBLE_DEVICES=",".join(devices),
+            OMP_NUM_THREADS=self.threads,
+            PYTHONUNBUFFERED="1",
+            **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
+        )
+        if worker is None:
+            while self.idle and running + len(self.idle) >= self.limit:  # room for a process
+                self.retire(self.idle.pop(0))
+            if self.served(task):
+                worker = ServedWorker(self.argv, devices, env, task.log_path)
+        where = (
+            f" (in worker {worker.process.pid}, its task {worker.tasks_run + 1})" if worker else ""
+        )
+        with task.log_path.open("a") as log:
+            stamp, command = time.strftime("%Y-%m-%d %H:%M:%S"), " ".join(task.argv)
+            log.write(
+                f"### {stamp} CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} {command}{where}\n"
+            )
+            log.flush()
+            if worker is None:  # the task's process keeps the log open; this one need not
+                process = subprocess.Popen(
+                    list(task.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+                return _Running(task, process, devices)
+        worker.hand(task.log_path, str(task.request))
+        return _Running(task, worker.process, devices, worker)
+
+    def retire(self, worker: ServedWorker) -> None:
+        worker.retire()
+        self.retired.append(worker)
+
+    def close(self, grace_s: float) -> None:
+        for worker in self.idle:
+            self.retire(worker)
+        self.idle = []
+        _wait_or_kill([worker.process for worker in self.retired], grace_s)
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    workers: int,
+    gpus: Sequence[str],
+    say: Callable[[str], None] = print,
+    poll_s: float = 0.2,
+    grace_s: float = 20.0,
+    jobs_per_gpu: int = 1,
+    serve_argv: Optional[Sequence[str]] = None,
+) -> list[Outcome]:
+    """Run ``tasks``, at most ``workers`` at once on distinct GPUs shared by ``jobs_per_gpu`` tasks,
+    a task with a ``request`` in a reusable worker of ``serve_argv``; the outcomes in order."""
+    if workers < 1 or jobs_per_gpu < 1:
+        raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
+    too_big = [t.label for t in tasks if t.gpus > len(gpus)]
+    if too_big:
+        raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
+    pending, running, outcomes = list(tasks), [], {}
+    # each task's OMP_NUM_THREADS: the caller's, else this process's cores shared out evenly
+    share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
+    pool = _Pool(gpus, jobs_per_gpu, serve_argv, workers, threads)
+    # SIGTERM raises KeyboardInterrupt here when nobody else handles it: tasks stopped, not orphaned
+    own_sigterm = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
+    if own_sigterm:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        while pending or running:
+            while len(running) < workers:
+                task, devices, worker = pool.next_task(pending)
+                if task is None:
+                    break
+                pending.remove(task)
+                running.append(pool.launch(task, devices, worker, len(running)))
+                where = f" on GPU {','.join(devices)}" if devices else ""
+                say(
+                    f"({len(tasks) - len(pending)}/{len(tasks)}) {task.label}: started{where} "
+                    f"(log: {task.log_path})"
+                )
+            time.sleep(poll_s)
+            for entry, status in [(r, r.status()) for r in running]:
+                if status is None:
+                    continue
+                running.remove(entry)
+                if entry.worker is not None:
+                    pool.idle.append(entry.worker)  # the next next_task drops a dead one
+                pool.give_back(entry.devices)
+                seconds = time.monotonic() - entry.start
+                outcomes[id(entry.task)] = Outcome(entry.task, status, seconds, entry.devices)
+                label, took = entry.task.label, f"{seconds:.0f} s"
+                say(
+                    f"{label}: done in {took}"
+                    if status == 0
+                    else f"{label}: FAILED with exit status {status} after {took}; "
+                    f"log: {entry.task.log_path}"
+                )
+    except BaseException:
+        if running:
+            labels = ", ".join(r.task.label for r in running)
+            say(f"stopping {len(running)} running job(s): {labels}")
+        processes = [r.process for r in running] + [w.process for w in pool.idle]
+        for process in processes:
+            _signal_group(process, signal.SIGINT)
+        _wait_or_kill(processes, grace_s)
+        raise
+    finally:
+        pool.close(grace_s)
+        if own_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return [outcomes[id(task)] for task in tasks]

@@ -1,0 +1,352 @@
+"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job here or in
+worker processes, then the report of every job with a result."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection, Mapping, Sequence
+
+from omegaconf import ListConfig, OmegaConf
+
+from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
+from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, compose_linear
+from solo_diet.compare.plan.budgets import count_images
+from solo_diet.compare.plan.fingerprints import (
+    data_signature,
+    evaluation_fingerprint,
+    recipe_fingerprint,
+)
+from solo_diet.compare.plan.jobs import Job, longest_first, plan_jobs
+from solo_diet.compare.report.markdown import write_report
+from solo_diet.compare.run.job import result_standing, run_job
+from solo_diet.compare.run.lock import LOCK_FILE, output_dir_lock, stop_orphans
+from solo_diet.compare.run.record import (
+    EPOCHS_FILE,
+    note_command,
+    pretrain_costs,
+    progress,
+    read_json,
+    read_result,
+)
+from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, private_mps
+from solo_diet.compare.run.worker import save_plan
+from solo_diet.compare.spec.load import SpecSource, load_spec
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
+from solo_diet.config import ConfigError
+from solo_diet.launch.callbacks import OverallProgress
+from solo_diet.launch.errors import disk_full_named
+from solo_diet.launch.launch_checks import (
+    check_accelerator_present,
+    check_cfg_before_parse,
+    check_solo_learn_choices,
+)
+from solo_diet.launch.nodes import check_one_node
+from solo_diet.methods.contract import method_contract, parse_method_kwargs
+
+PLAN_PREFIX = (
+    "solo-diet-plan-"  # + the comparison's pid: its workers' plan, in the temporary folder
+)
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed (the report holds the others); the message names each job and its log."""
+
+
+@dataclass(frozen=True)
+class CompareResults:
+    """A comparison after :func:`run_spec`: ``records``, the jobs' ``result.json`` in spec order,
+    and ``failures``, {job key: what failed} (docs/compare.md, "From Python")."""
+
+    spec: Spec
+    report: Path
+    records: tuple[dict[str, Any], ...]
+    left_out: tuple[str, ...] = ()
+    failures: Mapping[str, str] = field(default_factory=dict)
+    started: int = 0
+
+    @property
+    def output_dir(self) -> Path:
+        return self.report.parent
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def of_run(self, run: str) -> list[dict[str, Any]]:
+        """The records of ``run`` (a run's or reference row's name), one per seed."""
+        return [record for record in self.records if record["run"] == run]
+
+    def failure_message(self) -> str:
+        return (
+            f"{len(self.failures)} of the {self.started} jobs started failed: "
+            f"{'; '.join(self.failures.values())}. The "
+            "report holds the others; rerun the same command to retry the failed ones."
+        )
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            raise JobsFailed(self.failure_message())
+
+
+class JobsProgress:
+    """The overall progress line of ``jobs``: each weighs its pretraining epochs and one evaluation,
+    whose cost in epochs is measured on the first run job that ends (until then, two epochs)."""
+
+    def __init__(self, jobs: Sequence[Job], **line: Any) -> None:
+        self.jobs, self.evaluation_epochs, self.ended = list(jobs), None, []
+        self.overall = OverallProgress("compare", self._weights(2.0), **line)
+
+    def _weights(self, evaluation: float) -> list[float]:
+        return [evaluation + (job.budget.epochs if job.budget else 0) for job in self.jobs]
+
+    def _measure(self, job: Job) -> None:
+        result = read_json(job.run_dir / "result.json")
+        pretrain_s, evaluation_s = result.get("pretrain_wall_s"), result.get("evaluation_wall_s")
+        if self.evaluation_epochs is None and job.budget and pretrain_s and evaluation_s:
+            self.evaluation_epochs = evaluation_s * job.budget.epochs / pretrain_s
+            self.overall.weights = self._weights(self.evaluation_epochs)
+            self.overall.after_first = None  # the rate measured again, in these weights
+
+    def step(self, position: int) -> None:
+        """The line as job ``position`` (1-based) starts, the jobs before it ended."""
+        if position > 1:
+            self._measure(self.jobs[position - 2])
+        job = self.jobs[position - 1]
+        self.overall.step(position, job.label + ("" if job.reference else f": {job.cfg.method}"))
+
+    def say(self, message: str) -> None:
+        """``progress``, then the overall line after a line that says a job ended."""
+        progress(message)
+        label = message.partition(": ")[0]
+        ended = [k for k, job in enumerate(self.jobs, 1) if job.label == label]
+        if ended and ended[0] not in self.ended:
+            self._measure(self.jobs[ended[0] - 1])
+            self.ended.append(ended[0])
+            self.overall.ended(self.ended, "jobs ended")
+
+
+def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
+    shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(jobs)
+    for position, job in enumerate(jobs, 1):
+        overall.step(position)
+        try:
+            run_job(spec, job, shared_eval, eval_fingerprint)
+        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+            traceback.print_exc()
+            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    return failures
+
+
+def _run_in_processes(
+    jobs: Sequence[Job], workers: int, parallel: ParallelSettings, plan_file: Path, per_gpu: int
+) -> dict[str, str]:
+    """Every job in a process of its own GPUs, the longest first, in reusable workers with
+    ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
+    from solo_diet.compare.run.fanout import Task, run_tasks, visible_gpus
+
+    for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
+        devices = OmegaConf.select(job.cfg, "devices")
+        if isinstance(devices, ListConfig) and list(devices) != list(range(len(devices))):
+            raise ConfigError(
+                f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
+                f"sees only its own GPUs: write a count (devices={len(devices)})."
+            )
+    reuse, jobs, gpus = parallel.reuse_workers, longest_first(jobs), visible_gpus()
+    worker = (sys.executable, "-m", "solo_diet.compare.run.worker")
+    tasks = [
+        Task(
+            label=job.label,
+            argv=(*worker, str(plan_file), job.key),
+            log_path=job.run_dir / "job.log",
+            gpus=job.gpus() if gpus else 0,
+            request=job.key if reuse and job.gpus() <= 1 else None,
+        )
+        for job in jobs
+    ]
+    serve = (*worker, "--serve", str(plan_file)) if reuse else None
+    outcomes = run_tasks(
+        tasks, workers, gpus, JobsProgress(jobs).say, jobs_per_gpu=per_gpu, serve_argv=serve
+    )
+    return {
+        job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
+        for job, o in zip(jobs, outcomes)
+        if o.returncode != 0
+    }
+
+
+def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
+    """What the launchers refuse, for the probe and every job, before the first job starts."""
+    from solo.methods import METHODS
+    from solo.methods.base import BaseMethod
+    from solo.methods.linear import LinearModel
+
+    probe = compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
+    checks = [("`linear`", probe, LinearModel)]
+    checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
+    for label, cfg, model_cls in checks:
+        try:
+            check_cfg_before_parse(cfg)
+            check_solo_learn_choices(cfg, model_cls)
+            check_accelerator_present(cfg)
+            check_one_node(cfg)
+            # method_kwargs by their fields, N a placeholder where the job fills it from the data
+            kwargs = cfg.copy()
+            filled = OmegaConf.select(kwargs, "method_kwargs.num_samples") not in (None, "None")
+            if method_contract(model_cls).uses_sample_indexes and not filled:
+                OmegaConf.update(kwargs, "method_kwargs.num_samples", 1, force_add=True)
+            parse_method_kwargs(kwargs, model_cls)
+        except ConfigError as err:
+            raise ConfigError(f"{label}: {err}") from None
+
+
+def _report_of_finished(
+    spec: Spec, jobs: Sequence[Job], report_only: bool = False, failed: Collection[str] = ()
+) -> tuple[Path, list[dict], list[str]]:
+    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others;
+    ``report_only`` adds the unfinished runs and keeps the report when every run is stale."""
+    results, left_out, stale, out = [], [], False, spec.output_dir
+    for job in jobs:
+        result = read_result(job.run_dir / "result.json")
+        if job.key in failed:
+            left_out.append(f"{job.label} (failed)")
+        elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
+            left_out.append(f"{job.label} (stale: trained with another config)")
+            stale = True
+        elif result:
+            results.append(result)
+        elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
+            # trained but never evaluated: its costs and curves, marked unfinished
+            row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
+            costs = pretrain_costs(job.run_dir)
+            del costs["pretrain_wall_s"]  # its pretraining call never returned
+            results.append(row | costs | {"unfinished": True})
+        else:
+            left_out.append(job.label)
+    fresh = [r for r in results if r["run"] not in REFERENCE_ROWS and not r.get("unfinished")]
+    if report_only and stale and not fresh:
+        raise ConfigError(
+            f"--report-only: every finished run in {out} was trained with another config "
+            "(budget, trainer or data settings) than this spec, so the report was kept; "
+            f"rebuild it from their spec: solo-diet compare {out / 'spec.yaml'} --report-only"
+        )
+    if left_out:
+        progress(f"{len(left_out)} of {len(jobs)} jobs have no result yet: the report names them")
+    budgets = {job.name: job.budget for job in jobs if job.budget is not None}
+    report = write_report(spec, results, out, left_out, budgets)
+    progress(f"report: {report}")
+    return report, results, left_out
+
+
+def remove_leftovers(out: Path) -> None:
+    """Delete what killed processes left: temporary files in ``out``, and the workers' plans of
+    comparisons that no longer run."""
+    remove_stale_temporaries(out)
+    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
+        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_spec(
+    spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
+) -> CompareResults:
+    """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
+    write its report; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
+    import solo_diet
+
+    solo_diet.register()
+    data_signature.cache_clear()  # the data may have changed since this process last looked
+    count_images.cache_clear()  # and its image count
+    loaded = load_spec(spec, overrides)
+    jobs, out = plan_jobs(loaded), loaded.output_dir
+    if report_only:
+        if not out.is_dir():
+            raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
+        report, records, left_out = _report_of_finished(loaded, jobs, report_only=True)
+        return CompareResults(loaded, report, tuple(records), tuple(left_out))
+    chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
+    _check_before_any_job(loaded, chosen, out)
+    out.mkdir(parents=True, exist_ok=True)
+    # as commands.txt names the spec: its file, or the resolved copy written in `out`
+    command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
+    with contextlib.ExitStack() as held:
+        with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
+            held.enter_context(output_dir_lock(out, say=progress))  # one comparison per folder
+        return _run_jobs(loaded, command_spec, overrides, jobs, chosen)
+
+
+def run_compare(
+    spec_path: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
+) -> Path:
+    """:func:`run_spec`, returning report.md's path; raises :class:`JobsFailed` if a job failed."""
+    results = run_spec(spec_path, overrides, report_only)
+    results.raise_for_failures()
+    return results.report
+
+
+def _run_jobs(
+    spec: Spec,
+    spec_path: str | Path,
+    overrides: Sequence[str],
+    jobs: Sequence[Job],
+    chosen: Sequence[Job],
+) -> CompareResults:
+    from solo_diet.compare.run.fanout import visible_gpus
+
+    out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
+    stop_orphans([job.run_dir for job in jobs], say=progress)
+    remove_leftovers(out)
+    write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
+    gpus = visible_gpus()
+    note_command(out, spec_path, overrides, len(gpus))
+    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
+    cores = len(os.sched_getaffinity(0))
+    sharing = choose_sharing(
+        parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, len(chosen), no_mps
+    )
+    workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
+    in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
+    processes = " in separate processes, " + (
+        "each running job after job" if parallel.reuse_workers else "a fresh one per job"
+    )
+    seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
+    progress(
+        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
+        f"{list(spec.reference_rows)})"
+        + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
+        + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
+        + f" at batch {budget.batch_size}, "
+        f"{workers} worker(s){processes if in_processes else ''}; {sharing.why} -> {out}"
+    )
+    eval_fingerprint = evaluation_fingerprint(spec)
+    to_run = []
+    for job in chosen:  # a job whose result stands is named, not started
+        standing = result_standing(spec, job, eval_fingerprint)
+        if standing:
+            progress(f"{job.label}: {standing}")
+        else:
+            to_run.append(job)
+    if in_processes:
+        # the workers' jobs, planned here, in a folder only this user may write (mode 0700): a
+        # file planted in `output_dir` is never unpickled
+        folder = Path(tempfile.mkdtemp(prefix=f"{PLAN_PREFIX}{os.getpid()}-"))
+        save_plan(folder / "plan.pkl", spec, to_run, eval_fingerprint)
+        try:
+            with private_mps(sharing.mps):
+                failures = _run_in_processes(
+                    to_run, workers, parallel, folder / "plan.pkl", sharing.jobs_per_gpu
+                )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        failures = _run_here(spec, to_run, eval_fingerprint)
+    report, records, left_out = _report_of_finished(spec, jobs, failed=failures)
+    return CompareResults(spec, report, tuple(records), tuple(left_out), failures, len(to_run))

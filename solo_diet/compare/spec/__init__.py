@@ -1,0 +1,1 @@
+"""The spec: a YAML file or mapping in, one frozen, checked ``Spec`` out."""

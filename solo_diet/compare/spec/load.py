@@ -1,0 +1,194 @@
+"""Loading a comparison spec (a YAML file or a mapping, format: docs/compare.md) into one typed
+:class:`Spec`; a key that no section has is refused with the valid keys of its section."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
+
+from solo_diet.compare.spec.settings import (
+    REFERENCE_ROWS,
+    SECTIONS,
+    DataSettings,
+    LinearSettings,
+    Spec,
+    check_only,
+    check_seeds,
+    parse_claims,
+    parse_runs,
+    parse_sections,
+)
+from solo_diet.config import ConfigError, closest_name
+from solo_diet.launch.errors import check_destination
+from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
+
+SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
+SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their schemas' (SECTIONS)
+    "name": "comparison",
+    "output_dir": None,
+    "config_path": None,
+    "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
+    "budget": None,
+    "seeds": None,
+    "reference_rows": list(REFERENCE_ROWS),
+    "only": None,
+    "parallel": None,
+    "trainer": [],
+    "pretrain_overrides": [],
+    "linear": {"config_path": None, "config_name": None, "overrides": []},
+    "evaluation": None,
+    "runs": [],
+    "claims": [],
+    "curves": None,
+} | {section: dataclasses.asdict(schema()) for section, schema in SECTIONS.items()}
+PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
+PATH_KEYS = (
+    *("output_dir", "config_path", "data.root", "data.train_path", "data.val_path"),
+    *("linear.config_path", "evaluation.lidar_augmentations"),
+)
+LIST_KEYS = sorted(k for k, v in SPEC_DEFAULTS.items() if isinstance(v, list))
+_LISTS_SET_WHOLE = (
+    f"These spec keys are lists, set whole: {LIST_KEYS}, e.g. "
+    "'trainer=[accelerator=cpu,precision=32]'."
+)
+
+
+def _resolve_paths(node: DictConfig, base: Path) -> None:
+    for key in PATH_KEYS:
+        value = OmegaConf.select(node, key)
+        if value is not None and not Path(str(value)).expanduser().is_absolute():
+            OmegaConf.update(node, key, str((base / str(value)).resolve()))
+    for run in node.get("runs") or []:
+        if isinstance(run, DictConfig) and run.get("config_path") is not None:
+            run.config_path = str((base / str(run.config_path)).expanduser().resolve())
+
+
+def _unknown_key_message(where: str | Path, error: ConfigKeyError | ValidationError) -> str:
+    full_key = str(getattr(error, "full_key", "") or "")
+    section, _, key = full_key.rpartition(".")
+    node = OmegaConf.select(OmegaConf.create(SPEC_DEFAULTS), section) if section else None
+    if not full_key or (section and not isinstance(node, DictConfig)):
+        return f"{where}: {error.msg.splitlines()[0]}."
+    valid = sorted(node) if isinstance(node, DictConfig) else sorted(SPEC_DEFAULTS)
+    close = closest_name(key, valid)
+    hint = f"; did you mean `{section + '.' if section else ''}{close}`?" if close else "."
+    if section:
+        return f"{where}: `{full_key}` is not a key of `{section}`{hint} `{section}` keys: {valid}."
+    return f"{where}: `{full_key}` is not a spec key{hint} Spec keys: {valid}."
+
+
+def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
+    """A YAML file or a mapping (left as it was), plus dot-list ``overrides``, as one checked
+    :class:`Spec`; paths are relative to the file's folder, else to the current directory."""
+    for override in overrides:  # `trainer.accelerator=cpu` would index the `trainer` list
+        key = override.partition("=")[0]
+        head, dot, _ = key.partition(".")
+        if dot and head in LIST_KEYS:
+            raise ConfigError(f"`{key}` sets an item of `{head}`, a list. {_LISTS_SET_WHOLE}")
+    where, base = "the spec", Path.cwd()
+    if isinstance(spec, (str, Path)):
+        where = Path(spec).expanduser().absolute()  # as typed: a symlink stays one
+        if not where.is_file():
+            raise ConfigError(f"comparison spec {where} does not exist.")
+        base = where.resolve().parent
+    elif not isinstance(spec, Mapping):
+        raise ConfigError(
+            f"a comparison spec is a YAML file's path or a mapping, got {type(spec).__name__}."
+        )
+    schema = OmegaConf.create(SPEC_DEFAULTS)
+    OmegaConf.set_struct(schema, True)
+    try:
+        if isinstance(where, Path):
+            given = OmegaConf.load(where)
+            if not isinstance(given, DictConfig):
+                raise ConfigError(
+                    f"{where}: a spec is a YAML mapping of spec keys "
+                    f"({', '.join(sorted(SPEC_DEFAULTS))}), got a "
+                    f"{type(given).__name__.removesuffix('Config').lower()}."
+                )
+        else:  # copied: the caller's mapping is not changed
+            plain = OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec)
+            given = OmegaConf.create(plain)
+        _resolve_paths(given, base)
+        from_cli = OmegaConf.from_dotlist(list(overrides))
+        _resolve_paths(from_cli, Path.cwd())
+        merged = OmegaConf.merge(schema, given, from_cli)
+    except (ConfigKeyError, ValidationError) as err:
+        raise ConfigError(_unknown_key_message(where, err)) from err
+    except ConfigTypeError as err:  # a dict where the spec has a list
+        raise ConfigError(f"{where}: {err.msg.splitlines()[0]}. {_LISTS_SET_WHOLE}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{where}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): "
+            "save the spec as UTF-8."
+        ) from None
+    OmegaConf.set_struct(merged, False)
+    return _checked(merged, where)
+
+
+def _checked(spec: DictConfig, where: str | Path) -> Spec:
+    if spec.output_dir is None:
+        raise ConfigError(f"{where}: set `output_dir` (where runs, checkpoints and the report go).")
+    check_destination(spec.output_dir, f"{where}: `output_dir`")
+    sections = parse_sections(spec)
+    linear = spec.linear
+    if linear.config_path is None or linear.config_name is None:
+        raise ConfigError(
+            f"{where}: set `linear.config_path` and `linear.config_name` (the offline probe's "
+            "YAML)."
+        )
+    if not isinstance(spec.runs, ListConfig) or len(spec.runs) == 0:
+        raise ConfigError(
+            f"{where}: `runs` must be a non-empty list of {{name, config_name, overrides}}."
+        )
+    data = spec.data
+    if data.root is not None:
+        data.train_path = data.train_path or str(Path(data.root) / "train")
+        data.val_path = data.val_path or str(Path(data.root) / "val")
+    if data.dataset == "custom":
+        for split in ("train_path", "val_path"):
+            if data[split] is None or not Path(data[split]).is_dir():
+                raise ConfigError(
+                    f"dataset missing: `data.{split}` = {data[split]} is not a folder. Write one "
+                    "with e.g. `solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` "
+                    "(train/ and val/ inside)."
+                )
+        classes = sum(entry.is_dir() for entry in Path(data.train_path).iterdir())
+        if classes < PROBE_CLASSES:
+            raise ConfigError(
+                f"`data.train_path` = {data.train_path} holds {classes} class(es); the linear "
+                f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
+                "give it one subfolder per class."
+            )
+    seeds = check_seeds(spec.seeds, spec.reference_rows, where)
+    names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
+    only = check_only(spec.only, names, where)
+    # compare's format choice (``auto``: the GPU data path on a GPU), kept in its record too
+    key = f"{where}: `{FORMAT_KEY}`"
+    data.format = resolve_launch_format(data.format, torch.cuda.is_available(), key)
+    views = sections["evaluation"].lidar_augmentations
+    if views is not None and not Path(views).is_file():
+        raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
+    runs = parse_runs(spec.runs, spec, sections["budget"], seeds is not None)
+    return Spec(
+        name=str(spec.name),
+        output_dir=Path(spec.output_dir),
+        data=DataSettings(**{f.name: data[f.name] for f in dataclasses.fields(DataSettings)}),
+        seeds=seeds,
+        reference_rows=tuple(spec.reference_rows),
+        only=only,
+        trainer=tuple(str(o) for o in spec.trainer),
+        pretrain_overrides=tuple(str(o) for o in spec.pretrain_overrides),
+        linear=LinearSettings(
+            str(linear.config_path), str(linear.config_name), tuple(map(str, linear.overrides))
+        ),
+        runs=runs,
+        claims=parse_claims(spec.claims, [r.name for r in runs], spec.budget.max_epochs, where),
+        resolved=OmegaConf.to_yaml(spec),
+        **sections,
+    )

@@ -1,0 +1,1 @@
+"""The verdicts: results in, seed aggregates, resolved gaps and claims' verdicts out."""
