@@ -2,9 +2,9 @@
 
 For ``f = 50`` (the paper's Figs. 3a-3c) and ``f = 100`` (Figs. 3d-3f) and three dictionary sizes
 ``c``, draws ``W in {-1, +1}^{f x c}`` with the dictionary CPLearn trains with
-(``solo_diet.nn.rademacher_codes``) and shows ``W^T W / f`` (top row) and the normalised histogram
-of its elements (bottom row). The paper's text does not give the ``c`` of each panel; we take
-``c = 10, 100, 1000`` (fewer, about as many and many more codes than ``f``). Prints one row per
+(``solo_diet.core.nn.rademacher_codes``) and shows ``W^T W / f`` (top row) and the normalised
+histogram of its elements (bottom row). The paper's text does not give the ``c`` of each panel; we
+take ``c = 10, 100, 1000`` (fewer, about as many and many more codes than ``f``). Prints one row per
 panel: the diagonal, and the off-diagonal mean and standard deviation against Eq. 5's ``1/sqrt(f)``.
 
 What the figure shows (the paper's caption): ``W^T W`` has its diagonal at 1 and off-diagonal values
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from solo_diet.nn import rademacher_codes
+from solo_diet.core.nn import rademacher_codes
 
 EMBED_DIMS = (50, 100)
 NUM_CODES = (10, 100, 1000)

@@ -282,7 +282,7 @@ def data_loader(cfg, method_cls, source: str):
     import torch
     from omegaconf import OmegaConf
 
-    from solo_diet.data.loader import resolve_device
+    from solo_diet.core.data.loader import resolve_device
     from solo_diet.launch.datapaths import make_data_path, parse_data_settings
     from solo_diet.launch.settings import PRETRAIN_PROBE_NODE, parse_loader_settings
     from solo_diet.methods.contract import method_contract

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from solo_diet.data.decode_cache import CACHE_ENV
-from solo_diet.data.tensor_data import load_images
+from solo_diet.core.data.decode_cache import CACHE_ENV
+from solo_diet.core.data.tensor_data import load_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests/_helpers/
 from tests._helpers.synthetic import write_image_folder  # noqa: E402

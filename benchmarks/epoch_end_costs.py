@@ -22,7 +22,7 @@ import torch
 from data_path import BACKBONES, compose_method
 from gpu_augment import median_seconds
 
-from solo_diet.metrics.rank import rankme
+from solo_diet.core.metrics.rank import rankme
 
 
 def diet_checkpoint(num_samples: int, device: str) -> dict:

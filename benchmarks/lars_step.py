@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.backbones import cifar_resnet18
-from solo_diet.lars import ForeachLARS
+from solo_diet.core.backbones import cifar_resnet18
+from solo_diet.core.lars import ForeachLARS
 
 
 def simclr_model(device: torch.device) -> tuple[nn.Module, nn.Module]:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from solo_diet.metrics.logreg import L2_GRID, logistic_regression_probe
+from solo_diet.core.metrics.logreg import L2_GRID, logistic_regression_probe
 
 ONE_A_DECADE = tuple(10.0**k for k in range(-6, 1))
 

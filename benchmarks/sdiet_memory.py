@@ -54,7 +54,7 @@ from solo.methods import METHODS
 from solo.methods.base import BaseMethod
 
 import solo_diet
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests._helpers.tiny import tiny_cfg  # noqa: E402  (the repository's tests, not the wheel)

@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from solo_diet.losses import sdiet_batch_cross_entropy
-from solo_diet.nn import mlp_projector
-from solo_diet.optim import RowAdamW
-from solo_diet.rowstore import RowStore
+from solo_diet.core.losses import sdiet_batch_cross_entropy
+from solo_diet.core.nn import mlp_projector
+from solo_diet.core.sdiet.optim import RowAdamW
+from solo_diet.core.sdiet.rowstore import RowStore
 
 LR, WD = 1e-3, 0.05
 

@@ -7,12 +7,11 @@ schedule and Adam's state reset after the first step. Each of ``C`` latent conce
 feature ``u_c`` and a style feature ``v_c``, all ``2C`` orthonormal in ``R^d``. A view of datum
 ``i`` of concept ``c`` is ``x = (1 + eps_u) u_c + (1 + eps_v) v_c + xi`` (s-DIET paper, §4.2) with,
 as in App. D.4, Gaussian ``eps_u ~ N(0, sigma_u^2)``, ``eps_v ~ N(0, sigma_v^2)``; augmentation
-redraws all the noise. The background ``xi`` is "Gaussian scaled by phi": we read it as
-``N(0, (phi^2 / d) I)``, the covariance of the proof of Thm. 3 (App. A.3). The ``n`` data are
-balanced over the concepts (App. A.1.4, assumption 1). Models are linear, ``z = W x`` with
-``W in R^{m x d}`` (the parametric feature model of §4.1), losses from ``solo_diet.losses``; this
-script trains them (``tests/core/test_paper_toys.py`` checks the figures' properties on them) and
-draws the figure:
+redraws all the noise. The background ``xi`` is "Gaussian scaled by phi": we read it as ``N(0,
+(phi^2 / d) I)``, the covariance of the proof of Thm. 3 (App. A.3). The ``n`` data are balanced over
+the concepts (App. A.1.4, assumption 1). Models are linear, ``z = W x`` with ``W in R^{m x d}`` (the
+parametric feature model of §4.1), losses from ``solo_diet.core.losses``; this script trains them
+(``tests/core/test_paper_toys.py`` checks the figures' properties on them) and draws the figure:
 
 * Fig. 4, left and middle: ``||W u_1||`` (clean, content) and ``||W v_1||`` (noisy, style) against
   the step, for DIET and normalised DIET (the MSE losses of the paper's Thm. 3). The paper: "DIET
@@ -41,7 +40,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from solo_diet.losses import mse_diet_loss
+from solo_diet.core.losses import mse_diet_loss
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "toys" / "sdiet_fig4_fig5.png"
 

@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from lars_step import info_nce
 from torch import nn
 
-from solo_diet.backbones import cifar_resnet18, cp_resnet8
-from solo_diet.lars import ForeachLARS
-from solo_diet.losses import diet_loss
+from solo_diet.core.backbones import cifar_resnet18, cp_resnet8
+from solo_diet.core.lars import ForeachLARS
+from solo_diet.core.losses import diet_loss
 
 Step = Callable[[], None]
 

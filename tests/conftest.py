@@ -135,6 +135,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _decode_cache_in_a_temporary_folder(tmp_path_factory):
-    """The suite never writes the user's decode cache (solo_diet.data.decode_cache); subprocesses
-    inherit the variable."""
+    """The suite never writes the user's decode cache (solo_diet.core.data.decode_cache);
+    subprocesses inherit the variable."""
     os.environ["SOLO_DIET_CACHE"] = str(tmp_path_factory.mktemp("decode-cache"))

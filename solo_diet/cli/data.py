@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.errors import DataError, check_destination
 
 ANIMAL_CLASSES = "bear bird cat cow dog elephant giraffe horse sheep zebra".split()

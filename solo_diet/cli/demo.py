@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.cli.data import write_dataset
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 from solo_diet.launch.common import compose_cfg

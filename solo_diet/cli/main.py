@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -42,8 +42,8 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     """The command's config, checked before torch, Lightning and solo-learn load."""
     from omegaconf import OmegaConf
 
-    from solo_diet._host import declared_method_names, require_solo
-    from solo_diet.config import unknown_method_hint
+    from solo_diet.core.host import declared_method_names, require_solo
+    from solo_diet.core.settings import unknown_method_hint
     from solo_diet.launch.common import check_launch_cfg, compose_cfg
 
     names = declared_method_names()
@@ -290,14 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command not in SOLO_LATE:
-        from solo_diet._host import require_solo
+        from solo_diet.core.host import require_solo
 
         require_solo()
     return args.func(args)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from solo_diet._host import quiet_run_noise
+    from solo_diet.core.host import quiet_run_noise
     from solo_diet.launch.errors import run_guarded
 
     args = build_parser().parse_args(argv)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 # the scripts it is for, which put their tensors on "cuda" whatever the config says
 CUDA_ONLY = ("main_knn.py", "main_umap.py")

@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from solo_diet._atomic import atomic_write, write_text_atomic
-from solo_diet.metrics import rankme
+from solo_diet.core.atomic import atomic_write, write_text_atomic
+from solo_diet.core.metrics import rankme
 
 LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 

@@ -21,9 +21,9 @@ from lightning.pytorch.strategies.ddp import DDPStrategy
 from omegaconf import DictConfig, OmegaConf
 from solo.utils.checkpointer import Checkpointer
 
-from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
-from solo_diet._lock import folder_lock, lock_file
-from solo_diet.config import ConfigError
+from solo_diet.core.atomic import atomic_write, remove_stale_temporaries, write_text_atomic
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.lock import folder_lock, lock_file
 from solo_diet.launch.errors import disk_full_named
 from solo_diet.methods._common import SOLO_LEARN_SEED
 from solo_diet.methods.checkpoint import (
@@ -284,7 +284,7 @@ def save_random_init(cfg: DictConfig, path: Path) -> Path:
 
 def save_raw_pixels(path: Path, image_shape: tuple[int, int, int], dataset: str) -> Path:
     """The ``raw_pixels`` backbone for images of ``image_shape`` = (channels, size, size)."""
-    from solo_diet.backbones import RawPixels
+    from solo_diet.core.backbones import RawPixels
 
     channels, size, _ = image_shape  # square: every probe's eval transform ends in a square crop
     backbone = RawPixels(size=size, channels=channels)

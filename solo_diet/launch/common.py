@@ -13,7 +13,8 @@ import yaml
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, check_run_name, closest_name, core_errors_named
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import check_run_name, closest_name, core_errors_named
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import (
     TrainingSettings,

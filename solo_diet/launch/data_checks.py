@@ -8,8 +8,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import KeyReader
-from solo_diet.data import FOLDER_DATASETS
+from solo_diet.core.data import FOLDER_DATASETS
+from solo_diet.core.settings import KeyReader
 
 # the split folders of a dataset root: refused in `data.train_path`, where each would be a class
 SPLIT_FOLDERS = ("train", "val", "validation", "test")

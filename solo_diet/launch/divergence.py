@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 
 class Diverged(ConfigError):

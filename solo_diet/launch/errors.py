@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 EXIT_USER_ERROR = 2
 EXIT_DISK_FULL = 1
@@ -150,7 +150,7 @@ def user_message(err: Exception) -> Optional[str]:
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from solo_diet._host import INSTALL_HINT, SoloLearnMissing
+    from solo_diet.core.host import INSTALL_HINT, SoloLearnMissing
 
     if isinstance(err, (SoloLearnMissing, DiskFull)):
         return str(err).strip()

@@ -15,7 +15,8 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, closest_name, is_number, parse_section, setting
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import KeyReader, closest_name, is_number, parse_section, setting
 from solo_diet.launch.data_checks import check_data_paths
 from solo_diet.launch.errors import check_destination
 

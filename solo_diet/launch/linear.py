@@ -9,7 +9,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_diet.config import ConfigError, KeyReader
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import KeyReader
 from solo_diet.launch.checkpointing import check_checkpoint_key, resume_checkpoint
 from solo_diet.launch.common import (
     check_launch_cfg,

@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 # what a plain cluster (no scheduler) sets on every node, for Lightning's LightningEnvironment
 PLAIN_CLUSTER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")

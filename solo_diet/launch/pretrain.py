@@ -9,8 +9,9 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import ConfigError, core_errors_named, unknown_method_hint
-from solo_diet.data.pipeline.nodes import check_augmentation_keys
+from solo_diet.core.data.pipeline.nodes import check_augmentation_keys
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
     already_finished,

@@ -10,8 +10,11 @@ from typing import NamedTuple, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import (
-    ConfigError,
+from solo_diet.core.data.loader import STORAGES
+from solo_diet.core.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
+from solo_diet.core.data.stream import ON_CORRUPT
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import (
     KeyReader,
     core_errors_named,
     is_number,
@@ -20,9 +23,6 @@ from solo_diet.config import (
     world_size,
     write_section,
 )
-from solo_diet.data.loader import STORAGES
-from solo_diet.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
-from solo_diet.data.stream import ON_CORRUPT
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 FORMAT_KEY = "data.format"

@@ -26,10 +26,10 @@ from solo.methods.swav import SwAV
 from solo.methods.wmse import WMSE
 from torch import Tensor, nn
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.momentum import ema_update_
 from solo_diet.methods.contract import method_contract
 from solo_diet.methods.substitutes import ForeachMomentumUpdater, InstanceSubstitute, StepSubstitute
-from solo_diet.momentum import ema_update_
 
 STEP_GRAPH_KEY = "performance.step_graph"
 WARMUP_STEPS = 3  # eager steps before the capture (PyTorch's whole-network recipe warms up 3)

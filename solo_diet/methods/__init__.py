@@ -6,6 +6,6 @@ twins)."""
 PLUGIN_FACTORIES: list[str] = ["solo_diet.methods.sem:sem_twins"]
 
 # solo-learn's registry first, so that no method module is registered half-built
-from solo_diet._host import solo_available  # noqa: E402
+from solo_diet.core.host import solo_available  # noqa: E402
 
 solo_available()

@@ -20,7 +20,8 @@ import omegaconf
 import torch
 from torch import nn
 
-from solo_diet.config import ConfigError, KeyReader
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import KeyReader
 
 PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")

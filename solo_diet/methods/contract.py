@@ -12,8 +12,9 @@ import omegaconf
 from torch import nn
 
 import solo_diet.methods as package
-from solo_diet._host import METHODS_GROUP, require_solo
-from solo_diet.config import ConfigError, core_errors_named, parse_section, write_section
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.host import METHODS_GROUP, require_solo
+from solo_diet.core.settings import core_errors_named, parse_section, write_section
 from solo_diet.methods import PLUGIN_FACTORIES
 
 if TYPE_CHECKING:
@@ -223,8 +224,8 @@ def register() -> list[str]:
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
-    from solo_diet.backbones import PLUGIN_BACKBONES
-    from solo_diet.lars import ForeachLARS
+    from solo_diet.core.backbones import PLUGIN_BACKBONES
+    from solo_diet.core.lars import ForeachLARS
 
     for name, factory in PLUGIN_BACKBONES.items():
         BaseMethod._BACKBONES.setdefault(name, _KeysNamed(factory))

@@ -11,12 +11,13 @@ import torch
 from solo.methods.base import BaseMethod
 from solo.utils.misc import omegaconf_select
 
-from solo_diet.config import ConfigError, is_number, setting
-from solo_diet.losses import cplearn_diagnostics, cplearn_loss_terms
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.losses import cplearn_diagnostics, cplearn_loss_terms
+from solo_diet.core.metrics import clustering_report
+from solo_diet.core.nn import CPLearnProjector
+from solo_diet.core.settings import is_number, setting
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.contract import Contract, DeclaredKwargs, ExtraRepresentation
-from solo_diet.metrics import clustering_report
-from solo_diet.nn import CPLearnProjector
 
 if TYPE_CHECKING:
     from solo_diet.methods.checkpoint import PretrainedCheckpoint

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.config import setting
-from solo_diet.losses import diet_loss, mse_diet_loss
+from solo_diet.core.losses import diet_loss, mse_diet_loss
+from solo_diet.core.settings import setting
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import IndexKwargs, IndexMethod, check_sample_indexes
 

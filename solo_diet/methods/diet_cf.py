@@ -1,6 +1,6 @@
 """DIET-CF as a solo-learn method: DIET's MSE with the optimal ridge head solved in closed form
 for each (global) batch, ``min_{W,b} (1/N)||z W^T + 1 b^T - Y||^2 + lam ||W||^2`` (Birth-of-SSL
-paper, Lemma 1, Eq. 2); ``Y`` from a label source (``solo_diet.labels``)."""
+paper, Lemma 1, Eq. 2); ``Y`` from a label source (``solo_diet.core.labels``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any, Sequence
 import omegaconf
 import torch
 
-from solo_diet.config import ConfigError, setting
-from solo_diet.losses import closed_form_head_loss
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.losses import closed_form_head_loss
+from solo_diet.core.settings import setting
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
 

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import torch
 
-from solo_diet.config import setting
-from solo_diet.losses import graph_vicreg_loss, label_graph
+from solo_diet.core.losses import graph_vicreg_loss, label_graph
+from solo_diet.core.settings import setting
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
 

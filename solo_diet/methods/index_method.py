@@ -11,10 +11,11 @@ from solo.methods.base import BaseMethod
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch import nn
 
-from solo_diet.config import ConfigError, core_errors_named, setting
-from solo_diet.labels import LABEL_DEFAULTS, LabelSource, check_range, label_source_from_kwargs
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.labels import LABEL_DEFAULTS, LabelSource, check_range, label_source_from_kwargs
+from solo_diet.core.nn import mlp_projector
+from solo_diet.core.settings import core_errors_named, setting
 from solo_diet.methods.contract import Contract, DeclaredKwargs
-from solo_diet.nn import mlp_projector
 
 # the core arguments of the label source and sampler check, and the keys that set them
 INDEX_ARGUMENT_KEYS = {

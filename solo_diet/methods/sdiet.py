@@ -14,17 +14,10 @@ import torch
 from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
-from solo_diet.config import ConfigError, core_errors_named, is_number, setting
-from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
-from solo_diet.methods.index_method import (
-    INDEX_ARGUMENT_KEYS,
-    IndexKwargs,
-    IndexMethod,
-    check_sample_indexes,
-)
-from solo_diet.optim import RowAdamW, RowOptimizer, RowSGDW
-from solo_diet.rowhead import RowHead
-from solo_diet.rowstore import (
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet.head import RowHead
+from solo_diet.core.sdiet.optim import RowAdamW, RowOptimizer, RowSGDW
+from solo_diet.core.sdiet.rowstore import (
     MODES,
     PLACEMENTS,
     HostSharing,
@@ -34,7 +27,20 @@ from solo_diet.rowstore import (
     host_sharing,
     node_shard,
 )
-from solo_diet.samplers import SuperBatch, SuperBatchOrder, SuperBatchSampler, check_sampler
+from solo_diet.core.sdiet.samplers import (
+    SuperBatch,
+    SuperBatchOrder,
+    SuperBatchSampler,
+    check_sampler,
+)
+from solo_diet.core.settings import core_errors_named, is_number, setting
+from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
+from solo_diet.methods.index_method import (
+    INDEX_ARGUMENT_KEYS,
+    IndexKwargs,
+    IndexMethod,
+    check_sample_indexes,
+)
 
 CHECKPOINT_KEY = "sdiet_row_store"
 

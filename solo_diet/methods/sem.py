@@ -16,6 +16,13 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
+from solo_diet.core.nn.sem import (
+    SEMFeatureExtractor,
+    SEMProbe,
+    SEMThenHead,
+    SimplicialEmbedding,
+    simplex_statistics,
+)
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import (
     Contract,
@@ -24,13 +31,6 @@ from solo_diet.methods.contract import (
     method_contract,
 )
 from solo_diet.methods.sem_config import SEMKwargs, parse_sem_only, with_sem
-from solo_diet.nn.sem import (
-    SEMFeatureExtractor,
-    SEMProbe,
-    SEMThenHead,
-    SimplicialEmbedding,
-    simplex_statistics,
-)
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",

@@ -8,8 +8,9 @@ from typing import Any, ClassVar, Optional
 
 import omegaconf
 
-from solo_diet.config import ConfigError, parse_section, setting, write_section
-from solo_diet.nn.sem import check_temperature
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.nn.sem import check_temperature
+from solo_diet.core.settings import parse_section, setting, write_section
 
 
 @dataclass(frozen=True)

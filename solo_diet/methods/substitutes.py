@@ -26,10 +26,10 @@ from solo.utils.momentum import MomentumUpdater
 from solo.utils.whitening import Whitening2d
 from torch import Tensor, nn
 
-from solo_diet.config import KeyReader
-from solo_diet.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
-from solo_diet.momentum import ema_update_, enqueue_
-from solo_diet.nn.layers import CholeskyWhitening
+from solo_diet.core.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
+from solo_diet.core.momentum import ema_update_, enqueue_
+from solo_diet.core.nn.layers import CholeskyWhitening
+from solo_diet.core.settings import KeyReader
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
@@ -151,7 +151,7 @@ def vicreg_step(model: VICReg, batch: Sequence[Any], batch_idx: int) -> Tensor:
 
 
 def barlow_twins_step(model: BarlowTwins, batch: Sequence[Any], batch_idx: int) -> Tensor:
-    """Barlow Twins' step with :func:`~solo_diet.losses.decorrelation.barlow_twins_loss`."""
+    """Barlow Twins' step with :func:`~solo_diet.core.losses.decorrelation.barlow_twins_loss`."""
     out = super(BarlowTwins, model).training_step(batch, batch_idx)
     loss = barlow_twins_loss(*out["z"], lamb=model.lamb, scale_loss=model.scale_loss)
     model.log("train_barlow_loss", loss, on_epoch=True, sync_dist=True)

@@ -9,12 +9,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 PACKAGE = REPO / "solo_diet"
 
-FLOORS = ("cli", "compare", "launch", "methods")  # top first; the core lies below them all
+FLOORS = ("cli", "compare", "launch", "methods")  # top first; solo_diet/core/ lies below them all
 
 
 def _floor(path: Path) -> str:
+    """The floor folder of a module of the package (``package``: its ``__init__.py``)."""
     parts = path.relative_to(PACKAGE).parts
-    return parts[0] if parts[0] in FLOORS else "core"
+    if parts[0] in (*FLOORS, "core"):
+        return parts[0]
+    return "package" if parts == ("__init__.py",) else "none"
 
 
 # a bad second node and the argument its error names (tests/launch: the key it becomes)

@@ -11,7 +11,7 @@ from solo.methods import METHODS
 from solo.methods.base import BaseMethod, BaseMomentumMethod
 
 import solo_diet
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.methods.contract import method_contract
 from tests._helpers.tiny import (
     batch_of,

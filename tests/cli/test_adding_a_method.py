@@ -32,7 +32,7 @@ from solo.methods import METHODS
 import solo_diet
 import solo_diet.methods
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.methods.contract import method_contract, plugin_methods
 from tests._helpers import gpu_path, methods, read_back
 from tests._helpers.cli import overrides

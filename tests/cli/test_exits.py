@@ -254,7 +254,7 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             "pretrain",
             ["++backbone.kwargs.widht=8"],
             "`backbone.kwargs.widht` is not a setting of the `cp_resnet8` backbone "
-            "(solo_diet.backbones.ResNet8). Did you mean `backbone.kwargs.width`?",
+            "(solo_diet.core.backbones.ResNet8). Did you mean `backbone.kwargs.width`?",
         ),
         (
             "pretrain",

@@ -59,7 +59,7 @@ def test_an_unsafe_run_name_is_one_line_and_writes_nothing(data, tmp_path, capsy
 
 
 def test_a_newline_in_a_run_name_is_refused(data, tmp_path):
-    from solo_diet.config import ConfigError
+    from solo_diet.core.errors import ConfigError
     from solo_diet.launch.common import compose_cfg
     from solo_diet.launch.pretrain import run_pretrain
 
@@ -129,7 +129,7 @@ def test_a_pickled_checkpoint_runs_no_code_and_is_skipped(data, tmp_path, capsys
 def test_a_full_disk_during_a_save_is_one_line_and_leaves_the_previous_checkpoint(
     tmp_path, capsys, monkeypatch
 ):
-    import solo_diet._atomic as atomic
+    import solo_diet.core.atomic as atomic
     from solo_diet.launch.checkpointing import AtomicCheckpointIO
     from solo_diet.launch.errors import DiskFull, run_guarded
 
@@ -164,7 +164,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_leaves_the_previous_checkpoin
 def test_a_disk_full_at_the_second_save_ends_in_one_line_and_the_rerun_resumes(
     data, tmp_path, capsys, monkeypatch
 ):
-    import solo_diet._atomic as atomic
+    import solo_diet.core.atomic as atomic
 
     real, saves = atomic._temporary_beside, []
 
@@ -195,7 +195,7 @@ def test_a_disk_full_at_the_second_save_ends_in_one_line_and_the_rerun_resumes(
 def test_a_disk_full_at_the_first_write_is_one_line(
     data, tmp_path, capsys, monkeypatch, command, lock
 ):
-    import solo_diet._lock as locks
+    import solo_diet.core.lock as locks
 
     def no_space(descriptor: int, command: str) -> None:  # the lock's holder line: a first write
         raise OSError(errno.ENOSPC, "No space left on device")

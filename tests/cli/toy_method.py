@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.config import ConfigError, setting
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import setting
 from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation

@@ -16,9 +16,9 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.cli.main import main
 from solo_diet.compare import run_compare
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.metrics.logreg import L2_GRID
 from solo_diet.launch.callbacks import read_epoch_rows
-from solo_diet.metrics.logreg import L2_GRID
 from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from solo_diet.compare.spec.settings import BudgetSettings, parse_claims
 from solo_diet.compare.verdicts.claims import claim_lines
 from solo_diet.compare.verdicts.paper_budget import Below, Claim, PaperBudget, Trained
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 
 def parse(claims: list, max_epochs: int = 10):

@@ -27,7 +27,7 @@ from solo_diet.compare.evaluate.curves import (
 from solo_diet.compare.plan.budgets import samples_seen, views_per_sample
 from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.report.curves import run_curves
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,

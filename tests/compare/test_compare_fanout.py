@@ -16,7 +16,7 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
 from solo_diet.compare.run.runner import JobsFailed
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import (
     SHIPPED_SPEC,
     interrupt_after_first_epoch,

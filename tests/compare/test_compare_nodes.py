@@ -10,7 +10,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo

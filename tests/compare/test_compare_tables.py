@@ -109,7 +109,7 @@ def test_the_legend_names_the_grid_its_results_record():
     """The grid from the results' ``logreg_sweep``; results without it do not pass for the
     current grid; results without the probe get no line."""
     from solo_diet.compare.report.markdown import _logreg_legend
-    from solo_diet.metrics.logreg import L2_GRID
+    from solo_diet.core.metrics.logreg import L2_GRID
 
     new = {"logreg_acc1": 90.0, "logreg_sweep": {"l2": list(L2_GRID)}}
     (line,) = _logreg_legend([new])

@@ -19,7 +19,7 @@ from solo_diet.compare.run.runner import _run_in_processes
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import load_spec
 from solo_diet.compare.spec.settings import ParallelSettings
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo

@@ -15,7 +15,7 @@ from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.run.job import pretrain
 from solo_diet.compare.run.record import read_json, write_json
 from solo_diet.compare.spec.load import load_spec
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, private_mps
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("cores, gpus, jobs, no_mps, expected, mps", [

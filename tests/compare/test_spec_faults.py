@@ -17,7 +17,7 @@ from solo_diet.compare import run_spec
 from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.run.record import read_result
 from solo_diet.compare.spec.load import load_spec
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo

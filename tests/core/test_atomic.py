@@ -1,5 +1,5 @@
-"""Files written whole or not at all (solo_diet._atomic): a failed write keeps the previous file,
-concurrent writers never break each other, killed writers' temporary files are cleaned up."""
+"""Files written whole or not at all (solo_diet.core.atomic): a failed write keeps the previous
+file, concurrent writers never break each other, killed writers' temporary files are cleaned up."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet._atomic import atomic_write, remove_stale_temporaries, write_text_atomic
+from solo_diet.core.atomic import atomic_write, remove_stale_temporaries, write_text_atomic
 
 
 def test_a_write_that_fails_midway_keeps_the_previous_file_and_no_temporary(tmp_path):

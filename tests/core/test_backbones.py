@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_diet.backbones import PLUGIN_BACKBONES, RawPixels, cifar_resnet18
+from solo_diet.core.backbones import PLUGIN_BACKBONES, RawPixels, cifar_resnet18
 
 
 def test_raw_pixels_is_the_flattened_image_and_checks_its_shape():

@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph, label_onehot
+from solo_diet.core.losses import (
+    closed_form_head_loss,
+    graph_vicreg_loss,
+    label_graph,
+    label_onehot,
+)
 
 
 def numpy_vicreg(z1, z2, sim=25.0, var=25.0, cov=1.0):
@@ -126,8 +131,8 @@ def test_sync_free_targets_give_the_one_hot_loss_and_graph(power, side):
     """``label_targets`` (N x N, no ``unique``) and ``label_onehot`` (N x M) have the same
     ``Y Y^T``, so Lemma 1's loss and the label graph are the one-hot ones, for repeated, single
     and unlabelled (-1) ids."""
-    from solo_diet.losses import label_targets
-    from solo_diet.losses.birth import closed_form_head_loss_from_targets
+    from solo_diet.core.losses import label_targets
+    from solo_diet.core.losses.birth import closed_form_head_loss_from_targets
 
     ids = torch.tensor([7, 3, 7, -1, 3, 3, 9, 7, -1, 2])
     onehot, targets = label_onehot(ids, power), label_targets(ids, power)

@@ -1,6 +1,6 @@
 """The config checks every method uses: the value comes back when valid, and otherwise one
 ConfigError names the key, what it must be and the value given. They and the augmentation nodes'
-checks are one style: :class:`~solo_diet.config.KeyReader`."""
+checks are one style: :class:`~solo_diet.core.settings.KeyReader`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Optional
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.config import ConfigError, KeyReader, parse_section, setting
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import KeyReader, parse_section, setting
 
 
 def read_x(value) -> KeyReader:

@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from solo_diet.losses import cplearn_diagnostics, cplearn_loss, cplearn_loss_terms
-from solo_diet.nn import CPLearnProjector, code_temperature, logit_range, rademacher_codes
+from solo_diet.core.losses import cplearn_diagnostics, cplearn_loss, cplearn_loss_terms
+from solo_diet.core.nn import CPLearnProjector, code_temperature, logit_range, rademacher_codes
 
 
 def _softmax_rows(z: np.ndarray) -> list[list[float]]:

@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-from solo_diet.data import tensor_data
-from solo_diet.data.decode_cache import CACHE_ENV, cache_root, finish_writes
-from solo_diet.data.tensor_data import load_images
+from solo_diet.core.data import tensor_data
+from solo_diet.core.data.decode_cache import CACHE_ENV, cache_root, finish_writes
+from solo_diet.core.data.tensor_data import load_images
 from tests._helpers.synthetic import write_image_folder
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_diet.momentum import ema_update_
+from solo_diet.core.momentum import ema_update_
 from tests._helpers import requires_solo
 
 

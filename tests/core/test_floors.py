@@ -1,8 +1,9 @@
 """The floors: imports only go down. From the top: ``solo_diet/cli`` (thin commands),
 ``solo_diet/compare`` (the comparison runner), ``solo_diet/launch`` (settings, data paths and the
-runs that pretrain, linear and compare share), ``solo_diet/methods`` (solo-learn adapters) and the
-core (everything else), which imports neither solo-learn nor Lightning: checked on the source, lazy
-imports included. Inside a floor the imports form no cycle, local (function-level) and
+runs that pretrain, linear and compare share), ``solo_diet/methods`` (solo-learn adapters) and
+``solo_diet/core`` (torch only), which imports neither solo-learn nor Lightning: checked on the
+source, lazy imports included. Every module lies in one of these folders. Inside a floor the
+imports form no cycle, local (function-level) and
 ``TYPE_CHECKING`` imports counted: a local import is for start-up time, never to hide a cycle. The
 core and
 the modules of its tests then import with solo-learn and Lightning made unimportable, so a CI
@@ -28,7 +29,7 @@ def _module_name(path: Path, root: Path) -> str:
 
 def _name_floor(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else "core"
+    return parts[1] if len(parts) > 1 and parts[1] in (*FLOORS, "core") else "package"
 
 
 def _package_imports(path: Path, root: Path, modules: set[str]) -> set[str]:
@@ -128,6 +129,11 @@ def _core_modules() -> list[str]:
         if _floor(path) == "core":
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
+
+
+def test_every_module_lies_in_a_floor_folder() -> None:
+    loose = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py") if _floor(p) == "none"]
+    assert not loose, f"modules outside the floor folders: {loose}"
 
 
 def test_imports_only_go_down() -> None:

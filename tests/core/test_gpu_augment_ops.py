@@ -20,7 +20,7 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 
-from solo_diet.data import augment as ops
+from solo_diet.core.data import augment as ops
 
 BICUBIC, BILINEAR = InterpolationMode.BICUBIC, InterpolationMode.BILINEAR
 

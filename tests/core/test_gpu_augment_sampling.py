@@ -22,9 +22,9 @@ import torch
 from scipy.stats import chisquare, ks_2samp
 from torchvision import transforms
 
-from solo_diet.data import augment as ops
-from solo_diet.data import pipeline
-from solo_diet.data.pipeline import (
+from solo_diet.core.data import augment as ops
+from solo_diet.core.data import pipeline
+from solo_diet.core.data.pipeline import (
     AugmentationNode,
     CapturedAugmentation,
     EvalTransform,

@@ -7,10 +7,14 @@ a GPU) check that graph replays draw what the eager pipeline draws."""
 import pytest
 import torch
 
-from solo_diet.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
-from solo_diet.data.pipeline import CapturedAugmentation, MultiCropAugmentation, ProbeTrainTransform
-from solo_diet.data.tensor_data import ImageTensors
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.core.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
+from solo_diet.core.data.pipeline import (
+    CapturedAugmentation,
+    MultiCropAugmentation,
+    ProbeTrainTransform,
+)
+from solo_diet.core.data.tensor_data import ImageTensors
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -11,11 +11,11 @@ from torchvision.datasets import ImageFolder
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
-from solo_diet.config import ConfigError
-from solo_diet.data import loader as loader_module
-from solo_diet.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
-from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_images
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.core.data import loader as loader_module
+from solo_diet.core.data.loader import GPUBatchLoader, OrderedBatchSampler, derive_seed
+from solo_diet.core.data.tensor_data import ImageTensors, check_host_memory, load_images
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 
 CLASSES, PER_CLASS, SIZE = 3, 7, 8
 

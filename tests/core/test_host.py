@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet._host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_problem
+from solo_diet.core.host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_torch_only_core_imports():
     for module in (
-        "solo_diet.losses",
-        "solo_diet.nn",
-        "solo_diet.optim",
-        "solo_diet.rowstore",
-        "solo_diet.metrics",
-        "solo_diet.labels",
-        "solo_diet.backbones",
-        "solo_diet.samplers",
+        "solo_diet.core.losses",
+        "solo_diet.core.nn",
+        "solo_diet.core.sdiet.optim",
+        "solo_diet.core.sdiet.rowstore",
+        "solo_diet.core.metrics",
+        "solo_diet.core.labels",
+        "solo_diet.core.backbones",
+        "solo_diet.core.sdiet.samplers",
     ):
         importlib.import_module(module)
 
@@ -44,7 +44,7 @@ def test_with_solo_learn_nothing_is_reported():
 
 SKIP_THEN_REPORT = (
     "import sys\n"
-    "from solo_diet._host import UMAP_CALLBACK, skip_umap_callback_without_umap\n"
+    "from solo_diet.core.host import UMAP_CALLBACK, skip_umap_callback_without_umap\n"
     "skip_umap_callback_without_umap()\n"
     "print(UMAP_CALLBACK in sys.modules and sys.modules[UMAP_CALLBACK] is None)\n"
 )
@@ -76,7 +76,7 @@ def test_the_method_names_read_from_source_hold_every_registered_one():
     from solo.methods import METHODS
 
     import solo_diet
-    from solo_diet._host import declared_method_names
+    from solo_diet.core.host import declared_method_names
     from solo_diet.launch.launch_checks import trainer_arguments
 
     solo_diet.register()
@@ -90,7 +90,7 @@ def test_the_known_noise_of_a_run_is_silenced_and_the_rest_stays():
     import logging
     import warnings
 
-    from solo_diet import _host
+    from solo_diet.core import host as _host
 
     said: list[str] = []
     handler = logging.Handler()

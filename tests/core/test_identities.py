@@ -1,7 +1,7 @@
 """The exact identities of the Birth-of-SSL paper on random float64 inputs (checks T1-T14).
 
 Lemma, theorem and equation numbers are that paper's. Rows are samples. References are written
-independently of ``solo_diet.losses.birth``: explicit ridge regressions, SVDs, pair sums,
+independently of ``solo_diet.core.losses.birth``: explicit ridge regressions, SVDs, pair sums,
 eigen-decompositions.
 """
 
@@ -11,7 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solo_diet.losses import closed_form_head_loss, closed_form_head_loss_from_targets, label_graph
+from solo_diet.core.losses import (
+    closed_form_head_loss,
+    closed_form_head_loss_from_targets,
+    label_graph,
+)
 
 RTOL = 1e-10
 

@@ -1,4 +1,4 @@
-"""k-means section of solo_diet.metrics against scikit-learn's KMeans and a float64 numpy
+"""k-means section of solo_diet.core.metrics against scikit-learn's KMeans and a float64 numpy
 reference."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.metrics import adjusted_rand_index, kmeans
+from solo_diet.core.metrics import adjusted_rand_index, kmeans
 
 sk_cluster = pytest.importorskip(
     "sklearn.cluster", reason="scikit-learn is the reference implementation"

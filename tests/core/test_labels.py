@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solo_diet.labels import (
+from solo_diet.core.labels import (
     LABEL_DEFAULTS,
     LabelSource,
     batch_rows,
@@ -11,7 +11,7 @@ from solo_diet.labels import (
     load_groups,
     multi_positive_target,
 )
-from solo_diet.losses import sdiet_batch_cross_entropy
+from solo_diet.core.losses import sdiet_batch_cross_entropy
 
 INDEXES = torch.tensor([0, 5, 3, 9, 7])
 TARGETS = torch.tensor([2, -1, 0, 2, 1])
@@ -182,7 +182,7 @@ def test_index_source_target_is_sdiet_batch_cross_entropy():
 def test_device_assert_messages_fit_cuda_limit():
     """CUDA's asynchronous assert refuses messages of 255 characters or more (a RuntimeError at the
     first step of every run on a GPU): the checks' device messages stay under it."""
-    from solo_diet.labels import device_range_message
+    from solo_diet.core.labels import device_range_message
 
     largest = 2**63 - 1
     for what, low, key in (

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from solo_diet.lars import ForeachLARS
+from solo_diet.core.lars import ForeachLARS
 from tests._helpers import requires_solo
 
 GROUPS = (

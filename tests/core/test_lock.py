@@ -1,6 +1,6 @@
-"""Folder locks (solo_diet._lock): a second holder is refused naming the first, a lock its holder
-no longer holds is taken over with a line, another host's lock is refused, and a released lock is
-an empty file."""
+"""Folder locks (solo_diet.core.lock): a second holder is refused naming the first, a lock its
+holder no longer holds is taken over with a line, another host's lock is refused, and a released
+lock is an empty file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from solo_diet._lock import FolderInUse, folder_lock
+from solo_diet.core.lock import FolderInUse, folder_lock
 
 
 def hold(path, said: list | None = None):

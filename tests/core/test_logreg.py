@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.metrics import logreg
-from solo_diet.metrics.logreg import (
+from solo_diet.core.metrics import logreg
+from solo_diet.core.metrics.logreg import (
     L2_GRID,
     LinearClassifier,
     balanced_top1,

@@ -1,4 +1,4 @@
-"""Clustering section of solo_diet.metrics against scikit-learn / numpy references."""
+"""Clustering section of solo_diet.core.metrics against scikit-learn / numpy references."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.metrics import (
+from solo_diet.core.metrics import (
     adjusted_mutual_info,
     adjusted_rand_index,
     chance_nmi,

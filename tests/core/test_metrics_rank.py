@@ -9,7 +9,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from solo_diet.metrics import lidar, rankme, singular_values
+from solo_diet.core.metrics import lidar, rankme, singular_values
 
 
 def planted_matrix(singular: list[float], rows: int, cols: int, seed: int = 0) -> np.ndarray:

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from solo_diet.optim import (
+from solo_diet.core.sdiet.optim import (
     RowAdamW,
     RowSGDW,
     adamw_row_step,

@@ -14,7 +14,7 @@ from benchmarks.sdiet_toy import (
     spectral_contrastive_loss,
     train_toy,
 )
-from solo_diet.nn import rademacher_codes
+from solo_diet.core.nn import rademacher_codes
 
 
 @pytest.fixture(scope="module")

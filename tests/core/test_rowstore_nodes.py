@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from solo_diet.optim import RowAdamW
-from solo_diet.rowstore import RowStore, host_sharing
+from solo_diet.core.sdiet.optim import RowAdamW
+from solo_diet.core.sdiet.rowstore import RowStore, host_sharing
 
 # the node of rank 0 and rank 1 in each layout: two nodes on one host, then one node of two
 LAYOUTS = {"two nodes": [0, 1], "one node": [0, 0]}

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from solo_diet.optim import RowAdamW
-from solo_diet.rowstore import RowShard, RowStore, ShardedRowStore
+from solo_diet.core.sdiet.optim import RowAdamW
+from solo_diet.core.sdiet.rowstore import RowShard, RowStore, ShardedRowStore
 
 N, D, BATCH, NODES = 7, 3, 3, 2  # 7 rows: node 1 holds 3 rows and a padding row
 

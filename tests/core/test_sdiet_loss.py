@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from solo_diet.losses import sdiet_batch_cross_entropy, sdiet_multi_batch_cross_entropy
-from solo_diet.losses.sdiet import sdiet_logits
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.core.losses import sdiet_batch_cross_entropy, sdiet_multi_batch_cross_entropy
+from solo_diet.core.losses.sdiet import sdiet_logits
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 
 
 def reference_smoothed_ce(z, rows, targets, eps, temperature=1.0):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.nn import SimplicialEmbedding, simplex_softmax, simplex_statistics
+from solo_diet.core.nn import SimplicialEmbedding, simplex_softmax, simplex_statistics
 
 L, V, D, B = 6, 5, 12, 8
 

@@ -1,4 +1,4 @@
-"""The streaming source (``solo_diet.data.stream``): files read as bytes in solo-learn's order,
+"""The streaming source (``solo_diet.core.data.stream``): files read as bytes in solo-learn's order,
 decoded per batch, random resized crops from each image at full resolution, true indices, corrupt
 files named (stop or skip), and the same batches on CUDA (skipped without it)."""
 
@@ -10,11 +10,11 @@ import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
 
-from solo_diet.data import augment as ops
-from solo_diet.data.pipeline import MultiCropAugmentation
-from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader, decode_images
-from solo_diet.data.tensor_data import folder_samples
-from solo_diet.samplers import SuperBatchSampler
+from solo_diet.core.data import augment as ops
+from solo_diet.core.data.pipeline import MultiCropAugmentation
+from solo_diet.core.data.stream import CorruptImage, EncodedFiles, StreamLoader, decode_images
+from solo_diet.core.data.tensor_data import folder_samples
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 from tests._helpers.synthetic import write_jpeg_folder
 
 SIZES = ((40, 56), (48, 32), (64, 64), (36, 44))

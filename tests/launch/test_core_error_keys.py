@@ -1,5 +1,5 @@
 """The torch-only core names its own arguments in its errors; the launchers' settings name the
-config keys that set them (:func:`~solo_diet.config.core_errors_named`). Each case: the
+config keys that set them (:func:`~solo_diet.core.settings.core_errors_named`). Each case: the
 core's error as the launcher shows it, one line naming the key and the fix."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import pytest
 import torch
 from PIL import Image
 
-from solo_diet.config import Argument, ConfigError, core_errors_named
-from solo_diet.data.loader import GPUBatchLoader
-from solo_diet.data.pipeline import MultiCropAugmentation
-from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
-from solo_diet.data.tensor_data import ImageTensors, check_host_memory, load_images
+from solo_diet.core.data.loader import GPUBatchLoader
+from solo_diet.core.data.pipeline import MultiCropAugmentation
+from solo_diet.core.data.stream import CorruptImage, EncodedFiles, StreamLoader
+from solo_diet.core.data.tensor_data import ImageTensors, check_host_memory, load_images
+from solo_diet.core.errors import Argument, ConfigError
+from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths.gpu import GPUPath
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
@@ -156,7 +157,7 @@ def test_other_errors_and_unknown_arguments_pass_unchanged():
 def test_a_renamed_error_keeps_the_cores_traceback_and_an_index_error_its_type():
     import traceback
 
-    from solo_diet.labels import LabelSource
+    from solo_diet.core.labels import LabelSource
 
     error = named(lambda: load_images("cifar100", "/nowhere", "train", fraction=0.5))
     frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]

@@ -388,7 +388,7 @@ def test_unsafe_run_names_are_refused(data, tmp_path, name):
     from omegaconf import OmegaConf
 
     from solo_diet.compare import load_spec
-    from solo_diet.config import ConfigError
+    from solo_diet.core.errors import ConfigError
 
     spec = OmegaConf.load(SHIPPED_SPEC)  # as a mapping: its paths made absolute
     for key in ("config_path", "linear.config_path", "evaluation.lidar_augmentations"):

@@ -18,14 +18,14 @@ from solo.data.pretrain_dataloader import prepare_datasets
 from solo.methods import METHODS
 
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.pretrain import run_pretrain
 from solo_diet.launch.settings import (
     LINEAR_PROBE_NODE,
 )
 from solo_diet.methods.contract import method_contract
-from solo_diet.samplers import SuperBatchSampler
 from tests._helpers.gpu_path import (
     BATCH,
     CLASSES,

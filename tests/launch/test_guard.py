@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.errors import Interrupted, UnreadableImage, run_guarded
 
 

@@ -132,7 +132,7 @@ class FullAfter:
 def test_a_full_disk_inside_torchs_zip_writer_is_one_line_with_the_free_space(
     tmp_path, capsys, monkeypatch
 ):
-    import solo_diet._atomic as atomic
+    import solo_diet.core.atomic as atomic
     from solo_diet.launch.checkpointing import AtomicCheckpointIO
 
     real = atomic._temporary_beside

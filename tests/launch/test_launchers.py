@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from solo.methods import METHODS
 
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.linear import build_backbone, load_backbone_weights
 from solo_diet.launch.pretrain import run_pretrain

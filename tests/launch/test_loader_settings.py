@@ -11,8 +11,8 @@ import typing
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.config import ConfigError
-from solo_diet.data.pipeline import MultiCropAugmentation
+from solo_diet.core.data.pipeline import MultiCropAugmentation
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.settings import (

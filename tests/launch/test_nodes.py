@@ -17,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.nodes import check_nodes, check_one_node
 
 pytestmark = pytest.mark.solo

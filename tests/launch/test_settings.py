@@ -7,9 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from solo_diet.config import ConfigError, core_errors_named
-from solo_diet.data.loader import GPUBatchLoader
-from solo_diet.data.tensor_data import ImageTensors
+from solo_diet.core.data.loader import GPUBatchLoader
+from solo_diet.core.data.tensor_data import ImageTensors
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import core_errors_named
 from solo_diet.launch import settings
 from solo_diet.launch.datapaths import parse_data_settings
 from solo_diet.launch.launch_checks import TrainingSettings, check_cfg_before_parse

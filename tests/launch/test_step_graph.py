@@ -27,7 +27,7 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 from lightning.pytorch import Callback, Trainer, seed_everything
 from solo.methods import METHODS
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.pretrain import build_model
 from solo_diet.launch.step_graph import (

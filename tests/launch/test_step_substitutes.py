@@ -8,7 +8,7 @@ from tests._helpers import NEEDS_SOLO, SCRIPTS
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.pretrain import run_pretrain
 from tests._helpers.gpu_path import pretrain_argv, write_images
 
@@ -38,7 +38,7 @@ def test_pretrain_names_the_substitute_once_unless_turned_off(
     lines = substitute_lines(capsys.readouterr().out)
     assert len(lines) == expected
     if expected:
-        assert lines[0].startswith(SUBSTITUTED + "solo_diet.lars.ForeachLARS")
+        assert lines[0].startswith(SUBSTITUTED + "solo_diet.core.lars.ForeachLARS")
 
 
 def test_a_non_bool_setting_stops_before_any_data_is_read(data, tmp_path):

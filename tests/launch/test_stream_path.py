@@ -17,11 +17,11 @@ from lightning.pytorch import Callback
 from solo.methods import METHODS
 
 from solo_diet.cli.main import main
-from solo_diet.config import ConfigError
-from solo_diet.data.stream import CorruptImage, EncodedFiles, StreamLoader
+from solo_diet.core.data.stream import CorruptImage, EncodedFiles, StreamLoader
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 from solo_diet.launch.common import compose_cfg, fit_or_raise
 from solo_diet.launch.pretrain import run_pretrain
-from solo_diet.samplers import SuperBatchSampler
 from tests._helpers.gpu_path import (
     BATCH,
     CLASSES,

@@ -12,8 +12,8 @@ from solo.losses.vicreg import vicreg_loss_func
 from solo.methods import METHODS
 
 import solo_diet
-from solo_diet.config import ConfigError
-from solo_diet.losses import closed_form_head_loss, graph_vicreg_loss, label_graph
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.losses import closed_form_head_loss, graph_vicreg_loss, label_graph
 from solo_diet.methods.contract import method_contract
 from tests._helpers.tiny import (
     batch_of,

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 from solo.methods import METHODS
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.methods.checkpoint import (
     PretrainedCheckpoint,
     UnsafeCheckpoint,

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.errors import run_guarded
 from solo_diet.methods.checkpoint import (
     CorruptCheckpoint,

@@ -15,7 +15,8 @@ from solo.methods import METHODS, BaseMethod
 
 import solo_diet
 import solo_diet.methods
-from solo_diet.config import ConfigError, setting
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import setting
 from solo_diet.methods.contract import (
     DEFAULT_CONTRACT,
     Contract,

@@ -20,9 +20,9 @@ from solo.args.pretrain import parse_cfg
 from solo.methods import METHODS
 
 import solo_diet
-from solo_diet.config import ConfigError
-from solo_diet.metrics import clustering_report
-from solo_diet.nn import code_temperature, rademacher_codes
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.metrics import clustering_report
+from solo_diet.core.nn import code_temperature, rademacher_codes
 from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,

@@ -8,8 +8,8 @@ import torch
 from solo.methods import METHODS
 
 import solo_diet
-from solo_diet.config import ConfigError
-from solo_diet.losses import diet_loss
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.losses import diet_loss
 from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,

@@ -14,7 +14,7 @@ from lightning.pytorch import seed_everything
 from solo.methods import METHODS
 
 import solo_diet
-from solo_diet.lars import ForeachLARS
+from solo_diet.core.lars import ForeachLARS
 from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 
 pytestmark = pytest.mark.solo

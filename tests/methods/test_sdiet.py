@@ -17,12 +17,12 @@ from solo.methods.base import BaseMethod
 from torch.utils.data import DataLoader
 
 import solo_diet
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet.optim import adamw_row_step, sgdw_row_step
+from solo_diet.core.sdiet.samplers import SuperBatchSampler
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
 from solo_diet.methods.sdiet import CHECKPOINT_KEY, SDIET
-from solo_diet.optim import adamw_row_step, sgdw_row_step
-from solo_diet.samplers import SuperBatchSampler
 from tests._helpers.tiny import (
     batch_of,
     fake_pretrain_loader,

@@ -17,10 +17,10 @@ from solo.methods import BYOL, MAE, METHODS, BaseMethod, LinearModel, SimCLR
 from solo.methods.base import BaseMomentumMethod
 
 import solo_diet
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.nn import simplex_softmax
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.sem import SEMUnsupported, make_sem_twin, sem_feature_extractor
-from solo_diet.nn import simplex_softmax
 from tests._helpers.methods import (
     KWARGS,
     B,

@@ -25,11 +25,12 @@ from solo.utils.whitening import Whitening2d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import solo_diet
-from solo_diet.losses.decorrelation import (
+from solo_diet.core.losses.decorrelation import (
     barlow_twins_loss,
     off_diagonal,
     vicreg_covariance_loss,
 )
+from solo_diet.core.nn.layers import CholeskyWhitening
 from solo_diet.methods import substitutes as substitutes_module
 from solo_diet.methods.substitutes import (
     QUEUE_BUFFERS,
@@ -39,7 +40,6 @@ from solo_diet.methods.substitutes import (
     substitute_step_parts,
     substitutes_line,
 )
-from solo_diet.nn.layers import CholeskyWhitening
 from tests._helpers.methods import KWARGS
 from tests._helpers.tiny import fake_pretrain_loader, tiny_cfg, tiny_trainer
 

@@ -16,8 +16,8 @@ from solo.methods import METHODS
 from solo.utils.momentum import MomentumUpdater
 
 import solo_diet
-from solo_diet.config import ConfigError
-from solo_diet.lars import ForeachLARS
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.lars import ForeachLARS
 from solo_diet.launch.settings import parse_performance_settings
 from solo_diet.methods.substitutes import (
     ForeachMomentumUpdater,
@@ -51,7 +51,7 @@ def test_swaps_lars_and_the_momentum_updater_and_names_them():
     assert type(updater) is ForeachMomentumUpdater
     assert (updater.base_tau, updater.final_tau, updater.cur_tau) == (0.99, 1.0, 0.99)
     line = substitutes_line(made)
-    assert "solo_diet.lars.ForeachLARS" in line and "ForeachMomentumUpdater" in line
+    assert "solo_diet.core.lars.ForeachLARS" in line and "ForeachMomentumUpdater" in line
     assert "performance.foreach_substitutes=False" in line and "\n" not in line
 
 

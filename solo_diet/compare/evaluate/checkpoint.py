@@ -19,14 +19,14 @@ from solo_diet.compare.plan.jobs import compose, data_overrides, quoted
 from solo_diet.compare.run.record import progress
 from solo_diet.compare.spec.settings import EvaluationSettings, Spec
 from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
-from solo_diet.config import core_errors_named
+from solo_diet.core.metrics import clustering_report, kmeans, lidar, rankme, singular_values
+from solo_diet.core.metrics.logreg import logistic_regression_probe
+from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_loader_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import ExtraRepresentation, method_contract
-from solo_diet.metrics import clustering_report, kmeans, lidar, rankme, singular_values
-from solo_diet.metrics.logreg import logistic_regression_probe
 
 KMEANS_SCORES = {
     "nmi": "kmeans_nmi",

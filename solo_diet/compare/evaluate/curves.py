@@ -15,10 +15,10 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
-from solo_diet._atomic import atomic_write, write_text_atomic
 from solo_diet.compare.plan.budgets import samples_seen
 from solo_diet.compare.run.record import epoch_rows, progress
 from solo_diet.compare.spec.settings import Spec
+from solo_diet.core.atomic import atomic_write, write_text_atomic
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate.checkpoint import SharedEvaluator

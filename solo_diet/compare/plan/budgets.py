@@ -13,8 +13,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.spec.settings import BudgetSettings, Run, Spec
 from solo_diet.compare.verdicts.paper_budget import Trained
-from solo_diet.config import ConfigError
-from solo_diet.data.tensor_data import folder_samples
+from solo_diet.core.data.tensor_data import folder_samples
+from solo_diet.core.errors import ConfigError
 
 
 def views_per_sample(cfg: DictConfig) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.compare.spec.settings import SEEDED_REFERENCES, Spec
-from solo_diet.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
+from solo_diet.core.metrics.logreg import PROTOCOL as LOGREG_PROTOCOL
 
 if TYPE_CHECKING:
     from solo_diet.compare.plan.jobs import Job

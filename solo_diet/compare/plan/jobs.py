@@ -23,7 +23,8 @@ from solo_diet.compare.spec.settings import (
     Run,
     Spec,
 )
-from solo_diet.config import ConfigError, unknown_method_hint
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import unknown_method_hint
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-from solo_diet._atomic import write_text_atomic
 from solo_diet.compare.plan.budgets import (
     RunBudget,
     budget_line,
@@ -43,8 +42,9 @@ from solo_diet.compare.verdicts.aggregate import (
     verdict,
 )
 from solo_diet.compare.verdicts.claims import PROBE_WORDS, claim_lines
+from solo_diet.core.atomic import write_text_atomic
+from solo_diet.core.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 from solo_diet.launch.settings import FORMAT_KEY
-from solo_diet.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 
 FEW_SEEDS = (
     f" With fewer than {MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "

@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from solo_diet._atomic import atomic_write
 from solo_diet.compare.evaluate.curves import CURVE_METRICS
 from solo_diet.compare.run.record import EPOCHS_FILE, seed_curves
+from solo_diet.core.atomic import atomic_write
 
 CURVE_PANELS = (
     ("train_loss", "train loss"),

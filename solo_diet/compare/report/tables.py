@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from solo_diet._atomic import atomic_write
 from solo_diet.compare.verdicts.aggregate import NOT_AGGREGATED, is_number
+from solo_diet.core.atomic import atomic_write
 
 COST_COLUMNS = ("pretrain_wall_s", "evaluation_wall_s", "train_s", "samples_per_s", "peak_gpu_mib")
 NOT_SHOWN = ("device", "finished_utc", "checkpoint")  # in results.csv, not in report.md's tables

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

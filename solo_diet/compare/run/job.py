@@ -40,7 +40,7 @@ from solo_diet.compare.run.record import (
     write_json,
 )
 from solo_diet.compare.spec.settings import Spec
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished
 from solo_diet.launch.launch_checks import TrainingSettings

@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Sequence
 
-from solo_diet._lock import folder_lock, holder_named, holder_of, lock_file, write_holder
+from solo_diet.core.lock import folder_lock, holder_named, holder_of, lock_file, write_holder
 
 LOCK_FILE = ".compare.lock"
 JOB_LOCK_FILE = ".job.lock"

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from solo_diet._atomic import write_text_atomic
+from solo_diet.core.atomic import write_text_atomic
 
 COMMANDS_FILE = "commands.txt"
 EPOCHS_FILE = "epochs.csv"  # a job's EpochCostLogger rows, in its folder
@@ -36,7 +36,8 @@ def read_result(path: Path) -> dict:
     """A job's ``result.json`` ({} when absent), refused in one line where a field holds markup,
     text for a number, or an infinite or absurd number."""
     from solo_diet.compare.report.tables import RESULT_COLUMNS
-    from solo_diet.config import ConfigError, is_number
+    from solo_diet.core.errors import ConfigError
+    from solo_diet.core.settings import is_number
 
     try:
         result = read_json(path)

@@ -15,7 +15,6 @@ from typing import Any, Collection, Mapping, Sequence
 
 from omegaconf import ListConfig, OmegaConf
 
-from solo_diet._atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, compose_linear
 from solo_diet.compare.plan.budgets import count_images
 from solo_diet.compare.plan.fingerprints import (
@@ -39,7 +38,8 @@ from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, priva
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
-from solo_diet.config import ConfigError
+from solo_diet.core.atomic import remove_stale_temporaries, running, write_text_atomic
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.errors import disk_full_named
 from solo_diet.launch.launch_checks import (
@@ -259,7 +259,8 @@ def run_spec(
     spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
 ) -> CompareResults:
     """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
-    write its report; a bad spec raises :class:`~solo_diet.config.ConfigError` before any job."""
+    write its report; a bad spec raises :class:`~solo_diet.core.errors.ConfigError` before any
+    job."""
     import solo_diet
 
     solo_diet.register()

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 MPS_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")

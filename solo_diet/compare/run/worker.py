@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from solo_diet._host import quiet_run_noise
+from solo_diet.core.host import quiet_run_noise
 
 if TYPE_CHECKING:
     from solo_diet.compare.plan.jobs import Job
@@ -54,7 +54,7 @@ def _run_plan(plan_file: str, keys: Iterator[tuple[str, Optional[str]]], fresh: 
     from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
     from solo_diet.compare.run.fresh import FreshState, send_output_to
     from solo_diet.compare.run.job import run_job
-    from solo_diet.config import ConfigError
+    from solo_diet.core.errors import ConfigError
 
     solo_diet.register()
     spec, jobs, eval_fingerprint = pickle.loads(Path(plan_file).read_bytes())

@@ -23,7 +23,8 @@ from solo_diet.compare.spec.settings import (
     parse_runs,
     parse_sections,
 )
-from solo_diet.config import ConfigError, closest_name
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import closest_name
 from solo_diet.launch.errors import check_destination
 from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 

@@ -10,8 +10,8 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.verdicts.paper_budget import Claim, PaperBudget
-from solo_diet.config import (
-    ConfigError,
+from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import (
     KeyReader,
     check_run_name,
     closest_name,

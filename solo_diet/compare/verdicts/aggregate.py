@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from solo_diet.config import is_number
+from solo_diet.core.settings import is_number
 
 # Metrics where higher is better: the report names the best run of each and marks resolved gaps.
 RANKED_METRICS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from solo_diet.config import setting
+from solo_diet.core.settings import setting
 
 EXAMPLE = (
     "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples are "

@@ -7,7 +7,7 @@ import pkgutil
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.config import KeyReader, parse_section, write_section
+from solo_diet.core.settings import KeyReader, parse_section, write_section
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.settings import DATA_PATH_SECTIONS, FORMAT_KEY, DataSettings
 

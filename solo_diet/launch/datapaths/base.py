@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import torch
 from omegaconf import DictConfig
 
-from solo_diet.data import FOLDER_DATASETS
+from solo_diet.core.data import FOLDER_DATASETS
 from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings, ProbeAugmentation
 
 # a method's batch order for a training set (None: shuffled), bound to its config by the launcher

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 from solo_diet.launch.datapaths.base import BatchSamplerHook, PretrainData
 from solo_diet.launch.datapaths.image_folder import ImageFolderPath
 from solo_diet.launch.settings import FORMAT_KEY, DaliSettings, LoaderSettings, dali_installed

@@ -9,15 +9,15 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from solo_diet.config import core_errors_named
-from solo_diet.data.loader import GPUBatchLoader
-from solo_diet.data.pipeline import (
+from solo_diet.core.data.loader import GPUBatchLoader
+from solo_diet.core.data.pipeline import (
     IMAGENET_STATS,
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
 )
-from solo_diet.data.tensor_data import load_images
+from solo_diet.core.data.tensor_data import load_images
+from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from solo_diet.config import KeyReader
+from solo_diet.core.settings import KeyReader
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.errors import download_failure_named, name_unreadable_images
 from solo_diet.launch.settings import FittedBatch, LoaderSettings, ProbeAugmentation

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from solo_diet.data.stream import (
+from solo_diet.core.data.stream import (
     DEFAULT_WORKERS,
     CorruptImage,
     EncodedFiles,

@@ -1,6 +1,6 @@
 """Representation metrics (torch / numpy): clustering scores, collapse, RankMe, LiDAR, k-means."""
 
-from solo_diet.metrics.clustering import (
+from solo_diet.core.metrics.clustering import (
     adjusted_mutual_info,
     adjusted_rand_index,
     chance_nmi,
@@ -13,4 +13,4 @@ from solo_diet.metrics.clustering import (
     many_to_one_accuracy,
     normalized_mutual_info,
 )
-from solo_diet.metrics.rank import lidar, rankme, singular_values
+from solo_diet.core.metrics.rank import lidar, rankme, singular_values

@@ -14,9 +14,9 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from solo_diet.config import Argument, ArgumentError, ConfigError
-from solo_diet.data import ARRAY_DATASETS, DATASETS, FOLDER_DATASETS
-from solo_diet.data.decode_cache import cached_decode
+from solo_diet.core.data import ARRAY_DATASETS, DATASETS, FOLDER_DATASETS
+from solo_diet.core.data.decode_cache import cached_decode
+from solo_diet.core.errors import Argument, ArgumentError, ConfigError
 
 FRACTION_RANDOM_STATE = 42  # solo-learn's train_test_split seed for its fraction of a folder
 STL10_SPLITS = {"pretrain": "train+unlabeled", "train": "train", "val": "test"}

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solo_diet.config import Argument, ArgumentError, ArgumentIndexError
+from solo_diet.core.errors import Argument, ArgumentError, ArgumentIndexError
 
 LABEL_SOURCES = ("index", "class", "mix", "groups")
 

@@ -2,7 +2,7 @@
 (docs/gpu-augmentations.md): uint8 or float input (or a list of sizes for the crops), float32 0..1
 output except :func:`normalize` and :func:`erase`. Callers import the package as ``ops``."""
 
-from solo_diet.data.augment.photometric import (
+from solo_diet.core.data.augment.photometric import (
     adjust_hue,
     color_jitter,
     constant,
@@ -14,8 +14,13 @@ from solo_diet.data.augment.photometric import (
     solarize,
     to_float,
 )
-from solo_diet.data.augment.resample import Images, image_sides, resize_center_crop, resized_crop
-from solo_diet.data.augment.sampling import (
+from solo_diet.core.data.augment.resample import (
+    Images,
+    image_sides,
+    resize_center_crop,
+    resized_crop,
+)
+from solo_diet.core.data.augment.sampling import (
     BLUR_SIGMA,
     sample_erasing_boxes,
     sample_order,

@@ -10,10 +10,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from solo_diet.config import Argument, ArgumentError
-from solo_diet.data.pipeline import CapturedAugmentation
-from solo_diet.data.tensor_data import GIB, ImageTensors, check_host_memory
-from solo_diet.samplers import SuperBatchSampler, world_and_rank
+from solo_diet.core.data.pipeline import CapturedAugmentation
+from solo_diet.core.data.tensor_data import GIB, ImageTensors, check_host_memory
+from solo_diet.core.errors import Argument, ArgumentError
+from solo_diet.core.sdiet.samplers import SuperBatchSampler, world_and_rank
 
 STORAGES = ("auto", "device", "pinned")
 # "auto" keeps the data on the device when it takes at most this share of the free memory

@@ -1,4 +1,5 @@
-"""Config errors, the settings parser and its checks; every message names the key and the fix."""
+"""The settings parser: config sections read into typed, frozen dataclasses whose errors name the
+key path, and the checks every layer shares (run names, finite numbers, method names)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ import math
 import re
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
-
-class ConfigError(ValueError):
-    """A config key has an invalid value; the message names the key and the fix."""
-
+from solo_diet.core.errors import (
+    ArgumentError,
+    ConfigError,
+    NamesArguments,
+)
 
 # A run name names a folder and its checkpoint files: 1 to 100 of these characters, not only dots.
 RUN_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
@@ -33,43 +34,6 @@ def check_run_name(name: object, what: str, fix: str) -> str:
             f"it names the run's folder and files. {fix}"
         )
     return text
-
-
-@dataclass(frozen=True)
-class Argument:
-    """A core function's argument ``name``, then ``rest`` (a key inside it, or a value)."""
-
-    name: str
-    rest: str = ""
-
-    def named(self, keys: Mapping[str, str]) -> str:
-        """``argument `<name><rest>``` as the core speaks, or ``keys[name]`` in its place."""
-        if self.name in keys:
-            return f"`{keys[self.name]}{self.rest}`"
-        return f"argument `{self.name}{self.rest}`"
-
-
-class NamesArguments(Exception):
-    """A core error of text and :class:`Argument` parts, for :func:`core_errors_named`."""
-
-    def __init__(self, *parts: Any):
-        self.parts = parts
-        self.keys: dict[str, str] = {}  # the config keys named so far (the innermost table wins)
-        super().__init__(self.named({}))
-
-    def arguments(self) -> set[str]:
-        return {part.name for part in self.parts if isinstance(part, Argument)}
-
-    def named(self, keys: Mapping[str, str]) -> str:
-        return "".join(p.named(keys) if isinstance(p, Argument) else str(p) for p in self.parts)
-
-
-class ArgumentError(NamesArguments, ConfigError):
-    """A core function's argument has an invalid value (message parts: :class:`NamesArguments`)."""
-
-
-class ArgumentIndexError(NamesArguments, IndexError):
-    """A batch holds an index outside the range an argument sets (:class:`NamesArguments`)."""
 
 
 @contextlib.contextmanager

@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from solo_diet.optim import RowOptimizer
-from solo_diet.rowstore.tables import Device, RowTables
+from solo_diet.core.sdiet.optim import RowOptimizer
+from solo_diet.core.sdiet.rowstore.tables import Device, RowTables
 
 MODES = ("eager", "lazy")
 # write-backs in flight before a new one waits for the oldest (bounds pinned buffers)

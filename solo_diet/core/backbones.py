@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from solo_diet.config import Argument, ArgumentError
+from solo_diet.core.errors import Argument, ArgumentError
 
 
 def _conv3x3(in_channels: int, out_channels: int) -> nn.Conv2d:

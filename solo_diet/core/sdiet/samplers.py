@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from solo_diet.config import Argument, ArgumentError
+from solo_diet.core.errors import Argument, ArgumentError
 
 ITERATE_THE_SAMPLER = (
     "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
@@ -122,7 +122,7 @@ def check_sampler(
         raise ArgumentError(
             Argument("rows_per_step"),
             " > 1 needs the train DataLoader's batch_sampler to be "
-            f"solo_diet.samplers.SuperBatchSampler: {build}.",
+            f"solo_diet.core.sdiet.samplers.SuperBatchSampler: {build}.",
         )
     if sampler is not None and sampler.num_samples > num_samples:
         raise ArgumentError(

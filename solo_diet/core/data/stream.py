@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from solo_diet.config import Argument, ArgumentError, ConfigError
-from solo_diet.data.loader import GPUBatchLoader, derive_seed, resolve_device
-from solo_diet.data.tensor_data import PathLike, folder_split_samples
+from solo_diet.core.data.loader import GPUBatchLoader, derive_seed, resolve_device
+from solo_diet.core.data.tensor_data import PathLike, folder_split_samples
+from solo_diet.core.errors import Argument, ArgumentError, ConfigError
 
 ON_CORRUPT = ("stop", "skip")
 JPEG_START, JPEG_END = (0xFF, 0xD8, 0xFF), (0xFF, 0xD9)

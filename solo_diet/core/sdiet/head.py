@@ -1,4 +1,5 @@
-"""s-DIET's head step over rows in a :class:`~solo_diet.rowstore.RowStore` (s-DIET paper, §5.2):
+"""s-DIET's head step over rows in a :class:`~solo_diet.core.sdiet.rowstore.RowStore` (s-DIET
+paper, §5.2):
 rows loaded, scored with CE, stepped and written back; a super-batch's ``m*B`` rows stay resident
 for its ``m`` steps while the next one's are prefetched."""
 
@@ -9,10 +10,10 @@ from typing import Optional
 
 import torch
 
-from solo_diet.labels import batch_rows
-from solo_diet.losses import sdiet_multi_batch_cross_entropy
-from solo_diet.rowstore import RowStore
-from solo_diet.samplers import SuperBatch
+from solo_diet.core.labels import batch_rows
+from solo_diet.core.losses import sdiet_multi_batch_cross_entropy
+from solo_diet.core.sdiet.rowstore import RowStore
+from solo_diet.core.sdiet.samplers import SuperBatch
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from solo_diet.metrics.clustering import ArrayLike
+from solo_diet.core.metrics.clustering import ArrayLike
 
 
 def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:

@@ -7,8 +7,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from solo_diet.rowstore.store import RowStore
-from solo_diet.rowstore.tables import Device
+from solo_diet.core.sdiet.rowstore.store import RowStore
+from solo_diet.core.sdiet.rowstore.tables import Device
 
 EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a checkpoint's gather
 

@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from solo_diet._atomic import atomic_write
+from solo_diet.core.atomic import atomic_write
 
 CACHE_ENV = "SOLO_DIET_CACHE"
 ENTRY_VERSION = 1  # bump when the decoding itself changes

@@ -6,7 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from solo_diet.config import Argument, ArgumentError, KeyReader, is_number
+from solo_diet.core.errors import Argument, ArgumentError
+from solo_diet.core.settings import KeyReader, is_number
 
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 DATASET_STATS = {

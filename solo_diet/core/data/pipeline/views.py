@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from solo_diet.config import Argument, ArgumentError
-from solo_diet.data import augment as ops
-from solo_diet.data.pipeline.nodes import AugmentationNode
+from solo_diet.core.data import augment as ops
+from solo_diet.core.data.pipeline.nodes import AugmentationNode
+from solo_diet.core.errors import Argument, ArgumentError
 
 _COLUMNS = (
     "crop_min_scale", "crop_max_scale", "jitter_prob", "grayscale_prob", "blur_prob",

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from solo_diet.config import ConfigError
+from solo_diet.core.errors import ConfigError
 
 
 class FolderInUse(ConfigError):

@@ -1,0 +1,1 @@
+"""The torch-only floor: usable in any training loop, no solo-learn or Lightning."""

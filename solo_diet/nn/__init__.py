@@ -1,5 +1,0 @@
-"""Torch-only modules (projectors, embedders), usable in any training loop."""
-
-from solo_diet.nn.cplearn import CPLearnProjector, code_temperature, logit_range, rademacher_codes
-from solo_diet.nn.layers import mlp_projector
-from solo_diet.nn.sem import SimplicialEmbedding, simplex_softmax, simplex_statistics
