@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--accelerator", choices=["auto", "cpu", "gpu"], default="auto", help=auto_gpu
     )
-    formats, auto_format = ["auto", "gpu", "image_folder"], "auto: gpu on a GPU, else image_folder"
+    formats = ["auto", "gpu", "image_folder"]
+    auto_format = "auto: gpu (the tensor data path, GPU or CPU); image_folder: solo-learn's loader"
     demo.add_argument("--data-format", choices=formats, default="auto", help=auto_format)
 
     compare_help = "pretrain and evaluate several methods side by side from a spec YAML"
