@@ -32,7 +32,7 @@ def _accelerator(requested: str) -> str:
 
 
 def demo_data_format(requested: str) -> str:
-    """``--data-format``; ``auto``: the tensor data path (``data.format: gpu``) on a GPU and on the
+    """``--data-format``; ``auto``: the tensor data path (the ``gpu`` format) on a GPU and on the
     CPU alike: on 2 CPU cores it ran the demo in 88 s against 271 s through solo-learn's PIL loader,
     DIET's probe 78.80 % against 77.30 % (docs/benchmarks.md)."""
     if requested == "auto":
