@@ -122,7 +122,7 @@ def declared_method_names() -> Optional[set[str]]:
         for key in getattr(node.value, "keys", ())
         if isinstance(key, ast.Constant)
     }
-    ours = Path(__file__).parent / "methods"
+    ours = Path(__file__).parents[1] / "methods"  # solo_diet/methods/
     found |= {
         name for path in ours.glob("*.py") for name in _REGISTERED_AS.findall(path.read_text())
     }

@@ -84,6 +84,18 @@ def test_the_method_names_read_from_source_hold_every_registered_one():
     assert trainer_arguments() == tuple(inspect.signature(Trainer.__init__).parameters)
 
 
+def test_the_method_names_come_from_source_in_a_fresh_process(monkeypatch):
+    """What a new ``solo-diet pretrain`` process reads before anything registers: our method files
+    (``registered_as``) and solo-learn's ``METHODS`` source, not this process's registry."""
+    from solo_diet.core.host import declared_method_names
+
+    monkeypatch.delitem(sys.modules, "solo.methods", raising=False)
+    names = declared_method_names()
+    if names is None:
+        pytest.skip("solo-learn is not installed")
+    assert {"diet", "sdiet", "cplearn", "diet_sem", "simclr"} <= names
+
+
 def test_the_known_noise_of_a_run_is_silenced_and_the_rest_stays():
     """What every run of solo-learn's stack prints (Lightning's INFO banners, solo-learn's
     scheduler_interval warning, torch's CPU pin_memory warning) is dropped; other lines stay."""
