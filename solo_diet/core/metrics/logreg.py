@@ -116,14 +116,17 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
         converged = (largest <= GRADIENT_TOLERANCE) | stalled
         limit = iteration == MAX_ITERATIONS
         done = converged | limit
-        finished = done.nonzero().flatten().tolist()
-        for i in finished:
-            theta[rows[i]] = x[i]
-            hit_limit = bool(limit and not converged[i])
-            results[int(rows[i])] = Convergence(iteration, float(largest[i]), hit_limit)
+        finished = done.nonzero().flatten()
+        if len(finished):
+            theta[rows[finished]] = x[finished]
+            ended = zip(
+                rows[finished].tolist(), largest[finished].tolist(), converged[finished].tolist()
+            )
+            for row, grad_norm, by_tolerance in ended:
+                results[row] = Convergence(iteration, grad_norm, limit and not by_tolerance)
         if len(finished) == len(rows):
             return results  # type: ignore[return-value]
-        if finished:
+        if len(finished):
             keep = (~done).nonzero().flatten()
             rows, x, l2, loss, grad, scale = (t[keep] for t in (rows, x, l2, loss, grad, scale))
             steps = [(s[keep], y[keep], r[keep]) for s, y, r in steps]
