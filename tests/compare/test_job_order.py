@@ -1,5 +1,5 @@
 """The fan-out's job order: runs never measured first, then the longest recorded pretraining
-first, reference rows last (no solo-learn needed)."""
+first, reference rows last, raw pixels first of them (no solo-learn needed)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ def test_seed_one_starts_with_the_runs_that_took_longest_at_seed_zero(tmp_path):
     record(tmp_path, "runs/simclr/seed_0", 540.0)
     record(tmp_path, "runs/simclr/seed_2", 560.0)  # the longest record of a run counts
     planned = [job(tmp_path, n, 1) for n in ("diet", "simclr", "new", "byol")]
+    planned.append(job(tmp_path, "random_init", 1, reference=True))
     planned.append(job(tmp_path, "raw_pixels", 1, reference=True))
-    assert names(longest_first(planned)) == ["new", "byol", "simclr", "diet", "raw_pixels"]
+    expected = ["new", "byol", "simclr", "diet", "raw_pixels", "random_init"]
+    assert names(longest_first(planned)) == expected
 
 
 def test_without_records_or_seeds_the_spec_order_stays(tmp_path):

@@ -97,6 +97,56 @@ class _Objective:
         return loss, torch.cat([grad_w.flatten(1), residual.sum(1)], 1)
 
 
+class _History:
+    """The last ``HISTORY`` pairs ``(s, y)`` of each row, in a ring of slots (a pair without
+    curvature, or a slot not yet written, is zeros), with the inner products ``s_i . y_j`` and
+    ``y_i . y_j`` of every two slots kept current as pairs arrive."""
+
+    def __init__(self, rows: int, parameters: int, like: torch.Tensor):
+        self.s = like.new_zeros(rows, HISTORY, parameters)
+        self.y = torch.zeros_like(self.s)
+        self.sy = like.new_zeros(rows, HISTORY, HISTORY)  # [i, j]: s_i . y_j
+        self.yy = torch.zeros_like(self.sy)
+        self.added = 0
+        # row r: the slots from r on, wrapping round; at (added % HISTORY), oldest first
+        ring = torch.arange(HISTORY, device=like.device)
+        self.rotations = (ring[None] + ring[:, None]) % HISTORY
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.s, self.y, self.sy, self.yy = (t[rows] for t in (self.s, self.y, self.sy, self.yy))
+
+    def add(self, s: torch.Tensor, y: torch.Tensor) -> None:
+        slot = self.added % HISTORY
+        self.s[:, slot], self.y[:, slot] = s, y
+        products = torch.bmm(self.y, torch.stack([s, y], 2))  # y_i . s and y_i . y
+        self.sy[:, slot] = products[..., 0]
+        self.sy[:, :, slot] = torch.bmm(self.s, y[:, :, None])[..., 0]
+        self.yy[:, slot] = self.yy[:, :, slot] = products[..., 1]
+        self.added += 1
+
+    def direction(self, grad: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``-H grad`` of each row, H the L-BFGS inverse Hessian of ``scale * I`` updated by the
+        pairs, in compact form (compact L-BFGS paper, Theorem 2.2): a few batched
+        products of the history instead of two loops over its pairs."""
+        gamma = scale[:, None, None]
+        if self.added == 0:
+            return -gamma[..., 0] * grad
+        order = self.rotations[self.added % HISTORY]  # oldest first (unwritten slots: zeros)
+        back = self.rotations[(HISTORY - self.added % HISTORY) % HISTORY]  # order's inverse
+        g = grad[:, :, None]
+        a, b = torch.bmm(self.s, g)[:, order], torch.bmm(self.y, g)[:, order]
+        sy, yy = self.sy[:, order][:, :, order], self.yy[:, order][:, :, order]
+        curvature = sy.diagonal(dim1=1, dim2=2)
+        # a zero pair, with 1 on R's diagonal, is decoupled from the others and adds nothing
+        r = sy.triu(1) + torch.diag_embed(torch.where(curvature != 0, curvature, 1))
+        r_a = torch.linalg.solve_triangular(r, a, upper=True)
+        inner = curvature[..., None] * r_a + gamma * (torch.bmm(yy, r_a) - b)
+        top = torch.linalg.solve_triangular(r.transpose(1, 2), inner, upper=False)
+        step = gamma * g + torch.bmm(self.s.transpose(1, 2), top[:, back])
+        step -= gamma * torch.bmm(self.y.transpose(1, 2), r_a[:, back])
+        return -step[..., 0]
+
+
 def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list[Convergence]:
     """Minimise ``objective`` from each row of ``theta`` (in place) with its row of ``l2``: L-BFGS
     with a backtracking line search, every row in lockstep until its own stop (a gradient entry
@@ -107,7 +157,7 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
     rows = torch.arange(count, device=theta.device)  # the rows of theta still being fitted
     x, l2 = theta.clone(), l2.clone()
     loss, grad = objective(x, l2)
-    steps: list = []  # the last HISTORY (s, y, rho), oldest first
+    history = _History(count, theta.shape[1], theta)
     stalled = torch.zeros(count, dtype=torch.bool, device=theta.device)
     scale = torch.ones_like(loss)  # the initial inverse Hessian's scale, per row
     iteration = 0
@@ -129,8 +179,9 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
         if len(finished):
             keep = (~done).nonzero().flatten()
             rows, x, l2, loss, grad, scale = (t[keep] for t in (rows, x, l2, loss, grad, scale))
-            steps = [(s[keep], y[keep], r[keep]) for s, y, r in steps]
-        direction = _two_loop(grad, steps, scale if steps else 1 / grad.abs().sum(1).clamp(min=1))
+            history.keep(keep)
+        first = 1 / grad.abs().sum(1).clamp(min=1)  # before any pair: a short gradient step
+        direction = history.direction(grad, scale if history.added else first)
         slope = (grad * direction).sum(1)
         uphill = slope >= 0  # rounding: fall back to the gradient
         direction = torch.where(uphill[:, None], -grad, direction)
@@ -141,8 +192,7 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
         curvature = (change * moved).sum(1)
         # positive curvature, beyond rounding (relative: small late steps still count)
         useful = curvature > 1e-10 * moved.norm(dim=1) * change.norm(dim=1)
-        rho = torch.where(useful, 1 / curvature.where(useful, torch.ones_like(curvature)), 0)
-        steps = (steps + [(moved * useful[:, None], change * useful[:, None], rho)])[-HISTORY:]
+        history.add(moved * useful[:, None], change * useful[:, None])
         scale = torch.where(useful, curvature / change.square().sum(1).clamp(min=1e-300), scale)
         stalled = (step == 0) | (moved.abs().amax(1) <= CHANGE_TOLERANCE)
         accepted = step > 0
@@ -150,19 +200,6 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
         loss = torch.where(accepted, new_loss, loss)
         grad = torch.where(accepted[:, None], new_grad, grad)
         iteration += 1
-
-
-def _two_loop(grad: torch.Tensor, steps: Sequence, scale: torch.Tensor) -> torch.Tensor:
-    """The L-BFGS direction ``-H grad`` of each row from its history (zero pairs count nothing)."""
-    q, alphas = grad.clone(), []
-    for s, y, rho in reversed(steps):
-        alpha = rho * (s * q).sum(1)
-        q -= alpha[:, None] * y
-        alphas.append(alpha)
-    r = scale[:, None] * q
-    for (s, y, rho), alpha in zip(steps, reversed(alphas)):
-        r += s * (alpha - rho * (y * r).sum(1))[:, None]
-    return -r
 
 
 def _backtrack(objective, x, l2, loss, direction, slope):
