@@ -11,7 +11,7 @@ replayed as CUDA graphs), ``gpu_eager`` (the same with ``data.gpu.cuda_graphs: f
 named in ``--sources``), ``gpu_graph`` (the ``gpu`` source with the whole training step replayed
 as one CUDA graph, ``performance.step_graph=on`` and ``strategy=auto``; only when named; its
 ``/ step graph`` is its share of ``step_ceiling.py``'s graph of the same step, run once per
-backbone for diet and simclr), ``ceiling`` (the same step on a few pre-made augmented GPU
+backbone for diet, simclr and byol), ``ceiling`` (the same step on a few pre-made augmented GPU
 batches, no augmentation) and ``bare`` (the ceiling's batches, model, optimizer, scheduler and
 precision, but
 the timed steps run outside Lightning's loop: ``training_step`` under the precision's autocast,
@@ -59,7 +59,7 @@ METHOD_NAMES = ("diet", "sdiet", "simclr", "byol", "vicreg", "simclr_sem", "cple
 SOURCES = ("image_folder", "gpu", "ceiling", "bare")
 EXTRA_SOURCES = ("gpu_eager", "gpu_graph")
 GRAPH_OVERRIDES = ["++performance.step_graph=on", "strategy=auto"]  # the gpu_graph source's
-CEILING_METHODS = ("diet", "simclr")  # the steps step_ceiling.py captures
+CEILING_METHODS = ("diet", "simclr", "byol")  # the steps step_ceiling.py captures
 BACKBONES = {
     "resnet18": ["backbone.name=resnet18"],
     "cp_resnet8": ["backbone.name=cp_resnet8", "++backbone.kwargs.width=128"],
