@@ -54,8 +54,32 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     method = OmegaConf.select(cfg, "method")
     if args.command == "pretrain" and names is not None and method not in names:
         raise ConfigError(f"unknown `method: {method}`; {unknown_method_hint(method, names)}")
-    require_solo()
+    _check_checkpoint_archives(cfg, args.command)
+    require_solo()  # imports solo-learn, torch with it
     return cfg
+
+
+# The checkpoint keys each command loads
+CHECKPOINT_KEYS = {
+    "pretrain": ("resume_from_checkpoint",),
+    "linear": ("pretrained_feature_extractor", "resume_from_checkpoint"),
+}
+
+
+def _check_checkpoint_archives(cfg: DictConfig, command: str) -> None:
+    """Refuse a zip bomb given as a checkpoint key before torch loads; its loader finds the rest."""
+    from omegaconf import OmegaConf
+
+    from solo_diet.core.checkpoint_file import check_archive_sizes
+
+    for key in CHECKPOINT_KEYS[command]:
+        path = OmegaConf.select(cfg, key)
+        if path in (None, "None"):
+            continue
+        try:
+            check_archive_sizes(str(path))
+        except ConfigError as err:
+            raise ConfigError(f"`{key}`: {err}") from None
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:

@@ -14,16 +14,16 @@ import warnings
 import zipfile
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional
 
 import omegaconf
 import torch
 from torch import nn
 
+from solo_diet.core.checkpoint_file import CorruptCheckpoint, PathLike, check_archive_sizes
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 
-PathLike = Union[str, Path]
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
@@ -41,18 +41,6 @@ class UnsafeCheckpoint(ConfigError):
     def __init__(self, path: PathLike, reason: str):
         self.path, self.reason = Path(path), reason
         super().__init__(f"checkpoint {path} refused: {reason}.")
-
-
-class CorruptCheckpoint(ConfigError):
-    """The checkpoint file does not load (empty, cut short, not torch's); ``reason`` says which."""
-
-    def __init__(self, path: PathLike, reason: str):
-        self.path, self.reason = Path(path), reason
-        super().__init__(
-            f"checkpoint {path} does not load: {reason}. Pass a complete checkpoint (another of "
-            "its run folder, or rerun the pretraining that wrote it: a rerun resumes from its "
-            "newest checkpoint that loads)."
-        )
 
 
 def pickle_allowed(cfg: omegaconf.DictConfig) -> bool:
@@ -180,24 +168,9 @@ def _needs_pickle(path: Path) -> Optional[str]:
     )
 
 
-def _check_archive_sizes(path: Path) -> None:
-    """Refuse a zip checkpoint declaring more bytes than the file holds (damage, or a bomb)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            declared = sum(entry.file_size for entry in archive.infolist())
-    except (zipfile.BadZipFile, OSError):
-        return  # torch's reader names the damage
-    if declared > (size := path.stat().st_size):
-        raise CorruptCheckpoint(
-            path,
-            f"it is corrupt or hostile: its zip entries unpack to {declared:,} bytes, more than "
-            f"the {size:,} bytes of the file (torch stores them uncompressed)",
-        )
-
-
 def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
     if archive := zipfile.is_zipfile(path):
-        _check_archive_sizes(path)
+        check_archive_sizes(path)
     mmap = mmap and archive  # legacy-format files cannot be memory-mapped
     try:
         with contextlib.nullcontext() if allow_pickle else _weights_only_enforced():

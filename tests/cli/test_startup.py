@@ -1,5 +1,6 @@
-"""Start-up: ``solo-diet --help`` and argument errors never load torch or solo-learn, and importing
-``solo_diet`` still registers the plugin methods, whichever of the two is imported first."""
+"""Start-up: ``solo-diet --help``, argument errors and a zip-bomb checkpoint never load torch or
+solo-learn, and importing ``solo_diet`` still registers the plugin methods, whichever of the two is
+imported first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,35 @@ def test_a_typo_is_one_line_before_torch_lightning_or_solo_learn_loads(command, 
     assert "STATUS 2" in done.stdout and "LOADED []" in done.stdout, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"solo-diet {command}: ") and expected in line, line
+
+
+def zip_bomb(path: Path, mib: int) -> Path:
+    """A zip named like a checkpoint whose ``archive/data.pkl`` is ``mib`` MiB of deflated zeros."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/version", "3\n")
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as f:
+            for _ in range(mib):
+                f.write(bytes(1 << 20))
+    return path
+
+
+@requires_solo()
+@pytest.mark.parametrize(
+    "command, key",
+    [("pretrain", "+resume_from_checkpoint"), ("linear", "pretrained_feature_extractor")],
+)
+def test_a_zip_bomb_checkpoint_is_refused_before_torch_loads(command, key, tmp_path):
+    bomb = zip_bomb(tmp_path / "bomb-ep=9.ckpt", 64)  # 64 MiB declared in ~70 kB
+    config = "diet.yaml" if command == "pretrain" else "linear.yaml"
+    argv = [command, "--config-path", str(COMPARE_CONFIGS), "--config-name", config]
+    done = _python(CLI, *argv, f"{key}={bomb}", "accelerator=cpu")
+    assert "STATUS 2" in done.stdout and "LOADED []" in done.stdout, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(
+        f"solo-diet {command}: `{key.lstrip('+')}`: checkpoint {bomb} does not load: it is corrupt "
+        "or hostile: its zip entries unpack to 67,108,"
+    ), line
+    assert "pickle" not in line
 
 
 # what each subcommand's --help must name besides its description and CPU example
