@@ -17,7 +17,8 @@ from solo_diet.core.errors import ConfigError
 MPS_CONTROL = "nvidia-cuda-mps-control"
 MPS_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
 # a job's host side (Python, the launches, the loader's threads) wants about this many cores: on
-# a 16-core H200 four jobs with MPS did the 11-job comparison in half the time of two (benchmarks)
+# a 16-core H200 four jobs with MPS did the 11-job comparison in half the time of two, and six
+# no faster than four: each job then trained at 4/6 of the rate (benchmarks)
 CORES_PER_SHARED_JOB = 4
 MOST_JOBS_PER_GPU = {True: 4, False: 2}  # with MPS, without: without it kernels take turns
 
