@@ -105,7 +105,7 @@ class _Pool:
     def next_task(self, pending: Sequence[Task]):
         """The first pending task that can start now, its GPUs (the least busy distinct ones, or
         an idle worker's with room) and the idle worker that takes it."""
-        for worker in [w for w in self.idle if not w.alive()]:
+        for worker in [w for w in self.idle if w.process.poll() is not None]:
             self.idle.remove(worker)
             self.retire(worker)
         for task in pending:

@@ -142,9 +142,6 @@ class ServedWorker:
             return None
         return status or 1
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
     def retire(self) -> None:
         """End an idle worker: it exits when its stdin ends."""
         with contextlib.suppress(OSError, ValueError):
