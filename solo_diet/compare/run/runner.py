@@ -52,9 +52,8 @@ from solo_diet.launch.launch_checks import (
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
-PLAN_PREFIX = (
-    "solo-diet-plan-"  # + the comparison's pid: its workers' plan, in the temporary folder
-)
+# + the comparison's pid: its workers' plan, in the temporary folder
+PLAN_PREFIX = "solo-diet-plan-"
 
 
 class JobsFailed(RuntimeError):
@@ -248,8 +247,7 @@ def _report_of_finished(
 
 
 def remove_leftovers(out: Path) -> None:
-    """Delete what killed processes left: temporary files in ``out``, and the workers' plans of
-    comparisons that no longer run."""
+    """Delete what killed processes left: temporary files in ``out``, dead comparisons' plans."""
     remove_stale_temporaries(out)
     for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
         pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
