@@ -20,6 +20,12 @@ CSV_COLUMNS = ("run", "epoch", "n_seeds", "samples_seen") + tuple(
 )
 
 
+def _points(result: dict, out: Path) -> dict[int, dict]:
+    """The curve points of ``result``'s job evaluated with its result's settings."""
+    points = read_points(out / result["job"]).items()
+    return {epoch: p for epoch, p in points if p.get("fingerprint") == result.get("fingerprint")}
+
+
 def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, Any]]]:
     """{run: one row per epoch}: ``samples_seen`` and each curve metric's mean, ``_std``, ``_min``
     and ``_max`` over the seeds whose point has their result's evaluation settings."""
@@ -27,9 +33,8 @@ def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, A
     for result in results:
         if result["run"] in REFERENCE_ROWS or result.get("unfinished") or "job" not in result:
             continue
-        for epoch, point in read_points(out / result["job"]).items():
-            if point.get("fingerprint") == result.get("fingerprint"):
-                by_run.setdefault(result["run"], {}).setdefault(epoch, []).append(point)
+        for epoch, point in _points(result, out).items():
+            by_run.setdefault(result["run"], {}).setdefault(epoch, []).append(point)
     curves = {}
     for run, by_epoch in by_run.items():
         rows = []
@@ -98,9 +103,8 @@ def _cost_line(results: Sequence[dict], out: Path) -> str:
     evaluations = [
         point["wall_s"]
         for result in runs
-        for point in read_points(out / result["job"]).values()
+        for point in _points(result, out).values()
         if point.get("source") == "snapshot"
-        and point.get("fingerprint") == result.get("fingerprint")
     ]
     pretrain = sum(r["pretrain_wall_s"] for r in runs if is_number(r.get("pretrain_wall_s")))
     share = f" ({100 * sum(evaluations) / pretrain:.0f} % of the runs' pretraining wall time)"

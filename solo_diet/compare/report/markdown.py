@@ -51,6 +51,7 @@ FEW_SEEDS = (
     "freedom and can come out near 0, so a gap of a top-1 accuracy there must also cross a floor, "
     "{floor}; other columns are not resolved on so few seeds."
 )
+PARTIAL = "left out of every table and verdict, as they have no result yet: "
 NOTES_FILE = "notes.md"  # a report's own reading, kept in `output_dir` and put under its claims
 NO_PLOTS = (
     "No plots: matplotlib is not installed (`pip install matplotlib`, or solo-diet's `report` "
@@ -205,16 +206,12 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
     if not stopped:
         return []
     jobs = ", ".join(f"{r['run']} seed {r['seed']} ({r['epochs']})" for r in stopped)
-    one = len(stopped) == 1
-    count, rows, their = (
-        ("1 job", "Its row holds", "its")
-        if one
-        else (f"{len(stopped)} jobs", "Their rows hold", "their")
-    )
+    rows, their = ("Its row holds", "its") if len(stopped) == 1 else ("Their rows hold", "their")
     return [
-        f"**Unfinished**: {count} stopped before the evaluation, after the epochs in brackets of "
-        f"{max_epochs}: {jobs}. {rows} the pretraining costs and curves only; {their} evaluation "
-        "columns are empty, and `n_seeds` counts only the evaluated seeds.",
+        f"**Unfinished**: {_counted(len(stopped), 'job')} stopped before the evaluation, after "
+        f"the epochs in brackets of {max_epochs}: {jobs}. {rows} the pretraining costs and curves "
+        f"only; {their} evaluation columns are empty, and `n_seeds` counts only the evaluated "
+        "seeds.",
         "",
     ]
 
@@ -308,15 +305,7 @@ def write_report(
         *(["Claims checked against the seeds:", *claims, ""] if claims else []),
         *([notes.read_text(encoding="utf-8").rstrip("\n"), ""] if notes.is_file() else []),
         *_unfinished(results, budget.max_epochs),
-        *(
-            [
-                "**Partial**: left out of every table and verdict, as they have no result yet: "
-                f"{', '.join(left_out)}.",
-                "",
-            ]
-            if left_out
-            else []
-        ),
+        *([f"**Partial**: {PARTIAL}{', '.join(left_out)}.", ""] if left_out else []),
         f"Data: `{spec.data.dataset}` train `{spec.data.train_path}`, val `{spec.data.val_path}`, "
         f"`{FORMAT_KEY}: {spec.data.format}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "

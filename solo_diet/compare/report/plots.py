@@ -45,20 +45,16 @@ def _style(index: int) -> dict:
     return {"color": f"C{index % 10}", "linestyle": ("-", "--", ":")[index // 10 % 3]}
 
 
-def _first_seed_per_run(results: Sequence[dict]) -> list[dict]:
-    seen: dict[str, dict] = {}
-    for result in results:
-        seen.setdefault(result["run"], result)
-    return list(seen.values())
-
-
 def plot_spectra(results: Sequence[dict], path: Path) -> Path:
     """Normalised singular values of each representation (val split), each run's first seed."""
+    first_seeds: dict[str, dict] = {}
+    for result in results:
+        first_seeds.setdefault(result["run"], result)
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     spectra = [
         (result["run"] if key == "spectrum" else f"{result['run']} ({key[: -len('_spectrum')]})", s)
-        for result in _first_seed_per_run(results)
+        for result in first_seeds.values()
         for key, s in result.items()
         if key.endswith("spectrum") and s
     ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker
+from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker, spawn
 from solo_diet.core.errors import ConfigError
 
 
@@ -31,12 +31,10 @@ class Task:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a task ended: its exit status (negative: killed by that signal) and wall seconds."""
+    """How a task ended: its exit status (negative: killed by that signal)."""
 
     task: Task
     returncode: int
-    seconds: float
-    devices: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,30 +97,27 @@ class _Pool:
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
 
-    def _take(self, devices: Sequence[str]) -> None:
+    def book(self, devices: Sequence[str], change: int) -> None:
+        """Take (-1) or give back (+1) a slot of each of ``devices``."""
         for gpu in devices:
-            self.free[gpu] -= 1
-
-    def give_back(self, devices: Sequence[str]) -> None:
-        for gpu in devices:
-            self.free[gpu] += 1
+            self.free[gpu] += change
 
     def next_task(self, pending: Sequence[Task]):
         """The first pending task that can start now, its GPUs (the least busy distinct ones, or
         an idle worker's with room) and the idle worker that takes it."""
-        for worker in [w for w in self.idle if not w.alive()]:
+        for worker in [w for w in self.idle if w.process.poll() is not None]:
             self.idle.remove(worker)
             self.retire(worker)
         for task in pending:
             for worker in self.idle if self.served(task) else []:
                 if len(worker.devices) == task.gpus and all(self.free[g] for g in worker.devices):
-                    self._take(worker.devices)
+                    self.book(worker.devices, -1)
                     self.idle.remove(worker)
                     return task, worker.devices, worker
             open_gpus = [gpu for gpu, room in self.free.items() if room > 0]
             if len(open_gpus) >= task.gpus:
                 devices = tuple(sorted(open_gpus, key=lambda gpu: -self.free[gpu])[: task.gpus])
-                self._take(devices)
+                self.book(devices, -1)
                 return task, devices, None
         return None, (), None
 
@@ -154,14 +149,7 @@ class _Pool:
             )
             log.flush()
             if worker is None:  # the task's process keeps the log open; this one need not
-                process = subprocess.Popen(
-                    list(task.argv),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-                return _Running(task, process, devices)
+                return _Running(task, spawn(task.argv, env, log), devices)
         worker.hand(task.log_path, str(task.request))
         return _Running(task, worker.process, devices, worker)
 
@@ -225,10 +213,9 @@ def run_tasks(
                 running.remove(entry)
                 if entry.worker is not None:
                     pool.idle.append(entry.worker)  # the next next_task drops a dead one
-                pool.give_back(entry.devices)
-                seconds = time.monotonic() - entry.start
-                outcomes[id(entry.task)] = Outcome(entry.task, status, seconds, entry.devices)
-                label, took = entry.task.label, f"{seconds:.0f} s"
+                pool.book(entry.devices, +1)
+                outcomes[id(entry.task)] = Outcome(entry.task, status)
+                label, took = entry.task.label, f"{time.monotonic() - entry.start:.0f} s"
                 say(
                     f"{label}: done in {took}"
                     if status == 0

@@ -5,6 +5,7 @@ skip pretraining: their checkpoint is written here.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -166,14 +167,13 @@ def run_job(
     """Pretrain (not for reference rows) and evaluate one job, then its missing curve points, each
     step skipped when done, under the job's lock (rank 0's); returns its ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    if _secondary_rank():  # rank 0 holds the lock
-        return _run_job(spec, job, shared_eval, eval_fingerprint)
-    with job_lock(job.run_dir, job.label, progress):
-        return _run_job(spec, job, shared_eval, eval_fingerprint)
+    secondary = _secondary_rank()  # rank 0 holds the lock
+    with contextlib.nullcontext() if secondary else job_lock(job.run_dir, job.label, progress):
+        return _run_job(spec, job, shared_eval, eval_fingerprint, secondary)
 
 
 def _run_job(
-    spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
+    spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str, secondary: bool
 ) -> dict[str, Any]:
     standing = result_standing(spec, job, eval_fingerprint, curves=False)
     if standing:
@@ -183,7 +183,7 @@ def _run_job(
         return result
     if job.reference is None:
         checkpoint, trained = pretrain(spec, job)
-        if _secondary_rank():
+        if secondary:
             return {}
         if not trained:
             progress(f"{job.label}: pretraining already finished ({checkpoint.name})")

@@ -8,19 +8,12 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-from solo_diet.core.lock import folder_lock, holder_named, holder_of, lock_file, write_holder
+from solo_diet.core.lock import holder_named, holder_of, lock_file, write_holder
 
 LOCK_FILE = ".compare.lock"
 JOB_LOCK_FILE = ".job.lock"
-
-
-def output_dir_lock(out: Path, say: Callable[[str], None] = print) -> ContextManager[Path]:
-    """Hold ``out``'s lock in the block (``FolderInUse`` when another comparison does)."""
-    return folder_lock(
-        out / LOCK_FILE, "compare", f"`output_dir` {out}", "pass another output_dir", say
-    )
 
 
 @contextlib.contextmanager

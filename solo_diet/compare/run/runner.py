@@ -4,6 +4,7 @@ worker processes, then the report of every job with a result."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from solo_diet.compare.plan.fingerprints import (
 from solo_diet.compare.plan.jobs import Job, longest_first, plan_jobs
 from solo_diet.compare.report.markdown import write_report
 from solo_diet.compare.run.job import result_standing, run_job
-from solo_diet.compare.run.lock import LOCK_FILE, output_dir_lock, stop_orphans
+from solo_diet.compare.run.lock import LOCK_FILE, stop_orphans
 from solo_diet.compare.run.record import (
     EPOCHS_FILE,
     note_command,
@@ -40,6 +41,7 @@ from solo_diet.compare.spec.load import SpecSource, load_spec
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
 from solo_diet.core.atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.lock import folder_lock
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.errors import disk_full_named
 from solo_diet.launch.launch_checks import (
@@ -50,9 +52,8 @@ from solo_diet.launch.launch_checks import (
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
-PLAN_PREFIX = (
-    "solo-diet-plan-"  # + the comparison's pid: its workers' plan, in the temporary folder
-)
+# + the comparison's pid: its workers' plan, in the temporary folder
+PLAN_PREFIX = "solo-diet-plan-"
 
 
 class JobsFailed(RuntimeError):
@@ -209,7 +210,7 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
 
 def _report_of_finished(
     spec: Spec, jobs: Sequence[Job], report_only: bool = False, failed: Collection[str] = ()
-) -> tuple[Path, list[dict], list[str]]:
+) -> CompareResults:
     """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others;
     ``report_only`` adds the unfinished runs and keeps the report when every run is stale."""
     results, left_out, stale, out = [], [], False, spec.output_dir
@@ -242,12 +243,11 @@ def _report_of_finished(
     budgets = {job.name: job.budget for job in jobs if job.budget is not None}
     report = write_report(spec, results, out, left_out, budgets)
     progress(f"report: {report}")
-    return report, results, left_out
+    return CompareResults(spec, report, tuple(results), tuple(left_out))
 
 
 def remove_leftovers(out: Path) -> None:
-    """Delete what killed processes left: temporary files in ``out``, and the workers' plans of
-    comparisons that no longer run."""
+    """Delete what killed processes left: temporary files in ``out``, dead comparisons' plans."""
     remove_stale_temporaries(out)
     for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
         pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
@@ -271,16 +271,17 @@ def run_spec(
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        report, records, left_out = _report_of_finished(loaded, jobs, report_only=True)
-        return CompareResults(loaded, report, tuple(records), tuple(left_out))
+        return _report_of_finished(loaded, jobs, report_only=True)
     chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
     _check_before_any_job(loaded, chosen, out)
     out.mkdir(parents=True, exist_ok=True)
     # as commands.txt names the spec: its file, or the resolved copy written in `out`
     command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
+    what, fix = f"`output_dir` {out}", "pass another output_dir"
+    lock = folder_lock(out / LOCK_FILE, "compare", what, fix, progress)
     with contextlib.ExitStack() as held:
         with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
-            held.enter_context(output_dir_lock(out, say=progress))  # one comparison per folder
+            held.enter_context(lock)  # one comparison per folder
         return _run_jobs(loaded, command_spec, overrides, jobs, chosen)
 
 
@@ -338,16 +339,13 @@ def _run_jobs(
     if in_processes:
         # the workers' jobs, planned here, in a folder only this user may write (mode 0700): a
         # file planted in `output_dir` is never unpickled
-        folder = Path(tempfile.mkdtemp(prefix=f"{PLAN_PREFIX}{os.getpid()}-"))
-        save_plan(folder / "plan.pkl", spec, to_run, eval_fingerprint)
-        try:
+        prefix = f"{PLAN_PREFIX}{os.getpid()}-"
+        with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
+            plan = Path(folder) / "plan.pkl"
+            save_plan(plan, spec, to_run, eval_fingerprint)
             with private_mps(sharing.mps):
-                failures = _run_in_processes(
-                    to_run, workers, parallel, folder / "plan.pkl", sharing.jobs_per_gpu
-                )
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+                failures = _run_in_processes(to_run, workers, parallel, plan, sharing.jobs_per_gpu)
     else:
         failures = _run_here(spec, to_run, eval_fingerprint)
-    report, records, left_out = _report_of_finished(spec, jobs, failed=failures)
-    return CompareResults(spec, report, tuple(records), tuple(left_out), failures, len(to_run))
+    results = _report_of_finished(spec, jobs, failed=failures)
+    return dataclasses.replace(results, failures=failures, started=len(to_run))

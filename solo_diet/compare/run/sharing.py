@@ -65,13 +65,10 @@ def choose_sharing(
         how = f"auto: {cores} cores, {gpus} GPU(s), {jobs} job(s)"
     else:
         how = "parallel.jobs_per_gpu"
-    use_mps = can_mps and int(jobs_per_gpu) > 1
-    if use_mps:
-        under = "under a private MPS daemon"
-    elif mps == "off" or int(jobs_per_gpu) == 1:
-        under = "without MPS"
-    else:
-        under = f"without MPS ({no_mps})"
+    shared = int(jobs_per_gpu) > 1
+    use_mps = can_mps and shared
+    why = f" ({no_mps})" if shared and mps != "off" else ""  # only a failed MPS check stops it
+    under = "under a private MPS daemon" if use_mps else f"without MPS{why}"
     return Sharing(int(jobs_per_gpu), use_mps, f"{jobs_per_gpu} job(s) per GPU ({how}), {under}")
 
 

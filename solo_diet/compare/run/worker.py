@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from solo_diet.core.host import quiet_run_noise
 
@@ -89,6 +89,13 @@ def serve(plan_file: str, reply_fd: int) -> int:
     return 0
 
 
+def spawn(argv: Sequence[str], env: dict, log: IO, **popen: Any) -> subprocess.Popen:
+    """Start ``argv`` in a process group of its own, its output into ``log``."""
+    return subprocess.Popen(
+        list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen
+    )
+
+
 class ServedWorker:
     """The fan-out's handle on a ``--serve`` worker: a task is a JSON line on its stdin, answered
     ``0`` on the pipe its last argument names; a failed task, or the end of stdin, ends it."""
@@ -99,13 +106,11 @@ class ServedWorker:
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
         with first_log.open("a") as log:  # where its start-up says what it says
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 [*argv, str(write_end)],
+                env,
+                log,
                 stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
                 pass_fds=(write_end,),
                 text=True,
             )
@@ -136,9 +141,6 @@ class ServedWorker:
         if status is None:
             return None
         return status or 1
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
     def retire(self) -> None:
         """End an idle worker: it exits when its stdin ends."""
