@@ -239,17 +239,16 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
         for key in section if isinstance(section, DictConfig) else ():
-            close = None if key in known else closest_name(key, known, cutoff=0.85)
+            if key in known:
+                continue
+            close, fail = closest_name(key, known, cutoff=0.85), KeyReader(cfg).fail
             if close:
-                raise KeyReader(cfg).fail(
-                    f"{prefix}{key}",
-                    "is not a key solo-learn or Lightning reads, so it would be ignored; did you "
-                    f"mean `{prefix}{close}`?",
-                )
-            if key not in known and f"{prefix}{key}" in added:
+                ignored = "is not a key solo-learn or Lightning reads, so it would be ignored"
+                raise fail(f"{prefix}{key}", f"{ignored}; did you mean `{prefix}{close}`?")
+            if f"{prefix}{key}" in added:
                 close = closest_name(key, known)
                 hint = f"; did you mean `{prefix}{close}`?" if close else "."
-                raise KeyReader(cfg).fail(
+                raise fail(
                     f"{prefix}{key}",
                     "is not a key solo-learn, Lightning or solo-diet reads, so `+`/`++` would add "
                     f"a key nothing reads: remove it or correct its name{hint}",
