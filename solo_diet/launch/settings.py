@@ -116,11 +116,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
     return requested
 
 
-def format_override(data_format: str) -> str:
-    """The Hydra override that sets the data format."""
-    return f"{FORMAT_KEY}={data_format}"
-
-
 def dali_installed() -> bool:
     """Whether NVIDIA DALI (solo-learn's ``dali`` data format) is importable."""
     try:
