@@ -285,13 +285,12 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without i
 
 def check_finite_numbers(cfg: DictConfig) -> None:
     """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``."""
-    largest = FLOAT32_MAX
     pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while pending:
         key, node = pending.pop()
-        if isinstance(node, float) and not abs(node) <= largest:
+        if isinstance(node, float) and not abs(node) <= FLOAT32_MAX:
             raise KeyReader(cfg).fail(
-                key, f"is {node}: every number of a run must be finite (within ±{largest:.3g})."
+                key, f"is {node}: every number of a run must be finite (within ±{FLOAT32_MAX:.3g})."
             )
         if isinstance(node, dict):
             pending += [(f"{key}.{k}".lstrip("."), v) for k, v in node.items()]
