@@ -122,6 +122,10 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signum)
         self.resume = resume
 
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
@@ -182,7 +186,7 @@ def run_guarded(
             resume or stop.resume or "nothing was saved; run the same command again to start over."
         )
         report(f"interrupted by {signal.Signals(stop.signum).name}; {where}")
-        return 128 + stop.signum
+        return stop.exit_code
     except Exception as err:
         message = user_message(err)
         if message is None:
