@@ -17,7 +17,7 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.settings import format_override, resolve_launch_format
+from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
@@ -51,7 +51,7 @@ def _overrides(data: Path, accelerator: str, data_format: str) -> list[str]:
         "devices=1",
         f"precision={precision}",
         f"data.num_workers={workers}",
-        format_override(data_format),
+        f"{FORMAT_KEY}={data_format}",
     ]
 
 

@@ -181,9 +181,8 @@ class RankMeMonitor(Callback):
         self._features: list[torch.Tensor] = []
 
     def _active(self, trainer: Trainer) -> bool:
-        epoch = trainer.current_epoch
-        last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
-        return not trainer.sanity_checking and ((epoch + 1) % self.every_n_epochs == 0 or last)
+        every = (trainer.current_epoch + 1) % self.every_n_epochs == 0
+        return not trainer.sanity_checking and (every or _last_epoch(trainer))
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._features = []
@@ -215,10 +214,12 @@ class FinalEpochCheckpoint(Callback):
         self.checkpointer = checkpointer
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        epoch = trainer.current_epoch
-        last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
-        if last and epoch % self.checkpointer.frequency != 0:
+        if _last_epoch(trainer) and trainer.current_epoch % self.checkpointer.frequency != 0:
             self.checkpointer.save(trainer)
+
+
+def _last_epoch(trainer: Trainer) -> bool:
+    return trainer.max_epochs is not None and trainer.current_epoch == trainer.max_epochs - 1
 
 
 class TimedProgressBar(TQDMProgressBar):

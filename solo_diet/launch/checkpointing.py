@@ -70,7 +70,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class RunCheckpointer(Checkpointer):
     """solo-learn's ``Checkpointer`` with ``args.json`` written whole, rank 0's run folder on every
     process, a resumed run going on in its own folder, and rank 0 holding the folder's lock from
-    the fit's start to :meth:`release` (after removing the folders of runs that left none)."""
+    the fit's start to its end (after removing the folders of runs that left none)."""
 
     def __init__(
         self,
@@ -108,9 +108,6 @@ class RunCheckpointer(Checkpointer):
             )
             with disk_full_named(self.path / RUN_LOCK_FILE):  # the lock's holder: a first write
                 self.lock.enter_context(lock)
-
-    def release(self) -> None:
-        self.lock.close()
 
     def save_args(self, trainer: Any) -> None:
         if trainer.is_global_zero:

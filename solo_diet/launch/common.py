@@ -222,7 +222,7 @@ def fit_or_raise(
     finally:
         data_path.close()
         if checkpointer is not None:
-            checkpointer.release()
+            checkpointer.lock.close()
     if stopped:
         _drop_empty_run_folder(checkpointer)
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None

@@ -25,14 +25,13 @@ def check_data_paths(cfg: DictConfig) -> None:
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:
         return  # torchvision's datasets download into their path
     read = KeyReader(cfg)
-    for key in ("data.train_path", "data.val_path"):
-        path = read.value(key, None)
+    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
+    for key, path in (("data.train_path", train), ("data.val_path", val)):
         if path is not None and not Path(str(path)).exists():
             raise read.fail(
                 key,
                 f"{path} does not exist: point it at an image folder with one subfolder per class.",
             )
-    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     if train is None or not Path(str(train)).is_dir():
         return
     root = Path(str(train))

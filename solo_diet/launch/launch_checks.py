@@ -239,17 +239,16 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
         for key in section if isinstance(section, DictConfig) else ():
-            close = None if key in known else closest_name(key, known, cutoff=0.85)
+            if key in known:
+                continue
+            close, fail = closest_name(key, known, cutoff=0.85), KeyReader(cfg).fail
             if close:
-                raise KeyReader(cfg).fail(
-                    f"{prefix}{key}",
-                    "is not a key solo-learn or Lightning reads, so it would be ignored; did you "
-                    f"mean `{prefix}{close}`?",
-                )
-            if key not in known and f"{prefix}{key}" in added:
+                ignored = "is not a key solo-learn or Lightning reads, so it would be ignored"
+                raise fail(f"{prefix}{key}", f"{ignored}; did you mean `{prefix}{close}`?")
+            if f"{prefix}{key}" in added:
                 close = closest_name(key, known)
                 hint = f"; did you mean `{prefix}{close}`?" if close else "."
-                raise KeyReader(cfg).fail(
+                raise fail(
                     f"{prefix}{key}",
                     "is not a key solo-learn, Lightning or solo-diet reads, so `+`/`++` would add "
                     f"a key nothing reads: remove it or correct its name{hint}",
@@ -286,13 +285,12 @@ FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without i
 
 def check_finite_numbers(cfg: DictConfig) -> None:
     """Refuse a NaN, an infinity or a number past float32's range anywhere in ``cfg``."""
-    largest = FLOAT32_MAX
     pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
     while pending:
         key, node = pending.pop()
-        if isinstance(node, float) and not abs(node) <= largest:
+        if isinstance(node, float) and not abs(node) <= FLOAT32_MAX:
             raise KeyReader(cfg).fail(
-                key, f"is {node}: every number of a run must be finite (within ±{largest:.3g})."
+                key, f"is {node}: every number of a run must be finite (within ±{FLOAT32_MAX:.3g})."
             )
         if isinstance(node, dict):
             pending += [(f"{key}.{k}".lstrip("."), v) for k, v in node.items()]

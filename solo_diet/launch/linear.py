@@ -52,8 +52,7 @@ def fill_from_pretrain_args(cfg: DictConfig) -> None:
 
 def probe_features(cfg: DictConfig) -> nn.Module:
     """The probe's input: the backbone, or a twin's SEM representation (``probe: sem``)."""
-    read = KeyReader(cfg)
-    probe = read.choice("probe", ("backbone", "sem"), default="backbone")
+    probe = KeyReader(cfg).choice("probe", ("backbone", "sem"), default="backbone")
     ckpt = cfg.pretrained_feature_extractor
     allow_pickle = pickle_allowed(cfg)
     if probe == "backbone":

@@ -50,9 +50,7 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
             f"method_kwargs.num_samples={given} but the training set has {num_samples} samples "
             "(after data.fraction). Remove the key: the launcher sets it."
         )
-    if cfg.get("method_kwargs") is None:
-        cfg.method_kwargs = {}
-    cfg.method_kwargs.num_samples = num_samples
+    OmegaConf.update(cfg, "method_kwargs.num_samples", num_samples, force_add=True)
 
 
 def prepare_run(

@@ -116,11 +116,6 @@ def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
     return requested
 
 
-def format_override(data_format: str) -> str:
-    """The Hydra override that sets the data format."""
-    return f"{FORMAT_KEY}={data_format}"
-
-
 def dali_installed() -> bool:
     """Whether NVIDIA DALI (solo-learn's ``dali`` data format) is importable."""
     try:
@@ -262,12 +257,12 @@ def parse_loader_settings(
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         with core_errors_named(GPU_ARGUMENT_KEYS):
             views = MultiCropAugmentation.from_config(list(nodes), dataset)
-    paths = [read.value(f"data.{key}", None) for key in ("train_path", "val_path")]
+    train, val = (read.value(f"data.{key}", None) for key in ("train_path", "val_path"))
     return replace(
         parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
         dataset=dataset,
-        train_path=None if paths[0] is None else str(paths[0]),
-        val_path=None if paths[1] is None else str(paths[1]),
+        train_path=None if train is None else str(train),
+        val_path=None if val is None else str(val),
         fraction=float(fraction),
         world_size=world_size(cfg),
         augmentations=nodes,

@@ -18,7 +18,6 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     DataSettings,
     GPUDataSettings,
-    format_override,
     resolve_launch_format,
 )
 
@@ -137,4 +136,3 @@ def test_demo_and_compare_resolve_auto_and_name_their_key(tmp_path):
     assert resolve_launch_format("auto", False, "--data-format") == "image_folder"
     with pytest.raises(ValueError, match="^--data-format must be one of"):
         resolve_launch_format("dali", True, "--data-format")
-    assert format_override("gpu") == "data.format=gpu"

@@ -30,8 +30,8 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
         return DataSettings(data_format)
     key, schema, owner = DATA_PATH_SECTIONS[section]
     parsed = parse_section(schema, cfg, key, owner, strict=section == "gpu")
-    checked = getattr(parsed, "checked", None)
-    parsed = parsed if checked is None else checked(cfg)
+    if hasattr(parsed, "checked"):
+        parsed = parsed.checked(cfg)
     write_section(cfg, key, parsed)
     return DataSettings(data_format, **{section: parsed})
 

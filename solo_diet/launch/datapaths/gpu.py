@@ -113,11 +113,9 @@ class GPUPath(DataPath):
         data = self.load_split(run, "pretrain", fraction=run.fraction)
         run.check_one_global_batch(len(data))
         sampler = None if batch_sampler is None else batch_sampler(data)
-        with core_errors_named(GPU_ARGUMENT_KEYS):
-            loader = self.loader_class.for_pretraining(
-                data, run.batch_size, run.views, batch_sampler=sampler, **self.loader_kwargs(run)
-            )
-        return PretrainData(self.opened(loader), len(data))
+        make = self.loader_class.for_pretraining
+        loader = self.make_loader(run, make, data, run.batch_size, run.views, batch_sampler=sampler)
+        return PretrainData(loader, len(data))
 
     def classification_val_loader(
         self,
@@ -130,16 +128,10 @@ class GPUPath(DataPath):
         """A split in order, eval-transformed (``split_ranks``: each rank its share)."""
         data = self.load_split(run, split)
         _, transform = probe_transforms(run.dataset, probe)
-        with core_errors_named(GPU_ARGUMENT_KEYS):
-            loader = self.loader_class.for_classification(
-                data,
-                batch_size,
-                transform,
-                shuffle=False,
-                split_ranks=split_ranks,
-                **self.loader_kwargs(run),
-            )
-        return self.opened(loader)
+        make = self.loader_class.for_classification
+        return self.make_loader(
+            run, make, data, batch_size, transform, shuffle=False, split_ranks=split_ranks
+        )
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
         """The probe's train and val loaders, and the fitted batch."""
@@ -148,18 +140,21 @@ class GPUPath(DataPath):
         fitted = run.fit_probe_batch(len(data))
         if fitted:
             run = dataclasses.replace(run, batch_size=fitted.batch_size, lr=fitted.lr)
-        with core_errors_named(GPU_ARGUMENT_KEYS):
-            train = self.loader_class.for_classification(
-                data, run.batch_size, train_transform, shuffle=True, **self.loader_kwargs(run)
-            )
+        make = self.loader_class.for_classification
+        train = self.make_loader(run, make, data, run.batch_size, train_transform, shuffle=True)
         val = self.classification_val_loader(run, run.probe, run.batch_size)
-        return self.opened(train), val, fitted
+        return train, val, fitted
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         return tuple(
             self.classification_val_loader(run, run.probe, batch_size, split, split_ranks=False)
             for split in ("train", "val")
         )
+
+    def make_loader(self, run: LoaderSettings, make: Any, *args: Any, **kwargs: Any) -> Any:
+        """``make(*args, **kwargs)`` with this path's loader arguments, errors naming their keys."""
+        with core_errors_named(GPU_ARGUMENT_KEYS):
+            return self.opened(make(*args, **kwargs, **self.loader_kwargs(run)))
 
     def opened(self, loader: GPUBatchLoader) -> GPUBatchLoader:
         """A loader this path made (the streaming path keeps it, to close it)."""
