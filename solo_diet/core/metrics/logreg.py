@@ -180,8 +180,9 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
             keep = (~done).nonzero().flatten()
             rows, x, l2, loss, grad, scale = (t[keep] for t in (rows, x, l2, loss, grad, scale))
             history.keep(keep)
-        first = 1 / grad.abs().sum(1).clamp(min=1)  # before any pair: a short gradient step
-        direction = history.direction(grad, scale if history.added else first)
+        # the initial inverse Hessian's scale; before any pair, that of a short gradient step
+        initial = scale if history.added else 1 / grad.abs().sum(1).clamp(min=1)
+        direction = history.direction(grad, initial)
         slope = (grad * direction).sum(1)
         uphill = slope >= 0  # rounding: fall back to the gradient
         direction = torch.where(uphill[:, None], -grad, direction)
