@@ -9,7 +9,6 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from solo_diet.core.errors import Argument, ArgumentError, ArgumentIndexError
@@ -227,16 +226,3 @@ def batch_rows(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     positions = torch.full_like(ids, -1)
     positions[labelled] = inverse
     return rows, positions
-
-
-def multi_positive_target(
-    positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0
-) -> torch.Tensor:
-    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq.
-    7): row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``, a zero row for an unlabelled datum
-    (``positions = -1``); with all ids distinct (``index``), s-DIET's smoothed identity target.
-    """
-    labelled = positions >= 0
-    target = F.one_hot(positions.clamp_min(0), num_rows).to(torch.float32)
-    target = (1.0 - label_smoothing) * target + label_smoothing / num_rows
-    return target * labelled.unsqueeze(1)

@@ -9,7 +9,6 @@ from solo_diet.core.labels import (
     batch_rows,
     label_source_from_kwargs,
     load_groups,
-    multi_positive_target,
 )
 from solo_diet.core.losses import sdiet_batch_cross_entropy
 
@@ -145,6 +144,19 @@ def test_batch_rows_are_the_distinct_labelled_ids():
     rows, positions = batch_rows(torch.tensor([7, 2, -1, 7, 4, 2]))
     assert rows.tolist() == [2, 4, 7]
     assert positions.tolist() == [2, 0, -1, 2, 1, 0]
+
+
+def multi_positive_target(
+    positions: torch.Tensor, num_rows: int, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """``(B, M)`` batch cross-entropy target over the batch's distinct rows (s-DIET paper, Eq.
+    7): row ``j`` is ``(1 - eps) e_{positions[j]} + eps / M``, a zero row for an unlabelled datum
+    (``positions = -1``); with all ids distinct (``index``), s-DIET's smoothed identity target.
+    """
+    labelled = positions >= 0
+    target = F.one_hot(positions.clamp_min(0), num_rows).to(torch.float32)
+    target = (1.0 - label_smoothing) * target + label_smoothing / num_rows
+    return target * labelled.unsqueeze(1)
 
 
 def test_multi_positive_target_is_pytorch_smoothed_cross_entropy():

@@ -199,32 +199,6 @@ def folder_split_samples(
     return samples
 
 
-def load_folder(
-    dataset: str,
-    root: PathLike,
-    split: str,
-    no_labels: bool,
-    fraction: float,
-    image_size: Optional[int],
-    threads: Optional[int],
-    cache: bool,
-) -> ImageTensors:
-    samples = folder_split_samples(dataset, root, split, no_labels, fraction)
-
-    def decode() -> Tensor:
-        return decode_all(
-            len(samples),
-            lambda i: read_rgb(samples[i][0]),
-            lambda i: samples[i][0],
-            image_size,
-            threads,
-        )
-
-    images = cached_decode(samples, image_size, decode) if cache else decode()
-    targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
-    return ImageTensors(images, targets, source=str(root))
-
-
 def torchvision_arrays(dataset: str, root: PathLike, split: str) -> tuple[np.ndarray, np.ndarray]:
     """``(images NCHW uint8, targets)`` of a torchvision set under ``root`` (no download)."""
     from torchvision import datasets
@@ -297,4 +271,17 @@ def load_images(
     check_root(root, split)
     if dataset in ARRAY_DATASETS:
         return load_torchvision(dataset, root, split, fraction, image_size, threads)
-    return load_folder(dataset, root, split, no_labels, fraction, image_size, threads, cache)
+    samples = folder_split_samples(dataset, root, split, no_labels, fraction)
+
+    def decode() -> Tensor:
+        return decode_all(
+            len(samples),
+            lambda i: read_rgb(samples[i][0]),
+            lambda i: samples[i][0],
+            image_size,
+            threads,
+        )
+
+    images = cached_decode(samples, image_size, decode) if cache else decode()
+    targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
+    return ImageTensors(images, targets, source=str(root))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -15,6 +14,12 @@ CROP_RATIO = (3 / 4, 4 / 3)
 
 BLUR_SIGMA = (0.1, 2.0)
 """solo-learn ``GaussianBlur``'s sigma range."""
+
+ERASING_SCALE, ERASING_RATIO = (0.02, 0.33), (0.3, 3.3)
+"""torchvision ``RandomErasing``'s area and aspect-ratio ranges (solo-learn keeps them)."""
+
+ATTEMPTS = 10
+"""Draws per box before torchvision's fallback (``RandomResizedCrop`` and ``RandomErasing``)."""
 
 
 def uniform(generator: torch.Generator | None, shape, device, low=0.0, high=1.0) -> Tensor:
@@ -37,26 +42,27 @@ def _first_valid(candidates: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     return candidates.gather(1, pick).squeeze(1), valid.any(1)
 
 
-def _box_sides(generator, count, height, width, scale_low, scale_high, ratio, attempts, device):
+def _box_sides(generator, count, height, width, scale, ratio, device):
     area = height * width
     ratio_log = (math.log(ratio[0]), math.log(ratio[1]))
-    target = area * uniform(generator, (attempts, count), device, scale_low, scale_high).T
-    aspect = torch.exp(uniform(generator, (count, attempts), device, *ratio_log))
+    target = area * uniform(generator, (ATTEMPTS, count), device, *scale).T
+    aspect = torch.exp(uniform(generator, (count, ATTEMPTS), device, *ratio_log))
     return torch.round(torch.sqrt(target * aspect)), torch.round(torch.sqrt(target / aspect))
 
 
-def _fallback_sides(height: int | Tensor, width: int | Tensor, ratio: Sequence[float]):
+def _fallback_sides(height: int | Tensor, width: int | Tensor):
     """``RandomResizedCrop``'s central crop when no draw fits: the image clamped to the ratios."""
+    low, high = CROP_RATIO
     if not isinstance(height, Tensor):
-        if width / height < min(ratio):
-            return float(width), float(round(width / min(ratio)))
-        if width / height > max(ratio):
-            return float(round(height * max(ratio))), float(height)
+        if width / height < low:
+            return float(width), float(round(width / low))
+        if width / height > high:
+            return float(round(height * high)), float(height)
         return float(width), float(height)
     height, width = height.double(), width.double()
-    narrow, wide = width / height < min(ratio), width / height > max(ratio)
-    fallback_w = torch.where(wide, torch.round(height * max(ratio)), width)
-    fallback_h = torch.where(narrow, torch.round(width / min(ratio)), height)
+    narrow, wide = width / height < low, width / height > high
+    fallback_w = torch.where(wide, torch.round(height * high), width)
+    fallback_h = torch.where(narrow, torch.round(width / low), height)
     return fallback_w.float(), fallback_h.float()
 
 
@@ -67,19 +73,15 @@ def sample_resized_crop_boxes(
     width: int | Tensor,
     scale: tuple[float | Tensor, float | Tensor],
     device: str | torch.device,
-    ratio: Sequence[float] = CROP_RATIO,
-    attempts: int = 10,
 ) -> Box:
     """torchvision ``RandomResizedCrop.get_params`` for ``count`` samples."""
     per_sample = isinstance(height, Tensor)
     side_h, side_w = (height[:, None], width[:, None]) if per_sample else (height, width)
-    crop_w, crop_h = _box_sides(
-        generator, count, side_h, side_w, scale[0], scale[1], ratio, attempts, device
-    )
+    crop_w, crop_h = _box_sides(generator, count, side_h, side_w, scale, CROP_RATIO, device)
     fits = (crop_w > 0) & (crop_w <= side_w) & (crop_h > 0) & (crop_h <= side_h)
     crop_w, found = _first_valid(crop_w, fits)
     crop_h, _ = _first_valid(crop_h, fits)
-    fallback_w, fallback_h = _fallback_sides(height, width, ratio)
+    fallback_w, fallback_h = _fallback_sides(height, width)
     crop_w = torch.where(found, crop_w, fallback_w).long()
     crop_h = torch.where(found, crop_h, fallback_h).long()
     top = _place(generator, count, height - crop_h, device)
@@ -95,13 +97,10 @@ def sample_erasing_boxes(
     height: int,
     width: int,
     device: str | torch.device,
-    scale: tuple[float, float] = (0.02, 0.33),
-    ratio: tuple[float, float] = (0.3, 3.3),
-    attempts: int = 10,
 ) -> tuple[Box, Tensor]:
     """torchvision ``RandomErasing.get_params`` for ``count`` samples, and whether one fitted."""
     erase_h, erase_w = _box_sides(
-        generator, count, height, width, scale[0], scale[1], ratio, attempts, device
+        generator, count, height, width, ERASING_SCALE, ERASING_RATIO, device
     )
     fits = (erase_h < height) & (erase_w < width)
     erase_h, found = _first_valid(erase_h, fits)
