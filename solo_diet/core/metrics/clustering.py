@@ -37,6 +37,12 @@ def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
     return table
 
 
+def exp_entropy(p: torch.Tensor) -> float:
+    """exp(-sum p log p), with 0 log 0 = 0."""
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
+
+
 def _entropy(counts: np.ndarray) -> float:
     """Shannon entropy (nats) of the distribution proportional to ``counts``."""
     p = counts[counts > 0] / counts.sum()
@@ -51,16 +57,13 @@ def _mutual_information(table: np.ndarray) -> float:
     return float(max((joint / n * (np.log(joint) + math.log(n) - np.log(outer))).sum(), 0.0))
 
 
-def _log_factorials(n: int) -> np.ndarray:
-    """``log(m!)`` for m = 0..n."""
-    return np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))])
-
-
 def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> float:
     """E[MI] under the hypergeometric model with fixed marginals (Vinh et al., 2010), equal sums
     grouped (16384 singleton codes cost one term)."""
+    from scipy.special import gammaln
+
     n = int(row_sums.sum())
-    log_fact = _log_factorials(n)
+    log_fact = gammaln(np.arange(n + 1) + 1.0)  # log(m!) for m = 0..n
     a_values, a_counts = np.unique(row_sums, return_counts=True)
     b_values, b_counts = np.unique(col_sums, return_counts=True)
     expected = 0.0
@@ -101,19 +104,16 @@ def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
     return (_mutual_information(table) - expected) / denominator
 
 
-def _pairs(counts: np.ndarray) -> float:
-    counts = counts.astype(np.float64)
-    return float((counts * (counts - 1) / 2).sum())
-
-
 def adjusted_rand_index(labels: ArrayLike, clusters: ArrayLike) -> float:
     """ARI (Hubert and Arabie, 1985) from pair counts of the contingency table."""
+    from scipy.special import comb
+
     table = contingency_table(labels, clusters)
     if np.count_nonzero(table) == table.shape[0] == table.shape[1]:
         return 1.0  # identical partitions up to renaming (also covers all-singleton and one-group)
-    together, rows, cols = _pairs(table), _pairs(table.sum(1)), _pairs(table.sum(0))
-    expected = rows * cols / _pairs(np.array([table.sum()]))
-    return (together - expected) / (0.5 * (rows + cols) - expected)
+    together, rows, cols = (comb(x, 2).sum() for x in (table, table.sum(1), table.sum(0)))
+    expected = rows * cols / comb(table.sum(), 2)
+    return float((together - expected) / (0.5 * (rows + cols) - expected))
 
 
 def hungarian_accuracy(labels: ArrayLike, clusters: ArrayLike) -> float:
@@ -190,14 +190,14 @@ def dimensional_collapse_report(
             "significant_dims": 0.0,
             "mean_abs_offdiag_corr": float("nan"),
         }
-    p = eigenvalues[eigenvalues > 0] / total
+    p = eigenvalues / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)
     corr = torch.atleast_2d(torch.corrcoef(x[:, x.norm(dim=0) > 0].T))  # varying dims (1x1 for one)
     d = corr.shape[0]
     offdiag = (corr.abs().sum() - corr.diagonal().abs().sum()) / max(d * (d - 1), 1)
     return {
-        "effective_rank": float(torch.exp(-(p * p.log()).sum())),
+        "effective_rank": exp_entropy(p),
         "significant_dims": float((eigenvalues > rel_threshold * eigenvalues[0]).sum()),
         "mean_abs_offdiag_corr": float(offdiag),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from solo_diet.core.metrics.clustering import ArrayLike
+from solo_diet.core.metrics.clustering import ArrayLike, exp_entropy
 
 
 def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:
@@ -18,12 +18,6 @@ def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:
     return x
 
 
-def _exp_entropy(p: torch.Tensor) -> float:
-    """exp(-sum p log p), with 0 log 0 = 0."""
-    p = p[p > 0]
-    return float(torch.exp(-(p * p.log()).sum()))
-
-
 def singular_values(features: ArrayLike) -> torch.Tensor:
     """Singular values (descending, float64) of the uncentred embedding matrix ``Z`` (K x d)."""
     return torch.linalg.svdvals(_float64_matrix(features, "features"))
@@ -35,7 +29,7 @@ def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
     sigma = singular_values(features)
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")
-    return _exp_entropy(sigma / sigma.sum() + eps)
+    return exp_entropy(sigma / sigma.sum() + eps)
 
 
 def lidar(
@@ -68,4 +62,4 @@ def lidar(
     w_eigenvalues, w_eigenvectors = torch.linalg.eigh(sigma_w)
     inverse_sqrt = w_eigenvectors @ torch.diag(w_eigenvalues.rsqrt()) @ w_eigenvectors.T
     eigenvalues = torch.linalg.eigvalsh(inverse_sqrt @ sigma_b @ inverse_sqrt).clamp_min(0.0)
-    return _exp_entropy((eigenvalues + eps) / (eigenvalues + eps).sum())
+    return exp_entropy((eigenvalues + eps) / (eigenvalues + eps).sum())

@@ -60,12 +60,8 @@ class RowShard:
     all_reduce: Callable[[Tensor], None]
     device: torch.device = torch.device("cpu")
 
-    def table_rows(self, num_rows: int) -> int:
-        """``ceil(N / nodes)``: the rows of every node's table."""
-        return -(-num_rows // self.nodes)
-
-    def owned_rows(self, num_rows: int, node: int) -> int:
-        """How many of the ``N`` rows ``node`` owns."""
+    def owned_rows(self, num_rows: int, node: int = 0) -> int:
+        """How many of the ``N`` rows ``node`` owns (node 0: ``ceil(N / nodes)``, every table's)."""
         return len(range(node, num_rows, self.nodes))
 
     def owns(self, indices: Tensor) -> Tensor:
@@ -111,7 +107,7 @@ class RowTables:
                 "placement='gpu' cannot be shared between processes: each GPU holds its own table"
             )
         self.total_rows, self.shard = num_rows, shard
-        self.num_rows = num_rows if shard is None else shard.table_rows(num_rows)
+        self.num_rows = num_rows if shard is None else shard.owned_rows(num_rows)
         self.dim = dim
         self.names = tuple(names)
         self.placement = placement
