@@ -35,9 +35,7 @@ class HostSharing:
     directory: str = "/dev/shm"
 
 
-def host_sharing(
-    prefix: str = "solo_diet_rows", directory: str = "/dev/shm", node: int = 0
-) -> Optional[HostSharing]:
+def host_sharing(directory: str = "/dev/shm", node: int = 0) -> Optional[HostSharing]:
     """:class:`HostSharing` of host ``node``'s processes (None for one). Collective."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
@@ -47,7 +45,7 @@ def host_sharing(
     dist.broadcast_object_list(token, src=0)
     rank = dist.get_rank()
     writer = places.index(places[rank]) == rank
-    return HostSharing(f"{prefix}_{token[0]}_node{node}", writer, dist.barrier, directory)
+    return HostSharing(f"solo_diet_rows_{token[0]}_node{node}", writer, dist.barrier, directory)
 
 
 @dataclass(frozen=True)
