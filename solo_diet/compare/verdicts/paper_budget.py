@@ -92,24 +92,17 @@ def paper_epochs(claim: Claim, run: str) -> int:
     return budget.epochs
 
 
-def _paper_count(claim: Claim, run: str) -> Optional[int]:
-    # the source's steps (samples) for `run`, scaled to `than_epochs` for a `than` run
-    unit = _unit(claim)
-    if unit is None:
-        return None
-    budget = claim.paper_budget
-    return round(getattr(budget, unit) * paper_epochs(claim, run) / budget.epochs)
-
-
 def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
-    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples)."""
-    unit = _unit(claim)
+    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples):
+    the source's count scaled to ``than_epochs`` for a ``than`` run."""
+    unit, budget = _unit(claim), claim.paper_budget
     below = []
     for run, trained in ran.items():
-        count, paper_count = getattr(trained, unit) if unit else None, _paper_count(claim, run)
-        if count is None or paper_count is None:
-            count = paper_count = None
-        item = Below(run, trained.epochs, paper_epochs(claim, run), count, paper_count)
+        epochs, count, paper_count = paper_epochs(claim, run), None, None
+        if unit and getattr(trained, unit) is not None:
+            count = getattr(trained, unit)
+            paper_count = round(getattr(budget, unit) * epochs / budget.epochs)
+        item = Below(run, trained.epochs, epochs, count, paper_count)
         if item.epochs < item.paper_epochs or (count is not None and count < paper_count):
             below.append(item)
     return below
