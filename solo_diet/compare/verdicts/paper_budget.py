@@ -108,24 +108,18 @@ def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
     return below
 
 
-def _limits(claim: Claim, below: list[Below]) -> str:
-    unit = _unit(claim) or "steps"
-    shown = {item.words(unit) for item in below}
-    if len(shown) == 1:
-        return shown.pop()
-    joint = "; " if any(item.count is not None for item in below) else ", "
-    return joint.join(f"{item.run} {item.words(unit)}" for item in below)
-
-
 def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> str:
     """The verdict with the budget it was reached at, below the source's (a reading of ours says
     so, and reads ``not met`` where it did not hold)."""
     if claim.paper_budget is None:
         return verdict
     shown = "not met" if claim.ours and verdict == "did not hold" else verdict
-    below = below_budget(claim, ran)
-    if below and verdict != "not checked":
-        shown = f"{shown} (at {_limits(claim, below)})"
+    below, unit = below_budget(claim, ran), _unit(claim) or "steps"
+    if below and verdict != "not checked":  # one budget, or each run's
+        joint = "; " if any(item.count is not None for item in below) else ", "
+        each = {item.words(unit) for item in below}
+        each = each if len(each) == 1 else [f"{item.run} {item.words(unit)}" for item in below]
+        shown = f"{shown} (at {joint.join(each)})"
     return f"{shown}, a reading of ours" if claim.ours else shown
 
 
