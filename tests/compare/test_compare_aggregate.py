@@ -10,9 +10,9 @@ import pytest
 from solo_diet.compare.verdicts.aggregate import (
     RANKED_METRICS,
     aggregate,
-    pooled_std,
     rank,
     ranked_metrics,
+    two_pooled_std,
     verdict,
 )
 
@@ -38,7 +38,7 @@ def test_aggregate_has_mean_and_sample_std_per_run_in_order():
     assert math.isnan(rows[0]["rankme"]) and "note" not in rows[0] and "seed_std" not in rows[0]
 
 
-def test_pooled_std_matches_the_formula_and_needs_two_seeds_per_group():
+def test_two_pooled_std_matches_the_formula_and_needs_two_seeds_per_group():
     a, b = [1.0, 2.0, 4.0], [3.0, 3.5]
     pooled = math.sqrt(
         (
@@ -47,10 +47,10 @@ def test_pooled_std_matches_the_formula_and_needs_two_seeds_per_group():
         )
         / (len(a) + len(b) - 2)
     )
-    assert pooled_std(statistics.stdev(a), 3, statistics.stdev(b), 2) == pytest.approx(
-        pooled, rel=1e-14
-    )
-    assert math.isnan(pooled_std(1.0, 1, 1.0, 3))
+    row_a = {"m_std": statistics.stdev(a), "n_seeds": 3}
+    row_b = {"n_std": statistics.stdev(b), "n_seeds": 2}
+    assert two_pooled_std(row_a, row_b, "m", "n") == pytest.approx(2 * pooled, rel=1e-14)
+    assert math.isnan(two_pooled_std({"m_std": 1.0}, {"m_std": 1.0, "n_seeds": 3}, "m"))
 
 
 def test_rank_marks_only_gaps_beyond_two_pooled_std():
@@ -125,6 +125,6 @@ def test_a_seed_stopped_before_its_evaluation_counts_only_in_costs_not_in_the_po
     assert (alone_row["n_seeds"], alone_row["epochs"]) == (0, 7.0)
     # two pooled std with the two evaluated seeds: 3.43 < gap 4.1 (with the stopped seed counted
     # as a third: 4.20, not resolved)
-    two_std = 2 * pooled_std(best_row["linear_acc1_std"], 3, other_row["linear_acc1_std"], 2)
+    two_std = two_pooled_std(best_row, other_row, "linear_acc1")  # 3 and 2 seeds
     assert two_std == pytest.approx(2 * math.sqrt((2 * 0.1**2 + 4.2**2 / 2) / 3), rel=1e-12)
     assert rank(rows, "linear_acc1", val_images=2000).resolved == ("other",)

@@ -19,7 +19,6 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare import run_compare
 from solo_diet.compare.run.runner import JobsFailed
-from solo_diet.compare.verdicts.aggregate import pooled_std
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
 pytestmark = pytest.mark.solo
@@ -53,6 +52,11 @@ def seeded_overrides(data_root: Path, output_dir: Path) -> list[str]:
 def read_rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
         return list(csv.DictReader(f))
+
+
+def two_pooled_std(stds: list[float]) -> float:
+    """Two pooled standard deviations of two runs of two seeds each."""
+    return 2 * math.sqrt((stds[0] ** 2 + stds[1] ** 2) / 2)
 
 
 def table_cells(report: str, run: str) -> dict[str, str]:
@@ -114,7 +118,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
         stds = [float(means[run][f"{metric}_std"]) for run in (best, other)]
         p = (float(means[best][metric]) + float(means[other][metric])) / 200
         floor = 200 * math.sqrt(p * (1 - p) / val_images)
-        resolved = gap > max(2 * pooled_std(stds[0], 2, stds[1], 2), floor)
+        resolved = gap > max(two_pooled_std(stds), floor)
         best_cell, other_cell = (table_cells(report, run)[metric] for run in (best, other))
         assert best_cell.startswith("**") and "±" in best_cell
         assert other_cell.endswith("†") == resolved
@@ -137,7 +141,7 @@ def test_seeds_and_reference_rows_end_to_end(data_root, tmp_path):
     assert lines[2] == "Claims checked against the seeds:" and lines[6].startswith("Data:")
     gap = float(means["diet"]["linear_acc1"]) - float(means["simclr"]["linear_acc1"])
     stds = [float(means[run]["linear_acc1_std"]) for run in ("diet", "simclr")]
-    two_std = 2 * pooled_std(stds[0], 2, stds[1], 2)
+    two_std = two_pooled_std(stds)
     p = (float(means["diet"]["linear_acc1"]) + float(means["simclr"]["linear_acc1"])) / 200
     floor = 200 * math.sqrt(p * (1 - p) / val_images)  # two seeds: the floor applies
     line = max(two_std, floor)

@@ -20,7 +20,7 @@ from solo_diet.compare.run.record import progress
 from solo_diet.compare.spec.settings import EvaluationSettings, Spec
 from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
 from solo_diet.core.metrics import clustering_report, kmeans, lidar, rankme, singular_values
-from solo_diet.core.metrics.logreg import logistic_regression_probe
+from solo_diet.core.metrics.logreg import Convergence, logistic_regression_probe
 from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
@@ -116,14 +116,6 @@ class Evaluator:
             [model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks]
         )
 
-    def cluster_scores(self, val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, float]:
-        """k-means (k = number of classes) of the L2-normalised features, scored against labels."""
-        seed = self.settings.seed
-        normalized = torch.nn.functional.normalize(val_x.double(), dim=1)
-        clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
-        report = clustering_report(val_y, clusters, seed=seed)
-        return {column: report[key] for key, column in KMEANS_SCORES.items()}
-
     def code_scores(self, encoder: torch.nn.Module, prefix: str) -> dict[str, float]:
         """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
         codes, val_y = self._features(encoder.to(self.device).eval(), self.val_loader)
@@ -151,22 +143,18 @@ class Evaluator:
         ``logreg_sweep``, each strength's held-out top-1 and fit (docs/compare.md, "Evaluation")."""
         on = [t.to(self.device) for t in (train_x, train_y, val_x, val_y)]
         probe = logistic_regression_probe(*on)
-        sweep = list(probe.sweep.values())
+        fit = [field.name for field in dataclasses.fields(Convergence)]
         return {
             "logreg_acc1": probe.acc1,
             "logreg_balanced_acc1": probe.balanced_acc1,
             "logreg_heldout_acc1": probe.held_out_acc1[probe.l2],
             "logreg_l2": probe.l2,
             "logreg_l2_edge": probe.edge,
-            "logreg_iterations": probe.convergence.iterations,
-            "logreg_grad_norm": probe.convergence.grad_norm,
-            "logreg_hit_limit": probe.convergence.hit_limit,
+            **{f"logreg_{key}": getattr(probe.convergence, key) for key in fit},
             "logreg_sweep": {
                 "l2": list(probe.sweep),
                 "heldout_acc1": list(probe.held_out_acc1.values()),
-                "iterations": [fit.iterations for fit in sweep],
-                "grad_norm": [fit.grad_norm for fit in sweep],
-                "hit_limit": [fit.hit_limit for fit in sweep],
+                **{key: [getattr(f, key) for f in probe.sweep.values()] for key in fit},
             },
         }
 
@@ -190,8 +178,14 @@ class Evaluator:
         result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
         if logreg:
             result.update(self._logreg(train_x, train_y, val_x, val_y))
-        if cluster:
-            result.update(self.cluster_scores(val_x, val_y))
+        if cluster:  # k-means (k = number of classes) of the L2-normalised features
+            seed, normalized = (
+                self.settings.seed,
+                torch.nn.functional.normalize(val_x.double(), dim=1),
+            )
+            clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
+            report = clustering_report(val_y, clusters, seed=seed)
+            result.update({column: report[key] for key, column in KMEANS_SCORES.items()})
         if val_x.shape[1] > self.settings.max_rank_dim:
             progress(
                 f"  {val_x.shape[1]}-d features > evaluation.max_rank_dim: RankMe/LiDAR skipped"

@@ -11,7 +11,7 @@ from solo_diet.compare.evaluate.curves import CURVE_FILE, CURVE_METRICS, SNAPSHO
 from solo_diet.compare.report.plots import plot_learning_curves
 from solo_diet.compare.report.tables import mean_cell, table_lines, write_csv
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, Spec
-from solo_diet.compare.verdicts.aggregate import aggregate, is_number, two_pooled_std
+from solo_diet.compare.verdicts.aggregate import aggregate, has_value, is_number, two_pooled_std
 
 CURVES_CSV = "learning_curves.csv"
 CURVES_PNG = "learning_curves.png"
@@ -68,7 +68,7 @@ def _last_step(rows: Sequence[dict], metric: str) -> str:
 def _reading(run: str, rows: Sequence[dict]) -> str:
     parts = []
     for metric, label in CURVE_METRICS:
-        scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
+        scored = [r for r in rows if has_value(r, metric)]
         if not scored:
             continue
         best = max(scored, key=lambda r: (r[metric], r["epoch"]))  # the latest of equal bests

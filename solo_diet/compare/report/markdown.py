@@ -35,7 +35,9 @@ from solo_diet.compare.verdicts.aggregate import (
     MIN_SEEDS,
     NOT_AGGREGATED,
     aggregate,
+    by_sign,
     gap,
+    has_value,
     is_number,
     rank,
     ranked_metrics,
@@ -155,9 +157,7 @@ def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> 
     seeded = reference["run"] in SEEDED_REFERENCES
     other, value = (reference, None) if seeded else (None, reference[metric])
     gaps = [gap(run, metric, other, value=value, val_images=val_images) for run in runs]
-    groups = {1: "above it", -1: "below it", 0: "not resolved"}
-    parts = [(words, [g.short() for g in gaps if g.sign == sign]) for sign, words in groups.items()]
-    parts = [f"{words}: {', '.join(items)}" for words, items in parts if items]
+    parts = by_sign(gaps, {1: "above it", -1: "below it", 0: "not resolved"})
     shown = mean_cell(reference, metric, set(), set())
     return f"- `{metric}` of `{reference['run']}`: {shown}; {'; '.join(parts)}."
 
@@ -175,9 +175,9 @@ def _verdicts(
         ranking = rank(runs, metric, val_images)
         if ranking is not None and spec.seeds is not None:
             lines.append(f"- {verdict(ranking)}")
-        scored = [r for r in runs if is_number(r.get(metric)) and not math.isnan(r[metric])]
+        scored = [r for r in runs if has_value(r, metric)]
         for reference in references:
-            if is_number(reference.get(metric)) and not math.isnan(reference[metric]):
+            if has_value(reference, metric):
                 lines.append(_against(reference, metric, scored, val_images))
     return lines
 

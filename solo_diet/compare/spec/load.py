@@ -21,10 +21,9 @@ from solo_diet.compare.spec.settings import (
     check_seeds,
     parse_claims,
     parse_runs,
-    parse_sections,
 )
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import closest_name
+from solo_diet.core.settings import closest_name, parse_section
 from solo_diet.launch.errors import check_destination
 from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
@@ -136,7 +135,15 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     if spec.output_dir is None:
         raise ConfigError(f"{where}: set `output_dir` (where runs, checkpoints and the report go).")
     check_destination(spec.output_dir, f"{where}: `output_dir`")
-    sections = parse_sections(spec)
+    sections = {  # each key checked by its field; unknown keys were refused by the merge
+        section: parse_section(schema, spec, section, f"`{section}`", strict=False)
+        for section, schema in SECTIONS.items()
+    }
+    limit = sections["budget"].limit_train_batches
+    if limit is not None and limit <= 0:
+        raise ConfigError(
+            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
+        )
     linear = spec.linear
     if linear.config_path is None or linear.config_name is None:
         raise ConfigError(

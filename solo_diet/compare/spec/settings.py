@@ -154,20 +154,6 @@ class Spec:
     resolved: str
 
 
-def parse_sections(spec: Any) -> dict[str, Any]:
-    """The typed sections (``SECTIONS``) of the merged spec node, each key checked by its field."""
-    parsed = {
-        section: parse_section(schema, spec, section, f"`{section}`", strict=False)
-        for section, schema in SECTIONS.items()
-    }
-    limit = parsed["budget"].limit_train_batches
-    if limit is not None and limit <= 0:
-        raise ConfigError(
-            f"`budget.limit_train_batches` must be a positive batch count or fraction, got {limit}."
-        )
-    return parsed
-
-
 def check_only(only: Any, names: Sequence[str], where: str) -> Optional[tuple[str, ...]]:
     """``only``: null, or the names of some of the spec's runs and reference rows."""
     if only is None:
@@ -294,60 +280,57 @@ def parse_claims(
         raise ConfigError(f"{where}: `claims` must be a list ([] for none), got {claims}.")
     parsed, root = [], OmegaConf.create({"claims": claims})  # for the keys' full names
     for i, claim in enumerate(claims):
-        at, key_of = f"{where}: `claims[{i}]`", f"{where}: `claims[{i}]."
-        if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
-            raise ConfigError(f"{at} must be a mapping with keys from {list(CLAIM_KEYS)}.")
-        if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
-            raise ConfigError(f"{at} needs `text` (the paper's words) and `metric` (a column).")
-        for key in ("better", "than"):
-            runs = claim.get(key)
-            if runs is not None and (
-                not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
-            ):
-                raise ConfigError(
-                    f"{key_of}{key}` must be a non-empty list of {list(names)}, got {runs}."
-                )
-        than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
-        if claim.get("better") is None or (than is None) == (at_least is None):
-            raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
-        if at_least is not None and not is_number(at_least):
-            raise ConfigError(f"{key_of}at_least` must be a number, got {at_least}.")
-        than_metric = claim.get("than_metric")
-        if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
-            raise ConfigError(
-                f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
-                f"with `than` and without `epoch`), got {than_metric}."
-            )
-        if epoch is not None and not (isinstance(epoch, int) and 1 <= epoch <= max_epochs):
-            raise ConfigError(
-                f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}."
-            )
         try:
-            source = _paper_budget(root, claim, f"claims[{i}]")
+            parsed.append(_claim(root, claim, f"claims[{i}]", names, max_epochs))
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
-        given = {key: claim.get(key) for key in ("text", "metric", "than_metric", "at_least")}
-        runs = {key: tuple(claim.get(key) or ()) for key in ("better", "than")}
-        parsed.append(Claim(**given, **runs, epoch=epoch, **source))
     return tuple(parsed)
 
 
-def _paper_budget(root: DictConfig, claim: DictConfig, key: str) -> dict[str, Any]:
+def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epochs: int) -> Claim:
+    at, key_of = f"`{key}`", f"`{key}."
+    if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
+        raise ConfigError(f"{at} must be a mapping with keys from {list(CLAIM_KEYS)}.")
+    if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
+        raise ConfigError(f"{at} needs `text` (the paper's words) and `metric` (a column).")
+    for side in ("better", "than"):
+        runs = claim.get(side)
+        if runs is not None and (
+            not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
+        ):
+            raise ConfigError(
+                f"{key_of}{side}` must be a non-empty list of {list(names)}, got {runs}."
+            )
+    than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
+    if claim.get("better") is None or (than is None) == (at_least is None):
+        raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
+    if at_least is not None and not is_number(at_least):
+        raise ConfigError(f"{key_of}at_least` must be a number, got {at_least}.")
+    than_metric = claim.get("than_metric")
+    if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
+        raise ConfigError(
+            f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
+            f"with `than` and without `epoch`), got {than_metric}."
+        )
+    if epoch is not None and not (isinstance(epoch, int) and 1 <= epoch <= max_epochs):
+        raise ConfigError(f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}.")
     budget = parse_section(PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
     if budget.steps and budget.samples:
         raise ConfigError(
-            f"`{key}.paper_budget.samples` and `steps` both given: name one (the count the "
+            f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
             "source states), the other follows from its batch size."
         )
-    if budget.than_epochs and claim.get("than") is None:
+    if budget.than_epochs and than is None:
         raise ConfigError(
-            f"`{key}.paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
+            f"{key_of}paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
             "none (remove it, or compare with `than`)."
         )
     if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
         raise ConfigError(
-            f"`{key}.definition` must be the source's own reading of the claim (its words, with "
+            f"{key_of}definition` must be the source's own reading of the claim (its words, with "
             f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
         )
+    given = {k: claim.get(k) for k in ("text", "metric", "than_metric", "at_least", "definition")}
+    runs = {k: tuple(claim.get(k) or ()) for k in ("better", "than")}
     ours = KeyReader(claim, key).bool("ours", default=False)
-    return {"paper_budget": budget, "definition": claim.definition, "ours": ours}
+    return Claim(**given, **runs, epoch=epoch, paper_budget=budget, ours=ours)

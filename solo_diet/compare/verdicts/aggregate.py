@@ -39,6 +39,11 @@ def ranked_metrics(columns: Sequence[str]) -> list[str]:
     return [*RANKED_METRICS, *extra]
 
 
+def has_value(row: dict | None, metric: str) -> bool:
+    """Whether ``row`` (None: no row) has a number, not NaN, at ``metric``."""
+    return row is not None and is_number(row.get(metric)) and not math.isnan(row[metric])
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     finite = [float(v) for v in values if not math.isnan(float(v))]
     if not finite:
@@ -70,19 +75,14 @@ def aggregate(results: Sequence[dict]) -> list[dict]:
     return rows
 
 
-def pooled_std(std_a: float, n_a: int, std_b: float, n_b: int) -> float:
-    """Pooled standard deviation of two groups of seeds (NaN with fewer than two in a group)."""
-    if n_a < 2 or n_b < 2 or math.isnan(std_a) or math.isnan(std_b):
-        return math.nan
-    return math.sqrt(((n_a - 1) * std_a**2 + (n_b - 1) * std_b**2) / (n_a + n_b - 2))
-
-
 def two_pooled_std(a: dict, b: dict, metric: str, b_metric: str = "") -> float:
     """Two pooled standard deviations of aggregate rows ``a`` (its ``metric``) and ``b`` (its
-    ``b_metric``, default the same)."""
-    b_metric = b_metric or metric
-    std_a, std_b = a.get(f"{metric}_std", math.nan), b.get(f"{b_metric}_std", math.nan)
-    return 2 * pooled_std(std_a, a.get("n_seeds", 1), std_b, b.get("n_seeds", 1))
+    ``b_metric``, default the same); NaN with fewer than two seeds in a row."""
+    std_a, std_b = a.get(f"{metric}_std", math.nan), b.get(f"{b_metric or metric}_std", math.nan)
+    n_a, n_b = a.get("n_seeds", 1), b.get("n_seeds", 1)
+    if n_a < 2 or n_b < 2 or math.isnan(std_a) or math.isnan(std_b):
+        return math.nan
+    return 2 * math.sqrt(((n_a - 1) * std_a**2 + (n_b - 1) * std_b**2) / (n_a + n_b - 2))
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,12 @@ class Gap:
         return f"{self.better} {self.gap:+.2f} ({self.spread()})"
 
 
+def by_sign(gaps: Sequence[Gap], words: dict[int, str]) -> list[str]:
+    """``<words>: <gaps>`` for each sign of ``words`` that some of ``gaps`` have."""
+    parts = [(said, [g.short() for g in gaps if g.sign == sign]) for sign, said in words.items()]
+    return [f"{said}: {', '.join(items)}" for said, items in parts if items]
+
+
 def floored(two_std: float, seeds: int, metric: str, means: Sequence[float], val_images) -> float:
     """``two_std``, raised with fewer than ``MIN_SEEDS`` seeds to two standard errors of a top-1."""
     if seeds >= MIN_SEEDS or math.isnan(two_std):
@@ -131,14 +137,12 @@ def gap(
     against ``value`` (two of ``a``'s own standard deviations), with the threshold to cross."""
     mean, n = a.get(metric, math.nan), a.get("n_seeds", 1)
     if b is None:
-        two_std = 2 * a.get(f"{metric}_std", math.nan) if n >= 2 else math.nan
-        other, seeds, means = f"{value:g}", n, (mean, value)
+        two_std, other = 2 * a.get(f"{metric}_std", math.nan) if n >= 2 else math.nan, f"{value:g}"
     else:
-        b_metric = b_metric or metric
         two_std = two_pooled_std(a, b, metric, b_metric)
-        other, value = b["run"], b.get(b_metric, math.nan)
-        seeds, means = min(n, b.get("n_seeds", 1)), (mean, value)
-    line = floored(two_std, seeds, metric, means, val_images)
+        other, value = b["run"], b.get(b_metric or metric, math.nan)
+        n = min(n, b.get("n_seeds", 1))  # the seeds of the smaller side
+    line = floored(two_std, n, metric, (mean, value), val_images)
     return Gap(a["run"], other, mean - value, two_std, line)
 
 
@@ -165,7 +169,7 @@ class Ranking:
 def rank(rows: Sequence[dict], metric: str, val_images: int | None = None) -> Ranking | None:
     """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None;
     ``val_images``: the val set's size, for :func:`floored`."""
-    scored = [r for r in rows if is_number(r.get(metric)) and not math.isnan(r[metric])]
+    scored = [r for r in rows if has_value(r, metric)]
     if not scored:
         return None
     best = max(scored, key=lambda r: r[metric])
@@ -181,11 +185,6 @@ def rank(rows: Sequence[dict], metric: str, val_images: int | None = None) -> Ra
 def verdict(ranking: Ranking) -> str:
     """The ranking in words, each gap with its threshold, for the top of the report."""
     best = ", ".join((ranking.best, *ranking.tied))
-    words = f"`{ranking.metric}`: best **{best}** ({ranking.best_mean:.2f})"
-    below = [g.short() for g in ranking.gaps if g.sign]
-    if below:
-        words += f"; below it by more than the threshold: {', '.join(below)}"
-    unresolved = [g.short() for g in ranking.gaps if not g.sign]
-    if unresolved:
-        words += f"; not resolved: {', '.join(unresolved)}"
-    return words + "."
+    words = {-1: "below it by more than the threshold", 0: "not resolved"}  # gaps to the best
+    parts = [f"best **{best}** ({ranking.best_mean:.2f})", *by_sign(ranking.gaps, words)]
+    return f"`{ranking.metric}`: {'; '.join(parts)}."

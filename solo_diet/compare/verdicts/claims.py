@@ -9,7 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 from solo_diet.compare.run.record import seed_curves
 from solo_diet.compare.spec.settings import Spec
-from solo_diet.compare.verdicts.aggregate import aggregate, gap, is_number
+from solo_diet.compare.verdicts.aggregate import aggregate, gap, has_value
 from solo_diet.compare.verdicts.paper_budget import Claim, Trained, budget_note, budget_verdict
 
 # which probe a claim's verdict reads (by the column's ending: `sem_linear_acc1` is solo-learn's
@@ -48,10 +48,6 @@ def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[tupl
     return pairs
 
 
-def _has_value(row: Optional[dict], metric: str) -> bool:
-    return row is not None and is_number(row.get(metric)) and not math.isnan(row[metric])
-
-
 def claim_lines(
     spec: Spec,
     results: Sequence[dict],
@@ -79,9 +75,9 @@ def claim_lines(
         ]
         metric += "".join(f"; {words}" for words in dict.fromkeys(w for w in probes if w))
         note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
-        absent = [m for m in (claim.metric, than_metric) if not any(_has_value(r, m) for r in rows)]
-        missing = [run for run in claim.better if not _has_value(by_run.get(run), claim.metric)]
-        missing += [run for run in claim.than if not _has_value(by_run.get(run), than_metric)]
+        absent = [m for m in (claim.metric, than_metric) if not any(has_value(r, m) for r in rows)]
+        missing = [run for run in claim.better if not has_value(by_run.get(run), claim.metric)]
+        missing += [run for run in claim.than if not has_value(by_run.get(run), than_metric)]
         if absent:
             lines.append(
                 f"- **not checked (these results have no `{absent[0]}`)**: {claim.text} "

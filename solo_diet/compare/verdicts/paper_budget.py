@@ -92,36 +92,20 @@ def paper_epochs(claim: Claim, run: str) -> int:
     return budget.epochs
 
 
-def _paper_count(claim: Claim, run: str) -> Optional[int]:
-    # the source's steps (samples) for `run`, scaled to `than_epochs` for a `than` run
-    unit = _unit(claim)
-    if unit is None:
-        return None
-    budget = claim.paper_budget
-    return round(getattr(budget, unit) * paper_epochs(claim, run) / budget.epochs)
-
-
 def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
-    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples)."""
-    unit = _unit(claim)
+    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples):
+    the source's count scaled to ``than_epochs`` for a ``than`` run."""
+    unit, budget = _unit(claim), claim.paper_budget
     below = []
     for run, trained in ran.items():
-        count, paper_count = getattr(trained, unit) if unit else None, _paper_count(claim, run)
-        if count is None or paper_count is None:
-            count = paper_count = None
-        item = Below(run, trained.epochs, paper_epochs(claim, run), count, paper_count)
+        epochs, count, paper_count = paper_epochs(claim, run), None, None
+        if unit and getattr(trained, unit) is not None:
+            count = getattr(trained, unit)
+            paper_count = round(getattr(budget, unit) * epochs / budget.epochs)
+        item = Below(run, trained.epochs, epochs, count, paper_count)
         if item.epochs < item.paper_epochs or (count is not None and count < paper_count):
             below.append(item)
     return below
-
-
-def _limits(claim: Claim, below: list[Below]) -> str:
-    unit = _unit(claim) or "steps"
-    shown = {item.words(unit) for item in below}
-    if len(shown) == 1:
-        return shown.pop()
-    joint = "; " if any(item.count is not None for item in below) else ", "
-    return joint.join(f"{item.run} {item.words(unit)}" for item in below)
 
 
 def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> str:
@@ -130,9 +114,12 @@ def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> st
     if claim.paper_budget is None:
         return verdict
     shown = "not met" if claim.ours and verdict == "did not hold" else verdict
-    below = below_budget(claim, ran)
-    if below and verdict != "not checked":
-        shown = f"{shown} (at {_limits(claim, below)})"
+    below, unit = below_budget(claim, ran), _unit(claim) or "steps"
+    if below and verdict != "not checked":  # one budget, or each run's
+        joint = "; " if any(item.count is not None for item in below) else ", "
+        each = {item.words(unit) for item in below}
+        each = each if len(each) == 1 else [f"{item.run} {item.words(unit)}" for item in below]
+        shown = f"{shown} (at {joint.join(each)})"
     return f"{shown}, a reading of ours" if claim.ours else shown
 
 
