@@ -1,14 +1,16 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
 ``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
-twin wraps that slot as ``SEMThenHead(embedder, original)`` (docs/methods/sem.md)."""
+twin wraps that slot as ``SEMThenHead(embedder, original)``; its keys are ``method_kwargs.sem``
+(:class:`SEMKwargs`, docs/methods/sem.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import omegaconf
 import torch
@@ -16,13 +18,16 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
+from solo_diet.core.errors import ConfigError
 from solo_diet.core.nn.sem import (
     SEMFeatureExtractor,
     SEMProbe,
     SEMThenHead,
     SimplicialEmbedding,
+    check_temperature,
     simplex_statistics,
 )
+from solo_diet.core.settings import parse_section, setting, write_section
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import (
     Contract,
@@ -30,7 +35,66 @@ from solo_diet.methods.contract import (
     ExtraRepresentation,
     method_contract,
 )
-from solo_diet.methods.sem_config import SEMKwargs, parse_sem_only, with_sem
+
+
+@dataclass(frozen=True)
+class SEMKwargs:
+    """The ``method_kwargs.sem`` settings (SEM paper defaults, App. C; docs/methods/sem.md):
+    ``tau_online`` is tau_p, ``tau_target`` tau'_p (None: ``tau_online``), ``probe`` what the online
+    classifier reads (the backbone's e, or SEM at ``probe_tau``, tau_d; 0 = one-hot argmax)."""
+
+    owner: ClassVar[str] = "SEM"
+    num_simplices: int = setting(5000, minimum=1, hint="It is L, the number of simplices.")
+    simplex_dim: int = setting(
+        13, minimum=2, hint="It is V, the size of each simplex (a 1-entry simplex is constant 1)."
+    )
+    tau_online: float = 1.0
+    tau_target: Optional[float] = None
+    probe: str = setting("backbone", choices=("backbone", "sem"))
+    probe_tau: float = 0.1
+
+    @property
+    def width(self) -> int:
+        """L*V: the width of the SEM representation, which a twin's projector/head reads."""
+        return self.num_simplices * self.simplex_dim
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
+        """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
+        values = dataclasses.asdict(self)
+        values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
+        for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
+            try:
+                key_name = f"`method_kwargs.sem.{key}`"
+                values[key] = check_temperature(values[key], key_name, allow_zero)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(str(err)) from err
+        return SEMKwargs(**values)
+
+
+def with_sem(kwargs: type) -> type:
+    """The kwargs dataclass of a twin: the base method's ``kwargs`` and ``sem``."""
+
+    def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
+        base = getattr(kwargs, "checked", None)
+        own = self if base is None else base(self, cfg)
+        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+
+    field = dataclasses.field(default_factory=SEMKwargs)
+    return dataclasses.make_dataclass(
+        f"SEM{kwargs.__name__}",
+        [("sem", SEMKwargs, field)],
+        bases=(kwargs,),
+        namespace={"checked": checked},
+        frozen=True,
+    )
+
+
+@dataclass(frozen=True)
+class SEMOnlyKwargs:
+    """The ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)."""
+
+    sem: SEMKwargs
+
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
@@ -148,7 +212,9 @@ class _SEMTwin:
 
     def __init__(self, cfg: omegaconf.DictConfig):
         if not isinstance(self, DeclaredKwargs):  # ours parse `sem` with their kwargs
-            self.hp = parse_sem_only(cfg)  # before the base method reads features_dim
+            sem = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
+            write_section(cfg, "method_kwargs.sem", sem)
+            self.hp = SEMOnlyKwargs(sem)  # before the base method reads features_dim
         super().__init__(cfg)
         sem = self.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
