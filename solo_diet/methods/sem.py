@@ -29,12 +29,7 @@ from solo_diet.core.nn.sem import (
 )
 from solo_diet.core.settings import parse_section, setting, write_section
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import (
-    Contract,
-    DeclaredKwargs,
-    ExtraRepresentation,
-    method_contract,
-)
+from solo_diet.methods.contract import DeclaredKwargs, ExtraRepresentation, method_contract
 
 
 @dataclass(frozen=True)
@@ -172,19 +167,9 @@ def _with_sem_representation(
     return base_evaluations(checkpoint, settings) + [sem]
 
 
-def twin_contract(base: Contract) -> Contract:
-    """A twin's contract: the base method's, with ``method_kwargs.sem`` and the SEM probe."""
-    return replace(
-        base,
-        kwargs=None if base.kwargs is None else with_sem(base.kwargs),
-        sem_unsupported="it is already a SEM twin.",
-        extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
-    )
-
-
 class _SEMTwin:
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is
-    :func:`twin_contract` of the base method's.
+    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is the
+    base method's with ``method_kwargs.sem`` and the SEM probe (:func:`make_sem_twin`).
 
     Keys: the base method's, and ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`): in
     ``self.hp`` with the kwargs of our methods' twins, alone for a solo-learn method's twin.
@@ -308,13 +293,20 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     reason = sem_refusal(name, method_cls)
     if reason is not None:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
+    base = method_contract(method_cls)
+    contract = replace(  # the base method's, with ``method_kwargs.sem`` and the SEM probe
+        base,
+        kwargs=None if base.kwargs is None else with_sem(base.kwargs),
+        sem_unsupported="it is already a SEM twin.",
+        extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
+    )
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
         "__qualname__": class_name,
         "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
-        "contract": twin_contract(method_contract(method_cls)),
+        "contract": contract,
         "_BACKBONES": _BackbonesForMethod(name),
     }
     return type(class_name, (_SEMTwin, method_cls), namespace)
