@@ -124,13 +124,11 @@ class _BackbonesForMethod:
         self.method_name = method_name
 
     def __getitem__(self, name: str) -> Callable[..., nn.Module]:
-        return partial(_build_backbone, BaseMethod._BACKBONES[name], self.method_name)
+        return partial(self.build, BaseMethod._BACKBONES[name])
 
-
-def _build_backbone(
-    factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs
-) -> nn.Module:
-    return factory(method_name, **kwargs)
+    def build(self, factory: Callable[..., nn.Module], _twin_name: str, **kwargs) -> nn.Module:
+        """``factory``'s backbone for the base method (solo-learn passes the twin's name)."""
+        return factory(self.method_name, **kwargs)
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
