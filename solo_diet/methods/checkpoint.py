@@ -175,12 +175,11 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
     try:
         with contextlib.nullcontext() if allow_pickle else _weights_only_enforced():
             return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        unsafe = None if allow_pickle or not archive else _needs_pickle(path)
-        if unsafe is None:
-            raise CorruptCheckpoint(path, _not_loading(path, error)) from error
-        raise UnsafeCheckpoint(path, unsafe) from error
     except Exception as error:  # noqa: BLE001 - what torch raises on a damaged file varies
+        refused = isinstance(error, pickle.UnpicklingError) and archive and not allow_pickle
+        unsafe = _needs_pickle(path) if refused else None
+        if unsafe is not None:
+            raise UnsafeCheckpoint(path, unsafe) from error
         raise CorruptCheckpoint(path, _not_loading(path, error)) from error
 
 

@@ -67,17 +67,6 @@ class LabelledProjectionKwargs(IndexKwargs):
         return self
 
 
-def build_label_source(hp: IndexKwargs, cfg: omegaconf.DictConfig) -> LabelSource:
-    """The label source ``hp`` asks for; a bad one is a ConfigError naming its key."""
-    has_labels = not omegaconf_select(cfg, "data.no_labels", False)
-    num_classes = omegaconf_select(cfg, "data.num_classes", None)
-    try:
-        with core_errors_named(INDEX_ARGUMENT_KEYS):
-            return label_source_from_kwargs(asdict(hp), num_classes, has_labels)
-    except ValueError as error:  # an unreadable groups file, too
-        raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
-
-
 SET_NUM_SAMPLES = (
     "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
     "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
@@ -118,7 +107,14 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
     def __init__(self, cfg: omegaconf.DictConfig):
         super().__init__(cfg)
         hp = self.hp
-        self.label_source = build_label_source(hp, cfg)
+        has_labels = not omegaconf_select(cfg, "data.no_labels", False)
+        try:  # a bad label source is a ConfigError naming its key
+            with core_errors_named(INDEX_ARGUMENT_KEYS):
+                self.label_source: LabelSource = label_source_from_kwargs(
+                    asdict(hp), omegaconf_select(cfg, "data.num_classes", None), has_labels
+                )
+        except ValueError as error:  # an unreadable groups file, too
+            raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
         self.projector: nn.Module = nn.Identity()
         self.z_dim: int = self.features_dim
         if hp.proj_layers > 0:

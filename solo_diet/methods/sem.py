@@ -1,14 +1,16 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
 ``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
-twin wraps that slot as ``SEMThenHead(embedder, original)`` (docs/methods/sem.md)."""
+twin wraps that slot as ``SEMThenHead(embedder, original)``; its keys are ``method_kwargs.sem``
+(:class:`SEMKwargs`, docs/methods/sem.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import omegaconf
 import torch
@@ -16,21 +18,78 @@ from solo.methods.base import BaseMethod, BaseMomentumMethod
 from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
+from solo_diet.core.errors import ConfigError
 from solo_diet.core.nn.sem import (
     SEMFeatureExtractor,
     SEMProbe,
     SEMThenHead,
     SimplicialEmbedding,
+    check_temperature,
     simplex_statistics,
 )
+from solo_diet.core.settings import parse_section, setting, write_section
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import (
-    Contract,
-    DeclaredKwargs,
-    ExtraRepresentation,
-    method_contract,
-)
-from solo_diet.methods.sem_config import SEMKwargs, parse_sem_only, with_sem
+from solo_diet.methods.contract import DeclaredKwargs, ExtraRepresentation, method_contract
+
+
+@dataclass(frozen=True)
+class SEMKwargs:
+    """The ``method_kwargs.sem`` settings (SEM paper defaults, App. C; docs/methods/sem.md):
+    ``tau_online`` is tau_p, ``tau_target`` tau'_p (None: ``tau_online``), ``probe`` what the online
+    classifier reads (the backbone's e, or SEM at ``probe_tau``, tau_d; 0 = one-hot argmax)."""
+
+    owner: ClassVar[str] = "SEM"
+    num_simplices: int = setting(5000, minimum=1, hint="It is L, the number of simplices.")
+    simplex_dim: int = setting(
+        13, minimum=2, hint="It is V, the size of each simplex (a 1-entry simplex is constant 1)."
+    )
+    tau_online: float = 1.0
+    tau_target: Optional[float] = None
+    probe: str = setting("backbone", choices=("backbone", "sem"))
+    probe_tau: float = 0.1
+
+    @property
+    def width(self) -> int:
+        """L*V: the width of the SEM representation, which a twin's projector/head reads."""
+        return self.num_simplices * self.simplex_dim
+
+    def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
+        """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
+        values = dataclasses.asdict(self)
+        values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
+        for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
+            try:
+                key_name = f"`method_kwargs.sem.{key}`"
+                values[key] = check_temperature(values[key], key_name, allow_zero)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(str(err)) from err
+        return SEMKwargs(**values)
+
+
+def with_sem(kwargs: type) -> type:
+    """The kwargs dataclass of a twin: the base method's ``kwargs`` and ``sem``."""
+
+    def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
+        base = getattr(kwargs, "checked", None)
+        own = self if base is None else base(self, cfg)
+        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+
+    field = dataclasses.field(default_factory=SEMKwargs)
+    return dataclasses.make_dataclass(
+        f"SEM{kwargs.__name__}",
+        [("sem", SEMKwargs, field)],
+        bases=(kwargs,),
+        namespace={"checked": checked},
+        frozen=True,
+    )
+
+
+@dataclass(frozen=True)
+class SEMOnlyKwargs:
+    """The ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)."""
+
+    sem: SEMKwargs
+
 
 REFUSED: dict[str, str] = {
     "base": "BaseMethod has no self-supervised projector or head for SEM to feed.",
@@ -65,13 +124,11 @@ class _BackbonesForMethod:
         self.method_name = method_name
 
     def __getitem__(self, name: str) -> Callable[..., nn.Module]:
-        return partial(_build_backbone, BaseMethod._BACKBONES[name], self.method_name)
+        return partial(self.build, BaseMethod._BACKBONES[name])
 
-
-def _build_backbone(
-    factory: Callable[..., nn.Module], method_name: str, _twin_name: str, **kwargs
-) -> nn.Module:
-    return factory(method_name, **kwargs)
+    def build(self, factory: Callable[..., nn.Module], _twin_name: str, **kwargs) -> nn.Module:
+        """``factory``'s backbone for the base method (solo-learn passes the twin's name)."""
+        return factory(self.method_name, **kwargs)
 
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
@@ -108,19 +165,9 @@ def _with_sem_representation(
     return base_evaluations(checkpoint, settings) + [sem]
 
 
-def twin_contract(base: Contract) -> Contract:
-    """A twin's contract: the base method's, with ``method_kwargs.sem`` and the SEM probe."""
-    return replace(
-        base,
-        kwargs=None if base.kwargs is None else with_sem(base.kwargs),
-        sem_unsupported="it is already a SEM twin.",
-        extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
-    )
-
-
 class _SEMTwin:
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is
-    :func:`twin_contract` of the base method's.
+    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is the
+    base method's with ``method_kwargs.sem`` and the SEM probe (:func:`make_sem_twin`).
 
     Keys: the base method's, and ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`): in
     ``self.hp`` with the kwargs of our methods' twins, alone for a solo-learn method's twin.
@@ -148,7 +195,9 @@ class _SEMTwin:
 
     def __init__(self, cfg: omegaconf.DictConfig):
         if not isinstance(self, DeclaredKwargs):  # ours parse `sem` with their kwargs
-            self.hp = parse_sem_only(cfg)  # before the base method reads features_dim
+            sem = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
+            write_section(cfg, "method_kwargs.sem", sem)
+            self.hp = SEMOnlyKwargs(sem)  # before the base method reads features_dim
         super().__init__(cfg)
         sem = self.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
@@ -242,13 +291,20 @@ def make_sem_twin(name: str, method_cls: type) -> type:
     reason = sem_refusal(name, method_cls)
     if reason is not None:
         raise SEMUnsupported(f"no SEM twin for method '{name}': {reason}")
+    base = method_contract(method_cls)
+    contract = replace(  # the base method's, with ``method_kwargs.sem`` and the SEM probe
+        base,
+        kwargs=None if base.kwargs is None else with_sem(base.kwargs),
+        sem_unsupported="it is already a SEM twin.",
+        extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
+    )
     class_name = f"SEM{method_cls.__name__}"
     namespace = {
         "__module__": __name__,
         "__qualname__": class_name,
         "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
-        "contract": twin_contract(method_contract(method_cls)),
+        "contract": contract,
         "_BACKBONES": _BackbonesForMethod(name),
     }
     return type(class_name, (_SEMTwin, method_cls), namespace)

@@ -64,37 +64,6 @@ class ForeachMomentumUpdater(MomentumUpdater):
         ema_update_(momentum, online_net.parameters(), self._tau)
 
 
-def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours."""
-    if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
-        return []
-    made = []
-    name = getattr(model, "optimizer", None)
-    if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
-        replacement = SUBSTITUTED_OPTIMIZERS[name]
-        model.optimizer = replacement
-        made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
-    updater = getattr(model, "momentum_updater", None)
-    if type(updater) is MomentumUpdater:
-        substitute = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
-        substitute.cur_tau = updater.cur_tau  # the updater's state: its taus
-        model.momentum_updater = substitute
-        made.append(
-            f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
-        )
-    return made + substitute_solo_learn_steps(model)
-
-
-def substitutes_line(made: list[str]) -> str:
-    """The run's one log line naming the substitutes, or "" when none was made."""
-    if not made:
-        return ""
-    return (
-        f"solo-diet: same-math substitutes (no host sync per step): {'; '.join(made)} "
-        f"(`{SUBSTITUTES_KEY}=False` keeps solo-learn's)"
-    )
-
-
 QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
 """The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
 
@@ -177,14 +146,6 @@ def wmse_step(model: WMSE, batch: Sequence[Any], batch_idx: int) -> Tensor:
     return loss + out["loss"]
 
 
-STEP_SUBSTITUTES: dict[type, Callable] = {
-    VICReg: vicreg_step,
-    BarlowTwins: barlow_twins_step,
-    WMSE: wmse_step,
-}
-"""solo-learn method -> our same-math ``training_step`` for an instance of it."""
-
-
 @torch.no_grad()
 def enqueue_rows(self: nn.Module, *values: torch.Tensor) -> None:
     """``dequeue_and_enqueue`` of NNBYOL, NNCLR, NNSiam, ReSSL and All4One."""
@@ -198,14 +159,17 @@ def enqueue_keys(self: nn.Module, keys: torch.Tensor) -> None:
     enqueue_(self.queue_ptr, self.queue_size, [(self.queue, 2, keys.permute(0, 2, 1))])
 
 
-QUEUE_SUBSTITUTES: dict[type, tuple[str, Callable]] = {
-    MoCoV2Plus: ("_dequeue_and_enqueue", enqueue_keys),
+INSTANCE_SUBSTITUTES: dict[tuple[type, str], Callable] = {
+    (VICReg, "training_step"): vicreg_step,
+    (BarlowTwins, "training_step"): barlow_twins_step,
+    (WMSE, "training_step"): wmse_step,
+    (MoCoV2Plus, "_dequeue_and_enqueue"): enqueue_keys,
     **{
-        cls: ("dequeue_and_enqueue", enqueue_rows)
+        (cls, "dequeue_and_enqueue"): enqueue_rows
         for cls in (NNBYOL, NNCLR, NNSiam, ReSSL, All4One)
     },
 }
-"""solo-learn queue method -> (the method that reads the pointer back, our bound substitute)."""
+"""(solo-learn method, its method that reads back) -> ours, bound to an instance of it."""
 
 
 def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
@@ -217,19 +181,41 @@ def _qualified(obj: Union[Callable, type]) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def substitute_solo_learn_steps(model: nn.Module) -> list[str]:
-    """Swap a solo-learn method's step parts that read back; returns their descriptions."""
+def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
+    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours."""
+    if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
+        return []
     made = []
-    for cls, ours in STEP_SUBSTITUTES.items():
-        if _uses_solo_learns(model, cls, "training_step"):
-            model.training_step = StepSubstitute(ours, model)
-            made.append(f"`{_qualified(cls)}.training_step` -> {_qualified(ours)}")
-    for cls, (name, ours) in QUEUE_SUBSTITUTES.items():
+    name = getattr(model, "optimizer", None)
+    if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
+        replacement = SUBSTITUTED_OPTIMIZERS[name]
+        model.optimizer = replacement
+        made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
+    updater = getattr(model, "momentum_updater", None)
+    if type(updater) is MomentumUpdater:
+        substitute = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
+        substitute.cur_tau = updater.cur_tau  # the updater's state: its taus
+        model.momentum_updater = substitute
+        made.append(
+            f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
+        )
+    for (cls, name), ours in INSTANCE_SUBSTITUTES.items():
         if _uses_solo_learns(model, cls, name):
-            setattr(model, name, InstanceSubstitute(ours, model))
+            bound = StepSubstitute if name == "training_step" else InstanceSubstitute
+            setattr(model, name, bound(ours, model))
             made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")
     whitening = getattr(model, "whitening", None)
     if isinstance(model, WMSE) and type(whitening) is Whitening2d:
         model.whitening = CholeskyWhitening(whitening.output_dim, whitening.eps, WHITENING_FIX)
         made.append(f"whitening {_qualified(Whitening2d)} -> {_qualified(CholeskyWhitening)}")
     return made
+
+
+def substitutes_line(made: list[str]) -> str:
+    """The run's one log line naming the substitutes, or "" when none was made."""
+    if not made:
+        return ""
+    return (
+        f"solo-diet: same-math substitutes (no host sync per step): {'; '.join(made)} "
+        f"(`{SUBSTITUTES_KEY}=False` keeps solo-learn's)"
+    )
