@@ -228,6 +228,17 @@ def fit_or_raise(
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
 
 
+def as_trained(cfg: DictConfig, model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` made contiguous and, unless ``performance.disable_channel_last``, channels-last."""
+    import torch
+    from solo.utils.misc import make_contiguous
+
+    make_contiguous(model)
+    if cfg.performance.disable_channel_last:
+        return model
+    return model.to(memory_format=torch.channels_last)
+
+
 def logger_and_callbacks(
     cfg: DictConfig,
     model: torch.nn.Module,
