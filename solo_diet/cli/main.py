@@ -25,7 +25,7 @@ def _hydra_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help=overrides)
 
 
-def _cmd_methods(_: argparse.Namespace) -> int:
+def _cmd_methods(_: argparse.Namespace) -> None:
     import solo.methods
 
     import solo_diet
@@ -35,13 +35,20 @@ def _cmd_methods(_: argparse.Namespace) -> int:
         package = cls.__module__.partition(".")[0]  # a package of one's own: its own name
         origin = {"solo": "solo-learn", "solo_diet": "solo-diet"}.get(package, package)
         print(f"{name:<24} {origin:<10} {cls.__module__}.{cls.__qualname__}")
-    return 0
+
+
+# The checkpoint keys each command loads
+CHECKPOINT_KEYS = {
+    "pretrain": ("resume_from_checkpoint",),
+    "linear": ("pretrained_feature_extractor", "resume_from_checkpoint"),
+}
 
 
 def checked_cfg(args: argparse.Namespace) -> DictConfig:
     """The command's config, checked before torch, Lightning and solo-learn load."""
     from omegaconf import OmegaConf
 
+    from solo_diet.core.checkpoint_file import check_archive_sizes
     from solo_diet.core.host import declared_method_names, require_solo
     from solo_diet.core.settings import unknown_method_hint
     from solo_diet.launch.common import check_launch_cfg, compose_cfg
@@ -54,45 +61,27 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     method = OmegaConf.select(cfg, "method")
     if args.command == "pretrain" and names is not None and method not in names:
         raise ConfigError(f"unknown `method: {method}`; {unknown_method_hint(method, names)}")
-    _check_checkpoint_archives(cfg, args.command)
+    for key in CHECKPOINT_KEYS[args.command]:  # a zip bomb is refused before torch loads
+        path = OmegaConf.select(cfg, key)
+        try:
+            if path not in (None, "None"):
+                check_archive_sizes(str(path))
+        except ConfigError as err:
+            raise ConfigError(f"`{key}`: {err}") from None
     require_solo()  # imports solo-learn, torch with it
     return cfg
 
 
-# The checkpoint keys each command loads
-CHECKPOINT_KEYS = {
-    "pretrain": ("resume_from_checkpoint",),
-    "linear": ("pretrained_feature_extractor", "resume_from_checkpoint"),
-}
-
-
-def _check_checkpoint_archives(cfg: DictConfig, command: str) -> None:
-    """Refuse a zip bomb given as a checkpoint key before torch loads; its loader finds the rest."""
-    from omegaconf import OmegaConf
-
-    from solo_diet.core.checkpoint_file import check_archive_sizes
-
-    for key in CHECKPOINT_KEYS[command]:
-        path = OmegaConf.select(cfg, key)
-        if path in (None, "None"):
-            continue
-        try:
-            check_archive_sizes(str(path))
-        except ConfigError as err:
-            raise ConfigError(f"`{key}`: {err}") from None
-
-
-def _cmd_pretrain(args: argparse.Namespace) -> int:
+def _cmd_pretrain(args: argparse.Namespace) -> None:
     cfg = checked_cfg(args)
     from solo_diet.launch.pretrain import run_pretrain
 
     ckpt = run_pretrain(cfg)
     if ckpt:  # run_pretrain returns only after a completed fit; an interrupted one raises
         print(f"last checkpoint: {ckpt}")
-    return 0
 
 
-def _cmd_linear(args: argparse.Namespace) -> int:
+def _cmd_linear(args: argparse.Namespace) -> None:
     cfg = checked_cfg(args)
     from solo_diet.launch.linear import run_linear
 
@@ -102,25 +91,22 @@ def _cmd_linear(args: argparse.Namespace) -> int:
             f"linear probe top-1 on the {cfg.get('probe', 'backbone')} representation: "
             f"{metrics['val_acc1']:.2f}%"
         )
-    return 0
 
 
-def _cmd_data(args: argparse.Namespace) -> int:
+def _cmd_data(args: argparse.Namespace) -> None:
     from solo_diet.cli.data import write_dataset
 
     root = write_dataset(args.name, args.directory, limit=args.limit)
     print(f"wrote {args.name} to {root} (train/ and val/ ImageFolders)")
-    return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_demo(args: argparse.Namespace) -> None:
     from solo_diet.cli.demo import run_demo
 
     run_demo(args.method, args.epochs, args.workdir, args.accelerator, args.data_format)
-    return 0
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
+def _cmd_compare(args: argparse.Namespace) -> Optional[int]:
     """Exit status 1 with one line when jobs failed: each job's log holds its own traceback."""
     from solo_diet.compare import run_spec
 
@@ -129,7 +115,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"solo-diet compare: {results.failure_message()}", file=sys.stderr)
         return 1
     print(f"report: {results.report}")
-    return 0
 
 
 # `solo-diet configs DIR`: the shipped launch configs (package data; `scripts/` and
@@ -171,19 +156,17 @@ def write_configs(directory: str, dataset: Optional[str] = None, force: bool = F
     return [root / f for f in folders]
 
 
-def _cmd_configs(args: argparse.Namespace) -> int:
+def _cmd_configs(args: argparse.Namespace) -> None:
     written = write_configs(args.directory, dataset=args.dataset, force=args.force)
     for folder in written:
         print(f"wrote {folder}")
     print(f"use e.g.: solo-diet pretrain --config-path {written[0]} --config-name diet.yaml ...")
-    return 0
 
 
-def _cmd_solo_script(args: argparse.Namespace) -> int:
+def _cmd_solo_script(args: argparse.Namespace) -> None:
     from solo_diet.cli.solo_script import run_solo_script
 
     run_solo_script(args.script, args.script_args)
-    return 0
 
 
 # What to do after an interruption that left no checkpoint to name.
@@ -318,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
         from solo_diet.core.host import require_solo
 
         require_solo()
-    return args.func(args)
+    return args.func(args) or 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -25,31 +25,24 @@ def _hydra_option(args: Sequence[str], long: str, short: str) -> Optional[str]:
     return None
 
 
-def _composed_method(script: Path, args: Sequence[str]) -> Optional[str]:
-    """The ``method`` the script would compose from ``args``; None when it cannot be composed."""
+def check_script_method(script: Path, args: Sequence[str]) -> None:
+    """Refuse solo-learn's pretraining script for a solo-diet method, naming our launcher."""
+    from solo.methods import METHODS
+
     from solo_diet.launch.common import compose_cfg
 
     path = _hydra_option(args, "--config-path", "-cp")
     name = _hydra_option(args, "--config-name", "-cn")
-    if path is None or name is None:
-        return None
+    if script.name != "main_pretrain.py" or path is None or name is None:
+        return
     folder = Path(path).expanduser()
     if not folder.is_absolute():  # Hydra reads it relative to the script, we also try the cwd
         folder = next((f for f in (script.parent / folder, folder) if f.is_dir()), folder)
     overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra"))]
     try:
-        return compose_cfg(str(folder), name, overrides).get("method")
+        method = compose_cfg(str(folder), name, overrides).get("method")
     except Exception:  # noqa: BLE001 - a config we cannot compose is the script's to report
-        return None
-
-
-def check_script_method(script: Path, args: Sequence[str]) -> None:
-    """Refuse solo-learn's pretraining script for a solo-diet method, naming our launcher."""
-    from solo.methods import METHODS
-
-    if script.name != "main_pretrain.py":
         return
-    method = _composed_method(script, args)
     cls = METHODS.get(method) if isinstance(method, str) else None
     if cls is not None and cls.__module__.startswith("solo_diet."):
         raise ConfigError(

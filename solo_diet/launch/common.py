@@ -228,6 +228,17 @@ def fit_or_raise(
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
 
 
+def as_trained(cfg: DictConfig, model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` made contiguous and, unless ``performance.disable_channel_last``, channels-last."""
+    import torch
+    from solo.utils.misc import make_contiguous
+
+    make_contiguous(model)
+    if cfg.performance.disable_channel_last:
+        return model
+    return model.to(memory_format=torch.channels_last)
+
+
 def logger_and_callbacks(
     cfg: DictConfig,
     model: torch.nn.Module,
@@ -253,26 +264,20 @@ def logger_and_callbacks(
     logger = None
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers.wandb import WandbLogger
+        from wandb.errors import UsageError
 
         where = {key: cfg.wandb[key] for key in ("project", "entity", "offline")}
         resume = "allow" if wandb_run_id else None
         logger = WandbLogger(name=cfg.name, resume=resume, id=wandb_run_id, **where)
-        _start_wandb_run(cfg, logger, model)
+        try:  # a run wandb refuses (no API key, say) is one ConfigError
+            logger.log_hyperparams(OmegaConf.to_container(cfg))
+            if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
+                logger.watch(model, log="gradients", log_freq=100)
+        except UsageError as err:
+            raise ConfigError(
+                f"`wandb.enabled: True`, but wandb did not start a run ({str(err).strip()}): log "
+                "in with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True"
+                ", or turn wandb off with wandb.enabled=False."
+            ) from None
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer
-
-
-def _start_wandb_run(cfg: DictConfig, logger: Any, model: torch.nn.Module) -> None:
-    """Start the wandb run; one wandb refuses (no API key, say) is one ConfigError."""
-    from wandb.errors import UsageError
-
-    try:
-        logger.log_hyperparams(OmegaConf.to_container(cfg))
-        if OmegaConf.select(cfg, "wandb.watch_gradients", default=False):
-            logger.watch(model, log="gradients", log_freq=100)
-    except UsageError as err:
-        raise ConfigError(
-            f"`wandb.enabled: True`, but wandb did not start a run ({str(err).strip()}): log in "
-            "with `wandb login` (or set WANDB_API_KEY), log offline with wandb.offline=True, or "
-            "turn wandb off with wandb.enabled=False."
-        ) from None

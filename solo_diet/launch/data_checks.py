@@ -51,12 +51,22 @@ def check_data_paths(cfg: DictConfig) -> None:
     )
 
 
-def check_val_classes(cfg: DictConfig) -> None:
-    """Refuse a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
+def check_classes(cfg: DictConfig, needed: int, reader: str) -> None:
+    """Refuse a labelled training set with fewer than ``needed`` classes (``reader`` needs them),
+    or a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
     read = KeyReader(cfg)
+    classes = OmegaConf.select(cfg, "data.num_classes")
+    labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
+    if labelled and isinstance(classes, int) and classes < needed:
+        raise read.fail(
+            "data.train_path",
+            f"= {read.value('data.train_path')} holds {classes} class(es); {reader} needs at least "
+            f"{needed}: give it one subfolder per class (or `data.no_labels=True` for images "
+            "without classes).",
+        )
     train, val = read.value("data.train_path", None), read.value("data.val_path", None)
     folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
-    if not folders or val is None or OmegaConf.select(cfg, "data.no_labels", default=False):
+    if not folders or val is None or not labelled:
         return
     in_train, in_val = _class_folders(train), _class_folders(val)
     if in_train != in_val:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -23,11 +23,6 @@ def non_finite_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
     device = named[0][1].device
     finite = torch.stack([torch.isfinite(t).all().to(device) for _, t in named]).tolist()
     return [name for (name, _), ok in zip(named, finite) if not ok]
-
-
-def _weights(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The module's parameters and buffers (not its ``state_dict``, whose hooks may gather more)."""
-    return itertools.chain(module.named_parameters(), module.named_buffers())
 
 
 class DivergenceGuard(Callback):
@@ -75,7 +70,9 @@ class DivergenceGuard(Callback):
         finite_steps, steps = (int(self._steps_finite), self._steps) if self._steps else (0, 0)
         self._steps = 0
         loss_bad = not trainer.strategy.reduce_boolean_decision(finite_steps == steps, all=True)
-        bad = non_finite_tensors(_weights(pl_module)) if (weights or loss_bad) else []
+        # the parameters and buffers (not the ``state_dict``, whose hooks may gather more)
+        named = itertools.chain(pl_module.named_parameters(), pl_module.named_buffers())
+        bad = non_finite_tensors(named) if (weights or loss_bad) else []
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
             where = (

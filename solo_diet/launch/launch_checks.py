@@ -168,19 +168,6 @@ class TrainingSettings:
         return self
 
 
-def check_class_count(cfg: DictConfig, needed: int, reader: str) -> None:
-    """Refuse a labelled training set with fewer than ``needed`` classes (``reader`` needs them)."""
-    classes = OmegaConf.select(cfg, "data.num_classes")
-    labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
-    if labelled and isinstance(classes, int) and classes < needed:
-        path = OmegaConf.select(cfg, "data.train_path")
-        raise KeyReader(cfg).fail(
-            "data.train_path",
-            f"= {path} holds {classes} class(es); {reader} needs at least {needed}: give it one "
-            "subfolder per class (or `data.no_labels=True` for images without classes).",
-        )
-
-
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs)
 SOLO_LEARN_SECTIONS = (
     *("accumulate_grad_batches", "augmentations", "augmentations_cfg", "auto_augment"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -13,19 +12,16 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 from solo_diet.launch.checkpointing import check_checkpoint_key, resume_checkpoint
 from solo_diet.launch.common import (
+    as_trained,
     check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
     trainer_kwargs,
 )
-from solo_diet.launch.data_checks import check_val_classes
+from solo_diet.launch.data_checks import check_classes
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.divergence import non_finite_tensors
-from solo_diet.launch.launch_checks import (
-    check_accelerator_present,
-    check_class_count,
-    check_solo_learn_choices,
-)
+from solo_diet.launch.launch_checks import check_accelerator_present, check_solo_learn_choices
 from solo_diet.launch.settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
     PretrainedCheckpoint,
@@ -101,7 +97,6 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     from lightning.pytorch import Trainer, seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
-    from solo.utils.misc import make_contiguous
 
     check_launch_cfg(cfg)
     check_accelerator_present(cfg)
@@ -109,16 +104,13 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_solo_learn_choices(cfg, LinearModel)
     data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
-    check_class_count(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
-    check_val_classes(cfg)
+    check_classes(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     loader_settings = parse_loader_settings(cfg, data_path.settings)
     seed_everything(cfg.seed)
 
     loss_func, mixup = _loss_and_mixup(cfg)
     model = LinearModel(probe_features(cfg), loss_func=loss_func, mixup_func=mixup, cfg=cfg)
-    make_contiguous(model)
-    if not cfg.performance.disable_channel_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = as_trained(cfg, model)
 
     train_loader, val_loader, fitted = data_path.linear_loaders(loader_settings)
     if fitted:  # a training set smaller than one batch: the probe trains at the fitted batch

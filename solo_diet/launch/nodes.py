@@ -26,14 +26,6 @@ def num_nodes(cfg: DictConfig) -> int:
     return value
 
 
-def devices_per_node(cfg: DictConfig) -> Optional[int]:
-    """The processes per node: ``devices``' length or count; None for ``auto`` or ``-1``."""
-    devices = OmegaConf.select(cfg, "devices", default=1)  # normalize_devices made a count a list
-    if isinstance(devices, (list, ListConfig)):
-        return len(devices)
-    return devices if isinstance(devices, int) and devices > 0 else None
-
-
 def scheduler(environ: Mapping[str, str]) -> str:
     """The cluster environment Lightning reads: ``torchrun``, ``slurm``, ``lsf``, ``mpi``,
     ``plain``."""
@@ -101,8 +93,11 @@ def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> int:
             f"`num_nodes={nodes}` needs a strategy that spans processes, got "
             f"`strategy={strategy}` (each node would train alone): use strategy=ddp."
         )
-    per_node = devices_per_node(cfg)
-    if per_node is None:
+    # the processes per node: ``devices``' length (normalize_devices made a count a list) or count
+    per_node = OmegaConf.select(cfg, "devices", default=1)
+    if isinstance(per_node, (list, ListConfig)):
+        per_node = len(per_node)
+    if not (isinstance(per_node, int) and per_node > 0):  # `auto` or -1
         raise ConfigError(
             f"`num_nodes={nodes}` with `devices={OmegaConf.select(cfg, 'devices')}`: write the "
             "devices each node trains on as a count (devices=8), the same on every node."

@@ -15,17 +15,17 @@ from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.checkpointing import resume_checkpoint
 from solo_diet.launch.common import (
     already_finished,
+    as_trained,
     check_launch_cfg,
     fit_or_raise,
     logger_and_callbacks,
     trainer_kwargs,
 )
-from solo_diet.launch.data_checks import check_val_classes
+from solo_diet.launch.data_checks import check_classes
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
     check_accelerator_present,
-    check_class_count,
     check_solo_learn_choices,
 )
 from solo_diet.launch.settings import (
@@ -67,8 +67,7 @@ def prepare_run(
         for index, node in enumerate(cfg.augmentations):
             check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
-    check_class_count(cfg, 2, "the online linear probe")
-    check_val_classes(cfg)
+    check_classes(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
@@ -82,15 +81,11 @@ def prepare_run(
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     """The method as trained: substitutes, channels-last, its step graphed where allowed."""
-    from solo.utils.misc import make_contiguous
-
     model = method_cls(cfg)
     substitutes = substitutes_line(substitute_step_parts(cfg, model))
     if substitutes:
         print(substitutes, flush=True)
-    make_contiguous(model)
-    if not cfg.performance.disable_channel_last:  # filled by parse_performance_settings
-        model = model.to(memory_format=torch.channels_last)
+    model = as_trained(cfg, model)  # cfg.performance: filled by parse_performance_settings
     install_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
     return model
 

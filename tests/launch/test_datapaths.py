@@ -22,9 +22,8 @@ from solo_diet.launch.datapaths import (
     parse_data_settings,
 )
 from solo_diet.launch.datapaths.base import REGISTRY, PretrainData, ViewRequest
-from solo_diet.launch.datapaths.dali import DaliPath
 from solo_diet.launch.datapaths.gpu import GPUPath
-from solo_diet.launch.datapaths.image_folder import ImageFolderPath
+from solo_diet.launch.datapaths.image_folder import DaliPath, ImageFolderPath
 from solo_diet.launch.settings import DataSettings, GPUDataSettings, parse_loader_settings
 from tests._helpers import requires_solo
 
@@ -66,7 +65,7 @@ def test_the_factory_picks_the_formats_class(fmt, cls, solo_format):
 
 
 def test_the_stream_storage_gets_the_streaming_path():
-    from solo_diet.launch.datapaths.stream import StreamPath
+    from solo_diet.launch.datapaths.gpu import StreamPath
 
     stream = GPUDataSettings(storage="stream", device="cpu")
     assert type(make_data_path(DataSettings("gpu", stream))) is StreamPath
@@ -95,7 +94,7 @@ def test_every_format_has_the_whole_interface_in_the_listed_order():
 
 def test_every_module_of_the_package_is_imported_so_a_new_format_is_one_new_file():
     names = {m.name for m in pkgutil.iter_modules(datapaths.__path__)}
-    assert {"base", "image_folder", "dali", "gpu"} <= names
+    assert {"base", "image_folder", "gpu"} <= names
     assert all(f"{datapaths.__name__}.{name}" in sys.modules for name in names)
     importlib.reload(datapaths)  # the registry stays as the modules define it
     assert data_formats() == ("image_folder", "h5", "dali", "gpu")

@@ -51,7 +51,7 @@ def _hints(function) -> dict[str, str]:
 def test_the_data_paths_and_the_gpu_loaders_take_settings_never_a_config():
     """Every public method of every data path and every public function of the GPU loaders: no
     argument is a DictConfig (a path declares the section it ``reads``; the parser reads it)."""
-    from solo_diet.launch.datapaths.stream import StreamPath
+    from solo_diet.launch.datapaths.gpu import StreamPath
 
     typed = {}
     for cls in {DataPath, *REGISTRY.values(), StreamPath, LoaderSettings}:

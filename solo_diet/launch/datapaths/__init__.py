@@ -1,4 +1,4 @@
-"""One data path per data format, chosen once by :func:`make_data_path`; one module per format."""
+"""One data path per data format, chosen once by :func:`make_data_path`; all modules imported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from solo_diet.core.settings import KeyReader, parse_section, write_section
 from solo_diet.launch.datapaths.base import REGISTRY, DataPath
 from solo_diet.launch.settings import DATA_PATH_SECTIONS, FORMAT_KEY, DataSettings
 
-_SHIPPED = ("image_folder", "dali", "gpu")
+_SHIPPED = ("image_folder", "gpu")
 for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__))):
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -1,4 +1,5 @@
-"""The GPU data path: the set decoded once, batches augmented on the device (docs/data-path.md)."""
+"""The GPU data path: the set decoded once, batches augmented on the device, or streamed from the
+encoded files (``data.gpu.storage: stream``; docs/data-path.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ from solo_diet.core.data.pipeline import (
     EvalTransform,
     MultiCropAugmentation,
     ProbeTrainTransform,
+)
+from solo_diet.core.data.stream import (
+    DEFAULT_WORKERS,
+    CorruptImage,
+    EncodedFiles,
+    StreamLoader,
+    decode_images,
 )
 from solo_diet.core.data.tensor_data import load_images
 from solo_diet.core.settings import core_errors_named
@@ -179,3 +187,53 @@ class GPUPath(DataPath):
         with core_errors_named(GPU_ARGUMENT_KEYS):
             augment = MultiCropAugmentation.from_config([request.node], run.dataset)
         return lambda x, g: augment(x, g)[0]
+
+
+class StreamPath(GPUPath):
+    """:class:`GPUPath` over encoded files (:class:`EncodedFiles`, :class:`StreamLoader`)."""
+
+    storage = "stream"
+    loader_class = StreamLoader
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.loaders: list[StreamLoader] = []
+
+    def read_split(self, run: LoaderSettings, root: Any, split: str, fraction: float) -> Any:
+        """The split's files, listed, not read."""
+        return EncodedFiles.from_folder(
+            run.dataset, root, split, no_labels=run.no_labels, fraction=fraction
+        )
+
+    def loader_kwargs(self, run: LoaderSettings) -> dict[str, Any]:
+        stream = {"num_workers": run.workers(DEFAULT_WORKERS), "on_corrupt": self.gpu.on_corrupt}
+        return super().loader_kwargs(run) | stream
+
+    def opened(self, loader: StreamLoader) -> StreamLoader:
+        self.loaders.append(loader)
+        return loader
+
+    def close(self) -> None:
+        """Stop every loader's host workers (left alone they hold the exit 5 s each)."""
+        for loader in self.loaders:
+            loader.close()
+
+    @torch.no_grad()
+    def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
+        """The views of images of their own sizes, decoded on ``device``."""
+        transform = self.view_transform(run, request)
+        files = self.load_split(run, "val")
+        chosen = request.choose(len(files)).tolist()
+        read = [files[index] for index in chosen]
+        images, failed = decode_images(
+            [data for _, data, _, _ in read], request.device, [p for *_, p in read]
+        )
+        if failed:
+            position, problem = next(iter(failed.items()))
+            path = files.path(chosen[position])
+            raise CorruptImage(f"cannot decode {path} ({problem}): replace or delete the file.")
+        generator = torch.Generator(request.device).manual_seed(request.seed)
+        repeated = [image for image in images for _ in range(request.views)]
+        size = request.batch_size
+        chunks = [repeated[start : start + size] for start in range(0, len(repeated), size)]
+        return torch.cat([transform(chunk, generator).cpu() for chunk in chunks])
