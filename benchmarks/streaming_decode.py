@@ -21,6 +21,7 @@ H100 with 16 cores (2 x 2 cases; 2 x 2 more where 2 GPUs are visible).
     python benchmarks/streaming_decode.py
     python benchmarks/streaming_decode.py --gpus 1 --methods diet      # one pair of cases
     python benchmarks/streaming_decode.py --smoke                      # CPU plumbing, tiny
+    python benchmarks/streaming_decode.py --gpus 1 --sources stream --profile  # where GPU time goes
 
 On one host of 8 GPUs (issue 47, not yet run: the 8-GPU kind was never lent). A window of
 (2 x workers + 8) + 40 steps of 8 x 256 images must fit one epoch, so 8 GPUs need about 170 000
@@ -48,6 +49,63 @@ from typing import Any, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/_helpers
 from data_path import cell, print_case_result, print_phase, run_case, since_launch  # noqa: E402
+
+# GPU kernels by name, first match wins (cuDNN's convolution kernels often contain "gemm" too)
+KERNEL_KINDS = (
+    ("nvJPEG decode", r"nvjpeg|jpeg|huffman|idct"),
+    ("convolutions", r"conv|fprop|dgrad|wgrad|implicit"),
+    ("matmuls", r"gemm|cutlass|cublas"),
+    ("batch norm", r"batch_norm|batchnorm|welford|bn_"),
+    ("resizes and crops", r"upsample|interp|grid_sampl|resize|crop"),
+    ("optimizer", r"multi_tensor|foreach|lars|adam"),
+    ("copies and fills", r"memcpy|memset|copy|fill"),
+    ("other elementwise and reductions", r"."),
+)
+
+
+def kernel_breakdown(profiler, steps: int, wall_s: float) -> dict[str, float]:
+    """Milliseconds a step of each :data:`KERNEL_KINDS` (kernel time summed over the streams)
+    and of ``idle`` (wall time with no kernel running on any stream), from ``torch.profiler``."""
+    import re
+
+    from torch.autograd import DeviceType
+
+    spent = dict.fromkeys([kind for kind, _ in KERNEL_KINDS], 0.0)
+    by_name: dict[str, float] = {}
+    spans = []
+    for event in profiler.profiler.kineto_results.events():
+        if event.device_type() != DeviceType.CUDA:
+            continue
+        name = event.name().lower()
+        kind = next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, name))
+        spent[kind] += event.duration_ns() / 1e6 / steps
+        by_name[event.name()] = by_name.get(event.name(), 0.0) + event.duration_ns() / 1e6 / steps
+        spans.append((event.start_ns(), event.end_ns()))
+    busy_ns, reach = 0, None  # the union of the kernels' intervals
+    for start, end in sorted(spans):
+        if reach is None or start > reach:
+            busy_ns, reach = busy_ns + end - start, end
+        elif end > reach:
+            busy_ns, reach = busy_ns + end - reach, end
+    step_ms = wall_s * 1e3 / steps
+    top = sorted(by_name.items(), key=lambda item: -item[1])[:12]
+    idle = max(0.0, step_ms - busy_ns / 1e6 / steps)
+    return {**spent, "idle": idle, "step": step_ms, "top": [[n[:90], ms] for n, ms in top]}
+
+
+def print_breakdowns(breakdowns: dict[str, dict[str, float]]) -> None:
+    """One table: a row per kernel kind, a column per profiled case (ms a step, % of its wall)."""
+    cases = list(breakdowns)
+    print("\n| GPU time a step | " + " | ".join(f"{case} ms | %" for case in cases) + " |")
+    print("|---|" + "---:|---:|" * len(cases))
+    for kind in [*dict(KERNEL_KINDS), "idle", "step"]:
+        cells = [f"{b[kind]:.1f} | {100 * b[kind] / b['step']:.0f}" for b in breakdowns.values()]
+        print(f"| {kind} | " + " | ".join(cells) + " |")
+    for case, breakdown in breakdowns.items():
+        print(f"\n{case}: the longest kernels, ms a step")
+        for name, ms in breakdown["top"]:
+            print(f"  {ms:6.2f}  {name}")
+
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "scripts" / "pretrain" / "imagenet-100"
 SOURCES = ("image_folder", "stream")
@@ -127,6 +185,14 @@ def window(case: dict):
         def __init__(self) -> None:
             self.steps, self.start, self.result, self.first_step = 0, None, {}, float("nan")
             self.busy = GPUBusy(case["gpus"]) if cuda else None
+            self.profiler = None
+            if case.get("profile"):
+                from torch.profiler import ProfilerActivity, profile
+
+                # kernels only (CUPTI): CPU-side tracing would slow the host that feeds them
+                self.profiler = profile(
+                    activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]
+                )
 
         def setup(self, trainer, module, stage: str) -> None:
             print_phase(case, f"rank {trainer.global_rank}: processes joined, model next")
@@ -147,6 +213,8 @@ def window(case: dict):
                     torch.cuda.synchronize()
                     if trainer.global_rank == 0:
                         self.busy.start()
+                if self.profiler is not None:
+                    self.profiler.__enter__()
                 self.start = time.perf_counter()
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -159,7 +227,10 @@ def window(case: dict):
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - self.start
             world = trainer.world_size
-            self.result = {
+            if self.profiler is not None:  # its own cost inflates the step: a separate run
+                self.profiler.__exit__(None, None, None)
+                self.result["profile"] = kernel_breakdown(self.profiler, self.steps, elapsed)
+            self.result |= {
                 "samples_s": self.steps * case["batch_size"] * world / elapsed,
                 "busy": self.busy.stop() if cuda and trainer.global_rank == 0 else float("nan"),
                 "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else float("nan"),
@@ -244,7 +315,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0))
     common = {
         "batch_size": args.batch_size, "precision": args.precision, "accelerator": "gpu",
-        "steps": args.steps, "overrides": list(args.override),
+        "steps": args.steps, "overrides": list(args.override), "profile": args.profile,
     }  # fmt: skip
     if args.smoke:
         common.update(batch_size=4, precision="32", accelerator="cpu", steps=2, warmup=1)
@@ -271,6 +342,9 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--case-timeout", type=float, default=240.0)
     parser.add_argument("--override", action="append", default=[], help="Hydra override")
     parser.add_argument("--smoke", action="store_true", help="CPU plumbing check, tiny")
+    parser.add_argument(
+        "--profile", action="store_true", help="also a GPU-time breakdown of each timed window"
+    )
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case is not None:
@@ -291,6 +365,7 @@ def main(argv: Optional[list] = None) -> None:
         )
         print("| method | GPUs | source | samples/s | x image_folder | GPU busy % | peak MiB |")
         print("|---|---:|---|---:|---:|---:|---:|")
+        breakdowns = {}
         for gpus in args.gpus:
             workers = common["workers_for"][gpus]
             if common.get("warmup", 2 * workers + 8) + common["steps"] > args.images // (
@@ -309,6 +384,8 @@ def main(argv: Optional[list] = None) -> None:
                     row[source] = run_case(__file__, case, args.case_timeout)
                 base = row.get("image_folder", {}).get("samples_s")
                 for source, result in row.items():
+                    if "profile" in result:
+                        breakdowns[f"{method} {gpus} GPU {source}"] = result["profile"]
                     speed = result.get("samples_s")
                     ratio = f"{speed / base:.2f}" if speed and base else "-"
                     print(
@@ -317,6 +394,8 @@ def main(argv: Optional[list] = None) -> None:
                         f"| {cell(result, 'peak_mib', '.0f')} |",
                         flush=True,
                     )
+        if breakdowns:
+            print_breakdowns(breakdowns)
     print(f"# {time.time() - started:.0f} s in all")
 
 

@@ -3,6 +3,7 @@ with its budget once, each in a folder of its own, ``<output_dir>/<job key>/``."
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -141,9 +142,15 @@ def plan_jobs(spec: Spec) -> list[Job]:
     seeds = list(spec.seeds) if spec.seeds is not None else [None]
     jobs = []
     for run in spec.runs:
+        cfg = budget = None
         for seed in seeds:
             key = f"runs/{run.name}" + (f"/seed_{seed}" if seed is not None else "")
-            cfg, budget = compose_run(spec, run, out / key, seed)
+            if cfg is None:
+                cfg, budget = compose_run(spec, run, out / key, seed)
+            else:  # the other seeds differ only in these two keys: one Hydra compose a run
+                cfg = copy.deepcopy(cfg)
+                OmegaConf.update(cfg, "seed", seed)
+                OmegaConf.update(cfg, "checkpoint.dir", str(out / key / "pretrain"))
             jobs.append(Job(run.name, key, out / key, cfg, seed, budget=budget))
     first_run = jobs[: len(seeds)]
     for row in spec.reference_rows:

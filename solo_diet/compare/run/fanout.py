@@ -157,10 +157,14 @@ class _Pool:
         worker.retire()
         self.retired.append(worker)
 
-    def close(self, grace_s: float) -> None:
+    def retire_idle(self) -> None:
+        """Retire every idle worker (their exits overlap the tasks still running)."""
         for worker in self.idle:
             self.retire(worker)
         self.idle = []
+
+    def close(self, grace_s: float) -> None:
+        self.retire_idle()
         _wait_or_kill([worker.process for worker in self.retired], grace_s)
 
 
@@ -222,6 +226,8 @@ def run_tasks(
                     else f"{label}: FAILED with exit status {status} after {took}; "
                     f"log: {entry.task.log_path}"
                 )
+            if not pending:  # no task is left for an idle worker
+                pool.retire_idle()
     except BaseException:
         if running:
             labels = ", ".join(r.task.label for r in running)
