@@ -15,6 +15,9 @@ from typing import Any, Callable, Iterator, Optional
 
 from solo_diet.core.errors import ConfigError
 
+EXIT_USER_ERROR = 2
+EXIT_DISK_FULL = 1
+
 
 class DataError(ConfigError):
     """The input data cannot be used as configured (missing, unreadable, wrong layout)."""
@@ -154,14 +157,8 @@ def user_message(err: Exception) -> Optional[str]:
     if isinstance(err, ModuleNotFoundError):
         missing = (err.name or "").split(".")[0] == "solo"
         return f"solo-learn is not installed ({err}).\n{INSTALL_HINT}" if missing else None
-    if isinstance(err, AssertionError):  # one of solo-learn's own `assert`s: the failed check
-        solo, frames = sys.modules.get("solo"), traceback.extract_tb(err.__traceback__)
-        where = os.path.abspath(frames[-1].filename) if frames else ""
-        inside = [os.path.join(os.path.abspath(p), "") for p in getattr(solo, "__path__", ())]
-        if not any(where.startswith(folder) for folder in inside):
-            return None
-        check, function = str(err) or frames[-1].line, frames[-1].name
-        return f"solo-learn rejected the config: {check} (in {function})."
+    if isinstance(err, AssertionError):
+        return solo_rejection(err)
     files = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
     user = (ConfigError, *files, PermissionError, HydraException, OmegaConfBaseException, YAMLError)
     if isinstance(err, user) or (isinstance(err, OSError) and err.errno == errno.EROFS):
@@ -195,4 +192,16 @@ def run_guarded(
         if message is None:
             raise
         report(message)
-        return 1 if isinstance(err, DiskFull) else 2
+        return EXIT_DISK_FULL if isinstance(err, DiskFull) else EXIT_USER_ERROR
+
+
+def solo_rejection(err: AssertionError) -> Optional[str]:
+    """The failed check when one of solo-learn's own ``assert``s raised ``err``, else None."""
+    solo = sys.modules.get("solo")
+    frames = traceback.extract_tb(err.__traceback__)
+    if solo is None or not frames:
+        return None
+    where = os.path.abspath(frames[-1].filename)
+    if not any(where.startswith(os.path.join(os.path.abspath(p), "")) for p in solo.__path__):
+        return None
+    return f"solo-learn rejected the config: {str(err) or frames[-1].line} (in {frames[-1].name})."
