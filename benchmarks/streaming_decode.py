@@ -63,9 +63,10 @@ KERNEL_KINDS = (
 )
 
 
-def kernel_breakdown(profiler, steps: int, wall_s: float) -> dict[str, float]:
-    """Milliseconds a step of each :data:`KERNEL_KINDS` (kernel time summed over the streams)
-    and of ``idle`` (wall time with no kernel running on any stream), from ``torch.profiler``."""
+def kernel_breakdown(profiler, steps: int, wall_s: float) -> dict[str, Any]:
+    """Milliseconds a step of each :data:`KERNEL_KINDS` (kernel time summed over the streams), of
+    ``idle`` (wall time with no kernel running on any stream) and of the whole ``step``, and the
+    ``top`` twelve kernels by time, from ``torch.profiler``."""
     import re
 
     from torch.autograd import DeviceType
@@ -78,8 +79,9 @@ def kernel_breakdown(profiler, steps: int, wall_s: float) -> dict[str, float]:
             continue
         name = event.name().lower()
         kind = next(kind for kind, pattern in KERNEL_KINDS if re.search(pattern, name))
-        spent[kind] += event.duration_ns() / 1e6 / steps
-        by_name[event.name()] = by_name.get(event.name(), 0.0) + event.duration_ns() / 1e6 / steps
+        ms = event.duration_ns() / 1e6 / steps
+        spent[kind] += ms
+        by_name[event.name()] = by_name.get(event.name(), 0.0) + ms
         spans.append((event.start_ns(), event.end_ns()))
     busy_ns, reach = 0, None  # the union of the kernels' intervals
     for start, end in sorted(spans):
@@ -93,7 +95,7 @@ def kernel_breakdown(profiler, steps: int, wall_s: float) -> dict[str, float]:
     return {**spent, "idle": idle, "step": step_ms, "top": [[n[:90], ms] for n, ms in top]}
 
 
-def print_breakdowns(breakdowns: dict[str, dict[str, float]]) -> None:
+def print_breakdowns(breakdowns: dict[str, dict[str, Any]]) -> None:
     """One table: a row per kernel kind, a column per profiled case (ms a step, % of its wall)."""
     cases = list(breakdowns)
     print("\n| GPU time a step | " + " | ".join(f"{case} ms | %" for case in cases) + " |")
