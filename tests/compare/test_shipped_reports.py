@@ -31,6 +31,12 @@ SHIPPED = {
         ["curves.points=5", "reference_rows=[]"],
     ),
     "evidence_small_data_fashion_mnist": ("/tmp/fm", (60000, 10000), []),
+    # `data.format: auto` ran these on the GPU data path: `gpu` names it where no GPU is seen
+    "evidence_cplearn": ("/tmp/am", (8000, 2000), ["data.format=gpu"]),
+    "evidence_sem": ("/tmp/am", (8000, 2000), ["data.format=gpu"]),
+    "evidence_sdiet": ("/tmp/am", (8000, 2000), ["data.format=gpu"]),
+    "evidence_sdiet_batch16": ("/tmp/am", (8000, 2000), ["data.format=gpu"]),
+    "evidence_sdiet_batch16_lr": ("/tmp/am", (8000, 2000), ["data.format=gpu"]),
 }
 
 
