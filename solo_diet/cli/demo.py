@@ -13,11 +13,12 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.cli.data import write_dataset
+from solo_diet.compare.spec.settings import resolve_launch_format
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import FORMAT_KEY
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
 from solo_diet.launch.common import compose_cfg
-from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
 DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}

@@ -107,10 +107,19 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> Optional[int]:
-    """Exit status 1 with one line when jobs failed: each job's log holds its own traceback."""
-    from solo_diet.compare import run_spec
+    """Exit status 1 with one line when jobs failed: each job's log holds its own traceback. The
+    spec is loaded and the reusable workers started before the comparison's own heavy imports."""
+    import contextlib
 
-    results = run_spec(args.spec, args.overrides, report_only=args.report_only)
+    from solo_diet.compare.run.sharing import fleet_of
+    from solo_diet.compare.spec.load import load_spec
+
+    spec = load_spec(args.spec, args.overrides)
+    started = contextlib.nullcontext() if args.report_only else fleet_of(spec, start_workers=True)
+    with started as fleet:
+        from solo_diet.compare.run.runner import run_spec
+
+        results = run_spec(args.spec, args.overrides, args.report_only, loaded=spec, fleet=fleet)
     if not results.ok:
         print(f"solo-diet compare: {results.failure_message()}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from solo_diet.core.errors import (
     NamesArguments,
 )
 
+FORMAT_KEY = "data.format"  # a launch config's data path: image_folder, gpu or dali
 # A run name names a folder and its checkpoint files: 1 to 100 of these characters, not only dots.
 RUN_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,100}\Z")
 

@@ -15,6 +15,7 @@ from solo_diet.core.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.core.data.stream import ON_CORRUPT
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import (
+    FORMAT_KEY,
     KeyReader,
     core_errors_named,
     is_number,
@@ -25,8 +26,6 @@ from solo_diet.core.settings import (
 )
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
-FORMAT_KEY = "data.format"
-LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
 GPU_ARGUMENT_KEYS = {
     "storage": "data.gpu.storage",
@@ -105,15 +104,6 @@ DATA_PATH_SECTIONS = {
     "gpu": ("data.gpu", GPUDataSettings, "the GPU data path"),
     "dali": ("dali", DaliSettings, "solo-learn's DALI datamodule"),
 }
-
-
-def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
-    """A ``demo``/``compare`` format choice; ``auto``: ``gpu`` on a GPU, else ``image_folder``."""
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
-    if requested == "auto":
-        return "gpu" if on_gpu else "image_folder"
-    return requested
 
 
 def dali_installed() -> bool:

@@ -95,9 +95,15 @@ def test_two_workers_a_failure_then_an_out_of_order_resume(data_root, tmp_path, 
 
 @pytest.mark.slow
 def test_only_some_jobs_in_workers_then_the_rest_into_the_same_output_dir(data_root, tmp_path):
-    out = tmp_path / "cmp"
-    run_compare(SHIPPED_SPEC, overrides(data_root, out, RUNS) + ["only=[diet]"])
+    from solo_diet.cli.main import main
+
+    out = tmp_path / "cmp"  # the command starts its worker before its own imports
+    assert (
+        main(["compare", str(SHIPPED_SPEC), *overrides(data_root, out, RUNS), "only=[diet]"]) == 0
+    )
     assert report_runs(out) == ["diet"] and not (out / "runs" / "simclr").exists()
+    header = (out / "runs" / "diet" / "job.log").read_text().splitlines()[0]
+    assert header.endswith(", its task 1)") and "start-up" not in header
     text = (out / "report.md").read_text()
     assert "as they have no result yet: run 'simclr', reference 'raw_pixels'." in text
     assert (out / "spec.yaml").is_file() and not list(

@@ -240,3 +240,30 @@ def test_an_interrupted_scheduler_stops_its_reusable_workers(tmp_path):
     assert scheduler.wait(timeout=30) != 0
     with pytest.raises(ProcessLookupError):
         os.kill(worker_pid, 0)
+
+
+def test_workers_started_before_the_fan_out_take_its_tasks_and_a_failed_start_is_logged(tmp_path):
+    from solo_diet.compare.run.worker import ServedWorker, task_env
+
+    serve = (sys.executable, "-c", SERVER)
+    early = ServedWorker(serve, ("g0",), task_env(("g0",), "1"), tmp_path / "early.log")
+    broken = (sys.executable, "-c", "import sys; print('START-UP FAILED'); sys.exit(4)")
+    failed = ServedWorker(broken, ("g1",), task_env(("g1",), "1"), tmp_path / "failed.log")
+    tasks = [served_task(tmp_path, f"t{i}", 1) for i in range(2)]
+    outcomes = run_tasks(
+        tasks,
+        2,
+        ["g0", "g1"],
+        say=lambda _: None,
+        poll_s=0.05,
+        serve_argv=serve,
+        started=[early, failed],
+        retired=(held := []),
+    )
+
+    ran = [o.task for o in outcomes if o.returncode == 0]
+    failed_log = next(o.task.log_path for o in outcomes if o.returncode == 4).read_text()
+    assert len(ran) == 1 and served_by(ran[0])[0] == early.process.pid
+    assert "### its worker's start-up\nSTART-UP FAILED" in failed_log
+    assert held == [early]  # retired, its exit left to the caller (a fleet waits after the report)
+    assert early.process.wait(timeout=30) == 0 and failed.process.poll() == 4

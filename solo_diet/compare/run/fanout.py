@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from solo_diet.compare.run.worker import PARENT_VARIABLE, ServedWorker, spawn
+from solo_diet.compare.run.worker import ServedWorker, spawn, task_env
 from solo_diet.core.errors import ConfigError
 
 
@@ -74,7 +74,7 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-def _wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
+def wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
     """Wait up to ``grace_s`` for ``processes`` to end, then SIGKILL each one's process group."""
     deadline = time.monotonic() + grace_s
     for process in processes:
@@ -88,11 +88,20 @@ class _Pool:
     """The GPUs' free slots (``per_gpu`` tasks each) and the reusable workers: idle ones wait for
     a task of their GPUs; at most ``limit`` processes live at once (idle ones retire for room)."""
 
-    def __init__(self, gpus: Sequence[str], per_gpu: int, serve_argv, limit: int, threads: str):
+    def __init__(
+        self,
+        gpus: Sequence[str],
+        per_gpu: int,
+        serve_argv,
+        limit: int,
+        threads: str,
+        started: Sequence[ServedWorker],
+        retired: list[ServedWorker],
+    ):
         self.free = {gpu: per_gpu for gpu in gpus}
         self.argv, self.limit, self.threads = serve_argv, limit, threads
-        self.idle: list[ServedWorker] = []
-        self.retired: list[ServedWorker] = []
+        self.idle: list[ServedWorker] = list(started)
+        self.retired = retired
 
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
@@ -127,13 +136,7 @@ class _Pool:
         """Start ``task`` in ``worker``, else in a new worker when served, else in a process of
         its own; its log's header says where."""
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(
-            os.environ,
-            CUDA_VISIBLE_DEVICES=",".join(devices),
-            OMP_NUM_THREADS=self.threads,
-            PYTHONUNBUFFERED="1",
-            **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
-        )
+        env = task_env(devices, self.threads)
         if worker is None:
             while self.idle and running + len(self.idle) >= self.limit:  # room for a process
                 self.retire(self.idle.pop(0))
@@ -165,7 +168,7 @@ class _Pool:
 
     def close(self, grace_s: float) -> None:
         self.retire_idle()
-        _wait_or_kill([worker.process for worker in self.retired], grace_s)
+        wait_or_kill([worker.process for worker in self.retired], grace_s)
 
 
 def run_tasks(
@@ -177,19 +180,25 @@ def run_tasks(
     grace_s: float = 20.0,
     jobs_per_gpu: int = 1,
     serve_argv: Optional[Sequence[str]] = None,
+    threads: Optional[str] = None,
+    started: Sequence[ServedWorker] = (),
+    retired: Optional[list[ServedWorker]] = None,
 ) -> list[Outcome]:
     """Run ``tasks``, at most ``workers`` at once on distinct GPUs shared by ``jobs_per_gpu`` tasks,
-    a task with a ``request`` in a reusable worker of ``serve_argv``; the outcomes in order."""
+    a task with a ``request`` in a reusable worker of ``serve_argv`` (the ``started`` ones first),
+    each with ``threads`` OpenMP threads; the outcomes in order. Retired workers are waited for
+    before it returns, or go to ``retired``, for the caller to wait for."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
     if too_big:
         raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
     pending, running, outcomes = list(tasks), [], {}
-    # each task's OMP_NUM_THREADS: the caller's, else this process's cores shared out evenly
-    share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
-    pool = _Pool(gpus, jobs_per_gpu, serve_argv, workers, threads)
+    if threads is None:  # the caller's OMP_NUM_THREADS, else this process's cores shared out evenly
+        share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
+        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
+    waited_here = retired is None
+    pool = _Pool(gpus, jobs_per_gpu, serve_argv, workers, threads, started, retired or [])
     # SIGTERM raises KeyboardInterrupt here when nobody else handles it: tasks stopped, not orphaned
     own_sigterm = (
         threading.current_thread() is threading.main_thread()
@@ -219,6 +228,11 @@ def run_tasks(
                     pool.idle.append(entry.worker)  # the next next_task drops a dead one
                 pool.book(entry.devices, +1)
                 outcomes[id(entry.task)] = Outcome(entry.task, status)
+                worker = entry.worker
+                if status != 0 and worker and worker.tasks_run == 1 and worker.first_log.is_file():
+                    if worker.first_log != entry.task.log_path:  # started early: its start-up too
+                        with entry.task.log_path.open("a") as log:
+                            log.write(f"### its worker's start-up\n{worker.first_log.read_text()}")
                 label, took = entry.task.label, f"{time.monotonic() - entry.start:.0f} s"
                 say(
                     f"{label}: done in {took}"
@@ -235,10 +249,10 @@ def run_tasks(
         processes = [r.process for r in running] + [w.process for w in pool.idle]
         for process in processes:
             _signal_group(process, signal.SIGINT)
-        _wait_or_kill(processes, grace_s)
+        wait_or_kill(processes, grace_s)
         raise
     finally:
-        pool.close(grace_s)
+        pool.close(grace_s) if waited_here else pool.retire_idle()
         if own_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return [outcomes[id(task)] for task in tasks]

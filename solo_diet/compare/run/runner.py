@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import shutil
-import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from omegaconf import ListConfig, OmegaConf
 
@@ -35,7 +33,7 @@ from solo_diet.compare.run.record import (
     read_json,
     read_result,
 )
-from solo_diet.compare.run.sharing import choose_sharing, mps_unavailable, private_mps
+from solo_diet.compare.run.sharing import PLAN_PREFIX, WORKER, Fleet, fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
@@ -51,9 +49,6 @@ from solo_diet.launch.launch_checks import (
 )
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
-
-# + the comparison's pid: its workers' plan, in the temporary folder
-PLAN_PREFIX = "solo-diet-plan-"
 
 
 class JobsFailed(RuntimeError):
@@ -147,11 +142,11 @@ def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[st
 
 
 def _run_in_processes(
-    jobs: Sequence[Job], workers: int, parallel: ParallelSettings, plan_file: Path, per_gpu: int
+    jobs: Sequence[Job], fleet: Fleet, parallel: ParallelSettings
 ) -> dict[str, str]:
     """Every job in a process of its own GPUs, the longest first, in reusable workers with
     ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
-    from solo_diet.compare.run.fanout import Task, run_tasks, visible_gpus
+    from solo_diet.compare.run.fanout import Task, run_tasks
 
     for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
         devices = OmegaConf.select(job.cfg, "devices")
@@ -160,21 +155,27 @@ def _run_in_processes(
                 f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
                 f"sees only its own GPUs: write a count (devices={len(devices)})."
             )
-    reuse, jobs, gpus = parallel.reuse_workers, longest_first(jobs), visible_gpus()
-    worker = (sys.executable, "-m", "solo_diet.compare.run.worker")
+    reuse, jobs, plan = parallel.reuse_workers, longest_first(jobs), str(fleet.plan_file)
     tasks = [
         Task(
             label=job.label,
-            argv=(*worker, str(plan_file), job.key),
+            argv=(*WORKER, plan, job.key),
             log_path=job.run_dir / "job.log",
-            gpus=job.gpus() if gpus else 0,
+            gpus=job.gpus() if fleet.gpus else 0,
             request=job.key if reuse and job.gpus() <= 1 else None,
         )
         for job in jobs
     ]
-    serve = (*worker, "--serve", str(plan_file)) if reuse else None
     outcomes = run_tasks(
-        tasks, workers, gpus, JobsProgress(jobs).say, jobs_per_gpu=per_gpu, serve_argv=serve
+        tasks,
+        fleet.workers,
+        fleet.gpus,
+        JobsProgress(jobs).say,
+        jobs_per_gpu=fleet.sharing.jobs_per_gpu,
+        serve_argv=(*WORKER, "--serve", plan) if reuse else None,
+        threads=fleet.threads,
+        started=fleet.started,
+        retired=fleet.retired,
     )
     return {
         job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
@@ -256,17 +257,24 @@ def remove_leftovers(out: Path) -> None:
 
 
 def run_spec(
-    spec: SpecSource, overrides: Sequence[str] = (), report_only: bool = False
+    spec: SpecSource,
+    overrides: Sequence[str] = (),
+    report_only: bool = False,
+    *,
+    loaded: Optional[Spec] = None,
+    fleet: Optional[Fleet] = None,
 ) -> CompareResults:
     """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
     write its report; a bad spec raises :class:`~solo_diet.core.errors.ConfigError` before any
-    job."""
+    job. ``loaded`` and ``fleet``: the spec as the caller loaded it and the fleet it started with
+    :func:`~solo_diet.compare.run.sharing.fleet_of` (``solo-diet compare`` does, before its
+    heavy imports)."""
     import solo_diet
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count
-    loaded = load_spec(spec, overrides)
+    loaded = loaded or load_spec(spec, overrides)
     jobs, out = plan_jobs(loaded), loaded.output_dir
     if report_only:
         if not out.is_dir():
@@ -282,7 +290,8 @@ def run_spec(
     with contextlib.ExitStack() as held:
         with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
             held.enter_context(lock)  # one comparison per folder
-        return _run_jobs(loaded, command_spec, overrides, jobs, chosen)
+        with contextlib.nullcontext(fleet) if fleet else fleet_of(loaded) as workers:
+            return _run_jobs(loaded, command_spec, overrides, jobs, chosen, workers)
 
 
 def run_compare(
@@ -300,21 +309,14 @@ def _run_jobs(
     overrides: Sequence[str],
     jobs: Sequence[Job],
     chosen: Sequence[Job],
+    fleet: Fleet,
 ) -> CompareResults:
-    from solo_diet.compare.run.fanout import visible_gpus
-
     out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
     stop_orphans([job.run_dir for job in jobs], say=progress)
     remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
-    gpus = visible_gpus()
-    note_command(out, spec_path, overrides, len(gpus))
-    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
-    cores = len(os.sched_getaffinity(0))
-    sharing = choose_sharing(
-        parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, len(chosen), no_mps
-    )
-    workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
+    note_command(out, spec_path, overrides, len(fleet.gpus))
+    sharing, workers = fleet.sharing, fleet.workers
     in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
     processes = " in separate processes, " + (
         "each running job after job" if parallel.reuse_workers else "a fresh one per job"
@@ -336,15 +338,9 @@ def _run_jobs(
             progress(f"{job.label}: {standing}")
         else:
             to_run.append(job)
-    if in_processes:
-        # the workers' jobs, planned here, in a folder only this user may write (mode 0700): a
-        # file planted in `output_dir` is never unpickled
-        prefix = f"{PLAN_PREFIX}{os.getpid()}-"
-        with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
-            plan = Path(folder) / "plan.pkl"
-            save_plan(plan, spec, to_run, eval_fingerprint)
-            with private_mps(sharing.mps):
-                failures = _run_in_processes(to_run, workers, parallel, plan, sharing.jobs_per_gpu)
+    if in_processes:  # the workers' jobs, planned here: a file planted in `output_dir` is never
+        save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)  # unpickled
+        failures = _run_in_processes(to_run, fleet, parallel)
     else:
         failures = _run_here(spec, to_run, eval_fingerprint)
     results = _report_of_finished(spec, jobs, failed=failures)

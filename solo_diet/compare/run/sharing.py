@@ -1,5 +1,6 @@
-"""How many jobs share one GPU, and a private CUDA MPS daemon that lets their kernels run side by
-side (docs/compare.md, "Many GPUs")."""
+"""Where a comparison's jobs run (:func:`fleet_of`): how many share one GPU, a private CUDA MPS
+daemon that lets their kernels run side by side, and workers started before the parent's own
+imports (docs/compare.md, "Many GPUs"). Imports neither torch nor Lightning nor solo-learn."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
+from solo_diet.compare.run.fanout import visible_gpus, wait_or_kill
+from solo_diet.compare.run.worker import ServedWorker, task_env
 from solo_diet.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from solo_diet.compare.spec.settings import Spec
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 MPS_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
@@ -21,6 +29,8 @@ MPS_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
 # no faster than four: each job then trained at 4/6 of the rate (benchmarks)
 CORES_PER_SHARED_JOB = 4
 MOST_JOBS_PER_GPU = {True: 4, False: 2}  # with MPS, without: without it kernels take turns
+WORKER = (sys.executable, "-m", "solo_diet.compare.run.worker")
+PLAN_PREFIX = "solo-diet-plan-"  # + the comparison's pid: its workers' plan (temporary folder)
 
 
 @dataclass(frozen=True)
@@ -94,3 +104,51 @@ def private_mps(active: bool) -> Iterator[None]:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([MPS_CONTROL], input="quit\n", text=True, env=env, timeout=60)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A comparison's GPUs, their :class:`Sharing`, how many workers run at once and with how
+    many threads each, the file the workers' plan goes to, the workers already started, and the
+    retired ones, whose exits are waited for on the way out (after the report)."""
+
+    gpus: tuple[str, ...]
+    sharing: Sharing
+    workers: int
+    threads: str
+    plan_file: Path
+    started: tuple[ServedWorker, ...] = ()
+    retired: list[ServedWorker] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def fleet_of(spec: Spec, start_workers: bool = False) -> Iterator[Fleet]:
+    """The :class:`Fleet` of ``spec``'s chosen jobs, its MPS daemon running inside the block;
+    ``start_workers``: a reusable worker per slot starts now, so that its imports (about 17 s on
+    an H200 host) overlap the caller's. On the way out the retired workers are waited for (20 s at
+most), and the others killed."""
+    parallel, gpus = spec.parallel, visible_gpus()
+    no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
+    cores, chosen = len(os.sched_getaffinity(0)), spec.chosen_jobs()
+    sharing = choose_sharing(parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, chosen, no_mps)
+    workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
+    # each task's OMP_NUM_THREADS: the caller's, else this process's cores shared out evenly
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // min(workers, chosen or 1)))
+    prefix = f"{PLAN_PREFIX}{os.getpid()}-"
+    with contextlib.ExitStack() as stack:
+        temporary = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
+        folder = Path(stack.enter_context(temporary))
+        plan_file = folder / "plan.pkl"  # in a folder only this user may write (mode 0700)
+        stack.enter_context(private_mps(sharing.mps))
+        started = []
+        if start_workers and workers > 1 and parallel.reuse_workers:
+            for slot in range(min(workers, chosen)):
+                devices = (gpus[slot % len(gpus)],) if gpus else ()
+                argv, log = (*WORKER, "--serve", str(plan_file)), folder / f"worker-{slot}.log"
+                started.append(ServedWorker(argv, devices, task_env(devices, threads), log))
+        fleet = Fleet(tuple(gpus), sharing, workers, threads, plan_file, tuple(started))
+        try:
+            yield fleet
+        finally:  # a worker never handed a job (none was left for it) is killed, not waited for
+            wait_or_kill([w.process for w in started if not w.tasks_run], 0.0)
+            wait_or_kill([w.process for w in fleet.retired if w.tasks_run], grace_s=20.0)

@@ -57,9 +57,10 @@ def _run_plan(plan_file: str, keys: Iterator[tuple[str, Optional[str]]], fresh: 
     from solo_diet.core.errors import ConfigError
 
     solo_diet.register()
-    spec, jobs, eval_fingerprint = pickle.loads(Path(plan_file).read_bytes())
-    state = FreshState() if fresh else None
+    state, plan = FreshState() if fresh else None, None
     for key, log in keys:
+        if plan is None:  # read at the first job: a served worker may start before it is written
+            spec, jobs, eval_fingerprint = plan = pickle.loads(Path(plan_file).read_bytes())
         if key not in jobs:
             raise ConfigError(f"{plan_file} has no job {key!r}.")
         if log is not None:
@@ -89,6 +90,17 @@ def serve(plan_file: str, reply_fd: int) -> int:
     return 0
 
 
+def task_env(devices: Sequence[str], threads: str) -> dict[str, str]:
+    """A task's environment: its GPUs, its share of the cores, and this process as its parent."""
+    return dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES=",".join(devices),
+        OMP_NUM_THREADS=threads,
+        PYTHONUNBUFFERED="1",
+        **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
+    )
+
+
 def spawn(argv: Sequence[str], env: dict, log: IO, **popen: Any) -> subprocess.Popen:
     """Start ``argv`` in a process group of its own, its output into ``log``."""
     return subprocess.Popen(
@@ -115,6 +127,7 @@ class ServedWorker:
                 text=True,
             )
         os.close(write_end)
+        self.first_log = first_log  # its start-up output: a task's log, or its own (started early)
         self.devices = devices
         self.tasks_run = 0
         self._replies = read_end

@@ -7,7 +7,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
-import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
@@ -21,11 +20,11 @@ from solo_diet.compare.spec.settings import (
     check_seeds,
     parse_claims,
     parse_runs,
+    resolve_launch_format,
 )
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import closest_name, parse_section
+from solo_diet.core.settings import FORMAT_KEY, closest_name, parse_section
 from solo_diet.launch.errors import check_destination
-from solo_diet.launch.settings import FORMAT_KEY, resolve_launch_format
 
 SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
 SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their schemas' (SECTIONS)
@@ -177,6 +176,8 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
     only = check_only(spec.only, names, where)
     # compare's format choice (``auto``: the GPU data path on a GPU), kept in its record too
+    import torch  # here, not at the top: the spec loads before the comparison's heavy imports
+
     key = f"{where}: `{FORMAT_KEY}`"
     data.format = resolve_launch_format(data.format, torch.cuda.is_available(), key)
     views = sections["evaluation"].lidar_augmentations

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from solo_diet.compare.verdicts.paper_budget import Claim, PaperBudget
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import (
+    FORMAT_KEY,
     KeyReader,
     check_run_name,
     closest_name,
@@ -19,9 +20,9 @@ from solo_diet.core.settings import (
     parse_section,
     setting,
 )
-from solo_diet.launch.settings import FORMAT_KEY
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
+LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 SEEDED_REFERENCES = ("random_init",)  # the untrained backbone's initialisation: one per seed
 AUTOMATIC = "Or null (automatic)."
 RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
@@ -152,6 +153,23 @@ class Spec:
     runs: tuple[Run, ...]
     claims: tuple[Claim, ...]
     resolved: str
+
+    def chosen_jobs(self) -> int:
+        """How many jobs ``only`` chooses of the plan's: each run once per seed, ``random_init``
+        once per seed, ``raw_pixels`` once (``plan_jobs``)."""
+        seeds = len(self.seeds) if self.seeds is not None else 1
+        counts = {run.name: seeds for run in self.runs}
+        counts |= {row: seeds if row in SEEDED_REFERENCES else 1 for row in self.reference_rows}
+        return sum(n for name, n in counts.items() if self.only is None or name in self.only)
+
+
+def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
+    """A ``demo``/``compare`` format choice; ``auto``: ``gpu`` on a GPU, else ``image_folder``."""
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
+    if requested == "auto":
+        return "gpu" if on_gpu else "image_folder"
+    return requested
 
 
 def check_only(only: Any, names: Sequence[str], where: str) -> Optional[tuple[str, ...]]:
