@@ -124,9 +124,9 @@ class Fleet:
 @contextlib.contextmanager
 def fleet_of(spec: Spec, start_workers: bool = False) -> Iterator[Fleet]:
     """The :class:`Fleet` of ``spec``'s chosen jobs, its MPS daemon running inside the block;
-    ``start_workers``: a reusable worker per slot starts now, so that its imports (about 17 s on
-    an H200 host) overlap the caller's. On the way out the retired workers are waited for (20 s at
-most), and the others killed."""
+    ``start_workers``: a reusable worker a slot starts now, so that its imports (about 17 s on an
+    H200 host) overlap the caller's. On the way out the retired workers are waited for (20 s at
+    most) and the others killed."""
     parallel, gpus = spec.parallel, visible_gpus()
     no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
     cores, chosen = len(os.sched_getaffinity(0)), spec.chosen_jobs()
@@ -139,7 +139,7 @@ most), and the others killed."""
         temporary = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
         folder = Path(stack.enter_context(temporary))
         plan_file = folder / "plan.pkl"  # in a folder only this user may write (mode 0700)
-        stack.enter_context(private_mps(sharing.mps))
+        stack.enter_context(private_mps(sharing.mps and workers > 1))  # jobs side by side
         started = []
         if start_workers and workers > 1 and parallel.reuse_workers:
             for slot in range(min(workers, chosen)):
