@@ -1,6 +1,6 @@
 """Clustering scores of codes, collapse diagnostics and k-means (Lloyd with k-means++) of frozen
 features. The CPLearn paper reports NMI only; AMI, ARI, accuracies, code usage and chance NMI are
-ours; scores follow scikit-learn's conventions and are tested against it."""
+ours; the scores and the contingency table are scikit-learn's."""
 
 from __future__ import annotations
 
@@ -22,19 +22,21 @@ def _int_labels(values: ArrayLike) -> np.ndarray:
     return values
 
 
-def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
-    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns)."""
+def _checked(labels: ArrayLike, clusters: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     labels, clusters = _int_labels(labels), _int_labels(clusters)
     if labels.shape != clusters.shape or labels.size == 0:
         raise ValueError(
             f"labels and clusters must be non-empty and of equal length, got {labels.size} and "
             f"{clusters.size}"
         )
-    _, rows = np.unique(labels, return_inverse=True)
-    _, cols = np.unique(clusters, return_inverse=True)
-    table = np.zeros((rows.max() + 1, cols.max() + 1), dtype=np.int64)
-    np.add.at(table, (rows, cols), 1)
-    return table
+    return labels, clusters
+
+
+def contingency_table(labels: ArrayLike, clusters: ArrayLike) -> np.ndarray:
+    """Counts ``n_kc`` of samples with class k (rows) and cluster c (columns)."""
+    from sklearn.metrics.cluster import contingency_matrix
+
+    return contingency_matrix(*_checked(labels, clusters))
 
 
 def exp_entropy(p: torch.Tensor) -> float:
@@ -43,77 +45,26 @@ def exp_entropy(p: torch.Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
-def _entropy(counts: np.ndarray) -> float:
-    """Shannon entropy (nats) of the distribution proportional to ``counts``."""
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
-def _mutual_information(table: np.ndarray) -> float:
-    n = table.sum()
-    rows, cols = np.nonzero(table)
-    joint = table[rows, cols].astype(np.float64)
-    outer = table.sum(1)[rows].astype(np.float64) * table.sum(0)[cols]
-    return float(max((joint / n * (np.log(joint) + math.log(n) - np.log(outer))).sum(), 0.0))
-
-
-def expected_mutual_information(row_sums: np.ndarray, col_sums: np.ndarray) -> float:
-    """E[MI] under the hypergeometric model with fixed marginals (Vinh et al., 2010), equal sums
-    grouped (16384 singleton codes cost one term)."""
-    from scipy.special import gammaln
-
-    n = int(row_sums.sum())
-    log_fact = gammaln(np.arange(n + 1) + 1.0)  # log(m!) for m = 0..n
-    a_values, a_counts = np.unique(row_sums, return_counts=True)
-    b_values, b_counts = np.unique(col_sums, return_counts=True)
-    expected = 0.0
-    for a, a_count in zip(a_values.tolist(), a_counts.tolist()):
-        for b, b_count in zip(b_values.tolist(), b_counts.tolist()):
-            m = np.arange(max(1, a + b - n), min(a, b) + 1)
-            if m.size == 0:
-                continue
-            # log of the hypergeometric probability of a cell count m
-            log_prob = log_fact[[a, b, n - a, n - b]].sum() - log_fact[n] - log_fact[m]
-            log_prob -= log_fact[a - m] + log_fact[b - m] + log_fact[n - a - b + m]
-            cell_mi = m / n * (np.log(n * m) - math.log(a * b))
-            expected += a_count * b_count * float((cell_mi * np.exp(log_prob)).sum())
-    return expected
-
-
 def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
     """NMI = MI / ((H(Y) + H(C)) / 2), scikit-learn's arithmetic form (CPLearn's released code)."""
-    table = contingency_table(labels, clusters)
-    if table.shape == (1, 1):  # one group in both (scikit-learn's perfect-match limit case)
-        return 1.0
-    mi = _mutual_information(table)
-    if mi == 0.0:
-        return 0.0
-    return mi / (0.5 * (_entropy(table.sum(1)) + _entropy(table.sum(0))))
+    from sklearn.metrics import normalized_mutual_info_score
+
+    return float(normalized_mutual_info_score(*_checked(labels, clusters)))
 
 
 def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]); about 0 for random codes."""
-    table = contingency_table(labels, clusters)
-    if table.shape == (1, 1):
-        return 1.0
-    row_sums, col_sums = table.sum(1), table.sum(0)
-    expected = expected_mutual_information(row_sums, col_sums)
-    denominator = 0.5 * (_entropy(row_sums) + _entropy(col_sums)) - expected
-    tiny = np.finfo(np.float64).eps
-    denominator = min(denominator, -tiny) if denominator < 0 else max(denominator, tiny)
-    return (_mutual_information(table) - expected) / denominator
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]), scikit-learn's (exact hypergeometric E[MI],
+    Vinh et al., 2010); about 0 for random codes."""
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    return float(adjusted_mutual_info_score(*_checked(labels, clusters)))
 
 
 def adjusted_rand_index(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """ARI (Hubert and Arabie, 1985) from pair counts of the contingency table."""
-    from scipy.special import comb
+    """ARI (Hubert and Arabie, 1985), scikit-learn's from pair counts."""
+    from sklearn.metrics import adjusted_rand_score
 
-    table = contingency_table(labels, clusters)
-    if np.count_nonzero(table) == table.shape[0] == table.shape[1]:
-        return 1.0  # identical partitions up to renaming (also covers all-singleton and one-group)
-    together, rows, cols = (comb(x, 2).sum() for x in (table, table.sum(1), table.sum(0)))
-    expected = rows * cols / comb(table.sum(), 2)
-    return float((together - expected) / (0.5 * (rows + cols) - expected))
+    return float(adjusted_rand_score(*_checked(labels, clusters)))
 
 
 def hungarian_accuracy(labels: ArrayLike, clusters: ArrayLike) -> float:
@@ -133,7 +84,7 @@ def many_to_one_accuracy(labels: ArrayLike, clusters: ArrayLike) -> float:
 
 def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: int = 0) -> float:
     """Permutation-chance NMI: mean NMI of the same assignment against shuffled labels."""
-    labels, clusters = _int_labels(labels), _int_labels(clusters)
+    labels, clusters = _checked(labels, clusters)
     rng = np.random.default_rng(seed)
     return float(
         np.mean([normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)])
@@ -144,6 +95,8 @@ def clustering_report(
     labels: ArrayLike, clusters: ArrayLike, chance_repeats: int = 5, seed: int = 0
 ) -> dict[str, float]:
     """Every clustering score we report: NMI, AMI, ARI, accuracies, codes used, chance NMI."""
+    from scipy.stats import entropy
+
     usage = contingency_table(labels, clusters).sum(0)
     return {
         "nmi": normalized_mutual_info(labels, clusters),
@@ -152,7 +105,7 @@ def clustering_report(
         "hungarian_acc": hungarian_accuracy(labels, clusters),
         "many_to_one_acc": many_to_one_accuracy(labels, clusters),
         "codes_used": float(usage.size),
-        "usage_perplexity": math.exp(_entropy(usage)),
+        "usage_perplexity": math.exp(entropy(usage)),
         "chance_nmi": chance_nmi(labels, clusters, chance_repeats, seed),
     }
 

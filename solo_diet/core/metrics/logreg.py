@@ -24,9 +24,8 @@ CHANGE_TOLERANCE = 1e-15  # a step of no parameter above it: nothing left to gai
 HISTORY = 20
 ARMIJO = 1e-4  # sufficient decrease of the backtracking line search
 BACKTRACKS = 50  # halvings of the step before a fit counts as stopped at float64 precision
-BATCH_ELEMENTS = (
-    2**25
-)  # logits held at once (strengths x samples x classes): fits are batched under it
+# logits held at once (strengths x samples x classes): fits are batched under it
+BATCH_ELEMENTS = 2**25
 # what makes the probe's number: a comparison's evaluation fingerprint holds it
 PROTOCOL = {
     "l2_grid": L2_GRID,
