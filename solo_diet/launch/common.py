@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import shutil
 import signal
@@ -281,3 +282,35 @@ def logger_and_callbacks(
             ) from None
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer
+
+
+def fit_run(
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    data_path: Any,
+    fit: dict[str, Any],
+    command: str,
+    training: Optional[TrainingSettings] = None,
+    callbacks: Sequence = (),
+    **trainer_args: Any,
+) -> tuple[dict[str, float], Optional[str]]:
+    """Resume and :func:`fit_or_raise` with the run's callbacks: its metrics and last checkpoint
+    (none trained where the checkpoint resumed from holds ``training``'s last epoch)."""
+    from lightning.pytorch import Trainer
+
+    from solo_diet.launch.checkpointing import resume_checkpoint
+
+    logdir = os.path.join(cfg.checkpoint.dir, cfg.method if command == "pretrain" else command)
+    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    if training is not None and already_finished(ckpt_path, training):
+        epochs = training.max_epochs
+        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
+        return {}, str(ckpt_path)
+    logger, own, checkpointer = logger_and_callbacks(
+        cfg, model, logdir, wandb_run_id, ckpt_path, command
+    )
+    trainer = Trainer(**trainer_kwargs(cfg, own + list(callbacks), logger) | trainer_args)
+    fit_or_raise(trainer, model, cfg, checkpointer, data_path, ckpt_path=ckpt_path, **fit)
+    last = getattr(checkpointer, "last_ckpt", None)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics, None if last is None else str(last)
