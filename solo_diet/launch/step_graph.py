@@ -128,8 +128,12 @@ def _tensors(tree: Any) -> list[Tensor]:
 
 
 def _clone(tree: Any) -> Any:
+    """``tree`` with its tensors cloned: a batch's static copy, or a value logged after a replay
+    (the next replay overwrites the graph's)."""
     if isinstance(tree, Tensor):
         return tree.clone()
+    if isinstance(tree, dict):
+        return {k: _clone(v) for k, v in tree.items()}
     return type(tree)(_clone(t) for t in tree) if isinstance(tree, (list, tuple)) else tree
 
 
@@ -229,7 +233,7 @@ class StepGraph:
         else:
             self.body(batch_idx)
         for log, args, kwargs in self.logs:
-            log(*[_clone_values(a) for a in args], **kwargs)
+            log(*[_clone(a) for a in args], **kwargs)
         self.replayed = True
         return None
 
@@ -326,15 +330,6 @@ def _keep_buffers(model: nn.Module, before: dict[str, Tensor]) -> None:
             old.copy_(buffer)
             owner, _, leaf = name.rpartition(".")
             model.get_submodule(owner)._buffers[leaf] = old
-
-
-def _clone_values(value: Any) -> Any:
-    """A logged value after a replay: tensors cloned (the next replay overwrites the graph's)."""
-    if isinstance(value, Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: _clone_values(v) for k, v in value.items()}
-    return value
 
 
 def _driven_step(model: nn.Module, batch: Any, batch_idx: int) -> Any:
