@@ -11,7 +11,6 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 from solo_diet.launch.checkpointing import check_checkpoint_key
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
-from solo_diet.launch.data_checks import check_classes
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.divergence import non_finite_tensors
 from solo_diet.launch.launch_checks import check_accelerator_present, check_solo_learn_choices
@@ -97,8 +96,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_solo_learn_choices(cfg, LinearModel)
     data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
-    check_classes(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     loader_settings = parse_loader_settings(cfg, data_path.settings)
+    loader_settings.check_classes(5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     seed_everything(cfg.seed)
 
     loss_func, mixup = _loss_and_mixup(cfg)

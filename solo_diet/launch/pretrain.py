@@ -12,7 +12,6 @@ from solo_diet.core.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
-from solo_diet.launch.data_checks import check_classes
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
@@ -58,7 +57,6 @@ def prepare_run(
         for index, node in enumerate(cfg.augmentations):
             check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
-    check_classes(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
@@ -67,6 +65,7 @@ def prepare_run(
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
+    loader_settings.check_classes(2, "the online linear probe")
     return cfg, method_cls, contract, data_path, loader_settings, training
 
 
