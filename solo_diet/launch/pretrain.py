@@ -25,7 +25,7 @@ from solo_diet.launch.settings import (
     parse_loader_settings,
     parse_performance_settings,
 )
-from solo_diet.launch.step_graph import install_step_graph
+from solo_diet.launch.step_graph import StepGraph, choose_step_graph
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
@@ -76,7 +76,10 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     if substitutes:
         print(substitutes, flush=True)
     model = as_trained(cfg, model)  # cfg.performance: filled by parse_performance_settings
-    install_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
+    graphed, line = choose_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
+    print(line, flush=True)
+    if graphed:
+        StepGraph(model)
     return model
 
 

@@ -107,15 +107,6 @@ def choose_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> tuple[
     return False, f"solo-diet: training step eager ({STEP_GRAPH_KEY}=auto: {reason})"
 
 
-def install_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> bool:
-    """Print :func:`choose_step_graph`'s line; when it says so, graph ``model``'s steps."""
-    chosen, line = choose_step_graph(cfg, model, setting)
-    print(line, flush=True)
-    if chosen:
-        StepGraph(model)
-    return chosen
-
-
 LOGS = ("log", "log_dict")
 
 
