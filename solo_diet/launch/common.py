@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -22,7 +23,6 @@ from solo_diet.launch.launch_checks import (
     check_cfg_before_parse,
     check_key_typos,
     known_top_level_keys,
-    unread_added_keys,
 )
 from solo_diet.launch.nodes import check_nodes
 
@@ -62,13 +62,9 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             if unknown is None:
                 raise
             raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
-        unread = unread_added_keys(overrides)
-        if unread:  # keys the YAML holds, set with `++`, are its own
-            base, absent = compose(config_name=name), object()
-            unread = {k for k in unread if OmegaConf.select(base, k, default=absent) is absent}
+        if any(o.startswith("+") for o in overrides):  # the keys they add, against the YAML's
+            check_key_typos(cfg, functools.cache(lambda: compose(config_name=name)))
     OmegaConf.set_struct(cfg, False)
-    if unread:
-        check_key_typos(cfg, unread)
     return cfg
 
 
