@@ -145,7 +145,7 @@ def _zero_grad(driver: "StepGraph", *args: Any) -> None:
 
 def _ema_update(driver: "StepGraph", online: nn.Module, momentum: nn.Module) -> None:
     if not driver.replayed:
-        ForeachMomentumUpdater.update(driver.model.momentum_updater, online, momentum)
+        ForeachMomentumUpdater.update(driver.updater, online, momentum)
 
 
 class StepGraph:
@@ -165,9 +165,9 @@ class StepGraph:
         self.state_names = tuple(getattr(model, "step_graph_state", ()))
         model.training_step = StepSubstitute(_driven_step, model)
         model.optimizer_zero_grad = InstanceSubstitute(_zero_grad, self)
-        updater = getattr(model, "momentum_updater", None)
-        if updater is not None:
-            updater.update = InstanceSubstitute(_ema_update, self)
+        self.updater = getattr(model, "momentum_updater", None)
+        if self.updater is not None:
+            self.updater.update = InstanceSubstitute(_ema_update, self)
         model.step_graph = self
         warnings.filterwarnings("ignore", message="`training_step` returned `None`")
 
@@ -213,10 +213,9 @@ class StepGraph:
             to.copy_(value, non_blocking=True)
         for lr, group in zip(self.lrs, self.optimizer.param_groups):
             lr.fill_(group["lr"])
-        updater = getattr(model, "momentum_updater", None)
-        if updater is not None:
-            self.tau.fill_(updater._tau)
-            self.complement.fill_(1.0 - updater._tau)
+        if self.updater is not None:
+            self.tau.fill_(self.updater._tau)
+            self.complement.fill_(1.0 - self.updater._tau)
         if self.capture:
             self.graph.replay()
             for name, value in self.saved_state.items():
@@ -267,7 +266,7 @@ class StepGraph:
                     for group, lr in zip(groups, self.lrs):
                         group["lr"] = lr
                 type(self.optimizer).step(self.optimizer)
-                updater = getattr(model, "momentum_updater", None)
+                updater = self.updater
                 if updater is not None:
                     tau, rest = (
                         (self.tau, self.complement) if self.device_scalars else (updater._tau, None)
