@@ -24,14 +24,6 @@ DEMO_CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "demo"
 DEMO_EPOCHS = {"cpu": 25, "gpu": 100}
 
 
-def _accelerator(requested: str) -> str:
-    if requested == "auto":
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    if requested == "gpu" and not torch.cuda.is_available():
-        raise ConfigError("--accelerator gpu, but torch sees no CUDA device.")
-    return requested
-
-
 def demo_data_format(requested: str) -> str:
     """``--data-format``; ``auto``: the tensor data path (the ``gpu`` format) on a GPU and on the
     CPU alike: on 2 CPU cores it ran the demo in 88 s against 271 s through solo-learn's PIL loader,
@@ -76,7 +68,10 @@ def run_demo(
     if not (DEMO_CONFIGS / f"{method}.yaml").is_file():
         available = sorted(p.stem for p in DEMO_CONFIGS.glob("*.yaml") if p.stem != "linear")
         raise ConfigError(f"no demo config for method {method!r}; available: {available}.")
-    accelerator = _accelerator(accelerator)
+    cuda = torch.cuda.is_available()
+    if accelerator == "gpu" and not cuda:
+        raise ConfigError("--accelerator gpu, but torch sees no CUDA device.")
+    accelerator = ("gpu" if cuda else "cpu") if accelerator == "auto" else accelerator
     data_format = demo_data_format(data_format)
     epochs = DEMO_EPOCHS[accelerator] if epochs is None else epochs
     if epochs <= 0:

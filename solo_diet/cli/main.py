@@ -132,19 +132,13 @@ SHIPPED = Path(__file__).resolve().parent.parent / "configs"
 DATASET_CHOICES = ("cifar", "imagenet-100", "custom")
 
 
-def shipped_folders(dataset: Optional[str] = None) -> list[Path]:
-    """The shipped config folders of ``dataset`` (all when None), relative to ``SHIPPED``."""
-    datasets = DATASET_CHOICES if dataset is None else (dataset,)
+def _cmd_configs(args: argparse.Namespace) -> None:
+    """Copy the shipped configs (of ``--dataset``, else all) into DIR."""
+    root = Path(args.directory).expanduser().resolve()
+    datasets = DATASET_CHOICES if args.dataset is None else (args.dataset,)
     folders = [Path(stage) / name for name in datasets for stage in ("pretrain", "linear")]
-    if dataset in (None, "custom"):
+    if args.dataset in (None, "custom"):
         folders.append(Path("compare"))
-    return folders
-
-
-def write_configs(directory: str, dataset: Optional[str] = None, force: bool = False) -> list[Path]:
-    """Copy the shipped configs into ``directory``; returns the folders written."""
-    root = Path(directory).expanduser().resolve()
-    folders = shipped_folders(dataset)
     sources = sorted(p for f in folders for p in (SHIPPED / f).rglob("*.yaml"))
     copies = [(src, root / src.relative_to(SHIPPED)) for src in sources]
     if not copies:
@@ -154,7 +148,7 @@ def write_configs(directory: str, dataset: Optional[str] = None, force: bool = F
     changed = [
         dst for src, dst in copies if dst.exists() and not filecmp.cmp(src, dst, shallow=False)
     ]
-    if changed and not force:
+    if changed and not args.force:
         raise ConfigError(
             f"{len(changed)} config(s) in {root} differ from the shipped ones (e.g. {changed[0]}): "
             "pass --force to overwrite them, or choose another directory."
@@ -162,14 +156,10 @@ def write_configs(directory: str, dataset: Optional[str] = None, force: bool = F
     for src, dst in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
-    return [root / f for f in folders]
-
-
-def _cmd_configs(args: argparse.Namespace) -> None:
-    written = write_configs(args.directory, dataset=args.dataset, force=args.force)
-    for folder in written:
-        print(f"wrote {folder}")
-    print(f"use e.g.: solo-diet pretrain --config-path {written[0]} --config-name diet.yaml ...")
+    for folder in folders:
+        print(f"wrote {root / folder}")
+    example = f"--config-path {root / folders[0]} --config-name diet.yaml ..."
+    print(f"use e.g.: solo-diet pretrain {example}")
 
 
 def _cmd_solo_script(args: argparse.Namespace) -> None:

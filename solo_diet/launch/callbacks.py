@@ -43,16 +43,13 @@ class EpochCostLogger(Callback):
         self._losses: list[torch.Tensor] = []
         self._validated = False
 
-    def _cuda(self, trainer: Trainer) -> bool:
-        return trainer.strategy.root_device.type == "cuda"
-
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:  # current_epoch is the first epoch to train, resumed or not
             drop_epoch_rows_after(self.csv_path, trainer.current_epoch - 1)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._cuda(trainer):
-            device = trainer.strategy.root_device
+        device = trainer.strategy.root_device
+        if device.type == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             self._start_event, self._end_event = (
@@ -102,7 +99,7 @@ class EpochCostLogger(Callback):
             "samples_per_s": self._samples / train_seconds if train_seconds > 0 else math.nan,
             "peak_gpu_mib": (
                 torch.cuda.max_memory_allocated(trainer.strategy.root_device) / 2**20
-                if self._cuda(trainer)
+                if self._start_event is not None
                 else ""
             ),
             "train_loss": (

@@ -46,7 +46,7 @@ def checkpoint_epoch(path: Optional[str | Path], default: Optional[int] = None) 
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO: saves whole, loads without pickle unless ``allow_pickle``."""
+    """Lightning's checkpoint IO of local files: saved whole, loaded without pickle by default."""
 
     def __init__(self, allow_pickle: bool = False):
         self.allow_pickle = allow_pickle
@@ -54,16 +54,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None
     ) -> None:
-        if storage_options is not None or "://" in str(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with disk_full_named(Path(path)), atomic_write(path, binary=True) as f:
             torch.save(checkpoint, f)
 
     def load_checkpoint(self, path: Any, map_location: Optional[Any] = None) -> dict[str, Any]:
-        if "://" in str(path):
-            return super().load_checkpoint(path)
         return load_checkpoint_file(path, allow_pickle=self.allow_pickle)
 
 

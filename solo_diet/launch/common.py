@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 import re
 import shutil
 import signal
@@ -21,7 +23,6 @@ from solo_diet.launch.launch_checks import (
     check_cfg_before_parse,
     check_key_typos,
     known_top_level_keys,
-    unread_added_keys,
 )
 from solo_diet.launch.nodes import check_nodes
 
@@ -61,13 +62,9 @@ def compose_cfg(config_path: str, config_name: str, overrides: Sequence[str]) ->
             if unknown is None:
                 raise
             raise ConfigError(_unknown_override(compose(config_name=name), unknown[1])) from None
-        unread = unread_added_keys(overrides)
-        if unread:  # keys the YAML holds, set with `++`, are its own
-            base, absent = compose(config_name=name), object()
-            unread = {k for k in unread if OmegaConf.select(base, k, default=absent) is absent}
+        if any(o.startswith("+") for o in overrides):  # the keys they add, against the YAML's
+            check_key_typos(cfg, functools.cache(lambda: compose(config_name=name)))
     OmegaConf.set_struct(cfg, False)
-    if unread:
-        check_key_typos(cfg, unread)
     return cfg
 
 
@@ -281,3 +278,35 @@ def logger_and_callbacks(
             ) from None
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     return logger, callbacks, checkpointer
+
+
+def fit_run(
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    data_path: Any,
+    fit: dict[str, Any],
+    command: str,
+    training: Optional[TrainingSettings] = None,
+    callbacks: Sequence = (),
+    **trainer_args: Any,
+) -> tuple[dict[str, float], Optional[str]]:
+    """Resume and :func:`fit_or_raise` with the run's callbacks: its metrics and last checkpoint
+    (none trained where the checkpoint resumed from holds ``training``'s last epoch)."""
+    from lightning.pytorch import Trainer
+
+    from solo_diet.launch.checkpointing import resume_checkpoint
+
+    logdir = os.path.join(cfg.checkpoint.dir, cfg.method if command == "pretrain" else command)
+    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
+    if training is not None and already_finished(ckpt_path, training):
+        epochs = training.max_epochs
+        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
+        return {}, str(ckpt_path)
+    logger, own, checkpointer = logger_and_callbacks(
+        cfg, model, logdir, wandb_run_id, ckpt_path, command
+    )
+    trainer = Trainer(**trainer_kwargs(cfg, own + list(callbacks), logger) | trainer_args)
+    fit_or_raise(trainer, model, cfg, checkpointer, data_path, ckpt_path=ckpt_path, **fit)
+    last = getattr(checkpointer, "last_ckpt", None)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics, None if last is None else str(last)

@@ -15,7 +15,7 @@ from solo_diet.core.settings import KeyReader
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
 
 
-def _class_folders(path: Any) -> set[str]:
+def class_folders(path: Any) -> set[str]:
     """The subfolders of an image folder: its classes, as solo-learn and torchvision read them."""
     return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
 
@@ -35,7 +35,7 @@ def check_data_paths(cfg: DictConfig) -> None:
     if train is None or not Path(str(train)).is_dir():
         return
     root = Path(str(train))
-    splits = sorted(_class_folders(root) & set(SPLIT_FOLDERS))
+    splits = sorted(class_folders(root) & set(SPLIT_FOLDERS))
     holds_val = val is not None and root.resolve() in Path(str(val)).resolve().parents
     if not ("train" in splits or len(splits) > 1 or holds_val):
         return
@@ -49,30 +49,3 @@ def check_data_paths(cfg: DictConfig) -> None:
         f"= {root} is a dataset root: it holds {held}, each of which would be trained on as a "
         f"class; {fix}.",
     )
-
-
-def check_classes(cfg: DictConfig, needed: int, reader: str) -> None:
-    """Refuse a labelled training set with fewer than ``needed`` classes (``reader`` needs them),
-    or a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
-    read = KeyReader(cfg)
-    classes = OmegaConf.select(cfg, "data.num_classes")
-    labelled = not OmegaConf.select(cfg, "data.no_labels", default=False)
-    if labelled and isinstance(classes, int) and classes < needed:
-        raise read.fail(
-            "data.train_path",
-            f"= {read.value('data.train_path')} holds {classes} class(es); {reader} needs at least "
-            f"{needed}: give it one subfolder per class (or `data.no_labels=True` for images "
-            "without classes).",
-        )
-    train, val = read.value("data.train_path", None), read.value("data.val_path", None)
-    folders = OmegaConf.select(cfg, "data.dataset") in FOLDER_DATASETS
-    if not folders or val is None or not labelled:
-        return
-    in_train, in_val = _class_folders(train), _class_folders(val)
-    if in_train != in_val:
-        raise read.fail(
-            "data.val_path",
-            f"= {val} and `data.train_path` = {train} hold different class folders (only in val: "
-            f"{sorted(in_val - in_train)}, only in train: {sorted(in_train - in_val)}), so the val "
-            "labels would not match the trained ones: give both the same class subfolders.",
-        )

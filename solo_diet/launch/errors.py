@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import signal
@@ -33,27 +34,22 @@ class UnreadableImage(DataError):
         super().__init__(message)
 
 
-class NamedImageLoader:
-    """An ImageFolder ``loader`` whose unreadable files raise ``UnreadableImage`` naming them."""
-
-    def __init__(self, loader: Callable[[str], Any]):
-        self.loader = loader
-
-    def __call__(self, path: str) -> Any:
-        try:
-            return self.loader(path)
-        except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
-            problem = f"{type(err).__name__}: {err}"
-            raise UnreadableImage(
-                f"cannot read image {path} ({problem}): replace or delete the file."
-            ) from err
+def _read_naming(loader: Callable[[str], Any], path: str) -> Any:
+    """``loader(path)``, a file it cannot decode an ``UnreadableImage`` naming it."""
+    try:
+        return loader(path)
+    except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
+        problem = f"{type(err).__name__}: {err}"
+        raise UnreadableImage(
+            f"cannot read image {path} ({problem}): replace or delete the file."
+        ) from err
 
 
 def name_unreadable_images(dataset: Any) -> None:
     """Make an ImageFolder-style dataset (``loader``, ``samples``) name the files it cannot read."""
     loader = getattr(dataset, "loader", None)
-    if hasattr(dataset, "samples") and loader and not isinstance(loader, NamedImageLoader):
-        dataset.loader = NamedImageLoader(loader)
+    if hasattr(dataset, "samples") and loader and getattr(loader, "func", None) is not _read_naming:
+        dataset.loader = functools.partial(_read_naming, loader)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -220,8 +220,10 @@ SECTION_KEYS = {
 }
 
 
-def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
-    """Refuse a key nothing reads that is a typo of a known one or ``added`` by ``+``/``++``."""
+def check_key_typos(cfg: DictConfig, yaml: Optional[Callable[[], DictConfig]] = None) -> None:
+    """Refuse a key nothing reads that is a typo of a known one or, given ``yaml`` (the config
+    composed without overrides), one that ``+``/``++`` added to it."""
+    absent = object()
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]
     for prefix, known, section in places:
@@ -232,7 +234,10 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
             if close:
                 ignored = "is not a key solo-learn or Lightning reads, so it would be ignored"
                 raise fail(f"{prefix}{key}", f"{ignored}; did you mean `{prefix}{close}`?")
-            if f"{prefix}{key}" in added:
+            if (
+                yaml is not None
+                and OmegaConf.select(yaml(), prefix + key, default=absent) is absent
+            ):
                 close = closest_name(key, known)
                 hint = f"; did you mean `{prefix}{close}`?" if close else "."
                 raise fail(
@@ -240,19 +245,6 @@ def check_key_typos(cfg: DictConfig, added: Collection[str] = ()) -> None:
                     "is not a key solo-learn, Lightning or solo-diet reads, so `+`/`++` would add "
                     f"a key nothing reads: remove it or correct its name{hint}",
                 )
-
-
-def unread_added_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys ``+``/``++`` overrides add that nothing reads, at :func:`check_key_typos`' depth."""
-    keys, top_level = set(), set(known_top_level_keys())
-    for override in overrides:
-        if override.startswith("+"):
-            head, *rest = override.lstrip("+").partition("=")[0].split(".")
-            if head not in SECTION_KEYS and head not in top_level:
-                keys.add(head)
-            elif head in SECTION_KEYS and rest and rest[0] not in SECTION_KEYS[head]:
-                keys.add(f"{head}.{rest[0]}")
-    return keys
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -10,15 +9,8 @@ from torch import nn
 
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
-from solo_diet.launch.checkpointing import check_checkpoint_key, resume_checkpoint
-from solo_diet.launch.common import (
-    as_trained,
-    check_launch_cfg,
-    fit_or_raise,
-    logger_and_callbacks,
-    trainer_kwargs,
-)
-from solo_diet.launch.data_checks import check_classes
+from solo_diet.launch.checkpointing import check_checkpoint_key
+from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.divergence import non_finite_tensors
 from solo_diet.launch.launch_checks import check_accelerator_present, check_solo_learn_choices
@@ -94,7 +86,7 @@ def _loss_and_mixup(cfg: DictConfig):
 
 def run_linear(cfg: DictConfig) -> dict[str, Any]:
     """Train and validate a linear probe; returns its final metrics (and ``fitted_batch``)."""
-    from lightning.pytorch import Trainer, seed_everything
+    from lightning.pytorch import seed_everything
     from solo.args.linear import parse_cfg
     from solo.methods.linear import LinearModel
 
@@ -104,8 +96,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     check_solo_learn_choices(cfg, LinearModel)
     data_path = make_data_path(parse_data_settings(cfg))
     cfg = parse_cfg(cfg)
-    check_classes(cfg, 5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     loader_settings = parse_loader_settings(cfg, data_path.settings)
+    loader_settings.check_classes(5, "solo-learn's LinearModel (it reports top-5 accuracy)")
     seed_everything(cfg.seed)
 
     loss_func, mixup = _loss_and_mixup(cfg)
@@ -116,13 +108,6 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     if fitted:  # a training set smaller than one batch: the probe trains at the fitted batch
         cfg.optimizer.batch_size, cfg.optimizer.lr = fitted.batch_size, fitted.lr
     model.batch_size, model.lr = cfg.optimizer.batch_size, cfg.optimizer.lr
-    logdir = os.path.join(cfg.checkpoint.dir, "linear")
-    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    logger, callbacks, checkpointer = logger_and_callbacks(
-        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path, command="linear"
-    )
-    trainer = Trainer(**trainer_kwargs(cfg, callbacks, logger))
-    fit = {"train_dataloaders": train_loader, "val_dataloaders": val_loader, "ckpt_path": ckpt_path}
-    fit_or_raise(trainer, model, cfg, checkpointer, data_path, **fit)
-    metrics: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    fit = {"train_dataloaders": train_loader, "val_dataloaders": val_loader}
+    metrics, _ = fit_run(cfg, model, data_path, fit, "linear")
     return metrics | ({"fitted_batch": fitted.report()} if fitted else {})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from typing import Optional, Sequence
 
 import torch
@@ -12,16 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_diet.core.data.pipeline.nodes import check_augmentation_keys
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import core_errors_named, unknown_method_hint
-from solo_diet.launch.checkpointing import resume_checkpoint
-from solo_diet.launch.common import (
-    already_finished,
-    as_trained,
-    check_launch_cfg,
-    fit_or_raise,
-    logger_and_callbacks,
-    trainer_kwargs,
-)
-from solo_diet.launch.data_checks import check_classes
+from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
@@ -35,7 +25,7 @@ from solo_diet.launch.settings import (
     parse_loader_settings,
     parse_performance_settings,
 )
-from solo_diet.launch.step_graph import install_step_graph
+from solo_diet.launch.step_graph import StepGraph, choose_step_graph
 from solo_diet.methods.contract import Contract, method_contract
 from solo_diet.methods.substitutes import substitute_step_parts, substitutes_line
 
@@ -67,7 +57,6 @@ def prepare_run(
         for index, node in enumerate(cfg.augmentations):
             check_augmentation_keys(node, f"nodes[{index}]")
     cfg = parse_cfg(cfg)
-    check_classes(cfg, 2, "the online linear probe")
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
         raise ConfigError(f"unknown `method: {cfg.method}`; {hint}")
@@ -76,6 +65,7 @@ def prepare_run(
     contract = method_contract(method_cls)
     data_path.check(cfg.method, contract)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
+    loader_settings.check_classes(2, "the online linear probe")
     return cfg, method_cls, contract, data_path, loader_settings, training
 
 
@@ -86,13 +76,16 @@ def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     if substitutes:
         print(substitutes, flush=True)
     model = as_trained(cfg, model)  # cfg.performance: filled by parse_performance_settings
-    install_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
+    graphed, line = choose_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
+    print(line, flush=True)
+    if graphed:
+        StepGraph(model)
     return model
 
 
 def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[str]:
     """Pretrain ``cfg.method``; returns the last checkpoint path (or None)."""
-    from lightning.pytorch import Trainer, seed_everything
+    from lightning.pytorch import seed_everything
 
     check_accelerator_present(cfg)
     cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
@@ -105,20 +98,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     val_loader = data_path.val_loader(loader_settings)
 
     model = build_model(cfg, method_cls)
-
-    logdir = os.path.join(cfg.checkpoint.dir, cfg.method)
-    ckpt_path, wandb_run_id = resume_checkpoint(cfg, logdir)
-    if already_finished(ckpt_path, training):
-        epochs = training.max_epochs
-        print(f"nothing to train: {ckpt_path} already holds the last of max_epochs={epochs}.")
-        return str(ckpt_path)
-    logger, callbacks, checkpointer = logger_and_callbacks(
-        cfg, model, logdir, wandb_run_id, resume_from=ckpt_path
-    )
-    kwargs = trainer_kwargs(cfg, callbacks + list(extra_callbacks), logger)
-    if train_data.own_sampler:  # the method's batch sampler splits the ranks itself
-        kwargs["use_distributed_sampler"] = False
+    # the method's batch sampler splits the ranks itself
+    sampler = {"use_distributed_sampler": False} if train_data.own_sampler else {}
     fit = data_path.fit_kwargs(train_data, val_loader)
-    fit_or_raise(Trainer(**kwargs), model, cfg, checkpointer, data_path, ckpt_path=ckpt_path, **fit)
-    last = getattr(checkpointer, "last_ckpt", None)
-    return None if last is None else str(last)
+    return fit_run(cfg, model, data_path, fit, "pretrain", training, extra_callbacks, **sampler)[1]

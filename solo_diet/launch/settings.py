@@ -10,6 +10,7 @@ from typing import NamedTuple, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from solo_diet.core.data import FOLDER_DATASETS
 from solo_diet.core.data.loader import STORAGES
 from solo_diet.core.data.pipeline import IMAGENET_STATS, MultiCropAugmentation
 from solo_diet.core.data.stream import ON_CORRUPT
@@ -24,6 +25,7 @@ from solo_diet.core.settings import (
     world_size,
     write_section,
 )
+from solo_diet.launch.data_checks import class_folders
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
@@ -137,6 +139,7 @@ class LoaderSettings:
     val_path: Optional[str] = field(default=None, metadata=COMPUTED)
     fraction: float = field(default=-1.0, metadata=COMPUTED)
     no_labels: bool = setting(False, key="data.no_labels")
+    num_classes: Optional[int] = setting(None, key="data.num_classes")
     num_workers: Optional[int] = setting(None, minimum=0, key="data.num_workers")
     batch_size: Optional[int] = setting(None, minimum=1, key="optimizer.batch_size")
     lr: Optional[float] = setting(None, key="optimizer.lr")
@@ -174,6 +177,29 @@ class LoaderSettings:
             flush=True,
         )
         return FittedBatch(num_samples, fitted, batch, scaled)
+
+    def check_classes(self, needed: int, reader: str) -> None:
+        """Refuse a labelled training set of fewer than ``needed`` classes (``reader`` needs
+        them), or a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
+        if self.no_labels:
+            return
+        train, val, classes = self.train_path, self.val_path, self.num_classes
+        if classes is not None and classes < needed:
+            raise ConfigError(
+                f"`data.train_path` = {train} holds {classes} class(es); {reader} needs at least "
+                f"{needed}: give it one subfolder per class (or `data.no_labels=True` for images "
+                "without classes)."
+            )
+        if self.dataset not in FOLDER_DATASETS or val is None:
+            return
+        in_train, in_val = class_folders(train), class_folders(val)
+        if in_train != in_val:
+            raise ConfigError(
+                f"`data.val_path` = {val} and `data.train_path` = {train} hold different class "
+                f"folders (only in val: {sorted(in_val - in_train)}, only in train: "
+                f"{sorted(in_train - in_val)}), so the val labels would not match the trained "
+                "ones: give both the same class subfolders."
+            )
 
     def check_one_global_batch(self, num_samples: int) -> None:
         """Refuse a pretraining set smaller than one global batch."""

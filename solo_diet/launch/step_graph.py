@@ -107,15 +107,6 @@ def choose_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> tuple[
     return False, f"solo-diet: training step eager ({STEP_GRAPH_KEY}=auto: {reason})"
 
 
-def install_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> bool:
-    """Print :func:`choose_step_graph`'s line; when it says so, graph ``model``'s steps."""
-    chosen, line = choose_step_graph(cfg, model, setting)
-    print(line, flush=True)
-    if chosen:
-        StepGraph(model)
-    return chosen
-
-
 LOGS = ("log", "log_dict")
 
 
@@ -128,8 +119,12 @@ def _tensors(tree: Any) -> list[Tensor]:
 
 
 def _clone(tree: Any) -> Any:
+    """``tree`` with its tensors cloned: a batch's static copy, or a value logged after a replay
+    (the next replay overwrites the graph's)."""
     if isinstance(tree, Tensor):
         return tree.clone()
+    if isinstance(tree, dict):
+        return {k: _clone(v) for k, v in tree.items()}
     return type(tree)(_clone(t) for t in tree) if isinstance(tree, (list, tuple)) else tree
 
 
@@ -150,7 +145,7 @@ def _zero_grad(driver: "StepGraph", *args: Any) -> None:
 
 def _ema_update(driver: "StepGraph", online: nn.Module, momentum: nn.Module) -> None:
     if not driver.replayed:
-        ForeachMomentumUpdater.update(driver.model.momentum_updater, online, momentum)
+        ForeachMomentumUpdater.update(driver.updater, online, momentum)
 
 
 class StepGraph:
@@ -170,9 +165,9 @@ class StepGraph:
         self.state_names = tuple(getattr(model, "step_graph_state", ()))
         model.training_step = StepSubstitute(_driven_step, model)
         model.optimizer_zero_grad = InstanceSubstitute(_zero_grad, self)
-        updater = getattr(model, "momentum_updater", None)
-        if updater is not None:
-            updater.update = InstanceSubstitute(_ema_update, self)
+        self.updater = getattr(model, "momentum_updater", None)
+        if self.updater is not None:
+            self.updater.update = InstanceSubstitute(_ema_update, self)
         model.step_graph = self
         warnings.filterwarnings("ignore", message="`training_step` returned `None`")
 
@@ -218,10 +213,9 @@ class StepGraph:
             to.copy_(value, non_blocking=True)
         for lr, group in zip(self.lrs, self.optimizer.param_groups):
             lr.fill_(group["lr"])
-        updater = getattr(model, "momentum_updater", None)
-        if updater is not None:
-            self.tau.fill_(updater._tau)
-            self.complement.fill_(1.0 - updater._tau)
+        if self.updater is not None:
+            self.tau.fill_(self.updater._tau)
+            self.complement.fill_(1.0 - self.updater._tau)
         if self.capture:
             self.graph.replay()
             for name, value in self.saved_state.items():
@@ -229,7 +223,7 @@ class StepGraph:
         else:
             self.body(batch_idx)
         for log, args, kwargs in self.logs:
-            log(*[_clone_values(a) for a in args], **kwargs)
+            log(*[_clone(a) for a in args], **kwargs)
         self.replayed = True
         return None
 
@@ -272,7 +266,7 @@ class StepGraph:
                     for group, lr in zip(groups, self.lrs):
                         group["lr"] = lr
                 type(self.optimizer).step(self.optimizer)
-                updater = getattr(model, "momentum_updater", None)
+                updater = self.updater
                 if updater is not None:
                     tau, rest = (
                         (self.tau, self.complement) if self.device_scalars else (updater._tau, None)
@@ -326,15 +320,6 @@ def _keep_buffers(model: nn.Module, before: dict[str, Tensor]) -> None:
             old.copy_(buffer)
             owner, _, leaf = name.rpartition(".")
             model.get_submodule(owner)._buffers[leaf] = old
-
-
-def _clone_values(value: Any) -> Any:
-    """A logged value after a replay: tensors cloned (the next replay overwrites the graph's)."""
-    if isinstance(value, Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: _clone_values(v) for k, v in value.items()}
-    return value
 
 
 def _driven_step(model: nn.Module, batch: Any, batch_idx: int) -> Any:

@@ -162,11 +162,7 @@ class GPUPath(DataPath):
     def make_loader(self, run: LoaderSettings, make: Any, *args: Any, **kwargs: Any) -> Any:
         """``make(*args, **kwargs)`` with this path's loader arguments, errors naming their keys."""
         with core_errors_named(GPU_ARGUMENT_KEYS):
-            return self.opened(make(*args, **kwargs, **self.loader_kwargs(run)))
-
-    def opened(self, loader: GPUBatchLoader) -> GPUBatchLoader:
-        """A loader this path made (the streaming path keeps it, to close it)."""
-        return loader
+            return make(*args, **kwargs, **self.loader_kwargs(run))
 
     @torch.no_grad()
     def lidar_views(self, run: LoaderSettings, request: ViewRequest) -> torch.Tensor:
@@ -209,9 +205,10 @@ class StreamPath(GPUPath):
         stream = {"num_workers": run.workers(DEFAULT_WORKERS), "on_corrupt": self.gpu.on_corrupt}
         return super().loader_kwargs(run) | stream
 
-    def opened(self, loader: StreamLoader) -> StreamLoader:
-        self.loaders.append(loader)
-        return loader
+    def make_loader(self, run: LoaderSettings, make: Any, *args: Any, **kwargs: Any) -> Any:
+        """The loader, kept to be closed."""
+        self.loaders.append(super().make_loader(run, make, *args, **kwargs))
+        return self.loaders[-1]
 
     def close(self) -> None:
         """Stop every loader's host workers (left alone they hold the exit 5 s each)."""
