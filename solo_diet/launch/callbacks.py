@@ -164,7 +164,8 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
 
 class RankMeMonitor(Callback):
     """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` val images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the last."""
+    ``max_samples`` val images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the last;
+    the features stay on the model's device, where their SVD runs, read back once an epoch."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -194,7 +195,7 @@ class RankMeMonitor(Callback):
         if not self._active(trainer) or collected >= self.max_samples:
             return
         images = batch[0][: self.max_samples - collected]
-        self._features.append(pl_module.backbone(images).float().flatten(1).cpu())
+        self._features.append(pl_module.backbone(images).float().flatten(1))  # no host wait
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._features:

@@ -115,3 +115,16 @@ def test_lidar_rejects_single_views():
         lidar(torch.randn(8, 3), torch.arange(8))
     with pytest.raises(ValueError, match="entries"):
         lidar(torch.randn(8, 3), torch.arange(4))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_rankme_and_lidar_run_there_and_match_the_references():
+    """compare evaluates on the GPU: a 3072-d LiDAR (raw pixels of 32 px) takes milliseconds
+    there; the values are the float64 references'."""
+    z = planted_matrix([9.0, 4.0, 1.0, 0.5, 0.25, 0.1], rows=2000, cols=3072)
+    cuda = torch.tensor(z, device="cuda")
+    assert singular_values(cuda).device.type == "cuda"
+    assert rankme(cuda) == pytest.approx(rankme_reference(z), rel=1e-9)
+    views, labels = views_of_planted_classes(n=300, q=10, d=3072, signal_dims=12, noise=0.1)
+    on_gpu = lidar(torch.tensor(views, device="cuda"), torch.tensor(labels))
+    assert on_gpu == pytest.approx(lidar(views, labels), rel=1e-9)

@@ -111,10 +111,8 @@ class Evaluator:
 
     @torch.no_grad()
     def _view_features(self, model: torch.nn.Module) -> torch.Tensor:
-        chunks = self.lidar_views.split(self.settings.batch_size)
-        return torch.cat(
-            [model(chunk.to(self.device)).float().flatten(1).cpu() for chunk in chunks]
-        )
+        chunks = self.lidar_views.split(self.settings.batch_size)  # kept on the device for LiDAR
+        return torch.cat([model(chunk.to(self.device)).float().flatten(1) for chunk in chunks])
 
     def code_scores(self, encoder: torch.nn.Module, prefix: str) -> dict[str, float]:
         """Clustering scores of the integer codes ``encoder(images)`` on the val split."""
@@ -174,7 +172,7 @@ class Evaluator:
         (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
         model = model.to(self.device).eval()
         train_x, train_y, val_x, val_y = self._split_features(model)
-        rank_x = val_x[: self.settings.rankme_samples]
+        rank_x = val_x[: self.settings.rankme_samples].to(self.device)  # RankMe's SVD there
         result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
         if logreg:
             result.update(self._logreg(train_x, train_y, val_x, val_y))

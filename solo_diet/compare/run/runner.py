@@ -266,32 +266,33 @@ def run_spec(
 ) -> CompareResults:
     """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
     write its report; a bad spec raises :class:`~solo_diet.core.errors.ConfigError` before any
-    job. ``loaded`` and ``fleet``: the spec as the caller loaded it and the fleet it started with
-    :func:`~solo_diet.compare.run.sharing.fleet_of` (``solo-diet compare`` does, before its
-    heavy imports)."""
+    job. Its reusable workers start as soon as the spec is read (their imports overlap the
+    planning and checks): ``loaded`` and ``fleet`` are the spec and fleet a caller read and
+    started itself (``solo-diet compare`` does, before its own heavy imports)."""
     import solo_diet
 
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count
     loaded = loaded or load_spec(spec, overrides)
-    jobs, out = plan_jobs(loaded), loaded.output_dir
+    out = loaded.output_dir
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(loaded, jobs, report_only=True)
-    chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
-    _check_before_any_job(loaded, chosen, out)
-    out.mkdir(parents=True, exist_ok=True)
-    # as commands.txt names the spec: its file, or the resolved copy written in `out`
-    command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
-    what, fix = f"`output_dir` {out}", "pass another output_dir"
-    lock = folder_lock(out / LOCK_FILE, "compare", what, fix, progress)
+        return _report_of_finished(loaded, plan_jobs(loaded), report_only=True)
     with contextlib.ExitStack() as held:
+        workers = fleet or held.enter_context(fleet_of(loaded, start_workers=True))
+        jobs = plan_jobs(loaded)
+        chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
+        _check_before_any_job(loaded, chosen, out)
+        out.mkdir(parents=True, exist_ok=True)
+        # as commands.txt names the spec: its file, or the resolved copy written in `out`
+        command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
+        what, fix = f"`output_dir` {out}", "pass another output_dir"
+        lock = folder_lock(out / LOCK_FILE, "compare", what, fix, progress)
         with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
             held.enter_context(lock)  # one comparison per folder
-        with contextlib.nullcontext(fleet) if fleet else fleet_of(loaded) as workers:
-            return _run_jobs(loaded, command_spec, overrides, jobs, chosen, workers)
+        return _run_jobs(loaded, command_spec, overrides, jobs, chosen, workers)
 
 
 def run_compare(
