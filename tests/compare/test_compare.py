@@ -203,6 +203,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         (["runs=[{name: a, config_name: no_such_config}]"], "no_such_config"),
         (["evaluation.no_such_key=1"], "no_such_key"),
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
+        (["evaluation.rankme_samples=1"], "`evaluation.rankme_samples` must be"),
         (
             ["budget.epochs=1"],
             r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",

@@ -77,7 +77,7 @@ class EvaluationSettings:
     knn_k: int = setting(20, minimum=1, hint="It is the neighbours kNN votes over.")
     knn_temperature: float = setting(0.07, within=(1e-12, math.inf))
     knn_distance: str = setting("cosine", choices=("cosine", "euclidean"))
-    rankme_samples: int = setting(25600, minimum=1)
+    rankme_samples: int = setting(25600, minimum=2)  # a spectrum of one row has no rank
     lidar_samples: int = setting(1000, minimum=2, hint="LiDAR's class means need two.")
     lidar_views: int = setting(10, minimum=2, hint="LiDAR's class means need two.")
     lidar_augmentations: Optional[str] = None
