@@ -23,6 +23,7 @@ from torch import nn
 from solo_diet.core.checkpoint_file import CorruptCheckpoint, PathLike, check_archive_sizes
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
+from solo_diet.methods.contract import register
 
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
@@ -95,8 +96,6 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 
 def _registered_methods() -> dict[str, type]:
     from solo.methods import METHODS
-
-    from solo_diet.methods.contract import register
 
     register()
     return METHODS
