@@ -215,12 +215,11 @@ def evaluate_checkpoint(
     from solo_diet.launch.linear import run_linear
 
     pretrained = PretrainedCheckpoint(checkpoint)
-    method = pretrained.method_name
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
     progress(f"{name}: offline linear probe")
     probe = run_linear(probe_cfg)
-    result: dict[str, Any] = {"method": method, "checkpoint": str(checkpoint)}
+    result: dict[str, Any] = {"method": pretrained.method_name, "checkpoint": str(checkpoint)}
     result.update(
         linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
     )
