@@ -18,15 +18,24 @@ from typing import Any, Iterator, Optional
 
 import omegaconf
 import torch
+from omegaconf import base, dictconfig, listconfig, nodes
 from torch import nn
 
 from solo_diet.core.checkpoint_file import CorruptCheckpoint, PathLike, check_archive_sizes
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
+from solo_diet.methods.contract import register
 
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+# What a checkpoint may hold besides tensors and still load without pickle: OmegaConf's containers,
+# their nodes, and the plain types their metadata names.
+SAFE_GLOBALS = [
+    *(dictconfig.DictConfig, listconfig.ListConfig, base.ContainerMetadata, base.Metadata),
+    *(nodes.AnyNode, nodes.StringNode, nodes.IntegerNode, nodes.FloatNode, nodes.BooleanNode),
+    *(typing.Any, collections.defaultdict, dict, list, int, float, str, bool),
+]
 # How to give the pretraining config without its args.json.
 PASS_THE_CONFIG = (
     "give the pretraining's backbone yourself: `solo-diet linear ... ++backbone.name=<name> "
@@ -96,8 +105,6 @@ def read_pretrain_args(ckpt_path: PathLike) -> omegaconf.DictConfig:
 def _registered_methods() -> dict[str, type]:
     from solo.methods import METHODS
 
-    from solo_diet.methods.contract import register
-
     register()
     return METHODS
 
@@ -117,17 +124,6 @@ def _saved_args(args_path: Path) -> omegaconf.DictConfig:
     return args
 
 
-def checkpoint_safe_globals() -> list:
-    """The non-tensor types a checkpoint may hold and still load without pickle."""
-    from omegaconf import base, dictconfig, listconfig, nodes
-
-    return [  # OmegaConf's containers, their nodes, the plain types their metadata names
-        *(dictconfig.DictConfig, listconfig.ListConfig, base.ContainerMetadata, base.Metadata),
-        *(nodes.AnyNode, nodes.StringNode, nodes.IntegerNode, nodes.FloatNode, nodes.BooleanNode),
-        *(typing.Any, collections.defaultdict, dict, list, int, float, str, bool),
-    ]
-
-
 def _not_loading(path: Path, error: BaseException) -> str:
     with path.open("rb") as f:
         head = f.read(2)
@@ -144,7 +140,7 @@ def _weights_only_enforced() -> Iterator[None]:
     """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
     forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
     try:
-        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
             yield
     finally:
         if forced is not None:
@@ -157,7 +153,7 @@ def _needs_pickle(path: Path) -> Optional[str]:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 - its pickle does not parse: a damaged file
         return None
-    allowed = {f"{t.__module__}.{t.__qualname__}" for t in checkpoint_safe_globals()}
+    allowed = {f"{t.__module__}.{t.__qualname__}" for t in SAFE_GLOBALS}
     names = [n for n in found if n not in allowed]
     if not names:
         return None

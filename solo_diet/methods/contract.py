@@ -74,27 +74,22 @@ class Contract:
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        checks = {  # field: (what it must be, whether it is)
-            "uses_sample_indexes": ("True or False", isinstance(self.uses_sample_indexes, bool)),
-            "kwargs": ("a dataclass or None", self.kwargs is None or is_dataclass(self.kwargs)),
-            "sem_unsupported": (
-                "a reason or None",
-                isinstance(self.sem_unsupported, (str, type(None))),
-            ),
-            "step_graph_unsupported": (
-                "a reason or None",
-                isinstance(self.step_graph_unsupported, (str, type(None))),
-            ),
-            "train_batch_sampler": ("callable", callable(self.train_batch_sampler)),
-            "extra_evaluations": ("callable", callable(self.extra_evaluations)),
-            "views": ("a positive integer", type(self.views) is int and self.views >= 1),
-            "smoke_kwargs": ("a mapping", isinstance(self.smoke_kwargs, Mapping)),
-        }
-        for name, (expected, ok) in checks.items():
-            if not ok:
-                raise ContractError(
-                    f"Contract.{name} must be {expected}, got {getattr(self, name)!r}"
-                )
+        for name, (expected, ok) in FIELD_CHECKS.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise ContractError(f"Contract.{name} must be {expected}, got {value!r}")
+
+
+FIELD_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {  # field: (what it must be, test)
+    "uses_sample_indexes": ("True or False", lambda v: isinstance(v, bool)),
+    "kwargs": ("a dataclass or None", lambda v: v is None or is_dataclass(v)),
+    "sem_unsupported": ("a reason or None", lambda v: isinstance(v, (str, type(None)))),
+    "step_graph_unsupported": ("a reason or None", lambda v: isinstance(v, (str, type(None)))),
+    "train_batch_sampler": ("callable", callable),
+    "extra_evaluations": ("callable", callable),
+    "views": ("a positive integer", lambda v: type(v) is int and v >= 1),
+    "smoke_kwargs": ("a mapping", lambda v: isinstance(v, Mapping)),
+}
 
 
 DEFAULT_CONTRACT = Contract()

@@ -172,11 +172,6 @@ INSTANCE_SUBSTITUTES: dict[tuple[type, str], Callable] = {
 """(solo-learn method, its method that reads back) -> ours, bound to an instance of it."""
 
 
-def _uses_solo_learns(model: nn.Module, cls: type, name: str) -> bool:
-    """Whether ``model`` is a ``cls`` and runs ``cls``'s own ``name`` (no subclass override)."""
-    return isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]
-
-
 def _qualified(obj: Union[Callable, type]) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -188,8 +183,7 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     made = []
     name = getattr(model, "optimizer", None)
     if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
-        replacement = SUBSTITUTED_OPTIMIZERS[name]
-        model.optimizer = replacement
+        replacement = model.optimizer = SUBSTITUTED_OPTIMIZERS[name]
         made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
     updater = getattr(model, "momentum_updater", None)
     if type(updater) is MomentumUpdater:
@@ -199,8 +193,8 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
         made.append(
             f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
         )
-    for (cls, name), ours in INSTANCE_SUBSTITUTES.items():
-        if _uses_solo_learns(model, cls, name):
+    for (cls, name), ours in INSTANCE_SUBSTITUTES.items():  # where `cls`'s own `name` runs
+        if isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]:
             bound = StepSubstitute if name == "training_step" else InstanceSubstitute
             setattr(model, name, bound(ours, model))
             made.append(f"`{_qualified(cls)}.{name}` -> {_qualified(ours)}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.plan.jobs import compose, data_overrides, quoted
@@ -74,10 +75,11 @@ class Evaluator:
         data_path, probe_data = make_data_path(data), parse_loader_settings(probe_cfg, data)
         batch = self.settings.batch_size
         self.train_loader, self.val_loader = data_path.feature_loaders(probe_data, batch)
-        views = self.settings.lidar_views
-        request = ViewRequest(
-            self._lidar_node(), self._chosen, views, batch, self.settings.seed, self.device
-        )
+        views, node = self.settings.lidar_views, None  # None: the probe's training transform
+        if self.settings.lidar_augmentations is not None:
+            nodes = OmegaConf.load(self.settings.lidar_augmentations)
+            node = nodes[0] if isinstance(nodes, ListConfig) else nodes
+        request = ViewRequest(node, self._chosen, views, batch, self.settings.seed, self.device)
         self.lidar_views = data_path.lidar_views(probe_data, request)
         self.lidar_labels = torch.arange(len(self.lidar_views) // views).repeat_interleave(views)
 
@@ -87,13 +89,6 @@ class Evaluator:
         with core_errors_named(GPU_ARGUMENT_KEYS):  # the loader places its set when first iterated
             images, _ = next(iter(self.val_loader))
         return tuple(images.shape[1:])
-
-    def _lidar_node(self) -> Optional[DictConfig]:
-        """The augmentation node of LiDAR's views (None: the probe's training transform)."""
-        if self.settings.lidar_augmentations is None:
-            return None
-        nodes = OmegaConf.load(self.settings.lidar_augmentations)
-        return nodes[0] if isinstance(nodes, ListConfig) else nodes
 
     def _chosen(self, count: int) -> torch.Tensor:
         """The seeded choice of LiDAR's val images (the same for every run and data path)."""
@@ -120,27 +115,21 @@ class Evaluator:
         report = clustering_report(val_y, codes.long().flatten(), seed=self.settings.seed)
         return {f"{prefix}_{suffix}": report[key] for key, suffix in CODE_MEASURES.items()}
 
-    def _knn(
-        self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
-    ) -> float:
-        """Top-1 of the weighted kNN: train-set bank, val queries."""
+    def _knn(self, *split: torch.Tensor) -> float:
+        """Top-1 of the weighted kNN: train-set bank, val queries (``split``: :meth:`_split`)."""
         from solo.utils.knn import WeightedKNNClassifier
 
         s = self.settings
         knn = WeightedKNNClassifier(k=s.knn_k, T=s.knn_temperature, distance_fx=s.knn_distance)
-        knn.update(
-            train_features=train_x, train_targets=train_y, test_features=val_x, test_targets=val_y
-        )
+        names = ("train_features", "train_targets", "test_features", "test_targets")
+        knn.update(**dict(zip(names, split)))
         return float(knn.compute()[0])
 
-    def _logreg(
-        self, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor, val_y: torch.Tensor
-    ) -> dict[str, Any]:
+    def _logreg(self, *split: torch.Tensor) -> dict[str, Any]:
         """The converged logistic-regression probe: ``logreg_acc1`` and how it was reached (its
         chosen L2 strength, that strength's held-out top-1, the refit's convergence) and, in
         ``logreg_sweep``, each strength's held-out top-1 and fit (docs/compare.md, "Evaluation")."""
-        on = [t.to(self.device) for t in (train_x, train_y, val_x, val_y)]
-        probe = logistic_regression_probe(*on)
+        probe = logistic_regression_probe(*(t.to(self.device) for t in split))
         fit = [field.name for field in dataclasses.fields(Convergence)]
         return {
             "logreg_acc1": probe.acc1,
@@ -156,13 +145,13 @@ class Evaluator:
             },
         }
 
-    def _split_features(self, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+    def _split(self, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
         """Features and labels of the train and val sets: ``train_x, train_y, val_x, val_y``."""
         return (*self._features(model, self.train_loader), *self._features(model, self.val_loader))
 
     def curve_point(self, model: torch.nn.Module) -> dict[str, float]:
         """kNN top-1 and the logistic-regression probe of one representation (a curve point)."""
-        split = self._split_features(model.to(self.device).eval())
+        split = self._split(model.to(self.device).eval())
         return {"knn_acc1": self._knn(*split), "logreg_acc1": self._logreg(*split)["logreg_acc1"]}
 
     def measure(
@@ -171,16 +160,14 @@ class Evaluator:
         """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
         (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
         model = model.to(self.device).eval()
-        train_x, train_y, val_x, val_y = self._split_features(model)
+        split = self._split(model)
+        val_x, val_y = split[2:]
         rank_x = val_x[: self.settings.rankme_samples].to(self.device)  # RankMe's SVD there
-        result: dict[str, Any] = {"knn_acc1": self._knn(train_x, train_y, val_x, val_y)}
+        result: dict[str, Any] = {"knn_acc1": self._knn(*split)}
         if logreg:
-            result.update(self._logreg(train_x, train_y, val_x, val_y))
+            result.update(self._logreg(*split))
         if cluster:  # k-means (k = number of classes) of the L2-normalised features
-            seed, normalized = (
-                self.settings.seed,
-                torch.nn.functional.normalize(val_x.double(), dim=1),
-            )
+            seed, normalized = self.settings.seed, F.normalize(val_x.double(), dim=1)
             clusters = kmeans(normalized, int(torch.unique(val_y).numel()), seed=seed).assignments
             report = clustering_report(val_y, clusters, seed=seed)
             result.update({column: report[key] for key, column in KMEANS_SCORES.items()})
@@ -226,12 +213,11 @@ def evaluate_checkpoint(
     from solo_diet.launch.linear import run_linear
 
     pretrained = PretrainedCheckpoint(checkpoint)
-    method = pretrained.method_name
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
     progress(f"{name}: offline linear probe")
     probe = run_linear(probe_cfg)
-    result: dict[str, Any] = {"method": method, "checkpoint": str(checkpoint)}
+    result: dict[str, Any] = {"method": pretrained.method_name, "checkpoint": str(checkpoint)}
     result.update(
         linear_acc1=probe.get("val_acc1", math.nan), linear_loss=probe.get("val_loss", math.nan)
     )

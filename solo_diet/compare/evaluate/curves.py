@@ -191,8 +191,7 @@ def evaluate_curve(
         write_points(job.run_dir, points)
     if missing:
         shown = ", ".join(
-            f"{e}: {points[e]['linear_acc1']:.1f}/{points[e]['logreg_acc1']:.1f}/"
-            f"{points[e]['knn_acc1']:.1f}"
+            f"{e}: " + "/".join(f"{points[e][m]:.1f}" for m, _ in CURVE_METRICS)
             for e in sorted(points)
         )
         progress(f"{job.label}: learning curve (epoch: linear/logistic regression/kNN %) {shown}")

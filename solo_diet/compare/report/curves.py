@@ -87,15 +87,11 @@ def _reading(run: str, rows: Sequence[dict]) -> str:
 
 def _table(curves: dict[str, list[dict]], metric: str) -> list[str]:
     epochs = sorted({row["epoch"] for rows in curves.values() for row in rows})
-    by_epoch = {run: {row["epoch"]: row for row in rows} for run, rows in curves.items()}
-
-    def cell(run: dict, column: str) -> str:
-        if column == "run":
-            return run["run"]
-        row = by_epoch[run["run"]].get(int(column))
-        return mean_cell(row, metric, set(), set()) if row else "–"
-
-    return table_lines([{"run": run} for run in curves], ["run", *map(str, epochs)], cell)
+    cells = [  # each run's cells by epoch ("–" where it has no point)
+        {"run": run, **{str(row["epoch"]): mean_cell(row, metric, set(), set()) for row in rows}}
+        for run, rows in curves.items()
+    ]
+    return table_lines(cells, ["run", *map(str, epochs)], lambda row, column: row.get(column, "–"))
 
 
 def _cost_line(results: Sequence[dict], out: Path) -> str:

@@ -219,10 +219,11 @@ def _unfinished(results: Sequence[dict], max_epochs: int) -> list[str]:
 def _seeded_tables(
     spec: Spec,
     aggregated: Sequence[dict],
-    summary: Sequence[dict],
+    reference_means: Sequence[dict],
     results: Sequence[dict],
     val_images: Optional[int],
 ) -> list[str]:
+    summary = [*aggregated, *reference_means]
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
     metrics = ranked_metrics(result_columns(results))
@@ -319,18 +320,14 @@ def write_report(
         "",
     ]
     if seeded:
-        summary = [*aggregated, *reference_means]
-        lines += _seeded_tables(spec, aggregated, summary, results, val_images)
+        lines += _seeded_tables(spec, aggregated, reference_means, results, val_images)
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
         lines += ["## Results", "", *grouped_tables(results, columns, row_cell)]
     lines += learning_curve_lines(spec, results, out, plotted)
     lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
-    if plotted:
-        lines += ["![singular-value spectra](spectra.png)", ""]
-        lines += ["![pretraining curves](curves.png)", ""]
-    else:
-        lines += [NO_PLOTS, ""]
+    plots = ["![singular-value spectra](spectra.png)", "", "![pretraining curves](curves.png)"]
+    lines += [*(plots if plotted else [NO_PLOTS]), ""]
     report = out / "report.md"
     write_text_atomic(report, "\n".join(lines))  # a kill keeps the previous report whole
     return report

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 from typing import Sequence
 
 from solo_diet.compare.evaluate.curves import CURVE_METRICS
 from solo_diet.compare.run.record import EPOCHS_FILE, seed_curves
+from solo_diet.compare.verdicts.aggregate import has_value
 from solo_diet.core.atomic import atomic_write
 
 CURVE_PANELS = (
@@ -124,9 +124,7 @@ def plot_learning_curves(
                     axis.fill_between(x, low, high, color=style["color"], alpha=0.2)
     for (metric, title), metric_axes in zip(CURVE_METRICS, axes):
         for axis, (_, x_label) in zip(metric_axes, LEARNING_AXES):
-            for reference in references:
-                if math.isnan(reference.get(metric, math.nan)):
-                    continue
+            for reference in (r for r in references if has_value(r, metric)):
                 axis.axhline(reference[metric], color="0.5", linestyle="--", linewidth=1)
                 where = dict(xycoords=("axes fraction", "data"), va="bottom")
                 axis.annotate(

@@ -30,11 +30,11 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
     return rows
 
 
-def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[tuple[int, str]]:
-    """Each pair's sign and words: every ``better`` run against every ``than`` run or
+def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> tuple[str, str]:
+    """The verdict and each pair's words: every ``better`` run against every ``than`` run or
     ``at_least``, each side's column named where they differ."""
     metric, than_metric = claim.metric, claim.than_metric or claim.metric
-    pairs = []
+    signs, pairs = set(), []
     for a in claim.better:
         for b in claim.than or [None]:
             other = by_run[b] if b else None
@@ -43,9 +43,10 @@ def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> list[tupl
             if than_metric != metric:
                 names = (f"{names[0]} ({metric})", f"{names[1]} ({than_metric})")
             outcome = {1: "held", -1: "reversed", 0: "not resolved"}[pair.sign]
-            words = f"{names[0]} − {names[1]} = {pair.gap:+.2f} ({pair.spread()}: {outcome})"
-            pairs.append((pair.sign, words))
-    return pairs
+            signs.add(pair.sign)
+            pairs.append(f"{names[0]} − {names[1]} = {pair.gap:+.2f} ({pair.spread()}: {outcome})")
+    verdict = "held" if signs == {1} else "did not hold" if -1 in signs else "not resolved"
+    return verdict, "; ".join(pairs)
 
 
 def claim_lines(
@@ -74,25 +75,17 @@ def claim_lines(
             for m in (claim.metric, than_metric)
         ]
         metric += "".join(f"; {words}" for words in dict.fromkeys(w for w in probes if w))
-        note = budget_note(claim, "not checked", ran, spec.budget.batch_size)
         absent = [m for m in (claim.metric, than_metric) if not any(has_value(r, m) for r in rows)]
         missing = [run for run in claim.better if not has_value(by_run.get(run), claim.metric)]
         missing += [run for run in claim.than if not has_value(by_run.get(run), than_metric)]
+        verdict = shown = "not checked"
         if absent:
-            lines.append(
-                f"- **not checked (these results have no `{absent[0]}`)**: {claim.text} "
-                f"({metric}).{note}"
-            )
+            shown, details = f"not checked (these results have no `{absent[0]}`)", ""
         elif missing:
-            lines.append(
-                f"- **not checked**: {claim.text} ({metric}): no value for {missing}.{note}"
-            )
+            details = f": no value for {missing}"
         else:
-            pairs = _compare(claim, by_run, val_images)
-            signs = {sign for sign, _ in pairs}
-            verdict = "held" if signs == {1} else "did not hold" if -1 in signs else "not resolved"
-            details = "; ".join(words for _, words in pairs)
-            note = budget_note(claim, verdict, ran, spec.budget.batch_size)
-            shown = budget_verdict(claim, verdict, ran)
-            lines.append(f"- **{shown}**: {claim.text} ({metric}): {details}.{note}")
+            verdict, details = _compare(claim, by_run, val_images)
+            shown, details = budget_verdict(claim, verdict, ran), f": {details}"
+        note = budget_note(claim, verdict, ran, spec.budget.batch_size)
+        lines.append(f"- **{shown}**: {claim.text} ({metric}){details}.{note}")
     return lines

@@ -84,21 +84,15 @@ def _unit(claim: Claim) -> Optional[str]:  # the count the source named besides 
     return next((u for u in ("steps", "samples") if getattr(claim.paper_budget, u)), None)
 
 
-def paper_epochs(claim: Claim, run: str) -> int:
-    """The source's epochs for ``run`` (``than_epochs`` for a ``than`` run where given)."""
-    budget = claim.paper_budget
-    if run in claim.than and run not in claim.better:
-        return budget.than_epochs or budget.epochs
-    return budget.epochs
-
-
 def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
     """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples):
     the source's count scaled to ``than_epochs`` for a ``than`` run."""
     unit, budget = _unit(claim), claim.paper_budget
     below = []
     for run, trained in ran.items():
-        epochs, count, paper_count = paper_epochs(claim, run), None, None
+        than_only = run in claim.than and run not in claim.better
+        epochs = (budget.than_epochs or budget.epochs) if than_only else budget.epochs
+        count = paper_count = None
         if unit and getattr(trained, unit) is not None:
             count = getattr(trained, unit)
             paper_count = round(getattr(budget, unit) * epochs / budget.epochs)
