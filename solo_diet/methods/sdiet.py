@@ -33,7 +33,7 @@ from solo_diet.core.sdiet.samplers import (
     SuperBatchSampler,
     check_sampler,
 )
-from solo_diet.core.settings import core_errors_named, is_number, setting
+from solo_diet.core.settings import KeyReader, core_errors_named, is_number, setting
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.index_method import (
     INDEX_ARGUMENT_KEYS,
@@ -150,12 +150,9 @@ class SDIET(IndexMethod):
     @staticmethod
     def train_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> SuperBatchSampler:
         """Contract hook ``train_batch_sampler``: the seeded super-batch order of ``dataset``."""
-        return SuperBatchSampler(
-            len(dataset),
-            cfg.optimizer.batch_size,
-            omegaconf_select(cfg, "method_kwargs.rows_per_step", SDIETKwargs.rows_per_step),
-            seed=omegaconf_select(cfg, "seed", SOLO_LEARN_SEED),
-        )
+        rows = KeyReader(cfg).int("method_kwargs.rows_per_step", default=SDIETKwargs.rows_per_step)
+        seed = omegaconf_select(cfg, "seed", SOLO_LEARN_SEED)
+        return SuperBatchSampler(len(dataset), cfg.optimizer.batch_size, rows, seed=seed)
 
     contract = replace(
         IndexMethod.contract,

@@ -236,6 +236,12 @@ def test_multi_batch_without_the_sampler_is_refused():
     assert str(raised.value).startswith("`method_kwargs.rows_per_step` > 1 needs")
 
 
+def test_the_batch_order_hook_refuses_a_bad_rows_per_step_naming_the_key():
+    """The launcher builds the sampler before the model parses its kwargs: one line, no stack."""
+    with pytest.raises(ConfigError, match=r"^`method_kwargs.rows_per_step` must be a positive"):
+        method_contract(SDIET).train_batch_sampler(sdiet_cfg(rows_per_step=0), range(N))
+
+
 def test_a_batch_out_of_the_samplers_order_is_refused():
     """With the SuperBatchSampler the rows come from its order; a batch that is not its batch fails
     (on a CUDA device one step later, without a host sync; here at once)."""
