@@ -75,11 +75,26 @@ def unknown_method_hint(name: object, registered: Collection[str]) -> str:
 _ABSENT = object()
 
 
+def device_count(cfg: omegaconf.DictConfig) -> int:
+    """The devices a cfg trains on (a node's): a positive count or a list of ids. ``auto`` or -1
+    are refused: solo-learn scales the learning rate by ``len(devices)`` (``auto`` reads as 4)."""
+    devices = omegaconf.OmegaConf.select(cfg, "devices", default=1)
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if isinstance(devices, (list, omegaconf.ListConfig)) and len(devices) > 0:
+        return len(devices)
+    if is_number(devices) and devices == int(devices) and devices > 0:
+        return int(devices)
+    raise ConfigError(
+        f"`devices` must be a positive count or a list of device ids, got {devices!r}: "
+        "solo-learn scales the learning rate by len(devices). Write devices=1 (or the count "
+        "you train on)."
+    )
+
+
 def world_size(cfg: omegaconf.DictConfig) -> int:
     """The processes a cfg trains over: ``devices`` times ``num_nodes``."""
-    devices = omegaconf.OmegaConf.select(cfg, "devices", default=1)
-    per_node = devices if isinstance(devices, int) else len(devices)
-    return per_node * int(omegaconf.OmegaConf.select(cfg, "num_nodes", default=1))
+    return device_count(cfg) * int(omegaconf.OmegaConf.select(cfg, "num_nodes", default=1))
 
 
 def is_number(value: Any) -> bool:

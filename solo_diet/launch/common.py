@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 from hydra.errors import ConfigCompositionException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import check_run_name, closest_name, core_errors_named
+from solo_diet.core.settings import check_run_name, closest_name, core_errors_named, device_count
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
@@ -107,16 +107,9 @@ def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
 
 def normalize_devices(cfg: DictConfig) -> None:
     """``devices: 2`` becomes ``[0, 1]``, ``strategy: null`` ``auto``; the nodes are checked."""
-    devices = OmegaConf.select(cfg, "devices", default=1)
-    if isinstance(devices, str) and devices.isdigit():
-        devices = int(devices)
-    if isinstance(devices, int):
-        if devices <= 0:
-            raise ConfigError(
-                f"`devices` must be a positive count or a list of device ids, got {devices}."
-            )
-        devices = list(range(devices))
-    cfg.devices = devices
+    count = device_count(cfg)
+    if not isinstance(cfg.get("devices"), (list, ListConfig)):
+        cfg.devices = list(range(count))
     if OmegaConf.select(cfg, "strategy") in (None, "None"):
         cfg.strategy = "auto"
     check_nodes(cfg)

@@ -8,6 +8,7 @@ from typing import Mapping, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import device_count
 
 # what a plain cluster (no scheduler) sets on every node, for Lightning's LightningEnvironment
 PLAIN_CLUSTER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
@@ -170,7 +171,9 @@ def _check_torchrun(nodes: int, per_node: int, environ: Mapping[str, str]) -> No
 
 
 def check_one_node(cfg: DictConfig) -> None:
-    """Refuse ``num_nodes > 1`` for ``solo-diet compare``, naming what to run."""
+    """Refuse ``num_nodes > 1`` for ``solo-diet compare``, naming what to run, and a ``devices``
+    solo-learn would misread (:func:`~solo_diet.core.settings.device_count`)."""
+    device_count(cfg)
     nodes = num_nodes(cfg)
     if nodes > 1:
         raise ConfigError(

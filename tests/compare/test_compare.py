@@ -205,6 +205,10 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
         (["evaluation.rankme_samples=1"], "`evaluation.rankme_samples` must be"),
         (
+            ["trainer=[accelerator=cpu,precision=32,devices=auto]"],
+            r"`devices` must be a positive count or a list of device ids, got 'auto'",
+        ),
+        (
             ["budget.epochs=1"],
             r"`budget` keys: \['batch_size', 'checkpoint_every_n_epochs', 'limit_train_batches'",
         ),

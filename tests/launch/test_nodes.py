@@ -89,6 +89,15 @@ def test_several_nodes_refuse_lone_processes_and_unknown_device_counts(keys, mat
         check_nodes(cfg(num_nodes=2, **keys), PLAIN)
 
 
+@pytest.mark.parametrize("devices", ["auto", "-1", 0])
+def test_one_node_refuses_a_device_count_solo_learn_would_misread(devices):
+    """solo-learn scales the lr by len(devices): `auto` would silently train at 4x the lr."""
+    from solo_diet.launch.common import normalize_devices
+
+    with pytest.raises(ConfigError, match=r"^`devices` must be a positive count or a list"):
+        normalize_devices(cfg(devices=devices))
+
+
 @pytest.mark.skipif(torch.cuda.device_count() == 0, reason="counts this machine's GPUs")
 def test_more_gpus_per_node_than_the_machine_has_is_refused():
     per_node = torch.cuda.device_count() + 1

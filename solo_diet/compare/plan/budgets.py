@@ -15,6 +15,7 @@ from solo_diet.compare.spec.settings import BudgetSettings, Run, Spec
 from solo_diet.compare.verdicts.paper_budget import Trained
 from solo_diet.core.data.tensor_data import folder_samples
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.settings import device_count
 
 
 def views_per_sample(cfg: DictConfig) -> int:
@@ -93,8 +94,7 @@ def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
     """The pretraining loader's epoch: steps (batches per device) and images over all devices."""
     folder = Path(str(spec.data.train_path))
     images = count_images(folder)
-    devices = OmegaConf.select(cfg, "devices", default=1)
-    devices = max(len(devices) if isinstance(devices, ListConfig) else int(devices), 1)
+    devices = device_count(cfg)
     batches = math.ceil(images / devices) // spec.budget.batch_size
     limit = spec.budget.limit_train_batches
     if isinstance(limit, int):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.compare.plan.budgets import (
     RunBudget,
@@ -25,7 +25,7 @@ from solo_diet.compare.spec.settings import (
     Spec,
 )
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import unknown_method_hint
+from solo_diet.core.settings import device_count, unknown_method_hint
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,7 @@ class Job:
         """GPUs the job needs: 0 on CPU, the pretraining's device count (1 for a reference row)."""
         if str(OmegaConf.select(self.cfg, "accelerator", default="auto")) == "cpu":
             return 0
-        devices = OmegaConf.select(self.cfg, "devices", default=1)
-        if isinstance(devices, ListConfig):
-            count = len(devices)
-        else:  # "auto" or -1: every GPU the job is given, here one
-            count = max(int(devices), 1) if str(devices).isdigit() else 1
-        return min(count, 1) if self.reference is not None else count
+        return 1 if self.reference is not None else device_count(self.cfg)
 
 
 def quoted(key: str, value: Any) -> str:
