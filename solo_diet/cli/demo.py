@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from solo_diet.cli.data import write_dataset
-from solo_diet.compare.spec.settings import resolve_launch_format
+from solo_diet.compare.spec.load import resolve_launch_format
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY
 from solo_diet.launch.callbacks import OverallProgress

@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from solo_diet.compare.spec.settings import resolve_launch_format
+from solo_diet.compare.spec.load import resolve_launch_format
 from solo_diet.core.data.loader import GPUBatchLoader
 from solo_diet.core.data.tensor_data import ImageTensors
 from solo_diet.core.errors import ConfigError

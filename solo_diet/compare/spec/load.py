@@ -20,7 +20,6 @@ from solo_diet.compare.spec.settings import (
     check_seeds,
     parse_claims,
     parse_runs,
-    resolve_launch_format,
 )
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY, closest_name, parse_section
@@ -45,6 +44,7 @@ SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their sche
     "claims": [],
     "curves": None,
 } | {section: dataclasses.asdict(schema()) for section, schema in SECTIONS.items()}
+LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 PATH_KEYS = (
     *("output_dir", "config_path", "data.root", "data.train_path", "data.val_path"),
@@ -55,6 +55,15 @@ _LISTS_SET_WHOLE = (
     f"These spec keys are lists, set whole: {LIST_KEYS}, e.g. "
     "'trainer=[accelerator=cpu,precision=32]'."
 )
+
+
+def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
+    """A ``demo``/``compare`` format choice; ``auto``: ``gpu`` on a GPU, else ``image_folder``."""
+    if requested not in LAUNCH_DATA_FORMATS:
+        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
+    if requested == "auto":
+        return "gpu" if on_gpu else "image_folder"
+    return requested
 
 
 def _resolve_paths(node: DictConfig, base: Path) -> None:

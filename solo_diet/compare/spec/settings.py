@@ -22,7 +22,6 @@ from solo_diet.core.settings import (
 )
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
-LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 SEEDED_REFERENCES = ("random_init",)  # the untrained backbone's initialisation: one per seed
 AUTOMATIC = "Or null (automatic)."
 RUN_KEYS = ("name", "config_name", "config_path", "overrides", "budget")
@@ -161,15 +160,6 @@ class Spec:
         counts = {run.name: seeds for run in self.runs}
         counts |= {row: seeds if row in SEEDED_REFERENCES else 1 for row in self.reference_rows}
         return sum(n for name, n in counts.items() if self.only is None or name in self.only)
-
-
-def resolve_launch_format(requested: str, on_gpu: bool, key: str) -> str:
-    """A ``demo``/``compare`` format choice; ``auto``: ``gpu`` on a GPU, else ``image_folder``."""
-    if requested not in LAUNCH_DATA_FORMATS:
-        raise ConfigError(f"{key} must be one of {list(LAUNCH_DATA_FORMATS)}, got {requested!r}.")
-    if requested == "auto":
-        return "gpu" if on_gpu else "image_folder"
-    return requested
 
 
 def check_only(only: Any, names: Sequence[str], where: str) -> Optional[tuple[str, ...]]:
