@@ -16,9 +16,9 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 from solo_diet.compare.plan.fingerprints import evaluation_fingerprint
 from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.run.runner import _run_in_processes
+from solo_diet.compare.run.sharing import fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import load_spec
-from solo_diet.compare.spec.settings import ParallelSettings
 from solo_diet.core.errors import ConfigError
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images
 
@@ -32,15 +32,16 @@ NOT_COMPARED = {"checkpoint", "finished_utc", "device", "job", "recipe", "finger
 def _run(tmp_path: Path, reuse: bool) -> Path:
     data_root = write_tiny_images(tmp_path / "images")
     out = tmp_path / "cmp"
+    reused = [f"parallel.reuse_workers={reuse}", "parallel.workers=1"]
     spec = load_spec(
-        SHIPPED_SPEC, tiny_overrides(data_root, out) + [RUNS, "reference_rows=[random_init]"]
+        SHIPPED_SPEC,
+        tiny_overrides(data_root, out) + [RUNS, "reference_rows=[random_init]", *reused],
     )
     out.mkdir()
-    plan_file = out / ".plan-test.pkl"
     jobs = plan_jobs(spec)
-    save_plan(plan_file, spec, jobs, evaluation_fingerprint(spec))
-    parallel = ParallelSettings(jobs_per_gpu=1, reuse_workers=reuse)
-    assert _run_in_processes(jobs, 1, parallel, plan_file, per_gpu=1) == {}
+    with fleet_of(spec) as fleet:
+        save_plan(fleet.plan_file, spec, jobs, evaluation_fingerprint(spec))
+        assert _run_in_processes(jobs, fleet, spec.parallel) == {}
     return out
 
 

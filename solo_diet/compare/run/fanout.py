@@ -198,7 +198,9 @@ def run_tasks(
         share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
         threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
     waited_here = retired is None
-    pool = _Pool(gpus, jobs_per_gpu, serve_argv, workers, threads, started, retired or [])
+    pool = _Pool(
+        gpus, jobs_per_gpu, serve_argv, workers, threads, started, [] if waited_here else retired
+    )
     # SIGTERM raises KeyboardInterrupt here when nobody else handles it: tasks stopped, not orphaned
     own_sigterm = (
         threading.current_thread() is threading.main_thread()
