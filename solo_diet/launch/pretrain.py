@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.core.data.pipeline.nodes import check_augmentation_keys
+from solo_diet.core.data.pipeline.nodes import AugmentationNode
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
@@ -53,9 +53,10 @@ def prepare_run(
     training = check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
-    with core_errors_named(GPU_ARGUMENT_KEYS):  # solo-learn's transforms ignore unknown keys
+    # solo-learn's transforms ignore unknown keys and take any value (a probability of 2, no crop)
+    with core_errors_named(GPU_ARGUMENT_KEYS):
         for index, node in enumerate(cfg.augmentations):
-            check_augmentation_keys(node, f"nodes[{index}]")
+            AugmentationNode.from_config(node, cfg.data.dataset, name=f"nodes[{index}]")
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
