@@ -141,6 +141,9 @@ class TrainingSettings:
     check_val_every_n_epoch: Optional[int] = setting(
         None, minimum=1, key="check_val_every_n_epoch", hint="It is the epochs between validations."
     )
+    accumulate_grad_batches: Optional[int] = setting(
+        None, minimum=1, key="accumulate_grad_batches", hint="It is the batches per optimizer step."
+    )
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":

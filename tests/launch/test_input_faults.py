@@ -48,6 +48,7 @@ REFUSED = [
     ("scheduler.warmup_epochs=-3", "`scheduler.warmup_epochs` must be in [0.0, inf), got -3."),
     ("++limit_train_batches=-1", "`limit_train_batches` must be a batch count (an integer >= 0)"),
     ("++limit_val_batches=1.5", "`limit_val_batches` must be a batch count (an integer >= 0) or"),
+    ("++accumulate_grad_batches=0", "`accumulate_grad_batches` must be a positive integer, got"),
 ]
 
 
