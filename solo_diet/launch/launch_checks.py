@@ -262,6 +262,25 @@ def check_accelerator_present(cfg: DictConfig) -> None:
         )
 
 
+def check_strategy_name(cfg: DictConfig) -> None:
+    """Refuse a ``strategy`` Lightning does not register (its ValueError came mid-launch)."""
+    strategy = OmegaConf.select(cfg, "strategy", default="auto")
+    name = strategy.lower() if isinstance(strategy, str) else strategy
+    if name == "auto":
+        return
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    known = StrategyRegistry.available_strategies()
+    if name not in known:
+        close = closest_name(name, known)
+        hint = f"; did you mean {close!r}?" if close else "."
+        raise KeyReader(cfg).fail(
+            "strategy",
+            "must be auto or a strategy Lightning registers (ddp, ddp_spawn, fsdp, deepspeed, "
+            f"... {len(known)} in all), got {strategy!r}{hint}",
+        )
+
+
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
 
 

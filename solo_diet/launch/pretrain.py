@@ -17,6 +17,7 @@ from solo_diet.launch.launch_checks import (
     TrainingSettings,
     check_accelerator_present,
     check_solo_learn_choices,
+    check_strategy_name,
 )
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
@@ -89,6 +90,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     from lightning.pytorch import seed_everything
 
     check_accelerator_present(cfg)
+    check_strategy_name(cfg)
     cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
     seed_everything(cfg.seed)
 

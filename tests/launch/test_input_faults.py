@@ -20,7 +20,11 @@ from omegaconf import OmegaConf
 
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.errors import run_guarded
-from solo_diet.launch.launch_checks import check_cfg_before_parse, check_solo_learn_choices
+from solo_diet.launch.launch_checks import (
+    check_cfg_before_parse,
+    check_solo_learn_choices,
+    check_strategy_name,
+)
 
 pytestmark = pytest.mark.solo
 
@@ -55,6 +59,15 @@ REFUSED = [
 @pytest.mark.parametrize("override, message", REFUSED, ids=[o for o, _ in REFUSED])
 def test_a_bad_or_unread_key_is_one_line(override, message, capsys):
     assert one_line(lambda: checked([override]), capsys).startswith(message)
+
+
+def test_a_strategy_lightning_does_not_register_is_one_line(capsys):
+    for valid in ("auto", "DDP", "ddp_spawn", "fsdp"):
+        check_strategy_name(OmegaConf.create({"strategy": valid}))
+    cfg = compose_cfg(DEMO, "diet.yaml", ["strategy=ddpp"])
+    line = one_line(lambda: check_strategy_name(cfg), capsys)
+    assert line.startswith("`strategy` must be auto or a strategy Lightning registers (ddp, ")
+    assert line.endswith("got 'ddpp'; did you mean 'ddp'?")
 
 
 def test_added_keys_that_something_reads_or_the_yaml_holds_pass(tmp_path):
