@@ -132,6 +132,10 @@ class TrainingSettings:
     warmup_epochs: Optional[float] = setting(
         None, within=(0.0, math.inf), key="scheduler.warmup_epochs"
     )
+    min_lr: Optional[float] = setting(None, within=(0.0, math.inf), key="scheduler.min_lr")
+    warmup_start_lr: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="scheduler.warmup_start_lr"
+    )
     weight_decay: Optional[float] = setting(
         None, within=(0.0, math.inf), key="optimizer.weight_decay"
     )
@@ -165,6 +169,17 @@ class TrainingSettings:
                 "limit_train_batches",
                 "is 0, so nothing would train and no checkpoint would be written: remove it, or "
                 "give a batch count >= 1 or a fraction in (0, 1].",
+            )
+        steps = read.value("scheduler.lr_decay_steps")
+        whole = isinstance(steps, Sequence) and not isinstance(steps, str) and len(steps) > 0
+        if read.value("scheduler.name") == "step" and not (
+            whole and all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in steps)
+        ):
+            raise read.fail(
+                "scheduler.lr_decay_steps",
+                f"must list the epochs at which `scheduler.name: step` divides the lr by 10, got "
+                f"{steps!r}: write e.g. scheduler.lr_decay_steps=[60,80] (without them the lr "
+                "would stay constant).",
             )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
