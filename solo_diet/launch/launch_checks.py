@@ -170,6 +170,12 @@ class TrainingSettings:
                 "is 0, so nothing would train and no checkpoint would be written: remove it, or "
                 "give a batch count >= 1 or a fraction in (0, 1].",
             )
+        if self.max_steps == 0:
+            raise read.fail(
+                "max_steps",
+                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
+                "give -1 (no limit) or a step count >= 1.",
+            )
         steps = read.value("scheduler.lr_decay_steps")
         whole = isinstance(steps, Sequence) and not isinstance(steps, str) and len(steps) > 0
         if read.value("scheduler.name") == "step" and not (

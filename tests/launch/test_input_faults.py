@@ -53,6 +53,7 @@ REFUSED = [
     ("++limit_train_batches=-1", "`limit_train_batches` must be a batch count (an integer >= 0)"),
     ("++limit_val_batches=1.5", "`limit_val_batches` must be a batch count (an integer >= 0) or"),
     ("++accumulate_grad_batches=0", "`accumulate_grad_batches` must be a positive integer, got"),
+    ("++max_steps=0", "`max_steps` is 0, so nothing would train and no checkpoint would be"),
     ("++scheduler.min_lr=-1e-3", "`scheduler.min_lr` must be in [0.0, inf), got -0.001."),
     ("++scheduler.warmup_start_lr=-1", "`scheduler.warmup_start_lr` must be in [0.0, inf), got -1"),
     ("scheduler.name=step", "`scheduler.lr_decay_steps` must list the epochs at which `scheduler"),
