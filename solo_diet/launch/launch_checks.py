@@ -148,6 +148,11 @@ class TrainingSettings:
     accumulate_grad_batches: Optional[int] = setting(
         None, minimum=1, key="accumulate_grad_batches", hint="It is the batches per optimizer step."
     )
+    # the linear probe's loss (timm's), and whether it trains the backbone too
+    label_smoothing: Optional[float] = setting(None, within=(0.0, 1.0), key="label_smoothing")
+    mixup: Optional[float] = setting(None, within=(0.0, math.inf), key="mixup")
+    cutmix: Optional[float] = setting(None, within=(0.0, math.inf), key="cutmix")
+    finetune: Optional[bool] = setting(None, key="finetune")
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":

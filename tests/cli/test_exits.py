@@ -269,6 +269,8 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
             "write `+gradient_clip_val=...` to add it.",
         ),
         ("linear", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
+        ("linear", ["++label_smoothing=2"], "`label_smoothing` must be in [0.0, 1.0), got 2."),
+        ("linear", ["++finetune=yes"], "`finetune` must be True or False, got 'yes'."),
         (
             "pretrain",
             ["++method_kwargs.label_smooting=0.5"],
