@@ -165,6 +165,12 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
                     "with e.g. `solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` "
                     "(train/ and val/ inside)."
                 )
+        if Path(data.train_path).resolve() == Path(data.val_path).resolve():
+            raise ConfigError(
+                f"`data.val_path` must be another folder than `data.train_path`, got "
+                f"{data.val_path} for both: the probes would be scored on their own training "
+                "images; pass the held-out split."
+            )
         classes = sum(entry.is_dir() for entry in Path(data.train_path).iterdir())
         if classes < PROBE_CLASSES:
             raise ConfigError(
