@@ -1,7 +1,7 @@
 """A spec or a result that cannot be used is one line naming the file and the key, before any run
 folder or report is written: bytes that are not UTF-8, a YAML list, an output folder under a file,
-a run's bad ``method_kwargs``, a val split that is the train split, and a planted ``result.json``
-under ``--report-only``."""
+a run's bad ``method_kwargs``, a val split that is the train split, an output folder inside a
+split, and a planted ``result.json`` under ``--report-only``."""
 
 from __future__ import annotations
 
@@ -67,6 +67,16 @@ def test_a_val_split_that_is_the_train_split_is_refused(data, tmp_path):
         "both: the probes would be scored on their own training images; pass the held-out split."
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_inside_a_split_is_refused_before_it_becomes_a_class(data, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        run_spec(SHIPPED_SPEC, tiny_overrides(data, data / "train" / "out"))
+    assert str(refused.value) == (
+        f"`output_dir` must be outside `data.train_path`, got {data}/train/out in {data}/train: "
+        "its folders would be read as a class of images; pass another output_dir."
+    )
+    assert not (data / "train" / "out").exists()
 
 
 PLANTED = [

@@ -171,6 +171,14 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
                 f"{data.val_path} for both: the probes would be scored on their own training "
                 "images; pass the held-out split."
             )
+        out = Path(spec.output_dir).resolve()
+        for split in ("train_path", "val_path"):
+            if out == Path(data[split]).resolve() or Path(data[split]).resolve() in out.parents:
+                raise ConfigError(
+                    f"`output_dir` must be outside `data.{split}`, got {spec.output_dir} in "
+                    f"{data[split]}: its folders would be read as a class of images; pass another "
+                    "output_dir."
+                )
         classes = sum(entry.is_dir() for entry in Path(data.train_path).iterdir())
         if classes < PROBE_CLASSES:
             raise ConfigError(
