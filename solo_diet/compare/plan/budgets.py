@@ -122,8 +122,14 @@ def run_budget(spec: Spec, run: Run, cfg: DictConfig) -> RunBudget:
         epochs = run.max_epochs or spec.budget.max_epochs
         return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
     steps, per_epoch = loader_epoch(spec, cfg)
-    epochs = max(1, round(samples / (per_epoch * views)))
+    epochs = round(samples / (per_epoch * views))
     source = f"{samples:,} samples asked, " + ("the run's own" if own else "the spec's")
+    if epochs == 0:  # one epoch would train far more than asked: no longer compute-matched
+        key = f"run {run.name!r}: `budget.samples`" if own else "`budget.samples`"
+        raise ConfigError(
+            f"{key} must be at least half an epoch of run {run.name!r} ({per_epoch} images x "
+            f"{views} views = {per_epoch * views:,} samples), got {samples:,}: raise it."
+        )
     if epochs > spec.budget.max_epochs:
         raise ConfigError(
             f"run {run.name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "
