@@ -132,6 +132,10 @@ class TrainingSettings:
     warmup_epochs: Optional[float] = setting(
         None, within=(0.0, math.inf), key="scheduler.warmup_epochs"
     )
+    min_lr: Optional[float] = setting(None, within=(0.0, math.inf), key="scheduler.min_lr")
+    warmup_start_lr: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="scheduler.warmup_start_lr"
+    )
     weight_decay: Optional[float] = setting(
         None, within=(0.0, math.inf), key="optimizer.weight_decay"
     )
@@ -141,6 +145,14 @@ class TrainingSettings:
     check_val_every_n_epoch: Optional[int] = setting(
         None, minimum=1, key="check_val_every_n_epoch", hint="It is the epochs between validations."
     )
+    accumulate_grad_batches: Optional[int] = setting(
+        None, minimum=1, key="accumulate_grad_batches", hint="It is the batches per optimizer step."
+    )
+    # the linear probe's loss (timm's), and whether it trains the backbone too
+    label_smoothing: Optional[float] = setting(None, within=(0.0, 1.0), key="label_smoothing")
+    mixup: Optional[float] = setting(None, within=(0.0, math.inf), key="mixup")
+    cutmix: Optional[float] = setting(None, within=(0.0, math.inf), key="cutmix")
+    finetune: Optional[bool] = setting(None, key="finetune")
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
@@ -162,6 +174,23 @@ class TrainingSettings:
                 "limit_train_batches",
                 "is 0, so nothing would train and no checkpoint would be written: remove it, or "
                 "give a batch count >= 1 or a fraction in (0, 1].",
+            )
+        if self.max_steps == 0:
+            raise read.fail(
+                "max_steps",
+                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
+                "give -1 (no limit) or a step count >= 1.",
+            )
+        steps = read.value("scheduler.lr_decay_steps")
+        whole = isinstance(steps, Sequence) and not isinstance(steps, str) and len(steps) > 0
+        if read.value("scheduler.name") == "step" and not (
+            whole and all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in steps)
+        ):
+            raise read.fail(
+                "scheduler.lr_decay_steps",
+                f"must list the epochs at which `scheduler.name: step` divides the lr by 10, got "
+                f"{steps!r}: write e.g. scheduler.lr_decay_steps=[60,80] (without them the lr "
+                "would stay constant).",
             )
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
@@ -256,6 +285,25 @@ def check_accelerator_present(cfg: DictConfig) -> None:
         raise ConfigError(
             f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
             "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."
+        )
+
+
+def check_strategy_name(cfg: DictConfig) -> None:
+    """Refuse a ``strategy`` Lightning does not register (its ValueError came mid-launch)."""
+    strategy = OmegaConf.select(cfg, "strategy", default="auto")
+    name = strategy.lower() if isinstance(strategy, str) else strategy
+    if name == "auto":
+        return
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    known = StrategyRegistry.available_strategies()
+    if name not in known:
+        close = closest_name(name, known)
+        hint = f"; did you mean {close!r}?" if close else "."
+        raise KeyReader(cfg).fail(
+            "strategy",
+            "must be auto or a strategy Lightning registers (ddp, ddp_spawn, fsdp, deepspeed, "
+            f"... {len(known)} in all), got {strategy!r}{hint}",
         )
 
 

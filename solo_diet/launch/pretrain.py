@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.core.data.pipeline.nodes import check_augmentation_keys
+from solo_diet.core.data.pipeline.nodes import AugmentationNode
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
@@ -17,6 +17,7 @@ from solo_diet.launch.launch_checks import (
     TrainingSettings,
     check_accelerator_present,
     check_solo_learn_choices,
+    check_strategy_name,
 )
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
@@ -53,9 +54,10 @@ def prepare_run(
     training = check_launch_cfg(cfg)
     parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
-    with core_errors_named(GPU_ARGUMENT_KEYS):  # solo-learn's transforms ignore unknown keys
+    # solo-learn's transforms ignore unknown keys and take any value (a probability of 2, no crop)
+    with core_errors_named(GPU_ARGUMENT_KEYS):
         for index, node in enumerate(cfg.augmentations):
-            check_augmentation_keys(node, f"nodes[{index}]")
+            AugmentationNode.from_config(node, cfg.data.dataset, name=f"nodes[{index}]")
     cfg = parse_cfg(cfg)
     if cfg.method not in METHODS:
         hint = unknown_method_hint(cfg.method, METHODS)
@@ -88,6 +90,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     from lightning.pytorch import seed_everything
 
     check_accelerator_present(cfg)
+    check_strategy_name(cfg)
     cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
     seed_everything(cfg.seed)
 

@@ -72,6 +72,20 @@ def test_a_runs_own_budget_sets_its_epochs_and_intervals(data_root, tmp_path):
         (["budget.samples=0"], r"`budget.samples` must be a positive integer, got 0"),
         (["budget.samples=400"], r"take 50 epochs .* above `budget.max_epochs` 2"),
         (
+            ["budget.batch_size=31"],
+            r"^`budget.batch_size` must leave one batch an epoch, got 31: .* holds 30 images, "
+            r"batches of 31 per device on 1 device\(s\); lower it\.$",
+        ),
+        (
+            ["budget.limit_train_batches=0.1"],
+            r"^`budget.limit_train_batches` must leave one batch an epoch, got 0.1: .*; raise it",
+        ),
+        (
+            ["budget.samples=3"],
+            r"^`budget.samples` must be at least half an epoch of run 'diet' \(8 images x 1 views "
+            r"= 8 samples\), got 3: raise it\.$",
+        ),
+        (
             ["runs=[{name: diet, config_name: diet, budget: {epochs: 3}}]"],
             r"run 'diet': `budget` must be a mapping with one of \['max_epochs', 'samples'\]",
         ),

@@ -195,6 +195,10 @@ def test_an_epoch_claim_reads_the_last_logged_value_within_that_many_epochs(tmp_
             r"`claims\[0\]\.better` must be a non-empty list",
         ),
         ({"text": "x", "metric": "m", "better": ["diet"], "than": []}, r"`claims\[0\]\.than`"),
+        (
+            {"text": "x", "metric": "m", "better": ["diet", "simclr"], "than": ["simclr"]},
+            r"^spec.yaml: `claims\[0\]\.than` must not name a `better` run, got \[.simclr.\] in",
+        ),
         ({"text": "x", "metric": "m", "better": ["diet"], "at_least": "high"}, "must be a number"),
         ({"metric": "m", "better": ["diet"], "at_least": 1}, "needs `text`"),
         ({"text": "x", "metric": "m", "better": ["diet"], "at_least": 1, "epoch": 11}, r"1\.\.10"),
@@ -212,6 +216,12 @@ def test_bad_claims_name_the_key(claim, message):
 
 
 PAPER = {"paper_budget": {"epochs": 5000}, "definition": "DIET paper, Tab. 5: linear probe"}
+
+
+def test_a_run_may_be_on_both_sides_only_on_two_columns():
+    sem = {"text": "x", "metric": "sem_linear_acc1", "better": ["diet"], "than": ["diet"]}
+    (claim,) = parse([sem | {"than_metric": "linear_acc1"} | PAPER])
+    assert claim.better == claim.than == ("diet",)
 
 
 SIX_CASES = {

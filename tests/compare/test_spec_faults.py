@@ -1,6 +1,7 @@
 """A spec or a result that cannot be used is one line naming the file and the key, before any run
 folder or report is written: bytes that are not UTF-8, a YAML list, an output folder under a file,
-a run's bad ``method_kwargs``, and a planted ``result.json`` under ``--report-only``."""
+a run's bad ``method_kwargs``, a val split that is the train split or holds other classes, an
+output folder inside a split, and a planted ``result.json`` under ``--report-only``."""
 
 from __future__ import annotations
 
@@ -53,6 +54,40 @@ def test_a_runs_bad_method_kwargs_fail_before_any_run_folder(data, tmp_path):
         run_spec(SHIPPED_SPEC, overrides)
     assert str(refused.value) == (
         "run 'smooth': `method_kwargs.label_smoothing` must be in [0.0, 1.0), got 2."
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_val_split_that_is_the_train_split_is_refused(data, tmp_path):
+    overrides = [*tiny_overrides(data, tmp_path / "out"), f"data.val_path={data}/train/"]
+    with pytest.raises(ConfigError) as refused:
+        run_spec(SHIPPED_SPEC, overrides)
+    assert str(refused.value) == (
+        f"`data.val_path` must be another folder than `data.train_path`, got {data}/train/ for "
+        "both: the probes would be scored on their own training images; pass the held-out split."
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_inside_a_split_is_refused_before_it_becomes_a_class(data, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        run_spec(SHIPPED_SPEC, tiny_overrides(data, data / "train" / "out"))
+    assert str(refused.value) == (
+        f"`output_dir` must be outside `data.train_path`, got {data}/train/out in {data}/train: "
+        "its folders would be read as a class of images; pass another output_dir."
+    )
+    assert not (data / "train" / "out").exists()
+
+
+def test_a_val_split_with_other_classes_is_refused_before_any_job(tmp_path):
+    data = write_tiny_images(tmp_path / "data")
+    (data / "val" / "class_4").rename(data / "val" / "class_9")
+    with pytest.raises(ConfigError) as refused:
+        run_spec(SHIPPED_SPEC, tiny_overrides(data, tmp_path / "out"))
+    assert str(refused.value) == (
+        "`data.val_path` must hold the class folders of `data.train_path`, got only in val "
+        "['class_9'], only in train ['class_4']: the val labels would not match the trained ones; "
+        "give both the same subfolders."
     )
     assert not (tmp_path / "out").exists()
 

@@ -20,7 +20,11 @@ from omegaconf import OmegaConf
 
 from solo_diet.launch.common import compose_cfg
 from solo_diet.launch.errors import run_guarded
-from solo_diet.launch.launch_checks import check_cfg_before_parse, check_solo_learn_choices
+from solo_diet.launch.launch_checks import (
+    check_cfg_before_parse,
+    check_solo_learn_choices,
+    check_strategy_name,
+)
 
 pytestmark = pytest.mark.solo
 
@@ -48,12 +52,26 @@ REFUSED = [
     ("scheduler.warmup_epochs=-3", "`scheduler.warmup_epochs` must be in [0.0, inf), got -3."),
     ("++limit_train_batches=-1", "`limit_train_batches` must be a batch count (an integer >= 0)"),
     ("++limit_val_batches=1.5", "`limit_val_batches` must be a batch count (an integer >= 0) or"),
+    ("++accumulate_grad_batches=0", "`accumulate_grad_batches` must be a positive integer, got"),
+    ("++max_steps=0", "`max_steps` is 0, so nothing would train and no checkpoint would be"),
+    ("++scheduler.min_lr=-1e-3", "`scheduler.min_lr` must be in [0.0, inf), got -0.001."),
+    ("++scheduler.warmup_start_lr=-1", "`scheduler.warmup_start_lr` must be in [0.0, inf), got -1"),
+    ("scheduler.name=step", "`scheduler.lr_decay_steps` must list the epochs at which `scheduler"),
 ]
 
 
 @pytest.mark.parametrize("override, message", REFUSED, ids=[o for o, _ in REFUSED])
 def test_a_bad_or_unread_key_is_one_line(override, message, capsys):
     assert one_line(lambda: checked([override]), capsys).startswith(message)
+
+
+def test_a_strategy_lightning_does_not_register_is_one_line(capsys):
+    for valid in ("auto", "DDP", "ddp_spawn", "fsdp"):
+        check_strategy_name(OmegaConf.create({"strategy": valid}))
+    cfg = compose_cfg(DEMO, "diet.yaml", ["strategy=ddpp"])
+    line = one_line(lambda: check_strategy_name(cfg), capsys)
+    assert line.startswith("`strategy` must be auto or a strategy Lightning registers (ddp, ")
+    assert line.endswith("got 'ddpp'; did you mean 'ddp'?")
 
 
 def test_added_keys_that_something_reads_or_the_yaml_holds_pass(tmp_path):

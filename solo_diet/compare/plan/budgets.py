@@ -101,10 +101,14 @@ def loader_epoch(spec: Spec, cfg: DictConfig) -> tuple[int, int]:
         batches = min(batches, limit)
     elif isinstance(limit, float):
         batches = int(batches * limit)
-    if batches == 0:
+    if batches == 0:  # no step would train; Lightning stops on a cut fraction mid-run
+        key, fix = "batch_size", "lower it"
+        if math.ceil(images / devices) >= spec.budget.batch_size:
+            key, fix = "limit_train_batches", "raise it or set it to null"
         raise ConfigError(
-            f"`budget.samples`: {folder} holds {images} images, less than one batch of "
-            f"{spec.budget.batch_size} per device; the samples cannot be counted in epochs."
+            f"`budget.{key}` must leave one batch an epoch, got {getattr(spec.budget, key)}: "
+            f"{folder} holds {images} images, batches of {spec.budget.batch_size} per device on "
+            f"{devices} device(s); {fix}."
         )
     return batches, batches * spec.budget.batch_size * devices
 
@@ -116,14 +120,22 @@ def run_budget(spec: Spec, run: Run, cfg: DictConfig) -> RunBudget:
     if samples is None:
         source = "the run's own budget" if own else "the spec's budget"
         try:  # the data counted where it can be, for the report
-            steps, per_epoch = loader_epoch(spec, cfg)
+            count_images(Path(str(spec.data.train_path)))
         except ConfigError:
             steps, per_epoch = None, None
+        else:
+            steps, per_epoch = loader_epoch(spec, cfg)
         epochs = run.max_epochs or spec.budget.max_epochs
         return RunBudget(epochs, views, per_epoch, "epochs", source, steps)
     steps, per_epoch = loader_epoch(spec, cfg)
-    epochs = max(1, round(samples / (per_epoch * views)))
+    epochs = round(samples / (per_epoch * views))
     source = f"{samples:,} samples asked, " + ("the run's own" if own else "the spec's")
+    if epochs == 0:  # one epoch would train far more than asked: no longer compute-matched
+        key = f"run {run.name!r}: `budget.samples`" if own else "`budget.samples`"
+        raise ConfigError(
+            f"{key} must be at least half an epoch of run {run.name!r} ({per_epoch} images x "
+            f"{views} views = {per_epoch * views:,} samples), got {samples:,}: raise it."
+        )
     if epochs > spec.budget.max_epochs:
         raise ConfigError(
             f"run {run.name!r}: {samples:,} samples take {epochs} epochs of {per_epoch} images x "

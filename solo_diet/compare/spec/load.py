@@ -23,6 +23,7 @@ from solo_diet.compare.spec.settings import (
 )
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY, closest_name, parse_section
+from solo_diet.launch.data_checks import class_folders
 from solo_diet.launch.errors import check_destination
 
 SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
@@ -139,6 +140,46 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
     return _checked(merged, where)
 
 
+def _check_folder_data(data: DictConfig, output_dir: str) -> None:
+    """``custom`` data: both splits exist, differ, hold the same classes (at least
+    ``PROBE_CLASSES``), and ``output_dir`` is in neither."""
+    for split in ("train_path", "val_path"):
+        if data[split] is None or not Path(data[split]).is_dir():
+            raise ConfigError(
+                f"dataset missing: `data.{split}` = {data[split]} is not a folder. Write one "
+                "with e.g. `solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` "
+                "(train/ and val/ inside)."
+            )
+    if Path(data.train_path).resolve() == Path(data.val_path).resolve():
+        raise ConfigError(
+            f"`data.val_path` must be another folder than `data.train_path`, got "
+            f"{data.val_path} for both: the probes would be scored on their own training "
+            "images; pass the held-out split."
+        )
+    out = Path(output_dir).resolve()
+    for split in ("train_path", "val_path"):
+        if out == Path(data[split]).resolve() or Path(data[split]).resolve() in out.parents:
+            raise ConfigError(
+                f"`output_dir` must be outside `data.{split}`, got {output_dir} in "
+                f"{data[split]}: its folders would be read as a class of images; pass another "
+                "output_dir."
+            )
+    in_train, in_val = class_folders(data.train_path), class_folders(data.val_path)
+    classes = len(in_train)
+    if classes < PROBE_CLASSES:
+        raise ConfigError(
+            f"`data.train_path` = {data.train_path} holds {classes} class(es); the linear "
+            f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
+            "give it one subfolder per class."
+        )
+    if in_train != in_val:
+        raise ConfigError(
+            f"`data.val_path` must hold the class folders of `data.train_path`, got only in "
+            f"val {sorted(in_val - in_train)}, only in train {sorted(in_train - in_val)}: the "
+            "val labels would not match the trained ones; give both the same subfolders."
+        )
+
+
 def _checked(spec: DictConfig, where: str | Path) -> Spec:
     if spec.output_dir is None:
         raise ConfigError(f"{where}: set `output_dir` (where runs, checkpoints and the report go).")
@@ -167,20 +208,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         data.train_path = data.train_path or str(Path(data.root) / "train")
         data.val_path = data.val_path or str(Path(data.root) / "val")
     if data.dataset == "custom":
-        for split in ("train_path", "val_path"):
-            if data[split] is None or not Path(data[split]).is_dir():
-                raise ConfigError(
-                    f"dataset missing: `data.{split}` = {data[split]} is not a folder. Write one "
-                    "with e.g. `solo-diet data animal-mnist <dir>` and pass `data.root=<dir>` "
-                    "(train/ and val/ inside)."
-                )
-        classes = sum(entry.is_dir() for entry in Path(data.train_path).iterdir())
-        if classes < PROBE_CLASSES:
-            raise ConfigError(
-                f"`data.train_path` = {data.train_path} holds {classes} class(es); the linear "
-                f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
-                "give it one subfolder per class."
-            )
+        _check_folder_data(data, spec.output_dir)
     seeds = check_seeds(spec.seeds, spec.reference_rows, where)
     names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
     only = check_only(spec.only, names, where)

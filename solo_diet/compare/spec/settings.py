@@ -312,6 +312,13 @@ def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epo
     than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
     if claim.get("better") is None or (than is None) == (at_least is None):
         raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
+    both = [run for run in claim.better if run in (than or ())]
+    if both and claim.get("than_metric") in (None, claim.metric):
+        raise ConfigError(
+            f"{key_of}than` must not name a `better` run, got {both} in both: a run against "
+            "itself on one column never resolves; remove it from one side (or read another "
+            "column of it with `than_metric`)."
+        )
     if at_least is not None and not is_number(at_least):
         raise ConfigError(f"{key_of}at_least` must be a number, got {at_least}.")
     than_metric = claim.get("than_metric")
