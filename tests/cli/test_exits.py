@@ -393,7 +393,7 @@ def test_a_gpu_accelerator_without_cuda_is_one_line_before_anything_runs(
         from tests._helpers.compare import SHIPPED_SPEC
 
         argv = ["compare", str(SHIPPED_SPEC), f"data.root={data}", f"output_dir={tmp_path / 'c'}"]
-        argv.append("trainer=[accelerator=gpu]")
+        argv += ["trainer=[accelerator=gpu]", "budget.batch_size=4"]  # a batch the data holds
     code, _, err = cli(argv, capsys)
     assert code == 2 and "Traceback" not in err
     assert "but torch sees no CUDA device: use accelerator=cpu" in last_line(err)

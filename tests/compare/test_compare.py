@@ -204,6 +204,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         (["evaluation.no_such_key=1"], "no_such_key"),
         (["evaluation.knn_kk=1"], r"`evaluation` keys: \[.*'knn_k', 'knn_temperature'"),
         (["evaluation.rankme_samples=1"], "`evaluation.rankme_samples` must be"),
+        (["evaluation.seed=-1"], "`evaluation.seed` must be"),
         (
             ["trainer=[accelerator=cpu,precision=32,devices=auto]"],
             r"`devices` must be a positive count or a list of device ids, got 'auto'",

@@ -85,7 +85,7 @@ class EvaluationSettings:
     sem_tau: Optional[float] = setting(None, within=(0.0, math.inf))
     rankme_every_n_epochs: int = setting(0, minimum=0)
     clustering: bool = True
-    seed: int = 0
+    seed: int = setting(0, minimum=0)  # the probes' and the LiDAR views' seed
 
 
 SECTIONS = {
