@@ -319,15 +319,15 @@ def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epo
             "itself on one column never resolves; remove it from one side (or read another "
             "column of it with `than_metric`)."
         )
-    if at_least is not None and not is_number(at_least):
-        raise ConfigError(f"{key_of}at_least` must be a number, got {at_least}.")
+    if at_least is not None and not (is_number(at_least) and math.isfinite(at_least)):
+        raise ConfigError(f"{key_of}at_least` must be a finite number, got {at_least}.")
     than_metric = claim.get("than_metric")
     if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
         raise ConfigError(
             f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
             f"with `than` and without `epoch`), got {than_metric}."
         )
-    if epoch is not None and not (isinstance(epoch, int) and 1 <= epoch <= max_epochs):
+    if epoch is not None and not (type(epoch) is int and 1 <= epoch <= max_epochs):  # not True
         raise ConfigError(f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}.")
     budget = parse_section(PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
     if budget.steps and budget.samples:
