@@ -1,6 +1,6 @@
 """``solo-diet compare``: several methods, one data set, one budget, one evaluation, one report.
 
-Its names load on first use, so ``solo_diet.compare.run.early`` and the spec loader import without
+Its names load on first use, so ``solo_diet.compare.run.sharing`` and the spec loader import without
 torch, Lightning or solo-learn (a comparison starts its workers before its own heavy imports)."""
 
 from __future__ import annotations

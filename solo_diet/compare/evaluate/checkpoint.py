@@ -178,7 +178,7 @@ class Evaluator:
             return {**result, "rankme": math.nan, "lidar": math.nan, "spectrum": []}
         sigma = singular_values(rank_x)
         result.update(
-            rankme=rankme(rank_x),
+            rankme=rankme(rank_x, sigma=sigma),  # one SVD for both
             lidar=lidar(
                 self._view_features(model), self.lidar_labels, delta=self.settings.lidar_delta
             ),

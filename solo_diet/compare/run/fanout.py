@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from solo_diet.compare.run.worker import ServedWorker, spawn, task_env
+from solo_diet.compare.run.worker import ServedWorker, spawn, task_env, task_threads
 from solo_diet.core.errors import ConfigError
 
 
@@ -194,9 +194,8 @@ def run_tasks(
     if too_big:
         raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
     pending, running, outcomes = list(tasks), [], {}
-    if threads is None:  # the caller's OMP_NUM_THREADS, else this process's cores shared out evenly
-        share = len(os.sched_getaffinity(0)) // min(workers, max(1, len(tasks)))
-        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, share))
+    if threads is None:
+        threads = task_threads(len(os.sched_getaffinity(0)), workers, len(tasks))
     waited_here = retired is None
     pool = _Pool(
         gpus, jobs_per_gpu, serve_argv, workers, threads, started, [] if waited_here else retired

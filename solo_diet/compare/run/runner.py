@@ -339,8 +339,8 @@ def _run_jobs(
             progress(f"{job.label}: {standing}")
         else:
             to_run.append(job)
-    if in_processes:  # the workers' jobs, planned here: a file planted in `output_dir` is never
-        save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)  # unpickled
+    if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
+        save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
         failures = _run_in_processes(to_run, fleet, parallel)
     else:
         failures = _run_here(spec, to_run, eval_fingerprint)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from solo_diet.compare.run.fanout import visible_gpus, wait_or_kill
-from solo_diet.compare.run.worker import ServedWorker, task_env
+from solo_diet.compare.run.worker import ServedWorker, task_env, task_threads
 from solo_diet.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -132,8 +132,7 @@ def fleet_of(spec: Spec, start_workers: bool = False) -> Iterator[Fleet]:
     cores, chosen = len(os.sched_getaffinity(0)), spec.chosen_jobs()
     sharing = choose_sharing(parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, chosen, no_mps)
     workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
-    # each task's OMP_NUM_THREADS: the caller's, else this process's cores shared out evenly
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // min(workers, chosen or 1)))
+    threads = task_threads(cores, workers, chosen)
     prefix = f"{PLAN_PREFIX}{os.getpid()}-"
     with contextlib.ExitStack() as stack:
         temporary = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)

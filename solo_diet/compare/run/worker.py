@@ -90,6 +90,12 @@ def serve(plan_file: str, reply_fd: int) -> int:
     return 0
 
 
+def task_threads(cores: int, workers: int, tasks: int) -> str:
+    """A task's OMP_NUM_THREADS: the caller's, else the cores shared out evenly over the tasks
+    that run at once."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // min(workers, max(1, tasks))))
+
+
 def task_env(devices: Sequence[str], threads: str) -> dict[str, str]:
     """A task's environment: its GPUs, its share of the cores, and this process as its parent."""
     return dict(

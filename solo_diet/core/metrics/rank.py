@@ -3,6 +3,8 @@ features' own device (on a GPU a 3072-d LiDAR takes milliseconds, not the CPU's 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from solo_diet.core.metrics.clustering import ArrayLike, exp_entropy
@@ -24,10 +26,11 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
     return torch.linalg.svdvals(_float64_matrix(features, "features"))
 
 
-def rankme(features: ArrayLike, eps: float = 1e-7) -> float:
+def rankme(features: ArrayLike, eps: float = 1e-7, sigma: Optional[torch.Tensor] = None) -> float:
     """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps`` over the singular
-    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``."""
-    sigma = singular_values(features)
+    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``. ``sigma``: those
+    values (:func:`singular_values`) when the caller has them already."""
+    sigma = singular_values(features) if sigma is None else sigma
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")
     return exp_entropy(sigma / sigma.sum() + eps)
