@@ -63,7 +63,8 @@ def test_rank_marks_only_gaps_beyond_two_pooled_std():
     )
     ranking = rank(rows, "linear_acc1")
     assert ranking.best == "best" and ranking.tied == ("tie",) and ranking.best_mean == 81.0
-    assert ranking.resolved == ("far",) and ranking.unresolved == ("close", "single")
+    unresolved = tuple(g.better for g in ranking.gaps if not g.sign)
+    assert ranking.resolved == ("far",) and unresolved == ("close", "single")
     words = verdict(ranking)
     assert words.startswith("`linear_acc1`: best **best, tie** (81.00)")
     assert "below it by more than the threshold: far -4.00 (2 pooled std 2.00); not resolved: " in (

@@ -1,8 +1,4 @@
-"""The evaluation of one checkpoint, identical for every run of a comparison: offline linear probe
-(solo-learn's LinearModel), converged logistic-regression probe, weighted kNN, RankMe, LiDAR and
-k-means scores on the backbone, then on the representations the method's contract declares
-(``extra_evaluations``).
-"""
+"""The evaluation of one checkpoint, identical for every run (probes, kNN, RankMe, LiDAR...)."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from solo_diet.launch.datapaths import make_data_path, parse_data_settings
 from solo_diet.launch.datapaths.base import ViewRequest
 from solo_diet.launch.settings import GPU_ARGUMENT_KEYS, parse_loader_settings
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
-from solo_diet.methods.contract import ExtraRepresentation, method_contract
+from solo_diet.methods.contract import method_contract
 
 KMEANS_SCORES = {
     "nmi": "kmeans_nmi",
@@ -41,8 +37,7 @@ KMEANS_SCORES = {
 def compose_linear(
     spec: Spec, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
 ) -> DictConfig:
-    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``: the
-    overrides that make it probe another representation than the backbone)."""
+    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``)."""
     forced = [
         *probe,
         quoted("pretrained_feature_extractor", checkpoint),
@@ -58,8 +53,7 @@ def compose_linear(
 
 
 class Evaluator:
-    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views,
-    through the probe's data path (:mod:`solo_diet.launch.datapaths`)."""
+    """Features and views shared by every run: eval-transformed train/val sets and LiDAR's views."""
 
     def __init__(self, settings: EvaluationSettings, probe_cfg: DictConfig):
         self.settings = settings
@@ -126,9 +120,7 @@ class Evaluator:
         return float(knn.compute()[0])
 
     def _logreg(self, *split: torch.Tensor) -> dict[str, Any]:
-        """The converged logistic-regression probe: ``logreg_acc1`` and how it was reached (its
-        chosen L2 strength, that strength's held-out top-1, the refit's convergence) and, in
-        ``logreg_sweep``, each strength's held-out top-1 and fit (docs/compare.md, "Evaluation")."""
+        """The converged logistic-regression probe's columns (docs/compare.md, "Evaluation")."""
         probe = logistic_regression_probe(*(t.to(self.device) for t in split))
         fit = [field.name for field in dataclasses.fields(Convergence)]
         return {
@@ -157,8 +149,7 @@ class Evaluator:
     def measure(
         self, model: torch.nn.Module, cluster: bool = False, logreg: bool = False
     ) -> dict[str, Any]:
-        """kNN top-1, RankMe, LiDAR and the normalised singular values of one representation
-        (+ the k-means scores when ``cluster``, the logistic-regression probe when ``logreg``)."""
+        """kNN top-1, RankMe, LiDAR, the normalised singular values (+ k-means, logistic probe)."""
         model = model.to(self.device).eval()
         split = self._split(model)
         val_x, val_y = split[2:]
@@ -208,8 +199,7 @@ def evaluate_checkpoint(
     shared: SharedEvaluator,
     extras: bool = True,
 ) -> dict[str, Any]:
-    """Every metric of one checkpoint (the probe's files go under ``run_dir``; ``name`` labels the
-    progress lines); ``extras``: also the representations the method's contract adds."""
+    """Every metric of one checkpoint; ``extras``: also of the representations its method adds."""
     from solo_diet.launch.linear import run_linear
 
     pretrained = PretrainedCheckpoint(checkpoint)
@@ -231,33 +221,17 @@ def evaluate_checkpoint(
         return result
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, dataclasses.asdict(spec.evaluation)):
-        result.update(_evaluate_extra(spec, name, extra, evaluator, checkpoint, run_dir))
-    return result
-
-
-def _evaluate_extra(
-    spec: Spec,
-    name: str,
-    extra: ExtraRepresentation,
-    evaluator: Evaluator,
-    checkpoint: Path,
-    run_dir: Path,
-) -> dict[str, Any]:
-    """The columns ``<extra.name>_*`` of one extra representation."""
-    from solo_diet.launch.linear import run_linear
-
-    if extra.kind == "codes":
-        if not spec.evaluation.clustering:
-            return {}
-        progress(f"{name}: clustering scores of the {extra.name}")
-        return evaluator.code_scores(extra.encoder, extra.name)
-    result: dict[str, Any] = {}
-    if extra.probe_overrides:
-        progress(f"{name}: linear probe on the {extra.name} representation")
-        probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
-        result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
-    progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
-    measured = evaluator.measure(extra.encoder)
-    result.update({f"{extra.name}_{k}": measured[k] for k in EMBEDDING_MEASURES})
-    result[f"{extra.name}_spectrum"] = measured["spectrum"]
+        if extra.kind == "codes":  # the columns `<extra.name>_*`
+            if spec.evaluation.clustering:
+                progress(f"{name}: clustering scores of the {extra.name}")
+                result.update(evaluator.code_scores(extra.encoder, extra.name))
+            continue
+        if extra.probe_overrides:
+            progress(f"{name}: linear probe on the {extra.name} representation")
+            probe = run_linear(compose_linear(spec, checkpoint, run_dir, extra.probe_overrides))
+            result[f"{extra.name}_linear_acc1"] = probe.get("val_acc1", math.nan)
+        progress(f"{name}: kNN, RankMe, LiDAR on the {extra.name} representation")
+        measured = evaluator.measure(extra.encoder)
+        result.update({f"{extra.name}_{k}": measured[k] for k in EMBEDDING_MEASURES})
+        result[f"{extra.name}_spectrum"] = measured["spectrum"]
     return result

@@ -1,5 +1,4 @@
-"""Learning curves: each run's probes and kNN at ``curves.points`` epochs of its own budget, from
-backbone snapshots evaluated like the final checkpoint, one row of ``curve.csv`` each."""
+"""Learning curves: each run's probes and kNN at ``curves.points`` epochs, from snapshots."""
 
 from __future__ import annotations
 
@@ -45,15 +44,13 @@ CURVE_METRICS = (  # the metrics of a point, and their labels (the report's tabl
 
 
 def curve_epochs(points: int, epochs: int) -> list[int]:
-    """The curve's epochs (epochs trained) of a run that trains ``epochs``: ``points`` of them (at
-    most one per epoch) evenly spaced, the last being ``epochs``; none when ``points`` is 0."""
+    """``points`` epochs (at most one per epoch) evenly spaced up to ``epochs``, it included."""
     points = min(points, epochs)
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
 def snapshot_epochs(spec: Spec, job: "Job") -> list[int]:
-    """The curve's epochs whose backbone the job's pretraining saves (all but the last: the final
-    checkpoint's evaluation is that point)."""
+    """The curve's epochs whose backbone the pretraining saves (all but the last, the final)."""
     return curve_epochs(spec.curves.points, job.budget.epochs)[:-1]  # the run's own budget
 
 
@@ -62,8 +59,7 @@ def snapshot_path(run_dir: Path, epoch: int) -> Path:
 
 
 def read_points(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """{epoch: row} of a job's ``curve.csv`` (empty without one); numbers as floats, a column the
-    file predates (``logreg_acc1``) as NaN."""
+    """{epoch: row} of a job's ``curve.csv``; numbers as floats, a column it predates as NaN."""
     path = run_dir / CURVE_FILE
     if not path.is_file():
         return {}
@@ -87,18 +83,6 @@ def write_points(run_dir: Path, points: dict[int, dict[str, Any]]) -> None:
     write_text_atomic(run_dir / CURVE_FILE, text.getvalue())
 
 
-def drop_points_after(run_dir: Path, epoch: int) -> None:
-    """Remove the snapshots and curve rows after ``epoch`` epochs trained: a pretraining resumed
-    from there (or started over, 0) trains them again."""
-    for path in (run_dir / SNAPSHOT_DIR).glob("epoch_*.ckpt"):
-        if int(path.stem.partition("_")[2]) > epoch:
-            path.unlink()
-    points = read_points(run_dir)
-    kept = {e: row for e, row in points.items() if e <= epoch}
-    if kept != points:
-        write_points(run_dir, kept)
-
-
 class BackboneSnapshots(Callback):
     """Saves the backbone after each of ``epochs`` (rank 0); drops later points on a restart."""
 
@@ -108,8 +92,16 @@ class BackboneSnapshots(Callback):
         self.epochs = frozenset(int(e) for e in epochs)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.is_global_zero:  # current_epoch: the epochs already trained
-            drop_points_after(self.run_dir, trainer.current_epoch)
+        """Drop the snapshots and points after the epochs already trained: they train again."""
+        if not trainer.is_global_zero:
+            return
+        for path in (self.run_dir / SNAPSHOT_DIR).glob("epoch_*.ckpt"):
+            if int(path.stem.partition("_")[2]) > trainer.current_epoch:
+                path.unlink()
+        points = read_points(self.run_dir)
+        kept = {e: row for e, row in points.items() if e <= trainer.current_epoch}
+        if kept != points:
+            write_points(self.run_dir, kept)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         trained = trainer.current_epoch + 1
@@ -151,8 +143,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 def evaluate_curve(
     spec: Spec, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
 ) -> None:
-    """Record the curve's last point (the final ``result``) and evaluate the missing snapshot
-    points of a run's job; nothing for a reference row or with ``curves.points`` 0."""
+    """Record the curve's last point (the final ``result``) and evaluate a run's missing points."""
     if spec.curves.points == 0 or job.reference is not None:
         return
     from solo_diet.compare.evaluate.checkpoint import compose_linear

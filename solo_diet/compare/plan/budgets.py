@@ -1,5 +1,4 @@
-"""Each run's training budget: epochs, or forward-backward samples with the views counted
-(docs/compare.md, "Budgets: epochs or samples"), and its checkpoint and validation intervals."""
+"""Each run's budget, epochs or samples (docs/compare.md, "Budgets"), and its intervals."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def checkpoint_interval(budget: BudgetSettings, epochs: int) -> int:
 
 
 def validation_interval(budget: BudgetSettings, epochs: int) -> int:
-    """``check_val_every_n_epoch``: ``val_every_n_epochs``, or the largest divisor of ``epochs``
-    not above ``epochs / 50`` (at least 50 online-probe points, the last epoch among them)."""
+    """``val_every_n_epochs``, or the largest divisor of ``epochs`` up to ``epochs / 50``."""
     if budget.val_every_n_epochs:
         return budget.val_every_n_epochs
     target = max(1, epochs // 50)
@@ -47,8 +45,7 @@ def validation_interval(budget: BudgetSettings, epochs: int) -> int:
 
 @dataclass(frozen=True)
 class RunBudget:
-    """A run's epochs, views per sample, loader samples and steps per epoch (None where the data
-    was not counted); ``matched``: which budget set its epochs, ``source``: where it was given."""
+    """A run's epochs, views per sample, loader samples and steps per epoch (None: not counted)."""
 
     epochs: int
     views: int

@@ -1,5 +1,4 @@
-"""What identifies a job's work, so that finished work is kept and changed work redone: content
-hashed, never locations."""
+"""What identifies a job's work, so that finished work is kept: content hashed, never locations."""
 
 from __future__ import annotations
 
@@ -63,8 +62,7 @@ def _training_payload(cfg: DictConfig) -> dict:
 
 
 def training_fingerprint(cfg: DictConfig) -> str:
-    """Changes with anything that changes the trained weights, the data's files included; not
-    with the checkpoint or validation frequency, the progress bar, nor with where the data lies."""
+    """Changes with what changes the trained weights (the data's files too), not with locations."""
     payload = _training_payload(cfg)
     payload["data"] = with_data_signatures(payload.get("data") or {})
     return fingerprint(payload)

@@ -1,5 +1,4 @@
-"""The plan of a comparison: its jobs (one per run and seed, one per reference row), each composed
-with its budget once, each in a folder of its own, ``<output_dir>/<job key>/``."""
+"""The plan of a comparison: its jobs, each composed with its budget once, in its own folder."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ from solo_diet.core.settings import device_count, unknown_method_hint
 
 @dataclass(frozen=True)
 class Job:
-    """A run's pretraining at one seed and its evaluation, or a reference row (``cfg``: the first
-    run's at its seed); ``seed`` is None without ``seeds`` and for a row no seed changes."""
+    """A run's pretraining at one seed and its evaluation, or a reference row."""
 
     name: str
     key: str
@@ -85,8 +83,7 @@ def compose(owner: str, path: str | Path, name: str, overrides: Sequence[str]) -
 def compose_run(
     spec: Spec, run: Run, run_dir: Path, seed: Optional[int]
 ) -> tuple[DictConfig, RunBudget]:
-    """The run's pretraining cfg (its YAML, the trainer and run overrides, then what the spec
-    forces) and its budget, computed once."""
+    """The run's pretraining cfg (its YAML, the overrides, what the spec forces) and its budget."""
     from solo.methods import METHODS
 
     forced = [
@@ -97,13 +94,8 @@ def compose_run(
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a line per epoch instead (EpochCostLogger)
     ] + ([f"++seed={seed}"] if seed is not None else [])
-    overrides = [
-        *spec.trainer,
-        *spec.pretrain_overrides,
-        *run.overrides,
-        *data_overrides(spec.data),
-    ]
-    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, overrides + forced)
+    given = [*spec.trainer, *spec.pretrain_overrides, *run.overrides, *data_overrides(spec.data)]
+    cfg = compose(f"run {run.name!r}", run.config_path, run.config_name, given + forced)
     if cfg.get("method") not in METHODS:
         hint = unknown_method_hint(cfg.get("method"), METHODS)
         raise ConfigError(f"run {run.name!r}: unknown method {cfg.get('method')!r}; {hint}")
@@ -131,8 +123,7 @@ def compose_run(
 
 
 def plan_jobs(spec: Spec) -> list[Job]:
-    """Every job, composed (a bad config fails before any training): each run once per seed, then
-    the reference rows (``random_init`` once per seed, ``raw_pixels`` once)."""
+    """Every job, composed: each run once per seed, then the reference rows."""
     out = spec.output_dir
     seeds = list(spec.seeds) if spec.seeds is not None else [None]
     jobs = []

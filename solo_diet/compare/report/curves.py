@@ -1,5 +1,4 @@
-"""The report's learning curves: the jobs' curve points per run over seeds, as a CSV, a plot
-and lines of ``report.md``."""
+"""The report's learning curves: the jobs' curve points per run over seeds, as CSV, plot, text."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def _points(result: dict, out: Path) -> dict[int, dict]:
 
 
 def run_curves(results: Sequence[dict], out: Path) -> dict[str, list[dict[str, Any]]]:
-    """{run: one row per epoch}: ``samples_seen`` and each curve metric's mean, ``_std``, ``_min``
-    and ``_max`` over the seeds whose point has their result's evaluation settings."""
+    """{run: one row per epoch}: each curve metric's mean, ``_std``, ``_min``, ``_max``."""
     by_run: dict[str, dict[int, list[dict]]] = {}
     for result in results:
         if result["run"] in REFERENCE_ROWS or result.get("unfinished") or "job" not in result:
@@ -115,8 +113,7 @@ def _cost_line(results: Sequence[dict], out: Path) -> str:
 def learning_curve_lines(
     spec: Spec, results: Sequence[dict], out: Path, plotted: bool
 ) -> list[str]:
-    """The report's "Learning curves" section (none when ``curves.points`` is 0 and no job has
-    points); writes ``learning_curves.csv`` and, when ``plotted``, ``learning_curves.png``."""
+    """The report's "Learning curves" section; writes ``learning_curves.csv`` (and ``.png``)."""
     curves = run_curves(results, out)
     if not curves and spec.curves.points == 0:
         return []

@@ -1,5 +1,4 @@
-"""The comparison's outputs from its jobs' results: ``results.csv``, PNG plots and ``report.md``
-(docs/compare.md, "How to read a report")."""
+"""The comparison's ``results.csv``, plots and ``report.md`` (docs/compare.md, "How to read")."""
 
 from __future__ import annotations
 
@@ -272,8 +271,7 @@ def write_report(
     left_out: Sequence[str] = (),
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
-    """Write results.csv, the plots, the learning curves and report.md (``notes.md`` of ``out``
-    under its claims); ``left_out``: the jobs without a result, ``budgets``: each run's."""
+    """Write results.csv, the plots, the learning curves and report.md; return report.md's path."""
     from solo_diet.compare.report.plots import plot_curves, plot_spectra, plots_available
 
     references = [r for r in results if r["run"] in REFERENCE_ROWS]

@@ -71,8 +71,7 @@ def plot_spectra(results: Sequence[dict], path: Path) -> Path:
 
 
 def plot_curves(results: Sequence[dict], out: Path, path: Path) -> Path:
-    """Per-epoch pretraining curves of every run (its jobs' ``epochs.csv``): loss, online probe,
-    RankMe; with several seeds the mean over seeds and a band from their minimum to maximum."""
+    """Per-epoch pretraining curves of every run (its jobs' ``epochs.csv``), a band over seeds."""
     folders: dict[str, list[Path]] = {}
     for result in results:
         if "job" in result and (out / result["job"] / EPOCHS_FILE).is_file():
@@ -105,8 +104,7 @@ LEARNING_AXES = (("epoch", "epochs trained"), ("samples_seen", "samples seen (vi
 def plot_learning_curves(
     curves: dict[str, list[dict]], references: Sequence[dict], path: Path
 ) -> Path:
-    """The probes' and kNN's top-1 of every run against epochs and samples seen: the mean over
-    seeds, a band from their minimum to maximum, and the reference rows as dashed lines."""
+    """The probes' and kNN's top-1 of every run against epochs and samples seen."""
     plt = _pyplot()
     figure, axes = plt.subplots(
         len(CURVE_METRICS), len(LEARNING_AXES), figsize=(11, 4 * len(CURVE_METRICS))

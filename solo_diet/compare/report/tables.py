@@ -1,5 +1,4 @@
-"""The report's tables and ``results.csv``: cells, and columns grouped by what they measure
-(accuracy, representation, clustering, cost) so that no table is wider than a page."""
+"""The report's tables and ``results.csv``: cells, and columns grouped by what they measure."""
 
 from __future__ import annotations
 
@@ -108,8 +107,7 @@ def integer_columns(rows: Sequence[dict]) -> set[str]:
 def mean_cell(
     row: dict, column: str, best: set[str], resolved: set[str], integer: bool = False
 ) -> str:
-    """``mean ± std``, bold for the best run, † for a resolved gap to it; an ``integer`` column the
-    seeds agree on reads as that integer."""
+    """``mean ± std``, bold for the best run, † for a resolved gap to it."""
     std = row.get(f"{column}_std", math.nan)
     mean = row.get(column, math.nan)
     spread = is_number(std) and not math.isnan(std)
@@ -132,8 +130,7 @@ def table_lines(
 
 
 def shown_columns(rows: Sequence[dict]) -> list[str]:
-    """Every result column some row has a value for, but ``NOT_SHOWN``, the ``FIT_MARKS`` flags and
-    ``logreg_balanced_acc1`` where it reads as ``logreg_acc1`` in every row."""
+    """Every result column some row has a value for, but the hidden ones."""
     hidden = {*NOT_SHOWN, *(flag for flag, _, _ in FIT_MARKS.values())}
     balanced, top1 = ("logreg_balanced_acc1", math.nan), ("logreg_acc1", math.nan)
     if all(cell_text(r.get(*balanced)) == cell_text(r.get(*top1)) for r in rows):
@@ -148,8 +145,7 @@ def shown_columns(rows: Sequence[dict]) -> list[str]:
 def grouped_tables(
     rows: Sequence[dict], columns: Sequence[str], cell: Callable[[dict, str], str]
 ) -> list[str]:
-    """One table per group of ``COLUMN_GROUPS``, each led by ``run`` (and ``seed``), each followed
-    by what the ``FIT_MARKS`` set in it mean."""
+    """One table per group of ``COLUMN_GROUPS``, each followed by its ``FIT_MARKS``' meaning."""
     lead = [c for c in ("run", "seed") if c in columns]
     groups: dict[str, list[str]] = {title: [] for title, _ in COLUMN_GROUPS}
     for column in (c for c in columns if c not in lead):

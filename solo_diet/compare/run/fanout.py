@@ -1,10 +1,10 @@
-"""Running tasks side by side, each in a process group of its own GPUs (``CUDA_VISIBLE_DEVICES``)
-and share of the cores, or in a reusable worker; one terminal line per event, and Ctrl-C or
-SIGTERM stops every task and worker (docs/compare.md, "Many GPUs")."""
+"""Running tasks side by side, each in a process group of its own GPUs and share of the cores, or
+in a reusable worker; Ctrl-C or SIGTERM stops every one (docs/compare.md, "Many GPUs")."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -50,19 +50,14 @@ class _Running:
 
 
 def visible_gpus() -> list[str]:
-    """The GPU ids this process may hand out: ``CUDA_VISIBLE_DEVICES`` up to its first invalid
-    entry (as CUDA reads it), else every device torch sees."""
+    """``CUDA_VISIBLE_DEVICES`` up to its first invalid entry (as CUDA reads it), else torch's."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is None:
         import torch
 
         return [str(i) for i in range(torch.cuda.device_count())]
-    ids: list[str] = []
-    for entry in (e.strip() for e in listed.split(",")):
-        if not entry or entry.startswith("-"):
-            break
-        ids.append(entry)
-    return ids
+    entries = (entry.strip() for entry in listed.split(","))
+    return list(itertools.takewhile(lambda entry: entry and not entry.startswith("-"), entries))
 
 
 def _raise_interrupt(signum: int, _frame: object) -> None:
@@ -85,8 +80,7 @@ def wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
 
 
 class _Pool:
-    """The GPUs' free slots (``per_gpu`` tasks each) and the reusable workers: idle ones wait for
-    a task of their GPUs; at most ``limit`` processes live at once (idle ones retire for room)."""
+    """The GPUs' free slots and the idle reusable workers; at most ``limit`` processes at once."""
 
     def __init__(
         self,
@@ -112,8 +106,7 @@ class _Pool:
             self.free[gpu] += change
 
     def next_task(self, pending: Sequence[Task]):
-        """The first pending task that can start now, its GPUs (the least busy distinct ones, or
-        an idle worker's with room) and the idle worker that takes it."""
+        """The first pending task that can start now, its GPUs and the idle worker taking it."""
         for worker in [w for w in self.idle if w.process.poll() is not None]:
             self.idle.remove(worker)
             self.retire(worker)
@@ -133,8 +126,7 @@ class _Pool:
     def launch(
         self, task: Task, devices: tuple[str, ...], worker: Optional[ServedWorker], running: int
     ) -> _Running:
-        """Start ``task`` in ``worker``, else in a new worker when served, else in a process of
-        its own; its log's header says where."""
+        """Start ``task`` in ``worker``, else in a new one when served, else in its own process."""
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = task_env(devices, self.threads)
         if worker is None:
@@ -166,10 +158,6 @@ class _Pool:
             self.retire(worker)
         self.idle = []
 
-    def close(self, grace_s: float) -> None:
-        self.retire_idle()
-        wait_or_kill([worker.process for worker in self.retired], grace_s)
-
 
 def run_tasks(
     tasks: Sequence[Task],
@@ -184,10 +172,8 @@ def run_tasks(
     started: Sequence[ServedWorker] = (),
     retired: Optional[list[ServedWorker]] = None,
 ) -> list[Outcome]:
-    """Run ``tasks``, at most ``workers`` at once on distinct GPUs shared by ``jobs_per_gpu`` tasks,
-    a task with a ``request`` in a reusable worker of ``serve_argv`` (the ``started`` ones first),
-    each with ``threads`` OpenMP threads; the outcomes in order. Retired workers are waited for
-    before it returns, or go to ``retired``, for the caller to wait for."""
+    """Run ``tasks``, at most ``workers`` at once, a task with a ``request`` in a reusable worker
+    of ``serve_argv``; the outcomes in order. Retired workers go to ``retired`` if given."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
@@ -253,7 +239,9 @@ def run_tasks(
         wait_or_kill(processes, grace_s)
         raise
     finally:
-        pool.close(grace_s) if waited_here else pool.retire_idle()
+        pool.retire_idle()
+        if waited_here:
+            wait_or_kill([worker.process for worker in pool.retired], grace_s)
         if own_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return [outcomes[id(task)] for task in tasks]

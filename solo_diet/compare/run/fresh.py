@@ -1,5 +1,4 @@
-"""What one job may leave behind in a reusable worker, put back before the next, so each job starts
-as in a fresh process."""
+"""What one job may leave behind in a reusable worker, put back before the next."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""One job of a comparison: pretrained once (a finished job is reused, an interrupted one resumes
-from its latest checkpoint), then evaluated into ``<job folder>/result.json``. Reference rows
-skip pretraining: their checkpoint is written here.
-"""
+"""One job of a comparison: pretrained once (resumed if interrupted), then evaluated into
+``<job folder>/result.json``; a reference row's checkpoint is written here instead."""
 
 from __future__ import annotations
 
@@ -49,8 +47,7 @@ from solo_diet.methods.checkpoint import checkpoint_problem
 
 
 def _pretrain_callbacks(spec: Spec, job: Job) -> list:
-    """Per-epoch costs and curves, the learning curves' backbone snapshots and RankMe (every
-    ``rankme_every_n_epochs`` rounded up to a multiple of the validation interval)."""
+    """Per-epoch costs and curves, the learning curves' snapshots and RankMe (validation epochs)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
     callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
@@ -65,10 +62,7 @@ def _pretrain_callbacks(spec: Spec, job: Job) -> list:
 
 
 def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
-    """Pretrain once: ``(last checkpoint, trained now)``. A finished job is reused, an interrupted
-    one resumes from its latest checkpoint; a job folder holding the training of another config
-    is refused, one whose attempt with another config failed before its first checkpoint (a
-    config error, say) starts afresh."""
+    """Pretrain once: ``(last checkpoint, trained now)``, resuming from the latest checkpoint."""
     from solo_diet.launch.pretrain import run_pretrain
 
     cfg, run_dir = job.cfg, job.run_dir
@@ -119,11 +113,6 @@ def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
     return checkpoint, True
 
 
-def _secondary_rank() -> bool:
-    """True in the processes Lightning starts for DDP ranks other than 0 (they only train)."""
-    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
-
-
 def _reference_checkpoint(spec: Spec, job: Job, shared_eval: SharedEvaluator) -> Path:
     """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
     from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
@@ -138,9 +127,8 @@ def _reference_checkpoint(spec: Spec, job: Job, shared_eval: SharedEvaluator) ->
 def result_standing(
     spec: Spec, job: Job, eval_fingerprint: str, curves: bool = True
 ) -> Optional[str]:
-    """Why ``job``'s ``result.json`` stands with nothing to run (evaluated with these settings from
-    the last checkpoint of this config, which may be gone), or None when the job must run; with
-    ``curves``, also when learning-curve points are left to evaluate."""
+    """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run
+    (with ``curves``, also when learning-curve points are left to evaluate)."""
     previous = read_json(job.run_dir / "result.json")
     if job.reference is not None:
         wanted = reference_fingerprint(spec, job, eval_fingerprint)
@@ -164,10 +152,10 @@ def result_standing(
 def run_job(
     spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str
 ) -> dict[str, Any]:
-    """Pretrain (not for reference rows) and evaluate one job, then its missing curve points, each
-    step skipped when done, under the job's lock (rank 0's); returns its ``result.json``."""
+    """Pretrain and evaluate one job, then its curve points, under its lock; its ``result.json``."""
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    secondary = _secondary_rank()  # rank 0 holds the lock
+    # a process Lightning starts for a DDP rank other than 0 only trains; rank 0 holds the lock
+    secondary = any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK"))
     with contextlib.nullcontext() if secondary else job_lock(job.run_dir, job.label, progress):
         return _run_job(spec, job, shared_eval, eval_fingerprint, secondary)
 

@@ -30,8 +30,7 @@ def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> I
 
 
 def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
-    """Stop every process of this host holding one of these jobs' locks (an orphaned worker, with
-    its process group) and wait until it is gone."""
+    """Stop every process of this host holding one of these jobs' locks, and wait until gone."""
     for run_dir in run_dirs:
         path = run_dir / JOB_LOCK_FILE
         if not path.is_file():

@@ -1,5 +1,4 @@
-"""Where, when and at what cost a comparison ran, the progress lines, and the run folders' JSON
-files (written whole or not at all)."""
+"""Where, when and at what cost a comparison ran, its progress lines and JSON files."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ LARGEST = 1e15  # no metric or cost comes near it
 
 
 def read_result(path: Path) -> dict:
-    """A job's ``result.json`` ({} when absent), refused in one line where a field holds markup,
-    text for a number, or an infinite or absurd number."""
+    """A job's ``result.json`` ({} when absent), refused where a field holds markup or nonsense."""
     from solo_diet.compare.report.tables import RESULT_COLUMNS
     from solo_diet.core.errors import ConfigError
     from solo_diet.core.settings import is_number
@@ -120,8 +118,7 @@ def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str], gpu
 
 
 def run_record_lines(results: Sequence[dict], out: Path) -> list[str]:
-    """The report's "Where and when the jobs ran": the jobs per device with their first and last
-    end times, then the commands of ``commands.txt``."""
+    """The report's "Where and when the jobs ran": jobs per device, then ``commands.txt``."""
     finished: dict[str, list[str]] = defaultdict(list)
     for result in results:
         if "finished_utc" in result:

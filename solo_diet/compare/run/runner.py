@@ -1,5 +1,4 @@
-"""Running a comparison (``run_spec``, where ``solo-diet compare`` starts): every job here or in
-worker processes, then the report of every job with a result."""
+"""``run_spec``: every job of a comparison, here or in worker processes, then the report."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ class JobsFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class CompareResults:
-    """A comparison after :func:`run_spec`: ``records``, the jobs' ``result.json`` in spec order,
-    and ``failures``, {job key: what failed} (docs/compare.md, "From Python")."""
+    """A comparison after :func:`run_spec` (docs/compare.md, "From Python")."""
 
     spec: Spec
     report: Path
@@ -92,8 +90,7 @@ class CompareResults:
 
 
 class JobsProgress:
-    """The overall progress line of ``jobs``: each weighs its pretraining epochs and one evaluation,
-    whose cost in epochs is measured on the first run job that ends (until then, two epochs)."""
+    """The overall progress line: a job weighs its epochs plus one evaluation (2 until measured)."""
 
     def __init__(self, jobs: Sequence[Job], **line: Any) -> None:
         self.jobs, self.evaluation_epochs, self.ended = list(jobs), None, []
@@ -128,24 +125,10 @@ class JobsProgress:
             self.overall.ended(self.ended, "jobs ended")
 
 
-def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
-    shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(jobs)
-    for position, job in enumerate(jobs, 1):
-        overall.step(position)
-        try:
-            run_job(spec, job, shared_eval, eval_fingerprint)
-        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
-            traceback.print_exc()
-            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
-            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
-    return failures
-
-
 def _run_in_processes(
     jobs: Sequence[Job], fleet: Fleet, parallel: ParallelSettings
 ) -> dict[str, str]:
-    """Every job in a process of its own GPUs, the longest first, in reusable workers with
-    ``parallel.reuse_workers`` (but DDP jobs); returns {failed job's key: what failed}."""
+    """Every job in a process of its own GPUs, longest first; {failed job's key: what failed}."""
     from solo_diet.compare.run.fanout import Task, run_tasks
 
     for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
@@ -212,8 +195,7 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
 def _report_of_finished(
     spec: Spec, jobs: Sequence[Job], report_only: bool = False, failed: Collection[str] = ()
 ) -> CompareResults:
-    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others;
-    ``report_only`` adds the unfinished runs and keeps the report when every run is stale."""
+    """The report of the ``jobs`` with a ``result.json`` of their recipe, naming the others."""
     results, left_out, stale, out = [], [], False, spec.output_dir
     for job in jobs:
         result = read_result(job.run_dir / "result.json")
@@ -247,15 +229,6 @@ def _report_of_finished(
     return CompareResults(spec, report, tuple(results), tuple(left_out))
 
 
-def remove_leftovers(out: Path) -> None:
-    """Delete what killed processes left: temporary files in ``out``, dead comparisons' plans."""
-    remove_stale_temporaries(out)
-    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
-        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
-        if pid.isdigit() and not running(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def run_spec(
     spec: SpecSource,
     overrides: Sequence[str] = (),
@@ -264,11 +237,8 @@ def run_spec(
     loaded: Optional[Spec] = None,
     fleet: Optional[Fleet] = None,
 ) -> CompareResults:
-    """Run (or finish) a comparison of a spec file or mapping plus dot-list ``overrides``, then
-    write its report; a bad spec raises :class:`~solo_diet.core.errors.ConfigError` before any
-    job. Its reusable workers start as soon as the spec is read (their imports overlap the
-    planning and checks): ``loaded`` and ``fleet`` are the spec and fleet a caller read and
-    started itself (``solo-diet compare`` does, before its own heavy imports)."""
+    """Run (or finish) a comparison of a spec plus dot-list ``overrides``, then write its report;
+    ``loaded`` and ``fleet``: the spec and started workers of a caller (``solo-diet compare``)."""
     import solo_diet
 
     solo_diet.register()
@@ -314,7 +284,11 @@ def _run_jobs(
 ) -> CompareResults:
     out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
     stop_orphans([job.run_dir for job in jobs], say=progress)
-    remove_leftovers(out)
+    remove_stale_temporaries(out)  # what killed processes left, and dead comparisons' plans
+    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
+        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
     write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
     note_command(out, spec_path, overrides, len(fleet.gpus))
     sharing, workers = fleet.sharing, fleet.workers
@@ -342,7 +316,15 @@ def _run_jobs(
     if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
         save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
         failures = _run_in_processes(to_run, fleet, parallel)
-    else:
-        failures = _run_here(spec, to_run, eval_fingerprint)
+    else:  # here, one job after another
+        shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(to_run)
+        for position, job in enumerate(to_run, 1):
+            overall.step(position)
+            try:
+                run_job(spec, job, shared_eval, eval_fingerprint)
+            except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+                traceback.print_exc()
+                progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+                failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
     results = _report_of_finished(spec, jobs, failed=failures)
     return dataclasses.replace(results, failures=failures, started=len(to_run))

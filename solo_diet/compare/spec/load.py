@@ -1,5 +1,4 @@
-"""Loading a comparison spec (a YAML file or a mapping, format: docs/compare.md) into one typed
-:class:`Spec`; a key that no section has is refused with the valid keys of its section."""
+"""A comparison spec (a YAML file or a mapping, docs/compare.md) as a typed :class:`Spec`."""
 
 from __future__ import annotations
 
@@ -141,8 +140,7 @@ def load_spec(spec: SpecSource, overrides: Sequence[str] = ()) -> Spec:
 
 
 def _check_folder_data(data: DictConfig, output_dir: str) -> None:
-    """``custom`` data: both splits exist, differ, hold the same classes (at least
-    ``PROBE_CLASSES``), and ``output_dir`` is in neither."""
+    """``custom`` data: both splits exist, differ, hold the same classes, and not ``output_dir``."""
     for split in ("train_path", "val_path"):
         if data[split] is None or not Path(data[split]).is_dir():
             raise ConfigError(
@@ -212,11 +210,10 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     seeds = check_seeds(spec.seeds, spec.reference_rows, where)
     names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
     only = check_only(spec.only, names, where)
-    # compare's format choice (``auto``: the GPU data path on a GPU), kept in its record too
     import torch  # here, not at the top: the spec loads before the comparison's heavy imports
 
-    key = f"{where}: `{FORMAT_KEY}`"
-    data.format = resolve_launch_format(data.format, torch.cuda.is_available(), key)
+    on_gpu = torch.cuda.is_available()  # `auto`: the GPU data path on a GPU, kept in the record
+    data.format = resolve_launch_format(data.format, on_gpu, f"{where}: `{FORMAT_KEY}`")
     views = sections["evaluation"].lidar_augmentations
     if views is not None and not Path(views).is_file():
         raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")

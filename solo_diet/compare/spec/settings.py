@@ -154,8 +154,7 @@ class Spec:
     resolved: str
 
     def chosen_jobs(self) -> int:
-        """How many jobs ``only`` chooses of the plan's: each run once per seed, ``random_init``
-        once per seed, ``raw_pixels`` once (``plan_jobs``)."""
+        """How many of the plan's jobs (``plan_jobs``) ``only`` chooses."""
         seeds = len(self.seeds) if self.seeds is not None else 1
         counts = {run.name: seeds for run in self.runs}
         counts |= {row: seeds if row in SEEDED_REFERENCES else 1 for row in self.reference_rows}
@@ -223,8 +222,7 @@ def _own_budget(name: str, entry: Any, max_epochs: int) -> dict[str, int]:
 def parse_runs(
     entries: Sequence[Any], spec: Any, budget: BudgetSettings, seeded: bool
 ) -> tuple[Run, ...]:
-    """The typed ``runs`` (``spec``: the merged node, for its ``config_path``, reference rows and
-    overrides lists), with clear errors for missing keys, duplicates and budget overrides."""
+    """The typed ``runs`` of the merged ``spec`` node, refusing missing keys and duplicates."""
     runs: list[Run] = []
     for position, entry in enumerate(entries):
         if not isinstance(entry, DictConfig) or "name" not in entry or "config_name" not in entry:

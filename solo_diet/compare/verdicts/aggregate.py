@@ -29,8 +29,7 @@ EVALUATED_SEEDS_ONLY = ("epochs",)
 
 
 def ranked_metrics(columns: Sequence[str]) -> list[str]:
-    """``RANKED_METRICS``, then the other ``columns`` ending in ``RANKED_SUFFIXES`` (those of the
-    representations a method declares beyond the ones above; not ``kmeans_*``)."""
+    """``RANKED_METRICS``, then the other ``columns`` ending in ``RANKED_SUFFIXES``."""
     extra = [
         c
         for c in columns
@@ -76,8 +75,7 @@ def aggregate(results: Sequence[dict]) -> list[dict]:
 
 
 def two_pooled_std(a: dict, b: dict, metric: str, b_metric: str = "") -> float:
-    """Two pooled standard deviations of aggregate rows ``a`` (its ``metric``) and ``b`` (its
-    ``b_metric``, default the same); NaN with fewer than two seeds in a row."""
+    """Two pooled standard deviations of aggregate rows ``a`` and ``b``; NaN under two seeds."""
     std_a, std_b = a.get(f"{metric}_std", math.nan), b.get(f"{b_metric or metric}_std", math.nan)
     n_a, n_b = a.get("n_seeds", 1), b.get("n_seeds", 1)
     if n_a < 2 or n_b < 2 or math.isnan(std_a) or math.isnan(std_b):
@@ -133,8 +131,7 @@ def floored(two_std: float, seeds: int, metric: str, means: Sequence[float], val
 def gap(
     a: dict, metric: str, b: dict | None = None, b_metric: str = "", value=None, val_images=None
 ) -> Gap:
-    """Aggregate row ``a``'s ``metric`` against row ``b``'s ``b_metric`` (default the same) or
-    against ``value`` (two of ``a``'s own standard deviations), with the threshold to cross."""
+    """Row ``a``'s ``metric`` against row ``b``'s ``b_metric`` or ``value``, with its threshold."""
     mean, n = a.get(metric, math.nan), a.get("n_seeds", 1)
     if b is None:
         two_std, other = 2 * a.get(f"{metric}_std", math.nan) if n >= 2 else math.nan, f"{value:g}"
@@ -148,8 +145,7 @@ def gap(
 
 @dataclass(frozen=True)
 class Ranking:
-    """The best run of one metric (the first of those tied with it in ``tied``) and each other
-    run's :class:`Gap` to it (its ``better`` the run, its ``gap`` negative)."""
+    """The best run of one metric (and those tied with it) and each other run's :class:`Gap`."""
 
     metric: str
     best: str
@@ -161,14 +157,9 @@ class Ranking:
     def resolved(self) -> tuple[str, ...]:
         return tuple(g.better for g in self.gaps if g.sign)
 
-    @property
-    def unresolved(self) -> tuple[str, ...]:
-        return tuple(g.better for g in self.gaps if not g.sign)
-
 
 def rank(rows: Sequence[dict], metric: str, val_images: int | None = None) -> Ranking | None:
-    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None;
-    ``val_images``: the val set's size, for :func:`floored`."""
+    """The :class:`Ranking` of aggregate ``rows`` by ``metric`` (higher is better), or None."""
     scored = [r for r in rows if has_value(r, metric)]
     if not scored:
         return None

@@ -1,5 +1,4 @@
-"""A spec's ``claims`` checked against the seeds like the report's † marks (docs/compare.md,
-"Claims"): held, did not hold or not resolved, at the budget run."""
+"""A spec's ``claims`` checked against the seeds like the † marks (docs/compare.md, "Claims")."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def _rows_at_epoch(results: Sequence[dict], out: Path, column: str, epoch: int) 
 
 
 def _compare(claim: Claim, by_run: dict, val_images: Optional[int]) -> tuple[str, str]:
-    """The verdict and each pair's words: every ``better`` run against every ``than`` run or
-    ``at_least``, each side's column named where they differ."""
+    """The verdict and the words of each ``better`` run against each ``than`` or ``at_least``."""
     metric, than_metric = claim.metric, claim.than_metric or claim.metric
     signs, pairs = set(), []
     for a in claim.better:
@@ -56,8 +54,7 @@ def claim_lines(
     trained: Optional[Mapping[str, Trained]] = None,
     val_images: Optional[int] = None,
 ) -> list[str]:
-    """One line per claim: its verdict, each pair's gap and threshold (floored with few seeds on
-    ``val_images``) and its budget note; ``trained``: each run's training (default: the spec's)."""
+    """One line per claim: its verdict, each pair's gap and threshold, and its budget note."""
     lines = []
     for claim in spec.claims:
         # each run's schedule's length, also for a claim read after `epoch` epochs

@@ -54,8 +54,7 @@ def _short(count: int) -> str:
 
 @dataclass(frozen=True)
 class PaperBudget:
-    """A claim's ``paper_budget``: ``than_epochs`` is the ``than`` runs', ``steps`` or ``samples``
-    the source's count for those ``epochs``."""
+    """A claim's ``paper_budget``: the source's epochs and steps or samples for them."""
 
     epochs: int = setting(None, minimum=1, hint=EXAMPLE)
     than_epochs: Optional[int] = setting(None, minimum=1)
@@ -85,8 +84,7 @@ def _unit(claim: Claim) -> Optional[str]:  # the count the source named besides 
 
 
 def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
-    """The runs of ``ran`` (what each trained) below the source, in epochs or steps (samples):
-    the source's count scaled to ``than_epochs`` for a ``than`` run."""
+    """The runs of ``ran`` below the source's budget, in epochs or steps (samples)."""
     unit, budget = _unit(claim), claim.paper_budget
     below = []
     for run, trained in ran.items():
@@ -103,8 +101,7 @@ def below_budget(claim: Claim, ran: Mapping[str, Trained]) -> list[Below]:
 
 
 def budget_verdict(claim: Claim, verdict: str, ran: Mapping[str, Trained]) -> str:
-    """The verdict with the budget it was reached at, below the source's (a reading of ours says
-    so, and reads ``not met`` where it did not hold)."""
+    """The verdict with the budget it was reached at, where below the source's."""
     if claim.paper_budget is None:
         return verdict
     shown = "not met" if claim.ours and verdict == "did not hold" else verdict
