@@ -1,7 +1,5 @@
-"""A run's checkpoints: written whole and locked (:class:`AtomicCheckpointIO`,
-:class:`RunCheckpointer`), the one a run resumes from (docs/cli.md, "What survives a crash"), and
-the reference checkpoints (an untrained backbone, the raw pixels) in solo-learn's layout. Reading
-one is ``methods.checkpoint``'s."""
+"""A run's checkpoints, written whole and locked, the one it resumes from (docs/cli.md, "What
+survives a crash"), and the reference checkpoints (untrained backbone, raw pixels)."""
 
 from __future__ import annotations
 
@@ -63,9 +61,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpointer(Checkpointer):
-    """solo-learn's ``Checkpointer`` with ``args.json`` written whole, rank 0's run folder on every
-    process, a resumed run going on in its own folder, and rank 0 holding the folder's lock from
-    the fit's start to its end (after removing the folders of runs that left none)."""
+    """solo-learn's ``Checkpointer``: ``args.json`` written whole, rank 0's run folder everywhere, a
+    resumed run in its own folder, and the folder locked by rank 0 during the fit."""
 
     def __init__(
         self,
@@ -114,9 +111,8 @@ class RunCheckpointer(Checkpointer):
 
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
-    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
-    ``kill -9``, a full disk at the lock's first write): folders holding only ``args.json``, a
-    lock no process holds, or both."""
+    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint
+    (only ``args.json`` and/or a lock no process holds)."""
     for folder in sorted(Path(logdir).glob("*/")):
         names = {p.name for p in folder.iterdir()}
         if not names or names - {ARGS_FILE, RUN_LOCK_FILE}:

@@ -179,8 +179,7 @@ class LoaderSettings:
         return FittedBatch(num_samples, fitted, batch, scaled)
 
     def check_classes(self, needed: int, reader: str) -> None:
-        """Refuse a labelled training set of fewer than ``needed`` classes (``reader`` needs
-        them), or a ``data.val_path`` whose class folders differ from ``data.train_path``'s."""
+        """Refuse fewer than ``needed`` classes, or val class folders unlike the train ones."""
         if self.no_labels:
             return
         train, val, classes = self.train_path, self.val_path, self.num_classes
