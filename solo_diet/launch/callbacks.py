@@ -308,13 +308,12 @@ class OverallProgress:
                     return
                 now, done = progress.clock(), _fraction(trainer, 1)
                 if done > self.first:
-                    progress.seconds_per_weight = (now - self.since) / (
-                        (done - self.first) * weight
-                    )
+                    rate = (now - self.since) / ((done - self.first) * weight)
+                    progress.seconds_per_weight = rate
                 if not self.past_first:  # the first epoch also paid the fit's start-up: time
                     self.past_first, self.since, self.first = True, now, done  # the rest from here
                 epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-                line = progress.line(step, f"{what}, {epoch}", _fraction(trainer, 1))
+                line = progress.line(step, f"{what}, {epoch}", done)
                 progress.say(("\n" if trainer.progress_bar_callback is not None else "") + line)
 
         return _EpochProgress()

@@ -65,11 +65,7 @@ class RunCheckpointer(Checkpointer):
     resumed run in its own folder, and the folder locked by rank 0 during the fit."""
 
     def __init__(
-        self,
-        cfg: DictConfig,
-        logdir: str | Path,
-        resume_from: Optional[str] = None,
-        command: str = "pretrain",
+        self, cfg: DictConfig, logdir: str | Path, resume_from: Optional[str], command: str
     ):
         super().__init__(cfg, logdir, cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev)
         self.resume_from = Path(resume_from) if resume_from is not None else None
