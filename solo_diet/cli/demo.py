@@ -1,5 +1,4 @@
-"""``solo-diet demo``: data, pretraining and linear probe on an offline dataset, and the same probe
-on an untrained backbone and on the raw pixels."""
+"""``solo-diet demo``: data, pretraining, linear probe, and the probe of two reference rows."""
 
 from __future__ import annotations
 

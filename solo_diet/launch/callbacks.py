@@ -191,8 +191,7 @@ class RankMeMonitor(Callback):
 
 
 class FinalEpochCheckpoint(Callback):
-    """Saves the last epoch through solo-learn's ``checkpointer`` (placed after it), whatever its
-    ``frequency``."""
+    """Saves the last epoch through solo-learn's ``checkpointer`` (placed after it)."""
 
     def __init__(self, checkpointer: Any):
         super().__init__()

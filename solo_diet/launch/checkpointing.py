@@ -1,5 +1,4 @@
-"""A run's checkpoints, written whole and locked, the one it resumes from (docs/cli.md, "What
-survives a crash"), and the reference checkpoints (untrained backbone, raw pixels)."""
+"""A run's checkpoints: written whole and locked, resumed from, and the reference ones."""
 
 from __future__ import annotations
 
@@ -107,8 +106,7 @@ class RunCheckpointer(Checkpointer):
 
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
-    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint
-    (only ``args.json`` and/or a lock no process holds)."""
+    """Remove ``logdir``'s run folders holding only ``args.json`` and/or a lock no one holds."""
     for folder in sorted(Path(logdir).glob("*/")):
         names = {p.name for p in folder.iterdir()}
         if not names or names - {ARGS_FILE, RUN_LOCK_FILE}:
