@@ -107,9 +107,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> Optional[int]:
-    """Exit status 1 with one line when jobs failed: each job's log holds its own traceback. The
-    spec is loaded and the reusable workers started before solo-learn and the comparison's own
-    heavy imports (10 to 16 s on an H200 host), which then run beside the workers' own."""
+    """Exit status 1 with one line when jobs failed; the workers start before solo-learn and the
+    other heavy imports (10 to 16 s on an H200 host), which then run beside theirs."""
     import contextlib
 
     from solo_diet.compare.run.sharing import fleet_of
@@ -180,11 +179,7 @@ RESUME_ADVICE = {
 }
 # Commands that import solo-learn themselves, if at all
 SOLO_LATE = ("data", "configs", "pretrain", "linear", "compare")
-
-
-def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
-    show = "show tracebacks (also SOLO_DIET_DEBUG=1)"
-    parser.add_argument("--debug", action="store_true", default=default, help=show)
+DEBUG_HELP = "show tracebacks (also SOLO_DIET_DEBUG=1)"
 
 
 # Each subcommand's --help ends with a command that works on a CPU
@@ -231,13 +226,13 @@ def _command(sub: argparse._SubParsersAction, name: str, func, **kwargs) -> argp
         **kwargs,
     )
     parser.set_defaults(func=func)
-    _add_debug(parser, argparse.SUPPRESS)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solo-diet", description=__doc__.replace("``", "'"))
-    _add_debug(parser, False)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     methods_help = "list every registered method: name, origin (solo-learn, solo-diet, a package)"
     _command(sub, "methods", _cmd_methods, help=methods_help)
@@ -256,19 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--limit", type=int, help="keep at most this many training images")
 
     script_help = "run solo-learn's main_knn.py or main_umap.py with plugin methods registered"
-    script_doc = solo_script.__doc__.replace("``", "`")
-    script = _command(
-        sub, "solo-script", _cmd_solo_script, help=script_help, description=script_doc
-    )
-    script.add_argument(
-        "script", help="path of main_knn.py or main_umap.py in a solo-learn checkout"
-    )
+    doc = solo_script.__doc__.replace("``", "`")
+    script = _command(sub, "solo-script", _cmd_solo_script, help=script_help, description=doc)
+    where = "path of main_knn.py or main_umap.py in a solo-learn checkout"
+    script.add_argument("script", help=where)
     remainder = script.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     remainder.required = False  # argparse marks every REMAINDER positional required
 
-    demo_help = (
-        "data -> pretraining -> offline linear probe vs a random-init backbone and raw pixels"
-    )
+    demo_help = "data -> pretraining -> offline linear probe vs a random-init backbone, raw pixels"
     demo = _command(sub, "demo", _cmd_demo, help=demo_help)
     method = "a method with a shipped demo config (default: diet)"
     demo.add_argument("--method", default="diet", help=method)

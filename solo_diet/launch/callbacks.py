@@ -1,5 +1,4 @@
-"""Lightning callbacks for pretraining runs: cost/curve rows, RankMe, a last-epoch checkpoint, a
-clock-paced progress bar (docs/compare.md, "Building blocks"); demo and compare progress lines."""
+"""Lightning callbacks of pretraining runs (docs/compare.md, "Building blocks"); progress lines."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
 
 
 class EpochCostLogger(Callback):
-    """One CSV row per epoch in ``csv_path`` (columns: docs/compare.md, "Building blocks"), the file
-    rewritten whole (``print_rows``: also printed); rows of epochs about to train are dropped first.
-    No GPU wait inside an epoch: a CUDA event after each batch is read at the epoch's end."""
+    """One CSV row per epoch in ``csv_path`` (docs/compare.md), written whole; ``print_rows``: also
+    printed. No GPU wait inside an epoch: a CUDA event after each batch is read at its end."""
 
     def __init__(
         self,
@@ -52,14 +50,12 @@ class EpochCostLogger(Callback):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
-            self._start_event, self._end_event = (
-                torch.cuda.Event(enable_timing=True) for _ in range(2)
-            )
-            for event in (self._start_event, self._end_event):
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+            for event in events:
                 event.record(torch.cuda.current_stream(device))
+            self._start_event, self._end_event = events
         self._epoch_start = self._last_batch_end = time.perf_counter()
-        self._samples, self._losses = 0, []
-        self._validated = False
+        self._samples, self._losses, self._validated = 0, [], False
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._validated = self._validated or not trainer.sanity_checking
@@ -80,31 +76,24 @@ class EpochCostLogger(Callback):
         if isinstance(loss, torch.Tensor):  # left on its device: no synchronisation
             self._losses.append(loss.detach())
 
-    def _train_seconds(self) -> float:
-        """From the epoch's start to the end of its last batch (on CUDA: as the GPU ran it)."""
-        if self._start_event is None:
-            return self._last_batch_end - self._epoch_start
-        self._end_event.synchronize()
-        return self._start_event.elapsed_time(self._end_event) / 1000.0
-
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        train_seconds = self._train_seconds()
+        cuda = self._start_event is not None
+        if cuda:  # from the epoch's start to the end of its last batch, as the GPU ran it
+            self._end_event.synchronize()
+            train_seconds = self._start_event.elapsed_time(self._end_event) / 1000.0
+        else:
+            train_seconds = self._last_batch_end - self._epoch_start
+        losses, device = self._losses, trainer.strategy.root_device
         row = {
             "epoch": trainer.current_epoch,
             "train_seconds": train_seconds,
             "epoch_seconds": time.perf_counter() - self._epoch_start,
             "samples": self._samples,
             "samples_per_s": self._samples / train_seconds if train_seconds > 0 else math.nan,
-            "peak_gpu_mib": (
-                torch.cuda.max_memory_allocated(trainer.strategy.root_device) / 2**20
-                if self._start_event is not None
-                else ""
-            ),
-            "train_loss": (
-                torch.stack(self._losses).double().mean().item() if self._losses else ""
-            ),
+            "peak_gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else "",
+            "train_loss": torch.stack(losses).double().mean().item() if losses else "",
         }
         for name in self.logged_metrics:
             value = trainer.callback_metrics.get(name) if self._validated else None
@@ -144,8 +133,7 @@ def read_epoch_rows(csv_path: str | Path) -> list[dict[str, float]]:
 
 
 def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
-    """Drop the rows of the epochs after ``last_epoch`` from an ``EpochCostLogger`` CSV (every row,
-    and the file, for -1)."""
+    """Drop an ``EpochCostLogger`` CSV's rows after ``last_epoch`` (-1: the file)."""
     path = Path(csv_path)
     if not path.is_file():
         return
@@ -163,9 +151,8 @@ def drop_epoch_rows_after(csv_path: str | Path, last_epoch: int) -> None:
 
 
 class RankMeMonitor(Callback):
-    """Logs ``val_rankme``, RankMe (Garrido et al., 2023) of the backbone features of the first
-    ``max_samples`` val images, in epochs n-1, 2n-1, ... (n = ``every_n_epochs``) and the last;
-    the features stay on the model's device, where their SVD runs, read back once an epoch."""
+    """Logs ``val_rankme`` (RankMe, Garrido et al., 2023) of the backbone features of the first
+    ``max_samples`` val images every ``every_n_epochs`` epochs and the last, on their device."""
 
     def __init__(self, every_n_epochs: int = 1, max_samples: int = 2048):
         super().__init__()
@@ -204,8 +191,7 @@ class RankMeMonitor(Callback):
 
 
 class FinalEpochCheckpoint(Callback):
-    """Saves the last epoch through ``checkpointer`` (solo-learn's ``Checkpointer`` saves only
-    epochs divisible by its ``frequency``); place it after ``checkpointer`` in the callbacks."""
+    """Saves the last epoch through solo-learn's ``checkpointer`` (placed after it)."""
 
     def __init__(self, checkpointer: Any):
         super().__init__()
@@ -221,8 +207,7 @@ def _last_epoch(trainer: Trainer) -> bool:
 
 
 class TimedProgressBar(TQDMProgressBar):
-    """Lightning's tqdm progress bar, redrawn at most once every ``interval`` seconds and at each
-    loop's last batch instead of after every batch (a host cost of every step)."""
+    """Lightning's tqdm bar, redrawn at most every ``interval`` s and at each loop's last batch."""
 
     def __init__(self, interval: float = 0.5):
         super().__init__()
@@ -249,9 +234,8 @@ def clock_text(seconds: float) -> str:
 
 
 class OverallProgress:
-    """The progress line of a command of several steps (``demo``, ``compare``): step k of n, time
-    elapsed and left, from the time so far and each step's share of the work (``weights``), or with
-    ``from_epochs`` from the measured training epochs only; ``say`` prints each line."""
+    """A several-step command's progress line: step k of n, time elapsed and left (from each step's
+    share of the work, ``weights``, or with ``from_epochs`` the training epochs measured)."""
 
     def __init__(
         self,
@@ -306,9 +290,8 @@ class OverallProgress:
         self.skipped += self.weights[step - 1]
 
     def epoch_callback(self, step: int, what: str) -> Any:
-        """A callback saying the line after each training epoch of step ``step`` (its ``started``:
-        whether the fit trained), on its own line, and measuring the time per weight trained: over
-        the first epoch, then over the epochs after it (the first also pays the start-up)."""
+        """A callback saying the line after each training epoch of step ``step`` and measuring the
+        time per weight trained (its ``started``: whether the fit trained)."""
         progress, weight = self, self.weights[step - 1]
 
         class _EpochProgress(Callback):
@@ -324,13 +307,12 @@ class OverallProgress:
                     return
                 now, done = progress.clock(), _fraction(trainer, 1)
                 if done > self.first:
-                    progress.seconds_per_weight = (now - self.since) / (
-                        (done - self.first) * weight
-                    )
+                    rate = (now - self.since) / ((done - self.first) * weight)
+                    progress.seconds_per_weight = rate
                 if not self.past_first:  # the first epoch also paid the fit's start-up: time
                     self.past_first, self.since, self.first = True, now, done  # the rest from here
                 epoch = f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}"
-                line = progress.line(step, f"{what}, {epoch}", _fraction(trainer, 1))
+                line = progress.line(step, f"{what}, {epoch}", done)
                 progress.say(("\n" if trainer.progress_bar_callback is not None else "") + line)
 
         return _EpochProgress()

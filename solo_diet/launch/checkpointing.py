@@ -1,7 +1,4 @@
-"""A run's checkpoints: written whole and locked (:class:`AtomicCheckpointIO`,
-:class:`RunCheckpointer`), the one a run resumes from (docs/cli.md, "What survives a crash"), and
-the reference checkpoints (an untrained backbone, the raw pixels) in solo-learn's layout. Reading
-one is ``methods.checkpoint``'s."""
+"""A run's checkpoints: written whole and locked, resumed from, and the reference ones."""
 
 from __future__ import annotations
 
@@ -63,16 +60,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpointer(Checkpointer):
-    """solo-learn's ``Checkpointer`` with ``args.json`` written whole, rank 0's run folder on every
-    process, a resumed run going on in its own folder, and rank 0 holding the folder's lock from
-    the fit's start to its end (after removing the folders of runs that left none)."""
+    """solo-learn's ``Checkpointer``: ``args.json`` written whole, rank 0's run folder everywhere, a
+    resumed run in its own folder, and the folder locked by rank 0 during the fit."""
 
     def __init__(
-        self,
-        cfg: DictConfig,
-        logdir: str | Path,
-        resume_from: Optional[str] = None,
-        command: str = "pretrain",
+        self, cfg: DictConfig, logdir: str | Path, resume_from: Optional[str], command: str
     ):
         super().__init__(cfg, logdir, cfg.checkpoint.frequency, keep_prev=cfg.checkpoint.keep_prev)
         self.resume_from = Path(resume_from) if resume_from is not None else None
@@ -114,9 +106,7 @@ class RunCheckpointer(Checkpointer):
 
 
 def remove_abandoned_runs(logdir: Path, say: Callable[[str], None] = print) -> None:
-    """Remove the run folders in ``logdir`` of runs that stopped before their first checkpoint (a
-    ``kill -9``, a full disk at the lock's first write): folders holding only ``args.json``, a
-    lock no process holds, or both."""
+    """Remove ``logdir``'s run folders holding only ``args.json`` and/or a lock no one holds."""
     for folder in sorted(Path(logdir).glob("*/")):
         names = {p.name for p in folder.iterdir()}
         if not names or names - {ARGS_FILE, RUN_LOCK_FILE}:

@@ -127,17 +127,14 @@ def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     if kwargs.get("accelerator") == "cpu":
         kwargs["devices"] = len(cfg.devices)
     plugins = kwargs.get("plugins") or []
+    plugins = plugins if isinstance(plugins, list) else [plugins]
+    ddp = cfg.strategy == "ddp"
     kwargs.update(
         logger=logger if logger is not None else False,
         callbacks=callbacks,
-        plugins=[
-            *(plugins if isinstance(plugins, list) else [plugins]),
-            AtomicCheckpointIO(pickle_allowed(cfg)),
-        ],
+        plugins=[*plugins, AtomicCheckpointIO(pickle_allowed(cfg))],
         enable_checkpointing=False,
-        strategy=OneProcessAwareDDP(find_unused_parameters=False)
-        if cfg.strategy == "ddp"
-        else cfg.strategy,
+        strategy=OneProcessAwareDDP(find_unused_parameters=False) if ddp else cfg.strategy,
     )
     return kwargs
 
@@ -190,9 +187,8 @@ def _drop_empty_run_folder(checkpointer: Any) -> None:
 def fit_or_raise(
     trainer: Any, model: Any, cfg: DictConfig, checkpointer: Any, data_path: Any, **fit_kwargs: Any
 ) -> None:
-    """``trainer.fit(model, **fit_kwargs)``: an interruption raises ``Interrupted`` saying where to
-    resume, core errors name their keys, no empty run folder stays, ``data_path`` and the lock are
-    released however it ends."""
+    """``trainer.fit``: an interruption raises ``Interrupted`` saying where to resume, core errors
+    name their keys, no empty run folder stays, ``data_path`` and the lock are always released."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from solo_diet.launch.settings import GPU_ARGUMENT_KEYS
@@ -283,8 +279,7 @@ def fit_run(
     callbacks: Sequence = (),
     **trainer_args: Any,
 ) -> tuple[dict[str, float], Optional[str]]:
-    """Resume and :func:`fit_or_raise` with the run's callbacks: its metrics and last checkpoint
-    (none trained where the checkpoint resumed from holds ``training``'s last epoch)."""
+    """Resume and :func:`fit_or_raise` unless already finished: the metrics and last checkpoint."""
     from lightning.pytorch import Trainer
 
     from solo_diet.launch.checkpointing import resume_checkpoint

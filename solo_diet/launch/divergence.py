@@ -57,9 +57,8 @@ class DivergenceGuard(Callback):
         loss = trainer.callback_metrics.get("val_loss")  # finite weights can overflow the outputs
         finite = not isinstance(loss, torch.Tensor) or bool(torch.isfinite(loss).all())
         if not (trainer.sanity_checking or finite):
-            _fail(
-                trainer, f"the validation loss became NaN or infinite by step {trainer.global_step}"
-            )
+            what = f"the validation loss became NaN or infinite by step {trainer.global_step}"
+            _fail(trainer, what)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._check(trainer, pl_module)
@@ -75,11 +74,8 @@ class DivergenceGuard(Callback):
         bad = non_finite_tensors(named) if (weights or loss_bad) else []
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-            where = (
-                f"at step {self._first_step + finite_steps}"
-                if loss_bad
-                else f"by step {trainer.global_step}"
-            )
+            first = self._first_step + finite_steps
+            where = f"at step {first}" if loss_bad else f"by step {trainer.global_step}"
             _fail(trainer, f"the weights `{bad[0]}`{more} became NaN or infinite {where}")
 
 

@@ -40,9 +40,8 @@ def _read_naming(loader: Callable[[str], Any], path: str) -> Any:
         return loader(path)
     except (OSError, SyntaxError, ValueError) as err:  # PIL's decoding errors
         problem = f"{type(err).__name__}: {err}"
-        raise UnreadableImage(
-            f"cannot read image {path} ({problem}): replace or delete the file."
-        ) from err
+        message = f"cannot read image {path} ({problem}): replace or delete the file."
+        raise UnreadableImage(message) from err
 
 
 def name_unreadable_images(dataset: Any) -> None:

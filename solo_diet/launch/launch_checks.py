@@ -156,8 +156,7 @@ class TrainingSettings:
     precision: Any = setting(None, key="precision")
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
-        """Finite learning rates > 0, batch limits Lightning takes (a fit that trains something)
-        and a precision it knows."""
+        """Finite learning rates > 0, batch limits that train something, a known precision."""
         read = KeyReader(cfg)
         for key, lr in (("optimizer.lr", self.lr), ("optimizer.classifier_lr", self.classifier_lr)):
             if lr is not None and not 0 < lr < math.inf:  # a number (the schema); not NaN either
@@ -169,18 +168,13 @@ class TrainingSettings:
             ):
                 wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
                 raise read.fail(key, f"must be {wanted}, got {limit!r}.")
-        if read.value("limit_train_batches") == 0:
-            raise read.fail(
-                "limit_train_batches",
-                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
-                "give a batch count >= 1 or a fraction in (0, 1].",
-            )
-        if self.max_steps == 0:
-            raise read.fail(
-                "max_steps",
-                "is 0, so nothing would train and no checkpoint would be written: remove it, or "
-                "give -1 (no limit) or a step count >= 1.",
-            )
+        for key, give in (
+            ("limit_train_batches", "a batch count >= 1 or a fraction in (0, 1]"),
+            ("max_steps", "-1 (no limit) or a step count >= 1"),
+        ):
+            if read.value(key) == 0:
+                nothing = "so nothing would train and no checkpoint would be written: remove it"
+                raise read.fail(key, f"is 0, {nothing}, or give {give}.")
         steps = read.value("scheduler.lr_decay_steps")
         whole = isinstance(steps, Sequence) and not isinstance(steps, str) and len(steps) > 0
         if read.value("scheduler.name") == "step" and not (
@@ -250,8 +244,7 @@ SECTION_KEYS = {
 
 
 def check_key_typos(cfg: DictConfig, yaml: Optional[Callable[[], DictConfig]] = None) -> None:
-    """Refuse a key nothing reads that is a typo of a known one or, given ``yaml`` (the config
-    composed without overrides), one that ``+``/``++`` added to it."""
+    """Refuse a typo of a known key, or a key nothing reads that ``+`` added to ``yaml``."""
     absent = object()
     places: list[tuple[str, Sequence[str], Any]] = [("", known_top_level_keys(), cfg)]
     places += [(f"{name}.", keys, cfg.get(name)) for name, keys in SECTION_KEYS.items()]

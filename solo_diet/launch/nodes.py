@@ -28,8 +28,7 @@ def num_nodes(cfg: DictConfig) -> int:
 
 
 def scheduler(environ: Mapping[str, str]) -> str:
-    """The cluster environment Lightning reads: ``torchrun``, ``slurm``, ``lsf``, ``mpi``,
-    ``plain``."""
+    """The cluster environment Lightning reads: torchrun, slurm, lsf, mpi or plain."""
     if all(k in environ for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")):
         return "torchrun"
     if "SLURM_NTASKS" in environ and environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
@@ -118,11 +117,8 @@ def _check_strategy_and_devices(cfg: DictConfig, nodes: int) -> int:
 
 def _check_plain_cluster(nodes: int, environ: Mapping[str, str]) -> None:
     """No scheduler: every node needs the main node's address and port and its own number."""
-    missing = [
-        name
-        for name in PLAIN_CLUSTER_VARIABLES
-        if name not in environ and not (name == "NODE_RANK" and "GROUP_RANK" in environ)
-    ]
+    given = {*environ, *(["NODE_RANK"] if "GROUP_RANK" in environ else [])}
+    missing = [name for name in PLAIN_CLUSTER_VARIABLES if name not in given]
     if missing:
         raise ConfigError(
             f"`num_nodes={nodes}` without a scheduler needs {', '.join(missing)} on every node: "
@@ -171,8 +167,7 @@ def _check_torchrun(nodes: int, per_node: int, environ: Mapping[str, str]) -> No
 
 
 def check_one_node(cfg: DictConfig) -> None:
-    """Refuse ``num_nodes > 1`` for ``solo-diet compare``, naming what to run, and a ``devices``
-    solo-learn would misread (:func:`~solo_diet.core.settings.device_count`)."""
+    """Refuse ``num_nodes > 1`` for ``solo-diet compare``, and a ``devices`` solo-learn misreads."""
     device_count(cfg)
     nodes = num_nodes(cfg)
     if nodes > 1:

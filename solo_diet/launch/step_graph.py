@@ -1,15 +1,10 @@
-"""``performance.step_graph``: a method's whole training step (forward, every loss, backward, the
-optimizer step, the momentum encoder's EMA, solo-learn's online classifier) captured once as a
-CUDA graph and replayed per batch, per model instance (docs/data-path.md, "When the training step
-itself is the bottleneck").
+"""``performance.step_graph``: a method's whole training step (forward, losses, backward, optimizer
+step, EMA, online classifier) captured as a CUDA graph, replayed per batch (docs/data-path.md).
 
-Lightning's loop runs as before: the first :data:`WARMUP_STEPS` steps eagerly, then the driver's
-``training_step`` copies the batch into the graph's static inputs, writes the step's learning rates
-and EMA tau into device tensors, replays, re-logs what the step logged (the graph's outputs, same
-names) and returns None; the optimizer's own step, ``optimizer_zero_grad`` and the updater's EMA
-then do nothing for that batch (the graph did them), while the scheduler, the step counter, the
-tau schedule and every hook run as in an eager step. A new batch shape, or a new value of what a
-method reads on the host per epoch (:data:`EPOCH_KEYS`), captures again.
+After :data:`WARMUP_STEPS` eager steps, ``training_step`` copies the batch into the graph's inputs,
+writes the lrs and EMA tau into device tensors, replays, re-logs what the step logged and returns
+None; the optimizer step, zero-grad and EMA then do nothing for that batch, while the scheduler and
+every hook run as in an eager step. A new batch shape or :data:`EPOCH_KEYS` value captures again.
 """
 
 from __future__ import annotations
@@ -89,8 +84,7 @@ def run_refusal(cfg: DictConfig) -> Optional[str]:
 
 
 def choose_step_graph(cfg: DictConfig, model: nn.Module, setting: str) -> tuple[bool, str]:
-    """Whether ``model``'s steps replay as CUDA graphs under ``setting`` (auto/on/off), and the
-    run's one log line saying so; an ``on`` that cannot be honoured is a :class:`ConfigError`."""
+    """Whether ``model``'s steps replay under ``setting`` (auto/on/off), and the line saying so."""
     if setting == "off":
         return False, f"solo-diet: training step eager ({STEP_GRAPH_KEY}=off)"
     reason = run_refusal(cfg) or method_refusal(model)
@@ -119,8 +113,7 @@ def _tensors(tree: Any) -> list[Tensor]:
 
 
 def _clone(tree: Any) -> Any:
-    """``tree`` with its tensors cloned: a batch's static copy, or a value logged after a replay
-    (the next replay overwrites the graph's)."""
+    """``tree`` with its tensors cloned (a batch's static copy, a value logged after a replay)."""
     if isinstance(tree, Tensor):
         return tree.clone()
     if isinstance(tree, dict):
@@ -129,8 +122,7 @@ def _clone(tree: Any) -> Any:
 
 
 def _optimizer_step(driver: "StepGraph", closure: Optional[Callable] = None) -> Any:
-    """The optimizer's step: the closure (Lightning's: the training step, zero-grad, backward),
-    then the optimizer's own update unless the batch was replayed (the graph stepped)."""
+    """The closure (training step, zero-grad, backward), then the update unless replayed."""
     with torch.enable_grad():
         loss = closure() if closure is not None else None
     if not driver.replayed:
@@ -149,10 +141,8 @@ def _ema_update(driver: "StepGraph", online: nn.Module, momentum: nn.Module) -> 
 
 
 class StepGraph:
-    """The graph driver of one model instance (module docstring); installs itself on it.
-    ``capture=False`` calls the step plainly where a graph would be captured and replayed;
-    ``device_scalars`` (default: ``capture``) runs it as the graph does, capturable optimizer
-    and lr/tau on the device (the same-configuration eager reference of the GPU test)."""
+    """The graph driver of one model instance; installs itself on it. ``capture=False``: the step
+    runs plainly; ``device_scalars`` (default ``capture``): lr/tau on the device as in the graph."""
 
     def __init__(
         self, model: nn.Module, capture: bool = True, device_scalars: Optional[bool] = None
@@ -176,8 +166,7 @@ class StepGraph:
         return {**self.__dict__, **dict.fromkeys(dropped)}
 
     def adopt(self, optimizer: torch.optim.Optimizer) -> None:
-        """The run's optimizer, adopted at the first step: capturable (so from the first eager
-        step on: a graph's eager reference), its step device counts, its step substituted."""
+        """The run's optimizer, adopted at the first step: capturable, its step substituted."""
         self.optimizer, self.eager_optimizer_step = optimizer, optimizer.step
         for group in optimizer.param_groups:
             if "capturable" in group and self.device_scalars:
@@ -228,8 +217,7 @@ class StepGraph:
         return None
 
     def eager(self, batch: Any, batch_idx: int) -> Any:
-        """An eager step, its forward (so its backward) on the capture's side stream, as
-        PyTorch's whole-network recipe warms up (autograd keeps each leaf's stream)."""
+        """An eager step on the capture's side stream, as PyTorch's recipe warms up."""
         if not self.capture:
             return self.eager_step(batch, batch_idx)
         self.side.wait_stream(torch.cuda.current_stream())
@@ -312,8 +300,7 @@ class StepGraph:
 
 
 def _keep_buffers(model: nn.Module, before: dict[str, Tensor]) -> None:
-    """Each buffer the step replaced by a new tensor (DINO's center) copied back into the one it
-    replaced, which stays the buffer: a graph reads and writes the same memory each replay."""
+    """Copy each buffer the step replaced (DINO's center) back into the one the graph reads."""
     for name, buffer in list(model.named_buffers()):
         old = before.get(name)
         if old is not None and buffer is not old:

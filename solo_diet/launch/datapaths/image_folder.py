@@ -1,5 +1,4 @@
-"""solo-learn's own datasets and loaders (``image_folder``, ``h5``), PIL in workers, and its DALI
-datamodule for pretraining (``dali``)."""
+"""solo-learn's own datasets and loaders (``image_folder``, ``h5``) and DALI datamodule."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
 
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
@@ -38,9 +38,7 @@ def build_pretrain_transform(dataset: str, aug_cfg: DictConfig):
 
 
 def classification_transforms(dataset: str, probe: Optional[ProbeAugmentation]):
-    """Train/val probe transforms; custom data honours the probe node's ``crop_size``,
-    ``mean``/``std`` and ``crop_min_scale`` (solo-learn's own is fixed at 224 px and ImageNet
-    statistics)."""
+    """Train/val probe transforms; custom data's from the probe node (solo-learn's: 224 px)."""
     from solo.data.classification_dataloader import prepare_transforms
     from torchvision import transforms
 
@@ -92,8 +90,6 @@ class ImageFolderPath(DataPath):
         name_unreadable_images(train_dataset)
         sampler = None if batch_sampler is None else batch_sampler(train_dataset)
         if sampler is not None:
-            from torch.utils.data import DataLoader
-
             loader = DataLoader(
                 train_dataset, batch_sampler=sampler, num_workers=run.num_workers, pin_memory=True
             )
@@ -143,8 +139,6 @@ class ImageFolderPath(DataPath):
         return self._probe_loaders(run, run.probe, fitted=True)
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
-        from torch.utils.data import DataLoader
-
         transform = classification_transforms(run.dataset, run.probe)[1]
         train, val = self._datasets(run, transform, transform)
         return tuple(
@@ -178,9 +172,7 @@ class DaliPath(ImageFolderPath):
 
     def check(self, method: str, contract: Any) -> None:
         """Refuse set-ups that would hand an index-based method wrong dataset indices."""
-        if not contract.uses_sample_indexes:
-            return
-        if not self.dali.encode_indexes_into_labels:
+        if contract.uses_sample_indexes and not self.dali.encode_indexes_into_labels:
             raise ConfigError(
                 f"method '{method}' uses dataset indices, which {FORMAT_KEY}=dali gives only with "
                 "`dali.encode_indexes_into_labels: True` (else arange(B)): set it."
