@@ -83,13 +83,8 @@ def cplearn_representations(
 
 
 class CPLearn(DeclaredKwargs, BaseMethod):
-    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
-
-    Keys: ``self.hp`` (:class:`CPLearnKwargs`): ``proj_hidden_dim``, ``proj_output_dim``,
-    ``beta``, ``eps``, ``activation``, ``prior``, ``symmetric``, ``gather_marginal``,
-    ``codes_seed``; solo-learn's ``BaseMethod`` reads the rest (``backbone``, ``optimizer``,
-    ``scheduler``, ``data``, the online probe).
-    """
+    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau. Keys:
+    ``self.hp`` (:class:`CPLearnKwargs`); solo-learn's ``BaseMethod`` reads the rest."""
 
     registered_as = "cplearn"
     contract = Contract(

@@ -55,15 +55,14 @@ class SEMKwargs:
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
-        values = dataclasses.asdict(self)
-        values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
-        for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
-            try:
-                key_name = f"`method_kwargs.sem.{key}`"
-                values[key] = check_temperature(values[key], key_name, allow_zero)
-            except (TypeError, ValueError) as err:
-                raise ConfigError(str(err)) from err
-        return SEMKwargs(**values)
+        target = self.tau_online if self.tau_target is None else self.tau_target
+        taus = {"tau_online": self.tau_online, "tau_target": target, "probe_tau": self.probe_tau}
+        try:
+            for key, tau in taus.items():
+                taus[key] = check_temperature(tau, f"`method_kwargs.sem.{key}`", key == "probe_tau")
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from err
+        return replace(self, **taus)
 
 
 def with_sem(kwargs: type) -> type:
@@ -166,12 +165,8 @@ def _with_sem_representation(
 
 
 class _SEMTwin:
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is the
-    base method's with ``method_kwargs.sem`` and the SEM probe (:func:`make_sem_twin`).
-
-    Keys: the base method's, and ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`): in
-    ``self.hp`` with the kwargs of our methods' twins, alone for a solo-learn method's twin.
-    """
+    """The base of every ``<name>_sem`` twin (first in its MRO). Keys: the base method's and
+    ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`), in ``self.hp``."""
 
     sem_base_method: str
     _sem_online: str
