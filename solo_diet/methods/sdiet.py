@@ -251,10 +251,8 @@ class SDIET(IndexMethod):
             ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
             loss = self.row_head.labelled_step(self.row_store, z, ids, lr)
         # a device tensor by a fill kernel: a logged float would copy host -> device each step
-        head_lr = torch.full((), lr, device=z.device)
-        self.log_dict(
-            {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
-        )
+        logs = {"train_sdiet_loss": loss, "train_head_lr": torch.full((), lr, device=z.device)}
+        self.log_dict(logs, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(targets, out["loss"])
 
     def on_train_epoch_end(self) -> None:

@@ -1,7 +1,6 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
-``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
-twin wraps that slot as ``SEMThenHead(embedder, original)``; its keys are ``method_kwargs.sem``
-(:class:`SEMKwargs`, docs/methods/sem.md)."""
+``SEM<M>`` is ``(_SEMTwin, M)``; ``M`` builds its projector/head for ``features_dim`` = L*V, which
+the twin wraps as ``SEMThenHead(embedder, original)`` (keys: :class:`SEMKwargs`)."""
 
 from __future__ import annotations
 
@@ -276,9 +275,8 @@ class _SEMTwin:
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
             stats = simplex_statistics(torch.cat(crops), self.sem.simplex_dim)
-            self.log_dict(
-                {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
-            )
+            logs = {f"train_sem_{k}": v for k, v in stats.items()}
+            self.log_dict(logs, on_epoch=True, sync_dist=True)
 
 
 def make_sem_twin(name: str, method_cls: type) -> type:
@@ -293,16 +291,13 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         sem_unsupported="it is already a SEM twin.",
         extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
     )
-    class_name = f"SEM{method_cls.__name__}"
-    namespace = {
-        "__module__": __name__,
-        "__qualname__": class_name,
+    namespace = {  # type() takes this module as __module__ and the name as __qualname__
         "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
         "contract": contract,
         "_BACKBONES": _BackbonesForMethod(name),
     }
-    return type(class_name, (_SEMTwin, method_cls), namespace)
+    return type(f"SEM{method_cls.__name__}", (_SEMTwin, method_cls), namespace)
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
