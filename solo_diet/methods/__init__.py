@@ -1,7 +1,5 @@
-"""solo-learn adapters, one short file per method: a class naming itself ``registered_as =
-"<name>"`` and declaring its contract is registered by ``contract.register``; ``PLUGIN_FACTORIES``
-lists ``"module:function"`` callables that take the registry and return generated classes (SEM
-twins)."""
+"""solo-learn adapters, one short file per method (a class with ``registered_as`` and a contract);
+``PLUGIN_FACTORIES``: ``"module:function"``s taking the registry, returning classes (SEM twins)."""
 
 PLUGIN_FACTORIES: list[str] = ["solo_diet.methods.sem:sem_twins"]
 

@@ -1,6 +1,5 @@
-"""Reading a pretraining checkpoint: its file loaded without pickle (``allow_pickle`` opts out,
-with a warning), its ``args.json``, and the backbone or method they rebuild
-(:class:`PretrainedCheckpoint`). Writing a run's checkpoints is ``launch.checkpointing``'s."""
+"""Reading a pretraining checkpoint without pickle (``allow_pickle`` opts in, with a warning), its
+``args.json``, and the backbone or method they rebuild (:class:`PretrainedCheckpoint`)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import zipfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Optional
+from unittest import mock
 
 import omegaconf
 import torch
@@ -26,11 +26,9 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 from solo_diet.methods.contract import register
 
-CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
-# What a checkpoint may hold besides tensors and still load without pickle: OmegaConf's containers,
-# their nodes, and the plain types their metadata names.
+# What a checkpoint may hold besides tensors without pickle: OmegaConf's containers and their parts
 SAFE_GLOBALS = [
     *(dictconfig.DictConfig, listconfig.ListConfig, base.ContainerMetadata, base.Metadata),
     *(nodes.AnyNode, nodes.StringNode, nodes.IntegerNode, nodes.FloatNode, nodes.BooleanNode),
@@ -118,9 +116,7 @@ def _saved_args(args_path: Path) -> omegaconf.DictConfig:
         return args  # an unknown method: loading it names the problem
     for old, new in getattr(method, "renamed_method_kwargs", {}).items():
         if old in kwargs:
-            value = kwargs.pop(old)
-            if new not in kwargs:
-                kwargs[new] = value
+            kwargs.setdefault(new, kwargs.pop(old))
     return args
 
 
@@ -138,13 +134,9 @@ def _not_loading(path: Path, error: BaseException) -> str:
 @contextlib.contextmanager
 def _weights_only_enforced() -> Iterator[None]:
     """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
-    forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
-    try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            yield
-    finally:
-        if forced is not None:
-            os.environ[FORCE_PICKLE_VARIABLE] = forced
+    with mock.patch.dict(os.environ), torch.serialization.safe_globals(SAFE_GLOBALS):
+        os.environ.pop(FORCE_PICKLE_VARIABLE, None)
+        yield
 
 
 def _needs_pickle(path: Path) -> Optional[str]:
@@ -260,7 +252,7 @@ def load_backbone_weights(
     backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
 ) -> int:
     """Load every ``backbone.*`` tensor of a pretraining checkpoint; returns how many."""
-    if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
+    if not str(ckpt_path).endswith((".ckpt", ".pth", ".pt")):
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
         )

@@ -46,9 +46,8 @@ class CPLearnKwargs:
                 "`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, "
                 f"{1.0 / self.proj_output_dim:.3g}), got {self.eps!r}; the paper uses 1e-8."
             )
-        crops = (
-            omegaconf_select(cfg, "data.num_large_crops"),
-            omegaconf_select(cfg, "data.num_small_crops"),
+        crops = tuple(
+            omegaconf_select(cfg, f"data.num_{size}_crops") for size in ("large", "small")
         )
         if crops != (2, 0):
             raise ConfigError(
@@ -83,13 +82,8 @@ def cplearn_representations(
 
 
 class CPLearn(DeclaredKwargs, BaseMethod):
-    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
-
-    Keys: ``self.hp`` (:class:`CPLearnKwargs`): ``proj_hidden_dim``, ``proj_output_dim``,
-    ``beta``, ``eps``, ``activation``, ``prior``, ``symmetric``, ``gather_marginal``,
-    ``codes_seed``; solo-learn's ``BaseMethod`` reads the rest (``backbone``, ``optimizer``,
-    ``scheduler``, ``data``, the online probe).
-    """
+    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau. Keys:
+    ``self.hp`` (:class:`CPLearnKwargs`); solo-learn's ``BaseMethod`` reads the rest."""
 
     registered_as = "cplearn"
     contract = Contract(
@@ -155,9 +149,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
             labelled = targets >= 0
             if bool(labelled.any()):
                 report = clustering_report(targets[labelled], codes[labelled])
-                self.log_dict(
-                    {f"val_cluster_{name}": value for name, value in report.items()}, sync_dist=True
-                )
+                self.log_dict({f"val_cluster_{k}": v for k, v in report.items()}, sync_dist=True)
         self._val_codes.clear()
         self._val_targets.clear()
         super().on_validation_epoch_end()

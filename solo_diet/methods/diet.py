@@ -18,7 +18,7 @@ from solo_diet.methods.index_method import IndexKwargs, IndexMethod, check_sampl
 
 @dataclass(frozen=True)
 class DIETKwargs(IndexKwargs):
-    """DIET's ``method_kwargs`` (:class:`DIET`), besides :class:`IndexKwargs`."""
+    """DIET's ``method_kwargs`` besides :class:`IndexKwargs` (docs/methods/diet.md)."""
 
     proj_layers: int = setting(0, minimum=0, hint="0 means no projector.")
     loss: str = setting("ce", choices=("ce", "mse"))
@@ -27,12 +27,8 @@ class DIETKwargs(IndexKwargs):
 
 
 class DIET(IndexMethod):
-    """DIET: a bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output,
-    ``R`` the label source's number of ids (N for ``index``, the paper; docs/methods/diet.md).
-
-    Keys: ``self.hp`` (:class:`DIETKwargs`): ``loss``, ``label_smoothing``, ``normalize`` and
-    ``proj_layers`` (0 here, as in the paper) of its own; the others from :class:`IndexMethod`.
-    """
+    """DIET: a bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output, R
+    the label source's number of ids (N for ``index``, the paper). Keys: :class:`DIETKwargs`."""
 
     registered_as = "diet"
     contract = replace(IndexMethod.contract, kwargs=DIETKwargs)
@@ -76,9 +72,6 @@ class DIET(IndexMethod):
             loss = mse_diet_loss(logits, ids)
         instance_acc = (logits.argmax(dim=1) == ids).float().sum() / max(ids.numel(), 1)
 
-        self.log_dict(
-            {"train_diet_loss": loss, "train_instance_acc": instance_acc},
-            on_epoch=True,
-            sync_dist=True,
-        )
+        logs = {"train_diet_loss": loss, "train_instance_acc": instance_acc}
+        self.log_dict(logs, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(targets, out["loss"])

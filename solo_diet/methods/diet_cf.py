@@ -36,11 +36,7 @@ class DIETCFKwargs(LabelledProjectionKwargs):
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (module docstring).
-
-    Keys: ``self.hp`` (:class:`DIETCFKwargs`): ``lam`` of its own; the others from
-    :class:`LabelledProjectionMethod`.
-    """
+    """Closed-form ridge head over the batch (module docstring). Keys: :class:`DIETCFKwargs`."""
 
     registered_as = "diet_cf"
     contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)

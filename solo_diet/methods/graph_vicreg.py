@@ -28,12 +28,7 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance.
-
-    Keys: ``self.hp`` (:class:`GraphVICRegKwargs`): ``sim_loss_weight``, ``var_loss_weight``,
-    ``cov_loss_weight``, ``label_norm_power`` of its own; the others from
-    :class:`LabelledProjectionMethod`.
-    """
+    variance/covariance. Keys: :class:`GraphVICRegKwargs`."""
 
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)

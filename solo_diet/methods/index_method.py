@@ -85,15 +85,9 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
-    """Backbone -> optional ReLU MLP projector -> ``z``, and a label source mapping each sample
-    to its label id (``label_source``; ``z_dim``: the width of ``z``, which ``forward`` and
-    ``multicrop_forward`` add to solo-learn's outputs).
-
-    Keys: ``self.hp`` (:class:`IndexKwargs`): ``num_samples``; the label source's ``labels``,
-    ``labelled_fraction``, ``label_seed``, ``groups_path``; the projector's ``proj_layers``,
-    ``proj_hidden_dim``, ``proj_output_dim``, ``proj_use_bn``. solo-learn's ``BaseMethod`` reads
-    the rest (``backbone``, ``optimizer``, ``scheduler``, ``data``, the online probe).
-    """
+    """Backbone -> optional ReLU MLP projector -> ``z`` (``z_dim`` wide), and a ``label_source``
+    mapping each sample to its label id. Keys: ``self.hp`` (:class:`IndexKwargs`); solo-learn's
+    ``BaseMethod`` reads the rest (``backbone``, ``optimizer``, ``data``, the online probe)."""
 
     contract = Contract(
         uses_sample_indexes=True,
@@ -122,8 +116,8 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
                 self.features_dim,
                 hp.proj_hidden_dim,
                 hp.proj_output_dim,
-                num_layers=hp.proj_layers,
-                use_bn=hp.proj_use_bn,
+                hp.proj_layers,
+                hp.proj_use_bn,
             )
             self.z_dim = hp.proj_output_dim
 
@@ -138,16 +132,14 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         return self.projector(feats)
 
     def forward(self, X: torch.Tensor) -> Dict[str, Any]:
-        """Args: X, images. Returns: solo-learn's outputs (``feats``, ``logits``) and ``z``."""
+        """solo-learn's outputs (``feats``, ``logits``) and ``z``."""
         out = super().forward(X)
-        out["z"] = self.head_input(out["feats"])
-        return out
+        return {**out, "z": self.head_input(out["feats"])}
 
     def multicrop_forward(self, X: torch.Tensor) -> Dict[str, Any]:
         """As :meth:`forward`, for solo-learn's small crops."""
         out = super().multicrop_forward(X)
-        out["z"] = self.head_input(out["feats"])
-        return out
+        return {**out, "z": self.head_input(out["feats"])}
 
 
 class LabelledProjectionMethod(IndexMethod):

@@ -112,15 +112,9 @@ class SDIETKwargs(IndexKwargs):
 
 
 class SDIET(IndexMethod):
-    """s-DIET: projector (3 layers by default, s-DIET paper, §6), L2 normalisation, CE against
-    the resident head rows (Eq. 7, §5.2); a datum's label id (by default its index) is its head row,
-    ``proj_output_dim`` the width D of a row.
-
-    Keys: ``self.hp`` (:class:`SDIETKwargs`): the head's ``label_smoothing``, ``temperature``,
-    ``head_*`` optimiser, ``zero_grad_steps``, the rows' ``row_*`` and ``rows_per_step``,
-    ``prefetch`` of its own; the others from :class:`IndexMethod`. ``seed`` seeds the rows and
-    the batch order.
-    """
+    """s-DIET: projector (3 layers, s-DIET paper, §6), L2 normalisation, CE against the resident
+    head rows (Eq. 7, §5.2), a datum's label id its row. Keys: :class:`SDIETKwargs`; ``seed`` seeds
+    the rows and the batch order."""
 
     registered_as = "sdiet"
     # the head rows' keys before: "storage" now names where the GPU data path keeps its images
@@ -257,10 +251,8 @@ class SDIET(IndexMethod):
             ids = concat_all_gather_no_grad(self.label_source(indexes, targets))
             loss = self.row_head.labelled_step(self.row_store, z, ids, lr)
         # a device tensor by a fill kernel: a logged float would copy host -> device each step
-        head_lr = torch.full((), lr, device=z.device)
-        self.log_dict(
-            {"train_sdiet_loss": loss, "train_head_lr": head_lr}, on_epoch=True, sync_dist=True
-        )
+        logs = {"train_sdiet_loss": loss, "train_head_lr": torch.full((), lr, device=z.device)}
+        self.log_dict(logs, on_epoch=True, sync_dist=True)
         return loss + online_probe_loss(targets, out["loss"])
 
     def on_train_epoch_end(self) -> None:

@@ -1,7 +1,6 @@
 """Simplicial Embeddings (Lavoie et al., ICLR 2023, §3) as a ``<name>_sem`` twin of every method:
-``SEM<M>`` is ``(_SEMTwin, M)``, ``M`` builds its projector/head for ``features_dim`` = L*V and the
-twin wraps that slot as ``SEMThenHead(embedder, original)``; its keys are ``method_kwargs.sem``
-(:class:`SEMKwargs`, docs/methods/sem.md)."""
+``SEM<M>`` is ``(_SEMTwin, M)``; ``M`` builds its projector/head for ``features_dim`` = L*V, which
+the twin wraps as ``SEMThenHead(embedder, original)`` (keys: :class:`SEMKwargs`)."""
 
 from __future__ import annotations
 
@@ -55,15 +54,14 @@ class SEMKwargs:
 
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
-        values = dataclasses.asdict(self)
-        values["tau_target"] = self.tau_online if self.tau_target is None else self.tau_target
-        for key, allow_zero in (("tau_online", False), ("tau_target", False), ("probe_tau", True)):
-            try:
-                key_name = f"`method_kwargs.sem.{key}`"
-                values[key] = check_temperature(values[key], key_name, allow_zero)
-            except (TypeError, ValueError) as err:
-                raise ConfigError(str(err)) from err
-        return SEMKwargs(**values)
+        target = self.tau_online if self.tau_target is None else self.tau_target
+        taus = {"tau_online": self.tau_online, "tau_target": target, "probe_tau": self.probe_tau}
+        try:
+            for key, tau in taus.items():
+                taus[key] = check_temperature(tau, f"`method_kwargs.sem.{key}`", key == "probe_tau")
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from err
+        return replace(self, **taus)
 
 
 def with_sem(kwargs: type) -> type:
@@ -166,12 +164,8 @@ def _with_sem_representation(
 
 
 class _SEMTwin:
-    """Methods shared by every ``<name>_sem`` twin (placed first in its MRO); its contract is the
-    base method's with ``method_kwargs.sem`` and the SEM probe (:func:`make_sem_twin`).
-
-    Keys: the base method's, and ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`): in
-    ``self.hp`` with the kwargs of our methods' twins, alone for a solo-learn method's twin.
-    """
+    """The base of every ``<name>_sem`` twin (first in its MRO). Keys: the base method's and
+    ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`), in ``self.hp``."""
 
     sem_base_method: str
     _sem_online: str
@@ -281,9 +275,8 @@ class _SEMTwin:
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
             stats = simplex_statistics(torch.cat(crops), self.sem.simplex_dim)
-            self.log_dict(
-                {f"train_sem_{k}": v for k, v in stats.items()}, on_epoch=True, sync_dist=True
-            )
+            logs = {f"train_sem_{k}": v for k, v in stats.items()}
+            self.log_dict(logs, on_epoch=True, sync_dist=True)
 
 
 def make_sem_twin(name: str, method_cls: type) -> type:
@@ -298,16 +291,13 @@ def make_sem_twin(name: str, method_cls: type) -> type:
         sem_unsupported="it is already a SEM twin.",
         extra_evaluations=partial(_with_sem_representation, base.extra_evaluations),
     )
-    class_name = f"SEM{method_cls.__name__}"
-    namespace = {
-        "__module__": __name__,
-        "__qualname__": class_name,
+    namespace = {  # type() takes this module as __module__ and the name as __qualname__
         "__doc__": f"{method_cls.__name__} with SEM before its projector/head ({name}_sem).",
         "sem_base_method": name,
         "contract": contract,
         "_BACKBONES": _BackbonesForMethod(name),
     }
-    return type(class_name, (_SEMTwin, method_cls), namespace)
+    return type(f"SEM{method_cls.__name__}", (_SEMTwin, method_cls), namespace)
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:

@@ -1,7 +1,6 @@
-"""Same-math substitutes for the parts of solo-learn's step that wait on the GPU (docs/data-path.md
-lists each): ``lars_foreach``, :class:`ForeachMomentumUpdater`, and per model instance the steps and
-queue writes that read back. Only instances of solo-learn's own methods (and their SEM twins) are
-substituted, by picklable :class:`InstanceSubstitute` objects; no solo-learn module is touched."""
+"""Same-math substitutes for the parts of solo-learn's step that wait on the GPU (docs/data-path.md)
+: ``lars_foreach``, :class:`ForeachMomentumUpdater`, and the steps and queue writes that read back,
+set per instance of solo-learn's methods by picklable :class:`InstanceSubstitute` objects."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
-    """solo-learn's ``MomentumUpdater`` with ``_foreach`` ops; ``cur_tau`` is a device tensor once
-    used."""
+    """solo-learn's ``MomentumUpdater`` by ``_foreach`` ops (``cur_tau``: once used, on device)."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
         self._device: Union[torch.device, None] = None
