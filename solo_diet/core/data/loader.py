@@ -225,7 +225,9 @@ class GPUBatchLoader:
             if placement == "device":
                 images: Any = self.dataset.images.to(device)
             else:
-                images = _PinnedRows(self.dataset.images, device, max_rows=self.max_batch_rows())
+                size = getattr(self.batch_sampler, "batch_size", None)
+                rows = size if size is not None else max(map(len, self.batch_sampler))
+                images = _PinnedRows(self.dataset.images, device, max_rows=rows)
                 self.dataset.images = images.host  # the page-locked copy replaces the pageable one
             self._resident = (device, placement, images, self.dataset.targets.to(device))
         return self._resident
@@ -239,10 +241,6 @@ class GPUBatchLoader:
                 transform = CapturedAugmentation(self.transform, generator)
             self._augmenters[device] = (transform, generator)
         return self._augmenters[device]
-
-    def max_batch_rows(self) -> int:
-        size = getattr(self.batch_sampler, "batch_size", None)
-        return size if size is not None else max(len(batch) for batch in self.batch_sampler)
 
     def epoch_indices(self, device: torch.device) -> tuple[list[Tensor], list[Tensor]]:
         """This epoch's batches of indices on the host and on the device (one copy per epoch)."""
