@@ -117,12 +117,9 @@ def _allocation_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
     """nvJPEG in one batched call; on failure, one call per file: None where nvJPEG refuses.
-
-    torchvision allocates the outputs on the current stream but nvJPEG writes them at once, not
-    after that stream's queued kernels (pytorch/vision#9606): a block the training step had just
-    freed would be overwritten while its kernels still read it (NaN weights). So the outputs are
-    allocated on a stream of their own, where no kernel runs, and held until the current stream's
-    uses end (``record_stream``)."""
+    nvJPEG writes at once, not after the current stream's queued kernels (pytorch/vision#9606):
+    outputs allocated there could overwrite blocks those kernels still read (NaN weights), so they
+    are allocated on a stream of their own and kept until the current stream's uses end."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     current, side = torch.cuda.current_stream(device), _allocation_stream(device)

@@ -27,9 +27,8 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
 
 
 def rankme(features: ArrayLike, eps: float = 1e-7, sigma: Optional[torch.Tensor] = None) -> float:
-    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps`` over the singular
-    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``. ``sigma``: those
-    values (:func:`singular_values`) when the caller has them already."""
+    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps``, ``sigma`` the
+    singular values of the raw embeddings (Garrido et al.), given or computed; in [1, min(K, d)]."""
     sigma = singular_values(features) if sigma is None else sigma
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")

@@ -77,10 +77,8 @@ def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -
 
 
 class RowTables:
-    """The ``N x K x D`` table (``names``: the K slots, ``"rows"`` then the optimiser's) and each
-    row's last real step, on ``cpu``, ``gpu`` or ``disk``; rows start ``U(-1/sqrt(D), 1/sqrt(D))``
-    from ``seed`` (our choice), state 0; ``sharing``: one per host; ``shard``: this node's rows
-    only."""
+    """The ``N x K x D`` table (slots ``names``: ``"rows"``, then the optimiser's) and each row's
+    last real step; rows start ``U(-1/sqrt(D), 1/sqrt(D))`` from ``seed`` (our choice), state 0."""
 
     def __init__(
         self,
