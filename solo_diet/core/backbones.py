@@ -1,6 +1,5 @@
-"""Backbones the plugin adds to ``BaseMethod._BACKBONES`` (torch-only): ``fn(method_name,
-**kwargs)`` factories of modules with ``num_features``, named not ``resnet*`` (solo-learn's ResNet
-surgery)."""
+"""Backbones the plugin adds to ``BaseMethod._BACKBONES`` (torch-only): factories of modules with
+``num_features``, named not ``resnet*`` (solo-learn's ResNet surgery)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1, Prop. 1): a
-:class:`LabelSource` maps ``(indexes, targets)`` to one id per datum (-1: none);
-docs/methods/label-sources.md."""
+"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1, Prop. 1); one
+id per datum, -1: none (docs/methods/label-sources.md)."""
 
 from __future__ import annotations
 

@@ -38,10 +38,9 @@ def rankme(features: ArrayLike, eps: float = 1e-7, sigma: Optional[torch.Tensor]
 def lidar(
     features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
 ) -> float:
-    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2
-    Sigma_b Sigma_w^-1/2`` of ``features`` (n*q, d), ``q`` views of ``n`` samples grouped by
-    ``labels_of_views`` (``Sigma_b`` over the class means, ``Sigma_w`` pooled + ``delta I``); in
-    ``[1, min(d, n - 1)]``."""
+    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i), eigenvalues of ``Sigma_w^-1/2 Sigma_b
+    Sigma_w^-1/2`` of (n*q, d) ``features`` grouped by ``labels_of_views`` (``Sigma_b`` over class
+    means, ``Sigma_w`` pooled + ``delta I``); in [1, min(d, n - 1)]."""
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to(z.device)
     if labels.numel() != z.shape[0]:

@@ -1,6 +1,5 @@
-"""s-DIET's head step over rows in a RowStore (s-DIET paper, §5.2): rows loaded, scored with CE,
-stepped and written back; a super-batch's ``m*B`` rows stay for its ``m`` steps, the next's
-prefetched."""
+"""s-DIET's head step over rows in a RowStore (s-DIET paper, §5.2): load, CE, step, write back;
+a super-batch's ``m*B`` rows stay for its ``m`` steps while the next one's are prefetched."""
 
 from __future__ import annotations
 

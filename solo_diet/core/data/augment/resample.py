@@ -21,12 +21,8 @@ def _bicubic(x: Tensor) -> Tensor:
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
-def _bilinear(x: Tensor) -> Tensor:
-    """Triangle kernel, support 1."""
-    return (1 - x.abs()).clamp_(min=0)
-
-
-_KERNELS = {"bicubic": _bicubic, "bilinear": _bilinear}
+# bilinear: the triangle kernel, support 1
+_KERNELS = {"bicubic": _bicubic, "bilinear": lambda x: (1 - x.abs()).clamp_(min=0)}
 
 
 def _axis_weights(

@@ -1,7 +1,6 @@
 """The row store's ``N x K x D`` table (a row beside its optimiser states: one gather, copy and
 scatter per batch) and last-step counters, on ``cpu``, ``gpu`` or ``disk``, shared by a host's
-processes or sharded over nodes (docs/methods/sdiet.md). Shared, one process writes a step's rows
-one step late, after a collective every process passes once it has loaded them."""
+processes (one writes a step's rows a step late, after a collective) or sharded over nodes."""
 
 from __future__ import annotations
 
