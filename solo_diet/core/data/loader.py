@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
+from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.data.pipeline import CapturedAugmentation
 from solo_diet.core.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.core.errors import Argument, ArgumentError
@@ -249,10 +250,7 @@ class GPUBatchLoader:
             return [], []
         sizes = [len(batch) for batch in batches]
         host = torch.cat(batches)
-        on_device = (
-            host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
-        )
-        return list(host.split(sizes)), list(on_device.split(sizes))
+        return list(host.split(sizes)), list(to_device(host, device).split(sizes))
 
     def __iter__(self) -> Iterator[list]:
         device, placement, images, targets = self.resident()

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.data.loader import GPUBatchLoader, derive_seed, resolve_device
 from solo_diet.core.data.tensor_data import PathLike, folder_split_samples
 from solo_diet.core.errors import Argument, ArgumentError, ConfigError
@@ -170,8 +171,7 @@ def decode_images(
             except ValueError as err:
                 failed[i] = str(err)
                 continue
-            image = image.pin_memory() if device.type == "cuda" else image
-            images[i] = image.to(device, non_blocking=True)
+            images[i] = to_device(image, device)
     return images, failed
 
 
