@@ -25,16 +25,6 @@ def _temporary_beside(path: Path, binary: bool) -> tuple[Path, IO]:
         return temporary, os.fdopen(descriptor, mode, **({} if binary else {"newline": ""}))
 
 
-def _sync_folder(folder: Path) -> None:
-    """Make the rename itself durable (a no-op where the file system cannot sync a folder)."""
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
 @contextlib.contextmanager
 def atomic_write(path: PathLike, binary: bool = False) -> Iterator[IO]:
     """Open ``path`` to write it whole: it lands only when the block ends without an exception."""
@@ -49,7 +39,12 @@ def atomic_write(path: PathLike, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    _sync_folder(path.parent)
+    with contextlib.suppress(OSError):  # the rename made durable, where a folder can be synced
+        descriptor = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def write_text_atomic(path: PathLike, text: str) -> Path:

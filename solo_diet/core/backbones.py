@@ -1,6 +1,5 @@
-"""Backbones the plugin adds to ``BaseMethod._BACKBONES`` (torch-only): ``fn(method_name,
-**kwargs)`` factories of modules with ``num_features``, named not ``resnet*`` (solo-learn's ResNet
-surgery)."""
+"""Backbones the plugin adds to ``BaseMethod._BACKBONES`` (torch-only): factories of modules with
+``num_features``, named not ``resnet*`` (solo-learn's ResNet surgery)."""
 
 from __future__ import annotations
 
@@ -45,11 +44,7 @@ class ResNet8(nn.Module):
             nn.AvgPool2d(2),
         )
         self.stem_shortcut = nn.Sequential(nn.AvgPool2d(2), nn.Conv2d(in_channels, width, 1))
-        self.blocks = nn.Sequential(
-            _ResidualBlock(width, downsample=True, slope=slope),
-            _ResidualBlock(width, downsample=False, slope=slope),
-            _ResidualBlock(width, downsample=False, slope=slope),
-        )
+        self.blocks = nn.Sequential(*(_ResidualBlock(width, i == 0, slope) for i in range(3)))
         self.pool = nn.AdaptiveAvgPool2d(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,5 @@
-"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1, Prop. 1): a
-:class:`LabelSource` maps ``(indexes, targets)`` to one id per datum (-1: none);
-docs/methods/label-sources.md."""
+"""Label sources: the same loss with different labels (Birth-of-SSL paper, Thm. 1, Prop. 1); one
+id per datum, -1: none (docs/methods/label-sources.md)."""
 
 from __future__ import annotations
 
@@ -29,13 +28,10 @@ TARGET_FIX = "Set it to the dataset's number of classes; -1 marks an unlabelled 
 
 
 class LabelSource(nn.Module):
-    """``(indexes, targets) -> ids`` by ``source``: ``index`` (Prop. 1), ``class``, ``mix`` (the
-    class where known, else ``num_classes`` + the index) or ``groups``; ``num_rows`` ids (rows).
-
-    ``num_samples`` (N) bounds the dataset indices, ``num_classes`` the targets (``class``/``mix``);
-    ``groups``: the ``(N,)`` group ids (``groups``); ``labelled_fraction``: of the data whose target
-    is kept, a subset seeded by ``label_seed`` (``class``/``mix``).
-    """
+    """``(indexes, targets) -> ids`` in ``[0, num_rows)`` by ``source``: ``index`` (Prop. 1),
+    ``class``, ``mix`` (the class where known, else ``num_classes`` + the index) or ``groups`` (the
+    ``(N,)`` ids of ``groups``); ``class``/``mix`` keep a ``labelled_fraction`` of the targets,
+    seeded by ``label_seed``."""
 
     def __init__(
         self,
@@ -124,9 +120,8 @@ def check_range(
     fix: str,
     device_key: Optional[str] = None,
 ) -> None:
-    """Refuse values outside ``[low, high)`` (``key``: the argument that sets ``high``): an
-    ``IndexError`` on the host; on a GPU an asynchronous device assert (no wait; CUDA's "device-side
-    assert triggered" at the next synchronisation) naming ``device_key`` (default ``key``)."""
+    """Refuse values outside ``[low, high)`` (set by ``key``): an ``IndexError`` on the host, on a
+    GPU an asynchronous device assert (no wait) naming ``device_key`` (default ``key``)."""
     if values.numel() == 0:
         return
     if values.device.type != "cpu":

@@ -1,7 +1,5 @@
-"""LARS (You et al., 2017, Eq. 6) with solo-learn's semantics, batched and without host syncs:
-``ForeachLARS`` takes solo-learn's per-parameter decisions (both norms non-zero, not an excluded 1-D
-parameter) on the device and applies them with ``_foreach`` ops (``optimizer.name:
-lars_foreach``)."""
+"""LARS (You et al., 2017, Eq. 6) as solo-learn's (``optimizer.name: lars_foreach``): its
+per-parameter decisions taken on the device and applied by ``_foreach`` ops, no host syncs."""
 
 from __future__ import annotations
 

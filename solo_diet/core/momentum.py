@@ -17,8 +17,7 @@ def ema_update_(
     tau: Union[float, Tensor],
     complement: Optional[Tensor] = None,
 ):
-    """``m <- tau * m + (1 - tau) * o`` in place per pair; a tensor ``tau`` comes with
-    ``complement``."""
+    """``m <- tau * m + (1 - tau) * o`` in place per pair (a tensor tau: with ``complement``)."""
     if not isinstance(tau, Tensor) and not 0.0 <= tau <= 1.0:
         raise ValueError(f"EMA: tau must be in [0, 1], got {tau}")
     pairs = list(zip(momentum_params, online_params))
@@ -36,8 +35,7 @@ def ema_update_(
 
 @torch.no_grad()
 def enqueue_(pointer: Tensor, size: int, writes: Sequence[tuple[Tensor, int, Tensor]]) -> None:
-    """Write each queue's ``values`` at ``pointer`` along ``dim``; advance the device
-    ``pointer``."""
+    """Write each queue's ``values`` at ``pointer`` along ``dim``; advance the device pointer."""
     if not writes:
         return
     _, first_dim, first_values = writes[0]

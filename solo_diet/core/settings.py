@@ -221,9 +221,8 @@ def schema_keys(schema: type) -> list[str]:
 def parse_section(
     schema: type[_Schema], cfg: Any, path: str, owner: str, *, strict: bool = True
 ) -> _Schema:
-    """The frozen ``schema`` built from the mapping at ``path`` of ``cfg`` (defaults for absent
-    keys; with ``strict``, unknown keys refused naming the closest); ``checked(cfg)`` is the
-    caller's."""
+    """The frozen ``schema`` of the mapping at ``path`` of ``cfg`` (defaults for absent keys;
+    ``strict``: unknown keys refused naming the closest); ``checked(cfg)`` is the caller's."""
     read = KeyReader(cfg)
     given = read.value(path) if path else cfg
     names = schema_keys(schema)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
+from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.data.pipeline import CapturedAugmentation
 from solo_diet.core.data.tensor_data import GIB, ImageTensors, check_host_memory
 from solo_diet.core.errors import Argument, ArgumentError
@@ -225,7 +226,9 @@ class GPUBatchLoader:
             if placement == "device":
                 images: Any = self.dataset.images.to(device)
             else:
-                images = _PinnedRows(self.dataset.images, device, max_rows=self.max_batch_rows())
+                size = getattr(self.batch_sampler, "batch_size", None)
+                rows = size if size is not None else max(map(len, self.batch_sampler))
+                images = _PinnedRows(self.dataset.images, device, max_rows=rows)
                 self.dataset.images = images.host  # the page-locked copy replaces the pageable one
             self._resident = (device, placement, images, self.dataset.targets.to(device))
         return self._resident
@@ -240,10 +243,6 @@ class GPUBatchLoader:
             self._augmenters[device] = (transform, generator)
         return self._augmenters[device]
 
-    def max_batch_rows(self) -> int:
-        size = getattr(self.batch_sampler, "batch_size", None)
-        return size if size is not None else max(len(batch) for batch in self.batch_sampler)
-
     def epoch_indices(self, device: torch.device) -> tuple[list[Tensor], list[Tensor]]:
         """This epoch's batches of indices on the host and on the device (one copy per epoch)."""
         batches = [torch.as_tensor(batch, dtype=torch.int64) for batch in self.batch_sampler]
@@ -251,10 +250,7 @@ class GPUBatchLoader:
             return [], []
         sizes = [len(batch) for batch in batches]
         host = torch.cat(batches)
-        on_device = (
-            host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
-        )
-        return list(host.split(sizes)), list(on_device.split(sizes))
+        return list(host.split(sizes)), list(to_device(host, device).split(sizes))
 
     def __iter__(self) -> Iterator[list]:
         device, placement, images, targets = self.resident()

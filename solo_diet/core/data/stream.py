@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.data.loader import GPUBatchLoader, derive_seed, resolve_device
 from solo_diet.core.data.tensor_data import PathLike, folder_split_samples
 from solo_diet.core.errors import Argument, ArgumentError, ConfigError
@@ -117,12 +118,9 @@ def _allocation_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _decode_jpegs_on_gpu(datas: list[Tensor], device: torch.device) -> list[Optional[Tensor]]:
     """nvJPEG in one batched call; on failure, one call per file: None where nvJPEG refuses.
-
-    torchvision allocates the outputs on the current stream but nvJPEG writes them at once, not
-    after that stream's queued kernels (pytorch/vision#9606): a block the training step had just
-    freed would be overwritten while its kernels still read it (NaN weights). So the outputs are
-    allocated on a stream of their own, where no kernel runs, and held until the current stream's
-    uses end (``record_stream``)."""
+    nvJPEG writes at once, not after the current stream's queued kernels (pytorch/vision#9606):
+    outputs allocated there could overwrite blocks those kernels still read (NaN weights), so they
+    are allocated on a stream of their own and kept until the current stream's uses end."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     current, side = torch.cuda.current_stream(device), _allocation_stream(device)
@@ -173,8 +171,7 @@ def decode_images(
             except ValueError as err:
                 failed[i] = str(err)
                 continue
-            image = image.pin_memory() if device.type == "cuda" else image
-            images[i] = image.to(device, non_blocking=True)
+            images[i] = to_device(image, device)
     return images, failed
 
 

@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -50,18 +50,12 @@ class ImageTensors:
         return self.images.nbytes + self.targets.nbytes
 
 
-def available_host_bytes() -> Optional[int]:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where the kernel does not say."""
-    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
 def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
-    """An error with both sizes when ``nbytes`` exceed the available host memory."""
-    available = available_host_bytes()
+    """An error with both sizes when ``nbytes`` exceed ``MemAvailable`` of ``/proc/meminfo``."""
+    available = None
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        lines = [line for line in meminfo if line.startswith("MemAvailable:")]
+        available = int(lines[0].split()[1]) * 1024 if lines else None
     if available is not None and nbytes > available:
         raise ArgumentError(
             f"{what} needs {nbytes / GIB:.2f} GiB of host memory but "
@@ -150,18 +144,6 @@ def folder_samples(root: PathLike, no_labels: bool = False) -> list[tuple[str, i
         ) from err
 
 
-def select_fraction(labels: Sequence[int], fraction: float, stratify: bool) -> list[int]:
-    """Positions that solo-learn's fraction of a folder keeps, in the order it keeps them."""
-    from sklearn.model_selection import train_test_split  # a requirement of solo-learn
-
-    return train_test_split(
-        list(range(len(labels))),
-        train_size=fraction,
-        stratify=list(labels) if stratify else None,
-        random_state=FRACTION_RANDOM_STATE,
-    )[0]
-
-
 def check_root(root: Optional[PathLike], split: str) -> None:
     """A split's data path is given (the launchers name its key: ``argument `root```)."""
     if root is None:
@@ -180,7 +162,9 @@ def check_fraction(fraction: float) -> bool:
 def folder_split_samples(
     dataset: str, root: PathLike, split: str, no_labels: bool, fraction: float
 ) -> list[tuple[str, int]]:
-    """``(path, target)`` of a folder split as solo-learn reads it."""
+    """``(path, target)`` of a folder split as solo-learn reads it (its fraction kept in order)."""
+    from sklearn.model_selection import train_test_split  # a requirement of solo-learn
+
     if dataset not in FOLDER_DATASETS:
         raise ArgumentError(
             Argument("dataset", f": {dataset}"),
@@ -192,28 +176,11 @@ def folder_split_samples(
     unlabelled = no_labels and dataset == "custom" and split == "pretrain"
     samples = folder_samples(root, unlabelled)
     if check_fraction(fraction):
-        samples = [
-            samples[i]
-            for i in select_fraction([t for _, t in samples], fraction, stratify=not unlabelled)
-        ]
+        stratify = None if unlabelled else [t for _, t in samples]
+        samples = train_test_split(
+            samples, train_size=fraction, stratify=stratify, random_state=FRACTION_RANDOM_STATE
+        )[0]
     return samples
-
-
-def torchvision_arrays(dataset: str, root: PathLike, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(images NCHW uint8, targets)`` of a torchvision set under ``root`` (no download)."""
-    from torchvision import datasets
-
-    try:
-        if dataset == "stl10":
-            found = datasets.STL10(str(root), split=STL10_SPLITS[split], download=False)
-            return found.data, np.asarray(found.labels)
-        found = getattr(datasets, dataset.upper())(str(root), train=split != "val", download=False)
-    except RuntimeError as err:
-        raise ConfigError(
-            f"no {dataset} files under {root} ({err}). The GPU data path never downloads: "
-            "run solo-learn's own loader once (it downloads), or put torchvision's files there."
-        ) from err
-    return found.data.transpose(0, 3, 1, 2), np.asarray(found.targets)
 
 
 def load_torchvision(
@@ -224,12 +191,28 @@ def load_torchvision(
     image_size: Optional[int],
     threads: Optional[int],
 ) -> ImageTensors:
+    """A torchvision set under ``root`` (never downloaded)."""
+    from torchvision import datasets
+
     if check_fraction(fraction):
         raise ArgumentError(
             Argument("fraction"),
             f" selects part of an ImageFolder; solo-learn has none for {dataset}. Remove it.",
         )
-    arrays, targets = torchvision_arrays(dataset, root, split)
+    try:
+        if dataset == "stl10":
+            found = datasets.STL10(str(root), split=STL10_SPLITS[split], download=False)
+            arrays, targets = found.data, np.asarray(found.labels)
+        else:
+            found = getattr(datasets, dataset.upper())(
+                str(root), train=split != "val", download=False
+            )
+            arrays, targets = found.data.transpose(0, 3, 1, 2), np.asarray(found.targets)
+    except RuntimeError as err:
+        raise ConfigError(
+            f"no {dataset} files under {root} ({err}). The GPU data path never downloads: "
+            "run solo-learn's own loader once (it downloads), or put torchvision's files there."
+        ) from err
     if image_size is None or arrays.shape[2:] == (image_size, image_size):
         images = torch.from_numpy(np.ascontiguousarray(arrays))
     else:

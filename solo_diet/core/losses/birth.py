@@ -49,8 +49,7 @@ def closed_form_head_loss_from_targets(
 ) -> torch.Tensor:
     """Lemma 1 (Eq. 2): ``min_{W,b} (1/N)||z W^T + 1 b^T - y||_F^2 + lam ||W||_F^2`` in closed form,
     ``(1/N)[ ||H y||^2 - Tr(P^T (Z_c^T Z_c + lam N I_K)^{-1} P) ]``, ``Z_c = H z``, ``P = Z_c^T y``,
-    by the ``features`` or ``samples`` side solve (``auto``: the smaller); ``center=False`` drops
-    the bias."""
+    by the ``features`` or ``samples`` side solve (``auto``: smaller); ``center=False``: no bias."""
     if lam < 0:
         raise ValueError(f"the ridge lambda must be >= 0, got {lam}.")
     if side not in SOLVE_SIDES:
@@ -110,9 +109,8 @@ def graph_vicreg_loss(
     cov_loss_weight: float = 1.0,
 ) -> torch.Tensor:
     """VICReg over any label graph (Corollary 1's exact form, docs/references.md): the invariance
-    ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)`` and VICReg's std hinge and covariance
-    per view, degree-weighted; two views of the same image give solo-learn's
-    ``vicreg_loss_func``."""
+    ``sum_ij G_ij ||z_i - z_j||^2 / (K sum_{i != j} G_ij)``, VICReg's std hinge and covariance per
+    view, degree-weighted; two views of one image give solo-learn's ``vicreg_loss_func``."""
     with torch.autocast(device_type=views[0].device.type, enabled=False):
         z = torch.cat(list(views)).to(torch.promote_types(views[0].dtype, torch.float32))
         graph = graph.to(z.dtype)

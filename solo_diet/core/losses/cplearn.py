@@ -56,9 +56,8 @@ def cplearn_loss_terms(
     symmetric: bool = True,
     gather_marginal: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """``{"loss", "invariance", "prior"}``, ``loss = prior + beta * invariance`` (Alg. 1;
-    ``symmetric``: both directions averaged, as the released code); ``gather_marginal``: pbar over
-    ranks."""
+    """``{"loss", "invariance", "prior"}``, ``loss = prior + beta * invariance`` (Alg. 1);
+    ``symmetric``: both directions averaged (released code); ``gather_marginal``: global pbar."""
     if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
         raise ValueError(
             f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "

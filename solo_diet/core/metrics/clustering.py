@@ -53,8 +53,7 @@ def normalized_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
 
 
 def adjusted_mutual_info(labels: ArrayLike, clusters: ArrayLike) -> float:
-    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]), scikit-learn's (exact hypergeometric E[MI],
-    Vinh et al., 2010); about 0 for random codes."""
+    """AMI = (MI - E[MI]) / (mean(H(Y), H(C)) - E[MI]), scikit-learn's (Vinh et al., 2010)."""
     from sklearn.metrics import adjusted_mutual_info_score
 
     return float(adjusted_mutual_info_score(*_checked(labels, clusters)))
@@ -138,11 +137,7 @@ def dimensional_collapse_report(
     eigenvalues = embedding_spectrum(embeddings, mode="centered")
     total = eigenvalues.sum()
     if total <= 0:
-        return {
-            "effective_rank": 1.0,
-            "significant_dims": 0.0,
-            "mean_abs_offdiag_corr": float("nan"),
-        }
+        return {"effective_rank": 1.0, "significant_dims": 0.0, "mean_abs_offdiag_corr": math.nan}
     p = eigenvalues / total
     x = torch.as_tensor(embeddings).detach().to("cpu", torch.float64)
     x = x - x.mean(0)

@@ -1,11 +1,6 @@
-"""A linear probe that cannot be under-trained: multinomial logistic regression on frozen features,
-fitted to convergence by full-batch L-BFGS, its L2 strength chosen on a part of the training set
-held out from the fit: CLIP's linear-probe protocol (CLIP paper, Appendix A.3; docs/compare.md,
-``logreg_acc1``). The objective equals scikit-learn's ``LogisticRegression(C=1 / (l2 * n))`` on the
-same standardised features. Every strength of the sweep is fitted at once, one L-BFGS per strength
-run in lockstep on batched tensors, so a sweep costs about one fit's launches and host syncs.
-Deterministic (no seed enters); torch only, CPU or CUDA, float64.
-"""
+"""CLIP's linear probe (CLIP paper, Appendix A.3; docs/compare.md, ``logreg_acc1``): logistic
+regression on frozen features by full-batch L-BFGS (scikit-learn's ``C = 1 / (l2 * n)``), every L2
+strength fitted at once in lockstep, chosen on a held-out part of the training set; float64."""
 
 from __future__ import annotations
 
@@ -52,9 +47,7 @@ class LinearClassifier:
 
 @dataclass(frozen=True)
 class Convergence:
-    """How one L-BFGS fit ended: its iterations, the largest absolute entry of the objective's
-    gradient at the fit (float64, standardised features: what ``GRADIENT_TOLERANCE`` bounds) and
-    whether it stopped at ``MAX_ITERATIONS`` (or its evaluation limit) rather than a tolerance."""
+    """How a fit ended: iterations, largest gradient entry, stopped by a limit (not a tolerance)."""
 
     iterations: int
     grad_norm: float
@@ -63,9 +56,7 @@ class Convergence:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """The probe's val top-1 and class-balanced top-1 (%), the chosen L2 strength, whether it is
-    an end of the grid, the held-out top-1 (%) and the convergence of each strength's fit, and
-    the convergence of the refit that gives the val scores."""
+    """Val top-1 and balanced top-1 (%), the chosen L2 (``edge``: an end of the grid), the sweep."""
 
     acc1: float
     balanced_acc1: float
@@ -77,8 +68,7 @@ class ProbeResult:
 
 
 class _Objective:
-    """Mean cross-entropy + ``l2 / 2 ||W||^2`` of a batch of classifiers on standardised features
-    ``z``: parameters ``(strengths, features * classes + classes)``, weights then biases."""
+    """Mean CE + ``l2 / 2 ||W||^2`` of parameter rows (weights, then biases) on features ``z``."""
 
     def __init__(self, z: torch.Tensor, y: torch.Tensor, classes: int):
         self.z, self.classes = z, classes
@@ -97,9 +87,7 @@ class _Objective:
 
 
 class _History:
-    """The last ``HISTORY`` pairs ``(s, y)`` of each row, in a ring of slots (a pair without
-    curvature, or a slot not yet written, is zeros), with the inner products ``s_i . y_j`` and
-    ``y_i . y_j`` of every two slots kept current as pairs arrive."""
+    """Each row's last ``HISTORY`` pairs ``(s, y)`` in a ring (zeros: none), with s.y and y.y."""
 
     def __init__(self, rows: int, parameters: int, like: torch.Tensor):
         self.s = like.new_zeros(rows, HISTORY, parameters)
@@ -124,9 +112,7 @@ class _History:
         self.added += 1
 
     def direction(self, grad: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """``-H grad`` of each row, H the L-BFGS inverse Hessian of ``scale * I`` updated by the
-        pairs, in compact form (compact L-BFGS paper, Theorem 2.2): a few batched
-        products of the history instead of two loops over its pairs."""
+        """``-H grad``, H from ``scale * I`` and the pairs (compact L-BFGS paper, Theorem 2.2)."""
         gamma = scale[:, None, None]
         if self.added == 0:
             return -gamma[..., 0] * grad
@@ -147,10 +133,7 @@ class _History:
 
 
 def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list[Convergence]:
-    """Minimise ``objective`` from each row of ``theta`` (in place) with its row of ``l2``: L-BFGS
-    with a backtracking line search, every row in lockstep until its own stop (a gradient entry
-    below ``GRADIENT_TOLERANCE``, a step below ``CHANGE_TOLERANCE``, no decrease left at float64
-    precision, or ``MAX_ITERATIONS``)."""
+    """L-BFGS from each row of ``theta`` (in place), rows in lockstep until each one's own stop."""
     count = len(theta)
     results: list[Optional[Convergence]] = [None] * count
     rows = torch.arange(count, device=theta.device)  # the rows of theta still being fitted
@@ -168,10 +151,8 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
         finished = done.nonzero().flatten()
         if len(finished):
             theta[rows[finished]] = x[finished]
-            ended = zip(
-                rows[finished].tolist(), largest[finished].tolist(), converged[finished].tolist()
-            )
-            for row, grad_norm, by_tolerance in ended:
+            ended = (rows[finished], largest[finished], converged[finished])
+            for row, grad_norm, by_tolerance in zip(*(t.tolist() for t in ended)):
                 results[row] = Convergence(iteration, grad_norm, limit and not by_tolerance)
         if len(finished) == len(rows):
             return results  # type: ignore[return-value]
@@ -203,8 +184,7 @@ def _lbfgs(objective: _Objective, theta: torch.Tensor, l2: torch.Tensor) -> list
 
 
 def _backtrack(objective, x, l2, loss, direction, slope):
-    """The first of steps 1, 1/2, 1/4, ... with sufficient decrease, per row (0: none found),
-    with the objective and gradient there."""
+    """Per row, the first step 1, 1/2, ... of sufficient decrease (0: none), with loss and grad."""
     step = torch.ones_like(loss)
     new_loss, new_grad = objective(x + direction, l2)
     for _ in range(BACKTRACKS):
@@ -226,10 +206,8 @@ def fit_logistic_regressions(
     classes: int,
     start: Optional[LinearClassifier] = None,
 ) -> list[tuple[LinearClassifier, Convergence]]:
-    """The minimiser of the mean cross-entropy + ``l2 / 2 * ||W||^2`` on ``x`` standardised with
-    its own mean and std, for each ``l2`` of ``l2s``, all fitted at once from ``start`` (a
-    classifier of raw features; zeros without one); returned with the standardisation folded in,
-    so each takes raw features."""
+    """A fit on standardised ``x`` per ``l2`` of ``l2s``, all at once from ``start`` (else zeros),
+    returned as classifiers of raw features."""
     x = x.to(torch.float64)
     mean, std = x.mean(0), x.std(0, unbiased=False)
     std = torch.where(std > 0, std, torch.ones_like(std))  # a constant feature stays 0
@@ -265,8 +243,7 @@ def fit_logistic_regression(
 
 
 def held_out_mask(y: torch.Tensor) -> torch.Tensor:
-    """True for every ``HELD_OUT_EVERY``-th sample of each class, counted in the set's order from
-    its first (a class of fewer than two samples keeps all of them in the fit)."""
+    """Every ``HELD_OUT_EVERY``-th sample of each class of two or more, from its first."""
     y = y.cpu().long()
     held = torch.zeros(len(y), dtype=torch.bool)
     for label in torch.unique(y):
@@ -299,10 +276,8 @@ def logistic_regression_probe(
     val_y: torch.Tensor,
     l2_grid: tuple[float, ...] = L2_GRID,
 ) -> ProbeResult:
-    """Fit on the training set but its held-out part (:func:`held_out_mask`) at each strength of
-    ``l2_grid``, all at once from zeros; keep the strength of the best held-out top-1 (ties: the
-    stronger), refit it on the whole training set from its held-out fit and score that on val. The
-    val set plays no part in the choice."""
+    """Choose the L2 of the best held-out top-1 (ties: the stronger), refit it on all of train from
+    its held-out fit and score it on val (which plays no part in the choice)."""
     classes = int(max(train_y.max(), val_y.max())) + 1
     held = held_out_mask(train_y).to(train_x.device)
     if not held.any():

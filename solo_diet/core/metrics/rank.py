@@ -27,9 +27,8 @@ def singular_values(features: ArrayLike) -> torch.Tensor:
 
 
 def rankme(features: ArrayLike, eps: float = 1e-7, sigma: Optional[torch.Tensor] = None) -> float:
-    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps`` over the singular
-    values of the raw embeddings (Garrido et al.); in ``[1, min(K, d)]``. ``sigma``: those
-    values (:func:`singular_values`) when the caller has them already."""
+    """RankMe = exp(-sum_k p_k log p_k), ``p_k = sigma_k / ||sigma||_1 + eps``, ``sigma`` the
+    singular values of the raw embeddings (Garrido et al.), given or computed; in [1, min(K, d)]."""
     sigma = singular_values(features) if sigma is None else sigma
     if sigma.sum() <= 0:
         raise ValueError("features are all zero: RankMe is undefined")
@@ -39,10 +38,9 @@ def rankme(features: ArrayLike, eps: float = 1e-7, sigma: Optional[torch.Tensor]
 def lidar(
     features: ArrayLike, labels_of_views: ArrayLike, delta: float = 1e-4, eps: float = 1e-8
 ) -> float:
-    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i) over the eigenvalues of ``Sigma_w^-1/2
-    Sigma_b Sigma_w^-1/2`` of ``features`` (n*q, d), ``q`` views of ``n`` samples grouped by
-    ``labels_of_views`` (``Sigma_b`` over the class means, ``Sigma_w`` pooled + ``delta I``); in
-    ``[1, min(d, n - 1)]``."""
+    """LiDAR (Thilak et al.) = exp(-sum_i p_i log p_i), eigenvalues of ``Sigma_w^-1/2 Sigma_b
+    Sigma_w^-1/2`` of (n*q, d) ``features`` grouped by ``labels_of_views`` (``Sigma_b`` over class
+    means, ``Sigma_w`` pooled + ``delta I``); in [1, min(d, n - 1)]."""
     z = _float64_matrix(features, "features")
     labels = torch.as_tensor(labels_of_views).reshape(-1).to(z.device)
     if labels.numel() != z.shape[0]:

@@ -1,7 +1,5 @@
-"""s-DIET's head step over rows in a :class:`~solo_diet.core.sdiet.rowstore.RowStore` (s-DIET
-paper, §5.2):
-rows loaded, scored with CE, stepped and written back; a super-batch's ``m*B`` rows stay resident
-for its ``m`` steps while the next one's are prefetched."""
+"""s-DIET's head step over rows in a RowStore (s-DIET paper, §5.2): load, CE, step, write back;
+a super-batch's ``m*B`` rows stay for its ``m`` steps while the next one's are prefetched."""
 
 from __future__ import annotations
 

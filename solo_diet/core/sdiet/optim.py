@@ -1,6 +1,5 @@
 """Row-wise AdamW / SGDW for the s-DIET head and their zero-gradient closed forms (s-DIET paper,
-App. D.2), with the minus sign of its Listing 1: Eq. 18 and Eq. 20 print a plus
-(docs/references.md)."""
+App. D.2), with its Listing 1's minus sign: Eq. 18 and Eq. 20 print a plus (docs/references.md)."""
 
 from __future__ import annotations
 

@@ -69,8 +69,7 @@ def grayscale(images: Tensor, apply: Tensor | None = None) -> Tensor:
 
 
 def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
-    """Rotate the HSV hue by ``shift`` (B,) turns (torchvision ``adjust_hue``) without leaving
-    RGB."""
+    """Rotate the HSV hue by ``shift`` (B,) turns (torchvision ``adjust_hue``), staying in RGB."""
     x = to_float(images)
     _require_rgb(x)
     top = x.argmax(1, keepdim=True)  # first maximal channel: r, then g, then b (HSV's rule)

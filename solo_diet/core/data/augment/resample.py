@@ -21,12 +21,8 @@ def _bicubic(x: Tensor) -> Tensor:
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
-def _bilinear(x: Tensor) -> Tensor:
-    """Triangle kernel, support 1."""
-    return (1 - x.abs()).clamp_(min=0)
-
-
-_KERNELS = {"bicubic": _bicubic, "bilinear": _bilinear}
+# bilinear: the triangle kernel, support 1
+_KERNELS = {"bicubic": _bicubic, "bilinear": lambda x: (1 - x.abs()).clamp_(min=0)}
 
 
 def _axis_weights(
@@ -77,7 +73,7 @@ def _apply_separable(images: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     return x.reshape(repeats * batch, channels, out_h, out_w).clamp_(0, 1)
 
 
-def _to_device(host: Tensor, device: torch.device) -> Tensor:
+def to_device(host: Tensor, device: torch.device) -> Tensor:
     """A small host tensor on ``device`` without waiting for the device (pinned, asynchronous)."""
     if device.type != "cuda":
         return host.to(device)
@@ -97,7 +93,7 @@ def _by_shape(
         groups.setdefault(tuple(image.shape), []).append(i)
     device, views = images[0].device, count // batch
     order = [k * batch + i for members in groups.values() for k in range(views) for i in members]
-    order_on_device = _to_device(torch.tensor(order, dtype=torch.int64), device)
+    order_on_device = to_device(torch.tensor(order, dtype=torch.int64), device)
     out = torch.empty((count, images[0].shape[0], *size), device=device)
     start = 0
     for members in groups.values():
@@ -138,7 +134,7 @@ def image_sides(images: Images, rows: int) -> tuple[int | Tensor, int | Tensor]:
     if isinstance(images, Tensor):
         return images.shape[-2], images.shape[-1]
     sides = torch.tensor([tuple(image.shape[-2:]) for image in images], dtype=torch.int64)
-    sides = _to_device(sides, images[0].device).repeat(rows // len(images), 1)
+    sides = to_device(sides, images[0].device).repeat(rows // len(images), 1)
     return sides[:, 0], sides[:, 1]
 
 

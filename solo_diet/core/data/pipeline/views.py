@@ -48,12 +48,9 @@ class _ViewGroup:
             ops.uniform(generator, (count, len(_COLUMNS) - 2), device)
             < params[:, 2 : len(_COLUMNS)]
         )
-        coin = dict(zip(_COLUMNS[2:], coins.unbind(1)))
-
-        def chance(name: str) -> torch.Tensor | None:
-            return coin[name] if self.active[name] else None
-
-        flip = chance("flip_prob")
+        # each op's coins, None where no view of the group applies the op
+        chance = {n: c if self.active[n] else None for n, c in zip(_COLUMNS[2:], coins.unbind(1))}
+        flip = chance["flip_prob"]
         if self.rrc:
             height, width = ops.image_sides(images, count)
             box = ops.sample_resized_crop_boxes(generator, count, height, width, scale, device)
@@ -66,22 +63,22 @@ class _ViewGroup:
             repeated = images.repeat(len(self.nodes), 1, 1, 1)
             x = ops.resize_center_crop(repeated, self.crop_size, None, flip, "bicubic")
         if self.active["jitter_prob"]:
-            x = self._jitter(x, params[:, len(_COLUMNS) :], chance("jitter_prob"), generator)
+            x = self._jitter(x, params[:, len(_COLUMNS) :], chance["jitter_prob"], generator)
         if self.active["grayscale_prob"]:
-            x = ops.grayscale(x, chance("grayscale_prob"))
+            x = ops.grayscale(x, chance["grayscale_prob"])
         if self.active["blur_prob"]:
             sigma = ops.uniform(generator, count, device, *ops.BLUR_SIGMA)
             radius = min(math.ceil(3 * ops.BLUR_SIGMA[1]), min(x.shape[-2:]) - 1)
-            x = ops.gaussian_blur(x, sigma, radius, chance("blur_prob"))
+            x = ops.gaussian_blur(x, sigma, radius, chance["blur_prob"])
         if self.active["solarization_prob"]:
-            x = ops.solarize(x, chance("solarization_prob"))
+            x = ops.solarize(x, chance["solarization_prob"])
         if self.active["equalization_prob"]:
-            x = ops.equalize(x, chance("equalization_prob"))
+            x = ops.equalize(x, chance["equalization_prob"])
         stats = params[:, len(_COLUMNS) + 8 :]
         x = ops.normalize(x, stats[:, :3], stats[:, 3:])
         if self.active["erasing_prob"]:
             box, found = ops.sample_erasing_boxes(generator, count, *x.shape[-2:], device)
-            x = ops.erase(x, box, found & chance("erasing_prob"))
+            x = ops.erase(x, box, found & chance["erasing_prob"])
         return x
 
     def _jitter(self, x, ranges, apply, generator) -> torch.Tensor:

@@ -93,8 +93,7 @@ class TransferQueue:
 
 
 class RowStore(RowTables):
-    """Head rows, row-wise optimiser state and last-step counters; ``mode``: ``eager`` or
-    ``lazy``."""
+    """Head rows, row-wise optimiser state and last-step counters (``mode``: eager or lazy)."""
 
     def __init__(
         self,
@@ -131,8 +130,7 @@ class RowStore(RowTables):
             self.sharing.barrier()
 
     def prefetch(self, indices: Tensor, device: Device) -> None:
-        """Start moving a coming batch's rows to ``device``; :meth:`load` of the same indices uses
-        them."""
+        """Start moving a coming batch's rows to ``device`` for :meth:`load` of the same indices."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
         indices = indices.detach().cpu().clone()
@@ -180,9 +178,10 @@ class RowStore(RowTables):
         return values
 
     def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
-        """Write rows and state back as stepped at ``global_step - 1``, asynchronously to host
-        tables."""
-        self._invalidate_prefetch(indices)
+        """Write rows and state back as of ``global_step - 1`` (asynchronously to host tables)."""
+        prefetched = self._prefetched
+        if prefetched is not None and bool(torch.isin(prefetched[0], indices.detach().cpu()).any()):
+            self._drop_prefetch()  # it read rows now being stored (possible across epochs)
         if not self.writer:
             return
         self.transfers.submit_deferred_write()
@@ -192,13 +191,6 @@ class RowStore(RowTables):
         values, event = self.transfers.to_table(values, self.device, self.dtype)
         write = partial(self.scatter, idx, values, self.global_step - 1, event)
         self.transfers.write(write, deferred=self.sharing is not None)
-
-    def _invalidate_prefetch(self, indices: Tensor) -> None:
-        """Drop a prefetch that read rows now being stored (possible across an epoch boundary)."""
-        if self._prefetched is not None and bool(
-            torch.isin(self._prefetched[0], indices.detach().cpu()).any()
-        ):
-            self._drop_prefetch()
 
     def _drop_prefetch(self) -> None:
         """Forget the prefetch once its gather (which reads the tables) has finished."""

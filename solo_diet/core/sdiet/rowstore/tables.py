@@ -1,7 +1,6 @@
 """The row store's ``N x K x D`` table (a row beside its optimiser states: one gather, copy and
 scatter per batch) and last-step counters, on ``cpu``, ``gpu`` or ``disk``, shared by a host's
-processes or sharded over nodes (docs/methods/sdiet.md). Shared, one process writes a step's rows
-one step late, after a collective every process passes once it has loaded them."""
+processes (one writes a step's rows a step late, after a collective) or sharded over nodes."""
 
 from __future__ import annotations
 
@@ -77,10 +76,8 @@ def node_shard(node: int, nodes: int, contributes: bool, device: torch.device) -
 
 
 class RowTables:
-    """The ``N x K x D`` table (``names``: the K slots, ``"rows"`` then the optimiser's) and each
-    row's last real step, on ``cpu``, ``gpu`` or ``disk``; rows start ``U(-1/sqrt(D), 1/sqrt(D))``
-    from ``seed`` (our choice), state 0; ``sharing``: one per host; ``shard``: this node's rows
-    only."""
+    """The ``N x K x D`` table (slots ``names``: ``"rows"``, then the optimiser's) and each row's
+    last real step; rows start ``U(-1/sqrt(D), 1/sqrt(D))`` from ``seed`` (our choice), state 0."""
 
     def __init__(
         self,
