@@ -222,7 +222,7 @@ def evaluate_checkpoint(
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, dataclasses.asdict(spec.evaluation)):
         if extra.kind == "codes":  # the columns `<extra.name>_*`
-            if spec.evaluation.clustering:
+            if clustering:
                 progress(f"{name}: clustering scores of the {extra.name}")
                 result.update(evaluator.code_scores(extra.encoder, extra.name))
             continue

@@ -125,6 +125,20 @@ class JobsProgress:
             self.overall.ended(self.ended, "jobs ended")
 
 
+def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[str, str]:
+    """Every job in this process, one after another; returns {failed job's key: what failed}."""
+    shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(jobs)
+    for position, job in enumerate(jobs, 1):
+        overall.step(position)
+        try:
+            run_job(spec, job, shared_eval, eval_fingerprint)
+        except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
+            traceback.print_exc()
+            progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
+            failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    return failures
+
+
 def _run_in_processes(
     jobs: Sequence[Job], fleet: Fleet, parallel: ParallelSettings
 ) -> dict[str, str]:
@@ -229,6 +243,15 @@ def _report_of_finished(
     return CompareResults(spec, report, tuple(results), tuple(left_out))
 
 
+def remove_leftovers(out: Path) -> None:
+    """Delete what killed processes left: temporary files in ``out``, dead comparisons' plans."""
+    remove_stale_temporaries(out)
+    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
+        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_spec(
     spec: SpecSource,
     overrides: Sequence[str] = (),
@@ -284,11 +307,7 @@ def _run_jobs(
 ) -> CompareResults:
     out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
     stop_orphans([job.run_dir for job in jobs], say=progress)
-    remove_stale_temporaries(out)  # what killed processes left, and dead comparisons' plans
-    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
-        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
-        if pid.isdigit() and not running(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
+    remove_leftovers(out)
     write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
     note_command(out, spec_path, overrides, len(fleet.gpus))
     sharing, workers = fleet.sharing, fleet.workers
@@ -316,15 +335,7 @@ def _run_jobs(
     if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
         save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
         failures = _run_in_processes(to_run, fleet, parallel)
-    else:  # here, one job after another
-        shared_eval, failures, overall = SharedEvaluator(), {}, JobsProgress(to_run)
-        for position, job in enumerate(to_run, 1):
-            overall.step(position)
-            try:
-                run_job(spec, job, shared_eval, eval_fingerprint)
-            except Exception as err:  # noqa: BLE001 - reported, the other jobs go on
-                traceback.print_exc()
-                progress(f"{job.label}: FAILED ({type(err).__name__}: {err})")
-                failures[job.key] = f"{job.label} ({type(err).__name__}: {err})"
+    else:
+        failures = _run_here(spec, to_run, eval_fingerprint)
     results = _report_of_finished(spec, jobs, failed=failures)
     return dataclasses.replace(results, failures=failures, started=len(to_run))
