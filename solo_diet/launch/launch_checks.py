@@ -168,11 +168,15 @@ class TrainingSettings:
             ):
                 wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
                 raise read.fail(key, f"must be {wanted}, got {limit!r}.")
-        for key, give in (
-            ("limit_train_batches", "a batch count >= 1 or a fraction in (0, 1]"),
-            ("max_steps", "-1 (no limit) or a step count >= 1"),
+        for key, value, give in (
+            (
+                "limit_train_batches",
+                read.value("limit_train_batches"),
+                "a batch count >= 1 or a fraction in (0, 1]",
+            ),
+            ("max_steps", self.max_steps, "-1 (no limit) or a step count >= 1"),
         ):
-            if read.value(key) == 0:
+            if value == 0:
                 nothing = "so nothing would train and no checkpoint would be written: remove it"
                 raise read.fail(key, f"is 0, {nothing}, or give {give}.")
         steps = read.value("scheduler.lr_decay_steps")

@@ -245,6 +245,17 @@ def _statistics(read: KeyReader, key: str, default: tuple[float, ...]) -> tuple[
     return tuple(float(v) for v in value)
 
 
+def _probe(cfg: DictConfig, dataset: str, node_key: str) -> Optional[ProbeAugmentation]:
+    """The probe's node parsed; None where it is absent and the dataset's own pipeline serves."""
+    node = OmegaConf.select(cfg, node_key)
+    if dataset != "custom" and (node is None or OmegaConf.select(node, "crop_size") is None):
+        return None
+    if not isinstance(node, Mapping):
+        wanted = "must be an augmentation node with `crop_size` for custom data"
+        raise KeyReader(cfg).fail(node_key, f"{wanted}, got {node!r}.")
+    return probe_augmentation(node, node_key)
+
+
 def parse_loader_settings(
     cfg: DictConfig, data: DataSettings, probe_node: str = LINEAR_PROBE_NODE
 ) -> LoaderSettings:
@@ -257,18 +268,10 @@ def parse_loader_settings(
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
     nodes = tuple(read.value("augmentations", ()))
-    views = probe = None
+    views = None
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         with core_errors_named(GPU_ARGUMENT_KEYS):
             views = MultiCropAugmentation.from_config(list(nodes), dataset)
-    node = OmegaConf.select(cfg, probe_node)  # None: the dataset's own pipeline serves the probe
-    if dataset == "custom" or (
-        node is not None and OmegaConf.select(node, "crop_size") is not None
-    ):
-        if not isinstance(node, Mapping):
-            wanted = "must be an augmentation node with `crop_size` for custom data"
-            raise read.fail(probe_node, f"{wanted}, got {node!r}.")
-        probe = probe_augmentation(node, probe_node)
     train, val = (read.value(f"data.{key}", None) for key in ("train_path", "val_path"))
     return replace(
         parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
@@ -279,5 +282,5 @@ def parse_loader_settings(
         world_size=world_size(cfg),
         augmentations=nodes,
         views=views,
-        probe=probe,
+        probe=_probe(cfg, dataset, probe_node),
     )
