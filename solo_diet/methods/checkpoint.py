@@ -14,7 +14,6 @@ import zipfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Optional
-from unittest import mock
 
 import omegaconf
 import torch
@@ -26,6 +25,7 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 from solo_diet.methods.contract import register
 
+CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
 FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 # What a checkpoint may hold besides tensors without pickle: OmegaConf's containers and their parts
@@ -134,9 +134,13 @@ def _not_loading(path: Path, error: BaseException) -> str:
 @contextlib.contextmanager
 def _weights_only_enforced() -> Iterator[None]:
     """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
-    with mock.patch.dict(os.environ), torch.serialization.safe_globals(SAFE_GLOBALS):
-        os.environ.pop(FORCE_PICKLE_VARIABLE, None)
-        yield
+    forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            yield
+    finally:
+        if forced is not None:
+            os.environ[FORCE_PICKLE_VARIABLE] = forced
 
 
 def _needs_pickle(path: Path) -> Optional[str]:
@@ -252,7 +256,7 @@ def load_backbone_weights(
     backbone: nn.Module, ckpt_path: PathLike, *, allow_pickle: bool = False
 ) -> int:
     """Load every ``backbone.*`` tensor of a pretraining checkpoint; returns how many."""
-    if not str(ckpt_path).endswith((".ckpt", ".pth", ".pt")):
+    if not str(ckpt_path).endswith(CHECKPOINT_SUFFIXES):
         raise ConfigError(
             f"`pretrained_feature_extractor` must be a .ckpt/.pth/.pt file, got {str(ckpt_path)!r}."
         )
