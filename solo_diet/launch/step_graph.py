@@ -277,14 +277,12 @@ class StepGraph:
         states = {id(p): len(s) for p, s in optimizer.state.items()}
         optimizer.zero_grad(set_to_none=True)
         if self.capture:
+            # PyTorch's capture recipe: it synchronizes and empties the device and pinned-host
+            # caches first, so no event of an earlier step is queried during the capture
             graph, side = torch.cuda.CUDAGraph(), self.side
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    self.body(batch_idx)
-                finally:
-                    graph.capture_end()
+            with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+                self.body(batch_idx)
             torch.cuda.current_stream().wait_stream(side)
         self.saved_state = {name: copy.copy(getattr(model, name)) for name in self.state_names}
         for name, value in before.items():
