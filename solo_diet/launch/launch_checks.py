@@ -17,8 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader, closest_name, is_number, parse_section, setting
-from solo_diet.launch.data_checks import check_data_paths
-from solo_diet.launch.errors import check_destination
+from solo_diet.launch.errors import check_data_paths, check_destination
 
 # the schedulers BaseMethod builds ("reduce" and "exponential": only LinearModel's)
 PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")
