@@ -17,23 +17,17 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from solo_diet.core.atomic import atomic_write, write_text_atomic
 from solo_diet.core.metrics import rankme
 
-LOGGED_METRICS = ("val_loss", "val_acc1", "val_acc5", "val_rankme")
-
 
 class EpochCostLogger(Callback):
     """One CSV row per epoch in ``csv_path`` (docs/compare.md), written whole; ``print_rows``: also
     printed. No GPU wait inside an epoch: a CUDA event after each batch is read at its end."""
 
-    def __init__(
-        self,
-        csv_path: str | Path,
-        logged_metrics: Sequence[str] = LOGGED_METRICS,
-        print_rows: bool = False,
-    ):
+    logged_metrics = ("val_loss", "val_acc1", "val_acc5", "val_rankme")  # columns after the costs
+
+    def __init__(self, csv_path: str | Path, print_rows: bool = False):
         super().__init__()
         self.csv_path = Path(csv_path)
         self.print_rows = print_rows
-        self.logged_metrics = tuple(logged_metrics)
         self._epoch_start = self._last_batch_end = 0.0
         self._start_event: Optional[torch.cuda.Event] = None
         self._end_event: Optional[torch.cuda.Event] = None

@@ -17,8 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader, closest_name, is_number, parse_section, setting
-from solo_diet.launch.data_checks import check_data_paths
-from solo_diet.launch.errors import check_destination
+from solo_diet.launch.errors import check_data_paths, check_destination
 
 # the schedulers BaseMethod builds ("reduce" and "exponential": only LinearModel's)
 PRETRAIN_SCHEDULERS = ("none", "step", "warmup_cosine")
@@ -168,12 +167,9 @@ class TrainingSettings:
             ):
                 wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
                 raise read.fail(key, f"must be {wanted}, got {limit!r}.")
+        train_limit = read.value("limit_train_batches")
         for key, value, give in (
-            (
-                "limit_train_batches",
-                read.value("limit_train_batches"),
-                "a batch count >= 1 or a fraction in (0, 1]",
-            ),
+            ("limit_train_batches", train_limit, "a batch count >= 1 or a fraction in (0, 1]"),
             ("max_steps", self.max_steps, "-1 (no limit) or a step count >= 1"),
         ):
             if value == 0:

@@ -25,7 +25,7 @@ from solo_diet.core.settings import (
     world_size,
     write_section,
 )
-from solo_diet.launch.data_checks import class_folders
+from solo_diet.launch.errors import class_folders
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 from solo_diet.launch import datapaths
 from solo_diet.launch.datapaths import (
     DataPath,
-    data_formats,
     make_data_path,
     parse_data_settings,
 )
@@ -87,7 +86,7 @@ def test_data_settings_parsed_once_choose_the_data_path():
 
 
 def test_every_format_has_the_whole_interface_in_the_listed_order():
-    assert data_formats() == ("image_folder", "h5", "dali", "gpu")
+    assert tuple(REGISTRY) == ("image_folder", "h5", "dali", "gpu")
     for fmt, cls in REGISTRY.items():
         missing = [name for name in INTERFACE if getattr(cls, name) is getattr(DataPath, name)]
         assert not missing, f"{fmt}: {cls.__name__} lacks {missing}"
@@ -98,7 +97,7 @@ def test_every_module_of_the_package_is_imported_so_a_new_format_is_one_new_file
     assert {"base", "image_folder", "gpu"} <= names
     assert all(f"{datapaths.__name__}.{name}" in sys.modules for name in names)
     importlib.reload(datapaths)  # the registry stays as the modules define it
-    assert data_formats() == ("image_folder", "h5", "dali", "gpu")
+    assert tuple(REGISTRY) == ("image_folder", "h5", "dali", "gpu")
 
 
 def test_a_subclass_with_formats_registers_itself():
@@ -107,7 +106,7 @@ def test_a_subclass_with_formats_registers_itself():
 
     try:
         assert type(make_data_path(DataSettings("streaming_test"))) is Streaming
-        assert data_formats()[-1] == "streaming_test"
+        assert tuple(REGISTRY)[-1] == "streaming_test"
         cfg = OmegaConf.create({"accelerator": "cpu", "data": {"format": "streaming_test"}})
         # the settings accept it and read its keys through its class
         chosen = make_data_path(parse_data_settings(cfg))

@@ -56,10 +56,12 @@ class LogsAMetric(KnownLosses):
 
 def test_the_metrics_it_is_given_are_its_columns_and_its_printed_words(tmp_path, capsys):
     csv_path = tmp_path / "epochs.csv"
+    costs = EpochCostLogger(csv_path, print_rows=True)
+    costs.logged_metrics = ("my_metric",)
     trainer = Trainer(
         accelerator="cpu",
         max_epochs=2,
-        callbacks=[EpochCostLogger(csv_path, logged_metrics=["my_metric"], print_rows=True)],
+        callbacks=[costs],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

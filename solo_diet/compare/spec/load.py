@@ -22,8 +22,7 @@ from solo_diet.compare.spec.settings import (
 )
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY, closest_name, parse_section
-from solo_diet.launch.data_checks import class_folders
-from solo_diet.launch.errors import check_destination
+from solo_diet.launch.errors import check_destination, class_folders
 
 SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
 SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their schemas' (SECTIONS)

@@ -16,14 +16,9 @@ for _module in (*_SHIPPED, *sorted(m.name for m in pkgutil.iter_modules(__path__
     importlib.import_module(f"{__name__}.{_module}")
 
 
-def data_formats() -> tuple[str, ...]:
-    """Every data format a data path serves."""
-    return tuple(REGISTRY)
-
-
 def parse_data_settings(cfg: DictConfig) -> DataSettings:
     """Fill and check ``data.format`` and the section its data path reads, written back whole."""
-    data_format = KeyReader(cfg).choice(FORMAT_KEY, data_formats(), default="image_folder")
+    data_format = KeyReader(cfg).choice(FORMAT_KEY, tuple(REGISTRY), default="image_folder")
     OmegaConf.update(cfg, FORMAT_KEY, data_format, force_add=True)
     section = REGISTRY[data_format].reads
     if section is None:

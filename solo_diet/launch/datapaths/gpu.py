@@ -90,10 +90,9 @@ class GPUPath(DataPath):
 
     def load_split(self, run: LoaderSettings, split: str, fraction: float = -1.0) -> Any:
         """The ``pretrain``, ``train`` or ``val`` set; an error naming ``root`` names its key."""
-        root = run.val_path if split == "val" else run.train_path
-        root_key = "data.val_path" if split == "val" else "data.train_path"
-        with core_errors_named(GPU_ARGUMENT_KEYS | {"root": root_key}):
-            return self.read_split(run, root, split, fraction)
+        key = "val_path" if split == "val" else "train_path"
+        with core_errors_named(GPU_ARGUMENT_KEYS | {"root": f"data.{key}"}):
+            return self.read_split(run, getattr(run, key), split, fraction)
 
     def read_split(self, run: LoaderSettings, root: Any, split: str, fraction: float) -> Any:
         """The split decoded into one uint8 tensor."""
