@@ -21,9 +21,8 @@ _WRITES: dict[Path, threading.Thread] = {}  # the entries this process is storin
 
 def cache_root() -> Path:
     """``$SOLO_DIET_CACHE``, else ``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache`` unset)."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "solo-diet" / "decoded"
 
@@ -56,12 +55,6 @@ def cached_decode(
     _WRITES[path] = threading.Thread(target=_store, args=(path, images), name="decode-cache")
     _WRITES[path].start()
     return images
-
-
-def finish_writes() -> None:
-    """Wait until every entry this process is storing is written."""
-    while _WRITES:
-        _WRITES.popitem()[1].join()
 
 
 def _store(path: Path, images: Tensor) -> None:

@@ -42,11 +42,8 @@ def erase(x: Tensor, box: Box, apply: Tensor, value: float = 0.0) -> Tensor:
     return x.masked_fill(mask[:, None], value)
 
 
-GRAY_WEIGHTS = (0.299, 0.587, 0.114)
-"""ITU-R 601 luma weights, as PIL's ``convert("L")``."""
-
-SOLARIZE_THRESHOLD = 128 / 255
-"""PIL ``ImageOps.solarize``'s default threshold 128 on the 0..1 scale."""
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R 601 luma weights, as PIL's convert("L")
+SOLARIZE_THRESHOLD = 128 / 255  # PIL ImageOps.solarize's default threshold 128, on the 0..1 scale
 
 
 def luma(x: Tensor) -> Tensor:

@@ -8,8 +8,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-Images = Union[Tensor, Sequence[Tensor]]
-"""A (B, C, H, W) batch, or B (C, H, W) images of different sizes."""
+Images = Union[Tensor, Sequence[Tensor]]  # a (B, C, H, W) batch, or B (C, H, W) of different sizes
 
 
 def _bicubic(x: Tensor) -> Tensor:
@@ -43,10 +42,7 @@ def _axis_weights(
     stretch = scale.clamp(min=1.0)
     outputs = torch.arange(first, first + count, device=device, dtype=torch.float32)
     centre = (outputs + 0.5)[None, :, None] * scale[:, None, None]
-    taps = (
-        torch.arange(in_size, device=device, dtype=torch.float32)[None, None, :]
-        - start[:, None, None]
-    )
+    taps = torch.arange(in_size, device=device, dtype=torch.float32) - start[:, None, None]
     weights = _KERNELS[interpolation]((taps + 0.5 - centre) / stretch[:, None, None])
     weights = weights * ((taps >= 0) & (taps < length[:, None, None]))
     weights = weights / weights.sum(-1, keepdim=True)
@@ -138,13 +134,6 @@ def image_sides(images: Images, rows: int) -> tuple[int | Tensor, int | Tensor]:
     return sides[:, 0], sides[:, 1]
 
 
-def resized_shape(height: int, width: int, shorter: int) -> tuple[int, int]:
-    """torchvision ``Resize(shorter)``'s output shape: the shorter side becomes ``shorter``."""
-    if height <= width:
-        return shorter, int(shorter * width / height)
-    return int(shorter * height / width), shorter
-
-
 def resize_center_crop(
     images: Images,
     resize_size: int,
@@ -165,7 +154,10 @@ def resize_center_crop(
         )
     batch, _, in_h, in_w = images.shape
     batch = batch if flip is None else flip.shape[0]
-    new_h, new_w = resized_shape(in_h, in_w, resize_size)
+    if in_h <= in_w:  # torchvision Resize(resize_size): the shorter side becomes resize_size
+        new_h, new_w = resize_size, int(resize_size * in_w / in_h)
+    else:
+        new_h, new_w = int(resize_size * in_h / in_w), resize_size
     out_h, out_w = (new_h, new_w) if crop_size is None else (crop_size, crop_size)
     zeros = torch.zeros(batch, device=images.device)
     rows = _axis_weights(

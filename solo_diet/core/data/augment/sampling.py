@@ -9,17 +9,11 @@ from torch import Tensor
 
 Box = tuple[Tensor, Tensor, Tensor, Tensor]
 
-CROP_RATIO = (3 / 4, 4 / 3)
-"""torchvision ``RandomResizedCrop``'s aspect-ratio range (solo-learn does not change it)."""
-
-BLUR_SIGMA = (0.1, 2.0)
-"""solo-learn ``GaussianBlur``'s sigma range."""
-
+CROP_RATIO = (3 / 4, 4 / 3)  # torchvision RandomResizedCrop's aspect ratios (solo-learn keeps them)
+BLUR_SIGMA = (0.1, 2.0)  # solo-learn GaussianBlur's sigma range
+# torchvision RandomErasing's area and aspect-ratio ranges (solo-learn keeps them)
 ERASING_SCALE, ERASING_RATIO = (0.02, 0.33), (0.3, 3.3)
-"""torchvision ``RandomErasing``'s area and aspect-ratio ranges (solo-learn keeps them)."""
-
-ATTEMPTS = 10
-"""Draws per box before torchvision's fallback (``RandomResizedCrop`` and ``RandomErasing``)."""
+ATTEMPTS = 10  # draws per box before the fallback (RandomResizedCrop and RandomErasing)
 
 
 def uniform(generator: torch.Generator | None, shape, device, low=0.0, high=1.0) -> Tensor:
@@ -92,11 +86,7 @@ def sample_resized_crop_boxes(
 
 
 def sample_erasing_boxes(
-    generator: torch.Generator | None,
-    count: int,
-    height: int,
-    width: int,
-    device: str | torch.device,
+    generator: torch.Generator | None, count: int, height: int, width: int, device
 ) -> tuple[Box, Tensor]:
     """torchvision ``RandomErasing.get_params`` for ``count`` samples, and whether one fitted."""
     erase_h, erase_w = _box_sides(
