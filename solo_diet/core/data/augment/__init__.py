@@ -15,13 +15,11 @@ from solo_diet.core.data.augment.photometric import (
     to_float,
 )
 from solo_diet.core.data.augment.resample import (
+    BLUR_SIGMA,
     Images,
     image_sides,
     resize_center_crop,
     resized_crop,
-)
-from solo_diet.core.data.augment.sampling import (
-    BLUR_SIGMA,
     sample_erasing_boxes,
     sample_order,
     sample_resized_crop_boxes,

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from solo_diet.core.data.augment.sampling import Box
+from solo_diet.core.data.augment.resample import Box
 
 
 @functools.cache
