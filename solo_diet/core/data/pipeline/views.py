@@ -113,11 +113,8 @@ class MultiCropAugmentation:
     @classmethod
     def from_config(cls, nodes: Sequence[Mapping], dataset: str) -> MultiCropAugmentation:
         """The pipeline of solo-learn's augmentation nodes for ``dataset``."""
-        parsed = [
-            AugmentationNode.from_config(node, dataset, name=f"nodes[{index}]")
-            for index, node in enumerate(nodes)
-        ]
-        return cls(parsed)
+        named = [(node, f"nodes[{index}]") for index, node in enumerate(nodes)]
+        return cls([AugmentationNode.from_config(n, dataset, name=name) for n, name in named])
 
     def __call__(
         self, images: ops.Images, generator: torch.Generator | None = None
@@ -190,10 +187,6 @@ class CapturedAugmentation:
     def __init__(self, transform: Callable, generator: torch.Generator, warmup: int = 3) -> None:
         self.transform, self.generator, self.warmup = transform, generator, warmup
         self._graphs: dict[tuple, tuple] = {}
-
-    @property
-    def num_graphs(self) -> int:
-        return len(self._graphs)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None):
         if generator is not None and generator is not self.generator:
