@@ -65,7 +65,7 @@ def test_a_changed_file_is_decoded_again(tmp_path, cache, decodes):
     assert len(decodes) == 12
     assert torch.equal(
         fresh.images[0],
-        tensor_data.decode_all(1, lambda i: tensor_data.read_rgb(changed), str, None, 1)[0],
+        tensor_data.decode_all([str(changed)], lambda i: tensor_data.read_rgb(changed), None, 1)[0],
     )
 
 
