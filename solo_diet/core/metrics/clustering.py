@@ -13,17 +13,15 @@ import torch
 ArrayLike = Union[np.ndarray, torch.Tensor, list]
 
 
-def _int_labels(values: ArrayLike) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    values = np.asarray(values).reshape(-1)
-    if values.dtype.kind not in "iub":
-        raise ValueError(f"cluster and class ids must be integers, got dtype {values.dtype}")
-    return values
-
-
 def _checked(labels: ArrayLike, clusters: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    labels, clusters = _int_labels(labels), _int_labels(clusters)
+    """Both as flat integer arrays of one non-empty length."""
+    labels, clusters = (
+        np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v).reshape(-1)
+        for v in (labels, clusters)
+    )
+    for values in (labels, clusters):
+        if values.dtype.kind not in "iub":
+            raise ValueError(f"cluster and class ids must be integers, got dtype {values.dtype}")
     if labels.shape != clusters.shape or labels.size == 0:
         raise ValueError(
             f"labels and clusters must be non-empty and of equal length, got {labels.size} and "
@@ -85,9 +83,8 @@ def chance_nmi(labels: ArrayLike, clusters: ArrayLike, repeats: int = 5, seed: i
     """Permutation-chance NMI: mean NMI of the same assignment against shuffled labels."""
     labels, clusters = _checked(labels, clusters)
     rng = np.random.default_rng(seed)
-    return float(
-        np.mean([normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)])
-    )
+    scores = [normalized_mutual_info(rng.permutation(labels), clusters) for _ in range(repeats)]
+    return float(np.mean(scores))
 
 
 def clustering_report(
@@ -192,8 +189,7 @@ def _lloyd(x: torch.Tensor, centroids: torch.Tensor, max_iter: int, tol: float) 
         centroids = updated
         if shift <= tol:
             break
-    distances = _squared_distances(x, centroids)
-    inertia, assignments = distances.min(1)
+    inertia, assignments = _squared_distances(x, centroids).min(1)
     return KMeansResult(assignments, centroids, float(inertia.sum()))
 
 
