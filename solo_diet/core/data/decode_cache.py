@@ -42,9 +42,8 @@ def cached_decode(
     """The images of ``samples``: the cache's matching entry, else ``decode()``, stored by a
     thread while the run goes on."""
     path = cache_root() / f"{entry_key(samples, image_size)}.pt"
-    writing = _WRITES.pop(path, None)
-    if writing is not None:  # this process is still storing the entry
-        writing.join()
+    if path in _WRITES:  # this process is still storing the entry
+        _WRITES.pop(path).join()
     try:
         return torch.load(path, weights_only=True)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):

@@ -188,7 +188,7 @@ class GPUBatchLoader:
 
     def placement(self, device: torch.device) -> str:
         """``device`` or ``pinned`` on ``device``; an error with the sizes when it cannot fit."""
-        nbytes = self.dataset.nbytes
+        nbytes = self.dataset.images.nbytes + self.dataset.targets.nbytes
         if device.type != "cuda":
             return "device" if self.storage == "auto" else self.storage
         free, _ = torch.cuda.mem_get_info(device)

@@ -46,10 +46,6 @@ class ImageTensors:
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    @property
-    def nbytes(self) -> int:
-        return self.images.nbytes + self.targets.nbytes
-
 
 def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
     """An error with both sizes when ``nbytes`` exceed ``MemAvailable`` of ``/proc/meminfo``."""
