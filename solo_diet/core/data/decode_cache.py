@@ -27,21 +27,16 @@ def cache_root() -> Path:
     return Path(base) / "solo-diet" / "decoded"
 
 
-def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> str:
-    """The hash of the samples' paths, targets, sizes and modification times and the settings."""
-    digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
-    for path, target in samples:
-        stat = os.stat(path)
-        digest.update(f"{path}\0{target}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:32]
-
-
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
-    """The images of ``samples``: the cache's matching entry, else ``decode()``, stored by a
-    thread while the run goes on."""
-    path = cache_root() / f"{entry_key(samples, image_size)}.pt"
+    """The images of ``samples``: the cache's entry keyed by the samples' paths, targets, sizes and
+    modification times and the settings, else ``decode()``, stored by a thread as the run goes."""
+    digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
+    for file, target in samples:
+        stat = os.stat(file)
+        digest.update(f"{file}\0{target}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    path = cache_root() / f"{digest.hexdigest()[:32]}.pt"
     if path in _WRITES:  # this process is still storing the entry
         _WRITES.pop(path).join()
     try:
