@@ -30,8 +30,8 @@ def cache_root() -> Path:
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
-    """The images of ``samples``: the cache's entry keyed by the samples' paths, targets, sizes and
-    modification times and the settings, else ``decode()``, stored by a thread as the run goes."""
+    """The images of ``samples``: the cache's entry keyed by their paths, targets, sizes, mtimes and
+    the settings, else ``decode()``, stored by a thread while the run goes on."""
     digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
     for file, target in samples:
         stat = os.stat(file)
