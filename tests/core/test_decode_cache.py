@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from solo_diet.core.data import tensor_data
-from solo_diet.core.data.decode_cache import CACHE_ENV, cache_root, finish_writes
+from solo_diet.core.data import decode_cache, tensor_data
+from solo_diet.core.data.decode_cache import CACHE_ENV, cache_root
 from solo_diet.core.data.tensor_data import load_images
 from tests._helpers.synthetic import write_image_folder
 
@@ -37,7 +37,8 @@ def decodes(monkeypatch):
 def load(root, **kwargs):
     """The images, once their cache entry (written beside the run) is stored."""
     images = load_images("custom", root, "train", cache=True, **kwargs)
-    finish_writes()
+    while decode_cache._WRITES:  # the entries this process is still storing
+        decode_cache._WRITES.popitem()[1].join()
     return images
 
 
@@ -64,7 +65,7 @@ def test_a_changed_file_is_decoded_again(tmp_path, cache, decodes):
     assert len(decodes) == 12
     assert torch.equal(
         fresh.images[0],
-        tensor_data.decode_all(1, lambda i: tensor_data.read_rgb(changed), str, None, 1)[0],
+        tensor_data.decode_all([str(changed)], lambda i: tensor_data.read_rgb(changed), None, 1)[0],
     )
 
 

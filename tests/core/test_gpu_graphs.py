@@ -137,7 +137,7 @@ def test_cuda_captured_views_equal_eager_views_for_the_same_seed():
     eager = [view for images in order for view in pipeline(images, eager_generator)]
     captured = CapturedAugmentation(pipeline, torch.Generator(device="cuda").manual_seed(11))
     graph = [view for images in order for view in captured(images)]
-    assert captured.num_graphs == 2
+    assert len(captured._graphs) == 2
     assert_graph_matches_eager(graph, eager)
     assert not torch.equal(graph[0], graph[3])  # the second batch drew new parameters
 
@@ -174,7 +174,7 @@ def test_cuda_loader_graphs_match_eager_and_a_resumed_epoch_equals_the_uninterru
     assert_equal(uninterrupted[0], epoch(graphed, 0))  # an epoch again: the same draws
     assert_equal(uninterrupted[1], epoch(loader(True), 1))  # resumed at epoch 1
     device = torch.device("cuda", torch.cuda.current_device())
-    assert graphed.augmenter(device)[0].num_graphs == 1  # drop_last: one batch shape
+    assert len(graphed.augmenter(device)[0]._graphs) == 1  # drop_last: one batch shape
 
 
 @needs_cuda
@@ -197,4 +197,4 @@ def test_cuda_ordered_loader_with_a_short_last_batch_under_and_outside_inference
     assert_graph_matches_eager(outside, reference)
     assert validated[-2].shape == (3, 3, 24, 24)
     device = torch.device("cuda", torch.cuda.current_device())
-    assert graphed.augmenter(device)[0].num_graphs == 4  # 2 shapes x (inference mode or not)
+    assert len(graphed.augmenter(device)[0]._graphs) == 4  # 2 shapes x (inference mode or not)

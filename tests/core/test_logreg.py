@@ -12,7 +12,7 @@ from solo_diet.core.metrics.logreg import (
     L2_GRID,
     LinearClassifier,
     balanced_top1,
-    fit_logistic_regression,
+    fit_logistic_regressions,
     held_out_mask,
     logistic_regression_probe,
 )
@@ -60,7 +60,7 @@ def test_fit_reaches_the_optimum_of_sklearn_and_its_gradient_vanishes(spread, l2
     LogisticRegression(C = 1 / (l2 n)) on the standardised features, no higher than its optimum,
     the same predictions, and a float64 gradient of the objective at the fit near zero."""
     x, y = _blobs(240, spread)
-    fitted, convergence = fit_logistic_regression(x, y, l2, CLASSES)
+    fitted, convergence = fit_logistic_regressions(x, y, [l2], CLASSES)[0]
     z = _standardised(x)
     weight, bias = (t.clone().requires_grad_(True) for t in _on_standardised(x, fitted))
     objective = _objective(z, y, weight, bias, l2)
@@ -96,9 +96,9 @@ def test_the_probe_is_the_same_whatever_the_seed():
         runs.append(logistic_regression_probe(x[:200], y[:200], x[200:], y[200:], GRID))
     assert runs[0] == runs[1]
     torch.manual_seed(7)
-    first, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
+    first, _ = fit_logistic_regressions(x, y, [1e-3], CLASSES)[0]
     torch.manual_seed(8)
-    second, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
+    second, _ = fit_logistic_regressions(x, y, [1e-3], CLASSES)[0]
     assert torch.equal(first.weight, second.weight) and torch.equal(first.bias, second.bias)
 
 
@@ -131,7 +131,8 @@ def test_l2_is_chosen_on_the_training_sets_held_out_part_only():
     assert changed.held_out_acc1 != probe.held_out_acc1
 
     strongest = max(GRID)
-    refit, _ = fit_logistic_regression(train_x, train_y, probe.l2, CLASSES)  # cold: the same fit
+    # cold: the same fit
+    refit, _ = fit_logistic_regressions(train_x, train_y, [probe.l2], CLASSES)[0]
     val_top1 = 100.0 * float((refit.logits(val_x).argmax(1) == val_y).double().mean())
     assert probe.acc1 == val_top1
     assert probe.edge == (probe.l2 in (min(GRID), strongest)) and set(probe.sweep) == set(GRID)
@@ -141,9 +142,9 @@ def test_a_warm_start_reaches_the_cold_starts_optimum():
     """From the solution at a ten times stronger L2 (the probe's refit starts from a fit too)."""
     x, y = _blobs(240, 4.0)
     z = _standardised(x)
-    cold, cold_run = fit_logistic_regression(x, y, 1e-4, CLASSES)
-    stronger, _ = fit_logistic_regression(x, y, 1e-3, CLASSES)
-    warm, warm_run = fit_logistic_regression(x, y, 1e-4, CLASSES, start=stronger)
+    cold, cold_run = fit_logistic_regressions(x, y, [1e-4], CLASSES)[0]
+    stronger, _ = fit_logistic_regressions(x, y, [1e-3], CLASSES)[0]
+    warm, warm_run = fit_logistic_regressions(x, y, [1e-4], CLASSES, start=stronger)[0]
     objectives = [_objective(z, y, *_on_standardised(x, fit), 1e-4) for fit in (cold, warm)]
     assert float(objectives[1]) == pytest.approx(float(objectives[0]), rel=1e-10)
     assert max(warm_run.grad_norm, cold_run.grad_norm) < 1e-7
@@ -168,7 +169,7 @@ def test_the_default_grid_is_swept_whole_and_each_fit_converges():
 def test_a_fit_stopped_by_its_iteration_limit_says_so(monkeypatch):
     monkeypatch.setattr(logreg, "MAX_ITERATIONS", 3)
     x, y = _blobs(240, 4.0)
-    _, convergence = fit_logistic_regression(x, y, 1e-4, CLASSES)
+    _, convergence = fit_logistic_regressions(x, y, [1e-4], CLASSES)[0]
     assert convergence.iterations == 3 and convergence.hit_limit
     assert convergence.grad_norm > logreg.GRADIENT_TOLERANCE
 

@@ -21,31 +21,24 @@ _WRITES: dict[Path, threading.Thread] = {}  # the entries this process is storin
 
 def cache_root() -> Path:
     """``$SOLO_DIET_CACHE``, else ``$XDG_CACHE_HOME/solo-diet/decoded`` (``~/.cache`` unset)."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "solo-diet" / "decoded"
-
-
-def entry_key(samples: Sequence[tuple[str, int]], image_size: Optional[int]) -> str:
-    """The hash of the samples' paths, targets, sizes and modification times and the settings."""
-    digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
-    for path, target in samples:
-        stat = os.stat(path)
-        digest.update(f"{path}\0{target}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:32]
 
 
 def cached_decode(
     samples: Sequence[tuple[str, int]], image_size: Optional[int], decode: Callable[[], Tensor]
 ) -> Tensor:
-    """The images of ``samples``: the cache's matching entry, else ``decode()``, stored by a
-    thread while the run goes on."""
-    path = cache_root() / f"{entry_key(samples, image_size)}.pt"
-    writing = _WRITES.pop(path, None)
-    if writing is not None:  # this process is still storing the entry
-        writing.join()
+    """The images of ``samples``: the cache's entry keyed by their paths, targets, sizes, mtimes and
+    the settings, else ``decode()``, stored by a thread while the run goes on."""
+    digest = hashlib.sha256(f"v{ENTRY_VERSION} image_size={image_size}\n".encode())
+    for file, target in samples:
+        stat = os.stat(file)
+        digest.update(f"{file}\0{target}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    path = cache_root() / f"{digest.hexdigest()[:32]}.pt"
+    if path in _WRITES:  # this process is still storing the entry
+        _WRITES.pop(path).join()
     try:
         return torch.load(path, weights_only=True)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
@@ -56,12 +49,6 @@ def cached_decode(
     _WRITES[path] = threading.Thread(target=_store, args=(path, images), name="decode-cache")
     _WRITES[path].start()
     return images
-
-
-def finish_writes() -> None:
-    """Wait until every entry this process is storing is written."""
-    while _WRITES:
-        _WRITES.popitem()[1].join()
 
 
 def _store(path: Path, images: Tensor) -> None:

@@ -125,14 +125,9 @@ class GPUBatchLoader:
             raise ArgumentError(
                 Argument("cuda_graphs"), f" must be True or False, got {cuda_graphs!r}."
             )
-        self.dataset = data
-        self.transform = transform
-        self.batch_sampler = batch_sampler
-        self.pretraining = pretraining
-        self.seed = seed
-        self.storage = storage
-        self.device = device
-        self.cuda_graphs = cuda_graphs
+        self.dataset, self.transform, self.batch_sampler = data, transform, batch_sampler
+        self.pretraining, self.seed, self.storage = pretraining, seed, storage
+        self.device, self.cuda_graphs = device, cuda_graphs
         self._resident: Optional[tuple[torch.device, str, Any, Tensor]] = None
         self._augmenters: dict[torch.device, tuple[Transform, torch.Generator]] = {}
 
@@ -193,7 +188,7 @@ class GPUBatchLoader:
 
     def placement(self, device: torch.device) -> str:
         """``device`` or ``pinned`` on ``device``; an error with the sizes when it cannot fit."""
-        nbytes = self.dataset.nbytes
+        nbytes = self.dataset.images.nbytes + self.dataset.targets.nbytes
         if device.type != "cuda":
             return "device" if self.storage == "auto" else self.storage
         free, _ = torch.cuda.mem_get_info(device)
@@ -257,13 +252,12 @@ class GPUBatchLoader:
         transform, generator = self.augmenter(device)
         generator.manual_seed(derive_seed(self.seed, self.epoch, self.rank()))
         host_batches, device_batches = self.epoch_indices(device)
-        pending = (
-            images.submit(0, host_batches[0]) if placement == "pinned" and host_batches else None
-        )
+        pinned = placement == "pinned"
+        pending = images.submit(0, host_batches[0]) if pinned and host_batches else None
         for step, idx in enumerate(device_batches):
-            rows = images.take(pending) if placement == "pinned" else images.index_select(0, idx)
+            rows = images.take(pending) if pinned else images.index_select(0, idx)
             out = transform(rows, generator)
-            if placement == "pinned" and step + 1 < len(host_batches):  # after a graph's capture
+            if pinned and step + 1 < len(host_batches):  # after a graph's capture
                 pending = images.submit((step + 1) % 2, host_batches[step + 1])
             batch_targets = targets.index_select(0, idx)
             yield [idx, list(out), batch_targets] if self.pretraining else [out, batch_targets]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -44,10 +45,6 @@ class ImageTensors:
 
     def __len__(self) -> int:
         return self.images.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        return self.images.nbytes + self.targets.nbytes
 
 
 def check_host_memory(nbytes: int, what: str, *fix: Any) -> None:
@@ -87,13 +84,13 @@ def read_rgb(path: PathLike) -> Image.Image:
 
 
 def decode_all(
-    count: int,
+    names: Sequence[str],
     read: Callable[[int], Image.Image],
-    name: Callable[[int], str],
     image_size: Optional[int],
     threads: Optional[int],
 ) -> Tensor:
-    """``(count, 3, H, W)`` uint8 from ``read(i)``, by a thread pool."""
+    """``(len(names), 3, H, W)`` uint8 from ``read(i)`` by a thread pool (errors name ``names``)."""
+    count = len(names)
     if count == 0:
         raise ConfigError("the dataset is empty: no image to decode.")
     first = fit_size(read(0), image_size)
@@ -112,7 +109,7 @@ def decode_all(
             image = first if i == 0 else fit_size(read(i), image_size)
             if image.size != (width, height):
                 raise ArgumentError(
-                    f"{name(i)} is {image.size[0]}x{image.size[1]} px but {name(0)} is "
+                    f"{names[i]} is {image.size[0]}x{image.size[1]} px but {names[0]} is "
                     f"{width}x{height} px: the GPU data path stores one size. Set ",
                     Argument("image_size"),
                     " (shorter side resized, then center-cropped to a square).",
@@ -217,9 +214,8 @@ def load_torchvision(
         images = torch.from_numpy(np.ascontiguousarray(arrays))
     else:
         images = decode_all(
-            len(arrays),
+            [f"{dataset} image {i}" for i in range(len(arrays))],
             lambda i: Image.fromarray(arrays[i].transpose(1, 2, 0)),
-            lambda i: f"{dataset} image {i}",
             image_size,
             threads,
         )
@@ -255,16 +251,8 @@ def load_images(
     if dataset in ARRAY_DATASETS:
         return load_torchvision(dataset, root, split, fraction, image_size, threads)
     samples = folder_split_samples(dataset, root, split, no_labels, fraction)
-
-    def decode() -> Tensor:
-        return decode_all(
-            len(samples),
-            lambda i: read_rgb(samples[i][0]),
-            lambda i: samples[i][0],
-            image_size,
-            threads,
-        )
-
+    paths = [path for path, _ in samples]
+    decode = functools.partial(decode_all, paths, lambda i: read_rgb(paths[i]), image_size, threads)
     images = cached_decode(samples, image_size, decode) if cache else decode()
     targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
     return ImageTensors(images, targets, source=str(root))

@@ -231,17 +231,6 @@ def fit_logistic_regressions(
     return fitted
 
 
-def fit_logistic_regression(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    l2: float,
-    classes: int,
-    start: Optional[LinearClassifier] = None,
-) -> tuple[LinearClassifier, Convergence]:
-    """:func:`fit_logistic_regressions` of the one strength ``l2``."""
-    return fit_logistic_regressions(x, y, [l2], classes, start)[0]
-
-
 def held_out_mask(y: torch.Tensor) -> torch.Tensor:
     """Every ``HELD_OUT_EVERY``-th sample of each class of two or more, from its first."""
     y = y.cpu().long()
@@ -286,9 +275,9 @@ def logistic_regression_probe(
     fits = dict(zip(l2_grid, fit_logistic_regressions(fit_x, fit_y, l2_grid, classes)))
     held_out = {l2: top1(fits[l2][0], held_x, held_y) for l2 in l2_grid}
     chosen = max(l2_grid, key=lambda l2: (held_out[l2], l2))
-    classifier, convergence = fit_logistic_regression(
-        train_x, train_y, chosen, classes, start=fits[chosen][0]
-    )
+    classifier, convergence = fit_logistic_regressions(
+        train_x, train_y, [chosen], classes, start=fits[chosen][0]
+    )[0]
     return ProbeResult(
         acc1=top1(classifier, val_x, val_y),
         balanced_acc1=balanced_top1(classifier, val_x, val_y),

@@ -3,11 +3,18 @@ features' own device (on a GPU a 3072-d LiDAR takes milliseconds, not the CPU's 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
+import numpy as np
 import torch
 
-from solo_diet.core.metrics.clustering import ArrayLike, exp_entropy
+ArrayLike = Union[np.ndarray, torch.Tensor, list]
+
+
+def exp_entropy(p: torch.Tensor) -> float:
+    """exp(-sum p log p), with 0 log 0 = 0."""
+    p = p[p > 0]
+    return float(torch.exp(-(p * p.log()).sum()))
 
 
 def _float64_matrix(features: ArrayLike, name: str) -> torch.Tensor:

@@ -68,11 +68,8 @@ class _Reader(KeyReader):
             values = (
                 list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
             )
-            if (
-                len(values) != 3
-                or not all(map(is_number, values))
-                or (key == "std" and min(values) <= 0)
-            ):
+            numbers = len(values) == 3 and all(map(is_number, values))
+            if not numbers or (key == "std" and min(values) <= 0):
                 raise self.fail(
                     key, f"must be 3 numbers (std > 0), one per RGB channel, got {value!r}."
                 )
@@ -166,23 +163,21 @@ class AugmentationNode:
 
 def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
     """Refuse a node key outside solo-learn's pipeline, which solo-learn would ignore."""
-    for key in node:
+    for key, section in node.items():
         if key not in _TOP_KEYS:
             raise ArgumentError(
                 node_argument(f"{name}.{key}"),
                 f" is not an augmentation key of solo-learn's pipeline (known: {list(_TOP_KEYS)});"
                 " remove it.",
             )
-        section = node[key]
-        if key in _SECTIONS and isinstance(section, Mapping):
-            for sub in section:
-                if sub not in _SECTIONS[key]:
-                    raise ArgumentError(
-                        node_argument(f"{name}.{key}.{sub}"),
-                        f" is not a key of solo-learn's `{key}` (known: {list(_SECTIONS[key])}); "
-                        "remove it.",
-                    )
-        elif key in _SECTIONS and section is not None:
+        if key in _SECTIONS and section is not None and not isinstance(section, Mapping):
             raise ArgumentError(
                 node_argument(f"{name}.{key}"), f" must be a mapping, got {section!r}."
             )
+        for sub in section if key in _SECTIONS and section is not None else ():
+            if sub not in _SECTIONS[key]:
+                raise ArgumentError(
+                    node_argument(f"{name}.{key}.{sub}"),
+                    f" is not a key of solo-learn's `{key}` (known: {list(_SECTIONS[key])}); "
+                    "remove it.",
+                )
