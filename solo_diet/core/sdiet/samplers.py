@@ -178,26 +178,20 @@ class SuperBatchOrder:
         start = batch_idx - batch_idx % m
         group = batches[start : min(start + m, steps)]
         following = batches[start + m : min(start + 2 * m, steps)]
-        return SuperBatch(
-            group.flatten(),
-            batch_idx - start,
-            len(group),
-            following.flatten() if len(following) else None,
-        )
+        following = following.flatten() if len(following) else None
+        return SuperBatch(group.flatten(), batch_idx - start, len(group), following)
 
-    def _check(
-        self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int, epoch: int
-    ) -> None:
+    def _check(self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int, epoch: int):
+        """Compare ``indexes`` with ``expected`` now (CPU) or at the next batch (GPU: no wait)."""
         self.check_pending()
-        if indexes.is_cuda:
-            seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
-            seen.copy_(indexes, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            self._pending = (batch_idx, epoch, expected, seen, event)
-        else:
+        if not indexes.is_cuda:
             self._pending = (batch_idx, epoch, expected, indexes, None)
-            self.check_pending()
+            return self.check_pending()
+        seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
+        seen.copy_(indexes, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending = (batch_idx, epoch, expected, seen, event)
 
     def check_pending(self) -> None:
         """Finish the deferred check of the last batch (call it at the end of an epoch)."""
@@ -215,15 +209,6 @@ class SuperBatchOrder:
 
 
 @dataclass
-class ResidentRows:
-    """The super-batch whose head rows are on the device: its indices, rows and optimiser state."""
-
-    indexes: torch.Tensor
-    rows: torch.Tensor
-    state: tuple[torch.Tensor, ...]
-
-
-@dataclass
 class RowHead:
     """CE steps against rows in a row store (``rows_per_step`` m; 1: batch CE)."""
 
@@ -231,18 +216,16 @@ class RowHead:
     label_smoothing: float
     temperature: float
     prefetch: bool
-    resident: Optional[ResidentRows] = None
+    # the super-batch whose rows are on the device: its indexes, rows and optimiser state
+    resident: Optional[tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]] = None
 
-    def _loss_and_grad(
-        self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _loss_and_grad(self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor):
         """``(loss, rows as a leaf, the loss's gradient for them)``; ``z`` keeps its graph."""
         rows = rows.detach().requires_grad_(True)
         loss = sdiet_multi_batch_cross_entropy(
             z, rows, positions, label_smoothing=self.label_smoothing, temperature=self.temperature
         )
-        (head_grad,) = torch.autograd.grad(loss, rows, retain_graph=True)
-        return loss, rows, head_grad
+        return loss, rows, torch.autograd.grad(loss, rows, retain_graph=True)[0]
 
     def index_step(
         self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
@@ -250,31 +233,27 @@ class RowHead:
         """Multi-batch CE of ``z`` over the super-batch's resident rows, written back after it."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
-            rows, state = store.load(group, z.device, lr=lr)
-            self.resident = ResidentRows(group, rows, state)
+            self.resident = (group, *store.load(group, z.device, lr=lr))
             if super_batch.following is not None and self.prefetch:
                 store.prefetch(super_batch.following, z.device)
-        resident = self.resident
-        if resident is None or not torch.equal(resident.indexes, group):
+        if self.resident is None or not torch.equal(self.resident[0], group):
             raise RuntimeError(
                 f"batch {batch_idx} continues a super-batch whose rows were never loaded"
             )
-
         batch_size = z.shape[0]
         positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
-        loss, rows, head_grad = self._loss_and_grad(z, resident.rows, positions)
+        loss, rows, head_grad = self._loss_and_grad(z, self.resident[1], positions)
         leaving = place == length - 1
-        resident.rows, resident.state = store.update(
+        rows, state = store.update(
             group,
             rows,
-            resident.state,
+            self.resident[2],
             head_grad,
             lr=lr,
             write_back=leaving,
             eager_steps=store.eager_steps + self.rows_per_step - length,
         )
-        if leaving:
-            self.resident = None
+        self.resident = None if leaving else (group, rows, state)
         return loss
 
     def labelled_step(

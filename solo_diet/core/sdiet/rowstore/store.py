@@ -12,12 +12,14 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from solo_diet.core.sdiet.optim import RowOptimizer
+from solo_diet.core.sdiet.optim import RowOptimizer, RowState
 from solo_diet.core.sdiet.rowstore.tables import Device, RowTables
 
 MODES = ("eager", "lazy")
 MAX_PENDING_WRITES = 2  # write-backs in flight before a new one waits (bounds pinned buffers)
 EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a sharded checkpoint's gather
+Copied = tuple[Tensor, Optional[torch.cuda.Event]]  # a copy's values and the event that ends it
+Rows = tuple[Tensor, RowState]  # rows and their optimiser state
 
 
 class TransferQueue:
@@ -65,9 +67,7 @@ class TransferQueue:
         """Rows for ``device`` travel on the side stream (host tables, CUDA device)."""
         return self.stream is not None and device.type == "cuda"
 
-    def to_device(
-        self, values: Tensor, device: torch.device
-    ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
+    def to_device(self, values: Tensor, device: torch.device) -> Copied:
         """``values`` (pinned, for a side copy) on ``device``, and the event that ends the copy."""
         if not self.side_copies(device):
             return values.to(device), None
@@ -77,9 +77,7 @@ class TransferQueue:
             event.record(self.stream)
         return values, event
 
-    def to_table(
-        self, values: Tensor, device: torch.device, dtype: torch.dtype
-    ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
+    def to_table(self, values: Tensor, device: torch.device, dtype: torch.dtype) -> Copied:
         """``values`` for a table on ``device`` in ``dtype`` (CUDA to host: pinned, side stream)."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
@@ -136,14 +134,12 @@ class RowStore(RowTables):
         indices = indices.detach().cpu().clone()
         pinned = self.transfers.side_copies(device)
 
-        def gather() -> tuple[Tensor, Optional[torch.cuda.Event]]:
+        def gather() -> Copied:
             return self.transfers.to_device(self.gather(indices, pinned=pinned), device)
 
         self._prefetched = (indices, self.transfers.submit(gather))
 
-    def load(
-        self, indices: Tensor, device: Device, *, lr: Optional[float] = None
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def load(self, indices: Tensor, device: Device, *, lr: Optional[float] = None) -> Rows:
         """Copies of the rows and state of ``indices`` on ``device``."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
@@ -176,7 +172,7 @@ class RowStore(RowTables):
         self.prefetch_hits += 1
         return values
 
-    def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
+    def store(self, indices: Tensor, rows: Tensor, state: RowState) -> None:
         """Write rows and state back as of ``global_step - 1`` (asynchronously to host tables)."""
         prefetched = self._prefetched
         if prefetched is not None and bool(torch.isin(prefetched[0], indices.detach().cpu()).any()):
@@ -201,13 +197,13 @@ class RowStore(RowTables):
         self,
         indices: Tensor,
         rows: Tensor,
-        state: tuple[Tensor, ...],
+        state: RowState,
         grad: Tensor,
         *,
         lr: float,
         write_back: bool = True,
         eager_steps: Optional[float] = None,
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    ) -> Rows:
         """One real optimiser step of resident rows (stored with ``write_back``)."""
         with torch.no_grad():
             rows, state = self.optimizer.step(
@@ -251,9 +247,7 @@ class ShardedRowStore(RowStore):
     def prefetch(self, indices: Tensor, device: Device) -> None:
         """Nothing: sharded rows arrive through the collective of :meth:`load`."""
 
-    def load(
-        self, indices: Tensor, device: Device, *, lr: Optional[float] = None
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def load(self, indices: Tensor, device: Device, *, lr: Optional[float] = None) -> Rows:
         """The rows and state of the global ``indices`` from their owners (collective)."""
         device = torch.device(device)
         shape = (indices.numel(), len(self.names), self.dim)
@@ -266,7 +260,7 @@ class ShardedRowStore(RowStore):
         rows, *state = values.unbind(1)
         return rows, tuple(state)
 
-    def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
+    def store(self, indices: Tensor, rows: Tensor, state: RowState) -> None:
         """The contributor writes back its node's rows of ``indices``."""
         if not self.shard.contributes:
             return
