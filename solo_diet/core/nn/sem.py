@@ -64,8 +64,7 @@ class SimplicialEmbedding(nn.Module):
                 raise ValueError(f"SimplicialEmbedding {key} must be >= 1, got {value}")
         if int(simplex_dim) < 2:
             raise ValueError(f"SimplicialEmbedding simplex_dim (V) must be >= 2, got {simplex_dim}")
-        self.num_simplices = int(num_simplices)
-        self.simplex_dim = int(simplex_dim)
+        self.num_simplices, self.simplex_dim = int(num_simplices), int(simplex_dim)
         self.tau = check_temperature(tau, "SimplicialEmbedding tau", allow_zero=True)
         self.out_dim = self.num_simplices * self.simplex_dim
         self.linear = nn.Linear(in_dim, self.out_dim, bias=False)

@@ -34,9 +34,7 @@ class EpochPermutation(Sampler[int]):
     """A permutation of ``0..N-1`` seeded by ``seed + epoch``; Lightning calls :meth:`set_epoch`."""
 
     def __init__(self, num_samples: int, seed: int = 0):
-        self.num_samples = num_samples
-        self.seed = seed
-        self.epoch = 0
+        self.num_samples, self.seed, self.epoch = num_samples, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -68,8 +66,7 @@ class SuperBatchSampler(Sampler[list[int]]):
     ):
         if num_samples <= 0 or batch_size <= 0 or rows_per_step <= 0:
             raise ValueError("num_samples, batch_size and rows_per_step must be positive")
-        self.batch_size = batch_size
-        self.rows_per_step = rows_per_step
+        self.batch_size, self.rows_per_step = batch_size, rows_per_step
         self._num_replicas, self._rank = num_replicas, rank
         # ``sampler`` with ``set_epoch``: the attribute Lightning looks for on a batch sampler
         self.sampler = EpochPermutation(num_samples, seed)
