@@ -97,16 +97,12 @@ class SuperBatchSampler(Sampler[list[int]]):
             )
         return num_replicas, rank
 
-    @property
-    def global_batch_size(self) -> int:
-        return self.batch_size * self.replicas()[0]
-
     def __len__(self) -> int:
-        return self.num_samples // self.global_batch_size
+        return self.num_samples // (self.batch_size * self.replicas()[0])
 
     def global_batches(self) -> torch.Tensor:
         """``(steps, batch_size*num_replicas)`` global indices of this epoch, in step order."""
-        steps, size = len(self), self.global_batch_size
+        steps, size = len(self), self.batch_size * self.replicas()[0]
         return self.sampler.order()[: steps * size].view(steps, size)
 
     def __iter__(self) -> Iterator[list[int]]:
