@@ -48,7 +48,7 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     """The command's config, checked before torch, Lightning and solo-learn load."""
     from omegaconf import OmegaConf
 
-    from solo_diet.core.checkpoint_file import check_archive_sizes
+    from solo_diet.core.atomic import check_archive_sizes
     from solo_diet.core.host import declared_method_names, require_solo
     from solo_diet.core.settings import unknown_method_hint
     from solo_diet.launch.common import check_launch_cfg, compose_cfg

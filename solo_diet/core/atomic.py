@@ -1,4 +1,6 @@
-"""Files written whole or not at all (a temporary renamed over the target). Torch-free."""
+"""Files written whole or not at all (a temporary renamed over the target), and a checkpoint's
+size check (:func:`check_archive_sizes`). Stdlib only: the command line refuses a zip bomb before
+it imports torch, Lightning or solo-learn."""
 
 from __future__ import annotations
 
@@ -6,8 +8,11 @@ import contextlib
 import os
 import re
 import secrets
+import zipfile
 from pathlib import Path
 from typing import IO, Iterator, Union
+
+from solo_diet.core.errors import ConfigError
 
 PathLike = Union[str, Path]
 TEMPORARY = re.compile(r"\A\..+\.(\d+)\.[0-9a-f]{8}\.tmp\Z")  # .<name>.<pid>.<random>.tmp
@@ -75,3 +80,32 @@ def remove_stale_temporaries(folder: PathLike) -> list[Path]:
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
+
+
+class CorruptCheckpoint(ConfigError):
+    """The checkpoint file does not load (empty, cut short, not torch's); ``reason`` says which."""
+
+    def __init__(self, path: PathLike, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(
+            f"checkpoint {path} does not load: {reason}. Pass a complete checkpoint (another of "
+            "its run folder, or rerun the pretraining that wrote it: a rerun resumes from its "
+            "newest checkpoint that loads)."
+        )
+
+
+def check_archive_sizes(path: PathLike) -> None:
+    """Refuse a zip checkpoint declaring more bytes than the file holds (damage, or a bomb);
+    anything else passes (a file that is no zip, or a zip that does not open: torch names it)."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(entry.file_size for entry in archive.infolist())
+    except (zipfile.BadZipFile, OSError):
+        return
+    if declared > (size := path.stat().st_size):
+        raise CorruptCheckpoint(
+            path,
+            f"it is corrupt or hostile: its zip entries unpack to {declared:,} bytes, more than "
+            f"the {size:,} bytes of the file (torch stores them uncompressed)",
+        )

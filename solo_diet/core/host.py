@@ -23,7 +23,6 @@ INSTALL_HINT = (
     "then install solo-diet (see README.md)."
 )
 
-
 # Import-time deprecation noise of solo-learn's pinned stack (lightning 2.1.2, timm, torch.cuda.amp)
 IMPORT_NOISE = (
     "pkg_resources is deprecated",
@@ -32,17 +31,6 @@ IMPORT_NOISE = (
     ".*torch.cuda.amp.custom_fwd",
 )
 
-
-# What every run prints that says nothing about it: Lightning's banners and summary, torch's
-# pin_memory warning on a CPU, a LeafSpec deprecation, solo-learn's scheduler_interval warning.
-RUN_NOISE_LOGGERS = (
-    *("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"),
-    *("lightning.fabric.utilities.seed", "lightning.pytorch.callbacks.model_summary"),
-)
-RUN_NOISE_WARNINGS = (
-    "'pin_memory' argument is set as true but no accelerator is found",
-    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-)
 SCHEDULER_INTERVAL_NOISE = "Using scheduler_interval=step might generate issues when resuming"
 
 
@@ -51,12 +39,18 @@ def _not_scheduler_interval_noise(record: logging.LogRecord) -> bool:
 
 
 def quiet_run_noise() -> None:
-    """Silence ``RUN_NOISE_*`` in this process (idempotent); solo-learn is left as it is."""
-    for name in RUN_NOISE_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for pattern in RUN_NOISE_WARNINGS:
-        warnings.filterwarnings("ignore", message=pattern)
-    logging.getLogger().addFilter(_not_scheduler_interval_noise)  # solo-learn logs it on root
+    """Silence in this process (idempotent; solo-learn is left as it is) what every run prints
+    that says nothing about it: Lightning's banners and summary, torch's pin_memory warning on a
+    CPU, a LeafSpec deprecation, solo-learn's scheduler_interval warning (logged on root)."""
+    for name in ("utilities.rank_zero", "callbacks.model_summary"):
+        logging.getLogger(f"lightning.pytorch.{name}").setLevel(logging.WARNING)
+    for name in ("utilities.rank_zero", "utilities.seed"):
+        logging.getLogger(f"lightning.fabric.{name}").setLevel(logging.WARNING)
+    warnings.filterwarnings(
+        "ignore", "'pin_memory' argument is set as true but no accelerator is found"
+    )
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    logging.getLogger().addFilter(_not_scheduler_interval_noise)
 
 
 # solo-learn's optional UMAP callback: it imports pandas, seaborn and matplotlib before umap

@@ -14,17 +14,10 @@ from solo_diet.core.errors import Argument, ArgumentError, ArgumentIndexError
 
 LABEL_SOURCES = ("index", "class", "mix", "groups")
 
-LABEL_DEFAULTS: dict[str, Any] = {
-    "labels": "index",
-    "labelled_fraction": 1.0,
-    "label_seed": 0,
-    "groups_path": None,
-}
-"""The keys (and defaults) of the mapping :func:`label_source_from_kwargs` reads."""
-
-# how to fix a batch index or target out of range (:func:`check_range`)
-INDEX_FIX = "It must be the training set's size."
-TARGET_FIX = "Set it to the dataset's number of classes; -1 marks an unlabelled datum."
+# the keys (and defaults) of the mapping :func:`label_source_from_kwargs` reads
+LABEL_DEFAULTS: dict[str, Any] = dict(
+    labels="index", labelled_fraction=1.0, label_seed=0, groups_path=None
+)
 
 
 class LabelSource(nn.Module):
@@ -58,10 +51,8 @@ class LabelSource(nn.Module):
             raise ArgumentError(
                 Argument("labelled_fraction"), f" must be in (0, 1], got {labelled_fraction!r}."
             )
-        self.source = source
-        self.num_samples = int(num_samples)
+        self.source, self.num_samples = source, int(num_samples)
         self.num_classes = int(num_classes or 0)
-
         group_rows = torch.zeros(0, dtype=torch.long)
         if source == "groups":
             group_rows = _renumbered_groups(groups, self.num_samples)
@@ -92,13 +83,15 @@ class LabelSource(nn.Module):
     def forward(self, indexes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``(B,)`` long ids in ``[0, num_rows)``, or ``-1`` for a datum without a label."""
         indexes = indexes.long()
-        check_range(indexes, 0, self.num_samples, "dataset index", "num_samples", INDEX_FIX)
+        fix = "It must be the training set's size."
+        check_range(indexes, 0, self.num_samples, "dataset index", "num_samples", fix)
         if self.source == "index":
             return indexes
         if self.source == "groups":
             return self.group_rows[indexes]
         targets = targets.long()
-        check_range(targets, -1, self.num_classes, "target", "num_classes", TARGET_FIX)
+        fix = "Set it to the dataset's number of classes; -1 marks an unlabelled datum."
+        check_range(targets, -1, self.num_classes, "target", "num_classes", fix)
         if self.keep_label.numel():
             targets = torch.where(self.keep_label[indexes], targets, torch.full_like(targets, -1))
         if self.source == "class":
@@ -107,7 +100,7 @@ class LabelSource(nn.Module):
 
 
 def device_range_message(what: str, low: int, high: int, key: str) -> str:
-    """The device assert's message: CUDA's asynchronous assert takes under 255 characters."""
+    """The device assert's message (CUDA's asynchronous assert takes under 255 characters)."""
     return f"batch has a {what} outside [{low}, {high}) (argument `{key}`)"[:254]
 
 
@@ -158,10 +151,8 @@ def _renumbered_groups(groups: Optional[torch.Tensor], num_samples: int) -> torc
             Argument("num_samples"),
             "): it needs one group id per dataset index.",
         )
-    if int(groups.min()) < 0:
-        raise ArgumentError(
-            Argument("groups"), f": group ids must be >= 0, got {int(groups.min())}."
-        )
+    if (low := int(groups.min())) < 0:
+        raise ArgumentError(Argument("groups"), f": group ids must be >= 0, got {low}.")
     return torch.unique(groups.long(), return_inverse=True)[1]
 
 
@@ -203,14 +194,14 @@ def label_source_from_kwargs(
             Argument("kwargs", ".labelled_fraction"),
             " only applies to `labels=class` or `labels=mix`.",
         )
-    groups_path = kwargs["groups_path"]
+    path = kwargs["groups_path"]
     return LabelSource(
         source,
-        num_samples=kwargs["num_samples"],
-        num_classes=num_classes,
-        groups=load_groups(groups_path) if source == "groups" and groups_path is not None else None,
-        labelled_fraction=float(kwargs["labelled_fraction"]),
-        label_seed=int(kwargs["label_seed"]),
+        kwargs["num_samples"],
+        num_classes,
+        load_groups(path) if source == "groups" and path is not None else None,
+        float(kwargs["labelled_fraction"]),
+        int(kwargs["label_seed"]),
     )
 
 

@@ -14,11 +14,7 @@ from typing import Any, Collection, Iterator, Optional, Sequence
 
 import omegaconf
 
-from solo_diet.core.errors import (
-    ArgumentError,
-    ConfigError,
-    NamesArguments,
-)
+from solo_diet.core.errors import ArgumentError, ConfigError, NamesArguments
 
 FORMAT_KEY = "data.format"  # a launch config's data path: image_folder, gpu or dali
 # A run name names a folder and its checkpoint files: 1 to 100 of these characters, not only dots.
@@ -181,31 +177,27 @@ def setting(default: Any = None, **checks: Any) -> Any:
 
 def _read_setting(read: KeyReader, key: str, kind: Any, default: Any, checks: Mapping) -> Any:
     """The value of ``key`` (``default`` when absent), checked against its type and ``checks``."""
-    optional = typing.get_origin(kind) is typing.Union and type(None) in typing.get_args(kind)
-    if optional:
+    if typing.get_origin(kind) is typing.Union and type(None) in typing.get_args(kind):
         kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
         if read.value(key, default) is None:
             return None
     if kind is bool:
         return read.bool(key, default=default)
     if kind is int:
-        minimum = checks.get("minimum", -math.inf)
-        return read.int(key, minimum, default=default, hint=checks.get("hint", ""))
+        minimum, hint = checks.get("minimum", -math.inf), checks.get("hint", "")
+        return read.int(key, minimum, default=default, hint=hint)
     if checks.get("choices"):
         return read.choice(key, checks["choices"], default=default)
     value = read.value(key, default)
     if kind is float and checks.get("within"):
-        low, high = checks["within"]
-        inclusive = checks.get("high_inclusive", False)
-        if not (
-            is_number(value) and low <= value and (value <= high if inclusive else value < high)
-        ):
-            bound = "]" if inclusive else ")"
+        (low, high), closed = checks["within"], checks.get("high_inclusive", False)
+        bound = "]" if closed else ")"
+        if not is_number(value) or not low <= value <= high or (value == high and not closed):
             raise read.fail(key, f"must be in [{low}, {high}{bound}, got {value!r}.")
-        value = float(value)
-    elif kind is float and not is_number(value):
+        return float(value)
+    if kind is float and not is_number(value):
         raise read.fail(key, f"must be a number, got {value!r}.")
-    elif kind is str and not isinstance(value, str):
+    if kind is str and not isinstance(value, str):
         raise read.fail(key, f"must be a string, got {value!r}.")
     return value
 
@@ -235,15 +227,13 @@ def parse_section(
     for field in dataclasses.fields(schema):
         if field.name not in names:
             continue
-        key = field.metadata.get("key") or (f"{path}.{field.name}" if path else field.name)
-        if dataclasses.is_dataclass(kinds[field.name]):
-            nested = kinds[field.name]
-            values[field.name] = parse_section(nested, cfg, key, getattr(nested, "owner", owner))
-            continue
-        checks = field.metadata
-        derive = checks.get("derive")
-        default = derive(cfg) if derive is not None else field.default
-        values[field.name] = _read_setting(read, key, kinds[field.name], default, checks)
+        checks, kind = field.metadata, kinds[field.name]
+        key = checks.get("key") or (f"{path}.{field.name}" if path else field.name)
+        if dataclasses.is_dataclass(kind):
+            values[field.name] = parse_section(kind, cfg, key, getattr(kind, "owner", owner))
+        else:
+            default = checks["derive"](cfg) if checks.get("derive") else field.default
+            values[field.name] = _read_setting(read, key, kind, default, checks)
     return schema(**values)
 
 

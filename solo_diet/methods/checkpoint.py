@@ -20,7 +20,7 @@ import torch
 from omegaconf import base, dictconfig, listconfig, nodes
 from torch import nn
 
-from solo_diet.core.checkpoint_file import CorruptCheckpoint, PathLike, check_archive_sizes
+from solo_diet.core.atomic import CorruptCheckpoint, PathLike, check_archive_sizes
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
 from solo_diet.methods.contract import register

@@ -15,7 +15,6 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.sdiet.head import RowHead
 from solo_diet.core.sdiet.optim import RowAdamW, RowOptimizer, RowSGDW
 from solo_diet.core.sdiet.rowstore import (
     MODES,
@@ -28,6 +27,7 @@ from solo_diet.core.sdiet.rowstore import (
     node_shard,
 )
 from solo_diet.core.sdiet.samplers import (
+    RowHead,
     SuperBatch,
     SuperBatchOrder,
     SuperBatchSampler,

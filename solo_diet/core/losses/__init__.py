@@ -9,5 +9,9 @@ from solo_diet.core.losses.birth import (
     label_targets,
 )
 from solo_diet.core.losses.cplearn import cplearn_diagnostics, cplearn_loss, cplearn_loss_terms
-from solo_diet.core.losses.diet import diet_loss, mse_diet_loss
-from solo_diet.core.losses.sdiet import sdiet_batch_cross_entropy, sdiet_multi_batch_cross_entropy
+from solo_diet.core.losses.sdiet import (
+    diet_loss,
+    mse_diet_loss,
+    sdiet_batch_cross_entropy,
+    sdiet_multi_batch_cross_entropy,
+)

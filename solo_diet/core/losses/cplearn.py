@@ -16,35 +16,14 @@ def _as_float(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
-def _gather_rows(x: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``x`` over all ranks with a differentiable all-gather (identity without DDP)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return x
-    from torch.distributed.nn.functional import all_gather
-
-    return torch.cat(all_gather(x), dim=0)
-
-
 def log_batch_marginal(log_p: torch.Tensor, gather: bool = False) -> torch.Tensor:
-    """``log pbar_j = logsumexp_i log p_ij - log n``, over the global batch when ``gather``."""
-    if gather:
-        log_p = _gather_rows(log_p)
+    """``log pbar_j = logsumexp_i log p_ij - log n``, over the global batch when ``gather`` (a
+    differentiable all-gather of every rank's rows)."""
+    if gather and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        from torch.distributed.nn.functional import all_gather
+
+        log_p = torch.cat(all_gather(log_p), dim=0)
     return torch.logsumexp(log_p, dim=0) - math.log(log_p.shape[0])
-
-
-def prior_term(log_pbar: torch.Tensor, prior: str) -> torch.Tensor:
-    """Prior matching on the batch marginal: ``reverse_kl`` KL(pbar || u) (App. N, released code),
-    or ``forward_ce`` CE(u, pbar) (Eq. 2)."""
-    if prior == "reverse_kl":
-        return (log_pbar.exp() * (log_pbar + math.log(log_pbar.shape[0]))).sum()
-    if prior == "forward_ce":
-        return -log_pbar.mean()
-    raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
-
-
-def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
-    """``mean_i -sum_j p_target,ij log p_pred,ij`` (Eq. 2's first term); no stop-grad."""
-    return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
 
 
 def cplearn_loss_terms(
@@ -56,24 +35,35 @@ def cplearn_loss_terms(
     symmetric: bool = True,
     gather_marginal: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """``{"loss", "invariance", "prior"}``, ``loss = prior + beta * invariance`` (Alg. 1);
-    ``symmetric``: both directions averaged (released code); ``gather_marginal``: global pbar."""
+    """``{"loss", "invariance", "prior"}``, ``loss = prior + beta * invariance`` (Alg. 1): the
+    prior matches the batch marginal pbar to uniform, ``reverse_kl`` KL(pbar || u) (App. N,
+    released code) or ``forward_ce`` CE(u, pbar) (Eq. 2); the invariance is Eq. 2's first term
+    ``mean_i -sum_j p_a,ij log p_b,ij``, no stop-grad; ``symmetric``: both directions averaged
+    (released code); ``gather_marginal``: the global pbar."""
     if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
         raise ValueError(
             f"logits_a and logits_b must both be (n, c); got {tuple(logits_a.shape)} "
             f"and {tuple(logits_b.shape)}"
         )
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+
+    def prior_term(log_p: torch.Tensor) -> torch.Tensor:
+        log_pbar = log_batch_marginal(log_p, gather_marginal)
+        if prior == "reverse_kl":
+            return (log_pbar.exp() * (log_pbar + math.log(log_pbar.shape[0]))).sum()
+        return -log_pbar.mean()
+
+    def invariance_term(log_p_target: torch.Tensor, log_p_pred: torch.Tensor) -> torch.Tensor:
+        return -(log_p_target.exp() * log_p_pred).sum(dim=1).mean()
+
     with torch.autocast(device_type=logits_a.device.type, enabled=False):
         log_p_a = torch.log_softmax(_as_float(logits_a), dim=1)
         log_p_b = torch.log_softmax(_as_float(logits_b), dim=1)
-        prior_a = prior_term(log_batch_marginal(log_p_a, gather_marginal), prior)
-        invariance_ab = invariance_term(log_p_a, log_p_b)
+        prior_value, invariance = prior_term(log_p_a), invariance_term(log_p_a, log_p_b)
         if symmetric:
-            prior_b = prior_term(log_batch_marginal(log_p_b, gather_marginal), prior)
-            prior_value = 0.5 * (prior_a + prior_b)
-            invariance = 0.5 * (invariance_ab + invariance_term(log_p_b, log_p_a))
-        else:
-            prior_value, invariance = prior_a, invariance_ab
+            prior_value = 0.5 * (prior_value + prior_term(log_p_b))
+            invariance = 0.5 * (invariance + invariance_term(log_p_b, log_p_a))
     return {"loss": prior_value + beta * invariance, "invariance": invariance, "prior": prior_value}
 
 

@@ -50,10 +50,8 @@ class CPLearnProjector(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        self.embed_dim = embed_dim
-        self.num_codes = num_codes
-        self.activation = activation
-        self.eps = eps
+        self.embed_dim, self.num_codes = embed_dim, num_codes
+        self.activation, self.eps = activation, eps
         logit_range(num_codes, eps)  # validates eps against c before any allocation
         self.linear = nn.Linear(in_dim, embed_dim)
         self.bn = nn.BatchNorm1d(embed_dim)

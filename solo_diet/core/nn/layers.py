@@ -35,8 +35,7 @@ class CholeskyWhitening(nn.Module):
 
     def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
         super().__init__()
-        self.output_dim = output_dim
-        self.eps = eps
+        self.output_dim, self.eps = output_dim, eps
         self.not_positive_definite = (NOT_POSITIVE_DEFINITE + fix)[:254]
 
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)

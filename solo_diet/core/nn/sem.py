@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, ContextManager
 
 import torch
 import torch.nn.functional as F
@@ -63,8 +64,7 @@ class SimplicialEmbedding(nn.Module):
                 raise ValueError(f"SimplicialEmbedding {key} must be >= 1, got {value}")
         if int(simplex_dim) < 2:
             raise ValueError(f"SimplicialEmbedding simplex_dim (V) must be >= 2, got {simplex_dim}")
-        self.num_simplices = int(num_simplices)
-        self.simplex_dim = int(simplex_dim)
+        self.num_simplices, self.simplex_dim = int(num_simplices), int(simplex_dim)
         self.tau = check_temperature(tau, "SimplicialEmbedding tau", allow_zero=True)
         self.out_dim = self.num_simplices * self.simplex_dim
         self.linear = nn.Linear(in_dim, self.out_dim, bias=False)
@@ -78,9 +78,8 @@ class SimplicialEmbedding(nn.Module):
     @torch.no_grad()
     def frozen_forward(self, x: torch.Tensor, tau: float | None = None) -> torch.Tensor:
         """The SEM paper's probe input (§4): BN with running stats, no gradient, fp32."""
-        bn = self.bn
+        bn = self.bn  # float32, also for a half-precision ("16-true") module
         tensors = (self.linear.weight, bn.running_mean, bn.running_var, bn.weight, bn.bias)
-        # float32, also for a half-precision ("16-true") module
         weight, mean, var, gamma, beta = (t.float() for t in tensors)
         with torch.autocast(device_type=x.device.type, enabled=False):
             logits = F.batch_norm(
@@ -97,8 +96,7 @@ class SEMFeatureExtractor(nn.Module):
 
     def __init__(self, backbone: nn.Module, embedder: SimplicialEmbedding, tau: float):
         super().__init__()
-        self.backbone = backbone
-        self.embedder = embedder
+        self.backbone, self.embedder = backbone, embedder
         self.tau = check_temperature(tau, "probe tau", allow_zero=True)
         self.num_features = embedder.out_dim
 
@@ -124,9 +122,7 @@ class SEMThenHead(nn.Module):
 
     def __init__(self, embedder: SimplicialEmbedding, head: nn.Module):
         super().__init__()
-        self.embedder = embedder
-        self.head = head
-        self.tau = embedder.tau
+        self.embedder, self.head, self.tau = embedder, head, embedder.tau
         self.recorded: list[torch.Tensor] | None = None
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
@@ -141,17 +137,17 @@ class SEMThenHead(nn.Module):
         return self.head[index]
 
     @contextmanager
-    def temperature(self, tau: float) -> Iterator[None]:
-        previous, self.tau = self.tau, tau
+    def _set(self, name: str, value: Any) -> Iterator[Any]:
+        """In the block, attribute ``name`` is ``value`` (yielded)."""
+        previous = getattr(self, name)
+        setattr(self, name, value)
         try:
-            yield
+            yield value
         finally:
-            self.tau = previous
+            setattr(self, name, previous)
 
-    @contextmanager
-    def recording(self) -> Iterator[list[torch.Tensor]]:
-        self.recorded = []
-        try:
-            yield self.recorded
-        finally:
-            self.recorded = None
+    def temperature(self, tau: float) -> ContextManager[float]:
+        return self._set("tau", tau)
+
+    def recording(self) -> ContextManager[list[torch.Tensor]]:
+        return self._set("recorded", [])

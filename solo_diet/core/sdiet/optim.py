@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from torch import Tensor
 
 Steps = Union[float, Tensor]
-
+RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
 _EQUAL_RATES = 1e-12
 
 
@@ -105,9 +105,6 @@ def sgdw_row_step(
     return (1.0 - lr * weight_decay) * theta - lr * momentum_buffer, momentum_buffer
 
 
-RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
-
-
 class RowOptimizer:
     """A row-wise optimiser: ``step`` and ``zero_grad_steps`` return the new ``(rows, state)``."""
 
@@ -115,20 +112,18 @@ class RowOptimizer:
     step_rule: Callable[..., tuple[Tensor, ...]]
     zero_grad_rule: Callable[..., tuple[Tensor, ...]]
 
-    def hyper(self, lr: float) -> dict:
-        return {"lr": lr, **{k: getattr(self, k) for k in self.__dataclass_fields__}}
-
-    def step(
-        self, rows: Tensor, state: RowState, grad: Tensor, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = self.step_rule(rows, *state, grad, **self.hyper(lr))
+    def _apply(self, rule: Callable, rows: Tensor, state: RowState, arg: Any, lr: float):
+        hyper = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        rows, *new_state = rule(rows, *state, arg, lr=lr, **hyper)
         return rows, tuple(new_state)
 
-    def zero_grad_steps(
-        self, rows: Tensor, state: RowState, steps: Steps, lr: float
-    ) -> tuple[Tensor, RowState]:
-        rows, *new_state = self.zero_grad_rule(rows, *state, steps, **self.hyper(lr))
-        return rows, tuple(new_state)
+    def step(self, rows: Tensor, state: RowState, grad: Tensor, lr: float):
+        """``(rows, state)`` after one step with ``grad``."""
+        return self._apply(self.step_rule, rows, state, grad, lr)
+
+    def zero_grad_steps(self, rows: Tensor, state: RowState, steps: Steps, lr: float):
+        """``(rows, state)`` after ``steps`` zero-gradient steps (closed form)."""
+        return self._apply(self.zero_grad_rule, rows, state, steps, lr)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""s-DIET's seeded data order (multi-batch CE, s-DIET paper, §5.2): each epoch shuffles ``0..N-1``
-(seed ``seed + epoch``) into super-batches of ``m`` global batches, each split into contiguous rank
-slices; incomplete global batches are dropped."""
+"""s-DIET's seeded data order and head step (multi-batch CE, s-DIET paper, §5.2): each epoch
+shuffles ``0..N-1`` (seed ``seed + epoch``) into super-batches of ``m`` global batches, each split
+into contiguous rank slices (incomplete global batches dropped); a super-batch's ``m*B`` head rows
+stay on the device for its ``m`` steps (load, CE, step, write back) while the next one's are
+prefetched."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from solo_diet.core.errors import Argument, ArgumentError
+from solo_diet.core.labels import batch_rows
+from solo_diet.core.losses import sdiet_multi_batch_cross_entropy
+from solo_diet.core.sdiet.rowstore import RowStore
 
 ITERATE_THE_SAMPLER = (
     "the train DataLoader must iterate that sampler (DataLoader(dataset, batch_sampler=sampler))."
@@ -29,9 +34,7 @@ class EpochPermutation(Sampler[int]):
     """A permutation of ``0..N-1`` seeded by ``seed + epoch``; Lightning calls :meth:`set_epoch`."""
 
     def __init__(self, num_samples: int, seed: int = 0):
-        self.num_samples = num_samples
-        self.seed = seed
-        self.epoch = 0
+        self.num_samples, self.seed, self.epoch = num_samples, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -63,8 +66,7 @@ class SuperBatchSampler(Sampler[list[int]]):
     ):
         if num_samples <= 0 or batch_size <= 0 or rows_per_step <= 0:
             raise ValueError("num_samples, batch_size and rows_per_step must be positive")
-        self.batch_size = batch_size
-        self.rows_per_step = rows_per_step
+        self.batch_size, self.rows_per_step = batch_size, rows_per_step
         self._num_replicas, self._rank = num_replicas, rank
         # ``sampler`` with ``set_epoch``: the attribute Lightning looks for on a batch sampler
         self.sampler = EpochPermutation(num_samples, seed)
@@ -95,16 +97,12 @@ class SuperBatchSampler(Sampler[list[int]]):
             )
         return num_replicas, rank
 
-    @property
-    def global_batch_size(self) -> int:
-        return self.batch_size * self.replicas()[0]
-
     def __len__(self) -> int:
-        return self.num_samples // self.global_batch_size
+        return self.num_samples // (self.batch_size * self.replicas()[0])
 
     def global_batches(self) -> torch.Tensor:
         """``(steps, batch_size*num_replicas)`` global indices of this epoch, in step order."""
-        steps, size = len(self), self.global_batch_size
+        steps, size = len(self), self.batch_size * self.replicas()[0]
         return self.sampler.order()[: steps * size].view(steps, size)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -173,26 +171,20 @@ class SuperBatchOrder:
         start = batch_idx - batch_idx % m
         group = batches[start : min(start + m, steps)]
         following = batches[start + m : min(start + 2 * m, steps)]
-        return SuperBatch(
-            group.flatten(),
-            batch_idx - start,
-            len(group),
-            following.flatten() if len(following) else None,
-        )
+        following = following.flatten() if len(following) else None
+        return SuperBatch(group.flatten(), batch_idx - start, len(group), following)
 
-    def _check(
-        self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int, epoch: int
-    ) -> None:
+    def _check(self, indexes: torch.Tensor, expected: torch.Tensor, batch_idx: int, epoch: int):
+        """Compare ``indexes`` with ``expected`` now (CPU) or at the next batch (GPU: no wait)."""
         self.check_pending()
-        if indexes.is_cuda:
-            seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
-            seen.copy_(indexes, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            self._pending = (batch_idx, epoch, expected, seen, event)
-        else:
+        if not indexes.is_cuda:
             self._pending = (batch_idx, epoch, expected, indexes, None)
-            self.check_pending()
+            return self.check_pending()
+        seen = torch.empty(indexes.shape, dtype=indexes.dtype, pin_memory=True)
+        seen.copy_(indexes, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending = (batch_idx, epoch, expected, seen, event)
 
     def check_pending(self) -> None:
         """Finish the deferred check of the last batch (call it at the end of an epoch)."""
@@ -207,3 +199,67 @@ class SuperBatchOrder:
                 f"batch {batch_idx} is not the SuperBatchSampler's batch of epoch {epoch}: "
                 f"{ITERATE_THE_SAMPLER}"
             )
+
+
+@dataclass
+class RowHead:
+    """CE steps against rows in a row store (``rows_per_step`` m; 1: batch CE)."""
+
+    rows_per_step: int
+    label_smoothing: float
+    temperature: float
+    prefetch: bool
+    # the super-batch whose rows are on the device: its indexes, rows and optimiser state
+    resident: Optional[tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]] = None
+
+    def _loss_and_grad(self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor):
+        """``(loss, rows as a leaf, the loss's gradient for them)``; ``z`` keeps its graph."""
+        rows = rows.detach().requires_grad_(True)
+        loss = sdiet_multi_batch_cross_entropy(
+            z, rows, positions, label_smoothing=self.label_smoothing, temperature=self.temperature
+        )
+        return loss, rows, torch.autograd.grad(loss, rows, retain_graph=True)[0]
+
+    def index_step(
+        self, store: RowStore, z: torch.Tensor, super_batch: SuperBatch, lr: float, batch_idx: int
+    ) -> torch.Tensor:
+        """Multi-batch CE of ``z`` over the super-batch's resident rows, written back after it."""
+        group, place, length = super_batch.indexes, super_batch.place, super_batch.length
+        if place == 0:
+            self.resident = (group, *store.load(group, z.device, lr=lr))
+            if super_batch.following is not None and self.prefetch:
+                store.prefetch(super_batch.following, z.device)
+        if self.resident is None or not torch.equal(self.resident[0], group):
+            raise RuntimeError(
+                f"batch {batch_idx} continues a super-batch whose rows were never loaded"
+            )
+        batch_size = z.shape[0]
+        positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
+        loss, rows, head_grad = self._loss_and_grad(z, self.resident[1], positions)
+        leaving = place == length - 1
+        rows, state = store.update(
+            group,
+            rows,
+            self.resident[2],
+            head_grad,
+            lr=lr,
+            write_back=leaving,
+            eager_steps=store.eager_steps + self.rows_per_step - length,
+        )
+        self.resident = None if leaving else (group, rows, state)
+        return loss
+
+    def labelled_step(
+        self, store: RowStore, z: torch.Tensor, ids: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """Batch CE over the batch's distinct label rows (class / mix / groups): a row is the
+        positive of every datum sharing its id (Birth-of-SSL paper, Thm. 1); id -1 adds nothing."""
+        row_ids, positions = batch_rows(ids)
+        if row_ids.numel() == 0:
+            store.global_step += 1  # a step with no real row update: absent rows still age
+            return z.sum() * 0.0
+        labelled = positions >= 0
+        rows, state = store.load(row_ids, z.device, lr=lr)
+        loss, rows, head_grad = self._loss_and_grad(z[labelled], rows, positions[labelled])
+        store.update(row_ids, rows, state, head_grad, lr=lr)
+        return loss

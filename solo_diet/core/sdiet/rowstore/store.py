@@ -1,6 +1,7 @@
-"""s-DIET's row store. Zero-gradient steps of the rows absent from a batch (s-DIET paper, App. D.2,
-Eq. 18-20, sign corrected): ``"eager"`` (paper) applies ``T = N/B - m`` right after a row's step;
-``"lazy"`` (exact, ours) applies ``T = s - last - 1`` when the row is next loaded at step ``s``."""
+"""s-DIET's row store, whole or sharded over nodes (docs/methods/sdiet.md). Zero-gradient steps of
+the rows absent from a batch (s-DIET paper, App. D.2, Eq. 18-20, sign corrected): ``"eager"``
+(paper) applies ``T = N/B - m`` right after a row's step; ``"lazy"`` (exact, ours) applies
+``T = s - last - 1`` when the row is next loaded at step ``s``."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from solo_diet.core.sdiet.optim import RowOptimizer
+from solo_diet.core.sdiet.optim import RowOptimizer, RowState
 from solo_diet.core.sdiet.rowstore.tables import Device, RowTables
 
 MODES = ("eager", "lazy")
-# write-backs in flight before a new one waits for the oldest (bounds pinned buffers)
-MAX_PENDING_WRITES = 2
+MAX_PENDING_WRITES = 2  # write-backs in flight before a new one waits (bounds pinned buffers)
+EXCHANGE_CHUNK_ELEMENTS = 1 << 24  # bounds the buffer of a sharded checkpoint's gather
+Copied = tuple[Tensor, Optional[torch.cuda.Event]]  # a copy's values and the event that ends it
+Rows = tuple[Tensor, RowState]  # rows and their optimiser state
 
 
 class TransferQueue:
@@ -64,9 +67,7 @@ class TransferQueue:
         """Rows for ``device`` travel on the side stream (host tables, CUDA device)."""
         return self.stream is not None and device.type == "cuda"
 
-    def to_device(
-        self, values: Tensor, device: torch.device
-    ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
+    def to_device(self, values: Tensor, device: torch.device) -> Copied:
         """``values`` (pinned, for a side copy) on ``device``, and the event that ends the copy."""
         if not self.side_copies(device):
             return values.to(device), None
@@ -76,9 +77,7 @@ class TransferQueue:
             event.record(self.stream)
         return values, event
 
-    def to_table(
-        self, values: Tensor, device: torch.device, dtype: torch.dtype
-    ) -> tuple[Tensor, Optional[torch.cuda.Event]]:
+    def to_table(self, values: Tensor, device: torch.device, dtype: torch.dtype) -> Copied:
         """``values`` for a table on ``device`` in ``dtype`` (CUDA to host: pinned, side stream)."""
         if self.stream is None or not values.is_cuda:
             return values.to(device=device, dtype=dtype), None
@@ -116,8 +115,7 @@ class RowStore(RowTables):
             self.placement != "gpu", self.cuda and self.device.type == "cpu"
         )
         self._prefetched: Optional[tuple[Tensor, Future]] = None
-        # loads served by a prefetch (benchmarks check that the overlap happens)
-        self.prefetch_hits = 0
+        self.prefetch_hits = 0  # loads served by a prefetch (benchmarks check the overlap)
 
     def commit(self) -> None:
         """Finish every pending write-back (the writer's deferred one included)."""
@@ -136,14 +134,12 @@ class RowStore(RowTables):
         indices = indices.detach().cpu().clone()
         pinned = self.transfers.side_copies(device)
 
-        def gather() -> tuple[Tensor, Optional[torch.cuda.Event]]:
+        def gather() -> Copied:
             return self.transfers.to_device(self.gather(indices, pinned=pinned), device)
 
         self._prefetched = (indices, self.transfers.submit(gather))
 
-    def load(
-        self, indices: Tensor, device: Device, *, lr: Optional[float] = None
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def load(self, indices: Tensor, device: Device, *, lr: Optional[float] = None) -> Rows:
         """Copies of the rows and state of ``indices`` on ``device``."""
         device = torch.device(device)
         self.transfers.submit_deferred_write()
@@ -152,14 +148,13 @@ class RowStore(RowTables):
             self.commit()
             values = self.gather(indices).to(device, non_blocking=True)
         rows, *state = values.unbind(1)
-        state = tuple(state)
         if self.mode == "lazy":
             if lr is None:
                 raise ValueError("RowStore.load needs the current lr in lazy mode")
             last = self.last_step.index_select(0, self.table_index(indices))
             steps = (self.global_step - 1 - last).to(device=device, dtype=rows.dtype)
-            rows, state = self.optimizer.zero_grad_steps(rows, state, steps, lr)
-        return rows, state
+            return self.optimizer.zero_grad_steps(rows, tuple(state), steps, lr)
+        return rows, tuple(state)
 
     def _take_prefetched(self, indices: Tensor, device: torch.device) -> Optional[Tensor]:
         """The prefetched rows if they are those of ``indices`` on ``device``, else None."""
@@ -177,7 +172,7 @@ class RowStore(RowTables):
         self.prefetch_hits += 1
         return values
 
-    def store(self, indices: Tensor, rows: Tensor, state: tuple[Tensor, ...]) -> None:
+    def store(self, indices: Tensor, rows: Tensor, state: RowState) -> None:
         """Write rows and state back as of ``global_step - 1`` (asynchronously to host tables)."""
         prefetched = self._prefetched
         if prefetched is not None and bool(torch.isin(prefetched[0], indices.detach().cpu()).any()):
@@ -202,13 +197,13 @@ class RowStore(RowTables):
         self,
         indices: Tensor,
         rows: Tensor,
-        state: tuple[Tensor, ...],
+        state: RowState,
         grad: Tensor,
         *,
         lr: float,
         write_back: bool = True,
         eager_steps: Optional[float] = None,
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    ) -> Rows:
         """One real optimiser step of resident rows (stored with ``write_back``)."""
         with torch.no_grad():
             rows, state = self.optimizer.step(
@@ -229,10 +224,7 @@ class RowStore(RowTables):
 
     def load_state_dict(self, snapshot: dict) -> None:
         """Restore a :meth:`state_dict` of the same shapes (collective)."""
-        missing = [
-            name for name in (*self.names, "last_step", "global_step") if name not in snapshot
-        ]
-        if missing:
+        if missing := [n for n in (*self.names, "last_step", "global_step") if n not in snapshot]:
             raise KeyError(
                 f"row-store snapshot lacks {missing}; was it saved with another head_optimizer?"
             )
@@ -247,3 +239,60 @@ class RowStore(RowTables):
         self.global_step = int(snapshot["global_step"])
         if self.sharing is not None:
             self.sharing.barrier()
+
+
+class ShardedRowStore(RowStore):
+    """A ``RowStore`` holding only ``shard``'s rows (indices stay global)."""
+
+    def prefetch(self, indices: Tensor, device: Device) -> None:
+        """Nothing: sharded rows arrive through the collective of :meth:`load`."""
+
+    def load(self, indices: Tensor, device: Device, *, lr: Optional[float] = None) -> Rows:
+        """The rows and state of the global ``indices`` from their owners (collective)."""
+        device = torch.device(device)
+        shape = (indices.numel(), len(self.names), self.dim)
+        values = torch.zeros(shape, dtype=self.dtype, device=device)
+        if self.shard.contributes:
+            owned = self.shard.owns(indices)
+            rows, state = super().load(self.shard.local(indices[owned]), device, lr=lr)
+            values[owned.to(device)] = torch.stack([rows, *state], dim=1)
+        self.shard.all_reduce(values)
+        rows, *state = values.unbind(1)
+        return rows, tuple(state)
+
+    def store(self, indices: Tensor, rows: Tensor, state: RowState) -> None:
+        """The contributor writes back its node's rows of ``indices``."""
+        if not self.shard.contributes:
+            return
+        owned = self.shard.owns(indices)
+        on_device = owned.to(rows.device)
+        owned_state = tuple(s[on_device] for s in state)
+        super().store(self.shard.local(indices[owned]), rows[on_device], owned_state)
+
+    def state_dict(self, keep: bool = True) -> dict:
+        """The whole table (collective); a process that does not ``keep`` it gets ``{}``."""
+        self.commit()
+        local = self.snapshot() if self.shard.contributes else None
+        whole = {
+            name: self._gather(name, None if local is None else local[name], keep)
+            for name in (*self.names, "last_step")
+        }
+        return {**whole, "global_step": self.global_step, "mode": self.mode} if keep else {}
+
+    def _gather(self, name: str, local: Optional[Tensor], keep: bool) -> Optional[Tensor]:
+        """Every node's rows of table ``name``, in chunks, by sums of the owners' rows."""
+        width, dtype = ((), torch.int64) if name == "last_step" else ((self.dim,), self.dtype)
+        whole = torch.empty((self.total_rows, *width), dtype=dtype) if keep else None
+        chunk = max(1, EXCHANGE_CHUNK_ELEMENTS // max(self.dim, 1))
+        for node in range(self.shard.nodes):
+            owned = self.shard.owned_rows(self.total_rows, node)
+            for start in range(0, owned, chunk):
+                stop = min(start + chunk, owned)
+                part = torch.zeros((stop - start, *width), dtype=dtype, device=self.shard.device)
+                if local is not None and node == self.shard.node:
+                    part.copy_(local[start:stop])
+                self.shard.all_reduce(part)
+                if whole is not None:
+                    first = node + start * self.shard.nodes
+                    whole[first : node + stop * self.shard.nodes : self.shard.nodes] = part.cpu()
+        return whole

@@ -20,7 +20,6 @@ from torch import Tensor
 
 PLACEMENTS = ("cpu", "gpu", "disk")
 INIT_CHUNK_ELEMENTS = 1 << 24
-
 Device = Union[str, torch.device]
 
 
@@ -62,7 +61,6 @@ class RowShard:
         return len(range(node, num_rows, self.nodes))
 
     def owns(self, indices: Tensor) -> Tensor:
-        """Which ``indices`` this node owns (a bool mask)."""
         return indices % self.nodes == self.node
 
     def local(self, indices: Tensor) -> Tensor:
@@ -101,17 +99,13 @@ class RowTables:
             raise ValueError(
                 "placement='gpu' cannot be shared between processes: each GPU holds its own table"
             )
-        self.total_rows, self.shard = num_rows, shard
+        self.total_rows, self.shard, self.dim, self.names = num_rows, shard, dim, tuple(names)
         self.num_rows = num_rows if shard is None else shard.owned_rows(num_rows)
-        self.dim = dim
-        self.names = tuple(names)
-        self.placement = placement
-        self.dtype = dtype
+        self.placement, self.dtype, self.sharing = placement, dtype, sharing
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cpu")
         if placement == "gpu":
             self.device = torch.device(device or ("cuda" if self.cuda else "cpu"))
-        self.sharing = sharing
         self.writer = sharing is None or sharing.writer
         self.shared_files: list[str] = []
         if sharing is not None and placement == "cpu":
@@ -171,16 +165,14 @@ class RowTables:
         self.tables = {name: self.table[:, k] for k, name in enumerate(self.names)}
         self.last_step = self._allocate("last_step", (self.num_rows,), torch.int64, directory)
 
-    def _allocate(
-        self, name: str, shape: tuple, dtype: torch.dtype, directory: Optional[str]
-    ) -> Tensor:
+    def _allocate(self, name: str, shape: tuple, dtype: torch.dtype, directory: Optional[str]):
         if self.placement == "disk":
             return self._map_file(os.path.join(directory, f"{name}.bin"), shape, dtype)
         if self.sharing is not None:
             path = os.path.join(self.sharing.directory, f"{self.sharing.name}.{name}.bin")
             self.shared_files.append(path)
-            flat = torch.from_file(path, shared=True, size=math.prod(shape), dtype=dtype)
-            return flat.view(shape)
+            size = math.prod(shape)
+            return torch.from_file(path, shared=True, size=size, dtype=dtype).view(shape)
         if self.placement == "gpu":
             return torch.empty(shape, dtype=dtype, device=self.device)
         return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
