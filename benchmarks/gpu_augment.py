@@ -26,8 +26,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from solo_diet.core.data import CapturedAugmentation, MultiCropAugmentation
 from solo_diet.core.data import augment as ops
+from solo_diet.core.data.pipeline import CapturedAugmentation, MultiCropAugmentation
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 JITTER = {"prob": 0.8, "brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1}
