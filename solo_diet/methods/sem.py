@@ -4,9 +4,8 @@ the twin wraps as ``SEMThenHead(embedder, original)`` (keys: :class:`SEMKwargs`)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Sequence
@@ -18,14 +17,8 @@ from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.nn.sem import (
-    SEMFeatureExtractor,
-    SEMProbe,
-    SEMThenHead,
-    SimplicialEmbedding,
-    check_temperature,
-    simplex_statistics,
-)
+from solo_diet.core.nn import SimplicialEmbedding, simplex_statistics
+from solo_diet.core.nn.sem import SEMFeatureExtractor, SEMProbe, SEMThenHead, check_temperature
 from solo_diet.core.settings import parse_section, setting, write_section
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import DeclaredKwargs, ExtraRepresentation, method_contract
@@ -70,12 +63,11 @@ def with_sem(kwargs: type) -> type:
     def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
         base = getattr(kwargs, "checked", None)
         own = self if base is None else base(self, cfg)
-        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+        return replace(own, sem=self.sem.checked(cfg))
 
-    field = dataclasses.field(default_factory=SEMKwargs)
-    return dataclasses.make_dataclass(
+    return make_dataclass(
         f"SEM{kwargs.__name__}",
-        [("sem", SEMKwargs, field)],
+        [("sem", SEMKwargs, field(default_factory=SEMKwargs))],
         bases=(kwargs,),
         namespace={"checked": checked},
         frozen=True,
@@ -97,7 +89,6 @@ REFUSED: dict[str, str] = {
     ),
     "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it.",
 }
-_SLOTS = (("projector", "momentum_projector"), ("head", "momentum_head"))
 
 
 class SEMUnsupported(ValueError):
@@ -131,7 +122,7 @@ class _BackbonesForMethod:
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
     """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (DINO: ``head.mlp``)."""
-    for online, momentum in _SLOTS:
+    for online, momentum in (("projector", "momentum_projector"), ("head", "momentum_head")):
         module = getattr(model, online, None)
         if isinstance(module, nn.Module):
             suffix = ".mlp" if isinstance(getattr(module, "mlp", None), nn.Module) else ""
@@ -203,13 +194,10 @@ class _SEMTwin:
             )
         shape = (backbone_dim, sem.num_simplices, sem.simplex_dim)  # D, L, V
         embedder = SimplicialEmbedding(*shape, sem.tau_online)
-        self._wrap(self._sem_online, embedder)
+        online = self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
             momentum_embedder = SimplicialEmbedding(*shape, sem.tau_target)
-            self._wrap(self._sem_momentum, momentum_embedder)
-            initialize_momentum_params(
-                self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
-            )
+            initialize_momentum_params(online, self._wrap(self._sem_momentum, momentum_embedder))
             paired = {id(p) for _, m in self.momentum_pairs for p in m.parameters()}
             if id(momentum_embedder.linear.weight) not in paired:
                 raise SEMUnsupported(
@@ -229,10 +217,11 @@ class _SEMTwin:
             self.momentum_classifier = nn.Linear(backbone_dim, self.num_classes)
         self._sem_large_crops: list[torch.Tensor] = []
 
-    def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
+    def _wrap(self, path: str, embedder: SimplicialEmbedding) -> SEMThenHead:
         parent_path, _, name = path.rpartition(".")
-        parent = self.get_submodule(parent_path) if parent_path else self
+        parent = self.get_submodule(parent_path)  # "" is the model itself
         setattr(parent, name, SEMThenHead(embedder, getattr(parent, name)))
+        return getattr(parent, name)
 
     @property
     def sem_embedder(self) -> SimplicialEmbedding:
