@@ -228,11 +228,9 @@ class _SEMTwin:
         """The online embedder (``BN(W e)`` + Eq. 1)."""
         return self.get_submodule(self._sem_online).embedder
 
-    def _forward_recording_sem(
-        self, forward: Callable[..., dict[str, Any]], X: torch.Tensor, *args, **kwargs
-    ):
+    def _recording_sem(self, forward: Callable[..., dict], *args, **kwargs) -> dict[str, Any]:
         with self.get_submodule(self._sem_online).recording() as seen:
-            out = forward(X, *args, **kwargs)
+            out = forward(*args, **kwargs)
         if not seen:
             raise RuntimeError(
                 f"{self.sem_base_method}_sem: forward did not call `{self._sem_online}`."
@@ -242,11 +240,11 @@ class _SEMTwin:
 
     def forward(self, X: torch.Tensor, *args, **kwargs) -> dict[str, Any]:
         """solo-learn's outputs plus ``sem``: the SEM representation the projector/head read."""
-        return self._forward_recording_sem(super().forward, X, *args, **kwargs)
+        return self._recording_sem(super().forward, X, *args, **kwargs)
 
     def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
         """As :meth:`forward`, for solo-learn's small crops."""
-        return self._forward_recording_sem(super().multicrop_forward, X)
+        return self._recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Crop 0 at ``tau_online``, the others at ``tau_target`` (SEM paper, §3.1)."""
