@@ -15,10 +15,12 @@ import solo_diet.methods as package
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.host import METHODS_GROUP, require_solo
 from solo_diet.core.settings import core_errors_named, parse_section, write_section
-from solo_diet.methods import PLUGIN_FACTORIES
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
+
+# the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
+SEM_TWINS = "solo_diet.methods.sem:sem_twins"
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,5 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = _add(methods_module, plugin_methods())
-    for factory in PLUGIN_FACTORIES:  # each "module:function" takes the registry
-        names += _add(methods_module, pkgutil.resolve_name(factory)(dict(methods_module.METHODS)))
-    return names
+    twins = pkgutil.resolve_name(SEM_TWINS)(dict(methods_module.METHODS))
+    return names + _add(methods_module, twins)

@@ -68,21 +68,16 @@ class LabelledProjectionKwargs(IndexKwargs):
         return self
 
 
-SET_NUM_SAMPLES = (
-    "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
-    "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
-    "DALI, set dali.encode_indexes_into_labels=True."
-)
-# check_range's device_key: what a GPU's device assert names (its message has < 255 characters)
-DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
-
-
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     """Refuse dataset indices outside ``[0, num_samples)`` (on a GPU: a device assert)."""
+    fix = (
+        "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
+        "num_samples from the real dataset), or set it to len(train_dataset) after "
+        "data.fraction; with DALI, set dali.encode_indexes_into_labels=True."
+    )
+    device_key = "method_kwargs.num_samples; launch with solo-diet pretrain"  # < 255 characters
     with core_errors_named(INDEX_ARGUMENT_KEYS):
-        check_range(
-            indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
-        )
+        check_range(indexes, 0, num_samples, "dataset index", "num_samples", fix, device_key)
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):

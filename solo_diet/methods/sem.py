@@ -288,7 +288,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
-    """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
+    """``<name>_sem`` for every method of ``methods`` (the registry) SEM supports."""
     return {
         f"{name}_sem": make_sem_twin(name, cls)
         for name, cls in methods.items()
