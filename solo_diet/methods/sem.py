@@ -57,8 +57,8 @@ class SEMKwargs:
         return replace(self, **taus)
 
 
-def with_sem(kwargs: type) -> type:
-    """The kwargs dataclass of a twin: the base method's ``kwargs`` and ``sem``."""
+def with_sem(kwargs: Optional[type]) -> type:
+    """The kwargs dataclass of a twin: ``sem`` and the base method's ``kwargs`` (if any)."""
 
     def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
         base = getattr(kwargs, "checked", None)
@@ -66,19 +66,16 @@ def with_sem(kwargs: type) -> type:
         return replace(own, sem=self.sem.checked(cfg))
 
     return make_dataclass(
-        f"SEM{kwargs.__name__}",
+        f"SEM{getattr(kwargs, '__name__', 'OnlyKwargs')}",
         [("sem", SEMKwargs, field(default_factory=SEMKwargs))],
-        bases=(kwargs,),
+        bases=() if kwargs is None else (kwargs,),
         namespace={"checked": checked},
         frozen=True,
     )
 
 
-@dataclass(frozen=True)
-class SEMOnlyKwargs:
-    """The ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)."""
-
-    sem: SEMKwargs
+# the ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)
+SEMOnlyKwargs = with_sem(None)
 
 
 REFUSED: dict[str, str] = {
@@ -180,9 +177,9 @@ class _SEMTwin:
 
     def __init__(self, cfg: omegaconf.DictConfig):
         if not isinstance(self, DeclaredKwargs):  # ours parse `sem` with their kwargs
-            sem = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
-            write_section(cfg, "method_kwargs.sem", sem)
-            self.hp = SEMOnlyKwargs(sem)  # before the base method reads features_dim
+            only = parse_section(SEMOnlyKwargs, cfg, "method_kwargs", SEMKwargs.owner, strict=False)
+            self.hp = only.checked(cfg)  # before the base method reads features_dim
+            write_section(cfg, "method_kwargs", self.hp)
         super().__init__(cfg)
         sem = self.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
