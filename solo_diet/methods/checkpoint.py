@@ -110,12 +110,10 @@ def _registered_methods() -> dict[str, type]:
 def _saved_args(args_path: Path) -> omegaconf.DictConfig:
     """An ``args.json``, its method's renamed ``method_kwargs`` moved to their new names."""
     args = omegaconf.OmegaConf.create(json.loads(args_path.read_text()))
-    method = _registered_methods().get(str(args.get("method")))
+    method = _registered_methods().get(str(args.get("method")))  # unknown: loading it says so
     kwargs = args.get("method_kwargs")
-    if method is None or not isinstance(kwargs, omegaconf.DictConfig):
-        return args  # an unknown method: loading it names the problem
     for old, new in getattr(method, "renamed_method_kwargs", {}).items():
-        if old in kwargs:
+        if isinstance(kwargs, omegaconf.DictConfig) and old in kwargs:
             kwargs.setdefault(new, kwargs.pop(old))
     return args
 
@@ -181,10 +179,8 @@ def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optiona
         return "the file does not exist"
     try:
         _torch_load(Path(path), allow_pickle=False, mmap=True)
-    except CorruptCheckpoint as err:
-        return err.reason
-    except UnsafeCheckpoint as err:
-        return None if allow_pickle else err.reason
+    except (CorruptCheckpoint, UnsafeCheckpoint) as err:
+        return None if allow_pickle and isinstance(err, UnsafeCheckpoint) else err.reason
     return None
 
 

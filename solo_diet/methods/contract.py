@@ -15,13 +15,12 @@ import solo_diet.methods as package
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.host import METHODS_GROUP, require_solo
 from solo_diet.core.settings import core_errors_named, parse_section, write_section
-from solo_diet.methods import PLUGIN_FACTORIES
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# ``extra_evaluations``' first argument, a ``PretrainedCheckpoint`` (not imported: no cycle)
-Checkpoint = Any
+# the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
+SEM_TWINS = "solo_diet.methods.sem:sem_twins"
 
 
 @dataclass(frozen=True)
@@ -42,13 +41,10 @@ class ExtraRepresentation:
 
 def no_batch_sampler(cfg: omegaconf.DictConfig, dataset: Sequence[Any]) -> None:
     """The default ``train_batch_sampler``: solo-learn's shuffled batches."""
-    return None
 
 
-def no_extra_evaluations(
-    checkpoint: Checkpoint, settings: Mapping[str, Any]
-) -> list[ExtraRepresentation]:
-    """The default ``extra_evaluations``: nothing besides the backbone."""
+def no_extra_evaluations(checkpoint: Any, settings: Mapping[str, Any]) -> list[ExtraRepresentation]:
+    """The default ``extra_evaluations`` of a ``PretrainedCheckpoint``: nothing but the backbone."""
     return []
 
 
@@ -64,12 +60,8 @@ class Contract:
     kwargs: Optional[type] = None
     sem_unsupported: Optional[str] = None
     step_graph_unsupported: Optional[str] = None
-    train_batch_sampler: Callable[[omegaconf.DictConfig, Sequence[Any]], Optional["Sampler"]] = (
-        no_batch_sampler
-    )
-    extra_evaluations: Callable[[Checkpoint, Mapping[str, Any]], list[ExtraRepresentation]] = (
-        no_extra_evaluations
-    )
+    train_batch_sampler: Callable[..., Optional["Sampler"]] = no_batch_sampler  # (cfg, dataset)
+    extra_evaluations: Callable[..., list[ExtraRepresentation]] = no_extra_evaluations
     views: int = 2
     smoke_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -92,8 +84,7 @@ FIELD_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {  # field: (what i
 }
 
 
-DEFAULT_CONTRACT = Contract()
-"""The contract of a class that declares none (solo-learn's own methods)."""
+DEFAULT_CONTRACT = Contract()  # of a class that declares none (solo-learn's own methods)
 
 
 def method_contract(method_cls: type) -> Contract:
@@ -228,6 +219,5 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = _add(methods_module, plugin_methods())
-    for factory in PLUGIN_FACTORIES:  # each "module:function" takes the registry
-        names += _add(methods_module, pkgutil.resolve_name(factory)(dict(methods_module.METHODS)))
-    return names
+    twins = pkgutil.resolve_name(SEM_TWINS)(dict(methods_module.METHODS))
+    return names + _add(methods_module, twins)

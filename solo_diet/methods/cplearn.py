@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 import omegaconf
 import torch
@@ -17,10 +17,8 @@ from solo_diet.core.metrics import clustering_report
 from solo_diet.core.nn import CPLearnProjector
 from solo_diet.core.settings import is_number, setting
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
+from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import Contract, DeclaredKwargs, ExtraRepresentation
-
-if TYPE_CHECKING:
-    from solo_diet.methods.checkpoint import PretrainedCheckpoint
 
 
 @dataclass(frozen=True)
@@ -46,9 +44,7 @@ class CPLearnKwargs:
                 "`method_kwargs.eps` must be in (0, 1/proj_output_dim) = (0, "
                 f"{1.0 / self.proj_output_dim:.3g}), got {self.eps!r}; the paper uses 1e-8."
             )
-        crops = tuple(
-            omegaconf_select(cfg, f"data.num_{size}_crops") for size in ("large", "small")
-        )
+        crops = tuple(omegaconf_select(cfg, f"data.num_{s}_crops") for s in ("large", "small"))
         if crops != (2, 0):
             raise ConfigError(
                 f"CPLearn compares exactly two views: needs data.num_large_crops=2 and "
@@ -71,7 +67,7 @@ class ForwardOutput(torch.nn.Module):
 
 
 def cplearn_representations(
-    checkpoint: "PretrainedCheckpoint", settings: Mapping[str, Any]
+    checkpoint: PretrainedCheckpoint, settings: Mapping[str, Any]
 ) -> list[ExtraRepresentation]:
     """Contract hook ``extra_evaluations``: the argmax codes and the embedding H."""
     model = checkpoint.method()
@@ -99,14 +95,9 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         hp = self.hp
         loss_keys = ("beta", "prior", "symmetric", "gather_marginal")
         self.loss_options: Dict[str, Any] = {key: getattr(hp, key) for key in loss_keys}
-        self.projector = CPLearnProjector(
-            self.features_dim,
-            hp.proj_hidden_dim,
-            hp.proj_output_dim,
-            activation=hp.activation,
-            eps=hp.eps,
-            codes_seed=hp.codes_seed,
-        )
+        dims = (self.features_dim, hp.proj_hidden_dim, hp.proj_output_dim)  # D, f, c
+        options = {"activation": hp.activation, "eps": hp.eps, "codes_seed": hp.codes_seed}
+        self.projector = CPLearnProjector(*dims, **options)
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
 

@@ -57,7 +57,6 @@ class DIET(IndexMethod):
         """DIET loss over every labelled view + online probe; returns the loss."""
         indexes, targets = batch[0], batch[2]
         check_sample_indexes(indexes, self.hp.num_samples)
-
         out = super().training_step(batch, batch_idx)
         ids = self.label_source(indexes, targets).repeat(self.num_crops)
         logits = self.head_logits(torch.cat(out["z"]))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
 
 import omegaconf
 import torch
@@ -14,7 +13,6 @@ import torch
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.losses import closed_form_head_loss
 from solo_diet.core.settings import setting
-from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
 
 
@@ -41,11 +39,8 @@ class DIETCF(LabelledProjectionMethod):
     registered_as = "diet_cf"
     contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)
     hp: DIETCFKwargs
+    loss_logged_as = "train_cf_loss"
 
-    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Closed-form-head loss over every view of the global batch + online probe."""
-        out = super().training_step(batch, batch_idx)
-        views, ids = self.gathered_views_and_ids(out, batch)
-        loss = closed_form_head_loss(torch.cat(views), ids, self.hp.lam)
-        self.log("train_cf_loss", loss, on_epoch=True, sync_dist=True)
-        return loss + online_probe_loss(batch[2], out["loss"])
+    def views_loss(self, views: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+        """The closed-form-head loss over every view of the global batch."""
+        return closed_form_head_loss(torch.cat(views), ids, self.hp.lam)

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
 
 import torch
 
 from solo_diet.core.losses import graph_vicreg_loss, label_graph
 from solo_diet.core.settings import setting
-from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.index_method import LabelledProjectionKwargs, LabelledProjectionMethod
 
 
@@ -33,18 +31,15 @@ class GraphVICReg(LabelledProjectionMethod):
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)
     hp: GraphVICRegKwargs
+    loss_logged_as = "train_graph_vicreg_loss"
 
-    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Graph-VICReg over every view of the global batch + online probe; returns the loss."""
-        out = super().training_step(batch, batch_idx)
-        views, ids = self.gathered_views_and_ids(out, batch)
+    def views_loss(self, views: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+        """Graph-VICReg over every view of the global batch."""
         hp = self.hp
-        loss = graph_vicreg_loss(
+        return graph_vicreg_loss(
             views,
             label_graph(ids, hp.label_norm_power),
             sim_loss_weight=hp.sim_loss_weight,
             var_loss_weight=hp.var_loss_weight,
             cov_loss_weight=hp.cov_loss_weight,
         )
-        self.log("train_graph_vicreg_loss", loss, on_epoch=True, sync_dist=True)
-        return loss + online_probe_loss(batch[2], out["loss"])

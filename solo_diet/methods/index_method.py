@@ -15,6 +15,7 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.labels import LABEL_DEFAULTS, LabelSource, check_range, label_source_from_kwargs
 from solo_diet.core.nn import mlp_projector
 from solo_diet.core.settings import core_errors_named, setting
+from solo_diet.methods._common import online_probe_loss
 from solo_diet.methods.contract import Contract, DeclaredKwargs
 
 # the core arguments of the label source and sampler check, and the keys that set them
@@ -67,21 +68,16 @@ class LabelledProjectionKwargs(IndexKwargs):
         return self
 
 
-SET_NUM_SAMPLES = (
-    "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
-    "num_samples from the real dataset), or set it to len(train_dataset) after data.fraction; with "
-    "DALI, set dali.encode_indexes_into_labels=True."
-)
-# check_range's device_key: what a GPU's device assert names (its message has < 255 characters)
-DEVICE_KEY = "method_kwargs.num_samples; launch with solo-diet pretrain"
-
-
 def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
     """Refuse dataset indices outside ``[0, num_samples)`` (on a GPU: a device assert)."""
+    fix = (
+        "The head has one row per training sample: launch with `solo-diet pretrain` (it sets "
+        "num_samples from the real dataset), or set it to len(train_dataset) after "
+        "data.fraction; with DALI, set dali.encode_indexes_into_labels=True."
+    )
+    device_key = "method_kwargs.num_samples; launch with solo-diet pretrain"  # < 255 characters
     with core_errors_named(INDEX_ARGUMENT_KEYS):
-        check_range(
-            indexes, 0, num_samples, "dataset index", "num_samples", SET_NUM_SAMPLES, DEVICE_KEY
-        )
+        check_range(indexes, 0, num_samples, "dataset index", "num_samples", fix, device_key)
 
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
@@ -95,7 +91,6 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         views=1,
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 8},
     )
-
     hp: IndexKwargs
 
     def __init__(self, cfg: omegaconf.DictConfig):
@@ -110,16 +105,10 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         except ValueError as error:  # an unreadable groups file, too
             raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
         self.projector: nn.Module = nn.Identity()
-        self.z_dim: int = self.features_dim
+        self.z_dim: int = hp.proj_output_dim if hp.proj_layers > 0 else self.features_dim
         if hp.proj_layers > 0:
-            self.projector = mlp_projector(
-                self.features_dim,
-                hp.proj_hidden_dim,
-                hp.proj_output_dim,
-                hp.proj_layers,
-                hp.proj_use_bn,
-            )
-            self.z_dim = hp.proj_output_dim
+            dims = (self.features_dim, hp.proj_hidden_dim, hp.proj_output_dim, hp.proj_layers)
+            self.projector = mlp_projector(*dims, hp.proj_use_bn)
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
@@ -146,7 +135,7 @@ class LabelledProjectionMethod(IndexMethod):
     """An index-based method comparing the views by label id. Keys: :class:`IndexMethod`'s."""
 
     hp: LabelledProjectionKwargs
-
+    loss_logged_as: str  # the name the subclass's loss is logged under
     contract = replace(
         IndexMethod.contract,
         kwargs=LabelledProjectionKwargs,
@@ -154,9 +143,14 @@ class LabelledProjectionMethod(IndexMethod):
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 12},
     )
 
-    def gathered_views_and_ids(
-        self, out: Dict[str, Any], batch: Sequence[Any]
-    ) -> tuple[list, torch.Tensor]:
-        """Each view's ``z`` over all DDP ranks and the label ids of ``cat(views)`` (view-major)."""
+    def views_loss(self, views: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+        """The loss of every view's ``z`` (all DDP ranks) and the label ids of ``cat(views)``."""
+        raise NotImplementedError
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """:meth:`views_loss` over every view of the global batch + online probe."""
+        out = super().training_step(batch, batch_idx)
         ids = concat_all_gather_no_grad(self.label_source(batch[0], batch[2]))
-        return [gather(z) for z in out["z"]], ids.repeat(len(out["z"]))
+        loss = self.views_loss([gather(z) for z in out["z"]], ids.repeat(len(out["z"])))
+        self.log(self.loss_logged_as, loss, on_epoch=True, sync_dist=True)
+        return loss + online_probe_loss(batch[2], out["loss"])

@@ -15,24 +15,10 @@ from solo.utils.misc import concat_all_gather_no_grad, gather, omegaconf_select
 from torch.nn import functional as F
 
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.sdiet import rowstore, samplers
 from solo_diet.core.sdiet.optim import RowAdamW, RowOptimizer, RowSGDW
-from solo_diet.core.sdiet.rowstore import (
-    MODES,
-    PLACEMENTS,
-    HostSharing,
-    RowShard,
-    RowStore,
-    ShardedRowStore,
-    host_sharing,
-    node_shard,
-)
-from solo_diet.core.sdiet.samplers import (
-    RowHead,
-    SuperBatch,
-    SuperBatchOrder,
-    SuperBatchSampler,
-    check_sampler,
-)
+from solo_diet.core.sdiet.rowstore import RowStore, ShardedRowStore
+from solo_diet.core.sdiet.samplers import RowHead, SuperBatch, SuperBatchOrder, SuperBatchSampler
 from solo_diet.core.settings import KeyReader, core_errors_named, is_number, setting
 from solo_diet.methods._common import SOLO_LEARN_SEED, online_probe_loss
 from solo_diet.methods.index_method import (
@@ -65,14 +51,14 @@ class SDIETKwargs(IndexKwargs):
     head_eps: float = setting(within=(0.0, math.inf), derive=_optimizer_kwarg("eps", 1e-8))
     head_momentum: float = setting(within=(0.0, 1.0), derive=_optimizer_kwarg("momentum", 0.9))
     zero_grad_steps: str = setting(
-        choices=MODES,
+        choices=rowstore.MODES,
         derive=lambda cfg: (
             "eager"
             if omegaconf_select(cfg, "method_kwargs.labels", IndexKwargs.labels) == "index"
             else "lazy"
         ),
     )
-    row_placement: str = setting("cpu", choices=PLACEMENTS)
+    row_placement: str = setting("cpu", choices=rowstore.PLACEMENTS)
     row_dir: Optional[str] = None
     row_dtype: str = setting("float32", choices=("float32", "float64"))
     rows_per_step: int = setting(1, minimum=1, hint="1 is the paper's batch CE.")
@@ -137,7 +123,7 @@ class SDIET(IndexMethod):
         self.row_head = RowHead(hp.rows_per_step, hp.label_smoothing, hp.temperature, hp.prefetch)
         # plain attributes: Lightning never moves, syncs or saves them
         self._row_store: Optional[RowStore] = None
-        self._pending_snapshot: Optional[dict] = None
+        self._pending_snapshot: Optional[dict] = None  # loaded by the next use of row_store
         self.super_batch_sampler: Optional[SuperBatchSampler] = None
         self.batch_order = SuperBatchOrder(hp.rows_per_step)
 
@@ -159,21 +145,26 @@ class SDIET(IndexMethod):
     def row_store(self) -> RowStore:
         """The head rows and their optimiser state, made on first use."""
         if self._row_store is None:
-            hp, placement = self.hp, self.hp.row_placement
-            node = self.trainer.node_rank if self._trainer is not None else 0
-            sharing = host_sharing(node=node) if placement in ("cpu", "disk") else None
+            hp, placement, trainer = self.hp, self.hp.row_placement, self._trainer
+            nodes = 1 if trainer is None else trainer.num_nodes
+            node = 0 if trainer is None else trainer.node_rank
+            sharing = rowstore.host_sharing(node=node) if placement in ("cpu", "disk") else None
             if sharing is not None and self.label_source.source != "index":
                 raise ConfigError(
                     f"`method_kwargs.labels={self.label_source.source}` with several processes "
                     "needs `method_kwargs.row_placement=gpu`: a host-shared store writes one step "
                     "late, and class rows recur in consecutive batches."
                 )
+            shard = None  # row_sharding=node over several nodes: this node's part of the rows
+            if hp.row_sharding == "node" and nodes > 1:
+                part = (trainer.global_rank, trainer.world_size, True)
+                if sharing is not None:  # a host-shared store: the node's part, one writer
+                    part = (node, nodes, sharing.writer)
+                shard = rowstore.node_shard(*part, self.device)
             directory = hp.row_dir
-            if directory and self._trainer is not None and self.trainer.num_nodes > 1:
+            if directory and nodes > 1:
                 directory = os.path.join(directory, f"node{node}")
-            shard = self._node_shard(node, sharing)
-            store_class = RowStore if shard is None else ShardedRowStore
-            self._row_store = store_class(
+            self._row_store = (RowStore if shard is None else ShardedRowStore)(
                 self.label_source.num_rows,
                 self.z_dim,
                 self.head_optimizer,
@@ -186,19 +177,10 @@ class SDIET(IndexMethod):
                 sharing=sharing,
                 shard=shard,
             )
-            if self._pending_snapshot is not None:
-                self._row_store.load_state_dict(self._pending_snapshot)
-                self._pending_snapshot = None
+        if self._pending_snapshot is not None:
+            self._row_store.load_state_dict(self._pending_snapshot)
+            self._pending_snapshot = None
         return self._row_store
-
-    def _node_shard(self, node: int, sharing: Optional[HostSharing]) -> Optional[RowShard]:
-        """This node's part of the rows with ``row_sharding=node`` over several nodes, else None."""
-        trainer = self._trainer
-        if self.hp.row_sharding != "node" or trainer is None or trainer.num_nodes == 1:
-            return None
-        if sharing is None:
-            return node_shard(trainer.global_rank, trainer.world_size, True, self.device)
-        return node_shard(node, trainer.num_nodes, sharing.writer, self.device)
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:
         """``z``: the L2-normalised projector output (rows stepped by hand, as Listing 1)."""
@@ -216,11 +198,10 @@ class SDIET(IndexMethod):
         if self.super_batch_sampler is None:
             found = getattr(self.trainer.train_dataloader, "batch_sampler", None)
             self.super_batch_sampler = found if isinstance(found, SuperBatchSampler) else None
+        hp, global_batch = self.hp, self.batch_size * self.trainer.world_size
         with core_errors_named(INDEX_ARGUMENT_KEYS):
-            check_sampler(self.super_batch_sampler, self.hp.num_samples, self.hp.rows_per_step)
-        global_batch = self.batch_size * self.trainer.world_size
-        steps = self.hp.num_samples / global_batch - self.hp.rows_per_step
-        self.row_store.eager_steps = max(steps, 0.0)
+            samplers.check_sampler(self.super_batch_sampler, hp.num_samples, hp.rows_per_step)
+        self.row_store.eager_steps = max(hp.num_samples / global_batch - hp.rows_per_step, 0.0)
 
     def _super_batch(self, indexes: torch.Tensor, batch_idx: int) -> SuperBatch:
         """This global batch's super-batch (no SuperBatchSampler: the batch, checked)."""
@@ -268,9 +249,5 @@ class SDIET(IndexMethod):
             checkpoint[CHECKPOINT_KEY] = state or store.state_dict()
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
-        """The rows saved by :meth:`on_save_checkpoint`, loaded now or when the store is made."""
-        snapshot = checkpoint.get(CHECKPOINT_KEY)
-        if snapshot is not None and self._row_store is not None:
-            self._row_store.load_state_dict(snapshot)
-        elif snapshot is not None:  # loaded when the store is created
-            self._pending_snapshot = snapshot
+        """The rows saved by :meth:`on_save_checkpoint`, loaded by the next use of the store."""
+        self._pending_snapshot = checkpoint.get(CHECKPOINT_KEY, self._pending_snapshot)

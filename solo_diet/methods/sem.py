@@ -4,9 +4,8 @@ the twin wraps as ``SEMThenHead(embedder, original)`` (keys: :class:`SEMKwargs`)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Sequence
@@ -18,14 +17,8 @@ from solo.utils.momentum import initialize_momentum_params
 from torch import nn
 
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.nn.sem import (
-    SEMFeatureExtractor,
-    SEMProbe,
-    SEMThenHead,
-    SimplicialEmbedding,
-    check_temperature,
-    simplex_statistics,
-)
+from solo_diet.core.nn import SimplicialEmbedding, simplex_statistics
+from solo_diet.core.nn.sem import SEMFeatureExtractor, SEMProbe, SEMThenHead, check_temperature
 from solo_diet.core.settings import parse_section, setting, write_section
 from solo_diet.methods.checkpoint import PretrainedCheckpoint
 from solo_diet.methods.contract import DeclaredKwargs, ExtraRepresentation, method_contract
@@ -64,29 +57,25 @@ class SEMKwargs:
         return replace(self, **taus)
 
 
-def with_sem(kwargs: type) -> type:
-    """The kwargs dataclass of a twin: the base method's ``kwargs`` and ``sem``."""
+def with_sem(kwargs: Optional[type]) -> type:
+    """The kwargs dataclass of a twin: ``sem`` and the base method's ``kwargs`` (if any)."""
 
     def checked(self: Any, cfg: omegaconf.DictConfig) -> Any:
         base = getattr(kwargs, "checked", None)
         own = self if base is None else base(self, cfg)
-        return dataclasses.replace(own, sem=self.sem.checked(cfg))
+        return replace(own, sem=self.sem.checked(cfg))
 
-    field = dataclasses.field(default_factory=SEMKwargs)
-    return dataclasses.make_dataclass(
-        f"SEM{kwargs.__name__}",
-        [("sem", SEMKwargs, field)],
-        bases=(kwargs,),
+    return make_dataclass(
+        f"SEM{getattr(kwargs, '__name__', 'OnlyKwargs')}",
+        [("sem", SEMKwargs, field(default_factory=SEMKwargs))],
+        bases=() if kwargs is None else (kwargs,),
         namespace={"checked": checked},
         frozen=True,
     )
 
 
-@dataclass(frozen=True)
-class SEMOnlyKwargs:
-    """The ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)."""
-
-    sem: SEMKwargs
+# the ``self.hp`` of a solo-learn method's twin: ``sem`` alone (solo-learn reads the rest)
+SEMOnlyKwargs = with_sem(None)
 
 
 REFUSED: dict[str, str] = {
@@ -97,7 +86,6 @@ REFUSED: dict[str, str] = {
     ),
     "mae": "MAE has no projector (its decoder reads patch tokens), so SEM has no place in it.",
 }
-_SLOTS = (("projector", "momentum_projector"), ("head", "momentum_head"))
 
 
 class SEMUnsupported(ValueError):
@@ -131,7 +119,7 @@ class _BackbonesForMethod:
 
 def _slot_paths(model: nn.Module) -> tuple[str, str | None]:
     """(online, momentum) module paths SEM feeds: ``projector`` or ``head`` (DINO: ``head.mlp``)."""
-    for online, momentum in _SLOTS:
+    for online, momentum in (("projector", "momentum_projector"), ("head", "momentum_head")):
         module = getattr(model, online, None)
         if isinstance(module, nn.Module):
             suffix = ".mlp" if isinstance(getattr(module, "mlp", None), nn.Module) else ""
@@ -189,9 +177,9 @@ class _SEMTwin:
 
     def __init__(self, cfg: omegaconf.DictConfig):
         if not isinstance(self, DeclaredKwargs):  # ours parse `sem` with their kwargs
-            sem = parse_section(SEMKwargs, cfg, "method_kwargs.sem", SEMKwargs.owner).checked(cfg)
-            write_section(cfg, "method_kwargs.sem", sem)
-            self.hp = SEMOnlyKwargs(sem)  # before the base method reads features_dim
+            only = parse_section(SEMOnlyKwargs, cfg, "method_kwargs", SEMKwargs.owner, strict=False)
+            self.hp = only.checked(cfg)  # before the base method reads features_dim
+            write_section(cfg, "method_kwargs", self.hp)
         super().__init__(cfg)
         sem = self.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
@@ -203,13 +191,10 @@ class _SEMTwin:
             )
         shape = (backbone_dim, sem.num_simplices, sem.simplex_dim)  # D, L, V
         embedder = SimplicialEmbedding(*shape, sem.tau_online)
-        self._wrap(self._sem_online, embedder)
+        online = self._wrap(self._sem_online, embedder)
         if self._sem_momentum is not None:
             momentum_embedder = SimplicialEmbedding(*shape, sem.tau_target)
-            self._wrap(self._sem_momentum, momentum_embedder)
-            initialize_momentum_params(
-                self.get_submodule(self._sem_online), self.get_submodule(self._sem_momentum)
-            )
+            initialize_momentum_params(online, self._wrap(self._sem_momentum, momentum_embedder))
             paired = {id(p) for _, m in self.momentum_pairs for p in m.parameters()}
             if id(momentum_embedder.linear.weight) not in paired:
                 raise SEMUnsupported(
@@ -229,21 +214,20 @@ class _SEMTwin:
             self.momentum_classifier = nn.Linear(backbone_dim, self.num_classes)
         self._sem_large_crops: list[torch.Tensor] = []
 
-    def _wrap(self, path: str, embedder: SimplicialEmbedding) -> None:
+    def _wrap(self, path: str, embedder: SimplicialEmbedding) -> SEMThenHead:
         parent_path, _, name = path.rpartition(".")
-        parent = self.get_submodule(parent_path) if parent_path else self
+        parent = self.get_submodule(parent_path)  # "" is the model itself
         setattr(parent, name, SEMThenHead(embedder, getattr(parent, name)))
+        return getattr(parent, name)
 
     @property
     def sem_embedder(self) -> SimplicialEmbedding:
         """The online embedder (``BN(W e)`` + Eq. 1)."""
         return self.get_submodule(self._sem_online).embedder
 
-    def _forward_recording_sem(
-        self, forward: Callable[..., dict[str, Any]], X: torch.Tensor, *args, **kwargs
-    ):
+    def _recording_sem(self, forward: Callable[..., dict], *args, **kwargs) -> dict[str, Any]:
         with self.get_submodule(self._sem_online).recording() as seen:
-            out = forward(X, *args, **kwargs)
+            out = forward(*args, **kwargs)
         if not seen:
             raise RuntimeError(
                 f"{self.sem_base_method}_sem: forward did not call `{self._sem_online}`."
@@ -253,11 +237,11 @@ class _SEMTwin:
 
     def forward(self, X: torch.Tensor, *args, **kwargs) -> dict[str, Any]:
         """solo-learn's outputs plus ``sem``: the SEM representation the projector/head read."""
-        return self._forward_recording_sem(super().forward, X, *args, **kwargs)
+        return self._recording_sem(super().forward, X, *args, **kwargs)
 
     def multicrop_forward(self, X: torch.Tensor) -> dict[str, Any]:
         """As :meth:`forward`, for solo-learn's small crops."""
-        return self._forward_recording_sem(super().multicrop_forward, X)
+        return self._recording_sem(super().multicrop_forward, X)
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Crop 0 at ``tau_online``, the others at ``tau_target`` (SEM paper, §3.1)."""
@@ -301,7 +285,7 @@ def make_sem_twin(name: str, method_cls: type) -> type:
 
 
 def sem_twins(methods: Mapping[str, type]) -> dict[str, type]:
-    """PLUGIN_FACTORIES entry: ``<name>_sem`` for every method of ``methods`` SEM supports."""
+    """``<name>_sem`` for every method of ``methods`` (the registry) SEM supports."""
     return {
         f"{name}_sem": make_sem_twin(name, cls)
         for name, cls in methods.items()

@@ -5,26 +5,20 @@ set per instance of solo-learn's methods by picklable :class:`InstanceSubstitute
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from omegaconf import DictConfig
 from solo.losses.vicreg import invariance_loss, variance_loss
 from solo.losses.wmse import wmse_loss_func
-from solo.methods.all4one import All4One
-from solo.methods.barlow_twins import BarlowTwins
-from solo.methods.mocov2plus import MoCoV2Plus
-from solo.methods.nnbyol import NNBYOL
-from solo.methods.nnclr import NNCLR
-from solo.methods.nnsiam import NNSiam
-from solo.methods.ressl import ReSSL
-from solo.methods.vicreg import VICReg
+from solo.methods import NNBYOL, NNCLR, All4One, BarlowTwins, MoCoV2Plus, NNSiam, ReSSL, VICReg
 from solo.methods.wmse import WMSE
 from solo.utils.misc import gather
 from solo.utils.momentum import MomentumUpdater
 from solo.utils.whitening import Whitening2d
 from torch import Tensor, nn
 
+from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
 from solo_diet.core.momentum import ema_update_, enqueue_
 from solo_diet.core.nn.layers import CholeskyWhitening
@@ -32,15 +26,15 @@ from solo_diet.core.settings import KeyReader
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
+# solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it
 SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
-"""solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it."""
 
 
 class ForeachMomentumUpdater(MomentumUpdater):
     """solo-learn's ``MomentumUpdater`` by ``_foreach`` ops (``cur_tau``: once used, on device)."""
 
     def __init__(self, base_tau: float = 0.996, final_tau: float = 1.0):
-        self._device: Union[torch.device, None] = None
+        self._device: Optional[torch.device] = None
         super().__init__(base_tau, final_tau)
 
     @property
@@ -62,19 +56,14 @@ class ForeachMomentumUpdater(MomentumUpdater):
         ema_update_(momentum, online_net.parameters(), self._tau)
 
 
-QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")
-"""The queue buffers that ``dequeue_and_enqueue``'s arguments fill, in argument order."""
-
+QUEUE_BUFFERS = ("queue", "queue_y", "queue_index")  # filled by dequeue_and_enqueue's arguments
+# how W-MSE's keys fix a whitening slice whose covariance is not positive definite
 WHITENING_FIX = "raise method_kwargs.whitening_eps or method_kwargs.whitening_size"
-"""How W-MSE's keys fix a whitening slice whose covariance is not positive definite."""
 
 
 def device_randperm(n: int, device: torch.device) -> Tensor:
     """``torch.randperm(n)`` from the host generator, on ``device`` without a wait."""
-    permutation = torch.randperm(n)
-    if device.type != "cuda":
-        return permutation.to(device)
-    return permutation.pin_memory().to(device, non_blocking=True)
+    return to_device(torch.randperm(n), device)
 
 
 class InstanceSubstitute:
@@ -85,9 +74,6 @@ class InstanceSubstitute:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(self.owner, *args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<{_qualified(self.function)} of {type(self.owner).__name__}>"
 
 
 class StepSubstitute(InstanceSubstitute):
@@ -185,12 +171,10 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
         made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
     updater = getattr(model, "momentum_updater", None)
     if type(updater) is MomentumUpdater:
-        substitute = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
-        substitute.cur_tau = updater.cur_tau  # the updater's state: its taus
-        model.momentum_updater = substitute
-        made.append(
-            f"momentum updater {_qualified(type(updater))} -> {_qualified(type(substitute))}"
-        )
+        model.momentum_updater = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)
+        model.momentum_updater.cur_tau = updater.cur_tau  # the updater's state: its taus
+        foreach = _qualified(ForeachMomentumUpdater)
+        made.append(f"momentum updater {_qualified(MomentumUpdater)} -> {foreach}")
     for (cls, name), ours in INSTANCE_SUBSTITUTES.items():  # where `cls`'s own `name` runs
         if isinstance(model, cls) and getattr(type(model), name) is cls.__dict__[name]:
             bound = StepSubstitute if name == "training_step" else InstanceSubstitute
