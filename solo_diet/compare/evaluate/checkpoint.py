@@ -6,13 +6,13 @@ import copy
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.plan.jobs import compose, data_overrides, quoted
+from solo_diet.compare.plan.jobs import compose_linear
 from solo_diet.compare.run.record import progress
 from solo_diet.compare.spec.settings import EvaluationSettings, Spec
 from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
@@ -32,24 +32,6 @@ KMEANS_SCORES = {
     "hungarian_acc": "kmeans_acc",
     "chance_nmi": "kmeans_chance_nmi",
 }
-
-
-def compose_linear(
-    spec: Spec, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
-) -> DictConfig:
-    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``)."""
-    forced = [
-        *probe,
-        quoted("pretrained_feature_extractor", checkpoint),
-        quoted("checkpoint.dir", run_dir / "linear"),
-        "++checkpoint.enabled=False",
-        "++auto_resume.enabled=False",
-        "++wandb.enabled=False",
-        "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
-    ]
-    overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
-    overrides += data_overrides(spec.data) + forced
-    return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
 
 class Evaluator:

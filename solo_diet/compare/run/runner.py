@@ -13,17 +13,19 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 
 from omegaconf import ListConfig, OmegaConf
 
-from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, compose_linear
+from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
 from solo_diet.compare.plan.budgets import count_images
-from solo_diet.compare.plan.fingerprints import (
+from solo_diet.compare.plan.jobs import (
+    Job,
+    compose_linear,
     data_signature,
     evaluation_fingerprint,
+    longest_first,
+    plan_jobs,
     recipe_fingerprint,
 )
-from solo_diet.compare.plan.jobs import Job, longest_first, plan_jobs
 from solo_diet.compare.report.markdown import write_report
-from solo_diet.compare.run.job import result_standing, run_job
-from solo_diet.compare.run.lock import LOCK_FILE, stop_orphans
+from solo_diet.compare.run.job import LOCK_FILE, result_standing, run_job, stop_orphans
 from solo_diet.compare.run.record import (
     EPOCHS_FILE,
     note_command,
