@@ -13,7 +13,7 @@ from solo_diet.compare.plan.budgets import (
     count_val_images,
     validation_interval,
 )
-from solo_diet.compare.report.curves import learning_curve_lines
+from solo_diet.compare.report import curves
 from solo_diet.compare.report.tables import (
     RESOLVED_MARK,
     RESULT_COLUMNS,
@@ -272,8 +272,6 @@ def write_report(
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
     """Write results.csv, the plots, the learning curves and report.md; return report.md's path."""
-    from solo_diet.compare.report.plots import plot_curves, plot_spectra, plots_available
-
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
     seeded = spec.seeds is not None
@@ -281,10 +279,10 @@ def write_report(
     reference_means = aggregate(references) if seeded else references
     rows = [*runs, *aggregated, *references, *reference_means] if seeded else list(results)
     write_results_csv(rows, out / "results.csv", seeds=seeded)
-    plotted = plots_available()
+    plotted = curves.plots_available()
     if plotted:
-        plot_spectra(results, out / "spectra.png")
-        plot_curves(results, out, out / "curves.png")
+        curves.plot_spectra(results, out / "spectra.png")
+        curves.plot_curves(results, out, out / "curves.png")
     budget, epochs = spec.budget, spec.budget.max_epochs
     limit = budget.limit_train_batches
     limit = f", limit_train_batches {limit}" if limit else ""
@@ -322,7 +320,7 @@ def write_report(
     else:
         columns = [c for c in shown_columns(results) if c != "seed"]
         lines += ["## Results", "", *grouped_tables(results, columns, row_cell)]
-    lines += learning_curve_lines(spec, results, out, plotted)
+    lines += curves.learning_curve_lines(spec, results, out, plotted)
     lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
     plots = ["![singular-value spectra](spectra.png)", "", "![pretraining curves](curves.png)"]
     lines += [*(plots if plotted else [NO_PLOTS]), ""]
