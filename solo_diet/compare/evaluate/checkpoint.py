@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.plan.jobs import compose_linear
+from solo_diet.compare.plan.jobs import Job, compose_linear
 from solo_diet.compare.run.record import progress
 from solo_diet.compare.spec.settings import EvaluationSettings, Spec
 from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
@@ -174,17 +174,12 @@ class SharedEvaluator:
 
 
 def evaluate_checkpoint(
-    spec: Spec,
-    name: str,
-    checkpoint: Path,
-    run_dir: Path,
-    shared: SharedEvaluator,
-    extras: bool = True,
+    spec: Spec, job: Job, checkpoint: Path, shared: SharedEvaluator
 ) -> dict[str, Any]:
-    """Every metric of one checkpoint; ``extras``: also of the representations its method adds."""
+    """Every metric of ``job``'s checkpoint, and of the representations a run's method adds."""
     from solo_diet.launch.linear import run_linear
 
-    pretrained = PretrainedCheckpoint(checkpoint)
+    name, run_dir, pretrained = job.label, job.run_dir, PretrainedCheckpoint(checkpoint)
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
     progress(f"{name}: offline linear probe")
@@ -199,7 +194,7 @@ def evaluate_checkpoint(
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
     result.update(evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True))
-    if not extras:
+    if job.reference is not None:
         return result
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, dataclasses.asdict(spec.evaluation)):

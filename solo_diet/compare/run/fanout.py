@@ -79,23 +79,16 @@ def wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
         process.wait()
 
 
+@dataclass
 class _Pool:
     """The GPUs' free slots and the idle reusable workers; at most ``limit`` processes at once."""
 
-    def __init__(
-        self,
-        gpus: Sequence[str],
-        per_gpu: int,
-        serve_argv,
-        limit: int,
-        threads: str,
-        started: Sequence[ServedWorker],
-        retired: list[ServedWorker],
-    ):
-        self.free = {gpu: per_gpu for gpu in gpus}
-        self.argv, self.limit, self.threads = serve_argv, limit, threads
-        self.idle: list[ServedWorker] = list(started)
-        self.retired = retired
+    free: dict[str, int]
+    argv: Optional[Sequence[str]]
+    limit: int
+    threads: str
+    idle: list[ServedWorker]
+    retired: list[ServedWorker]
 
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
@@ -183,9 +176,8 @@ def run_tasks(
     if threads is None:
         threads = task_threads(len(os.sched_getaffinity(0)), workers, len(tasks))
     waited_here = retired is None
-    pool = _Pool(
-        gpus, jobs_per_gpu, serve_argv, workers, threads, started, [] if waited_here else retired
-    )
+    free = {gpu: jobs_per_gpu for gpu in gpus}
+    pool = _Pool(free, serve_argv, workers, threads, list(started), [] if waited_here else retired)
     # SIGTERM raises KeyboardInterrupt here when nobody else handles it: tasks stopped, not orphaned
     own_sigterm = (
         threading.current_thread() is threading.main_thread()

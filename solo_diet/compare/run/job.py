@@ -223,9 +223,7 @@ def _run_job(
     else:
         started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
         checkpoint = _reference_checkpoint(spec, job, shared_eval)
-    result = evaluate_checkpoint(
-        spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
-    )
+    result = evaluate_checkpoint(spec, job, checkpoint, shared_eval)
     result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
     if job.reference is None:
         result.update(pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
