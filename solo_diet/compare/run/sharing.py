@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from solo_diet.compare.run.fanout import visible_gpus, wait_or_kill
-from solo_diet.compare.run.worker import ServedWorker, task_env, task_threads
+from solo_diet.compare.run.fanout import (
+    ServedWorker,
+    task_env,
+    task_threads,
+    visible_gpus,
+    wait_or_kill,
+)
 from solo_diet.core.errors import ConfigError
 
 if TYPE_CHECKING:
