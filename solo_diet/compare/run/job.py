@@ -31,14 +31,8 @@ from solo_diet.compare.plan.jobs import (
     reference_fingerprint,
     training_fingerprint,
 )
-from solo_diet.compare.run.record import (
-    EPOCHS_FILE,
-    job_place,
-    pretrain_costs,
-    progress,
-    read_json,
-    write_json,
-)
+from solo_diet.compare.run import record
+from solo_diet.compare.run.record import progress, read_json, write_json
 from solo_diet.compare.spec.settings import Spec
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.lock import holder_named, holder_of, lock_file, write_holder
@@ -94,7 +88,7 @@ def _pretrain_callbacks(spec: Spec, job: Job) -> list:
     """Per-epoch costs and curves, the learning curves' snapshots and RankMe (validation epochs)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
-    callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
+    callbacks: list = [EpochCostLogger(job.run_dir / record.EPOCHS_FILE, print_rows=True)]
     if spec.curves.points > 0:
         callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec, job)))
     every = spec.evaluation.rankme_every_n_epochs
@@ -224,9 +218,9 @@ def _run_job(
         started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
         checkpoint = _reference_checkpoint(spec, job, shared_eval)
     result = evaluate_checkpoint(spec, job, checkpoint, shared_eval)
-    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **record.job_place())
     if job.reference is None:
-        result.update(pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
+        result.update(record.pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
     else:
         result.update(method=job.reference)
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)

@@ -25,15 +25,9 @@ from solo_diet.compare.plan.jobs import (
     recipe_fingerprint,
 )
 from solo_diet.compare.report.markdown import write_report
+from solo_diet.compare.run import record
 from solo_diet.compare.run.job import LOCK_FILE, result_standing, run_job, stop_orphans
-from solo_diet.compare.run.record import (
-    EPOCHS_FILE,
-    note_command,
-    pretrain_costs,
-    progress,
-    read_json,
-    read_result,
-)
+from solo_diet.compare.run.record import progress, read_json, read_result
 from solo_diet.compare.run.sharing import PLAN_PREFIX, WORKER, Fleet, fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
@@ -77,7 +71,7 @@ class CompareResults:
 
     def of_run(self, run: str) -> list[dict[str, Any]]:
         """The records of ``run`` (a run's or reference row's name), one per seed."""
-        return [record for record in self.records if record["run"] == run]
+        return [result for result in self.records if result["run"] == run]
 
     def failure_message(self) -> str:
         return (
@@ -222,10 +216,10 @@ def _report_of_finished(
             stale = True
         elif result:
             results.append(result)
-        elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
+        elif report_only and job.reference is None and (job.run_dir / record.EPOCHS_FILE).is_file():
             # trained but never evaluated: its costs and curves, marked unfinished
             row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
-            costs = pretrain_costs(job.run_dir)
+            costs = record.pretrain_costs(job.run_dir)
             del costs["pretrain_wall_s"]  # its pretraining call never returned
             results.append(row | costs | {"unfinished": True})
         else:
@@ -285,7 +279,7 @@ def run_spec(
         write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
         # as commands.txt names the spec: its file, or the resolved copy written in `out`
         named = spec_path if isinstance(spec_path, (str, Path)) else out / "spec.yaml"
-        note_command(out, named, overrides, len(fleet.gpus))
+        record.note_command(out, named, overrides, len(fleet.gpus))
         in_processes = fleet.workers > 1 or any(job.gpus() > 1 for job in chosen)
         processes = " in separate processes, " + (
             "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
