@@ -10,18 +10,8 @@ from typing import Any, Mapping, Sequence, Union
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.spec.settings import (
-    REFERENCE_ROWS,
-    SECTIONS,
-    Claim,
-    DataSettings,
-    LinearSettings,
-    PaperBudget,
-    Spec,
-    check_only,
-    check_seeds,
-    parse_runs,
-)
+from solo_diet.compare.spec import settings
+from solo_diet.compare.spec.settings import Claim, DataSettings, Spec
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY, KeyReader, closest_name, is_number, parse_section
 from solo_diet.launch.data_checks import class_folders
@@ -35,7 +25,7 @@ SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their sche
     "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
     "budget": None,
     "seeds": None,
-    "reference_rows": list(REFERENCE_ROWS),
+    "reference_rows": list(settings.REFERENCE_ROWS),
     "only": None,
     "parallel": None,
     "trainer": [],
@@ -45,7 +35,7 @@ SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their sche
     "runs": [],
     "claims": [],
     "curves": None,
-} | {section: dataclasses.asdict(schema()) for section, schema in SECTIONS.items()}
+} | {section: dataclasses.asdict(schema()) for section, schema in settings.SECTIONS.items()}
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 PATH_KEYS = (
@@ -186,7 +176,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     check_destination(spec.output_dir, f"{where}: `output_dir`")
     sections = {  # each key checked by its field; unknown keys were refused by the merge
         section: parse_section(schema, spec, section, f"`{section}`", strict=False)
-        for section, schema in SECTIONS.items()
+        for section, schema in settings.SECTIONS.items()
     }
     limit = sections["budget"].limit_train_batches
     if limit is not None and limit <= 0:
@@ -209,9 +199,9 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         data.val_path = data.val_path or str(Path(data.root) / "val")
     if data.dataset == "custom":
         _check_folder_data(data, spec.output_dir)
-    seeds = check_seeds(spec.seeds, spec.reference_rows, where)
+    seeds = settings.check_seeds(spec.seeds, spec.reference_rows, where)
     names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
-    only = check_only(spec.only, names, where)
+    only = settings.check_only(spec.only, names, where)
     import torch  # here, not at the top: the spec loads before the comparison's heavy imports
 
     on_gpu = torch.cuda.is_available()  # `auto`: the GPU data path on a GPU, kept in the record
@@ -219,7 +209,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     views = sections["evaluation"].lidar_augmentations
     if views is not None and not Path(views).is_file():
         raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
-    runs = parse_runs(spec.runs, spec, sections["budget"], seeds is not None)
+    runs = settings.parse_runs(spec.runs, spec, sections["budget"], seeds is not None)
     return Spec(
         name=str(spec.name),
         output_dir=Path(spec.output_dir),
@@ -229,7 +219,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         only=only,
         trainer=tuple(str(o) for o in spec.trainer),
         pretrain_overrides=tuple(str(o) for o in spec.pretrain_overrides),
-        linear=LinearSettings(
+        linear=settings.LinearSettings(
             str(linear.config_path), str(linear.config_name), tuple(map(str, linear.overrides))
         ),
         runs=runs,
@@ -291,7 +281,7 @@ def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epo
         )
     if epoch is not None and not (type(epoch) is int and 1 <= epoch <= max_epochs):  # not True
         raise ConfigError(f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}.")
-    budget = parse_section(PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
+    budget = parse_section(settings.PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
     if budget.steps and budget.samples:
         raise ConfigError(
             f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
