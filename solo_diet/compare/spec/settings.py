@@ -10,12 +10,7 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig
 
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import (
-    FORMAT_KEY,
-    check_run_name,
-    closest_name,
-    setting,
-)
+from solo_diet.core.settings import FORMAT_KEY, check_run_name, closest_name, setting
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
 SEEDED_REFERENCES = ("random_init",)  # the untrained backbone's initialisation: one per seed
