@@ -160,11 +160,11 @@ class Evaluator:
         return result
 
 
+@dataclasses.dataclass
 class SharedEvaluator:
     """The :class:`Evaluator` of every checkpoint of a comparison, built at its first use."""
 
-    def __init__(self) -> None:
-        self.evaluator: Optional[Evaluator] = None
+    evaluator: Optional[Evaluator] = None
 
     def get(self, spec: Spec, probe_cfg: DictConfig) -> Evaluator:
         if self.evaluator is None:
