@@ -283,14 +283,14 @@ def test_a_killed_compare_leaves_no_worker_and_a_rerun_finishes(data, tmp_path):
 
 
 def test_a_rerun_stops_a_worker_that_still_holds_one_of_its_jobs(tmp_path):
-    from solo_diet.compare.run.lock import job_lock, stop_orphans
+    from solo_diet.compare.run.job import job_lock, stop_orphans
 
     run_dir = tmp_path / "runs" / "diet"
     run_dir.mkdir(parents=True)
     holder = f"""
 import sys, time
 from pathlib import Path
-from solo_diet.compare.run.lock import job_lock
+from solo_diet.compare.run.job import job_lock
 with job_lock(Path({str(run_dir)!r}), "diet"):
     print("held", flush=True)
     time.sleep(600)

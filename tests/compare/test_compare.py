@@ -157,7 +157,7 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
     import shutil
 
     import solo_diet
-    from solo_diet.compare.plan.fingerprints import evaluation_fingerprint
+    from solo_diet.compare.plan.jobs import evaluation_fingerprint
     from solo_diet.compare.spec.load import load_spec
 
     solo_diet.register()

@@ -15,7 +15,7 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 from solo_diet.compare import run_compare
 from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.spec.load import load_spec
-from solo_diet.compare.verdicts.paper_budget import Trained
+from solo_diet.compare.verdicts.claims import Trained
 from solo_diet.core.errors import ConfigError
 from solo_diet.launch.callbacks import read_epoch_rows
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images

@@ -13,9 +13,9 @@ from typing import Optional
 import pytest
 from omegaconf import OmegaConf
 
-from solo_diet.compare.spec.settings import BudgetSettings, parse_claims
-from solo_diet.compare.verdicts.claims import claim_lines
-from solo_diet.compare.verdicts.paper_budget import Below, Claim, PaperBudget, Trained
+from solo_diet.compare.spec.load import parse_claims
+from solo_diet.compare.spec.settings import BudgetSettings, Claim, PaperBudget
+from solo_diet.compare.verdicts.claims import Below, Trained, claim_lines
 from solo_diet.core.errors import ConfigError
 
 

@@ -149,7 +149,7 @@ def test_failed_jobs_end_the_command_with_status_1_and_one_line(data_root, tmp_p
 
 
 def test_without_matplotlib_the_report_says_there_are_no_plots(data_root, tmp_path, monkeypatch):
-    from solo_diet.compare.report import plots
+    from solo_diet.compare.report import curves as plots
     from solo_diet.compare.report.markdown import NO_PLOTS
 
     monkeypatch.setattr(plots, "plots_available", lambda: False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from solo_diet.compare.plan.fingerprints import data_signature
+from solo_diet.compare.plan.jobs import data_signature
 
 
 def write_files(root: Path) -> Path:

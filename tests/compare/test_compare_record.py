@@ -38,6 +38,6 @@ def test_devices_dates_and_commands(tmp_path):
 def test_up_to_thirty_plotted_lines_look_different():
     """The plots give each run its own colour and dash (a 13-line report once had three colours
     twice, so raw_pixels read as cplearn)."""
-    from solo_diet.compare.report.plots import _style
+    from solo_diet.compare.report.curves import _style
 
     assert len({(s["color"], s["linestyle"]) for s in map(_style, range(30))}) == 30

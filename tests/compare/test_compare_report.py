@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from solo_diet.compare.plan.budgets import RunBudget
-from solo_diet.compare.report import plots
+from solo_diet.compare.report import curves as plots
 from solo_diet.compare.report.markdown import write_report
 from solo_diet.compare.spec.load import load_spec
 from tests._helpers.compare import SHIPPED_SPEC, tiny_overrides, write_tiny_images

@@ -13,8 +13,7 @@ from tests._helpers import NEEDS_SOLO
 
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
-from solo_diet.compare.plan.fingerprints import evaluation_fingerprint
-from solo_diet.compare.plan.jobs import plan_jobs
+from solo_diet.compare.plan.jobs import evaluation_fingerprint, plan_jobs
 from solo_diet.compare.run.runner import _run_in_processes
 from solo_diet.compare.run.sharing import fleet_of
 from solo_diet.compare.run.worker import save_plan

@@ -16,8 +16,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 import solo_diet
-from solo_diet.compare.evaluate.checkpoint import compose_linear
-from solo_diet.compare.plan.jobs import plan_jobs
+from solo_diet.compare.plan.jobs import compose_linear, plan_jobs
 from solo_diet.compare.spec.load import load_spec
 from solo_diet.launch.pretrain import prepare_run, set_num_samples
 

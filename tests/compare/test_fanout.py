@@ -243,7 +243,7 @@ def test_an_interrupted_scheduler_stops_its_reusable_workers(tmp_path):
 
 
 def test_workers_started_before_the_fan_out_take_its_tasks_and_a_failed_start_is_logged(tmp_path):
-    from solo_diet.compare.run.worker import ServedWorker, task_env
+    from solo_diet.compare.run.fanout import ServedWorker, task_env
 
     serve = (sys.executable, "-c", SERVER)
     early = ServedWorker(serve, ("g0",), task_env(("g0",), "1"), tmp_path / "early.log")

@@ -1,5 +1,5 @@
 """What a job changes in a reusable worker's process is put back before the next job
-(:class:`solo_diet.compare.run.fresh.FreshState`), and its CUDA memory is given back."""
+(:class:`solo_diet.compare.run.worker.FreshState`), and its CUDA memory is given back."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from solo_diet.compare.run.fresh import FreshState, free_memory
+from solo_diet.compare.run.worker import FreshState, free_memory
 
 
 def _draws() -> tuple:

@@ -18,7 +18,6 @@ pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.compare.plan import budgets  # noqa: E402
 from solo_diet.compare.report import curves as curves_report  # noqa: E402
-from solo_diet.compare.report import plots  # noqa: E402
 from solo_diet.compare.run.runner import run_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,9 +49,9 @@ def rebuild(name: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     counts = {str(data / "train"): train, str(data / "val"): val}
     monkeypatch.setattr(budgets, "folder_samples", lambda folder: [None] * counts[str(folder)])
     for plot in ("plot_spectra", "plot_curves"):
-        monkeypatch.setattr(plots, plot, lambda *args: None)
+        monkeypatch.setattr(curves_report, plot, lambda *args: None)
     monkeypatch.setattr(curves_report, "plot_learning_curves", lambda *args: None)
-    monkeypatch.setattr(plots, "plots_available", lambda: True)
+    monkeypatch.setattr(curves_report, "plots_available", lambda: True)
     out = tmp / "out"
     shutil.copytree(REPORTS / name / "records", out)
     spec = ROOT / "benchmarks" / "compare" / f"{name}.yaml"

@@ -312,7 +312,7 @@ def dead_pid() -> int:
 def test_one_compare_per_output_dir_and_a_report_killed_mid_write_stays_whole(
     data, tmp_path, capsys
 ):
-    from solo_diet.compare.run.lock import LOCK_FILE
+    from solo_diet.compare.run.job import LOCK_FILE
 
     out = tmp_path / "cmp"
     out.mkdir()

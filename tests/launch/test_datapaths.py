@@ -37,7 +37,7 @@ FORMAT_READERS = {
     "launch/datapaths/__init__.py",
     "compare/spec/load.py",
     "compare/report/markdown.py",
-    "compare/plan/fingerprints.py",
+    "compare/plan/jobs.py",
 }
 INTERFACE = (
     "pretrain_data",

@@ -6,13 +6,13 @@ import copy
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_diet.compare.plan.jobs import compose, data_overrides, quoted
+from solo_diet.compare.plan.jobs import Job, compose_linear
 from solo_diet.compare.run.record import progress
 from solo_diet.compare.spec.settings import EvaluationSettings, Spec
 from solo_diet.compare.verdicts.aggregate import CODE_MEASURES, EMBEDDING_MEASURES
@@ -32,24 +32,6 @@ KMEANS_SCORES = {
     "hungarian_acc": "kmeans_acc",
     "chance_nmi": "kmeans_chance_nmi",
 }
-
-
-def compose_linear(
-    spec: Spec, checkpoint: Path, run_dir: Path, probe: Sequence[str] = ()
-) -> DictConfig:
-    """The offline probe cfg, identical for every run but for the checkpoint (and ``probe``)."""
-    forced = [
-        *probe,
-        quoted("pretrained_feature_extractor", checkpoint),
-        quoted("checkpoint.dir", run_dir / "linear"),
-        "++checkpoint.enabled=False",
-        "++auto_resume.enabled=False",
-        "++wandb.enabled=False",
-        "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
-    ]
-    overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
-    overrides += data_overrides(spec.data) + forced
-    return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
 
 class Evaluator:
@@ -178,11 +160,11 @@ class Evaluator:
         return result
 
 
+@dataclasses.dataclass
 class SharedEvaluator:
     """The :class:`Evaluator` of every checkpoint of a comparison, built at its first use."""
 
-    def __init__(self) -> None:
-        self.evaluator: Optional[Evaluator] = None
+    evaluator: Optional[Evaluator] = None
 
     def get(self, spec: Spec, probe_cfg: DictConfig) -> Evaluator:
         if self.evaluator is None:
@@ -192,17 +174,12 @@ class SharedEvaluator:
 
 
 def evaluate_checkpoint(
-    spec: Spec,
-    name: str,
-    checkpoint: Path,
-    run_dir: Path,
-    shared: SharedEvaluator,
-    extras: bool = True,
+    spec: Spec, job: Job, checkpoint: Path, shared: SharedEvaluator
 ) -> dict[str, Any]:
-    """Every metric of one checkpoint; ``extras``: also of the representations its method adds."""
+    """Every metric of ``job``'s checkpoint, and of the representations a run's method adds."""
     from solo_diet.launch.linear import run_linear
 
-    pretrained = PretrainedCheckpoint(checkpoint)
+    name, run_dir, pretrained = job.label, job.run_dir, PretrainedCheckpoint(checkpoint)
     probe_cfg = compose_linear(spec, checkpoint, run_dir)
     evaluator = shared.get(spec, probe_cfg)
     progress(f"{name}: offline linear probe")
@@ -217,7 +194,7 @@ def evaluate_checkpoint(
     scores = "logistic regression, kNN, RankMe, LiDAR" + (", k-means" if clustering else "")
     progress(f"{name}: {scores} on backbone features")
     result.update(evaluator.measure(pretrained.backbone(), cluster=clustering, logreg=True))
-    if not extras:
+    if job.reference is not None:
         return result
     contract = method_contract(pretrained.method_class())
     for extra in contract.extra_evaluations(pretrained, dataclasses.asdict(spec.evaluation)):

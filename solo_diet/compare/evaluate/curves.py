@@ -15,13 +15,13 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
 from solo_diet.compare.plan.budgets import samples_seen
+from solo_diet.compare.plan.jobs import Job, compose_linear
 from solo_diet.compare.run.record import epoch_rows, progress
 from solo_diet.compare.spec.settings import Spec
 from solo_diet.core.atomic import atomic_write, write_text_atomic
 
 if TYPE_CHECKING:
     from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
-    from solo_diet.compare.plan.jobs import Job
 
 CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
@@ -49,7 +49,7 @@ def curve_epochs(points: int, epochs: int) -> list[int]:
     return [math.ceil(k * epochs / points) for k in range(1, points + 1)]
 
 
-def snapshot_epochs(spec: Spec, job: "Job") -> list[int]:
+def snapshot_epochs(spec: Spec, job: Job) -> list[int]:
     """The curve's epochs whose backbone the pretraining saves (all but the last, the final)."""
     return curve_epochs(spec.curves.points, job.budget.epochs)[:-1]  # the run's own budget
 
@@ -119,7 +119,7 @@ class BackboneSnapshots(Callback):
             torch.save({"state_dict": weights, "epoch": trainer.current_epoch}, handle)
 
 
-def missing_points(spec: Spec, job: "Job", eval_fingerprint: str) -> list[int]:
+def missing_points(spec: Spec, job: Job, eval_fingerprint: str) -> list[int]:
     """A run job's snapshot epochs without a ``curve.csv`` row of these evaluation settings."""
     if job.reference is not None:
         return []
@@ -141,12 +141,11 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
 
 
 def evaluate_curve(
-    spec: Spec, job: "Job", shared_eval: "SharedEvaluator", result: dict[str, Any]
+    spec: Spec, job: Job, shared_eval: "SharedEvaluator", result: dict[str, Any]
 ) -> None:
     """Record the curve's last point (the final ``result``) and evaluate a run's missing points."""
     if spec.curves.points == 0 or job.reference is not None:
         return
-    from solo_diet.compare.evaluate.checkpoint import compose_linear
     from solo_diet.launch.linear import run_linear
     from solo_diet.methods.checkpoint import PretrainedCheckpoint
 

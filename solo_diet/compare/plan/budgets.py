@@ -11,7 +11,7 @@ from typing import Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_diet.compare.spec.settings import BudgetSettings, Run, Spec
-from solo_diet.compare.verdicts.paper_budget import Trained
+from solo_diet.compare.verdicts.claims import Trained
 from solo_diet.core.data.tensor_data import folder_samples
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import device_count

@@ -13,42 +13,17 @@ from solo_diet.compare.plan.budgets import (
     count_val_images,
     validation_interval,
 )
-from solo_diet.compare.report.curves import learning_curve_lines
-from solo_diet.compare.report.tables import (
-    RESOLVED_MARK,
-    RESULT_COLUMNS,
-    cell_text,
-    grouped_tables,
-    integer_columns,
-    mean_cell,
-    result_columns,
-    row_cell,
-    shown_columns,
-    write_results_csv,
-)
+from solo_diet.compare.report import curves, tables
 from solo_diet.compare.run.record import run_record_lines
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
-from solo_diet.compare.verdicts.aggregate import (
-    CODE_MEASURES,
-    EMBEDDING_MEASURES,
-    MIN_SEEDS,
-    NOT_AGGREGATED,
-    aggregate,
-    by_sign,
-    gap,
-    has_value,
-    is_number,
-    rank,
-    ranked_metrics,
-    verdict,
-)
+from solo_diet.compare.verdicts import aggregate as agg
 from solo_diet.compare.verdicts.claims import PROBE_WORDS, claim_lines
 from solo_diet.core.atomic import write_text_atomic
 from solo_diet.core.metrics.logreg import GRADIENT_TOLERANCE, HELD_OUT_EVERY, MAX_ITERATIONS
 from solo_diet.launch.settings import FORMAT_KEY
 
 FEW_SEEDS = (
-    f" With fewer than {MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "
+    f" With fewer than {agg.MIN_SEEDS} seeds a standard deviation rests on one or two degrees of "
     "freedom and can come out near 0, so a gap of a top-1 accuracy there must also cross a floor, "
     "{floor}; other columns are not resolved on so few seeds."
 )
@@ -60,7 +35,7 @@ NO_PLOTS = (
 )
 # the column suffixes of a representation a method declares (ExtraRepresentation)
 REPRESENTATION_MEASURES = tuple(
-    f"_{m}" for m in ("linear_acc1", *EMBEDDING_MEASURES, *CODE_MEASURES.values())
+    f"_{m}" for m in ("linear_acc1", *agg.EMBEDDING_MEASURES, *agg.CODE_MEASURES.values())
 )
 
 
@@ -70,9 +45,9 @@ def _counted(count: int, noun: str) -> str:
 
 def _declared_representations(results: Sequence[dict]) -> list[str]:
     names: list[str] = []
-    for column in result_columns(results):
+    for column in tables.result_columns(results):
         suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
-        if column not in RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
+        if column not in tables.RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
             names.append(column[: -len(suffix)])
     return names
 
@@ -88,12 +63,12 @@ def _fitted_batch(results: Sequence[dict]) -> str:
 
 
 def _logreg_legend(results: Sequence[dict]) -> list[str]:
-    if not any(is_number(r.get("logreg_acc1")) for r in results):
+    if not any(agg.is_number(r.get("logreg_acc1")) for r in results):
         return []
     grids = {tuple(r["logreg_sweep"]["l2"]) for r in results if "logreg_sweep" in r}
     chosen = "; ".join(
         f"from {len(grid)} strengths evenly spaced in log scale, "
-        f"{cell_text(min(grid), 'logreg_l2')} to {cell_text(max(grid), 'logreg_l2')}"
+        f"{tables.cell_text(min(grid), 'logreg_l2')} to {tables.cell_text(max(grid), 'logreg_l2')}"
         for grid in sorted(grids)
     )
     fit = (
@@ -155,9 +130,9 @@ def _against(reference: dict, metric: str, runs: Sequence[dict], val_images) -> 
         return f"- `{metric}` of `{reference['run']}`: no run was evaluated."
     seeded = reference["run"] in SEEDED_REFERENCES
     other, value = (reference, None) if seeded else (None, reference[metric])
-    gaps = [gap(run, metric, other, value=value, val_images=val_images) for run in runs]
-    parts = by_sign(gaps, {1: "above it", -1: "below it", 0: "not resolved"})
-    shown = mean_cell(reference, metric, set(), set())
+    gaps = [agg.gap(run, metric, other, value=value, val_images=val_images) for run in runs]
+    parts = agg.by_sign(gaps, {1: "above it", -1: "below it", 0: "not resolved"})
+    shown = tables.mean_cell(reference, metric, set(), set())
     return f"- `{metric}` of `{reference['run']}`: {shown}; {'; '.join(parts)}."
 
 
@@ -171,12 +146,12 @@ def _verdicts(
             "seed noise. Add `seeds: [0, 1, 2]` to tell them apart."
         )
     for metric in ("linear_acc1", "logreg_acc1", "knn_acc1"):
-        ranking = rank(runs, metric, val_images)
+        ranking = agg.rank(runs, metric, val_images)
         if ranking is not None and spec.seeds is not None:
-            lines.append(f"- {verdict(ranking)}")
-        scored = [r for r in runs if has_value(r, metric)]
+            lines.append(f"- {agg.verdict(ranking)}")
+        scored = [r for r in runs if agg.has_value(r, metric)]
         for reference in references:
-            if has_value(reference, metric):
+            if agg.has_value(reference, metric):
                 lines.append(_against(reference, metric, scored, val_images))
     return lines
 
@@ -225,24 +200,24 @@ def _seeded_tables(
     summary = [*aggregated, *reference_means]
     if not summary:
         return ["No job finished: the failed jobs' logs say why.", ""]
-    metrics = ranked_metrics(result_columns(results))
-    rankings = {m: rank(aggregated, m, val_images) for m in metrics}
-    integer = integer_columns(results)
+    metrics = agg.ranked_metrics(tables.result_columns(results))
+    rankings = {m: agg.rank(aggregated, m, val_images) for m in metrics}
+    integer = tables.integer_columns(results)
 
     def cell(row: dict, column: str) -> str:
         if column == "n_seeds" and row.get("unfinished"):
             return f"{row['n_seeds']} (+{row['unfinished']} unfinished)"
-        if column in NOT_AGGREGATED:
-            return row_cell(row, column)
+        if column in agg.NOT_AGGREGATED:
+            return tables.row_cell(row, column)
         ranking = rankings.get(column)
         best = {ranking.best, *ranking.tied} if ranking else set()
         resolved = set(ranking.resolved) if ranking else set()
-        return mean_cell(row, column, best, resolved, column in integer)
+        return tables.mean_cell(row, column, best, resolved, column in integer)
 
-    columns = [c for c in shown_columns(summary) if c != "seed"]
+    columns = [c for c in tables.shown_columns(summary) if c != "seed"]
     columns.insert(columns.index("method") + 1, "n_seeds")
     lines = [f"## Mean ± standard deviation over {_counted(len(spec.seeds), 'seed')}", ""]
-    lines += grouped_tables(summary, columns, cell)
+    lines += tables.grouped_tables(summary, columns, cell)
     floor = (
         f"two standard errors of the accuracy on the {val_images:,} val images, "
         f"200 sqrt(p (1 - p) / n) points at the two means' average p "
@@ -250,10 +225,11 @@ def _seeded_tables(
         if val_images
         else "which the val images, not counted here, do not give: such gaps are not resolved"
     )
-    few = any(1 < r["n_seeds"] < MIN_SEEDS for r in summary)
+    few = any(1 < r["n_seeds"] < agg.MIN_SEEDS for r in summary)
     lines += [
-        f"**Bold**: the best run of a ranked column (highest mean). {RESOLVED_MARK}: below the "
-        "best by more than two pooled standard deviations of the seeds. Every other difference to "
+        "**Bold**: the best run of a ranked column (highest mean). "
+        f"{tables.RESOLVED_MARK}: below the best by more than two pooled standard deviations of "
+        "the seeds. Every other difference to "
         "the best is within two pooled standard deviations: this comparison does not resolve it. "
         "`random_init` is evaluated at every seed; `raw_pixels` once (no seed changes it)."
         + (FEW_SEEDS.format(floor=floor) if few else ""),
@@ -261,7 +237,7 @@ def _seeded_tables(
         "## Per seed",
         "",
     ]
-    return lines + grouped_tables(results, shown_columns(results), row_cell)
+    return lines + tables.grouped_tables(results, tables.shown_columns(results), tables.row_cell)
 
 
 def write_report(
@@ -272,19 +248,17 @@ def write_report(
     budgets: Optional[dict[str, RunBudget]] = None,
 ) -> Path:
     """Write results.csv, the plots, the learning curves and report.md; return report.md's path."""
-    from solo_diet.compare.report.plots import plot_curves, plot_spectra, plots_available
-
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
     runs = [r for r in results if r["run"] not in REFERENCE_ROWS]
     seeded = spec.seeds is not None
-    aggregated = aggregate(runs) if seeded else []
-    reference_means = aggregate(references) if seeded else references
+    aggregated = agg.aggregate(runs) if seeded else []
+    reference_means = agg.aggregate(references) if seeded else references
     rows = [*runs, *aggregated, *references, *reference_means] if seeded else list(results)
-    write_results_csv(rows, out / "results.csv", seeds=seeded)
-    plotted = plots_available()
+    tables.write_results_csv(rows, out / "results.csv", seeds=seeded)
+    plotted = curves.plots_available()
     if plotted:
-        plot_spectra(results, out / "spectra.png")
-        plot_curves(results, out, out / "curves.png")
+        curves.plot_spectra(results, out / "spectra.png")
+        curves.plot_curves(results, out, out / "curves.png")
     budget, epochs = spec.budget, spec.budget.max_epochs
     limit = budget.limit_train_batches
     limit = f", limit_train_batches {limit}" if limit else ""
@@ -320,9 +294,9 @@ def write_report(
     if seeded:
         lines += _seeded_tables(spec, aggregated, reference_means, results, val_images)
     else:
-        columns = [c for c in shown_columns(results) if c != "seed"]
-        lines += ["## Results", "", *grouped_tables(results, columns, row_cell)]
-    lines += learning_curve_lines(spec, results, out, plotted)
+        columns = [c for c in tables.shown_columns(results) if c != "seed"]
+        lines += ["## Results", "", *tables.grouped_tables(results, columns, tables.row_cell)]
+    lines += curves.learning_curve_lines(spec, results, out, plotted)
     lines += ["## Columns", "", *_legend(spec, results), "", *run_record_lines(results, out)]
     plots = ["![singular-value spectra](spectra.png)", "", "![pretraining curves](curves.png)"]
     lines += [*(plots if plotted else [NO_PLOTS]), ""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -12,10 +13,92 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import IO, Any, Callable, Optional, Sequence
 
-from solo_diet.compare.run.worker import ServedWorker, spawn, task_env, task_threads
 from solo_diet.core.errors import ConfigError
+
+# the PID of the process a worker must not outlive (the fan-out's, then the worker's for its ranks)
+PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
+
+
+def task_threads(cores: int, workers: int, tasks: int) -> str:
+    """A task's OMP_NUM_THREADS: the caller's, else the cores shared out evenly over the tasks
+    that run at once."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // min(workers, max(1, tasks))))
+
+
+def task_env(devices: Sequence[str], threads: str) -> dict[str, str]:
+    """A task's environment: its GPUs, its share of the cores, and this process as its parent."""
+    return dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES=",".join(devices),
+        OMP_NUM_THREADS=threads,
+        PYTHONUNBUFFERED="1",
+        **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
+    )
+
+
+def spawn(argv: Sequence[str], env: dict, log: IO, **popen: Any) -> subprocess.Popen:
+    """Start ``argv`` in a process group of its own, its output into ``log``."""
+    return subprocess.Popen(
+        list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen
+    )
+
+
+class ServedWorker:
+    """The fan-out's handle on a ``--serve`` worker: a task is a JSON line on its stdin, answered
+    ``0`` on the pipe its last argument names; a failed task, or the end of stdin, ends it."""
+
+    def __init__(
+        self, argv: Sequence[str], devices: tuple[str, ...], env: dict, first_log: Path
+    ) -> None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        with first_log.open("a") as log:  # where its start-up says what it says
+            self.process = spawn(
+                [*argv, str(write_end)],
+                env,
+                log,
+                stdin=subprocess.PIPE,
+                pass_fds=(write_end,),
+                text=True,
+            )
+        os.close(write_end)
+        self.first_log = first_log  # its start-up output: a task's log, or its own (started early)
+        self.devices = devices
+        self.tasks_run = 0
+        self._replies = read_end
+        self._buffer = b""
+
+    def hand(self, log_path: Path, request: str) -> None:
+        """Give the worker its next task (one that died idle reports its exit status)."""
+        assert self.process.stdin is not None
+        line = json.dumps({"log": str(log_path), "request": request}) + "\n"
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        self.tasks_run += 1
+
+    def task_status(self) -> Optional[int]:
+        """How the last task ended: 0, the worker's exit status (1 when it left without a word),
+        or None while it runs."""
+        with contextlib.suppress(BlockingIOError):
+            self._buffer += os.read(self._replies, 64)
+        if b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            return int(line)
+        status = self.process.poll()
+        if status is None:
+            return None
+        return status or 1
+
+    def retire(self) -> None:
+        """End an idle worker: it exits when its stdin ends."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        with contextlib.suppress(OSError):
+            os.close(self._replies)
 
 
 @dataclass(frozen=True)
@@ -79,23 +162,16 @@ def wait_or_kill(processes: Sequence[subprocess.Popen], grace_s: float) -> None:
         process.wait()
 
 
+@dataclass
 class _Pool:
     """The GPUs' free slots and the idle reusable workers; at most ``limit`` processes at once."""
 
-    def __init__(
-        self,
-        gpus: Sequence[str],
-        per_gpu: int,
-        serve_argv,
-        limit: int,
-        threads: str,
-        started: Sequence[ServedWorker],
-        retired: list[ServedWorker],
-    ):
-        self.free = {gpu: per_gpu for gpu in gpus}
-        self.argv, self.limit, self.threads = serve_argv, limit, threads
-        self.idle: list[ServedWorker] = list(started)
-        self.retired = retired
+    free: dict[str, int]
+    argv: Optional[Sequence[str]]
+    limit: int
+    threads: str
+    idle: list[ServedWorker]
+    retired: list[ServedWorker]
 
     def served(self, task: Task) -> bool:
         return self.argv is not None and task.request is not None
@@ -183,9 +259,8 @@ def run_tasks(
     if threads is None:
         threads = task_threads(len(os.sched_getaffinity(0)), workers, len(tasks))
     waited_here = retired is None
-    pool = _Pool(
-        gpus, jobs_per_gpu, serve_argv, workers, threads, started, [] if waited_here else retired
-    )
+    free = {gpu: jobs_per_gpu for gpu in gpus}
+    pool = _Pool(free, serve_argv, workers, threads, list(started), [] if waited_here else retired)
     # SIGTERM raises KeyboardInterrupt here when nobody else handles it: tasks stopped, not orphaned
     own_sigterm = (
         threading.current_thread() is threading.main_thread()

@@ -1,21 +1,21 @@
 """One job of a comparison: pretrained once (resumed if interrupted), then evaluated into
-``<job folder>/result.json``; a reference row's checkpoint is written here instead."""
+``<job folder>/result.json``; a reference row's checkpoint is written here instead. One
+comparison per output folder (``.compare.lock``), one process per job (``.job.lock``)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import math
 import os
+import signal
+import socket
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
-from solo_diet.compare.evaluate.checkpoint import (
-    SharedEvaluator,
-    compose_linear,
-    evaluate_checkpoint,
-)
+from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, evaluate_checkpoint
 from solo_diet.compare.evaluate.curves import (
     BackboneSnapshots,
     evaluate_curve,
@@ -23,34 +23,72 @@ from solo_diet.compare.evaluate.curves import (
     snapshot_epochs,
 )
 from solo_diet.compare.plan.budgets import validation_interval
-from solo_diet.compare.plan.fingerprints import (
+from solo_diet.compare.plan.jobs import (
+    Job,
+    compose_linear,
+    latest_checkpoint,
     recipe_fingerprint,
     reference_fingerprint,
     training_fingerprint,
 )
-from solo_diet.compare.plan.jobs import Job, latest_checkpoint
-from solo_diet.compare.run.lock import job_lock
-from solo_diet.compare.run.record import (
-    EPOCHS_FILE,
-    job_place,
-    pretrain_costs,
-    progress,
-    read_json,
-    write_json,
-)
+from solo_diet.compare.run import record
+from solo_diet.compare.run.record import progress, read_json, write_json
 from solo_diet.compare.spec.settings import Spec
 from solo_diet.core.errors import ConfigError
+from solo_diet.core.lock import holder_named, holder_of, lock_file, write_holder
 from solo_diet.launch.checkpointing import checkpoint_epoch
 from solo_diet.launch.common import already_finished
 from solo_diet.launch.launch_checks import TrainingSettings
 from solo_diet.methods.checkpoint import checkpoint_problem
+
+LOCK_FILE = ".compare.lock"
+JOB_LOCK_FILE = ".job.lock"
+
+
+@contextlib.contextmanager
+def job_lock(run_dir: Path, label: str, say: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold ``run_dir``'s job lock inside the block, waiting while another process holds it."""
+    with lock_file(run_dir / JOB_LOCK_FILE) as (descriptor, state):
+        if state == "held":
+            holder = holder_of(descriptor)
+            say(f"{label}: waiting for PID {holder.get('pid', '?')}, which still runs this job")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        if state != "unsupported":  # without file locks the folder's lock is the only guard
+            write_holder(descriptor, "compare")
+        yield
+
+
+def stop_orphans(run_dirs: Sequence[Path], say: Callable[[str], None] = print) -> None:
+    """Stop every process of this host holding one of these jobs' locks, and wait until gone."""
+    for run_dir in run_dirs:
+        path = run_dir / JOB_LOCK_FILE
+        if not path.is_file():
+            continue
+        with lock_file(path, create=False) as (descriptor, state):
+            if state != "held":  # free, or no file locks
+                continue
+            holder = holder_of(descriptor)
+            pid = holder.get("pid")
+            if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+                say(
+                    f"stopping PID {pid}, a worker of a comparison that no longer runs, still "
+                    f"running the job in {run_dir}"
+                )
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if os.getpgid(pid) == pid:  # a worker leads its process group
+                        os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
+            else:
+                named = holder_named(holder, "compare")
+                say(f"waiting for {named}, which still runs the job in {run_dir}")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # until it (and what it forked) is gone
 
 
 def _pretrain_callbacks(spec: Spec, job: Job) -> list:
     """Per-epoch costs and curves, the learning curves' snapshots and RankMe (validation epochs)."""
     from solo_diet.launch.callbacks import EpochCostLogger, RankMeMonitor
 
-    callbacks: list = [EpochCostLogger(job.run_dir / EPOCHS_FILE, print_rows=True)]
+    callbacks: list = [EpochCostLogger(job.run_dir / record.EPOCHS_FILE, print_rows=True)]
     if spec.curves.points > 0:
         callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec, job)))
     every = spec.evaluation.rankme_every_n_epochs
@@ -179,12 +217,10 @@ def _run_job(
     else:
         started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
         checkpoint = _reference_checkpoint(spec, job, shared_eval)
-    result = evaluate_checkpoint(
-        spec, job.label, checkpoint, job.run_dir, shared_eval, extras=job.reference is None
-    )
-    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **job_place())
+    result = evaluate_checkpoint(spec, job, checkpoint, shared_eval)
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **record.job_place())
     if job.reference is None:
-        result.update(pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
+        result.update(record.pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
     else:
         result.update(method=job.reference)
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)

@@ -13,25 +13,21 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 
 from omegaconf import ListConfig, OmegaConf
 
-from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, compose_linear
+from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
 from solo_diet.compare.plan.budgets import count_images
-from solo_diet.compare.plan.fingerprints import (
+from solo_diet.compare.plan.jobs import (
+    Job,
+    compose_linear,
     data_signature,
     evaluation_fingerprint,
+    longest_first,
+    plan_jobs,
     recipe_fingerprint,
 )
-from solo_diet.compare.plan.jobs import Job, longest_first, plan_jobs
 from solo_diet.compare.report.markdown import write_report
-from solo_diet.compare.run.job import result_standing, run_job
-from solo_diet.compare.run.lock import LOCK_FILE, stop_orphans
-from solo_diet.compare.run.record import (
-    EPOCHS_FILE,
-    note_command,
-    pretrain_costs,
-    progress,
-    read_json,
-    read_result,
-)
+from solo_diet.compare.run import record
+from solo_diet.compare.run.job import LOCK_FILE, result_standing, run_job, stop_orphans
+from solo_diet.compare.run.record import progress, read_json, read_result
 from solo_diet.compare.run.sharing import PLAN_PREFIX, WORKER, Fleet, fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
@@ -75,7 +71,7 @@ class CompareResults:
 
     def of_run(self, run: str) -> list[dict[str, Any]]:
         """The records of ``run`` (a run's or reference row's name), one per seed."""
-        return [record for record in self.records if record["run"] == run]
+        return [result for result in self.records if result["run"] == run]
 
     def failure_message(self) -> str:
         return (
@@ -220,10 +216,10 @@ def _report_of_finished(
             stale = True
         elif result:
             results.append(result)
-        elif report_only and job.reference is None and (job.run_dir / EPOCHS_FILE).is_file():
+        elif report_only and job.reference is None and (job.run_dir / record.EPOCHS_FILE).is_file():
             # trained but never evaluated: its costs and curves, marked unfinished
             row = {"run": job.name, "seed": job.cfg_seed, "method": job.cfg.method, "job": job.key}
-            costs = pretrain_costs(job.run_dir)
+            costs = record.pretrain_costs(job.run_dir)
             del costs["pretrain_wall_s"]  # its pretraining call never returned
             results.append(row | costs | {"unfinished": True})
         else:
@@ -243,15 +239,6 @@ def _report_of_finished(
     return CompareResults(spec, report, tuple(results), tuple(left_out))
 
 
-def remove_leftovers(out: Path) -> None:
-    """Delete what killed processes left: temporary files in ``out``, dead comparisons' plans."""
-    remove_stale_temporaries(out)
-    for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
-        pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
-        if pid.isdigit() and not running(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def run_spec(
     spec: SpecSource,
     overrides: Sequence[str] = (),
@@ -267,25 +254,60 @@ def run_spec(
     solo_diet.register()
     data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count
-    loaded = loaded or load_spec(spec, overrides)
-    out = loaded.output_dir
+    spec_path, spec = spec, loaded or load_spec(spec, overrides)
+    out, budget = spec.output_dir, spec.budget
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(loaded, plan_jobs(loaded), report_only=True)
+        return _report_of_finished(spec, plan_jobs(spec), report_only=True)
     with contextlib.ExitStack() as held:
-        workers = fleet or held.enter_context(fleet_of(loaded, start_workers=True))
-        jobs = plan_jobs(loaded)
-        chosen = [job for job in jobs if loaded.only is None or job.name in loaded.only]
-        _check_before_any_job(loaded, chosen, out)
+        fleet = fleet or held.enter_context(fleet_of(spec, start_workers=True))
+        jobs = plan_jobs(spec)
+        chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
+        _check_before_any_job(spec, chosen, out)
         out.mkdir(parents=True, exist_ok=True)
-        # as commands.txt names the spec: its file, or the resolved copy written in `out`
-        command_spec = spec if isinstance(spec, (str, Path)) else out / "spec.yaml"
         what, fix = f"`output_dir` {out}", "pass another output_dir"
         lock = folder_lock(out / LOCK_FILE, "compare", what, fix, progress)
         with disk_full_named(out / LOCK_FILE):  # taking the lock writes its holder: a first write
             held.enter_context(lock)  # one comparison per folder
-        return _run_jobs(loaded, command_spec, overrides, jobs, chosen, workers)
+        stop_orphans([job.run_dir for job in jobs], say=progress)
+        remove_stale_temporaries(out)  # what killed processes left, and dead comparisons' plans
+        for folder in Path(tempfile.gettempdir()).glob(f"{PLAN_PREFIX}*"):
+            pid = folder.name[len(PLAN_PREFIX) :].split("-")[0]
+            if pid.isdigit() and not running(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+        write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
+        # as commands.txt names the spec: its file, or the resolved copy written in `out`
+        named = spec_path if isinstance(spec_path, (str, Path)) else out / "spec.yaml"
+        record.note_command(out, named, overrides, len(fleet.gpus))
+        in_processes = fleet.workers > 1 or any(job.gpus() > 1 for job in chosen)
+        processes = " in separate processes, " + (
+            "each running job after job" if spec.parallel.reuse_workers else "a fresh one per job"
+        )
+        seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
+        only = f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else ""
+        amount = f"{budget.samples:,} samples" if budget.samples else f"{budget.max_epochs} epochs"
+        progress(
+            f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
+            f"{list(spec.reference_rows)}){only}, {amount} at batch {budget.batch_size}, "
+            f"{fleet.workers} worker(s){processes if in_processes else ''}; {fleet.sharing.why} "
+            f"-> {out}"
+        )
+        eval_fingerprint = evaluation_fingerprint(spec)
+        to_run = []
+        for job in chosen:  # a job whose result stands is named, not started
+            standing = result_standing(spec, job, eval_fingerprint)
+            if standing:
+                progress(f"{job.label}: {standing}")
+            else:
+                to_run.append(job)
+        if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
+            save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
+            failures = _run_in_processes(to_run, fleet, spec.parallel)
+        else:
+            failures = _run_here(spec, to_run, eval_fingerprint)
+        results = _report_of_finished(spec, jobs, failed=failures)
+        return dataclasses.replace(results, failures=failures, started=len(to_run))
 
 
 def run_compare(
@@ -295,47 +317,3 @@ def run_compare(
     results = run_spec(spec_path, overrides, report_only)
     results.raise_for_failures()
     return results.report
-
-
-def _run_jobs(
-    spec: Spec,
-    spec_path: str | Path,
-    overrides: Sequence[str],
-    jobs: Sequence[Job],
-    chosen: Sequence[Job],
-    fleet: Fleet,
-) -> CompareResults:
-    out, parallel, budget = spec.output_dir, spec.parallel, spec.budget
-    stop_orphans([job.run_dir for job in jobs], say=progress)
-    remove_leftovers(out)
-    write_text_atomic(out / "spec.yaml", spec.resolved)  # the resolved spec, as a record
-    note_command(out, spec_path, overrides, len(fleet.gpus))
-    sharing, workers = fleet.sharing, fleet.workers
-    in_processes = workers > 1 or any(job.gpus() > 1 for job in chosen)
-    processes = " in separate processes, " + (
-        "each running job after job" if parallel.reuse_workers else "a fresh one per job"
-    )
-    seeds = f"seeds {list(spec.seeds)}" if spec.seeds is not None else "each run config's seed"
-    progress(
-        f"{spec.name}: {len(jobs)} jobs ({len(spec.runs)} runs, {seeds}, reference rows "
-        f"{list(spec.reference_rows)})"
-        + (f", running the {len(chosen)} of {list(spec.only)}" if spec.only is not None else "")
-        + (f", {budget.samples:,} samples" if budget.samples else f", {budget.max_epochs} epochs")
-        + f" at batch {budget.batch_size}, "
-        f"{workers} worker(s){processes if in_processes else ''}; {sharing.why} -> {out}"
-    )
-    eval_fingerprint = evaluation_fingerprint(spec)
-    to_run = []
-    for job in chosen:  # a job whose result stands is named, not started
-        standing = result_standing(spec, job, eval_fingerprint)
-        if standing:
-            progress(f"{job.label}: {standing}")
-        else:
-            to_run.append(job)
-    if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
-        save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
-        failures = _run_in_processes(to_run, fleet, parallel)
-    else:
-        failures = _run_here(spec, to_run, eval_fingerprint)
-    results = _report_of_finished(spec, jobs, failed=failures)
-    return dataclasses.replace(results, failures=failures, started=len(to_run))

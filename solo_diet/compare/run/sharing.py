@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from solo_diet.compare.run.fanout import visible_gpus, wait_or_kill
-from solo_diet.compare.run.worker import ServedWorker, task_env, task_threads
+from solo_diet.compare.run import fanout
 from solo_diet.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -117,8 +116,8 @@ class Fleet:
     workers: int
     threads: str
     plan_file: Path
-    started: tuple[ServedWorker, ...] = ()
-    retired: list[ServedWorker] = field(default_factory=list)
+    started: tuple[fanout.ServedWorker, ...] = ()
+    retired: list[fanout.ServedWorker] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -127,12 +126,12 @@ def fleet_of(spec: Spec, start_workers: bool = False) -> Iterator[Fleet]:
     ``start_workers``: a reusable worker a slot starts now, so that its imports (about 17 s on an
     H200 host) overlap the caller's. On the way out the retired workers are waited for (20 s at
     most) and the others killed."""
-    parallel, gpus = spec.parallel, visible_gpus()
+    parallel, gpus = spec.parallel, fanout.visible_gpus()
     no_mps = mps_unavailable(gpus) if parallel.mps != "off" else ""
     cores, chosen = len(os.sched_getaffinity(0)), spec.chosen_jobs()
     sharing = choose_sharing(parallel.jobs_per_gpu, parallel.mps, len(gpus), cores, chosen, no_mps)
     workers = parallel.workers or max(1, len(gpus) * sharing.jobs_per_gpu)
-    threads = task_threads(cores, workers, chosen)
+    threads = fanout.task_threads(cores, workers, chosen)
     prefix = f"{PLAN_PREFIX}{os.getpid()}-"
     with contextlib.ExitStack() as stack:
         temporary = tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
@@ -144,10 +143,12 @@ def fleet_of(spec: Spec, start_workers: bool = False) -> Iterator[Fleet]:
             for slot in range(min(workers, chosen)):
                 devices = (gpus[slot % len(gpus)],) if gpus else ()
                 argv, log = (*WORKER, "--serve", str(plan_file)), folder / f"worker-{slot}.log"
-                started.append(ServedWorker(argv, devices, task_env(devices, threads), log))
+                started.append(
+                    fanout.ServedWorker(argv, devices, fanout.task_env(devices, threads), log)
+                )
         fleet = Fleet(tuple(gpus), sharing, workers, threads, plan_file, tuple(started))
         try:
             yield fleet
         finally:  # a worker never handed a job (none was left for it) is killed, not waited for
-            wait_or_kill([w.process for w in started if not w.tasks_run], 0.0)
-            wait_or_kill([w.process for w in fleet.retired if w.tasks_run], grace_s=20.0)
+            fanout.wait_or_kill([w.process for w in started if not w.tasks_run], 0.0)
+            fanout.wait_or_kill([w.process for w in fleet.retired if w.tasks_run], grace_s=20.0)

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
+import logging
 import os
 import pickle
+import random
 import signal
-import subprocess
 import sys
+import warnings
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
+import numpy as np
+import torch
+
+from solo_diet.compare.run.fanout import PARENT_VARIABLE
 from solo_diet.core.host import quiet_run_noise
 
 if TYPE_CHECKING:
@@ -25,8 +32,6 @@ if TYPE_CHECKING:
     from solo_diet.compare.spec.settings import Spec
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# the PID of the process a worker must not outlive (the fan-out's, then the worker's for its ranks)
-PARENT_VARIABLE = "SOLO_DIET_WORKER_PARENT"
 
 
 def die_with_parent() -> None:
@@ -52,7 +57,6 @@ def _run_plan(plan_file: str, keys: Iterator[tuple[str, Optional[str]]], fresh: 
     """Run the plan's jobs ``keys`` names (each with the log its output goes to)."""
     import solo_diet
     from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
-    from solo_diet.compare.run.fresh import FreshState, send_output_to
     from solo_diet.compare.run.job import run_job
     from solo_diet.core.errors import ConfigError
 
@@ -90,84 +94,121 @@ def serve(plan_file: str, reply_fd: int) -> int:
     return 0
 
 
-def task_threads(cores: int, workers: int, tasks: int) -> str:
-    """A task's OMP_NUM_THREADS: the caller's, else the cores shared out evenly over the tasks
-    that run at once."""
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, cores // min(workers, max(1, tasks))))
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CUDNN_SWITCHES = ("enabled", "benchmark", "deterministic", "allow_tf32")
 
 
-def task_env(devices: Sequence[str], threads: str) -> dict[str, str]:
-    """A task's environment: its GPUs, its share of the cores, and this process as its parent."""
-    return dict(
-        os.environ,
-        CUDA_VISIBLE_DEVICES=",".join(devices),
-        OMP_NUM_THREADS=threads,
-        PYTHONUNBUFFERED="1",
-        **{PARENT_VARIABLE: str(os.getpid())},  # the worker ends when this process does
-    )
+def _torch_switches() -> dict[str, Any]:
+    cudnn = torch.backends.cudnn
+    return {f"cudnn.{name}": getattr(cudnn, name) for name in CUDNN_SWITCHES} | {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic": (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+        "num_threads": torch.get_num_threads(),
+        "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
 
 
-def spawn(argv: Sequence[str], env: dict, log: IO, **popen: Any) -> subprocess.Popen:
-    """Start ``argv`` in a process group of its own, its output into ``log``."""
-    return subprocess.Popen(
-        list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen
-    )
+def _set_torch_switches(switches: dict[str, Any]) -> None:
+    for name in CUDNN_SWITCHES:
+        setattr(torch.backends.cudnn, name, switches[f"cudnn.{name}"])
+    torch.backends.cuda.matmul.allow_tf32 = switches["matmul.allow_tf32"]
+    torch.set_float32_matmul_precision(switches["float32_matmul_precision"])
+    mode, warn_only = switches["deterministic"]
+    torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    if torch.get_num_threads() != switches["num_threads"]:
+        torch.set_num_threads(switches["num_threads"])
+    torch.set_default_dtype(switches["default_dtype"])
+    torch.set_grad_enabled(switches["grad_enabled"])
 
 
-class ServedWorker:
-    """The fan-out's handle on a ``--serve`` worker: a task is a JSON line on its stdin, answered
-    ``0`` on the pipe its last argument names; a failed task, or the end of stdin, ends it."""
+def _loggers() -> dict[str, logging.Logger]:
+    named = logging.Logger.manager.loggerDict.items()
+    found = {name: lg for name, lg in named if isinstance(lg, logging.Logger)}
+    return found | {"": logging.getLogger()}
 
-    def __init__(
-        self, argv: Sequence[str], devices: tuple[str, ...], env: dict, first_log: Path
-    ) -> None:
-        read_end, write_end = os.pipe()
-        os.set_blocking(read_end, False)
-        with first_log.open("a") as log:  # where its start-up says what it says
-            self.process = spawn(
-                [*argv, str(write_end)],
-                env,
-                log,
-                stdin=subprocess.PIPE,
-                pass_fds=(write_end,),
-                text=True,
-            )
-        os.close(write_end)
-        self.first_log = first_log  # its start-up output: a task's log, or its own (started early)
-        self.devices = devices
-        self.tasks_run = 0
-        self._replies = read_end
-        self._buffer = b""
 
-    def hand(self, log_path: Path, request: str) -> None:
-        """Give the worker its next task (one that died idle reports its exit status)."""
-        assert self.process.stdin is not None
-        line = json.dumps({"log": str(log_path), "request": request}) + "\n"
-        with contextlib.suppress(BrokenPipeError):
-            self.process.stdin.write(line)
-            self.process.stdin.flush()
-        self.tasks_run += 1
+class FreshState:
+    """The process as the worker had it before its first job."""
 
-    def task_status(self) -> Optional[int]:
-        """How the last task ended: 0, the worker's exit status (1 when it left without a word),
-        or None while it runs."""
-        with contextlib.suppress(BlockingIOError):
-            self._buffer += os.read(self._replies, 64)
-        if b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            return int(line)
-        status = self.process.poll()
-        if status is None:
-            return None
-        return status or 1
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.sys_path = list(sys.path)
+        self.python_rng = random.getstate()
+        self.numpy_rng = np.random.get_state()
+        self.torch_rng = torch.get_rng_state()
+        self.torch_seed = torch.initial_seed()  # where a fresh process's CUDA generators start
+        self.switches = _torch_switches()
+        self.signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        self.loggers = {
+            name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+            for name, lg in _loggers().items()
+        }
 
-    def retire(self) -> None:
-        """End an idle worker: it exits when its stdin ends."""
-        with contextlib.suppress(OSError, ValueError):
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-        with contextlib.suppress(OSError):
-            os.close(self._replies)
+    def restore(self) -> None:
+        """Put back what the jobs so far may have changed."""
+        os.environ.clear()
+        os.environ.update(self.environ)
+        os.chdir(self.cwd)
+        sys.path[:] = self.sys_path
+        random.setstate(self.python_rng)
+        np.random.set_state(self.numpy_rng)
+        torch.set_rng_state(self.torch_rng)
+        if torch.cuda.is_initialized():
+            torch.cuda.manual_seed_all(self.torch_seed)
+        _set_torch_switches(self.switches)
+        for signum, handler in self.signals.items():
+            signal.signal(signum, handler)
+        loggers = _loggers()
+        for name, (level, handlers, propagate, disabled) in self.loggers.items():
+            logger = loggers[name]
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
+            logger.propagate, logger.disabled = propagate, disabled
+        if "hydra" in sys.modules:
+            from hydra.core.global_hydra import GlobalHydra
+
+            GlobalHydra.instance().clear()
+        for name, module in list(sys.modules.items()):  # solo-diet's functools caches
+            if name.startswith("solo_diet.") and module is not None:
+                for value in vars(module).values():
+                    if getattr(value, "__module__", None) == name and hasattr(value, "cache_clear"):
+                        value.cache_clear()
+
+    @contextlib.contextmanager
+    def job(self) -> Iterator[None]:
+        """Restore before the job; after it, the warning filters, and memory freed."""
+        self.restore()
+        try:
+            with warnings.catch_warnings():  # also shows again the warnings shown "once"
+                yield
+        finally:
+            free_memory()
+
+
+def free_memory() -> None:
+    """Collect what the job left unreferenced and give its CUDA cache back to the driver."""
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(device)
+
+
+def send_output_to(path: str) -> None:
+    """Point this process's stdout and stderr file descriptors at the end of ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

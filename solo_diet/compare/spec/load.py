@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, ValidationError
 
-from solo_diet.compare.spec.settings import (
-    REFERENCE_ROWS,
-    SECTIONS,
-    DataSettings,
-    LinearSettings,
-    Spec,
-    check_only,
-    check_seeds,
-    parse_claims,
-    parse_runs,
-)
+from solo_diet.compare.spec import settings
+from solo_diet.compare.spec.settings import Claim, DataSettings, Spec
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import FORMAT_KEY, closest_name, parse_section
+from solo_diet.core.settings import FORMAT_KEY, KeyReader, closest_name, is_number, parse_section
 from solo_diet.launch.errors import check_destination, class_folders
 
 SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
@@ -32,7 +24,7 @@ SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their sche
     "data": dict(root=None, dataset="custom", train_path=None, val_path=None, format="auto"),
     "budget": None,
     "seeds": None,
-    "reference_rows": list(REFERENCE_ROWS),
+    "reference_rows": list(settings.REFERENCE_ROWS),
     "only": None,
     "parallel": None,
     "trainer": [],
@@ -42,7 +34,7 @@ SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their sche
     "runs": [],
     "claims": [],
     "curves": None,
-} | {section: dataclasses.asdict(schema()) for section, schema in SECTIONS.items()}
+} | {section: dataclasses.asdict(schema()) for section, schema in settings.SECTIONS.items()}
 LAUNCH_DATA_FORMATS = ("auto", "gpu", "image_folder")  # what `demo` and `compare` choose from
 PROBE_CLASSES = 5  # solo-learn's LinearModel reports top-5 accuracy
 PATH_KEYS = (
@@ -183,7 +175,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     check_destination(spec.output_dir, f"{where}: `output_dir`")
     sections = {  # each key checked by its field; unknown keys were refused by the merge
         section: parse_section(schema, spec, section, f"`{section}`", strict=False)
-        for section, schema in SECTIONS.items()
+        for section, schema in settings.SECTIONS.items()
     }
     limit = sections["budget"].limit_train_batches
     if limit is not None and limit <= 0:
@@ -206,9 +198,9 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         data.val_path = data.val_path or str(Path(data.root) / "val")
     if data.dataset == "custom":
         _check_folder_data(data, spec.output_dir)
-    seeds = check_seeds(spec.seeds, spec.reference_rows, where)
+    seeds = settings.check_seeds(spec.seeds, spec.reference_rows, where)
     names = [str(run.get("name")) for run in spec.runs] + list(spec.reference_rows)
-    only = check_only(spec.only, names, where)
+    only = settings.check_only(spec.only, names, where)
     import torch  # here, not at the top: the spec loads before the comparison's heavy imports
 
     on_gpu = torch.cuda.is_available()  # `auto`: the GPU data path on a GPU, kept in the record
@@ -216,7 +208,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
     views = sections["evaluation"].lidar_augmentations
     if views is not None and not Path(views).is_file():
         raise ConfigError(f"`evaluation.lidar_augmentations` {views} is not a file.")
-    runs = parse_runs(spec.runs, spec, sections["budget"], seeds is not None)
+    runs = settings.parse_runs(spec.runs, spec, sections["budget"], seeds is not None)
     return Spec(
         name=str(spec.name),
         output_dir=Path(spec.output_dir),
@@ -226,7 +218,7 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         only=only,
         trainer=tuple(str(o) for o in spec.trainer),
         pretrain_overrides=tuple(str(o) for o in spec.pretrain_overrides),
-        linear=LinearSettings(
+        linear=settings.LinearSettings(
             str(linear.config_path), str(linear.config_name), tuple(map(str, linear.overrides))
         ),
         runs=runs,
@@ -234,3 +226,77 @@ def _checked(spec: DictConfig, where: str | Path) -> Spec:
         resolved=OmegaConf.to_yaml(spec),
         **sections,
     )
+
+
+CLAIM_KEYS = tuple(field.name for field in dataclasses.fields(Claim))
+
+
+def parse_claims(
+    claims: Any, names: Sequence[str], max_epochs: int, where: str | Path
+) -> tuple[Claim, ...]:
+    """The ``claims`` node, typed and checked against the run ``names`` and ``max_epochs``."""
+    if not isinstance(claims, ListConfig):
+        raise ConfigError(f"{where}: `claims` must be a list ([] for none), got {claims}.")
+    parsed, root = [], OmegaConf.create({"claims": claims})  # for the keys' full names
+    for i, claim in enumerate(claims):
+        try:
+            parsed.append(_claim(root, claim, f"claims[{i}]", names, max_epochs))
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+    return tuple(parsed)
+
+
+def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epochs: int) -> Claim:
+    at, key_of = f"`{key}`", f"`{key}."
+    if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
+        raise ConfigError(f"{at} must be a mapping with keys from {list(CLAIM_KEYS)}.")
+    if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
+        raise ConfigError(f"{at} needs `text` (the paper's words) and `metric` (a column).")
+    for side in ("better", "than"):
+        runs = claim.get(side)
+        if runs is not None and (
+            not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
+        ):
+            raise ConfigError(
+                f"{key_of}{side}` must be a non-empty list of {list(names)}, got {runs}."
+            )
+    than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
+    if claim.get("better") is None or (than is None) == (at_least is None):
+        raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
+    both = [run for run in claim.better if run in (than or ())]
+    if both and claim.get("than_metric") in (None, claim.metric):
+        raise ConfigError(
+            f"{key_of}than` must not name a `better` run, got {both} in both: a run against "
+            "itself on one column never resolves; remove it from one side (or read another "
+            "column of it with `than_metric`)."
+        )
+    if at_least is not None and not (is_number(at_least) and math.isfinite(at_least)):
+        raise ConfigError(f"{key_of}at_least` must be a finite number, got {at_least}.")
+    than_metric = claim.get("than_metric")
+    if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
+        raise ConfigError(
+            f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
+            f"with `than` and without `epoch`), got {than_metric}."
+        )
+    if epoch is not None and not (type(epoch) is int and 1 <= epoch <= max_epochs):  # not True
+        raise ConfigError(f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}.")
+    budget = parse_section(settings.PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
+    if budget.steps and budget.samples:
+        raise ConfigError(
+            f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
+            "source states), the other follows from its batch size."
+        )
+    if budget.than_epochs and than is None:
+        raise ConfigError(
+            f"{key_of}paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
+            "none (remove it, or compare with `than`)."
+        )
+    if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
+        raise ConfigError(
+            f"{key_of}definition` must be the source's own reading of the claim (its words, with "
+            f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
+        )
+    given = {k: claim.get(k) for k in ("text", "metric", "than_metric", "at_least", "definition")}
+    runs = {k: tuple(claim.get(k) or ()) for k in ("better", "than")}
+    ours = KeyReader(claim, key).bool("ours", default=False)
+    return Claim(**given, **runs, epoch=epoch, paper_budget=budget, ours=ours)

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig
 
-from solo_diet.compare.verdicts.paper_budget import Claim, PaperBudget
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.settings import (
-    FORMAT_KEY,
-    KeyReader,
-    check_run_name,
-    closest_name,
-    is_number,
-    parse_section,
-    setting,
-)
+from solo_diet.core.settings import FORMAT_KEY, check_run_name, closest_name, setting
 
 REFERENCE_ROWS = ("random_init", "raw_pixels")
 SEEDED_REFERENCES = ("random_init",)  # the untrained backbone's initialisation: one per seed
@@ -36,7 +27,37 @@ SPEC_OWNED = (  # the data, the checkpointing, the rest
     *("checkpoint.dir", "checkpoint.enabled", "checkpoint.frequency", "check_val_every_n_epoch"),
     *("auto_resume.enabled", "wandb.enabled", "name", "max_steps"),
 )
-CLAIM_KEYS = tuple(field.name for field in fields(Claim))
+EXAMPLE = (
+    "(e.g. `paper_budget: {epochs: 5000, steps: 977000, batch_size: 256}`: steps or samples are "
+    "the paper's for those epochs)"
+)
+
+
+@dataclass(frozen=True)
+class PaperBudget:
+    """A claim's ``paper_budget``: the source's epochs and steps or samples for them."""
+
+    epochs: int = setting(None, minimum=1, hint=EXAMPLE)
+    than_epochs: Optional[int] = setting(None, minimum=1)
+    batch_size: Optional[int] = setting(None, minimum=1)
+    steps: Optional[int] = setting(None, minimum=1)
+    samples: Optional[int] = setting(None, minimum=1)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of a spec's ``claims``: ``better`` runs against ``than`` runs or ``at_least``."""
+
+    text: str
+    metric: str
+    better: tuple[str, ...]
+    than: tuple[str, ...] = ()
+    than_metric: Optional[str] = None
+    at_least: Optional[float] = None
+    epoch: Optional[int] = None
+    paper_budget: Optional[PaperBudget] = None
+    definition: str = ""
+    ours: bool = False
 
 
 @dataclass(frozen=True)
@@ -276,74 +297,3 @@ def check_overrides(
                 f"{owner} overrides `{key}`, which the comparison sets for every run; remove "
                 f"`{override}`."
             )
-
-
-def parse_claims(
-    claims: Any, names: Sequence[str], max_epochs: int, where: str | Path
-) -> tuple[Claim, ...]:
-    """The ``claims`` node, typed and checked against the run ``names`` and ``max_epochs``."""
-    if not isinstance(claims, ListConfig):
-        raise ConfigError(f"{where}: `claims` must be a list ([] for none), got {claims}.")
-    parsed, root = [], OmegaConf.create({"claims": claims})  # for the keys' full names
-    for i, claim in enumerate(claims):
-        try:
-            parsed.append(_claim(root, claim, f"claims[{i}]", names, max_epochs))
-        except ConfigError as err:
-            raise ConfigError(f"{where}: {err}") from None
-    return tuple(parsed)
-
-
-def _claim(root: DictConfig, claim: Any, key: str, names: Sequence[str], max_epochs: int) -> Claim:
-    at, key_of = f"`{key}`", f"`{key}."
-    if not isinstance(claim, DictConfig) or not set(claim) <= set(CLAIM_KEYS):
-        raise ConfigError(f"{at} must be a mapping with keys from {list(CLAIM_KEYS)}.")
-    if not isinstance(claim.get("text"), str) or not isinstance(claim.get("metric"), str):
-        raise ConfigError(f"{at} needs `text` (the paper's words) and `metric` (a column).")
-    for side in ("better", "than"):
-        runs = claim.get(side)
-        if runs is not None and (
-            not isinstance(runs, ListConfig) or not runs or not set(runs) <= set(names)
-        ):
-            raise ConfigError(
-                f"{key_of}{side}` must be a non-empty list of {list(names)}, got {runs}."
-            )
-    than, at_least, epoch = claim.get("than"), claim.get("at_least"), claim.get("epoch")
-    if claim.get("better") is None or (than is None) == (at_least is None):
-        raise ConfigError(f"{at} needs `better` and exactly one of `than` or `at_least`.")
-    both = [run for run in claim.better if run in (than or ())]
-    if both and claim.get("than_metric") in (None, claim.metric):
-        raise ConfigError(
-            f"{key_of}than` must not name a `better` run, got {both} in both: a run against "
-            "itself on one column never resolves; remove it from one side (or read another "
-            "column of it with `than_metric`)."
-        )
-    if at_least is not None and not (is_number(at_least) and math.isfinite(at_least)):
-        raise ConfigError(f"{key_of}at_least` must be a finite number, got {at_least}.")
-    than_metric = claim.get("than_metric")
-    if than_metric is not None and (not isinstance(than_metric, str) or than is None or epoch):
-        raise ConfigError(
-            f"{key_of}than_metric` is a result column read for the `than` runs (a claim "
-            f"with `than` and without `epoch`), got {than_metric}."
-        )
-    if epoch is not None and not (type(epoch) is int and 1 <= epoch <= max_epochs):  # not True
-        raise ConfigError(f"{key_of}epoch` must be an epoch count in 1..{max_epochs}, got {epoch}.")
-    budget = parse_section(PaperBudget, root, f"{key}.paper_budget", "`paper_budget`")
-    if budget.steps and budget.samples:
-        raise ConfigError(
-            f"{key_of}paper_budget.samples` and `steps` both given: name one (the count the "
-            "source states), the other follows from its batch size."
-        )
-    if budget.than_epochs and than is None:
-        raise ConfigError(
-            f"{key_of}paper_budget.than_epochs` is the budget of the `than` runs; this claim has "
-            "none (remove it, or compare with `than`)."
-        )
-    if not isinstance(claim.get("definition"), str) or not claim.definition.strip():
-        raise ConfigError(
-            f"{key_of}definition` must be the source's own reading of the claim (its words, with "
-            f"figure or table), or ours with `ours: true`; got {claim.get('definition')}."
-        )
-    given = {k: claim.get(k) for k in ("text", "metric", "than_metric", "at_least", "definition")}
-    runs = {k: tuple(claim.get(k) or ()) for k in ("better", "than")}
-    ours = KeyReader(claim, key).bool("ours", default=False)
-    return Claim(**given, **runs, epoch=epoch, paper_budget=budget, ours=ours)
