@@ -11,6 +11,7 @@ from torch import Tensor
 
 Steps = Union[float, Tensor]
 RowState = tuple[Tensor, ...]  # a row optimiser's state tensors, each shaped like the rows
+RowUpdate = tuple[Tensor, RowState]  # the rows and their state after a step
 _EQUAL_RATES = 1e-12
 
 
@@ -112,16 +113,18 @@ class RowOptimizer:
     step_rule: Callable[..., tuple[Tensor, ...]]
     zero_grad_rule: Callable[..., tuple[Tensor, ...]]
 
-    def _apply(self, rule: Callable, rows: Tensor, state: RowState, arg: Any, lr: float):
+    def _apply(
+        self, rule: Callable, rows: Tensor, state: RowState, arg: Any, lr: float
+    ) -> RowUpdate:
         hyper = {k: getattr(self, k) for k in self.__dataclass_fields__}
         rows, *new_state = rule(rows, *state, arg, lr=lr, **hyper)
         return rows, tuple(new_state)
 
-    def step(self, rows: Tensor, state: RowState, grad: Tensor, lr: float):
+    def step(self, rows: Tensor, state: RowState, grad: Tensor, lr: float) -> RowUpdate:
         """``(rows, state)`` after one step with ``grad``."""
         return self._apply(self.step_rule, rows, state, grad, lr)
 
-    def zero_grad_steps(self, rows: Tensor, state: RowState, steps: Steps, lr: float):
+    def zero_grad_steps(self, rows: Tensor, state: RowState, steps: Steps, lr: float) -> RowUpdate:
         """``(rows, state)`` after ``steps`` zero-gradient steps (closed form)."""
         return self._apply(self.zero_grad_rule, rows, state, steps, lr)
 

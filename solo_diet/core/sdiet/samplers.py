@@ -7,7 +7,7 @@ prefetched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -201,6 +201,14 @@ class SuperBatchOrder:
             )
 
 
+class ResidentRows(NamedTuple):
+    """The super-batch whose rows are on the device: its indexes, rows and optimiser state."""
+
+    indexes: torch.Tensor
+    rows: torch.Tensor
+    state: tuple[torch.Tensor, ...]
+
+
 @dataclass
 class RowHead:
     """CE steps against rows in a row store (``rows_per_step`` m; 1: batch CE)."""
@@ -209,8 +217,7 @@ class RowHead:
     label_smoothing: float
     temperature: float
     prefetch: bool
-    # the super-batch whose rows are on the device: its indexes, rows and optimiser state
-    resident: Optional[tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]] = None
+    resident: Optional[ResidentRows] = None
 
     def _loss_and_grad(self, z: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor):
         """``(loss, rows as a leaf, the loss's gradient for them)``; ``z`` keeps its graph."""
@@ -226,27 +233,27 @@ class RowHead:
         """Multi-batch CE of ``z`` over the super-batch's resident rows, written back after it."""
         group, place, length = super_batch.indexes, super_batch.place, super_batch.length
         if place == 0:
-            self.resident = (group, *store.load(group, z.device, lr=lr))
+            self.resident = ResidentRows(group, *store.load(group, z.device, lr=lr))
             if super_batch.following is not None and self.prefetch:
                 store.prefetch(super_batch.following, z.device)
-        if self.resident is None or not torch.equal(self.resident[0], group):
+        if self.resident is None or not torch.equal(self.resident.indexes, group):
             raise RuntimeError(
                 f"batch {batch_idx} continues a super-batch whose rows were never loaded"
             )
         batch_size = z.shape[0]
         positions = torch.arange(place * batch_size, (place + 1) * batch_size, device=z.device)
-        loss, rows, head_grad = self._loss_and_grad(z, self.resident[1], positions)
+        loss, rows, head_grad = self._loss_and_grad(z, self.resident.rows, positions)
         leaving = place == length - 1
         rows, state = store.update(
             group,
             rows,
-            self.resident[2],
+            self.resident.state,
             head_grad,
             lr=lr,
             write_back=leaving,
             eager_steps=store.eager_steps + self.rows_per_step - length,
         )
-        self.resident = None if leaving else (group, rows, state)
+        self.resident = None if leaving else ResidentRows(group, rows, state)
         return loss
 
     def labelled_step(
