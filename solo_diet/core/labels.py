@@ -197,11 +197,11 @@ def label_source_from_kwargs(
     path = kwargs["groups_path"]
     return LabelSource(
         source,
-        kwargs["num_samples"],
-        num_classes,
-        load_groups(path) if source == "groups" and path is not None else None,
-        float(kwargs["labelled_fraction"]),
-        int(kwargs["label_seed"]),
+        num_samples=kwargs["num_samples"],
+        num_classes=num_classes,
+        groups=load_groups(path) if source == "groups" and path is not None else None,
+        labelled_fraction=float(kwargs["labelled_fraction"]),
+        label_seed=int(kwargs["label_seed"]),
     )
 
 

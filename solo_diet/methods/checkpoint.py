@@ -179,8 +179,10 @@ def checkpoint_problem(path: PathLike, *, allow_pickle: bool = False) -> Optiona
         return "the file does not exist"
     try:
         _torch_load(Path(path), allow_pickle=False, mmap=True)
-    except (CorruptCheckpoint, UnsafeCheckpoint) as err:
-        return None if allow_pickle and isinstance(err, UnsafeCheckpoint) else err.reason
+    except CorruptCheckpoint as err:
+        return err.reason
+    except UnsafeCheckpoint as err:
+        return None if allow_pickle else err.reason
     return None
 
 

@@ -95,9 +95,14 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         hp = self.hp
         loss_keys = ("beta", "prior", "symmetric", "gather_marginal")
         self.loss_options: Dict[str, Any] = {key: getattr(hp, key) for key in loss_keys}
-        dims = (self.features_dim, hp.proj_hidden_dim, hp.proj_output_dim)  # D, f, c
-        options = {"activation": hp.activation, "eps": hp.eps, "codes_seed": hp.codes_seed}
-        self.projector = CPLearnProjector(*dims, **options)
+        self.projector = CPLearnProjector(
+            self.features_dim,
+            hp.proj_hidden_dim,
+            hp.proj_output_dim,
+            activation=hp.activation,
+            eps=hp.eps,
+            codes_seed=hp.codes_seed,
+        )
         self._val_codes: List[torch.Tensor] = []
         self._val_targets: List[torch.Tensor] = []
 

@@ -105,10 +105,16 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
         except ValueError as error:  # an unreadable groups file, too
             raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from error
         self.projector: nn.Module = nn.Identity()
-        self.z_dim: int = hp.proj_output_dim if hp.proj_layers > 0 else self.features_dim
+        self.z_dim: int = self.features_dim
         if hp.proj_layers > 0:
-            dims = (self.features_dim, hp.proj_hidden_dim, hp.proj_output_dim, hp.proj_layers)
-            self.projector = mlp_projector(*dims, hp.proj_use_bn)
+            self.projector = mlp_projector(
+                self.features_dim,
+                hp.proj_hidden_dim,
+                hp.proj_output_dim,
+                hp.proj_layers,
+                hp.proj_use_bn,
+            )
+            self.z_dim = hp.proj_output_dim
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:

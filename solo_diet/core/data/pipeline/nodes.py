@@ -170,14 +170,15 @@ def check_augmentation_keys(node: Mapping, name: str = "node") -> None:
                 f" is not an augmentation key of solo-learn's pipeline (known: {list(_TOP_KEYS)});"
                 " remove it.",
             )
-        if key in _SECTIONS and section is not None and not isinstance(section, Mapping):
+        if key in _SECTIONS and isinstance(section, Mapping):
+            for sub in section:
+                if sub not in _SECTIONS[key]:
+                    raise ArgumentError(
+                        node_argument(f"{name}.{key}.{sub}"),
+                        f" is not a key of solo-learn's `{key}` (known: {list(_SECTIONS[key])}); "
+                        "remove it.",
+                    )
+        elif key in _SECTIONS and section is not None:
             raise ArgumentError(
                 node_argument(f"{name}.{key}"), f" must be a mapping, got {section!r}."
             )
-        for sub in section if key in _SECTIONS and section is not None else ():
-            if sub not in _SECTIONS[key]:
-                raise ArgumentError(
-                    node_argument(f"{name}.{key}.{sub}"),
-                    f" is not a key of solo-learn's `{key}` (known: {list(_SECTIONS[key])}); "
-                    "remove it.",
-                )
