@@ -132,7 +132,8 @@ def graph_vicreg_loss(
             has_pairs, pair_sum / (dim * torch.where(has_pairs, num_pairs, 1.0)), 0.0
         )
 
-        variance = covariance = z.new_zeros(())  # both rebound below, never written in place
+        variance = z.new_zeros(())
+        covariance = z.new_zeros(())
         # a 0/1 mask multiplied in: indexing with a boolean mask would wait for the GPU
         off_diagonal = 1.0 - torch.eye(dim, dtype=z.dtype, device=z.device)
         for view_weights, view in zip(degrees.chunk(len(views)), z.chunk(len(views))):
