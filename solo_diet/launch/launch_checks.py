@@ -153,6 +153,10 @@ class TrainingSettings:
     cutmix: Optional[float] = setting(None, within=(0.0, math.inf), key="cutmix")
     finetune: Optional[bool] = setting(None, key="finetune")
     precision: Any = setting(None, key="precision")
+    # Lightning skips clipping at a value <= 0: a negative one would ask for clipping and get none
+    gradient_clip_val: Optional[float] = setting(
+        None, within=(0.0, math.inf), key="gradient_clip_val"
+    )
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
         """Finite learning rates > 0, batch limits that train something, a known precision."""
@@ -186,9 +190,21 @@ class TrainingSettings:
                 f"{steps!r}: write e.g. scheduler.lr_decay_steps=[60,80] (without them the lr "
                 "would stay constant).",
             )
+        for key in SWITCHES:
+            read.bool(key, default=False)
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
+
+
+# solo-learn's on/off keys: it reads each by its truth, so a quoted 'False' would switch it on
+SWITCHES = (
+    *("auto_augment", "auto_resume.enabled", "auto_umap.enabled", "checkpoint.enabled"),
+    *("checkpoint.keep_prev", "dali.encode_indexes_into_labels", "data.no_labels"),
+    *("debug_augmentations", "knn_eval.enabled", "momentum.classifier"),
+    *("optimizer.exclude_bias_n_norm_wd", "performance.disable_channel_last", "wandb.enabled"),
+    "wandb.offline",
+)
 
 
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs)
@@ -270,10 +286,16 @@ def check_key_typos(cfg: DictConfig, yaml: Optional[Callable[[], DictConfig]] = 
 
 
 def check_accelerator_present(cfg: DictConfig) -> None:
-    """Refuse ``accelerator: gpu`` where torch sees no CUDA device, naming the fix."""
+    """Refuse an accelerator other than auto, cpu or a CUDA GPU, and a GPU torch does not see."""
     import torch
 
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
+    if accelerator not in ("auto", "cpu", "gpu", "cuda"):
+        raise KeyReader(cfg).fail(
+            "accelerator",
+            f"must be auto, cpu or gpu (solo-diet's launchers run on CPUs and CUDA GPUs), got "
+            f"{accelerator!r}.",
+        )
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "

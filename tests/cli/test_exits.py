@@ -271,6 +271,20 @@ def test_ctrl_c_on_the_command_line_exits_130_without_a_last_checkpoint(data, tm
         ("linear", ["optimizer.batch_size=0"], "`optimizer.batch_size` must be a positive"),
         ("linear", ["++label_smoothing=2"], "`label_smoothing` must be in [0.0, 1.0), got 2."),
         ("linear", ["++finetune=yes"], "`finetune` must be True or False, got 'yes'."),
+        # a quoted 'False' is a string, which solo-learn's `if cfg.checkpoint.enabled:` reads as on
+        (
+            "pretrain",
+            ["checkpoint.enabled='False'"],
+            "`checkpoint.enabled` must be True or False, got 'False'.",
+        ),
+        ("linear", ["++auto_augment='False'"], "`auto_augment` must be True or False, got 'False'"),
+        (
+            "pretrain",
+            ["++gradient_clip_val=-1.0"],
+            "`gradient_clip_val` must be in [0.0, inf), got -1.0.",
+        ),
+        ("pretrain", ["accelerator=tpu"], "`accelerator` must be auto, cpu or gpu (solo-diet's"),
+        ("linear", ["accelerator=mps"], "`accelerator` must be auto, cpu or gpu (solo-diet's"),
         (
             "pretrain",
             ["++method_kwargs.label_smooting=0.5"],
