@@ -250,7 +250,14 @@ def logger_and_callbacks(
     logger = None
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers.wandb import WandbLogger
-        from wandb.errors import UsageError
+
+        try:
+            from wandb.errors import UsageError
+        except ImportError:  # solo-learn installed without its requirements
+            raise ConfigError(
+                "`wandb.enabled: True`, but wandb is not installed: `pip install wandb`, or turn "
+                "wandb off with wandb.enabled=False."
+            ) from None
 
         where = {key: cfg.wandb[key] for key in ("project", "entity", "offline")}
         resume = "allow" if wandb_run_id else None

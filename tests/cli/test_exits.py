@@ -360,6 +360,20 @@ def test_wandb_without_an_api_key_is_one_line(data, tmp_path, capsys, monkeypatc
     assert not list(tmp_path.glob("diet/*"))
 
 
+def test_wandb_not_installed_is_one_line(data, tmp_path, capsys, monkeypatch):
+    """solo-learn installed without its requirements: no wandb to import."""
+    for name in [n for n in sys.modules if n == "wandb" or n.startswith("wandb.")] or ["wandb"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError
+    argv = PRETRAIN + overrides(data, tmp_path) + ["wandb.enabled=True", "++wandb.offline=True"]
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert last_line(err) == (
+        "solo-diet pretrain: `wandb.enabled: True`, but wandb is not installed: `pip install "
+        "wandb`, or turn wandb off with wandb.enabled=False."
+    )
+    assert not list(tmp_path.glob("diet/*"))
+
+
 @pytest.mark.parametrize("how", ["--debug", "SOLO_DIET_DEBUG=1"])
 def test_debug_shows_the_traceback(data, tmp_path, capsys, monkeypatch, how):
     if how == "--debug":
