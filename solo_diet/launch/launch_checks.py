@@ -119,6 +119,16 @@ PRECISIONS = (
 )
 
 
+# solo-learn's on/off keys: it reads each by its truth, so a quoted 'False' would switch it on
+SWITCHES = (
+    *("auto_augment", "auto_resume.enabled", "auto_umap.enabled", "checkpoint.enabled"),
+    *("checkpoint.keep_prev", "dali.encode_indexes_into_labels", "data.no_labels"),
+    *("debug_augmentations", "knn_eval.enabled", "momentum.classifier"),
+    *("optimizer.exclude_bias_n_norm_wd", "performance.disable_channel_last", "wandb.enabled"),
+    "wandb.offline",
+)
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """The training keys checked before ``parse_cfg`` (None: solo-learn's default)."""
@@ -159,7 +169,8 @@ class TrainingSettings:
     )
 
     def checked(self, cfg: DictConfig) -> "TrainingSettings":
-        """Finite learning rates > 0, batch limits that train something, a known precision."""
+        """Finite learning rates > 0, batch limits that train something, True or False in each of
+        :data:`SWITCHES`, a known precision."""
         read = KeyReader(cfg)
         for key, lr in (("optimizer.lr", self.lr), ("optimizer.classifier_lr", self.classifier_lr)):
             if lr is not None and not 0 < lr < math.inf:  # a number (the schema); not NaN either
@@ -195,16 +206,6 @@ class TrainingSettings:
         if self.precision is not None:  # Lightning takes 32 and "32" alike
             KeyReader({"precision": str(self.precision)}).choice("precision", PRECISIONS)
         return self
-
-
-# solo-learn's on/off keys: it reads each by its truth, so a quoted 'False' would switch it on
-SWITCHES = (
-    *("auto_augment", "auto_resume.enabled", "auto_umap.enabled", "checkpoint.enabled"),
-    *("checkpoint.keep_prev", "dali.encode_indexes_into_labels", "data.no_labels"),
-    *("debug_augmentations", "knn_eval.enabled", "momentum.classifier"),
-    *("optimizer.exclude_bias_n_norm_wd", "performance.disable_channel_last", "wandb.enabled"),
-    "wandb.offline",
-)
 
 
 # The top-level sections solo-learn reads (its parse_cfg, main scripts and shipped YAMLs)
