@@ -48,10 +48,16 @@ def _box_sides(generator, count, height, width, scale, ratio, device):
     return torch.round(torch.sqrt(target * aspect)), torch.round(torch.sqrt(target / aspect))
 
 
-def _fallback_sides(height: int | Tensor, width: int | Tensor) -> tuple[Tensor, Tensor]:
+def _fallback_sides(height: int | Tensor, width: int | Tensor):
     """``RandomResizedCrop``'s central crop when no draw fits: the image clamped to the ratios."""
     low, high = CROP_RATIO
-    height, width = torch.as_tensor(height).double(), torch.as_tensor(width).double()
+    if not isinstance(height, Tensor):
+        if width / height < low:
+            return float(width), float(round(width / low))
+        if width / height > high:
+            return float(round(height * high)), float(height)
+        return float(width), float(height)
+    height, width = height.double(), width.double()
     narrow, wide = width / height < low, width / height > high
     fallback_w = torch.where(wide, torch.round(height * high), width)
     fallback_h = torch.where(narrow, torch.round(width / low), height)
