@@ -22,7 +22,7 @@ CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 def synthetic(num: int, size: int = 32) -> ImageTensors:
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (num, 3, size, size), dtype=torch.uint8, generator=generator)
-    return ImageTensors(images, torch.arange(num) % 5, source="synthetic")
+    return ImageTensors(images, torch.arange(num) % 5)
 
 
 class GeneratorRecorder:

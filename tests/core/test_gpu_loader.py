@@ -46,7 +46,7 @@ def folder(tmp_path_factory) -> Path:
 def synthetic(num: int = 40, size: int = 4) -> ImageTensors:
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (num, 3, size, size), dtype=torch.uint8, generator=generator)
-    return ImageTensors(images, torch.arange(num) % 5, source="synthetic")
+    return ImageTensors(images, torch.arange(num) % 5)
 
 
 def noisy_views(rows: torch.Tensor, generator: torch.Generator) -> list:
@@ -304,7 +304,7 @@ def test_loader_errors():
     with pytest.raises(ValueError, match="smaller than one global batch"):
         GPUBatchLoader.for_pretraining(synthetic(num=3), 4, noisy_views, device="cpu")
     with pytest.raises(ValueError, match="uint8"):
-        ImageTensors(torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.int64), source="x")
+        ImageTensors(torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.int64))
 
 
 def test_derived_seeds_differ_per_part_and_are_stable():
@@ -336,7 +336,7 @@ def test_cuda_pinned_storage_gives_the_device_storage_batches_on_the_device():
 @needs_cuda
 def test_cuda_sets_too_large_for_the_chosen_memory_name_the_sizes():
     huge = torch.zeros(1, 3, 1, 1, dtype=torch.uint8).expand(2**30, 3, 64, 64)
-    data = ImageTensors(huge, torch.zeros(1, dtype=torch.int64).expand(2**30), source="huge")
+    data = ImageTensors(huge, torch.zeros(1, dtype=torch.int64).expand(2**30))
     for storage, message in (("device", "GiB free on cuda"), ("pinned", "GiB of host memory")):
         loader = GPUBatchLoader.for_pretraining(
             data, 4, noisy_views, storage=storage, device="cuda"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from solo_diet.core.sdiet import rowstore
 from solo_diet.core.sdiet.optim import RowAdamW, RowSGDW
 from solo_diet.core.sdiet.rowstore import HostSharing, RowStore
-from solo_diet.core.sdiet.rowstore import tables as rowstore
 
 N, D, LR, WD, BETAS, EPS = 10, 3, 1e-2, 0.05, (0.9, 0.999), 1e-8
 BATCHES = [[0, 1, 2], [3, 4, 5], [6, 0, 7], [1, 8, 3], [9, 2, 6], [4, 5, 8], [0, 9, 1]]

@@ -134,7 +134,7 @@ def test_a_set_too_large_for_the_device_names_storage_and_image_size(monkeypatch
     """The late placement check (run when the loader is first iterated, inside the fit that
     :func:`~solo_diet.launch.common.fit_or_raise` wraps); the free memory is made to be none."""
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (0, 0))
-    images = ImageTensors(torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4).long(), "x")
+    images = ImageTensors(torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4).long())
     loader = GPUBatchLoader.for_pretraining(images, 2, lambda x, g: [x], storage="device")
     error = named(lambda: loader.placement(torch.device("cuda", 0)))
     assert type(error) is ConfigError

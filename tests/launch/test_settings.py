@@ -109,7 +109,7 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
 
 def _tiny_images() -> ImageTensors:
     images = torch.randint(0, 256, (6, 3, 8, 8), dtype=torch.uint8)
-    return ImageTensors(images, torch.arange(6) % 2, source="tiny")
+    return ImageTensors(images, torch.arange(6) % 2)
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,6 @@ class EncodedFiles(torch.utils.data.Dataset):
         self._ends = np.cumsum([len(name) for name in encoded], dtype=np.int64)
         self._names = np.frombuffer(b"".join(encoded), dtype=np.uint8)
         self.targets = torch.as_tensor(list(targets), dtype=torch.int64)
-        self.source = source
 
     @classmethod
     def from_folder(

@@ -32,7 +32,6 @@ class ImageTensors:
 
     images: Tensor
     targets: Tensor
-    source: str
 
     def __post_init__(self) -> None:
         images, targets = self.images, self.targets
@@ -219,9 +218,7 @@ def load_torchvision(
             image_size,
             threads,
         )
-    return ImageTensors(
-        images, torch.from_numpy(targets.astype(np.int64)), source=f"{dataset} at {root}"
-    )
+    return ImageTensors(images, torch.from_numpy(targets.astype(np.int64)))
 
 
 def load_images(
@@ -255,4 +252,4 @@ def load_images(
     decode = functools.partial(decode_all, paths, lambda i: read_rgb(paths[i]), image_size, threads)
     images = cached_decode(samples, image_size, decode) if cache else decode()
     targets = torch.tensor([t for _, t in samples], dtype=torch.int64)
-    return ImageTensors(images, targets, source=str(root))
+    return ImageTensors(images, targets)

@@ -22,21 +22,18 @@ def mlp_projector(
     return nn.Sequential(*layers)
 
 
-# CUDA's asynchronous assert takes messages under 255 characters
-NOT_POSITIVE_DEFINITE = (
-    "W-MSE whitening: a slice's covariance is not positive definite (Cholesky failed); "
-)
-RAISE_EPS = "raise argument `eps` or the slice size"
-
-
 class CholeskyWhitening(nn.Module):
     """Whitens a slice ``x`` (N x D) by ``L^-1``, ``L L^T = (1 - eps) cov + eps I``, in float32; a
     covariance not positive definite fails a device assert ending with ``fix``."""
 
-    def __init__(self, output_dim: int, eps: float = 0.0, fix: str = RAISE_EPS):
+    def __init__(
+        self, output_dim: int, eps: float = 0.0, fix: str = "raise argument `eps` or the slice size"
+    ):
         super().__init__()
         self.output_dim, self.eps = output_dim, eps
-        self.not_positive_definite = (NOT_POSITIVE_DEFINITE + fix)[:254]
+        # CUDA's asynchronous assert takes messages under 255 characters
+        not_positive_definite = "a slice's covariance is not positive definite (Cholesky failed); "
+        self.not_positive_definite = f"W-MSE whitening: {not_positive_definite}{fix}"[:254]
 
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(self, x: Tensor) -> Tensor:

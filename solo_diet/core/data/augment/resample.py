@@ -51,7 +51,7 @@ def _box_sides(generator, count, height, width, scale, ratio, device):
 def _fallback_sides(height: int | Tensor, width: int | Tensor):
     """``RandomResizedCrop``'s central crop when no draw fits: the image clamped to the ratios."""
     low, high = CROP_RATIO
-    if not isinstance(height, Tensor):
+    if not isinstance(height, Tensor):  # Python floats: graph capture refuses a CPU tensor's copy
         if width / height < low:
             return float(width), float(round(width / low))
         if width / height > high:
