@@ -19,9 +19,6 @@ from solo_diet.core.settings import core_errors_named, parse_section, write_sect
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
-SEM_TWINS = "solo_diet.methods.sem:sem_twins"
-
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
@@ -215,5 +212,6 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = _add(methods_module, plugin_methods())
-    twins = pkgutil.resolve_name(SEM_TWINS)(dict(methods_module.METHODS))
+    # the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
+    twins = pkgutil.resolve_name("solo_diet.methods.sem:sem_twins")(dict(methods_module.METHODS))
     return names + _add(methods_module, twins)
