@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import pickle
 import typing
 import warnings
@@ -27,7 +26,6 @@ from solo_diet.methods.contract import register
 
 CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt")
 ALLOW_PICKLE_KEY = "allow_pickle_checkpoint"
-FORCE_PICKLE_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 # What a checkpoint may hold besides tensors without pickle: OmegaConf's containers and their parts
 SAFE_GLOBALS = [
     *(dictconfig.DictConfig, listconfig.ListConfig, base.ContainerMetadata, base.Metadata),
@@ -129,18 +127,6 @@ def _not_loading(path: Path, error: BaseException) -> str:
     return "it is not a torch checkpoint (neither the zip archive nor the pickle torch.save writes)"
 
 
-@contextlib.contextmanager
-def _weights_only_enforced() -> Iterator[None]:
-    """``weights_only=True`` means it inside: without ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``."""
-    forced = os.environ.pop(FORCE_PICKLE_VARIABLE, None)
-    try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            yield
-    finally:
-        if forced is not None:
-            os.environ[FORCE_PICKLE_VARIABLE] = forced
-
-
 def _needs_pickle(path: Path) -> Optional[str]:
     """Why a checkpoint only pickle loads is refused; None when its pickle does not parse."""
     try:
@@ -163,7 +149,8 @@ def _torch_load(path: Path, *, allow_pickle: bool, mmap: bool) -> dict:
         check_archive_sizes(path)
     mmap = mmap and archive  # legacy-format files cannot be memory-mapped
     try:
-        with contextlib.nullcontext() if allow_pickle else _weights_only_enforced():
+        # an explicit weights_only=True holds whatever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
             return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
     except Exception as error:  # noqa: BLE001 - what torch raises on a damaged file varies
         refused = isinstance(error, pickle.UnpicklingError) and archive and not allow_pickle

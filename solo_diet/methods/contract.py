@@ -19,9 +19,6 @@ from solo_diet.core.settings import core_errors_named, parse_section, write_sect
 if TYPE_CHECKING:
     from torch.utils.data import Sampler
 
-# the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
-SEM_TWINS = "solo_diet.methods.sem:sem_twins"
-
 
 @dataclass(frozen=True)
 class ExtraRepresentation:
@@ -111,18 +108,6 @@ def method_contract(method_cls: type) -> Contract:
     return next(iter(inherited.values()))[1] if inherited else DEFAULT_CONTRACT
 
 
-def registered_class(method_cls: type, *, plugin: bool) -> type:
-    """``method_cls``, its contract checked (a ``plugin`` declares its own)."""
-    if plugin and "contract" not in method_cls.__dict__:
-        raise ContractError(
-            f"{method_cls.__module__}.{method_cls.__qualname__} declares no method contract: add "
-            "the class attribute `contract = Contract(...)` (solo_diet.methods.contract), e.g. "
-            "`contract = IndexMethod.contract` for an index-based method."
-        )
-    method_contract(method_cls)
-    return method_cls
-
-
 def parse_method_kwargs(cfg: omegaconf.DictConfig, method_cls: type) -> Optional[Any]:
     """``method_cls``'s ``kwargs`` parsed from ``cfg.method_kwargs``; None if it declares none."""
     schema = method_contract(method_cls).kwargs
@@ -178,7 +163,8 @@ def plugin_methods() -> dict[str, type]:
 
 
 def _add(methods_module, classes: Mapping[str, type]) -> list[str]:
-    """Put ``classes`` (contracts checked) in ``methods_module.METHODS``; returns their names."""
+    """Put ``classes`` in ``methods_module.METHODS``, each checked to declare a well-formed contract
+    in its own body; returns their names."""
     registry = methods_module.METHODS
     for name, cls in classes.items():
         present = registry.get(name, cls)  # ours again (a reload of this module) is replaced
@@ -187,7 +173,14 @@ def _add(methods_module, classes: Mapping[str, type]) -> list[str]:
                 f"solo-diet cannot register method '{name}': solo-learn already has "
                 f"{present.__module__}.{present.__qualname__} under that name."
             )
-        registry[name] = registered_class(cls, plugin=True)
+        if "contract" not in cls.__dict__:
+            raise ContractError(
+                f"{cls.__module__}.{cls.__qualname__} declares no method contract: add the class "
+                "attribute `contract = Contract(...)` (solo_diet.methods.contract), e.g. "
+                "`contract = IndexMethod.contract` for an index-based method."
+            )
+        method_contract(cls)  # refuses a malformed or an ambiguous declaration
+        registry[name] = cls
         setattr(methods_module, cls.__name__, cls)
     return list(classes)
 
@@ -219,5 +212,6 @@ def register() -> list[str]:
         model_cls._OPTIMIZERS.setdefault("lars_foreach", ForeachLARS)
 
     names = _add(methods_module, plugin_methods())
-    twins = pkgutil.resolve_name(SEM_TWINS)(dict(methods_module.METHODS))
+    # the SEM twins' factory (registry -> twins), named, not imported: sem.py imports this module
+    twins = pkgutil.resolve_name("solo_diet.methods.sem:sem_twins")(dict(methods_module.METHODS))
     return names + _add(methods_module, twins)

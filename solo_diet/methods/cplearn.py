@@ -85,7 +85,6 @@ class CPLearn(DeclaredKwargs, BaseMethod):
     contract = Contract(
         kwargs=CPLearnKwargs,
         extra_evaluations=cplearn_representations,
-        views=2,
         smoke_kwargs={"proj_hidden_dim": 16, "proj_output_dim": 32},
     )
     hp: CPLearnKwargs

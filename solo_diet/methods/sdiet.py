@@ -186,12 +186,6 @@ class SDIET(IndexMethod):
         """``z``: the L2-normalised projector output (rows stepped by hand, as Listing 1)."""
         return F.normalize(self.projector(feats), dim=-1)
 
-    def head_lr(self) -> float:
-        """The backbone group's scheduled lr (outside a Trainer: the configured one; our choice)."""
-        if self._trainer is None or not self.trainer.optimizers:
-            return self.lr
-        return self.trainer.optimizers[0].param_groups[0]["lr"]
-
     def on_train_start(self) -> None:
         """Finds the sampler; eager mode: ``T = N/B - m`` zero-gradient steps per visit (§5.2)."""
         super().on_train_start()
@@ -222,7 +216,9 @@ class SDIET(IndexMethod):
         indexes, targets = batch[0], batch[2]
         out = super().training_step(batch, batch_idx)
         z = gather(out["z"][0])
-        lr = self.head_lr()
+        # the head's lr: the backbone group's scheduled one (outside a Trainer: the configured one)
+        optimizers = [] if self._trainer is None else self.trainer.optimizers
+        lr = optimizers[0].param_groups[0]["lr"] if optimizers else self.lr
         if self.label_source.source == "index":
             # a collective: every process has loaded the previous rows before the writer stores them
             indexes = concat_all_gather_no_grad(indexes)

@@ -40,11 +40,6 @@ class SEMKwargs:
     probe: str = setting("backbone", choices=("backbone", "sem"))
     probe_tau: float = 0.1
 
-    @property
-    def width(self) -> int:
-        """L*V: the width of the SEM representation, which a twin's projector/head reads."""
-        return self.num_simplices * self.simplex_dim
-
     def checked(self, cfg: omegaconf.DictConfig) -> "SEMKwargs":
         """Finite temperatures, > 0 (``probe_tau`` >= 0); ``tau_target`` filled in."""
         target = self.tau_online if self.tau_target is None else self.tau_target
@@ -153,7 +148,7 @@ def _with_sem_representation(
 
 class _SEMTwin:
     """The base of every ``<name>_sem`` twin (first in its MRO). Keys: the base method's and
-    ``method_kwargs.sem`` (``self.sem``, :class:`SEMKwargs`), in ``self.hp``."""
+    ``method_kwargs.sem`` (``self.hp.sem``, :class:`SEMKwargs`), in ``self.hp``."""
 
     sem_base_method: str
     _sem_online: str
@@ -161,14 +156,9 @@ class _SEMTwin:
     _sem_momentum: str | None
 
     @property
-    def sem(self) -> SEMKwargs:
-        """The parsed ``method_kwargs.sem``."""
-        return self.hp.sem
-
-    @property
     def features_dim(self) -> int:
         """L*V of ``method_kwargs.sem``: the width the base method builds its projector/head for."""
-        return self.sem.width
+        return self.hp.sem.num_simplices * self.hp.sem.simplex_dim
 
     @features_dim.setter
     def features_dim(self, backbone_dim: int) -> None:
@@ -181,7 +171,7 @@ class _SEMTwin:
             self.hp = only.checked(cfg)  # before the base method reads features_dim
             write_section(cfg, "method_kwargs", self.hp)
         super().__init__(cfg)
-        sem = self.sem
+        sem = self.hp.sem
         width, backbone_dim = self.features_dim, self.backbone_dim
         self._sem_online, self._sem_momentum = _slot_paths(self)
         if not _reads_width(self.get_submodule(self._sem_online), self, width):
@@ -245,7 +235,7 @@ class _SEMTwin:
 
     def base_training_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         """Crop 0 at ``tau_online``, the others at ``tau_target`` (SEM paper, §3.1)."""
-        sem = self.sem
+        sem = self.hp.sem
         crop = len(self._sem_large_crops) % self.num_large_crops  # the step's crop
         tau = sem.tau_online if crop == 0 or self._sem_momentum is not None else sem.tau_target
         with self.get_submodule(self._sem_online).temperature(tau):
@@ -258,7 +248,7 @@ class _SEMTwin:
         super().on_train_batch_end(outputs, batch, batch_idx)
         crops, self._sem_large_crops = self._sem_large_crops, []
         if crops:
-            stats = simplex_statistics(torch.cat(crops), self.sem.simplex_dim)
+            stats = simplex_statistics(torch.cat(crops), self.hp.sem.simplex_dim)
             logs = {f"train_sem_{k}": v for k, v in stats.items()}
             self.log_dict(logs, on_epoch=True, sync_dist=True)
 
@@ -306,5 +296,5 @@ def sem_feature_extractor(
             f"method '{checkpoint.method_name}' of this config is not a SEM twin (<name>_sem)"
         )
     model = checkpoint.method()
-    probe_tau = model.sem.probe_tau if tau is None else tau
+    probe_tau = model.hp.sem.probe_tau if tau is None else tau
     return SEMFeatureExtractor(model.backbone, model.sem_embedder, probe_tau).eval()

@@ -26,9 +26,6 @@ from solo_diet.core.settings import KeyReader
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
-# solo-learn optimizer name -> the name (registered by ``solo_diet.register``) that replaces it
-SUBSTITUTED_OPTIMIZERS = {"lars": "lars_foreach"}
-
 
 class ForeachMomentumUpdater(MomentumUpdater):
     """solo-learn's ``MomentumUpdater`` by ``_foreach`` ops (``cur_tau``: once used, on device)."""
@@ -165,10 +162,9 @@ def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
     if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
         return []
     made = []
-    name = getattr(model, "optimizer", None)
-    if isinstance(name, str) and name in SUBSTITUTED_OPTIMIZERS:
-        replacement = model.optimizer = SUBSTITUTED_OPTIMIZERS[name]
-        made.append(f"optimizer `{name}` -> {_qualified(type(model)._OPTIMIZERS[replacement])}")
+    if getattr(model, "optimizer", None) == "lars":  # "lars_foreach": registered by register()
+        model.optimizer = "lars_foreach"
+        made.append(f"optimizer `lars` -> {_qualified(type(model)._OPTIMIZERS['lars_foreach'])}")
     updater = getattr(model, "momentum_updater", None)
     if type(updater) is MomentumUpdater:
         model.momentum_updater = ForeachMomentumUpdater(updater.base_tau, updater.final_tau)

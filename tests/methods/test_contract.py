@@ -9,6 +9,7 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 import sys
+import types
 from dataclasses import dataclass
 
 from solo.methods import METHODS, BaseMethod
@@ -22,9 +23,9 @@ from solo_diet.methods.contract import (
     Contract,
     ContractError,
     DeclaredKwargs,
+    _add,
     method_contract,
     plugin_methods,
-    registered_class,
 )
 from tests._helpers.tiny import tiny_cfg
 
@@ -56,7 +57,6 @@ class ContractFirst(DeclaredKwargs, DeclaresStrict, BaseMethod):
 
 @pytest.mark.parametrize("method_cls", [BaseFirst, ContractFirst], ids=["base_first", "first"])
 def test_base_class_order_does_not_matter(method_cls):
-    registered_class(method_cls, plugin=False)
     assert method_contract(method_cls) is STRICT
     model = method_cls(tiny_cfg("probe", {"filled": 3}))
     assert model.hp == ProbeKwargs(filled=3)
@@ -71,9 +71,12 @@ def test_base_class_order_does_not_matter(method_cls):
 
 
 def test_registration_leaves_the_class_as_it_is():
-    before = dict(BaseFirst.__dict__)
-    assert registered_class(BaseFirst, plugin=False) is BaseFirst
-    assert dict(BaseFirst.__dict__) == before
+    class Declared(BaseFirst):
+        contract = STRICT
+
+    before, solo_methods = dict(Declared.__dict__), types.SimpleNamespace(METHODS={})
+    assert _add(solo_methods, {"probe": Declared}) == ["probe"]
+    assert solo_methods.METHODS["probe"] is Declared and dict(Declared.__dict__) == before
 
 
 def test_two_different_inherited_contracts_are_refused_until_the_class_declares_one():
@@ -111,7 +114,7 @@ def test_registering_a_plugin_class_without_its_own_contract_is_refused():
         registered_as = "undeclared"
 
     with pytest.raises(ContractError, match="declares no method contract: add the class"):
-        registered_class(Undeclared, plugin=True)
+        _add(types.SimpleNamespace(METHODS={}), {"undeclared": Undeclared})
 
 
 def test_a_method_file_in_the_package_is_registered_by_its_name(tmp_path, monkeypatch):
