@@ -195,6 +195,7 @@ def test_a_disk_full_at_the_second_save_ends_in_one_line_and_the_rerun_resumes(
 def test_a_disk_full_at_the_first_write_is_one_line(
     data, tmp_path, capsys, monkeypatch, command, lock
 ):
+    import solo_diet.compare.run.job  # noqa: F401  (binds the real write_holder before the patch)
     import solo_diet.core.lock as locks
 
     def no_space(descriptor: int, command: str) -> None:  # the lock's holder line: a first write
