@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ from solo_diet.launch.launch_checks import (
     check_cfg_before_parse,
     check_key_typos,
     known_top_level_keys,
+    trainer_arguments,
 )
 from solo_diet.launch.nodes import check_nodes
 
@@ -117,12 +117,10 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     """The cfg's ``Trainer`` arguments with logger, callbacks, strategy and checkpoint IO."""
-    from lightning.pytorch import Trainer
-
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
     from solo_diet.methods.checkpoint import pickle_allowed
 
-    valid = inspect.signature(Trainer.__init__).parameters
+    valid = trainer_arguments()
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
     if kwargs.get("accelerator") == "cpu":
         kwargs["devices"] = len(cfg.devices)
@@ -236,9 +234,8 @@ def logger_and_callbacks(
     """The run's divergence guard, progress bar, checkpointer and wandb logger."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
+    from solo_diet.launch.callbacks import DivergenceGuard, FinalEpochCheckpoint, TimedProgressBar
     from solo_diet.launch.checkpointing import RunCheckpointer
-    from solo_diet.launch.divergence import DivergenceGuard
 
     callbacks: list = [DivergenceGuard()]
     if OmegaConf.select(cfg, "enable_progress_bar", default=True) is not False:

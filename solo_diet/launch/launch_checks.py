@@ -182,9 +182,12 @@ class TrainingSettings:
             ):
                 wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
                 raise read.fail(key, f"must be {wanted}, got {limit!r}.")
-        train_limit = read.value("limit_train_batches")
         for key, value, give in (
-            ("limit_train_batches", train_limit, "a batch count >= 1 or a fraction in (0, 1]"),
+            (
+                "limit_train_batches",
+                read.value("limit_train_batches"),
+                "a batch count >= 1 or a fraction in (0, 1]",
+            ),
             ("max_steps", self.max_steps, "-1 (no limit) or a step count >= 1"),
         ):
             if value == 0:

@@ -9,10 +9,10 @@ from torch import nn
 
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import KeyReader
+from solo_diet.launch.callbacks import non_finite_tensors
 from solo_diet.launch.checkpointing import check_checkpoint_key
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
-from solo_diet.launch.divergence import non_finite_tensors
 from solo_diet.launch.launch_checks import (
     check_accelerator_present,
     check_solo_learn_choices,

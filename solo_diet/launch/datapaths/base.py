@@ -53,11 +53,6 @@ class DataPath:
     def __init__(self, settings: DataSettings):
         self.settings = settings
 
-    @classmethod
-    def serving(cls, settings: DataSettings) -> type["DataPath"]:
-        """The class that serves ``settings`` (this one, or a subclass it chooses)."""
-        return cls
-
     def close(self) -> None:
         """Release what the loaders hold, once a fit ends however it ends; nothing by default."""
 

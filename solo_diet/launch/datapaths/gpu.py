@@ -29,7 +29,6 @@ from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
-    DataSettings,
     FittedBatch,
     GPUDataSettings,
     LoaderSettings,
@@ -69,20 +68,11 @@ def say_cpu_batches() -> None:
 
 
 class GPUPath(DataPath):
-    """Loaders of decoded images; a subclass with a ``storage`` serves that storage."""
+    """Loaders of decoded images (``data.gpu.storage: stream``: :class:`StreamPath`)."""
 
     formats = ("gpu",)
     reads = "gpu"
-    storage: ClassVar[Optional[str]] = None
     loader_class: ClassVar[type[GPUBatchLoader]] = GPUBatchLoader
-
-    @classmethod
-    def serving(cls, settings: DataSettings) -> type[DataPath]:
-        """The subclass whose ``storage`` is the settings' ``data.gpu.storage``, else this one."""
-        if settings.gpu is None:
-            return cls
-        chosen = [sub for sub in cls.__subclasses__() if sub.storage == settings.gpu.storage]
-        return chosen[0] if chosen else cls
 
     @property
     def gpu(self) -> GPUDataSettings:
@@ -187,7 +177,6 @@ class GPUPath(DataPath):
 class StreamPath(GPUPath):
     """:class:`GPUPath` over encoded files (:class:`EncodedFiles`, :class:`StreamLoader`)."""
 
-    storage = "stream"
     loader_class = StreamLoader
 
     def __init__(self, *args: Any) -> None:
