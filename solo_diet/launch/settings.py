@@ -131,9 +131,9 @@ class ProbeAugmentation(NamedTuple):
 class LoaderSettings:
     """The checked values every data path reads (:func:`parse_loader_settings`)."""
 
-    dataset: str = field(default="", metadata=COMPUTED)
-    train_path: Optional[str] = field(default=None, metadata=COMPUTED)
-    val_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    dataset: str = setting(None, key="data.dataset")
+    train_path: Optional[str] = setting(None, key="data.train_path")
+    val_path: Optional[str] = setting(None, key="data.val_path")
     fraction: float = field(default=-1.0, metadata=COMPUTED)
     no_labels: bool = setting(False, key="data.no_labels")
     num_classes: Optional[int] = setting(None, key="data.num_classes")
@@ -258,9 +258,7 @@ def parse_loader_settings(
 ) -> LoaderSettings:
     """What the data paths read of a parsed cfg, checked."""
     read = KeyReader(cfg)
-    dataset = read.value("data.dataset")
-    if not isinstance(dataset, str):
-        raise read.fail("data.dataset", f"must be a dataset name, got {dataset!r}.")
+    parsed = parse_section(LoaderSettings, cfg, "", "the launcher", strict=False)
     fraction = read.value("data.fraction", -1)
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
@@ -268,16 +266,12 @@ def parse_loader_settings(
     views = None
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         with core_errors_named(GPU_ARGUMENT_KEYS):
-            views = MultiCropAugmentation.from_config(list(nodes), dataset)
-    train, val = (read.value(f"data.{key}", None) for key in ("train_path", "val_path"))
+            views = MultiCropAugmentation.from_config(list(nodes), parsed.dataset)
     return replace(
-        parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
-        dataset=dataset,
-        train_path=None if train is None else str(train),
-        val_path=None if val is None else str(val),
+        parsed,
         fraction=float(fraction),
         world_size=world_size(cfg),
         augmentations=nodes,
         views=views,
-        probe=_probe(cfg, dataset, probe_node),
+        probe=_probe(cfg, parsed.dataset, probe_node),
     )
