@@ -3,7 +3,6 @@ encoded files (``data.gpu.storage: stream``; docs/data-path.md)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from typing import Any, ClassVar, Optional
@@ -135,11 +134,10 @@ class GPUPath(DataPath):
         train_transform, _ = probe_transforms(run.dataset, run.probe)
         data = self.load_split(run, "train", fraction=run.fraction)
         fitted = run.fit_probe_batch(len(data))
-        if fitted:
-            run = dataclasses.replace(run, batch_size=fitted.batch_size, lr=fitted.lr)
+        batch = fitted.batch_size if fitted else run.batch_size
         make = self.loader_class.for_classification
-        train = self.make_loader(run, make, data, run.batch_size, train_transform, shuffle=True)
-        val = self.classification_val_loader(run, run.probe, run.batch_size)
+        train = self.make_loader(run, make, data, batch, train_transform, shuffle=True)
+        val = self.classification_val_loader(run, run.probe, batch)
         return train, val, fitted
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
