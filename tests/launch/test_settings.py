@@ -101,7 +101,7 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     cfg.data.augmentations.crop_size = 8
     data = parse_data_settings(cfg)
     path, run = make_data_path(data), parse_loader_settings(cfg, data)
-    path.classification_val_loader(run, run.probe, 2)
+    path.classification_val_loader(run, 2)
     path.linear_loaders(run)
     path.feature_loaders(run, 2)
     assert len(calls) == 1

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 
 from solo_diet.core.data import FOLDER_DATASETS
-from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings, ProbeAugmentation
+from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings
 
 # a method's batch order for a training set (None: shuffled), bound to its config by the launcher
 BatchSamplerHook = Callable[[Sequence[Any]], Optional[Any]]
@@ -70,12 +70,10 @@ class DataPath:
         no_val = run.val_path is None and run.dataset in FOLDER_DATASETS
         if no_val or (run.dataset == "custom" and run.no_labels):
             return None
-        return self.classification_val_loader(run, run.probe, run.batch_size)
+        return self.classification_val_loader(run, run.batch_size)
 
-    def classification_val_loader(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
-    ) -> Any:
-        """The val set in order, eval-transformed, each DDP rank its share."""
+    def classification_val_loader(self, run: LoaderSettings, batch_size: int) -> Any:
+        """The val set in order, eval-transformed as the probe's, each DDP rank its share."""
         raise NotImplementedError
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:

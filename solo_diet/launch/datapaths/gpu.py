@@ -114,16 +114,11 @@ class GPUPath(DataPath):
         return PretrainData(loader, len(data))
 
     def classification_val_loader(
-        self,
-        run: LoaderSettings,
-        probe: Optional[ProbeAugmentation],
-        batch_size: int,
-        split: str = "val",
-        split_ranks: bool = True,
+        self, run: LoaderSettings, batch_size: int, split: str = "val", split_ranks: bool = True
     ) -> Any:
         """A split in order, eval-transformed (``split_ranks``: each rank its share)."""
         data = self.load_split(run, split)
-        _, transform = probe_transforms(run.dataset, probe)
+        _, transform = probe_transforms(run.dataset, run.probe)
         make = self.loader_class.for_classification
         return self.make_loader(
             run, make, data, batch_size, transform, shuffle=False, split_ranks=split_ranks
@@ -137,12 +132,12 @@ class GPUPath(DataPath):
         batch = fitted.batch_size if fitted else run.batch_size
         make = self.loader_class.for_classification
         train = self.make_loader(run, make, data, batch, train_transform, shuffle=True)
-        val = self.classification_val_loader(run, run.probe, batch)
+        val = self.classification_val_loader(run, batch)
         return train, val, fitted
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         return tuple(
-            self.classification_val_loader(run, run.probe, batch_size, split, split_ranks=False)
+            self.classification_val_loader(run, batch_size, split, split_ranks=False)
             for split in ("train", "val")
         )
 
