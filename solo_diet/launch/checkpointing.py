@@ -232,10 +232,8 @@ class OneProcessAwareDDP(DDPStrategy):
 
 
 def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
-    with atomic_write(path, binary=True) as f:
-        torch.save({"state_dict": state}, f)
+    AtomicCheckpointIO().save_checkpoint({"state_dict": state}, path)
     write_text_atomic(path.parent / "args.json", json.dumps(args, default=str))
     return path
 
