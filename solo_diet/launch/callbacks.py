@@ -201,12 +201,8 @@ def _last_epoch(trainer: Trainer) -> bool:
 class TimedProgressBar(TQDMProgressBar):
     """Lightning's tqdm bar, redrawn at most every ``interval`` s and at each loop's last batch."""
 
-    def __init__(self, interval: float = 0.5):
-        super().__init__()
-        if not interval > 0:
-            raise ValueError(f"the progress bar's interval must be positive, got {interval}")
-        self.interval = interval
-        self._last_drawn = -math.inf
+    interval = 0.5
+    _last_drawn = -math.inf  # the time of the last redraw
 
     def _should_update(self, current: int, total: Any) -> bool:
         if not self.is_enabled:
