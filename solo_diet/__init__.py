@@ -22,35 +22,29 @@ def register() -> list[str]:
     return _register()
 
 
-class _RegisteringLoader:
-    """``solo.methods``' own loader, which registers the plugin methods once the module has run."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-    def exec_module(self, module: Any) -> None:
-        with warnings.catch_warnings():  # as solo_available()'s import of solo-learn
-            for pattern in IMPORT_NOISE:
-                warnings.filterwarnings("ignore", message=pattern)
-            self._loader.exec_module(module)
-        # as `solo_available()`: only a solo-learn `main` (the 2021 release has no METHODS)
-        if hasattr(module, "METHODS") and importlib.util.find_spec("solo.args") is not None:
-            register()
-
-
 class _RegisterOnSoloImport:
-    """A ``sys.meta_path`` finder that gives ``solo.methods`` a registering loader, once."""
+    """A ``sys.meta_path`` finder that makes ``solo.methods``' loader register the plugin methods
+    once the module has run, once."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Optional[Any]:
         if name != SOLO_METHODS:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _RegisteringLoader(spec.loader)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module  # a file loader is made for this spec alone
+
+        def exec_and_register(module: Any) -> None:
+            with warnings.catch_warnings():  # as solo_available()'s import of solo-learn
+                for pattern in IMPORT_NOISE:
+                    warnings.filterwarnings("ignore", message=pattern)
+                exec_module(module)
+            # as `solo_available()`: only a solo-learn `main` (the 2021 release has no METHODS)
+            if hasattr(module, "METHODS") and importlib.util.find_spec("solo.args") is not None:
+                register()
+
+        spec.loader.exec_module = exec_and_register
         return spec
 
 

@@ -135,9 +135,7 @@ def newest_loading(
     return None
 
 
-def _matching_runs(
-    cfg: DictConfig, logdir: Path, say: Callable[[str], None]
-) -> dict[Path, DictConfig]:
+def _matching_runs(cfg: DictConfig, logdir: Path) -> dict[Path, DictConfig]:
     """{run folder holding a checkpoint: its args.json} where AutoResumer's keys match ``cfg``."""
     from solo.utils.auto_resumer import AutoResumer
     from solo.utils.misc import omegaconf_select
@@ -149,7 +147,7 @@ def _matching_runs(
         try:
             previous = OmegaConf.create(json.loads(args_path.read_text()))
         except (OSError, ValueError) as err:
-            say(f"auto-resume: skipping {args_path.parent}: its args.json does not read ({err}).")
+            print(f"auto-resume: skipping {args_path.parent}: its args.json does not read ({err}).")
             continue
         if all(
             omegaconf_select(previous, key, None) == omegaconf_select(cfg, key, None)
@@ -166,20 +164,20 @@ def _comparable(value: Any) -> Any:
 
 
 def auto_resume_checkpoint(
-    cfg: DictConfig, logdir: str | Path, say: Callable[[str], None] = print
+    cfg: DictConfig, logdir: str | Path
 ) -> tuple[Optional[Path], Optional[str]]:
     """``(checkpoint, wandb run id)`` to auto-resume from, or ``(None, None)``."""
-    runs = _matching_runs(cfg, Path(logdir), say)
+    runs = _matching_runs(cfg, Path(logdir))
     now, max_hours = time.time(), float(cfg.auto_resume.max_hours)
     recent, old = [], []
     for folder in runs:
         for path in folder.glob("*.ckpt"):
             (recent if now - path.stat().st_mtime < max_hours * 3600 else old).append(path)
-    chosen = newest_loading(recent, say)
+    chosen = newest_loading(recent)
     if chosen is None and old:
         newest = max(old, key=lambda p: p.stat().st_mtime)
         hours = (now - newest.stat().st_mtime) / 3600
-        say(
+        print(
             f"auto-resume: {newest} was written {hours:.1f} h ago, more than "
             f"auto_resume.max_hours={cfg.auto_resume.max_hours}, so this run starts over; pass ++"
             f"auto_resume.max_hours={math.ceil(hours) + 1} to resume from it."
@@ -234,10 +232,8 @@ class OneProcessAwareDDP(DDPStrategy):
 
 
 def _save_backbone(path: Path, backbone: torch.nn.Module, args: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
-    with atomic_write(path, binary=True) as f:
-        torch.save({"state_dict": state}, f)
+    AtomicCheckpointIO().save_checkpoint({"state_dict": state}, path)
     write_text_atomic(path.parent / "args.json", json.dumps(args, default=str))
     return path
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import re
 import shutil
@@ -20,9 +19,12 @@ from solo_diet.core.settings import check_run_name, closest_name, core_errors_na
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
+    check_accelerator_present,
     check_cfg_before_parse,
     check_key_typos,
+    check_strategy_name,
     known_top_level_keys,
+    trainer_arguments,
 )
 from solo_diet.launch.nodes import check_nodes
 
@@ -97,12 +99,16 @@ def quote_equals(override: str) -> str:
 
 
 def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
-    """Run name, devices, nodes, then :func:`check_cfg_before_parse`; returns its settings."""
+    """Run name, devices, nodes, :func:`check_cfg_before_parse`, accelerator and strategy; returns
+    the :class:`TrainingSettings`."""
     OmegaConf.set_struct(cfg, False)
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
     normalize_devices(cfg)
-    return check_cfg_before_parse(cfg)
+    training = check_cfg_before_parse(cfg)
+    check_accelerator_present(cfg)
+    check_strategy_name(cfg)
+    return training
 
 
 def normalize_devices(cfg: DictConfig) -> None:
@@ -117,12 +123,10 @@ def normalize_devices(cfg: DictConfig) -> None:
 
 def trainer_kwargs(cfg: DictConfig, callbacks: list, logger: Any) -> dict:
     """The cfg's ``Trainer`` arguments with logger, callbacks, strategy and checkpoint IO."""
-    from lightning.pytorch import Trainer
-
     from solo_diet.launch.checkpointing import AtomicCheckpointIO, OneProcessAwareDDP
     from solo_diet.methods.checkpoint import pickle_allowed
 
-    valid = inspect.signature(Trainer.__init__).parameters
+    valid = trainer_arguments()
     kwargs = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k in valid}
     if kwargs.get("accelerator") == "cpu":
         kwargs["devices"] = len(cfg.devices)
@@ -236,9 +240,8 @@ def logger_and_callbacks(
     """The run's divergence guard, progress bar, checkpointer and wandb logger."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
-    from solo_diet.launch.callbacks import FinalEpochCheckpoint, TimedProgressBar
+    from solo_diet.launch.callbacks import DivergenceGuard, FinalEpochCheckpoint, TimedProgressBar
     from solo_diet.launch.checkpointing import RunCheckpointer
-    from solo_diet.launch.divergence import DivergenceGuard
 
     callbacks: list = [DivergenceGuard()]
     if OmegaConf.select(cfg, "enable_progress_bar", default=True) is not False:

@@ -182,9 +182,12 @@ class TrainingSettings:
             ):
                 wanted = "a batch count (an integer >= 0) or a fraction in [0, 1]"
                 raise read.fail(key, f"must be {wanted}, got {limit!r}.")
-        train_limit = read.value("limit_train_batches")
         for key, value, give in (
-            ("limit_train_batches", train_limit, "a batch count >= 1 or a fraction in (0, 1]"),
+            (
+                "limit_train_batches",
+                read.value("limit_train_batches"),
+                "a batch count >= 1 or a fraction in (0, 1]",
+            ),
             ("max_steps", self.max_steps, "-1 (no limit) or a step count >= 1"),
         ):
             if value == 0:
@@ -288,8 +291,6 @@ def check_key_typos(cfg: DictConfig, yaml: Optional[Callable[[], DictConfig]] = 
 
 def check_accelerator_present(cfg: DictConfig) -> None:
     """Refuse an accelerator other than auto, cpu or a CUDA GPU, and a GPU torch does not see."""
-    import torch
-
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator not in ("auto", "cpu", "gpu", "cuda"):
         raise KeyReader(cfg).fail(
@@ -297,7 +298,11 @@ def check_accelerator_present(cfg: DictConfig) -> None:
             f"must be auto, cpu or gpu (solo-diet's launchers run on CPUs and CUDA GPUs), got "
             f"{accelerator!r}.",
         )
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if accelerator not in ("gpu", "cuda"):
+        return  # nor torch to import (`solo-diet pretrain` checks this before the heavy imports)
+    import torch
+
+    if not torch.cuda.is_available():
         raise ConfigError(
             f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
             "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."

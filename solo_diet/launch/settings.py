@@ -26,6 +26,7 @@ from solo_diet.core.settings import (
     write_section,
 )
 from solo_diet.launch.errors import class_folders
+from solo_diet.launch.launch_checks import check_accelerator_present
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
@@ -58,14 +59,10 @@ class GPUDataSettings:
         read = KeyReader(cfg)
         if read.value("dali") is not None:
             raise read.fail("dali", f"options apply to {FORMAT_KEY}=dali: remove them.")
-        accelerator = str(read.value("accelerator", "auto"))
-        if accelerator == "auto":
-            accelerator = "cuda" if torch.cuda.is_available() else "cpu"
-        if accelerator not in ("gpu", "cuda", "cpu"):
-            raise ConfigError(
-                f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}."
-            )
-        return replace(self, device="cpu" if accelerator == "cpu" else "cuda")
+        check_accelerator_present(cfg)  # auto, cpu, or a CUDA GPU torch sees
+        accelerator = str(read.value("accelerator", "auto")).lower()
+        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+        return replace(self, device="cpu" if on_cpu else "cuda")
 
 
 @dataclass(frozen=True)
@@ -134,9 +131,9 @@ class ProbeAugmentation(NamedTuple):
 class LoaderSettings:
     """The checked values every data path reads (:func:`parse_loader_settings`)."""
 
-    dataset: str = field(default="", metadata=COMPUTED)
-    train_path: Optional[str] = field(default=None, metadata=COMPUTED)
-    val_path: Optional[str] = field(default=None, metadata=COMPUTED)
+    dataset: str = setting(None, key="data.dataset")
+    train_path: Optional[str] = setting(None, key="data.train_path")
+    val_path: Optional[str] = setting(None, key="data.val_path")
     fraction: float = field(default=-1.0, metadata=COMPUTED)
     no_labels: bool = setting(False, key="data.no_labels")
     num_classes: Optional[int] = setting(None, key="data.num_classes")
@@ -261,9 +258,7 @@ def parse_loader_settings(
 ) -> LoaderSettings:
     """What the data paths read of a parsed cfg, checked."""
     read = KeyReader(cfg)
-    dataset = read.value("data.dataset")
-    if not isinstance(dataset, str):
-        raise read.fail("data.dataset", f"must be a dataset name, got {dataset!r}.")
+    parsed = parse_section(LoaderSettings, cfg, "", "the launcher", strict=False)
     fraction = read.value("data.fraction", -1)
     if not (is_number(fraction) and (fraction == -1 or 0 < fraction <= 1)):
         raise read.fail("data.fraction", f"must be in (0, 1] or -1 (all), got {fraction!r}.")
@@ -271,16 +266,12 @@ def parse_loader_settings(
     views = None
     if data.gpu is not None and nodes:  # the GPU path's augmentation, parsed once
         with core_errors_named(GPU_ARGUMENT_KEYS):
-            views = MultiCropAugmentation.from_config(list(nodes), dataset)
-    train, val = (read.value(f"data.{key}", None) for key in ("train_path", "val_path"))
+            views = MultiCropAugmentation.from_config(list(nodes), parsed.dataset)
     return replace(
-        parse_section(LoaderSettings, cfg, "", "the launcher", strict=False),
-        dataset=dataset,
-        train_path=None if train is None else str(train),
-        val_path=None if val is None else str(val),
+        parsed,
         fraction=float(fraction),
         world_size=world_size(cfg),
         augmentations=nodes,
         views=views,
-        probe=_probe(cfg, dataset, probe_node),
+        probe=_probe(cfg, parsed.dataset, probe_node),
     )

@@ -68,7 +68,7 @@ def fit_through_gpu_path(cfg, **trainer_overrides):
     model = method_cls(cfg)
     recorder = BatchRecorder(cfg.data.num_large_crops + cfg.data.num_small_crops)
     trainer = tiny_trainer(cfg, callbacks=[recorder], **trainer_overrides)
-    val = path.classification_val_loader(run, run.probe, BATCH)
+    val = path.classification_val_loader(run, BATCH)
     # as the launcher fits: a streaming path's persistent workers stop when the fit ends
     fit_or_raise(trainer, model, cfg, None, path, train_dataloaders=train, val_dataloaders=val)
     return trainer, recorder, train

@@ -12,9 +12,8 @@ from lightning.pytorch import Callback, Trainer
 from solo.methods import METHODS
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from solo_diet.launch.callbacks import EpochCostLogger
+from solo_diet.launch.callbacks import DivergenceGuard, EpochCostLogger
 from solo_diet.launch.common import trainer_kwargs
-from solo_diet.launch.divergence import DivergenceGuard
 from solo_diet.launch.pretrain import build_model
 from solo_diet.methods.contract import method_contract
 from tests._helpers.gpu_path import (

@@ -17,7 +17,8 @@ class CountingBar(TimedProgressBar):
     """Counts the batches after which the training bar was redrawn."""
 
     def __init__(self, interval: float):
-        super().__init__(interval)
+        super().__init__()
+        self.interval = interval
         self.drawn_after: list[int] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -48,12 +49,6 @@ def test_a_tiny_interval_draws_after_every_batch_as_lightnings_bar():
     bar = CountingBar(interval=1e-9)
     fit_with(bar)
     assert bar.drawn_after == [0, 1, 0, 1]
-
-
-@pytest.mark.parametrize("interval", [0.0, -1.0])
-def test_a_non_positive_interval_is_refused(interval):
-    with pytest.raises(ValueError, match="interval must be positive"):
-        TimedProgressBar(interval)
 
 
 @pytest.mark.parametrize("enabled, bars", [(None, 1), (True, 1), (False, 0)])

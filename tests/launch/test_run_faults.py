@@ -16,8 +16,8 @@ from tests._helpers import NEEDS_SOLO
 pytest.importorskip("solo.methods", reason=NEEDS_SOLO)
 
 from solo_diet.core.lock import folder_lock
+from solo_diet.launch.callbacks import Diverged, DivergenceGuard, non_finite_tensors
 from solo_diet.launch.checkpointing import RUN_LOCK_FILE, remove_abandoned_runs
-from solo_diet.launch.divergence import Diverged, DivergenceGuard, non_finite_tensors
 
 pytestmark = pytest.mark.solo
 

@@ -72,7 +72,7 @@ def test_gpu_settings_are_filled_checked_and_carry_the_loader_device():
         ({"format": "gpu", "gpu": {"cuda_graphs": "yes"}}, {}, r"^`data.gpu.cuda_graphs` must be"),
         ({"format": "gpu", "gpu": {"decode_cache": 1}}, {}, r"^`data.gpu.decode_cache` must be"),
         ({"format": "gpu"}, {"dali": {"device": "gpu"}}, r"`dali` options apply to data.format"),
-        ({"format": "gpu"}, {"accelerator": "tpu"}, r"runs on `accelerator: gpu` or `cpu`"),
+        ({"format": "gpu"}, {"accelerator": "tpu"}, r"`accelerator` must be auto, cpu or gpu"),
     ],
 )
 def test_each_bad_key_is_one_line_naming_it(data, top, message):
@@ -101,7 +101,7 @@ def test_the_gpu_keys_are_parsed_once_per_run(monkeypatch):
     cfg.data.augmentations.crop_size = 8
     data = parse_data_settings(cfg)
     path, run = make_data_path(data), parse_loader_settings(cfg, data)
-    path.classification_val_loader(run, run.probe, 2)
+    path.classification_val_loader(run, 2)
     path.linear_loaders(run)
     path.feature_loaders(run, 2)
     assert len(calls) == 1

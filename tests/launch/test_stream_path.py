@@ -120,7 +120,7 @@ def test_the_fit_stops_the_stream_workers_when_it_ends(jpegs):
     run, path = settings_of(cfg)
     assert type(path).__name__ == "StreamPath"  # data.gpu.storage: stream chooses it
     train = path.pretrain_data(run).source
-    val = path.classification_val_loader(run, run.probe, BATCH)
+    val = path.classification_val_loader(run, BATCH)
     workers = LoaderWorkers()
     before = set(multiprocessing.active_children())  # an earlier test's, if any outlived it
     trainer = tiny_trainer(

@@ -32,5 +32,8 @@ def parse_data_settings(cfg: DictConfig) -> DataSettings:
 
 
 def make_data_path(settings: DataSettings) -> DataPath:
-    """The data path serving the settings (its format's, or the one its class chooses)."""
-    return REGISTRY[settings.format].serving(settings)(settings)
+    """The data path serving the settings: its format's (``data.gpu.storage: stream``: streamed)."""
+    from solo_diet.launch.datapaths.gpu import StreamPath  # imported above, in the shipped order
+
+    streamed = settings.gpu is not None and settings.gpu.storage == "stream"
+    return StreamPath(settings) if streamed else REGISTRY[settings.format](settings)

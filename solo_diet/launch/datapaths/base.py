@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 
 from solo_diet.core.data import FOLDER_DATASETS
-from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings, ProbeAugmentation
+from solo_diet.launch.settings import DataSettings, FittedBatch, LoaderSettings
 
 # a method's batch order for a training set (None: shuffled), bound to its config by the launcher
 BatchSamplerHook = Callable[[Sequence[Any]], Optional[Any]]
@@ -53,11 +53,6 @@ class DataPath:
     def __init__(self, settings: DataSettings):
         self.settings = settings
 
-    @classmethod
-    def serving(cls, settings: DataSettings) -> type["DataPath"]:
-        """The class that serves ``settings`` (this one, or a subclass it chooses)."""
-        return cls
-
     def close(self) -> None:
         """Release what the loaders hold, once a fit ends however it ends; nothing by default."""
 
@@ -75,12 +70,10 @@ class DataPath:
         no_val = run.val_path is None and run.dataset in FOLDER_DATASETS
         if no_val or (run.dataset == "custom" and run.no_labels):
             return None
-        return self.classification_val_loader(run, run.probe, run.batch_size)
+        return self.classification_val_loader(run, run.batch_size)
 
-    def classification_val_loader(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
-    ) -> Any:
-        """The val set in order, eval-transformed, each DDP rank its share."""
+    def classification_val_loader(self, run: LoaderSettings, batch_size: int) -> Any:
+        """The val set in order, eval-transformed as the probe's, each DDP rank its share."""
         raise NotImplementedError
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:

@@ -3,7 +3,6 @@ encoded files (``data.gpu.storage: stream``; docs/data-path.md)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from typing import Any, ClassVar, Optional
@@ -29,7 +28,6 @@ from solo_diet.core.settings import core_errors_named
 from solo_diet.launch.datapaths.base import BatchSamplerHook, DataPath, PretrainData, ViewRequest
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
-    DataSettings,
     FittedBatch,
     GPUDataSettings,
     LoaderSettings,
@@ -69,20 +67,11 @@ def say_cpu_batches() -> None:
 
 
 class GPUPath(DataPath):
-    """Loaders of decoded images; a subclass with a ``storage`` serves that storage."""
+    """Loaders of decoded images (``data.gpu.storage: stream``: :class:`StreamPath`)."""
 
     formats = ("gpu",)
     reads = "gpu"
-    storage: ClassVar[Optional[str]] = None
     loader_class: ClassVar[type[GPUBatchLoader]] = GPUBatchLoader
-
-    @classmethod
-    def serving(cls, settings: DataSettings) -> type[DataPath]:
-        """The subclass whose ``storage`` is the settings' ``data.gpu.storage``, else this one."""
-        if settings.gpu is None:
-            return cls
-        chosen = [sub for sub in cls.__subclasses__() if sub.storage == settings.gpu.storage]
-        return chosen[0] if chosen else cls
 
     @property
     def gpu(self) -> GPUDataSettings:
@@ -125,16 +114,11 @@ class GPUPath(DataPath):
         return PretrainData(loader, len(data))
 
     def classification_val_loader(
-        self,
-        run: LoaderSettings,
-        probe: Optional[ProbeAugmentation],
-        batch_size: int,
-        split: str = "val",
-        split_ranks: bool = True,
+        self, run: LoaderSettings, batch_size: int, split: str = "val", split_ranks: bool = True
     ) -> Any:
         """A split in order, eval-transformed (``split_ranks``: each rank its share)."""
         data = self.load_split(run, split)
-        _, transform = probe_transforms(run.dataset, probe)
+        _, transform = probe_transforms(run.dataset, run.probe)
         make = self.loader_class.for_classification
         return self.make_loader(
             run, make, data, batch_size, transform, shuffle=False, split_ranks=split_ranks
@@ -145,16 +129,15 @@ class GPUPath(DataPath):
         train_transform, _ = probe_transforms(run.dataset, run.probe)
         data = self.load_split(run, "train", fraction=run.fraction)
         fitted = run.fit_probe_batch(len(data))
-        if fitted:
-            run = dataclasses.replace(run, batch_size=fitted.batch_size, lr=fitted.lr)
+        batch = fitted.batch_size if fitted else run.batch_size
         make = self.loader_class.for_classification
-        train = self.make_loader(run, make, data, run.batch_size, train_transform, shuffle=True)
-        val = self.classification_val_loader(run, run.probe, run.batch_size)
+        train = self.make_loader(run, make, data, batch, train_transform, shuffle=True)
+        val = self.classification_val_loader(run, batch)
         return train, val, fitted
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         return tuple(
-            self.classification_val_loader(run, run.probe, batch_size, split, split_ranks=False)
+            self.classification_val_loader(run, batch_size, split, split_ranks=False)
             for split in ("train", "val")
         )
 
@@ -187,7 +170,6 @@ class GPUPath(DataPath):
 class StreamPath(GPUPath):
     """:class:`GPUPath` over encoded files (:class:`EncodedFiles`, :class:`StreamLoader`)."""
 
-    storage = "stream"
     loader_class = StreamLoader
 
     def __init__(self, *args: Any) -> None:

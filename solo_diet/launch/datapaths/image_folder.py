@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any, Optional
 
@@ -118,25 +117,23 @@ class ImageFolderPath(DataPath):
         return datasets
 
     def _probe_loaders(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], fitted: bool = False
+        self, run: LoaderSettings, batch: int, fitted: bool = False
     ) -> tuple[Any, Any, Optional[FittedBatch]]:
         """solo-learn's loaders of the probe's datasets (``fitted``: the fitted batch too)."""
         from solo.data.classification_dataloader import prepare_dataloaders
 
         fraction = run.fraction if fitted else -1.0
-        datasets = self._datasets(run, *classification_transforms(run.dataset, probe), fraction)
+        datasets = self._datasets(run, *classification_transforms(run.dataset, run.probe), fraction)
         fit = run.fit_probe_batch(len(datasets[0])) if fitted else None
-        batch = fit.batch_size if fit else run.batch_size
+        batch = fit.batch_size if fit else batch
         loaders = prepare_dataloaders(*datasets, batch_size=batch, num_workers=run.num_workers)
         return (*loaders, fit)
 
-    def classification_val_loader(
-        self, run: LoaderSettings, probe: Optional[ProbeAugmentation], batch_size: int
-    ) -> Any:
-        return self._probe_loaders(dataclasses.replace(run, batch_size=batch_size), probe)[1]
+    def classification_val_loader(self, run: LoaderSettings, batch_size: int) -> Any:
+        return self._probe_loaders(run, batch_size)[1]
 
     def linear_loaders(self, run: LoaderSettings) -> tuple[Any, Any, Optional[FittedBatch]]:
-        return self._probe_loaders(run, run.probe, fitted=True)
+        return self._probe_loaders(run, run.batch_size, fitted=True)
 
     def feature_loaders(self, run: LoaderSettings, batch_size: int) -> tuple[Any, Any]:
         transform = classification_transforms(run.dataset, run.probe)[1]
