@@ -6,13 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-from solo_diet.compare.plan.budgets import (
-    RunBudget,
-    budget_line,
-    checkpoint_interval,
-    count_val_images,
-    validation_interval,
-)
+from solo_diet.compare.plan import budgets as plan
 from solo_diet.compare.report import curves, tables
 from solo_diet.compare.run.record import run_record_lines
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
@@ -245,7 +239,7 @@ def write_report(
     results: Sequence[dict],
     out: Path,
     left_out: Sequence[str] = (),
-    budgets: Optional[dict[str, RunBudget]] = None,
+    budgets: Optional[dict[str, plan.RunBudget]] = None,
 ) -> Path:
     """Write results.csv, the plots, the learning curves and report.md; return report.md's path."""
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -268,7 +262,7 @@ def write_report(
     budgets = {run: b for run, b in budgets.items() if run in {r["run"] for r in runs}}
     same = all(b.epochs == budget.max_epochs for b in budgets.values())
     whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
-    val_images = count_val_images(spec)
+    val_images = plan.count_val_images(spec)
     claims = claim_lines(spec, runs, out, trained, val_images)
     notes = out / NOTES_FILE
     lines = [
@@ -283,11 +277,11 @@ def write_report(
         f"`{FORMAT_KEY}: {spec.data.format}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
         f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
-        f"{_counted(checkpoint_interval(budget, epochs), 'epoch')} and the last; online probe "
-        f"validated every {_counted(validation_interval(budget, epochs), 'epoch')}. "
+        f"{_counted(plan.checkpoint_interval(budget, epochs), 'epoch')} and the last; online probe "
+        f"validated every {_counted(plan.validation_interval(budget, epochs), 'epoch')}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
-        *([budget_line(spec, budgets), ""] if budgets else []),
+        *([plan.budget_line(spec, budgets), ""] if budgets else []),
         *_verdicts(spec, aggregated if seeded else runs, reference_means, val_images),
         "",
     ]

@@ -14,16 +14,9 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 from omegaconf import ListConfig, OmegaConf
 
 from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+from solo_diet.compare.plan import jobs as plan
 from solo_diet.compare.plan.budgets import count_images
-from solo_diet.compare.plan.jobs import (
-    Job,
-    compose_linear,
-    data_signature,
-    evaluation_fingerprint,
-    longest_first,
-    plan_jobs,
-    recipe_fingerprint,
-)
+from solo_diet.compare.plan.jobs import Job
 from solo_diet.compare.report.markdown import write_report
 from solo_diet.compare.run import record
 from solo_diet.compare.run.job import LOCK_FILE, result_standing, run_job, stop_orphans
@@ -35,13 +28,9 @@ from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Sp
 from solo_diet.core.atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.lock import folder_lock
+from solo_diet.launch import launch_checks
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.errors import disk_full_named
-from solo_diet.launch.launch_checks import (
-    check_accelerator_present,
-    check_cfg_before_parse,
-    check_solo_learn_choices,
-)
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
@@ -148,11 +137,11 @@ def _run_in_processes(
                 f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
                 f"sees only its own GPUs: write a count (devices={len(devices)})."
             )
-    reuse, jobs, plan = parallel.reuse_workers, longest_first(jobs), str(fleet.plan_file)
+    reuse, jobs, plan_file = parallel.reuse_workers, plan.longest_first(jobs), str(fleet.plan_file)
     tasks = [
         Task(
             label=job.label,
-            argv=(*WORKER, plan, job.key),
+            argv=(*WORKER, plan_file, job.key),
             log_path=job.run_dir / "job.log",
             gpus=job.gpus() if fleet.gpus else 0,
             request=job.key if reuse and job.gpus() <= 1 else None,
@@ -165,7 +154,7 @@ def _run_in_processes(
         fleet.gpus,
         JobsProgress(jobs).say,
         jobs_per_gpu=fleet.sharing.jobs_per_gpu,
-        serve_argv=(*WORKER, "--serve", plan) if reuse else None,
+        serve_argv=(*WORKER, "--serve", plan_file) if reuse else None,
         threads=fleet.threads,
         started=fleet.started,
         retired=fleet.retired,
@@ -183,14 +172,14 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
-    probe = compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
+    probe = plan.compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
     checks = [("`linear`", probe, LinearModel)]
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_cfg_before_parse(cfg)
-            check_solo_learn_choices(cfg, model_cls)
-            check_accelerator_present(cfg)
+            launch_checks.check_cfg_before_parse(cfg)
+            launch_checks.check_solo_learn_choices(cfg, model_cls)
+            launch_checks.check_accelerator_present(cfg)
             check_one_node(cfg)
             # method_kwargs by their fields, N a placeholder where the job fills it from the data
             kwargs = cfg.copy()
@@ -211,7 +200,7 @@ def _report_of_finished(
         result = read_result(job.run_dir / "result.json")
         if job.key in failed:
             left_out.append(f"{job.label} (failed)")
-        elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
+        elif "recipe" in result and result["recipe"] != plan.recipe_fingerprint(job.cfg):
             left_out.append(f"{job.label} (stale: trained with another config)")
             stale = True
         elif result:
@@ -252,17 +241,17 @@ def run_spec(
     import solo_diet
 
     solo_diet.register()
-    data_signature.cache_clear()  # the data may have changed since this process last looked
+    plan.data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count
     spec_path, spec = spec, loaded or load_spec(spec, overrides)
     out, budget = spec.output_dir, spec.budget
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(spec, plan_jobs(spec), report_only=True)
+        return _report_of_finished(spec, plan.plan_jobs(spec), report_only=True)
     with contextlib.ExitStack() as held:
         fleet = fleet or held.enter_context(fleet_of(spec, start_workers=True))
-        jobs = plan_jobs(spec)
+        jobs = plan.plan_jobs(spec)
         chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
         _check_before_any_job(spec, chosen, out)
         out.mkdir(parents=True, exist_ok=True)
@@ -293,7 +282,7 @@ def run_spec(
             f"{fleet.workers} worker(s){processes if in_processes else ''}; {fleet.sharing.why} "
             f"-> {out}"
         )
-        eval_fingerprint = evaluation_fingerprint(spec)
+        eval_fingerprint = plan.evaluation_fingerprint(spec)
         to_run = []
         for job in chosen:  # a job whose result stands is named, not started
             standing = result_standing(spec, job, eval_fingerprint)
