@@ -37,15 +37,6 @@ def _counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' * (count != 1)}"
 
 
-def _declared_representations(results: Sequence[dict]) -> list[str]:
-    names: list[str] = []
-    for column in tables.result_columns(results):
-        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
-        if column not in tables.RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
-            names.append(column[: -len(suffix)])
-    return names
-
-
 def _fitted_batch(results: Sequence[dict]) -> str:
     fits = {tuple(r["linear_fitted_batch"].values()) for r in results if "linear_fitted_batch" in r}
     return "".join(
@@ -84,13 +75,12 @@ def _logreg_legend(results: Sequence[dict]) -> list[str]:
 
 
 def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
-    settings = spec.evaluation
-    declared = [
-        f"- `{name}_*`: the `{name}` representation its method declares (`extra_evaluations`), "
-        "measured like the backbone: kNN, RankMe, LiDAR and, with probe overrides, the linear "
-        "probe of features; NMI, AMI and codes used of codes."
-        for name in _declared_representations(results)
-    ]
+    settings, declared = spec.evaluation, []
+    for column in tables.result_columns(results):  # the representations methods declare
+        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
+        name = column[: -len(suffix)] if suffix else None
+        if column not in tables.RESULT_COLUMNS and suffix and name not in declared:
+            declared.append(name)
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
@@ -115,7 +105,12 @@ def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
         "(same architecture, at each seed) never trained; `raw_pixels` is the normalised image "
         "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
         "its features add nothing a linear probe of the pixels does not find.",
-        *declared,
+        *(
+            f"- `{name}_*`: the `{name}` representation its method declares "
+            "(`extra_evaluations`), measured like the backbone: kNN, RankMe, LiDAR and, with "
+            "probe overrides, the linear probe of features; NMI, AMI and codes used of codes."
+            for name in declared
+        ),
     ]
 
 

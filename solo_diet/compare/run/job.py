@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+import torch
+
 from solo_diet.compare.evaluate import curves
 from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, evaluate_checkpoint
 from solo_diet.compare.plan import jobs as plan
@@ -203,7 +205,10 @@ def _run_job(
             evaluator = shared_eval.get(spec, plan.compose_linear(spec, checkpoint, job.run_dir))
             save_raw_pixels(checkpoint, evaluator.image_shape, spec.data.dataset)
     result = evaluate_checkpoint(spec, job, checkpoint, shared_eval)
-    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **record.job_place())
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key)
+    # where and when it ran: the GPU's name, or CPU
+    result["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    result["finished_utc"] = time.strftime(record.TIME_FORMAT, time.gmtime())
     if job.reference is None:
         result.update(record.pretrain_costs(job.run_dir), recipe=plan.recipe_fingerprint(job.cfg))
     else:

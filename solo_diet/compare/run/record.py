@@ -96,14 +96,6 @@ def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]
     return by_epoch
 
 
-def job_place() -> dict[str, str]:
-    """``device`` (the GPU's name, or ``CPU``) and ``finished_utc``, for a job's result."""
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    return {"device": device, "finished_utc": time.strftime(TIME_FORMAT, time.gmtime())}
-
-
 def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str], gpus: int) -> None:
     """Append this command, its time and its host (``gpus`` visible) to ``<out>/commands.txt``."""
     host = f"{gpus} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
