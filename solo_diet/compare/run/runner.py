@@ -148,7 +148,7 @@ def _run_in_processes(
         )
         for job in jobs
     ]
-    outcomes = run_tasks(
+    statuses = run_tasks(
         tasks,
         fleet.workers,
         fleet.gpus,
@@ -160,9 +160,9 @@ def _run_in_processes(
         retired=fleet.retired,
     )
     return {
-        job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
-        for job, o in zip(jobs, outcomes)
-        if o.returncode != 0
+        job.key: f"{job.label} (exit status {status}, log: {task.log_path})"
+        for job, task, status in zip(jobs, tasks, statuses)
+        if status != 0
     }
 
 
