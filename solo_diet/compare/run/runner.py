@@ -24,7 +24,7 @@ from solo_diet.compare.run.record import progress, read_json, read_result
 from solo_diet.compare.run.sharing import PLAN_PREFIX, WORKER, Fleet, fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
-from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, Spec
 from solo_diet.core.atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.lock import folder_lock
@@ -49,10 +49,6 @@ class CompareResults:
     left_out: tuple[str, ...] = ()
     failures: Mapping[str, str] = field(default_factory=dict)
     started: int = 0
-
-    @property
-    def output_dir(self) -> Path:
-        return self.report.parent
 
     @property
     def ok(self) -> bool:
@@ -124,10 +120,9 @@ def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[st
     return failures
 
 
-def _run_in_processes(
-    jobs: Sequence[Job], fleet: Fleet, parallel: ParallelSettings
-) -> dict[str, str]:
-    """Every job in a process of its own GPUs, longest first; {failed job's key: what failed}."""
+def _run_in_processes(jobs: Sequence[Job], fleet: Fleet, reuse: bool) -> dict[str, str]:
+    """Every job in a process of its own GPUs, longest first (``reuse``: in reusable workers);
+    {failed job's key: what failed}."""
     from solo_diet.compare.run.fanout import Task, run_tasks
 
     for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
@@ -137,7 +132,7 @@ def _run_in_processes(
                 f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
                 f"sees only its own GPUs: write a count (devices={len(devices)})."
             )
-    reuse, jobs, plan_file = parallel.reuse_workers, plan.longest_first(jobs), str(fleet.plan_file)
+    jobs, plan_file = plan.longest_first(jobs), str(fleet.plan_file)
     tasks = [
         Task(
             label=job.label,
@@ -292,7 +287,7 @@ def run_spec(
                 to_run.append(job)
         if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
             save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
-            failures = _run_in_processes(to_run, fleet, spec.parallel)
+            failures = _run_in_processes(to_run, fleet, spec.parallel.reuse_workers)
         else:
             failures = _run_here(spec, to_run, eval_fingerprint)
         results = _report_of_finished(spec, jobs, failed=failures)
