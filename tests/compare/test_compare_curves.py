@@ -24,7 +24,7 @@ from solo_diet.compare.evaluate.curves import (
     snapshot_epochs,
     write_points,
 )
-from solo_diet.compare.plan.budgets import views_per_sample
+from solo_diet.compare.plan.budgets import samples_seen, views_per_sample
 from solo_diet.compare.plan.jobs import plan_jobs
 from solo_diet.compare.report.curves import run_curves
 from solo_diet.core.errors import ConfigError
@@ -139,6 +139,7 @@ def test_views_per_sample_count_every_crop_of_the_runs_pipelines(data_root, tmp_
         "diet": 1,
         "simclr": SIMCLR_VIEWS,
     }
+    assert samples_seen(3 * IMAGES_PER_EPOCH, SIMCLR_VIEWS) == 48
 
 
 def test_seeds_spread_is_mean_std_min_and_max_of_the_points_of_the_results_settings(tmp_path):

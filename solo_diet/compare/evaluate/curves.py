@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import OmegaConf
 
+from solo_diet.compare.plan.budgets import samples_seen
 from solo_diet.compare.plan.jobs import Job, compose_linear
 from solo_diet.compare.run.record import epoch_rows, progress
 from solo_diet.compare.spec.settings import Spec
@@ -26,7 +27,7 @@ CURVE_FILE = "curve.csv"  # a job's curve points, in its folder
 SNAPSHOT_DIR = "curves"  # a job's backbone snapshots (+ args.json), in its folder
 CURVE_COLUMNS = (
     "epoch",  # epochs trained
-    "samples_seen",  # forward-backward samples up to then: images drawn x views per image
+    "samples_seen",  # forward-backward samples up to then (samples_seen)
     "linear_acc1",
     "knn_acc1",
     "logreg_acc1",  # the converged logistic-regression probe (NaN in files made before it)
@@ -134,7 +135,7 @@ def _samples_until(run_dir: Path, epoch: int, views: int) -> float:
     if not rows:
         return math.nan
     images = sum(r["samples"] for r in rows)
-    return (images if len(rows) == epoch else images / len(rows) * epoch) * views
+    return samples_seen(images if len(rows) == epoch else images / len(rows) * epoch, views)
 
 
 def evaluate_curve(

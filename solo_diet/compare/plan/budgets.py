@@ -25,6 +25,11 @@ def views_per_sample(cfg: DictConfig) -> int:
     return sum(int(p.get("num_crops", 1)) for p in pipelines)
 
 
+def samples_seen(images: float, views: int) -> float:
+    """Forward-backward samples of training on ``images`` images, each in ``views`` views."""
+    return images * views
+
+
 def checkpoint_interval(budget: BudgetSettings, epochs: int) -> int:
     """Epochs between checkpoints: ``checkpoint_every_n_epochs``, or a tenth of ``epochs``."""
     return budget.checkpoint_every_n_epochs or math.ceil(epochs / 10)
