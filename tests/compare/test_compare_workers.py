@@ -40,7 +40,7 @@ def _run(tmp_path: Path, reuse: bool) -> Path:
     jobs = plan_jobs(spec)
     with fleet_of(spec) as fleet:
         save_plan(fleet.plan_file, spec, jobs, evaluation_fingerprint(spec))
-        assert _run_in_processes(jobs, fleet, spec.parallel) == {}
+        assert _run_in_processes(jobs, fleet, spec.parallel.reuse_workers) == {}
     return out
 
 

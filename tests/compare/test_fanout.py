@@ -41,9 +41,9 @@ def test_tasks_get_disjoint_gpus_and_at_most_workers_run_at_once(tmp_path):
         task(tmp_path, "d", 0),
     ]
     said: list[str] = []
-    outcomes = run_tasks(tasks, workers=2, gpus=["g0", "g1", "g2"], say=said.append, poll_s=0.05)
+    statuses = run_tasks(tasks, workers=2, gpus=["g0", "g1", "g2"], say=said.append, poll_s=0.05)
 
-    assert [o.returncode for o in outcomes] == [0, 0, 0, 0]
+    assert statuses == [0, 0, 0, 0]
     runs = {t.label: recorded(t) for t in tasks}
     assert [len(runs[name][0]) for name in "abcd"] == [2, 1, 1, 0]
     for name, (devices, start, end) in runs.items():
@@ -62,8 +62,8 @@ def test_tasks_get_disjoint_gpus_and_at_most_workers_run_at_once(tmp_path):
 def test_a_failed_task_is_reported_with_its_log_and_the_others_go_on(tmp_path):
     tasks = [task(tmp_path, "bad", 0, seconds=0.0, status=3), task(tmp_path, "good", 0)]
     said: list[str] = []
-    outcomes = run_tasks(tasks, workers=1, gpus=[], say=said.append, poll_s=0.05)
-    assert [o.returncode for o in outcomes] == [3, 0]
+    statuses = run_tasks(tasks, workers=1, gpus=[], say=said.append, poll_s=0.05)
+    assert statuses == [3, 0]
     failed = next(line for line in said if "FAILED" in line)
     assert failed.startswith("bad: FAILED with exit status 3") and str(tasks[0].log_path) in failed
     with pytest.raises(ValueError, match="need more GPUs"):
@@ -73,11 +73,11 @@ def test_a_failed_task_is_reported_with_its_log_and_the_others_go_on(tmp_path):
 def test_jobs_per_gpu_shares_each_gpu_evenly_and_never_twice_within_one_task(tmp_path):
     tasks = [task(tmp_path, f"one{i}", 1, seconds=2.5) for i in range(4)]
     tasks += [task(tmp_path, "two", 2, seconds=0.3)]
-    outcomes = run_tasks(
+    statuses = run_tasks(
         tasks, workers=5, gpus=["g0", "g1"], say=lambda _: None, poll_s=0.05, jobs_per_gpu=2
     )
 
-    assert all(o.returncode == 0 for o in outcomes)
+    assert all(status == 0 for status in statuses)
     runs = {t.label: recorded(t) for t in tasks}
     assert sorted(d for name in runs if name.startswith("one") for d in runs[name][0]) == [
         "g0",
@@ -189,11 +189,11 @@ def test_reusable_workers_run_task_after_task_and_a_failure_ends_only_its_worker
     tasks.insert(2, served_task(tmp_path, "bad", 1, status=3))
     tasks.append(task(tmp_path, "fresh", 1))  # no request: its own process, as before
     said: list[str] = []
-    outcomes = run_tasks(
+    statuses = run_tasks(
         tasks, workers=2, gpus=["g0", "g1"], say=said.append, poll_s=0.05, serve_argv=serve
     )
 
-    assert [o.returncode for o in outcomes] == [0, 0, 3, 0, 0, 0]
+    assert statuses == [0, 0, 3, 0, 0, 0]
     assert any(line.startswith("bad: FAILED with exit status 3") for line in said)
     served = {t.label: served_by(t) for t in tasks if t.request}
     assert len({pid for pid, _ in served.values()}) < len(served)  # a worker ran several
@@ -250,7 +250,7 @@ def test_workers_started_before_the_fan_out_take_its_tasks_and_a_failed_start_is
     broken = (sys.executable, "-c", "import sys; print('START-UP FAILED'); sys.exit(4)")
     failed = ServedWorker(broken, ("g1",), task_env(("g1",), "1"), tmp_path / "failed.log")
     tasks = [served_task(tmp_path, f"t{i}", 1) for i in range(2)]
-    outcomes = run_tasks(
+    statuses = run_tasks(
         tasks,
         2,
         ["g0", "g1"],
@@ -261,8 +261,8 @@ def test_workers_started_before_the_fan_out_take_its_tasks_and_a_failed_start_is
         retired=(held := []),
     )
 
-    ran = [o.task for o in outcomes if o.returncode == 0]
-    failed_log = next(o.task.log_path for o in outcomes if o.returncode == 4).read_text()
+    ran = [task for task, status in zip(tasks, statuses) if status == 0]
+    failed_log = next(t.log_path for t, s in zip(tasks, statuses) if s == 4).read_text()
     assert len(ran) == 1 and served_by(ran[0])[0] == early.process.pid
     assert "### its worker's start-up\nSTART-UP FAILED" in failed_log
     assert early in held  # retired, its exit left to the caller (a fleet waits after the report)

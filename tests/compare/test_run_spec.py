@@ -54,7 +54,7 @@ def test_run_spec_returns_the_records_it_wrote(tmp_path):
     assert isinstance(results, CompareResults) and spec == given  # the caller's mapping kept
     assert results.ok and results.failures == {} and results.started == 3
     assert results.report == out / "report.md" and results.report.is_file()
-    assert results.output_dir == out and results.left_out == ()
+    assert results.spec.output_dir == out and results.left_out == ()
     assert [(r["run"], r["seed"]) for r in results.records] == [
         ("diet", 0),
         ("diet", 1),

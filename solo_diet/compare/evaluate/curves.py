@@ -121,8 +121,6 @@ class BackboneSnapshots(Callback):
 
 def missing_points(spec: Spec, job: Job, eval_fingerprint: str) -> list[int]:
     """A run job's snapshot epochs without a ``curve.csv`` row of these evaluation settings."""
-    if job.reference is not None:
-        return []
     points = read_points(job.run_dir)
     return [
         epoch

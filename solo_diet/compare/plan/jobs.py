@@ -15,12 +15,7 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from solo_diet.compare.plan.budgets import (
-    RunBudget,
-    checkpoint_interval,
-    run_budget,
-    validation_interval,
-)
+from solo_diet.compare.plan import budgets
 from solo_diet.compare.run.record import progress, read_json
 from solo_diet.compare.spec.settings import (
     BUDGET_TARGETS,
@@ -44,7 +39,7 @@ class Job:
     cfg: DictConfig
     seed: Optional[int] = None
     reference: Optional[str] = None
-    budget: Optional[RunBudget] = None
+    budget: Optional[budgets.RunBudget] = None
 
     @property
     def label(self) -> str:
@@ -89,7 +84,7 @@ def compose(owner: str, path: str | Path, name: str, overrides: Sequence[str]) -
 
 def compose_run(
     spec: Spec, run: Run, run_dir: Path, seed: Optional[int]
-) -> tuple[DictConfig, RunBudget]:
+) -> tuple[DictConfig, budgets.RunBudget]:
     """The run's pretraining cfg (its YAML, the overrides, what the spec forces) and its budget."""
     from solo.methods import METHODS
 
@@ -117,11 +112,11 @@ def compose_run(
             f"conflicting budgets: {run.config_name}.yaml of run {run.name!r} sets "
             f"limit_train_batches={limit}; set `budget.limit_train_batches` for every run instead."
         )
-    budget = run_budget(spec, run, cfg)
+    budget = budgets.run_budget(spec, run, cfg)
     written = {target: getattr(spec.budget, key) for key, target in BUDGET_TARGETS.items()} | {
         "max_epochs": budget.epochs,  # its own epochs, checkpoints and validations
-        "checkpoint.frequency": checkpoint_interval(spec.budget, budget.epochs),
-        "check_val_every_n_epoch": validation_interval(spec.budget, budget.epochs),
+        "checkpoint.frequency": budgets.checkpoint_interval(spec.budget, budget.epochs),
+        "check_val_every_n_epoch": budgets.validation_interval(spec.budget, budget.epochs),
     }
     for key, value in written.items():
         if value is not None:
@@ -142,8 +137,7 @@ def compose_linear(
         "++wandb.enabled=False",
         "++enable_progress_bar=False",  # a job log gets the probe's result, not a bar per step
     ]
-    overrides = [str(o) for o in (*spec.trainer, *spec.linear.overrides)]
-    overrides += data_overrides(spec.data) + forced
+    overrides = [*spec.trainer, *spec.linear.overrides, *data_overrides(spec.data), *forced]
     return compose("`linear`", spec.linear.config_path, spec.linear.config_name, overrides)
 
 
@@ -233,26 +227,27 @@ def with_data_signatures(data: dict) -> dict:
     }
 
 
-def _training_payload(cfg: DictConfig) -> dict:
+def _training_payload(cfg: DictConfig, recipe: bool) -> dict:
     payload = OmegaConf.to_container(cfg, resolve=True)
     for key in ("checkpoint", "check_val_every_n_epoch", "enable_progress_bar"):
         payload.pop(key, None)
+    data = payload.get("data") or {}
+    payload["data"] = (
+        {key: value for key, value in data.items() if key not in DATA_READING_KEYS}
+        if recipe
+        else with_data_signatures(data)
+    )
     return payload
 
 
 def training_fingerprint(cfg: DictConfig) -> str:
     """Changes with what changes the trained weights (the data's files too), not with locations."""
-    payload = _training_payload(cfg)
-    payload["data"] = with_data_signatures(payload.get("data") or {})
-    return fingerprint(payload)
+    return fingerprint(_training_payload(cfg, recipe=False))
 
 
 def recipe_fingerprint(cfg: DictConfig) -> str:
     """The run's recipe, blind to where and how a machine reads the data (``DATA_READING_KEYS``)."""
-    payload = _training_payload(cfg)
-    data = payload.get("data") or {}
-    payload["data"] = {key: value for key, value in data.items() if key not in DATA_READING_KEYS}
-    return fingerprint(payload)
+    return fingerprint(_training_payload(cfg, recipe=True))
 
 
 def evaluation_fingerprint(spec: Spec) -> str:

@@ -6,13 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-from solo_diet.compare.plan.budgets import (
-    RunBudget,
-    budget_line,
-    checkpoint_interval,
-    count_val_images,
-    validation_interval,
-)
+from solo_diet.compare.plan import budgets as plan
 from solo_diet.compare.report import curves, tables
 from solo_diet.compare.run.record import run_record_lines
 from solo_diet.compare.spec.settings import REFERENCE_ROWS, SEEDED_REFERENCES, Spec
@@ -41,15 +35,6 @@ REPRESENTATION_MEASURES = tuple(
 
 def _counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _declared_representations(results: Sequence[dict]) -> list[str]:
-    names: list[str] = []
-    for column in tables.result_columns(results):
-        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
-        if column not in tables.RESULT_COLUMNS and suffix and column[: -len(suffix)] not in names:
-            names.append(column[: -len(suffix)])
-    return names
 
 
 def _fitted_batch(results: Sequence[dict]) -> str:
@@ -90,13 +75,12 @@ def _logreg_legend(results: Sequence[dict]) -> list[str]:
 
 
 def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
-    settings = spec.evaluation
-    declared = [
-        f"- `{name}_*`: the `{name}` representation its method declares (`extra_evaluations`), "
-        "measured like the backbone: kNN, RankMe, LiDAR and, with probe overrides, the linear "
-        "probe of features; NMI, AMI and codes used of codes."
-        for name in _declared_representations(results)
-    ]
+    settings, declared = spec.evaluation, []
+    for column in tables.result_columns(results):  # the representations methods declare
+        suffix = next((s for s in REPRESENTATION_MEASURES if column.endswith(s)), None)
+        name = column[: -len(suffix)] if suffix else None
+        if column not in tables.RESULT_COLUMNS and suffix and name not in declared:
+            declared.append(name)
     return [
         f"- `linear_acc1`/`linear_loss`: solo-learn LinearModel on the frozen backbone, val split "
         f"(`{spec.linear.config_name}` + {list(spec.linear.overrides)}).{_fitted_batch(results)}",
@@ -121,7 +105,12 @@ def _legend(spec: Spec, results: Sequence[dict]) -> list[str]:
         "(same architecture, at each seed) never trained; `raw_pixels` is the normalised image "
         "itself, flattened (`raw_pixels` backbone). A run should beat both: below `raw_pixels` "
         "its features add nothing a linear probe of the pixels does not find.",
-        *declared,
+        *(
+            f"- `{name}_*`: the `{name}` representation its method declares "
+            "(`extra_evaluations`), measured like the backbone: kNN, RankMe, LiDAR and, with "
+            "probe overrides, the linear probe of features; NMI, AMI and codes used of codes."
+            for name in declared
+        ),
     ]
 
 
@@ -245,7 +234,7 @@ def write_report(
     results: Sequence[dict],
     out: Path,
     left_out: Sequence[str] = (),
-    budgets: Optional[dict[str, RunBudget]] = None,
+    budgets: Optional[dict[str, plan.RunBudget]] = None,
 ) -> Path:
     """Write results.csv, the plots, the learning curves and report.md; return report.md's path."""
     references = [r for r in results if r["run"] in REFERENCE_ROWS]
@@ -268,7 +257,7 @@ def write_report(
     budgets = {run: b for run, b in budgets.items() if run in {r["run"] for r in runs}}
     same = all(b.epochs == budget.max_epochs for b in budgets.values())
     whose = "every run" if same else "`max_epochs`, the most a run trains; each run's below"
-    val_images = count_val_images(spec)
+    val_images = plan.count_val_images(spec)
     claims = claim_lines(spec, runs, out, trained, val_images)
     notes = out / NOTES_FILE
     lines = [
@@ -283,11 +272,11 @@ def write_report(
         f"`{FORMAT_KEY}: {spec.data.format}`. "
         f"Budget ({whose}): {_counted(budget.max_epochs, 'epoch')}, batch "
         f"{budget.batch_size}{limit}; {seeds}. Checkpoints every "
-        f"{_counted(checkpoint_interval(budget, epochs), 'epoch')} and the last; online probe "
-        f"validated every {_counted(validation_interval(budget, epochs), 'epoch')}. "
+        f"{_counted(plan.checkpoint_interval(budget, epochs), 'epoch')} and the last; online probe "
+        f"validated every {_counted(plan.validation_interval(budget, epochs), 'epoch')}. "
         f"Trainer overrides: {list(spec.trainer)}.",
         "",
-        *([budget_line(spec, budgets), ""] if budgets else []),
+        *([plan.budget_line(spec, budgets), ""] if budgets else []),
         *_verdicts(spec, aggregated if seeded else runs, reference_means, val_images),
         "",
     ]

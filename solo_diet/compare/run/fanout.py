@@ -112,14 +112,6 @@ class Task:
     request: Optional[str] = None  # with run_tasks' serve_argv: run by a reusable worker instead
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a task ended: its exit status (negative: killed by that signal)."""
-
-    task: Task
-    returncode: int
-
-
 @dataclass
 class _Running:
     task: Task
@@ -247,15 +239,16 @@ def run_tasks(
     threads: Optional[str] = None,
     started: Sequence[ServedWorker] = (),
     retired: Optional[list[ServedWorker]] = None,
-) -> list[Outcome]:
+) -> list[int]:
     """Run ``tasks``, at most ``workers`` at once, a task with a ``request`` in a reusable worker
-    of ``serve_argv``; the outcomes in order. Retired workers go to ``retired`` if given."""
+    of ``serve_argv``; their exit statuses in order (negative: killed by that signal). Retired
+    workers go to ``retired`` if given."""
     if workers < 1 or jobs_per_gpu < 1:
         raise ValueError(f"workers and jobs_per_gpu must be >= 1, got {workers}, {jobs_per_gpu}")
     too_big = [t.label for t in tasks if t.gpus > len(gpus)]
     if too_big:
         raise ConfigError(f"{too_big} need more GPUs than the {len(gpus)} visible.")
-    pending, running, outcomes = list(tasks), [], {}
+    pending, running, statuses = list(tasks), [], {}
     if threads is None:
         threads = task_threads(len(os.sched_getaffinity(0)), workers, len(tasks))
     waited_here = retired is None
@@ -289,7 +282,7 @@ def run_tasks(
                 if entry.worker is not None:
                     pool.idle.append(entry.worker)  # the next next_task drops a dead one
                 pool.book(entry.devices, +1)
-                outcomes[id(entry.task)] = Outcome(entry.task, status)
+                statuses[id(entry.task)] = status
                 worker = entry.worker
                 if status != 0 and worker and worker.tasks_run == 1 and worker.first_log.is_file():
                     if worker.first_log != entry.task.log_path:  # started early: its start-up too
@@ -319,4 +312,4 @@ def run_tasks(
             wait_or_kill([worker.process for worker in pool.retired], grace_s)
         if own_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return [outcomes[id(task)] for task in tasks]
+    return [statuses[id(task)] for task in tasks]

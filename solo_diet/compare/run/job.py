@@ -15,22 +15,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+import torch
+
+from solo_diet.compare.evaluate import curves
 from solo_diet.compare.evaluate.checkpoint import SharedEvaluator, evaluate_checkpoint
-from solo_diet.compare.evaluate.curves import (
-    BackboneSnapshots,
-    evaluate_curve,
-    missing_points,
-    snapshot_epochs,
-)
+from solo_diet.compare.plan import jobs as plan
 from solo_diet.compare.plan.budgets import validation_interval
-from solo_diet.compare.plan.jobs import (
-    Job,
-    compose_linear,
-    latest_checkpoint,
-    recipe_fingerprint,
-    reference_fingerprint,
-    training_fingerprint,
-)
+from solo_diet.compare.plan.jobs import Job
 from solo_diet.compare.run import record
 from solo_diet.compare.run.record import progress, read_json, write_json
 from solo_diet.compare.spec.settings import Spec
@@ -90,7 +81,7 @@ def _pretrain_callbacks(spec: Spec, job: Job) -> list:
 
     callbacks: list = [EpochCostLogger(job.run_dir / record.EPOCHS_FILE, print_rows=True)]
     if spec.curves.points > 0:
-        callbacks.append(BackboneSnapshots(job.run_dir, snapshot_epochs(spec, job)))
+        callbacks.append(curves.BackboneSnapshots(job.run_dir, curves.snapshot_epochs(spec, job)))
     every = spec.evaluation.rankme_every_n_epochs
     if every > 0:
         step = validation_interval(spec.budget, job.budget.epochs)  # the run's own
@@ -107,9 +98,9 @@ def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
     training = TrainingSettings(max_epochs=job.budget.epochs)  # compare refuses max_steps
     state_path = run_dir / "state.json"
     state = read_json(state_path)
-    pretrain_fingerprint = training_fingerprint(cfg)
+    pretrain_fingerprint = plan.training_fingerprint(cfg)
     if state and state["pretrain_fingerprint"] != pretrain_fingerprint:
-        if state.get("checkpoint") or latest_checkpoint(run_dir / "pretrain") is not None:
+        if state.get("checkpoint") or plan.latest_checkpoint(run_dir / "pretrain") is not None:
             raise ConfigError(
                 f"{run_dir} holds {job.label} pretrained with another config, budget or data; use "
                 "another `output_dir` or delete that folder."
@@ -122,7 +113,7 @@ def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
         if problem is None:
             return Path(finished), False
         progress(f"{job.label}: its last checkpoint {finished} does not load ({problem})")
-    resume = latest_checkpoint(run_dir / "pretrain")
+    resume = plan.latest_checkpoint(run_dir / "pretrain")
     # Started over (no checkpoint left, say a folder copied from another machine), the job drops
     # the lost attempt's wall time (and EpochCostLogger its epochs); resumed, it keeps them.
     state = {
@@ -151,36 +142,25 @@ def pretrain(spec: Spec, job: Job) -> tuple[Path, bool]:
     return checkpoint, True
 
 
-def _reference_checkpoint(spec: Spec, job: Job, shared_eval: SharedEvaluator) -> Path:
-    """Write the reference row's checkpoint (untrained backbone or raw pixels)."""
-    from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
-
-    path = job.run_dir / "reference.ckpt"
-    if job.reference == "random_init":
-        return save_random_init(job.cfg, path)
-    evaluator = shared_eval.get(spec, compose_linear(spec, path, job.run_dir))
-    return save_raw_pixels(path, evaluator.image_shape, spec.data.dataset)
-
-
 def result_standing(
-    spec: Spec, job: Job, eval_fingerprint: str, curves: bool = True
+    spec: Spec, job: Job, eval_fingerprint: str, with_curves: bool = True
 ) -> Optional[str]:
     """Why ``job``'s ``result.json`` stands with nothing to run, or None when the job must run
-    (with ``curves``, also when learning-curve points are left to evaluate)."""
+    (with ``with_curves``, also when learning-curve points are left to evaluate)."""
     previous = read_json(job.run_dir / "result.json")
     if job.reference is not None:
-        wanted = reference_fingerprint(spec, job, eval_fingerprint)
+        wanted = plan.reference_fingerprint(spec, job, eval_fingerprint)
         return "already evaluated" if previous.get("fingerprint") == wanted else None
     state = read_json(job.run_dir / "state.json")
     finished = state.get("checkpoint")
     if not (
         finished
-        and state.get("pretrain_fingerprint") == training_fingerprint(job.cfg)
+        and state.get("pretrain_fingerprint") == plan.training_fingerprint(job.cfg)
         and previous.get("checkpoint") == finished
         and previous.get("fingerprint") == eval_fingerprint
     ):
         return None
-    if curves and missing_points(spec, job, eval_fingerprint):
+    if with_curves and curves.missing_points(spec, job, eval_fingerprint):
         return None
     if Path(finished).is_file():
         return "already evaluated"
@@ -201,11 +181,11 @@ def run_job(
 def _run_job(
     spec: Spec, job: Job, shared_eval: SharedEvaluator, eval_fingerprint: str, secondary: bool
 ) -> dict[str, Any]:
-    standing = result_standing(spec, job, eval_fingerprint, curves=False)
+    standing = result_standing(spec, job, eval_fingerprint, with_curves=False)
     if standing:
         progress(f"{job.label}: {standing}")
         result = read_json(job.run_dir / "result.json")
-        evaluate_curve(spec, job, shared_eval, result)
+        curves.evaluate_curve(spec, job, shared_eval, result)
         return result
     if job.reference is None:
         checkpoint, trained = pretrain(spec, job)
@@ -214,13 +194,23 @@ def _run_job(
         if not trained:
             progress(f"{job.label}: pretraining already finished ({checkpoint.name})")
         started, wanted = time.time(), eval_fingerprint
-    else:
-        started, wanted = time.time(), reference_fingerprint(spec, job, eval_fingerprint)
-        checkpoint = _reference_checkpoint(spec, job, shared_eval)
+    else:  # its checkpoint written here: the untrained backbone, or the raw pixels
+        from solo_diet.launch.checkpointing import save_random_init, save_raw_pixels
+
+        started, wanted = time.time(), plan.reference_fingerprint(spec, job, eval_fingerprint)
+        checkpoint = job.run_dir / "reference.ckpt"
+        if job.reference == "random_init":
+            save_random_init(job.cfg, checkpoint)
+        else:
+            evaluator = shared_eval.get(spec, plan.compose_linear(spec, checkpoint, job.run_dir))
+            save_raw_pixels(checkpoint, evaluator.image_shape, spec.data.dataset)
     result = evaluate_checkpoint(spec, job, checkpoint, shared_eval)
-    result.update(run=job.name, seed=job.cfg_seed, job=job.key, **record.job_place())
+    result.update(run=job.name, seed=job.cfg_seed, job=job.key)
+    # where and when it ran: the GPU's name, or CPU
+    result["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    result["finished_utc"] = time.strftime(record.TIME_FORMAT, time.gmtime())
     if job.reference is None:
-        result.update(record.pretrain_costs(job.run_dir), recipe=recipe_fingerprint(job.cfg))
+        result.update(record.pretrain_costs(job.run_dir), recipe=plan.recipe_fingerprint(job.cfg))
     else:
         result.update(method=job.reference)
     result.update(evaluation_wall_s=time.time() - started, fingerprint=wanted)
@@ -231,5 +221,5 @@ def _run_job(
         f"RankMe {result['rankme']:.1f}  LiDAR {result['lidar']:.1f}"
         + (f"  k-means NMI {result['kmeans_nmi']:.3f}" if "kmeans_nmi" in result else "")
     )
-    evaluate_curve(spec, job, shared_eval, result)
+    curves.evaluate_curve(spec, job, shared_eval, result)
     return result

@@ -64,10 +64,6 @@ def write_json(path: Path, payload: dict) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
-def _now() -> str:
-    return time.strftime(TIME_FORMAT, time.gmtime())
-
-
 def epoch_rows(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a job's ``epochs.csv``, one per epoch (none before its first epoch)."""
     from solo_diet.launch.callbacks import read_epoch_rows
@@ -100,21 +96,14 @@ def seed_curves(folders: Sequence[Path], column: str) -> dict[float, list[float]
     return by_epoch
 
 
-def job_place() -> dict[str, str]:
-    """``device`` (the GPU's name, or ``CPU``) and ``finished_utc``, for a job's result."""
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    return {"device": device, "finished_utc": _now()}
-
-
 def note_command(out: Path, spec_path: str | Path, overrides: Sequence[str], gpus: int) -> None:
     """Append this command, its time and its host (``gpus`` visible) to ``<out>/commands.txt``."""
     host = f"{gpus} visible GPU(s), {len(os.sched_getaffinity(0))} CPU cores"
     command = shlex.join(["solo-diet", "compare", str(spec_path), *overrides])
     path = out / COMMANDS_FILE
     before = path.read_text() if path.is_file() else ""
-    write_text_atomic(path, f"{before}{_now()}\t{host}\t{command}\n")
+    now = time.strftime(TIME_FORMAT, time.gmtime())
+    write_text_atomic(path, f"{before}{now}\t{host}\t{command}\n")
 
 
 def run_record_lines(results: Sequence[dict], out: Path) -> list[str]:

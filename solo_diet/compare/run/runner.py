@@ -14,16 +14,9 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 from omegaconf import ListConfig, OmegaConf
 
 from solo_diet.compare.evaluate.checkpoint import SharedEvaluator
+from solo_diet.compare.plan import jobs as plan
 from solo_diet.compare.plan.budgets import count_images
-from solo_diet.compare.plan.jobs import (
-    Job,
-    compose_linear,
-    data_signature,
-    evaluation_fingerprint,
-    longest_first,
-    plan_jobs,
-    recipe_fingerprint,
-)
+from solo_diet.compare.plan.jobs import Job
 from solo_diet.compare.report.markdown import write_report
 from solo_diet.compare.run import record
 from solo_diet.compare.run.job import LOCK_FILE, result_standing, run_job, stop_orphans
@@ -31,17 +24,13 @@ from solo_diet.compare.run.record import progress, read_json, read_result
 from solo_diet.compare.run.sharing import PLAN_PREFIX, WORKER, Fleet, fleet_of
 from solo_diet.compare.run.worker import save_plan
 from solo_diet.compare.spec.load import SpecSource, load_spec
-from solo_diet.compare.spec.settings import REFERENCE_ROWS, ParallelSettings, Spec
+from solo_diet.compare.spec.settings import REFERENCE_ROWS, Spec
 from solo_diet.core.atomic import remove_stale_temporaries, running, write_text_atomic
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.lock import folder_lock
+from solo_diet.launch import launch_checks
 from solo_diet.launch.callbacks import OverallProgress
 from solo_diet.launch.errors import disk_full_named
-from solo_diet.launch.launch_checks import (
-    check_accelerator_present,
-    check_cfg_before_parse,
-    check_solo_learn_choices,
-)
 from solo_diet.launch.nodes import check_one_node
 from solo_diet.methods.contract import method_contract, parse_method_kwargs
 
@@ -60,10 +49,6 @@ class CompareResults:
     left_out: tuple[str, ...] = ()
     failures: Mapping[str, str] = field(default_factory=dict)
     started: int = 0
-
-    @property
-    def output_dir(self) -> Path:
-        return self.report.parent
 
     @property
     def ok(self) -> bool:
@@ -135,10 +120,9 @@ def _run_here(spec: Spec, jobs: Sequence[Job], eval_fingerprint: str) -> dict[st
     return failures
 
 
-def _run_in_processes(
-    jobs: Sequence[Job], fleet: Fleet, parallel: ParallelSettings
-) -> dict[str, str]:
-    """Every job in a process of its own GPUs, longest first; {failed job's key: what failed}."""
+def _run_in_processes(jobs: Sequence[Job], fleet: Fleet, reuse: bool) -> dict[str, str]:
+    """Every job in a process of its own GPUs, longest first (``reuse``: in reusable workers);
+    {failed job's key: what failed}."""
     from solo_diet.compare.run.fanout import Task, run_tasks
 
     for job in jobs:  # a job in its own process sees only its GPUs, numbered from 0
@@ -148,32 +132,32 @@ def _run_in_processes(
                 f"{job.label}: `devices={list(devices)}`; with jobs in their own processes each "
                 f"sees only its own GPUs: write a count (devices={len(devices)})."
             )
-    reuse, jobs, plan = parallel.reuse_workers, longest_first(jobs), str(fleet.plan_file)
+    jobs, plan_file = plan.longest_first(jobs), str(fleet.plan_file)
     tasks = [
         Task(
             label=job.label,
-            argv=(*WORKER, plan, job.key),
+            argv=(*WORKER, plan_file, job.key),
             log_path=job.run_dir / "job.log",
             gpus=job.gpus() if fleet.gpus else 0,
             request=job.key if reuse and job.gpus() <= 1 else None,
         )
         for job in jobs
     ]
-    outcomes = run_tasks(
+    statuses = run_tasks(
         tasks,
         fleet.workers,
         fleet.gpus,
         JobsProgress(jobs).say,
         jobs_per_gpu=fleet.sharing.jobs_per_gpu,
-        serve_argv=(*WORKER, "--serve", plan) if reuse else None,
+        serve_argv=(*WORKER, "--serve", plan_file) if reuse else None,
         threads=fleet.threads,
         started=fleet.started,
         retired=fleet.retired,
     )
     return {
-        job.key: f"{job.label} (exit status {o.returncode}, log: {o.task.log_path})"
-        for job, o in zip(jobs, outcomes)
-        if o.returncode != 0
+        job.key: f"{job.label} (exit status {status}, log: {task.log_path})"
+        for job, task, status in zip(jobs, tasks, statuses)
+        if status != 0
     }
 
 
@@ -183,14 +167,14 @@ def _check_before_any_job(spec: Spec, jobs: Sequence[Job], out: Path) -> None:
     from solo.methods.base import BaseMethod
     from solo.methods.linear import LinearModel
 
-    probe = compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
+    probe = plan.compose_linear(spec, out / "checkpoint-placeholder.ckpt", out)
     checks = [("`linear`", probe, LinearModel)]
     checks += [(job.label, job.cfg, METHODS.get(job.cfg.method, BaseMethod)) for job in jobs]
     for label, cfg, model_cls in checks:
         try:
-            check_cfg_before_parse(cfg)
-            check_solo_learn_choices(cfg, model_cls)
-            check_accelerator_present(cfg)
+            launch_checks.check_cfg_before_parse(cfg)
+            launch_checks.check_solo_learn_choices(cfg, model_cls)
+            launch_checks.check_accelerator_present(cfg)
             check_one_node(cfg)
             # method_kwargs by their fields, N a placeholder where the job fills it from the data
             kwargs = cfg.copy()
@@ -211,7 +195,7 @@ def _report_of_finished(
         result = read_result(job.run_dir / "result.json")
         if job.key in failed:
             left_out.append(f"{job.label} (failed)")
-        elif "recipe" in result and result["recipe"] != recipe_fingerprint(job.cfg):
+        elif "recipe" in result and result["recipe"] != plan.recipe_fingerprint(job.cfg):
             left_out.append(f"{job.label} (stale: trained with another config)")
             stale = True
         elif result:
@@ -252,17 +236,17 @@ def run_spec(
     import solo_diet
 
     solo_diet.register()
-    data_signature.cache_clear()  # the data may have changed since this process last looked
+    plan.data_signature.cache_clear()  # the data may have changed since this process last looked
     count_images.cache_clear()  # and its image count
     spec_path, spec = spec, loaded or load_spec(spec, overrides)
     out, budget = spec.output_dir, spec.budget
     if report_only:
         if not out.is_dir():
             raise ConfigError(f"--report-only: `output_dir` {out} does not exist: nothing ran.")
-        return _report_of_finished(spec, plan_jobs(spec), report_only=True)
+        return _report_of_finished(spec, plan.plan_jobs(spec), report_only=True)
     with contextlib.ExitStack() as held:
         fleet = fleet or held.enter_context(fleet_of(spec, start_workers=True))
-        jobs = plan_jobs(spec)
+        jobs = plan.plan_jobs(spec)
         chosen = [job for job in jobs if spec.only is None or job.name in spec.only]
         _check_before_any_job(spec, chosen, out)
         out.mkdir(parents=True, exist_ok=True)
@@ -293,7 +277,7 @@ def run_spec(
             f"{fleet.workers} worker(s){processes if in_processes else ''}; {fleet.sharing.why} "
             f"-> {out}"
         )
-        eval_fingerprint = evaluation_fingerprint(spec)
+        eval_fingerprint = plan.evaluation_fingerprint(spec)
         to_run = []
         for job in chosen:  # a job whose result stands is named, not started
             standing = result_standing(spec, job, eval_fingerprint)
@@ -303,7 +287,7 @@ def run_spec(
                 to_run.append(job)
         if in_processes:  # the workers' jobs, planned here, in the fleet's private folder
             save_plan(fleet.plan_file, spec, to_run, eval_fingerprint)
-            failures = _run_in_processes(to_run, fleet, spec.parallel)
+            failures = _run_in_processes(to_run, fleet, spec.parallel.reuse_workers)
         else:
             failures = _run_here(spec, to_run, eval_fingerprint)
         results = _report_of_finished(spec, jobs, failed=failures)
