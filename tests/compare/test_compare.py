@@ -168,12 +168,13 @@ def test_evaluation_fingerprint_follows_config_content_not_location(data_root, t
         shutil.copy(SHIPPED_SPEC, folder / SHIPPED_SPEC.name)
         copies.append(folder)
 
-    def fingerprint_of(folder: Path) -> str:
-        spec = load_spec(folder / SHIPPED_SPEC.name, shrunk(data_root, folder / "out"))
+    def fingerprint_of(folder: Path, *extra: str) -> str:
+        spec = load_spec(folder / SHIPPED_SPEC.name, [*shrunk(data_root, folder / "out"), *extra])
         return evaluation_fingerprint(spec)
 
     here = fingerprint_of(copies[0])
     assert fingerprint_of(copies[1]) == here  # another checkout, another output_dir
+    assert fingerprint_of(copies[0], "evaluation.lidar_views=5") != here  # the count alone
     views = copies[1] / "configs" / "augmentations" / "one_view.yaml"
     views.write_text(views.read_text().replace("crop_size: 32", "crop_size: 24"))
     changed_views = fingerprint_of(copies[1])

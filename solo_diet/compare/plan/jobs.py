@@ -253,8 +253,9 @@ def recipe_fingerprint(cfg: DictConfig) -> str:
 def evaluation_fingerprint(spec: Spec) -> str:
     """Changes with any evaluation setting, the probe's config, the LiDAR views or the data."""
     settings = dataclasses.asdict(spec.evaluation)
-    views = settings.pop("lidar_augmentations")
-    settings["lidar_views"] = OmegaConf.to_container(OmegaConf.load(views)) if views else None
+    views = settings["lidar_augmentations"]  # the views' content, not their place
+    if views:
+        settings["lidar_augmentations"] = OmegaConf.to_container(OmegaConf.load(views))
     probe = compose_linear(spec, Path("checkpoint"), Path("run"))
     probe_settings = OmegaConf.to_container(probe, resolve=True)
     probe_settings.pop("enable_progress_bar", None)
