@@ -19,10 +19,8 @@ from solo_diet.core.settings import check_run_name, closest_name, core_errors_na
 from solo_diet.launch.errors import Interrupted
 from solo_diet.launch.launch_checks import (
     TrainingSettings,
-    check_accelerator_present,
     check_cfg_before_parse,
     check_key_typos,
-    check_strategy_name,
     known_top_level_keys,
     trainer_arguments,
 )
@@ -99,16 +97,12 @@ def quote_equals(override: str) -> str:
 
 
 def check_launch_cfg(cfg: DictConfig) -> TrainingSettings:
-    """Run name, devices, nodes, :func:`check_cfg_before_parse`, accelerator and strategy; returns
-    the :class:`TrainingSettings`."""
+    """Run name, devices, nodes, then :func:`check_cfg_before_parse`; returns its settings."""
     OmegaConf.set_struct(cfg, False)
     fix = "Pass e.g. name=my-run; `checkpoint.dir` says where the run's folder goes."
     check_run_name(OmegaConf.select(cfg, "name"), "`name`", fix)
     normalize_devices(cfg)
-    training = check_cfg_before_parse(cfg)
-    check_accelerator_present(cfg)
-    check_strategy_name(cfg)
-    return training
+    return check_cfg_before_parse(cfg)
 
 
 def normalize_devices(cfg: DictConfig) -> None:

@@ -291,6 +291,8 @@ def check_key_typos(cfg: DictConfig, yaml: Optional[Callable[[], DictConfig]] = 
 
 def check_accelerator_present(cfg: DictConfig) -> None:
     """Refuse an accelerator other than auto, cpu or a CUDA GPU, and a GPU torch does not see."""
+    import torch
+
     accelerator = str(OmegaConf.select(cfg, "accelerator", default="auto")).lower()
     if accelerator not in ("auto", "cpu", "gpu", "cuda"):
         raise KeyReader(cfg).fail(
@@ -298,11 +300,7 @@ def check_accelerator_present(cfg: DictConfig) -> None:
             f"must be auto, cpu or gpu (solo-diet's launchers run on CPUs and CUDA GPUs), got "
             f"{accelerator!r}.",
         )
-    if accelerator not in ("gpu", "cuda"):
-        return  # nor torch to import (`solo-diet pretrain` checks this before the heavy imports)
-    import torch
-
-    if not torch.cuda.is_available():
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"`accelerator: {accelerator}`, but torch sees no CUDA device: use accelerator=cpu "
             "and precision=32 here (in a compare spec: 'trainer=[accelerator=cpu,precision=32]')."

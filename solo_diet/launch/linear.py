@@ -13,7 +13,11 @@ from solo_diet.launch.callbacks import non_finite_tensors
 from solo_diet.launch.checkpointing import check_checkpoint_key
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
 from solo_diet.launch.datapaths import make_data_path, parse_data_settings
-from solo_diet.launch.launch_checks import check_solo_learn_choices
+from solo_diet.launch.launch_checks import (
+    check_accelerator_present,
+    check_solo_learn_choices,
+    check_strategy_name,
+)
 from solo_diet.launch.settings import parse_loader_settings
 from solo_diet.methods.checkpoint import (
     PretrainedCheckpoint,
@@ -91,6 +95,8 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
     from solo.methods.linear import LinearModel
 
     check_launch_cfg(cfg)
+    check_accelerator_present(cfg)
+    check_strategy_name(cfg)
     fill_from_pretrain_args(cfg)
     check_solo_learn_choices(cfg, LinearModel)
     data_path = make_data_path(parse_data_settings(cfg))

@@ -13,7 +13,12 @@ from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import core_errors_named, unknown_method_hint
 from solo_diet.launch.common import as_trained, check_launch_cfg, fit_run
 from solo_diet.launch.datapaths import DataPath, make_data_path, parse_data_settings
-from solo_diet.launch.launch_checks import TrainingSettings, check_solo_learn_choices
+from solo_diet.launch.launch_checks import (
+    TrainingSettings,
+    check_accelerator_present,
+    check_solo_learn_choices,
+    check_strategy_name,
+)
 from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     PRETRAIN_PROBE_NODE,
@@ -84,6 +89,8 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     """Pretrain ``cfg.method``; returns the last checkpoint path (or None)."""
     from lightning.pytorch import seed_everything
 
+    check_accelerator_present(cfg)
+    check_strategy_name(cfg)
     cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
     seed_everything(cfg.seed)
 

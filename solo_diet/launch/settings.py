@@ -26,7 +26,6 @@ from solo_diet.core.settings import (
     write_section,
 )
 from solo_diet.launch.errors import class_folders
-from solo_diet.launch.launch_checks import check_accelerator_present
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
@@ -59,10 +58,14 @@ class GPUDataSettings:
         read = KeyReader(cfg)
         if read.value("dali") is not None:
             raise read.fail("dali", f"options apply to {FORMAT_KEY}=dali: remove them.")
-        check_accelerator_present(cfg)  # auto, cpu, or a CUDA GPU torch sees
-        accelerator = str(read.value("accelerator", "auto")).lower()
-        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-        return replace(self, device="cpu" if on_cpu else "cuda")
+        accelerator = str(read.value("accelerator", "auto"))
+        if accelerator == "auto":
+            accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+        if accelerator not in ("gpu", "cuda", "cpu"):
+            raise ConfigError(
+                f"{FORMAT_KEY}=gpu runs on `accelerator: gpu` or `cpu`, got {accelerator!r}."
+            )
+        return replace(self, device="cpu" if accelerator == "cpu" else "cuda")
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def test_gpu_settings_are_filled_checked_and_carry_the_loader_device():
         ({"format": "gpu", "gpu": {"cuda_graphs": "yes"}}, {}, r"^`data.gpu.cuda_graphs` must be"),
         ({"format": "gpu", "gpu": {"decode_cache": 1}}, {}, r"^`data.gpu.decode_cache` must be"),
         ({"format": "gpu"}, {"dali": {"device": "gpu"}}, r"`dali` options apply to data.format"),
-        ({"format": "gpu"}, {"accelerator": "tpu"}, r"`accelerator` must be auto, cpu or gpu"),
+        ({"format": "gpu"}, {"accelerator": "tpu"}, r"runs on `accelerator: gpu` or `cpu`"),
     ],
 )
 def test_each_bad_key_is_one_line_naming_it(data, top, message):
