@@ -73,12 +73,13 @@ def prepare_run(
 
 def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
     """The method as trained: substitutes, channels-last, its step graphed where allowed."""
+    performance = parse_performance_settings(cfg)  # checked by prepare_run; fills cfg.performance
     model = method_cls(cfg)
-    substitutes = substitutes_line(substitute_step_parts(cfg, model))
-    if substitutes:
-        print(substitutes, flush=True)
-    model = as_trained(cfg, model)  # cfg.performance: filled by parse_performance_settings
-    graphed, line = choose_step_graph(cfg, model, parse_performance_settings(cfg).step_graph)
+    made = substitute_step_parts(model) if performance.foreach_substitutes else []
+    if made:
+        print(substitutes_line(made), flush=True)
+    model = as_trained(cfg, model)
+    graphed, line = choose_step_graph(cfg, model, performance.step_graph)
     print(line, flush=True)
     if graphed:
         StepGraph(model)

@@ -8,7 +8,6 @@ import itertools
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
-from omegaconf import DictConfig
 from solo.losses.vicreg import invariance_loss, variance_loss
 from solo.losses.wmse import wmse_loss_func
 from solo.methods import NNBYOL, NNCLR, All4One, BarlowTwins, MoCoV2Plus, NNSiam, ReSSL, VICReg
@@ -22,7 +21,6 @@ from solo_diet.core.data.augment.resample import to_device
 from solo_diet.core.losses.decorrelation import barlow_twins_loss, vicreg_covariance_loss
 from solo_diet.core.momentum import ema_update_, enqueue_
 from solo_diet.core.nn.layers import CholeskyWhitening
-from solo_diet.core.settings import KeyReader
 
 SUBSTITUTES_KEY = "performance.foreach_substitutes"
 
@@ -157,10 +155,9 @@ def _qualified(obj: Union[Callable, type]) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def substitute_step_parts(cfg: DictConfig, model: nn.Module) -> list[str]:
-    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours."""
-    if not KeyReader(cfg).bool(SUBSTITUTES_KEY, default=True):
-        return []
+def substitute_step_parts(model: nn.Module) -> list[str]:
+    """Swap a built method's ``lars``, ``MomentumUpdater`` and read-backs for ours; returns what
+    was swapped, a line each. ``solo-diet pretrain`` calls it unless ``SUBSTITUTES_KEY`` is off."""
     made = []
     if getattr(model, "optimizer", None) == "lars":  # "lars_foreach": registered by register()
         model.optimizer = "lars_foreach"

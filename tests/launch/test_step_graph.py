@@ -226,7 +226,7 @@ def tiny_model(method: str):
     tiny: dict = {}
     cfg = smoke_cfg(method, solo_learn_kwargs(method, tiny), momentum=True, **tiny)
     model = METHODS[method](cfg)
-    substitute_step_parts(cfg, model)  # as build_model does
+    substitute_step_parts(model)  # as build_model does
     return cfg, model
 
 

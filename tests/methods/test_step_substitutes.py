@@ -121,7 +121,7 @@ def queue_models(method: str):
     cfg = tiny_cfg(method, KWARGS[method], momentum=True, batch_size=4)
     theirs = METHODS[method](cfg)
     ours = copy.deepcopy(theirs)
-    made = substitute_step_parts(cfg, ours)
+    made = substitute_step_parts(ours)
     assert any("enqueue" in m for m in made), made
     return ours, theirs
 
@@ -186,11 +186,8 @@ def test_only_a_substituted_model_runs_our_losses():
     ]:
         cfg = tiny_cfg(method, KWARGS[method])
         ours, theirs = METHODS[method](cfg), METHODS[method](cfg)
-        line = substitutes_line(substitute_step_parts(cfg, ours))
+        line = substitutes_line(substitute_step_parts(ours))
         assert f"`{cls}.training_step` -> solo_diet.methods.substitutes.{step}" in line
-        cfg_off = copy.deepcopy(cfg)
-        cfg_off.performance = {"foreach_substitutes": False}
-        assert substitute_step_parts(cfg_off, theirs) == []
         assert masked_in_a_step(ours, cfg) == 0
         assert masked_in_a_step(theirs, cfg) > 0
         assert masked_in_a_step(copy.deepcopy(ours), cfg) == 0  # a copy keeps its substitutes
@@ -208,7 +205,7 @@ def test_importing_solo_diet_leaves_solo_learns_modules_alone():
         if method.endswith("_sem"):
             kwargs["sem"] = {"num_simplices": 4, "simplex_dim": 3}
         cfg = tiny_cfg(method, kwargs, momentum=True)
-        assert substitute_step_parts(cfg, METHODS[method](cfg))
+        assert substitute_step_parts(METHODS[method](cfg))
     covariance = solo_vicreg.covariance_loss
     assert covariance.__module__ == "solo.losses.vicreg"
     assert covariance.__code__.co_filename.endswith("solo/losses/vicreg.py")
@@ -222,7 +219,7 @@ def test_a_pickled_or_copied_model_keeps_its_substitutes_bound_to_itself(method)
     solo_diet.register()
     cfg = tiny_cfg(method, KWARGS[method], momentum=True)
     model = METHODS[method](cfg)
-    substitute_step_parts(cfg, model)
+    substitute_step_parts(model)
     for copied in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
         substitutes = {k: v for k, v in vars(model).items() if isinstance(v, InstanceSubstitute)}
         assert len(substitutes) == 1  # W-MSE's: its training step, for the permutation
@@ -236,9 +233,9 @@ def test_a_pickled_or_copied_model_keeps_its_substitutes_bound_to_itself(method)
 def trained(method: str, substitutes: bool) -> tuple[dict, torch.nn.Module]:
     seed_everything(0)
     cfg = tiny_cfg(method, KWARGS[method], momentum=True, batch_size=4, optimizer="sgd")
-    cfg.performance = {"foreach_substitutes": substitutes}
     model = METHODS[method](cfg)
-    substitute_step_parts(cfg, model)
+    if substitutes:
+        substitute_step_parts(model)
     trainer = tiny_trainer(cfg, fast_dev_run=False, max_epochs=1, limit_val_batches=0)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=24, shuffle=False))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, model
@@ -296,7 +293,7 @@ def test_wmse_step_equals_solo_learns_and_draws_through_ours(method, monkeypatch
     cfg.method_kwargs.whitening_size = 4
     theirs = METHODS[method](cfg)
     ours = copy.deepcopy(theirs)
-    assert any("wmse_step" in m for m in substitute_step_parts(cfg, ours))
+    assert any("wmse_step" in m for m in substitute_step_parts(ours))
     theirs.whitening = CholeskyWhitening(theirs.whitening.output_dim, theirs.whitening.eps)
     drawn = []
     monkeypatch.setattr(

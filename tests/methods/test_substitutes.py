@@ -18,6 +18,7 @@ from solo.utils.momentum import MomentumUpdater
 import solo_diet
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.lars import ForeachLARS
+from solo_diet.launch.pretrain import build_model
 from solo_diet.launch.settings import parse_performance_settings
 from solo_diet.methods.substitutes import (
     ForeachMomentumUpdater,
@@ -43,7 +44,7 @@ def test_swaps_lars_and_the_momentum_updater_and_names_them():
     solo_diet.register()
     cfg = byol_cfg()
     model = METHODS["byol"](cfg)
-    made = substitute_step_parts(cfg, model)
+    made = substitute_step_parts(model)
     assert parse_performance_settings(cfg).foreach_substitutes is True  # the default
     assert cfg.optimizer.name == "lars"  # args.json and compare's fingerprints keep the name
     assert model.optimizer == "lars_foreach"
@@ -55,27 +56,25 @@ def test_swaps_lars_and_the_momentum_updater_and_names_them():
     assert "performance.foreach_substitutes=False" in line and "\n" not in line
 
 
-def test_the_key_turns_them_off():
+def test_the_key_turns_them_off(capsys):
     solo_diet.register()
     cfg = byol_cfg(substitutes=False)
-    model = METHODS["byol"](cfg)
-    assert substitute_step_parts(cfg, model) == [] and substitutes_line([]) == ""
+    model = build_model(cfg, METHODS["byol"])  # as `solo-diet pretrain` builds it
     assert model.optimizer == "lars" and type(model.momentum_updater) is MomentumUpdater
+    assert "ForeachLARS" not in capsys.readouterr().out and substitutes_line([]) == ""
 
 
 def test_other_optimizers_and_methods_without_momentum_are_left_alone():
     solo_diet.register()
     cfg = tiny_cfg("simclr", {**BYOL, "temperature": 0.2})
     model = METHODS["simclr"](cfg)
-    assert substitute_step_parts(cfg, model) == [] and model.optimizer == "adamw"
+    assert substitute_step_parts(model) == [] and model.optimizer == "adamw"
 
 
 @pytest.mark.parametrize("value", ["yes", 1])
 def test_a_non_bool_value_is_refused_naming_the_key(value):
     solo_diet.register()
     cfg = byol_cfg(substitutes=value)
-    with pytest.raises(ConfigError, match="`performance.foreach_substitutes` must be True or"):
-        substitute_step_parts(cfg, METHODS["byol"](cfg))
     with pytest.raises(ConfigError, match="`performance.foreach_substitutes` must be True or"):
         parse_performance_settings(cfg)
 
@@ -95,7 +94,8 @@ def trained_byol(substitutes: bool) -> tuple[dict, type, type]:
     seed_everything(0)
     cfg = byol_cfg(substitutes)
     model = METHODS["byol"](cfg)
-    substitute_step_parts(cfg, model)
+    if substitutes:
+        substitute_step_parts(model)
     trainer = tiny_trainer(cfg, fast_dev_run=False, max_epochs=2, limit_val_batches=0)
     trainer.fit(model, fake_pretrain_loader(cfg, num_samples=16, shuffle=False))
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
