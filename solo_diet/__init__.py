@@ -9,7 +9,7 @@ import sys
 import warnings
 from typing import Any, Optional
 
-from solo_diet.core.host import IMPORT_NOISE, skip_umap_callback_without_umap, solo_available
+from solo_diet.host import IMPORT_NOISE, skip_umap_callback_without_umap, solo_available
 
 __version__ = "0.1.0"
 SOLO_METHODS = "solo.methods"

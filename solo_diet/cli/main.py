@@ -49,8 +49,8 @@ def checked_cfg(args: argparse.Namespace) -> DictConfig:
     from omegaconf import OmegaConf
 
     from solo_diet.core.atomic import check_archive_sizes
-    from solo_diet.core.host import declared_method_names, require_solo
     from solo_diet.core.settings import unknown_method_hint
+    from solo_diet.host import declared_method_names, require_solo
     from solo_diet.launch.common import check_launch_cfg, compose_cfg
 
     names = declared_method_names()
@@ -113,7 +113,7 @@ def _cmd_compare(args: argparse.Namespace) -> Optional[int]:
 
     from solo_diet.compare.run.sharing import fleet_of
     from solo_diet.compare.spec.load import load_spec
-    from solo_diet.core.host import declared_method_names, require_solo
+    from solo_diet.host import declared_method_names, require_solo
 
     if declared_method_names() is None:  # no solo-learn (or none readable): its message first
         require_solo()
@@ -292,14 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command not in SOLO_LATE:
-        from solo_diet.core.host import require_solo
+        from solo_diet.host import require_solo
 
         require_solo()
     return args.func(args) or 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from solo_diet.core.host import quiet_run_noise
+    from solo_diet.host import quiet_run_noise
     from solo_diet.launch.errors import run_guarded
 
     args = build_parser().parse_args(argv)

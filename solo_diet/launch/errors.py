@@ -190,7 +190,7 @@ def user_message(err: Exception) -> Optional[str]:
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
-    from solo_diet.core.host import INSTALL_HINT, SoloLearnMissing
+    from solo_diet.host import INSTALL_HINT, SoloLearnMissing
 
     if isinstance(err, (SoloLearnMissing, DiskFull)):
         return str(err).strip()

@@ -13,8 +13,8 @@ from torch import nn
 
 import solo_diet.methods as package
 from solo_diet.core.errors import ConfigError
-from solo_diet.core.host import METHODS_GROUP, require_solo
 from solo_diet.core.settings import core_errors_named, parse_section, write_section
+from solo_diet.host import METHODS_GROUP, require_solo
 
 if TYPE_CHECKING:
     from torch.utils.data import Sampler

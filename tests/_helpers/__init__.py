@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet.core.host import INSTALL_HINT, solo_problem
+from solo_diet.host import INSTALL_HINT, solo_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"

@@ -10,6 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "solo_diet"
 
 FLOORS = ("cli", "compare", "launch", "methods")  # top first; solo_diet/core/ lies below them all
+# the package's own root: registration (``__init__``) and finding solo-learn (``host``)
+ROOT_MODULES = (("__init__.py",), ("host.py",))
 
 
 def _floor(path: Path) -> str:
@@ -17,7 +19,7 @@ def _floor(path: Path) -> str:
     parts = path.relative_to(PACKAGE).parts
     if parts[0] in (*FLOORS, "core"):
         return parts[0]
-    return "package" if parts == ("__init__.py",) else "none"
+    return "package" if parts in ROOT_MODULES else "none"
 
 
 # a bad second node and the argument its error names (tests/launch: the key it becomes)

@@ -2,13 +2,14 @@
 ``solo_diet/compare`` (the comparison runner), ``solo_diet/launch`` (settings, data paths and the
 runs that pretrain, linear and compare share), ``solo_diet/methods`` (solo-learn adapters) and
 ``solo_diet/core`` (torch only), which imports neither solo-learn nor Lightning: checked on the
-source, lazy imports included. Every module lies in one of these folders. Inside a floor the
-imports form no cycle, local (function-level) and
-``TYPE_CHECKING`` imports counted: a local import is for start-up time, never to hide a cycle. The
-core and
-the modules of its tests then import with solo-learn and Lightning made unimportable, so a CI
-without solo-learn collects every core test (a core test may still compare against solo-learn
-inside a test marked ``requires_solo``)."""
+source, lazy imports and ``importlib.import_module("...")`` included. Every module lies in one of
+these folders, but for the package's root: ``__init__`` (registration) and ``host`` (finding
+solo-learn), which import no floor but the core (``__init__``'s ``register()`` aside). Inside a
+floor the imports form no cycle, local (function-level) and ``TYPE_CHECKING`` imports counted: a
+local import is for start-up time, never to hide a cycle. The core and the modules of its tests
+then import with solo-learn and Lightning made unimportable, so a CI without solo-learn collects
+every core test (a core test may still compare against solo-learn inside a test marked
+``requires_solo``)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,13 @@ def _imported(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            names.add(node.args[0].value)
     return names
 
 
@@ -131,6 +139,12 @@ def _core_modules() -> list[str]:
     return names
 
 
+def test_the_import_check_sees_import_module_by_name(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import importlib\ndef f():\n    importlib.import_module('solo.methods')\n")
+    assert _imported(module) == {"importlib", "solo.methods"}
+
+
 def test_every_module_lies_in_a_floor_folder() -> None:
     loose = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py") if _floor(p) == "none"]
     assert not loose, f"modules outside the floor folders: {loose}"
@@ -139,7 +153,8 @@ def test_every_module_lies_in_a_floor_folder() -> None:
 def test_imports_only_go_down() -> None:
     packages = tuple(f"solo_diet.{floor}" for floor in FLOORS)
     above = {floor: packages[:i] for i, floor in enumerate(FLOORS)}
-    above["core"] = HOST_LIBRARIES + packages
+    above["core"] = HOST_LIBRARIES + packages + ("solo_diet.host",)
+    above["package"] = packages
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "__init__.py":

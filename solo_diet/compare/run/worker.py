@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from solo_diet.compare.run.fanout import PARENT_VARIABLE
-from solo_diet.core.host import quiet_run_noise
+from solo_diet.host import quiet_run_noise
 
 if TYPE_CHECKING:
     from solo_diet.compare.plan.jobs import Job

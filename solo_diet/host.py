@@ -1,4 +1,6 @@
-"""Finding solo-learn ``main`` and failing clearly when it is absent or too old."""
+"""The package's link to its host: finding solo-learn ``main``, failing clearly when it is absent or
+too old, and quieting its noise. It imports nothing of solo-learn's at module level, and no floor
+of the package, so ``import solo_diet`` stays cheap."""
 
 from __future__ import annotations
 
@@ -116,7 +118,7 @@ def declared_method_names() -> Optional[set[str]]:
         for key in getattr(node.value, "keys", ())
         if isinstance(key, ast.Constant)
     }
-    ours = Path(__file__).parents[1] / "methods"  # solo_diet/methods/
+    ours = Path(__file__).parent / "methods"  # solo_diet/methods/
     found |= {
         name for path in ours.glob("*.py") for name in _REGISTERED_AS.findall(path.read_text())
     }

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from solo_diet.core.host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_problem
+from solo_diet.host import INSTALL_HINT, SoloLearnMissing, require_solo, solo_problem
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_torch_only_core_imports():
@@ -44,7 +44,7 @@ def test_with_solo_learn_nothing_is_reported():
 
 SKIP_THEN_REPORT = (
     "import sys\n"
-    "from solo_diet.core.host import UMAP_CALLBACK, skip_umap_callback_without_umap\n"
+    "from solo_diet.host import UMAP_CALLBACK, skip_umap_callback_without_umap\n"
     "skip_umap_callback_without_umap()\n"
     "print(UMAP_CALLBACK in sys.modules and sys.modules[UMAP_CALLBACK] is None)\n"
 )
@@ -76,7 +76,7 @@ def test_the_method_names_read_from_source_hold_every_registered_one():
     from solo.methods import METHODS
 
     import solo_diet
-    from solo_diet.core.host import declared_method_names
+    from solo_diet.host import declared_method_names
     from solo_diet.launch.launch_checks import trainer_arguments
 
     solo_diet.register()
@@ -87,7 +87,7 @@ def test_the_method_names_read_from_source_hold_every_registered_one():
 def test_the_method_names_come_from_source_in_a_fresh_process(monkeypatch):
     """What a new ``solo-diet pretrain`` process reads before anything registers: our method files
     (``registered_as``) and solo-learn's ``METHODS`` source, not this process's registry."""
-    from solo_diet.core.host import declared_method_names
+    from solo_diet.host import declared_method_names
 
     monkeypatch.delitem(sys.modules, "solo.methods", raising=False)
     names = declared_method_names()
@@ -102,7 +102,7 @@ def test_the_known_noise_of_a_run_is_silenced_and_the_rest_stays():
     import logging
     import warnings
 
-    from solo_diet.core import host as _host
+    from solo_diet import host as _host
 
     said: list[str] = []
     handler = logging.Handler()
