@@ -110,6 +110,19 @@ def class_folders(path: Any) -> set[str]:
     return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
 
 
+def same_class_folders(train: Any, val: Any) -> set[str]:
+    """The classes of image folders ``train`` and ``val``; refused where they differ."""
+    in_train, in_val = class_folders(train), class_folders(val)
+    if in_train != in_val:
+        raise ConfigError(
+            f"`data.val_path` = {val} and `data.train_path` = {train} hold different class "
+            f"folders (only in val: {sorted(in_val - in_train)}, only in train: "
+            f"{sorted(in_train - in_val)}), so the val labels would not match the trained "
+            "ones: give both the same class subfolders."
+        )
+    return in_train
+
+
 def check_data_paths(cfg: DictConfig) -> None:
     """Refuse a missing ``data.train_path``/``data.val_path``, or a dataset root as train path."""
     if OmegaConf.select(cfg, "data.dataset") not in FOLDER_DATASETS:

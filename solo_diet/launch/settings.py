@@ -25,7 +25,7 @@ from solo_diet.core.settings import (
     world_size,
     write_section,
 )
-from solo_diet.launch.errors import class_folders
+from solo_diet.launch.errors import same_class_folders
 from solo_diet.methods._common import SOLO_LEARN_SEED
 
 # the GPU data path's core arguments and the keys that set them (for `core_errors_named`)
@@ -189,16 +189,8 @@ class LoaderSettings:
                 f"{needed}: give it one subfolder per class (or `data.no_labels=True` for images "
                 "without classes)."
             )
-        if self.dataset not in FOLDER_DATASETS or val is None:
-            return
-        in_train, in_val = class_folders(train), class_folders(val)
-        if in_train != in_val:
-            raise ConfigError(
-                f"`data.val_path` = {val} and `data.train_path` = {train} hold different class "
-                f"folders (only in val: {sorted(in_val - in_train)}, only in train: "
-                f"{sorted(in_train - in_val)}), so the val labels would not match the trained "
-                "ones: give both the same class subfolders."
-            )
+        if self.dataset in FOLDER_DATASETS and val is not None:
+            same_class_folders(train, val)
 
     def check_one_global_batch(self, num_samples: int) -> None:
         """Refuse a pretraining set smaller than one global batch."""

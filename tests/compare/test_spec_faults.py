@@ -85,9 +85,9 @@ def test_a_val_split_with_other_classes_is_refused_before_any_job(tmp_path):
     with pytest.raises(ConfigError) as refused:
         run_spec(SHIPPED_SPEC, tiny_overrides(data, tmp_path / "out"))
     assert str(refused.value) == (
-        "`data.val_path` must hold the class folders of `data.train_path`, got only in val "
-        "['class_9'], only in train ['class_4']: the val labels would not match the trained ones; "
-        "give both the same subfolders."
+        f"`data.val_path` = {data}/val and `data.train_path` = {data}/train hold different class "
+        "folders (only in val: ['class_9'], only in train: ['class_4']), so the val labels would "
+        "not match the trained ones: give both the same class subfolders."
     )
     assert not (tmp_path / "out").exists()
 
