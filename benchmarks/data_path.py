@@ -314,6 +314,7 @@ def run_throughput_case(case: dict) -> dict:
 
     from solo_diet.launch.common import trainer_kwargs
     from solo_diet.launch.pretrain import build_model
+    from solo_diet.launch.settings import parse_performance_settings
     from solo_diet.methods.contract import method_contract
 
     graphed = GRAPH_OVERRIDES if case["source"] == "gpu_graph" else []
@@ -323,7 +324,8 @@ def run_throughput_case(case: dict) -> dict:
     loader, num_samples = data_loader(copy.deepcopy(cfg), method_cls, case["source"])
     if method_contract(method_cls).uses_sample_indexes:
         cfg.method_kwargs.num_samples = num_samples
-    model = build_model(cfg, method_cls)  # as solo-diet pretrain builds it, substitutes included
+    # as solo-diet pretrain builds it, substitutes included
+    model = build_model(cfg, method_cls, parse_performance_settings(cfg))
     window = window_callback(case)
     cfg.update(max_epochs=10_000, limit_val_batches=0, num_sanity_val_steps=0, benchmark=True)
     kwargs = trainer_kwargs(cfg, [window], None)

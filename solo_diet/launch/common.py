@@ -212,15 +212,13 @@ def fit_or_raise(
         raise Interrupted(stopped, resume_hint(cfg, checkpointer)) from None
 
 
-def as_trained(cfg: DictConfig, model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` made contiguous and, unless ``performance.disable_channel_last``, channels-last."""
+def as_trained(model: torch.nn.Module, channels_last: bool) -> torch.nn.Module:
+    """``model`` made contiguous and, where ``channels_last``, channels-last."""
     import torch
     from solo.utils.misc import make_contiguous
 
     make_contiguous(model)
-    if cfg.performance.disable_channel_last:
-        return model
-    return model.to(memory_format=torch.channels_last)
+    return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
 def logger_and_callbacks(

@@ -107,7 +107,7 @@ def run_linear(cfg: DictConfig) -> dict[str, Any]:
 
     loss_func, mixup = _loss_and_mixup(cfg)
     model = LinearModel(probe_features(cfg), loss_func=loss_func, mixup_func=mixup, cfg=cfg)
-    model = as_trained(cfg, model)
+    model = as_trained(model, channels_last=not cfg.performance.disable_channel_last)
 
     train_loader, val_loader, fitted = data_path.linear_loaders(loader_settings)
     if fitted:  # a training set smaller than one batch: the probe trains at the fitted batch

@@ -23,6 +23,7 @@ from solo_diet.launch.settings import (
     GPU_ARGUMENT_KEYS,
     PRETRAIN_PROBE_NODE,
     LoaderSettings,
+    PerformanceSettings,
     parse_loader_settings,
     parse_performance_settings,
 )
@@ -46,13 +47,15 @@ def set_num_samples(cfg: DictConfig, contract: Contract, num_samples: int) -> No
 
 def prepare_run(
     cfg: DictConfig,
-) -> tuple[DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings]:
+) -> tuple[
+    DictConfig, type, Contract, DataPath, LoaderSettings, TrainingSettings, PerformanceSettings
+]:
     """The checks, ``parse_cfg``, the method, data path and settings, before any data."""
     from solo.args.pretrain import parse_cfg
     from solo.methods import METHODS
 
     training = check_launch_cfg(cfg)
-    parse_performance_settings(cfg)
+    performance = parse_performance_settings(cfg)
     data_path = make_data_path(parse_data_settings(cfg))
     # solo-learn's transforms ignore unknown keys and take any value (a probability of 2, no crop)
     with core_errors_named(GPU_ARGUMENT_KEYS):
@@ -68,17 +71,18 @@ def prepare_run(
     data_path.check(cfg.method, contract)
     loader_settings = parse_loader_settings(cfg, data_path.settings, PRETRAIN_PROBE_NODE)
     loader_settings.check_classes(2, "the online linear probe")
-    return cfg, method_cls, contract, data_path, loader_settings, training
+    return cfg, method_cls, contract, data_path, loader_settings, training, performance
 
 
-def build_model(cfg: DictConfig, method_cls: type) -> torch.nn.Module:
+def build_model(
+    cfg: DictConfig, method_cls: type, performance: PerformanceSettings
+) -> torch.nn.Module:
     """The method as trained: substitutes, channels-last, its step graphed where allowed."""
-    performance = parse_performance_settings(cfg)  # checked by prepare_run; fills cfg.performance
     model = method_cls(cfg)
     made = substitute_step_parts(model) if performance.foreach_substitutes else []
     if made:
         print(substitutes_line(made), flush=True)
-    model = as_trained(cfg, model)
+    model = as_trained(model, channels_last=not performance.disable_channel_last)
     graphed, line = choose_step_graph(cfg, model, performance.step_graph)
     print(line, flush=True)
     if graphed:
@@ -92,7 +96,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
 
     check_accelerator_present(cfg)
     check_strategy_name(cfg)
-    cfg, method_cls, contract, data_path, loader_settings, training = prepare_run(cfg)
+    cfg, method_cls, contract, data_path, loader_settings, training, performance = prepare_run(cfg)
     seed_everything(cfg.seed)
 
     # the method's batch order reads its own keys: its hook gets the config solo-learn's model gets
@@ -101,7 +105,7 @@ def run_pretrain(cfg: DictConfig, extra_callbacks: Sequence = ()) -> Optional[st
     set_num_samples(cfg, contract, train_data.num_samples)
     val_loader = data_path.val_loader(loader_settings)
 
-    model = build_model(cfg, method_cls)
+    model = build_model(cfg, method_cls, performance)
     # the method's batch sampler splits the ranks itself
     sampler = {"use_distributed_sampler": False} if train_data.own_sampler else {}
     fit = data_path.fit_kwargs(train_data, val_loader)

@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from solo_diet.launch.callbacks import DivergenceGuard, EpochCostLogger
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.pretrain import build_model
+from solo_diet.launch.settings import parse_performance_settings
 from solo_diet.methods.contract import method_contract
 from tests._helpers.gpu_path import (
     settings_of,
@@ -167,7 +168,7 @@ def fit_guarded(method: str, optimizer: str, data, tmp_path, cuda: bool) -> Read
     run, path = settings_of(cfg)
     hook = functools.partial(method_contract(method_cls).train_batch_sampler, cfg)
     train = path.pretrain_data(run, hook).source
-    model = build_model(cfg, method_cls)
+    model = build_model(cfg, method_cls, parse_performance_settings(cfg))
     guard = ReadBackGuard(cuda)
     costs = EpochCostLogger(tmp_path / "epochs.csv")
     callbacks = [DivergenceGuard(), costs, guard]  # the launchers' divergence guard too

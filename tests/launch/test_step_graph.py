@@ -30,6 +30,7 @@ from solo.methods import METHODS
 from solo_diet.core.errors import ConfigError
 from solo_diet.launch.common import trainer_kwargs
 from solo_diet.launch.pretrain import build_model
+from solo_diet.launch.settings import parse_performance_settings
 from solo_diet.launch.step_graph import (
     WARMUP_STEPS,
     StepGraph,
@@ -114,7 +115,7 @@ def fit(method, optimizer, data, graph: str, precision: str, driver: dict | None
     run, path = settings_of(cfg)
     method_cls = METHODS[method]
     train = path.pretrain_data(run, lambda dataset: None).source
-    model = build_model(cfg, method_cls)
+    model = build_model(cfg, method_cls, parse_performance_settings(cfg))
     if driver is not None:
         StepGraph(model, **driver)
     snapshots = Snapshots()

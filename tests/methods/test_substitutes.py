@@ -59,7 +59,7 @@ def test_swaps_lars_and_the_momentum_updater_and_names_them():
 def test_the_key_turns_them_off(capsys):
     solo_diet.register()
     cfg = byol_cfg(substitutes=False)
-    model = build_model(cfg, METHODS["byol"])  # as `solo-diet pretrain` builds it
+    model = build_model(cfg, METHODS["byol"], parse_performance_settings(cfg))  # as pretrain
     assert model.optimizer == "lars" and type(model.momentum_updater) is MomentumUpdater
     assert "ForeachLARS" not in capsys.readouterr().out and substitutes_line([]) == ""
 
