@@ -14,7 +14,7 @@ from solo_diet.compare.spec import settings
 from solo_diet.compare.spec.settings import Claim, DataSettings, Spec
 from solo_diet.core.errors import ConfigError
 from solo_diet.core.settings import FORMAT_KEY, KeyReader, closest_name, is_number, parse_section
-from solo_diet.launch.errors import check_destination, same_class_folders
+from solo_diet.launch.errors import check_destination, class_folders, same_class_folders
 
 SpecSource = Union[str, Path, Mapping[str, Any]]  # a YAML file, or the spec itself
 SPEC_DEFAULTS: dict[str, Any] = {  # the typed sections' defaults are their schemas' (SECTIONS)
@@ -153,13 +153,14 @@ def _check_folder_data(data: DictConfig, output_dir: str) -> None:
                 f"{data[split]}: its folders would be read as a class of images; pass another "
                 "output_dir."
             )
-    classes = len(same_class_folders(data.train_path, data.val_path))
+    classes = len(class_folders(data.train_path))
     if classes < PROBE_CLASSES:
         raise ConfigError(
             f"`data.train_path` = {data.train_path} holds {classes} class(es); the linear "
             f"probe (solo-learn's LinearModel, top-5 accuracy) needs at least {PROBE_CLASSES}: "
             "give it one subfolder per class."
         )
+    same_class_folders(data.train_path, data.val_path)
 
 
 def _checked(spec: DictConfig, where: str | Path) -> Spec:
