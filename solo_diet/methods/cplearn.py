@@ -78,8 +78,13 @@ def cplearn_representations(
 
 
 class CPLearn(DeclaredKwargs, BaseMethod):
-    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau. Keys:
-    ``self.hp`` (:class:`CPLearnKwargs`); solo-learn's ``BaseMethod`` reads the rest."""
+    """Backbone -> ``Linear -> BN -> tanh | scaled L2`` -> frozen Rademacher codes / tau.
+
+    Keys, parsed once into ``self.hp``: :class:`CPLearnKwargs` ``proj_hidden_dim`` (f),
+    ``proj_output_dim`` (c), ``beta``, ``eps``, ``activation``, ``prior``, ``symmetric``,
+    ``gather_marginal``, ``codes_seed`` (default: ``seed``).
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     registered_as = "cplearn"
     contract = Contract(
@@ -119,7 +124,7 @@ class CPLearn(DeclaredKwargs, BaseMethod):
         return out
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """CPLearn loss of the two views' code logits + online probe; logs collapse monitors."""
+        """The CPLearn loss of the two views' code logits + online probe; logs collapse monitors."""
         out = super().training_step(batch, batch_idx)
         z_a, z_b = out["z"]
         terms = cplearn_loss_terms(z_a, z_b, **self.loss_options)

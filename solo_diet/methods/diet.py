@@ -28,7 +28,14 @@ class DIETKwargs(IndexKwargs):
 
 class DIET(IndexMethod):
     """DIET: a bias-free ``Linear(D, R)`` head over the (optionally projected) backbone output, R
-    the label source's number of ids (N for ``index``, the paper). Keys: :class:`DIETKwargs`."""
+    the label source's number of ids (N for ``index``, the paper).
+
+    Keys, parsed once into ``self.hp``: :class:`DIETKwargs` ``proj_layers`` (0: no projector),
+    ``loss``, ``label_smoothing``, ``normalize``; from :class:`IndexKwargs` ``num_samples``,
+    ``labels``, ``labelled_fraction``, ``label_seed``, ``groups_path``, ``proj_hidden_dim``,
+    ``proj_output_dim``, ``proj_use_bn``.
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     registered_as = "diet"
     contract = replace(IndexMethod.contract, kwargs=DIETKwargs)
@@ -40,7 +47,7 @@ class DIET(IndexMethod):
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
-        """The head and projector train with the backbone's optimizer, lr and weight decay."""
+        """solo-learn's parameter groups and the head's, trained with the backbone's optimizer."""
         return super().learnable_params + [{"name": "diet_head", "params": self.head.parameters()}]
 
     def head_input(self, feats: torch.Tensor) -> torch.Tensor:

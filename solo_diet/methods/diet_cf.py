@@ -34,7 +34,13 @@ class DIETCFKwargs(LabelledProjectionKwargs):
 
 
 class DIETCF(LabelledProjectionMethod):
-    """Closed-form ridge head over the batch (module docstring). Keys: :class:`DIETCFKwargs`."""
+    """Closed-form ridge head over the batch (module docstring).
+
+    Keys, parsed once into ``self.hp``: :class:`DIETCFKwargs` ``lam``; from :class:`IndexKwargs`
+    ``num_samples``, ``labels``, ``labelled_fraction``, ``label_seed``, ``groups_path``,
+    ``proj_layers``, ``proj_hidden_dim``, ``proj_output_dim``, ``proj_use_bn``.
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     registered_as = "diet_cf"
     contract = replace(LabelledProjectionMethod.contract, kwargs=DIETCFKwargs)

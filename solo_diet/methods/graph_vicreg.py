@@ -26,7 +26,14 @@ class GraphVICRegKwargs(LabelledProjectionKwargs):
 
 class GraphVICReg(LabelledProjectionMethod):
     """VICReg with positives ``G_ij = 1[id_i = id_j] / n_c^p`` and degree-weighted
-    variance/covariance. Keys: :class:`GraphVICRegKwargs`."""
+    variance/covariance.
+
+    Keys, parsed once into ``self.hp``: :class:`GraphVICRegKwargs` ``sim_loss_weight``,
+    ``var_loss_weight``, ``cov_loss_weight``, ``label_norm_power`` (p); from :class:`IndexKwargs`
+    ``num_samples``, ``labels``, ``labelled_fraction``, ``label_seed``, ``groups_path``,
+    ``proj_layers``, ``proj_hidden_dim``, ``proj_output_dim``, ``proj_use_bn``.
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     registered_as = "graph_vicreg"
     contract = replace(LabelledProjectionMethod.contract, kwargs=GraphVICRegKwargs)

@@ -82,8 +82,13 @@ def check_sample_indexes(indexes: torch.Tensor, num_samples: int) -> None:
 
 class IndexMethod(DeclaredKwargs, BaseMethod):
     """Backbone -> optional ReLU MLP projector -> ``z`` (``z_dim`` wide), and a ``label_source``
-    mapping each sample to its label id. Keys: ``self.hp`` (:class:`IndexKwargs`); solo-learn's
-    ``BaseMethod`` reads the rest (``backbone``, ``optimizer``, ``data``, the online probe)."""
+    mapping each sample to its label id.
+
+    Keys, parsed once into ``self.hp``: :class:`IndexKwargs` ``num_samples``, ``labels``,
+    ``labelled_fraction``, ``label_seed``, ``groups_path``, ``proj_layers``, ``proj_hidden_dim``,
+    ``proj_output_dim``, ``proj_use_bn``.
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     contract = Contract(
         uses_sample_indexes=True,
@@ -118,7 +123,7 @@ class IndexMethod(DeclaredKwargs, BaseMethod):
 
     @property
     def learnable_params(self) -> List[Dict[str, Any]]:
-        """The projector trains with the backbone's optimizer, lr and weight decay."""
+        """solo-learn's parameter groups and the projector's (the backbone's optimizer)."""
         projector = {"name": "projector", "params": self.projector.parameters()}
         return super().learnable_params + [projector]
 
@@ -154,7 +159,7 @@ class LabelledProjectionMethod(IndexMethod):
         raise NotImplementedError
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """:meth:`views_loss` over every view of the global batch + online probe."""
+        """The loss: :meth:`views_loss` over every view of the global batch + online probe."""
         out = super().training_step(batch, batch_idx)
         ids = concat_all_gather_no_grad(self.label_source(batch[0], batch[2]))
         loss = self.views_loss([gather(z) for z in out["z"]], ids.repeat(len(out["z"])))

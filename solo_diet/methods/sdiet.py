@@ -99,8 +99,17 @@ class SDIETKwargs(IndexKwargs):
 
 class SDIET(IndexMethod):
     """s-DIET: projector (3 layers, s-DIET paper, §6), L2 normalisation, CE against the resident
-    head rows (Eq. 7, §5.2), a datum's label id its row. Keys: :class:`SDIETKwargs`; ``seed`` seeds
-    the rows and the batch order."""
+    head rows (Eq. 7, §5.2), a datum's label id its row; ``seed`` seeds the rows and batch order.
+
+    Keys, parsed once into ``self.hp``: :class:`SDIETKwargs` ``label_smoothing``, ``temperature``,
+    the head's optimiser ``head_optimizer``, ``head_weight_decay``, ``head_betas``, ``head_eps``,
+    ``head_momentum`` (defaults: ``optimizer.weight_decay`` and ``optimizer.kwargs``),
+    ``zero_grad_steps``, the row store's ``row_placement``, ``row_dir``, ``row_dtype``,
+    ``rows_per_step``, ``prefetch``, ``row_sharding``; from :class:`IndexKwargs` ``num_samples``,
+    ``labels``, ``labelled_fraction``, ``label_seed``, ``groups_path``, ``proj_layers``,
+    ``proj_hidden_dim``, ``proj_output_dim``, ``proj_use_bn``.
+    solo-learn's ``BaseMethod`` reads the rest: ``backbone``, ``optimizer``, ``scheduler``,
+    ``data`` (the crops, ``num_classes`` for the online probe), ``knn_eval``, ``max_epochs``."""
 
     registered_as = "sdiet"
     # the head rows' keys before: "storage" now names where the GPU data path keeps its images

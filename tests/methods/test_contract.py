@@ -145,3 +145,19 @@ def test_every_plugin_method_and_twin_declares_its_contract_in_its_body():
     names = solo_diet.register()
     for name in names:
         assert isinstance(METHODS[name].__dict__.get("contract"), Contract), name
+
+
+OURS = sorted(
+    name for name, cls in plugin_methods().items() if cls.__module__.startswith("solo_diet.")
+)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_a_method_docstring_names_every_key_it_reads(name):
+    """Each of our method classes says in its docstring every ``method_kwargs`` key it reads."""
+    import dataclasses
+
+    method_cls = plugin_methods()[name]
+    keys = [field.name for field in dataclasses.fields(method_contract(method_cls).kwargs)]
+    unnamed = [key for key in keys if f"``{key}``" not in (method_cls.__doc__ or "")]
+    assert not unnamed, f"{method_cls.__qualname__}'s docstring does not name {unnamed}"
