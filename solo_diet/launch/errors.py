@@ -110,8 +110,8 @@ def class_folders(path: Any) -> set[str]:
     return {entry.name for entry in os.scandir(str(path)) if entry.is_dir()}
 
 
-def same_class_folders(train: Any, val: Any) -> set[str]:
-    """The classes of image folders ``train`` and ``val``; refused where they differ."""
+def same_class_folders(train: Any, val: Any) -> None:
+    """Refuse image folders ``train`` and ``val`` whose class subfolders differ."""
     in_train, in_val = class_folders(train), class_folders(val)
     if in_train != in_val:
         raise ConfigError(
@@ -120,7 +120,6 @@ def same_class_folders(train: Any, val: Any) -> set[str]:
             f"{sorted(in_train - in_val)}), so the val labels would not match the trained "
             "ones: give both the same class subfolders."
         )
-    return in_train
 
 
 def check_data_paths(cfg: DictConfig) -> None:
